@@ -1,0 +1,172 @@
+#include "cli/commands.h"
+
+#include <unistd.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/progress.h"
+#include "core/cost_model.h"
+#include "core/dataset.h"
+#include "core/error.h"
+#include "core/run_output.h"
+#include "planner/planner.h"
+#include "real/launcher.h"
+#include "real/loopback.h"
+#include "sim/sim_runner.h"
+
+namespace fs = std::filesystem;
+
+namespace rv {
+namespace {
+
+struct Prepared {
+  Scenario scenario;
+  ModelDesc model;
+  Plan plan;
+};
+
+Prepared prepare(const CommonOptions& o) {
+  Prepared p;
+  p.scenario = load_scenario(o.scenario, o.overrides);
+  DatasetShape shape = dataset_shape(p.scenario.data);
+  p.model = build_model(p.scenario.model, shape.sample_shape, shape.classes);
+  p.plan = make_plan(p.scenario, p.model);
+  return p;
+}
+
+bool progress_enabled(const std::string& mode) {
+  if (mode == "on") return true;
+  if (mode == "off") return false;
+  return isatty(STDERR_FILENO) != 0;
+}
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  return fmt::format("{:.1f} {}", b, units[u]);
+}
+
+void print_summary(const std::string& path) {
+  std::ifstream in(fs::path(path) / "summary.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  std::cout << fmt::format("run folder: {}\n", path);
+  std::cout << fmt::format("  {} on {} ({}), {} nodes: time {:.3f} s, {} samples, {:.1f} samples/s",
+                           j["algorithm"].get<std::string>(), j["executor"].get<std::string>(),
+                           j["mode"].get<std::string>(), j["nodes"].get<int>(), j["time_s"].get<double>(),
+                           j["train_samples"].get<int64_t>(), j["samples_per_s"].get<double>());
+  const auto& f = j["final"];
+  if (!f["test_accuracy"].is_null())
+    std::cout << fmt::format(", test accuracy {:.4f}", f["test_accuracy"].get<double>());
+  std::cout << "\n";
+}
+
+}  // namespace
+
+int cmd_plan(const CommonOptions& o, const std::string& out_json) {
+  Prepared p = prepare(o);
+  const Scenario& s = p.scenario;
+  std::cout << fmt::format("scenario {} ({}): model {} with {} layers, {} parameters; {} nodes\n",
+                           s.name, s.source, p.model.name, p.model.layer_count(),
+                           p.model.total_params(), s.node_count());
+  double bottleneck = 0;
+  for (size_t c = 0; c < p.plan.clusters.size(); ++c) {
+    std::cout << fmt::format("cluster {}\n", c);
+    std::cout << fmt::format("  {:>5} {:>5} {:<12} {:>9} {:>12} {:>11} {:>14}\n", "stage", "node",
+                             "device", "layers", "params", "memory", "stage time");
+    for (size_t k = 0; k < p.plan.clusters[c].stages.size(); ++k) {
+      const StagePlan& st = p.plan.clusters[c].stages[k];
+      const DeviceGroup& d = s.device_of(st.node);
+      std::cout << fmt::format("  {:>5} {:>5} {:<12} {:>4}..{:<3} {:>12} {:>11} {:>11.3f} ms\n", k,
+                               st.node, d.name, st.layer_begin, st.layer_end - 1,
+                               p.model.params(st.layer_begin, st.layer_end), human_bytes(st.memory),
+                               st.predicted_time * 1e3);
+      bottleneck = std::max(bottleneck, st.predicted_time);
+    }
+  }
+  std::cout << fmt::format("bottleneck stage compute: {:.3f} ms per micro-batch ({:.1f} samples/s)\n",
+                           bottleneck * 1e3,
+                           bottleneck > 0 ? s.data.batch_size / bottleneck : 0.0);
+  if (!out_json.empty()) {
+    std::ofstream out(out_json);
+    out << to_json(p.plan).dump(2) << "\n";
+    if (!out) throw InputError(out_json + ": cannot write");
+    std::cout << "wrote " << out_json << "\n";
+  }
+  return 0;
+}
+
+int cmd_sim(const CommonOptions& o, const std::string& executor, const std::string& run_path) {
+  Prepared p = prepare(o);
+  const Scenario& s = p.scenario;
+  const bool numeric = executor == "loopback" || s.sim.mode == "numeric";
+  Dataset data;
+  if (numeric) data = load_dataset(s.data, s.seed);
+  RunSpec spec{&s, &p.plan, &p.model, numeric ? &data : nullptr};
+  const std::string path = run_path.empty() ? new_run_path(s, executor) : run_path;
+  if (fs::exists(path)) throw InputError(path + ": run folder exists already");
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<Event> events;
+  const int64_t total = s.training.steps;
+  if (executor == "loopback") {
+    Progress progress(total, "wall", progress_enabled(o.progress));
+    events = run_loopback(spec, s.real.timeout_s);
+    progress.finish();
+  } else {
+    Progress progress(total, "simulated", progress_enabled(o.progress));
+    events = run_simulation(spec, &progress).events;
+    progress.finish();
+  }
+  RunInfo info{executor, executor == "loopback" ? std::string("cpu") : s.sim.mode,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+  write_run_folder(path, s, p.plan, p.model, events, info);
+  print_summary(path);
+  return 0;
+}
+
+int cmd_real(const CommonOptions& o, const std::string& self_exe) {
+  Prepared p = prepare(o);  // validate before starting any process
+  LaunchOptions lo{o.scenario, o.overrides, self_exe};
+  const std::string path = run_real(p.scenario, lo);
+  print_summary(path);
+  return 0;
+}
+
+int cmd_report(const std::vector<std::string>& runs, const std::string& out, const std::string& title) {
+  fs::path script = fs::path(RV_SOURCE_DIR) / "analysis" / "report.py";
+  if (!fs::exists(script)) throw Error(script.string() + ": report script not found");
+  std::vector<std::string> args = {"/usr/bin/python3", script.string()};
+  for (const auto& r : runs) args.push_back(r);
+  if (!out.empty()) args.insert(args.end(), {"--out", out});
+  if (!title.empty()) args.insert(args.end(), {"--title", title});
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::cout.flush();
+  pid_t pid = fork();
+  if (pid < 0) throw Error("report: cannot fork");
+  if (pid == 0) {
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (WIFEXITED(status)) {
+    if (WEXITSTATUS(status) == 127) throw Error("report: cannot run /usr/bin/python3");
+    return WEXITSTATUS(status);
+  }
+  throw Error("report: the report script was killed");
+}
+
+}  // namespace rv

@@ -1,0 +1,125 @@
+// ravnest: plan, simulate, run for real and report decentralized training experiments.
+// Exit status: 0 success, 1 runtime failure (a peer died, a deadlock), 2 bad input.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "real/node_process.h"
+
+namespace {
+
+std::string self_exe(const char* argv0) {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n > 0) return std::string(buf, static_cast<size_t>(n));
+  return argv0;
+}
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 10);
+  if (*end) throw rv::InputError(std::string("environment variable ") + name + "='" + v + "' is not an integer");
+  return static_cast<int>(x);
+}
+
+void add_common(CLI::App* app, rv::CommonOptions& o) {
+  app->add_option("scenario", o.scenario, "scenario file (TOML)")->required();
+  app->add_option("--set", o.overrides, "override a scenario key, e.g. --set training.lr=0.1 (repeatable)");
+  app->add_option("--progress", o.progress, "progress display on stderr: auto | on | off")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ravnest: decentralized asynchronous training on heterogeneous PCs, simulated (SimGrid) "
+               "and real (LibTorch over c10d/Gloo)"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "ravnest 0.1.0");
+
+  rv::CommonOptions plan_o, sim_o, real_o, node_o;
+  std::string plan_out, sim_executor = "sim", sim_run_path;
+  auto* plan = app.add_subcommand("plan", "print the plan (clusters, stages, memory, predicted times)");
+  add_common(plan, plan_o);
+  plan->add_option("--out", plan_out, "also write the plan as JSON to this file");
+
+  auto* sim = app.add_subcommand("sim", "run a scenario in the simulator and write a run folder");
+  add_common(sim, sim_o);
+  sim->add_option("--executor", sim_executor,
+                  "sim (SimGrid, modeled time) | loopback (threads of this process, wall time)")
+      ->check(CLI::IsMember({"sim", "loopback"}));
+  sim->add_option("--run-dir", sim_run_path, "write the run folder here instead of under output.dir");
+
+  auto* real = app.add_subcommand("real", "run every node as a process on this machine (c10d/Gloo on 127.0.0.1)");
+  add_common(real, real_o);
+
+  rv::NodeProcessOptions node_opts;
+  int rank = -1, world = -1, port = -1;
+  std::string master;
+  double timeout = -1;
+  auto* node = app.add_subcommand(
+      "node", "run one rank of a real run (torchrun-style: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE)");
+  add_common(node, node_o);
+  node->add_option("--rank", rank, "this process's rank (default: $RANK)");
+  node->add_option("--world-size", world, "number of ranks (default: $WORLD_SIZE)");
+  node->add_option("--master-addr", master, "address of rank 0's store (default: $MASTER_ADDR)");
+  node->add_option("--master-port", port, "port of rank 0's store (default: $MASTER_PORT)");
+  node->add_option("--timeout", timeout, "seconds before a silent peer counts as dead");
+  node->add_option("--run-path", node_opts.run_path, "rank 0: the run folder to write");
+  node->add_option("--result-file", node_opts.result_file, "rank 0: write the run folder's path here");
+
+  std::vector<std::string> report_runs;
+  std::string report_out, report_title;
+  auto* report = app.add_subcommand("report", "plot one or more run folders (matplotlib)");
+  report->add_option("runs", report_runs, "run folders")->required();
+  report->add_option("--out", report_out, "output folder for the plots");
+  report->add_option("--title", report_title, "title for the plots");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;
+  }
+
+  try {
+    if (*plan) return rv::cmd_plan(plan_o, plan_out);
+    if (*sim) return rv::cmd_sim(sim_o, sim_executor, sim_run_path);
+    if (*real) return rv::cmd_real(real_o, self_exe(argv[0]));
+    if (*report) return rv::cmd_report(report_runs, report_out, report_title);
+    if (*node) {
+      node_opts.scenario_path = node_o.scenario;
+      node_opts.overrides = node_o.overrides;
+      node_opts.gloo.rank = rank >= 0 ? rank : env_int("RANK", -1);
+      node_opts.gloo.world_size = world >= 0 ? world : env_int("WORLD_SIZE", -1);
+      node_opts.gloo.master_addr = !master.empty() ? master : env_or("MASTER_ADDR", "127.0.0.1");
+      node_opts.gloo.master_port = port >= 0 ? port : env_int("MASTER_PORT", 29500);
+      if (node_opts.gloo.rank < 0 || node_opts.gloo.world_size < 1 ||
+          node_opts.gloo.rank >= node_opts.gloo.world_size)
+        throw rv::InputError("ravnest node: need 0 <= --rank (or RANK) < --world-size (or WORLD_SIZE)");
+      if (timeout > 0) node_opts.gloo.timeout = timeout;
+      return rv::run_node_process(node_opts);
+    }
+  } catch (const rv::InputError& e) {
+    std::cerr << "ravnest: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "ravnest: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,257 @@
+#include "core/algo/pipeline_worker.h"
+
+#include <algorithm>
+
+#include <ATen/ATen.h>
+
+#include "core/error.h"
+
+namespace rv {
+
+PipelineWorker::PipelineWorker(NodeEnv& env, const RunSpec& spec, int node,
+                               const TrainingSpec& training, int64_t in_flight)
+    : env_(env), spec_(spec), role_(spec.plan->role_of(node)), training_(training),
+      batch_(spec.scenario->data.batch_size), in_flight_cap_(in_flight) {
+  RV_CHECK(role_.stage >= 0, "node " + std::to_string(node) + " has no stage in the plan");
+  cost_ = stage_cost(*spec.model, role_.layer_begin, role_.layer_end, training_, batch_, 1);
+  if (numeric()) {
+    RV_CHECK(spec.data != nullptr, "numeric mode needs a dataset");
+    stage_ = std::make_unique<Stage>(*spec.model, role_.layer_begin, role_.layer_end, training_,
+                                     spec.scenario->seed);
+    // Every cluster draws its own shard order from (seed, cluster).
+    sampler_ = std::make_unique<Sampler>(spec.data->train_size(), batch_,
+                                         spec.scenario->seed + 7919ULL * static_cast<uint64_t>(role_.cluster));
+  }
+}
+
+Event PipelineWorker::event(EventKind kind) const {
+  Event e;
+  e.kind = kind;
+  e.node = role_.node;
+  e.cluster = role_.cluster;
+  e.stage = role_.stage;
+  e.step = version_;
+  e.start = e.end = env_.clock.now();
+  return e;
+}
+
+Message PipelineWorker::forward(int64_t mb, const Message* in) {
+  Message out;
+  out.kind = MsgKind::kForward;
+  out.id = mb;
+  out.step = version_;
+  out.bytes = kHeaderBytes + cost_.activation_out;
+  Event e = event(EventKind::kForward);
+  e.micro_batch = mb;
+  env_.compute.run(cost_.forward, [&] {
+    at::Tensor x = role_.first() ? spec_.data->inputs(sampler_->indices(mb), false) : in->payload.at(0);
+    at::Tensor y = stage_->forward(mb, x);
+    if (role_.last()) logits_[mb] = y;
+    else out.payload.push_back(y.contiguous());
+  });
+  if (!numeric()) forward_version_[mb] = version_;
+  e.end = env_.clock.now();
+  env_.metrics.record(e);
+  record_memory();
+  return out;
+}
+
+std::optional<Message> PipelineWorker::backward(int64_t mb, const Message& grad, int64_t* staleness) {
+  Message out;
+  out.kind = MsgKind::kBackward;
+  out.id = mb;
+  out.step = version_;
+  out.bytes = kHeaderBytes + cost_.gradient_in;
+  Event e = event(EventKind::kBackward);
+  e.micro_batch = mb;
+  int64_t fv = version_;
+  env_.compute.run(cost_.backward, [&] {
+    at::Tensor g = stage_->backward(mb, grad.payload.at(0), &fv);
+    if (g.defined()) out.payload.push_back(g.contiguous());
+  });
+  if (!numeric()) {
+    auto it = forward_version_.find(mb);
+    RV_CHECK(it != forward_version_.end(), "backward without forward");
+    fv = it->second;
+    forward_version_.erase(it);
+  }
+  *staleness = version_ - fv;
+  e.end = env_.clock.now();
+  env_.metrics.record(e);
+  if (role_.first()) return std::nullopt;
+  return out;
+}
+
+std::optional<Message> PipelineWorker::last_backward(int64_t mb, int64_t* staleness) {
+  Message out;
+  out.kind = MsgKind::kBackward;
+  out.id = mb;
+  out.step = version_;
+  out.bytes = kHeaderBytes + cost_.gradient_in;
+  Event e = event(EventKind::kBackward);
+  e.micro_batch = mb;
+  double loss = kNaN;
+  int64_t fv = version_;
+  env_.compute.run(cost_.backward, [&] {
+    auto it = logits_.find(mb);
+    RV_CHECK(it != logits_.end(), "last backward without forward");
+    LossResult r = Stage::loss_and_grad(it->second, spec_.data->labels(sampler_->indices(mb), false));
+    logits_.erase(it);
+    loss = r.loss;
+    at::Tensor g = stage_->backward(mb, r.grad_input, &fv);
+    if (g.defined()) out.payload.push_back(g.contiguous());
+  });
+  if (!numeric()) {
+    fv = forward_version_[mb];
+    forward_version_.erase(mb);
+  }
+  *staleness = version_ - fv;
+  e.end = env_.clock.now();
+  env_.metrics.record(e);
+  ++trained_;
+  if (numeric()) {
+    Event l = event(EventKind::kLoss);
+    l.micro_batch = mb;
+    l.loss = loss;
+    l.samples = trained_ * batch_;
+    env_.metrics.record(l);
+  }
+  if (role_.first()) return std::nullopt;
+  return out;
+}
+
+void PipelineWorker::update(int64_t mb, int64_t staleness) {
+  Event e = event(EventKind::kUpdate);
+  e.micro_batch = mb;
+  e.staleness = staleness;
+  env_.compute.run(cost_.update, [&] { stage_->update(); });
+  ++version_;
+  e.step = version_;
+  e.end = env_.clock.now();
+  env_.metrics.record(e);
+}
+
+int64_t PipelineWorker::eval_batches() const {
+  const int64_t n = spec_.scenario->training.eval_samples > 0
+                        ? std::min(spec_.scenario->training.eval_samples, spec_.data->test_size())
+                        : spec_.data->test_size();
+  return (n + batch_ - 1) / batch_;
+}
+
+void PipelineWorker::inject_eval(int64_t step, int64_t samples) {
+  if (!numeric()) return;  // no maths, nothing to score
+  const int64_t batches = eval_batches();
+  const int64_t n = std::min(spec_.data->test_size(), batches * batch_);
+  for (int64_t j = 0; j < batches; ++j) {
+    Message m;
+    m.kind = MsgKind::kEvalForward;
+    m.id = j;
+    m.step = step;
+    m.aux = batches;
+    m.scalar = static_cast<double>(samples);
+    std::vector<int64_t> rows;
+    for (int64_t r = j * batch_; r < std::min(n, (j + 1) * batch_); ++r) rows.push_back(r);
+    m.payload.push_back(spec_.data->inputs(rows, true));
+    m.bytes = kHeaderBytes + cost_.activation_out;
+    eval(m);
+  }
+}
+
+void PipelineWorker::eval(const Message& in) {
+  Event e = event(EventKind::kForward);
+  e.micro_batch = -1 - in.id;  // evaluation batches are negative
+  Message out = in;
+  out.payload.clear();
+  const double eval_flops = cost_.forward * static_cast<double>(in.payload.at(0).size(0)) / batch_;
+  double loss_sum = 0;
+  int64_t correct = 0, count = 0;
+  env_.compute.run(eval_flops, [&] {
+    at::Tensor y = stage_->eval_forward(in.payload.at(0));
+    if (role_.last()) {
+      const int64_t start = in.id * batch_;
+      std::vector<int64_t> rows;
+      for (int64_t r = start; r < start + y.size(0); ++r) rows.push_back(r);
+      auto [l, c] = Stage::score(y, spec_.data->labels(rows, true));
+      loss_sum = l;
+      correct = c;
+      count = y.size(0);
+    } else {
+      out.payload.push_back(y.contiguous());
+    }
+  });
+  e.end = env_.clock.now();
+  env_.metrics.record(e);
+  if (!role_.last()) {
+    send(role_.next, std::move(out));
+    return;
+  }
+  if (eval_step_ != in.step) {
+    eval_step_ = in.step;
+    eval_seen_ = eval_count_ = eval_correct_ = 0;
+    eval_loss_ = 0;
+  }
+  eval_loss_ += loss_sum;
+  eval_correct_ += correct;
+  eval_count_ += count;
+  if (++eval_seen_ == in.aux) {
+    Event r = event(EventKind::kEval);
+    r.step = in.step;
+    r.loss = eval_loss_ / static_cast<double>(eval_count_);
+    r.accuracy = static_cast<double>(eval_correct_) / static_cast<double>(eval_count_);
+    r.samples = static_cast<int64_t>(in.scalar);
+    env_.metrics.record(r);
+  }
+}
+
+void PipelineWorker::send(int dst, Message m) {
+  Event e = event(EventKind::kSend);
+  e.bytes = m.bytes;
+  e.peer = dst;
+  e.micro_batch = m.id;
+  env_.metrics.record(e);
+  env_.transport.send(dst, std::move(m));
+}
+
+std::optional<Message> PipelineWorker::note_recv(std::optional<Message> m) {
+  if (m) {
+    Event e = event(EventKind::kRecv);
+    e.bytes = m->bytes;
+    e.peer = m->src;
+    e.micro_batch = m->id;
+    env_.metrics.record(e);
+  }
+  return m;
+}
+
+Message PipelineWorker::recv() {
+  if (auto m = try_recv()) return std::move(*m);
+  Event w = event(EventKind::kWait);
+  Message m = env_.transport.recv();
+  w.end = env_.clock.now();
+  env_.metrics.record(w);
+  return std::move(*note_recv(std::move(m)));
+}
+
+void PipelineWorker::stop_next() {
+  if (role_.next >= 0) {
+    Message m;
+    m.kind = MsgKind::kStop;
+    m.bytes = kHeaderBytes;
+    send(role_.next, std::move(m));
+  }
+  env_.transport.flush();
+}
+
+void PipelineWorker::record_memory() {
+  const int64_t pending = numeric() ? stage_->pending() : static_cast<int64_t>(forward_version_.size());
+  const Bytes now = stage_cost(*spec_.model, role_.layer_begin, role_.layer_end, training_, batch_,
+                               std::max<int64_t>(pending, 1)).memory;
+  if (now > peak_memory_) {
+    peak_memory_ = now;
+    Event e = event(EventKind::kMemory);
+    e.bytes = now;
+    env_.metrics.record(e);
+  }
+}
+
+}  // namespace rv

@@ -1,0 +1,77 @@
+// PipelineWorker: what every pipeline algorithm does on one stage, in numeric or timing mode:
+// compute a forward or backward (charging the cost model's flops and recording a span), build and
+// send messages, wait for messages (recording idle time), evaluate, report memory.
+// The scheduling policy (when to do what) stays in the algorithm files.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <optional>
+
+#include "core/algo/algorithm.h"
+#include "core/cost_model.h"
+#include "core/stage.h"
+
+namespace rv {
+
+class PipelineWorker {
+ public:
+  // `training` may differ from the scenario's (gpipe keeps graphs: weight stashing semantics).
+  PipelineWorker(NodeEnv& env, const RunSpec& spec, int node, const TrainingSpec& training,
+                 int64_t in_flight);
+
+  const NodeRole& role() const { return role_; }
+  bool numeric() const { return env_.compute.numeric(); }
+  int64_t version() const { return version_; }
+  int64_t batch() const { return batch_; }
+
+  // First stage: reads micro-batch `mb` from the data; others: takes it from `in`. Returns the
+  // message for the next stage (the last stage keeps its logits for last_backward()).
+  Message forward(int64_t mb, const Message* in);
+  // Backward of micro-batch `mb`; returns the message for the previous stage (unsent), or nothing
+  // on a first stage. Sets `staleness` to updates applied since this micro-batch's forward.
+  std::optional<Message> backward(int64_t mb, const Message& grad, int64_t* staleness);
+  // Last stage: the loss of micro-batch `mb` (after forward()) and its backward. Records the loss.
+  std::optional<Message> last_backward(int64_t mb, int64_t* staleness);
+  // Applies the accumulated gradients; records the update with its staleness.
+  void update(int64_t mb, int64_t staleness);
+
+  // Evaluation round after `step` updates and `samples` training samples: the first stage injects
+  // every evaluation batch (or scores it alone if it is also the last stage).
+  void inject_eval(int64_t step, int64_t samples);
+  // A kEvalForward message: forwarded on, or scored by the last stage.
+  void eval(const Message& in);
+
+  void send(int dst, Message m);
+  // Blocks for the next message, recording the wait as idle time.
+  Message recv();
+  std::optional<Message> try_recv() { return note_recv(env_.transport.try_recv()); }
+  void stop_next();  // sends kStop to the next stage (if any) and flushes
+
+  void record_memory();
+
+ private:
+  Event event(EventKind kind) const;
+  std::optional<Message> note_recv(std::optional<Message> m);
+  int64_t eval_batches() const;
+
+  NodeEnv& env_;
+  RunSpec spec_;
+  NodeRole role_;
+  TrainingSpec training_;
+  int64_t batch_;
+  int64_t in_flight_cap_;
+  StageCost cost_;
+  std::unique_ptr<Stage> stage_;  // numeric mode only
+  std::unique_ptr<Sampler> sampler_;
+  int64_t version_ = 0;
+  std::map<int64_t, int64_t> forward_version_;  // timing mode bookkeeping (numeric: in Stage)
+  std::map<int64_t, at::Tensor> logits_;        // last stage: logits awaiting last_backward()
+  int64_t trained_ = 0;                         // micro-batches whose loss this node computed
+  // Last stage: evaluation round being scored.
+  int64_t eval_step_ = -1, eval_seen_ = 0, eval_count_ = 0, eval_correct_ = 0;
+  double eval_loss_ = 0;
+  Bytes peak_memory_ = 0;
+};
+
+}  // namespace rv

@@ -1,0 +1,18 @@
+#include "core/env.h"
+
+namespace rv {
+
+const char* to_string(MsgKind kind) {
+  switch (kind) {
+    case MsgKind::kForward: return "forward";
+    case MsgKind::kBackward: return "backward";
+    case MsgKind::kEvalForward: return "eval-forward";
+    case MsgKind::kStop: return "stop";
+    case MsgKind::kReduce: return "reduce";
+    case MsgKind::kGather: return "gather";
+    case MsgKind::kControl: return "control";
+  }
+  return "unknown";
+}
+
+}  // namespace rv

@@ -1,0 +1,95 @@
+// NodeEnv: the only door between an algorithm (one node's straight-line, blocking code) and the
+// world. The simulator (sim/), the real processes (real/) and the in-process loopback (real/)
+// implement it; core/ never includes SimGrid, sockets, threads or sleeps.
+//
+// Threading: one NodeEnv belongs to one node; its methods are called from that node's own thread
+// (or SimGrid actor) only. Implementations may use threads internally.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "core/metrics.h"
+#include "core/units.h"
+
+namespace rv {
+
+// What a message means to the receiving algorithm. Values are part of the wire format.
+enum class MsgKind : int32_t {
+  kForward = 1,      // activations of micro-batch `id`, towards the next stage
+  kBackward = 2,     // gradient w.r.t. the activations of micro-batch `id`, towards the previous stage
+  kEvalForward = 3,  // activations of evaluation batch `id` (no backward follows)
+  kStop = 4,         // the sender has finished; the receiver finishes its own work and stops
+  kReduce = 5,       // a chunk in a reduce-scatter round (`aux` = ring, `step` = round)
+  kGather = 6,       // a chunk in an all-gather round
+  kControl = 7,      // executor-level control (barriers, shutdown); never seen by algorithms
+};
+
+const char* to_string(MsgKind kind);
+
+// One message. The payload (possibly empty in timing mode) and the modeled size are separate, like
+// SimGrid's put(data, simulated_size): the simulator charges `bytes`, the real executor sends the
+// payload and reports what it sent.
+struct Message {
+  MsgKind kind = MsgKind::kControl;
+  int32_t src = -1;     // filled in by the transport on receipt
+  int64_t id = 0;       // micro-batch or evaluation batch id
+  int64_t step = 0;     // sender's step (update count) or round
+  int64_t aux = 0;      // kind-specific: version, ring id, ...
+  double scalar = 0.0;  // kind-specific: e.g. a loss value
+  std::vector<at::Tensor> payload;  // contiguous CPU float32 tensors (empty in timing mode)
+  Bytes bytes = 0;      // modeled size on the wire, in bytes (payload plus a header)
+};
+
+// Size of the fixed header that precedes every message on the wire, in bytes.
+constexpr Bytes kHeaderBytes = 64;
+
+// Point-to-point transport. send() never blocks on the receiver; messages from one sender to one
+// receiver arrive in the order they were sent (FIFO per pair); recv() takes the next message from
+// any peer. Errors (a peer that died, a timeout) are thrown as rv::PeerError.
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual void send(int dst, Message msg) = 0;
+  // Blocks until a message arrives.
+  virtual Message recv() = 0;
+  // Returns a message that has fully arrived, or nothing, without blocking.
+  virtual std::optional<Message> try_recv() = 0;
+  // Blocks until every message sent so far has left this node (safe to stop afterwards).
+  virtual void flush() = 0;
+};
+
+// Time as the node sees it, in seconds since the start of the run.
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  virtual Seconds now() const = 0;
+  virtual void sleep_for(Seconds s) = 0;
+};
+
+// Runs a unit of work and charges its modeled cost.
+class Compute {
+ public:
+  virtual ~Compute() = default;
+  // False in the simulator's timing mode: `maths` is never called, tensors stay empty.
+  virtual bool numeric() const = 0;
+  // Runs `maths` (when numeric) and accounts for `flops` of modeled work on this node. In the
+  // simulator the node's clock advances by flops / speed; for real, by the time the maths takes
+  // (optionally stretched to emulate a slower device).
+  virtual void run(double flops, const std::function<void()>& maths) = 0;
+};
+
+struct NodeEnv {
+  Transport& transport;
+  Clock& clock;
+  Compute& compute;
+  Metrics& metrics;
+};
+
+}  // namespace rv

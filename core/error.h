@@ -1,0 +1,54 @@
+// One error root for the whole project (in the manner of gloo::Exception).
+//
+// Contract: every error that reaches `main` derives from rv::Error. `main` maps
+//   - rv::InputError (bad scenario, bad command line, bad peer message, missing file) to exit 2,
+//   - any other rv::Error (a peer died, a timeout, an internal invariant) to exit 1.
+// Messages say where: a scenario error names file, line and key.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace rv {
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+
+// Bad input from a user or a peer: the run did not start (or stopped) and nothing was written.
+class InputError : public Error {
+ public:
+  explicit InputError(const std::string& what) : Error(what) {}
+};
+
+// A scenario file problem; `where` is "file:line" (or "file" or "--set") and `key` the dotted key.
+class ScenarioError : public InputError {
+ public:
+  ScenarioError(const std::string& where, const std::string& key, const std::string& what)
+      : InputError(where + ": " + (key.empty() ? std::string() : "key '" + key + "': ") + what),
+        where_(where),
+        key_(key) {}
+  const std::string& where() const { return where_; }
+  const std::string& key() const { return key_; }
+
+ private:
+  std::string where_;
+  std::string key_;
+};
+
+// A peer failed, closed its connection or did not answer within the timeout.
+class PeerError : public Error {
+ public:
+  explicit PeerError(const std::string& what) : Error(what) {}
+};
+
+// Internal invariant checks that name the source position.
+#define RV_CHECK(cond, msg)                                                                    \
+  do {                                                                                          \
+    if (!(cond))                                                                                \
+      throw ::rv::Error(std::string("[") + __FILE__ + ":" + std::to_string(__LINE__) + "] " + \
+                        (msg));                                                                 \
+  } while (0)
+
+}  // namespace rv

@@ -1,0 +1,98 @@
+// Model zoo: models as sequences of layers, each with an analytic per-layer profile, and
+// StageModule, the layers [begin, end) of a model with their own parameters (one pipeline stage).
+//
+// Layers are functional: a stage's forward takes the parameter tensors explicitly, so a backward
+// can use the very weights its forward used (weight stashing) while the optimizer replaces the
+// current weights out of place.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+
+#include "core/scenario.h"
+#include "core/units.h"
+
+namespace rv {
+
+enum class LayerKind { kFlatten, kLinear, kReLU, kConv2d, kBatchNorm2d, kMaxPool2d, kDropout };
+
+struct LayerSpec {
+  LayerKind kind = LayerKind::kReLU;
+  int64_t in = 0;       // linear: input features; conv/bn: input channels
+  int64_t out = 0;      // linear: output features; conv: output channels
+  int64_t kernel = 0;   // conv/pool
+  int64_t padding = 0;  // conv
+  double p = 0;         // dropout probability
+};
+
+// What one layer costs, per sample. Computed from the specs (no tensors are allocated, so the
+// simulator's timing mode can describe billion-parameter models); tests check it against the
+// instantiated module.
+struct LayerProfile {
+  std::string name;                // "linear(784->256)"
+  int64_t params = 0;              // trainable parameters
+  int64_t buffers = 0;             // non-trainable state (BatchNorm running statistics)
+  std::vector<int64_t> out_shape;  // output shape of one sample
+  int64_t out_elems = 0;           // product of out_shape
+  Flops forward_flops = 0;         // per sample
+};
+
+struct ModelDesc {
+  std::string name;
+  std::vector<int64_t> input_shape;  // one sample, e.g. {1, 28, 28}
+  int64_t input_elems = 0;
+  int64_t classes = 0;
+  std::vector<LayerSpec> layers;
+  std::vector<LayerProfile> profile;  // one per layer
+  // Prefix sums over layers (size layer_count() + 1), so range queries are O(1).
+  std::vector<int64_t> prefix_params, prefix_buffers, prefix_out_elems;
+  std::vector<Flops> prefix_flops;
+
+  int layer_count() const { return static_cast<int>(layers.size()); }
+  int64_t params(int begin, int end) const;
+  Flops forward_flops(int begin, int end) const;  // per sample
+  int64_t activation_elems(int begin, int end) const;  // saved for backward, per sample
+  int64_t input_elems_of(int layer) const;  // per-sample elements entering `layer`
+  int64_t buffers(int begin, int end) const;
+  int64_t total_params() const { return params(0, layer_count()); }
+};
+
+// The model of a scenario, for inputs of `input_shape` and `classes` outputs.
+ModelDesc build_model(const ModelSpec& spec, const std::vector<int64_t>& input_shape,
+                      int64_t classes);
+
+// Layers [begin, end) of a model, with parameters initialised from (seed, layer index) so that a
+// layer gets the same initial weights however the model is cut.
+class StageModule {
+ public:
+  StageModule(const ModelDesc& model, int begin, int end, uint64_t seed);
+
+  int begin() const { return begin_; }
+  int end() const { return end_; }
+  // Current trainable parameters, in layer order. Tensors require grad.
+  const std::vector<at::Tensor>& params() const { return params_; }
+  void set_params(std::vector<at::Tensor> p) { params_ = std::move(p); }
+  // BatchNorm running statistics (mean, var per BatchNorm layer), updated by training forwards.
+  const std::vector<at::Tensor>& buffers() const { return buffers_; }
+
+  // Runs the layers on `x` with the given parameters (params() or a stashed version).
+  // train: batch statistics and dropout; `dropout_seed` fixes the dropout masks, so a forward can be
+  // recomputed exactly. update_buffers: whether BatchNorm running statistics move.
+  at::Tensor forward(const at::Tensor& x, const std::vector<at::Tensor>& params, bool train,
+                     uint64_t dropout_seed, bool update_buffers) const;
+
+ private:
+  const ModelDesc* model_;
+  int begin_, end_;
+  std::vector<at::Tensor> params_;
+  std::vector<at::Tensor> buffers_;
+  std::vector<int> param_offset_;   // per layer in range: index of its first parameter
+  std::vector<int> buffer_offset_;  // per layer in range: index of its first buffer
+};
+
+}  // namespace rv

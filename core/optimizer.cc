@@ -1,0 +1,50 @@
+#include "core/optimizer.h"
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include "core/error.h"
+
+namespace rv {
+
+std::vector<at::Tensor> Optimizer::step(const std::vector<at::Tensor>& params,
+                                        const std::vector<at::Tensor>& grads) {
+  RV_CHECK(params.size() == grads.size(), "optimizer: parameters and gradients differ in number");
+  c10::NoGradGuard no_grad;
+  ++t_;
+  const bool adam = spec_.optimizer == "adam";
+  if (m_.empty()) {
+    for (const auto& p : params) {
+      if (adam || spec_.momentum > 0) m_.push_back(at::zeros_like(p));
+      if (adam) v_.push_back(at::zeros_like(p));
+    }
+  }
+  std::vector<at::Tensor> out;
+  out.reserve(params.size());
+  const double lr = spec_.lr;
+  for (size_t i = 0; i < params.size(); ++i) {
+    at::Tensor p = params[i].detach();
+    at::Tensor g = grads[i].defined() ? grads[i].detach() : at::zeros_like(p);
+    if (spec_.weight_decay > 0) g = g + spec_.weight_decay * p;
+    at::Tensor np;
+    if (adam) {
+      constexpr double b1 = 0.9, b2 = 0.999, eps = 1e-8;
+      m_[i].mul_(b1).add_(g, 1 - b1);
+      v_[i].mul_(b2).addcmul_(g, g, 1 - b2);
+      const double c1 = 1 - std::pow(b1, static_cast<double>(t_));
+      const double c2 = 1 - std::pow(b2, static_cast<double>(t_));
+      np = p - (lr / c1) * m_[i] / ((v_[i] / c2).sqrt() + eps);
+    } else if (spec_.momentum > 0) {
+      m_[i].mul_(spec_.momentum).add_(g);
+      np = p - lr * m_[i];
+    } else {
+      np = p - lr * g;
+    }
+    out.push_back(np.requires_grad_(true));
+  }
+  return out;
+}
+
+}  // namespace rv

@@ -1,0 +1,74 @@
+#include "core/plan.h"
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace rv {
+
+NodeRole Plan::role_of(int node) const {
+  NodeRole r;
+  r.node = node;
+  for (int c = 0; c < static_cast<int>(clusters.size()); ++c) {
+    const auto& st = clusters[c].stages;
+    for (int s = 0; s < static_cast<int>(st.size()); ++s) {
+      if (st[s].node != node) continue;
+      r.cluster = c;
+      r.stage = s;
+      r.stages = static_cast<int>(st.size());
+      r.prev = s > 0 ? st[s - 1].node : -1;
+      r.next = s + 1 < r.stages ? st[s + 1].node : -1;
+      r.layer_begin = st[s].layer_begin;
+      r.layer_end = st[s].layer_end;
+      return r;
+    }
+  }
+  return r;
+}
+
+nlohmann::json to_json(const Plan& plan) {
+  nlohmann::json j;
+  j["method"] = plan.method;
+  j["nodes"] = plan.nodes;
+  j["clusters"] = nlohmann::json::array();
+  for (const auto& c : plan.clusters) {
+    nlohmann::json cj;
+    cj["stages"] = nlohmann::json::array();
+    for (const auto& s : c.stages) {
+      cj["stages"].push_back({{"node", s.node},
+                              {"layers", {s.layer_begin, s.layer_end}},
+                              {"memory_bytes", s.memory},
+                              {"predicted_time_s", s.predicted_time}});
+    }
+    j["clusters"].push_back(cj);
+  }
+  return j;
+}
+
+Plan plan_from_json(const nlohmann::json& j) {
+  try {
+    Plan p;
+    p.method = j.at("method").get<std::string>();
+    p.nodes = j.at("nodes").get<int>();
+    for (const auto& cj : j.at("clusters")) {
+      ClusterPlan c;
+      for (const auto& sj : cj.at("stages")) {
+        StagePlan s;
+        s.node = sj.at("node").get<int>();
+        s.layer_begin = sj.at("layers").at(0).get<int>();
+        s.layer_end = sj.at("layers").at(1).get<int>();
+        s.memory = sj.value("memory_bytes", Bytes{0});
+        s.predicted_time = sj.value("predicted_time_s", 0.0);
+        if (s.node < 0 || s.node >= p.nodes || s.layer_begin >= s.layer_end)
+          throw InputError("plan.json: bad stage");
+        c.stages.push_back(s);
+      }
+      p.clusters.push_back(c);
+    }
+    return p;
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(std::string("plan.json: ") + e.what());
+  }
+}
+
+}  // namespace rv

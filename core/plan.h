@@ -1,0 +1,50 @@
+// Plan: who does what. Clusters of nodes; in each cluster an ordered pipeline of stages, each a
+// contiguous range of the model's layers on one node. Produced by planner/, read by algorithms.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/units.h"
+
+namespace rv {
+
+struct StagePlan {
+  int node = -1;         // rank in the device pool
+  int layer_begin = 0;   // layers [layer_begin, layer_end)
+  int layer_end = 0;
+  Bytes memory = 0;      // modeled peak memory of this stage on its node
+  Seconds predicted_time = 0;  // predicted forward + backward + update time of one micro-batch
+};
+
+struct ClusterPlan {
+  std::vector<StagePlan> stages;  // pipeline order: stages[0] reads the data, the last computes the loss
+};
+
+// Where a node sits in the plan; stage == -1 for a node the plan leaves idle.
+struct NodeRole {
+  int node = -1;
+  int cluster = -1;
+  int stage = -1;
+  int stages = 0;    // stages in its cluster
+  int prev = -1;     // rank of the previous stage's node, -1 for the first
+  int next = -1;     // rank of the next stage's node, -1 for the last
+  int layer_begin = 0, layer_end = 0;
+  bool first() const { return stage == 0; }
+  bool last() const { return stage == stages - 1; }
+};
+
+struct Plan {
+  std::string method;
+  int nodes = 0;  // size of the device pool
+  std::vector<ClusterPlan> clusters;
+
+  NodeRole role_of(int node) const;
+};
+
+nlohmann::json to_json(const Plan& plan);
+Plan plan_from_json(const nlohmann::json& j);
+
+}  // namespace rv

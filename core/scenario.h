@@ -1,0 +1,115 @@
+// Scenario: one experiment, completely described by one TOML file (plus --set overrides).
+//
+// Contract: load_scenario() either returns a fully validated Scenario (every key known, typed and
+// in range, defaults filled in) or throws rv::ScenarioError naming file, line and key. It reads the
+// file and nothing else; it writes nothing.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace rv {
+
+struct DeviceGroup {
+  std::string name;
+  int count = 1;
+  double tflops = 1.0;      // sustained compute speed, in 1e12 floating-point operations per second
+  double ram_gb = 8.0;      // memory available for training, GiB
+  double up_mbps = 100.0;   // upload bandwidth to the core, Mbit/s
+  double down_mbps = 100.0; // download bandwidth from the core, Mbit/s
+  double latency_ms = 10.0; // one-way latency between the device and the core, ms
+  std::string region;       // optional label (planner)
+};
+
+struct ModelSpec {
+  std::string kind = "mlp";            // mlp | cnn
+  std::vector<int64_t> hidden = {256, 128};  // mlp: widths of hidden layers; cnn: widths of the head
+  std::vector<int64_t> channels = {16, 32};  // cnn: output channels of each conv block
+  int64_t kernel = 3;                  // cnn: convolution kernel size (padding keeps the size)
+  bool batch_norm = true;              // cnn: BatchNorm after each convolution
+  double dropout = 0.0;                // dropout probability before each hidden linear layer
+};
+
+struct DataSpec {
+  std::string kind = "synthetic";  // synthetic | fashion-mnist | digits
+  int64_t batch_size = 64;         // samples per micro-batch
+  int64_t train_samples = 0;       // 0: all (synthetic: 8192)
+  int64_t test_samples = 0;        // 0: all (synthetic: 2048)
+  std::string path;                // dataset folder or file; empty: Debian's location
+  // synthetic only
+  int64_t side = 8;                // images are 1 x side x side
+  int64_t classes = 10;
+  double noise = 1.0;              // standard deviation of the noise around each class centre
+};
+
+struct TrainingSpec {
+  std::string algorithm = "ravnest";  // ravnest | gpipe
+  std::string optimizer = "sgd";      // sgd | adam
+  double lr = 0.05;
+  double momentum = 0.0;              // sgd only
+  double weight_decay = 0.0;
+  int64_t steps = 1000;               // optimizer updates on every stage
+  int64_t max_in_flight = 0;          // ravnest: unfinished micro-batches allowed; 0 = #stages
+  bool weight_stashing = true;        // ravnest: backward uses the forward's weights
+  int64_t micro_batches = 4;          // gpipe: micro-batches per update
+  int64_t average_every = 50;         // local updates between cross-cluster averagings
+  int64_t eval_every = 0;             // updates between evaluations; 0 = only at the end
+  int64_t eval_samples = 0;           // test samples per evaluation; 0 = the whole test set
+};
+
+struct PlannerSpec {
+  std::string method = "manual";  // manual (stages in proportion to RAM, one cluster)
+  int clusters = 1;               // 0 = let the planner choose
+  std::vector<int64_t> stage_layers;  // manual: layers of each stage in pipeline order (empty: by RAM)
+};
+
+struct NetworkSpec {
+  std::string topology = "star";  // each device reaches a common core through its own links
+  std::string model = "lv08";     // lv08 (SimGrid's TCP-calibrated default) | ideal
+};
+
+struct SimSpec {
+  std::string mode = "numeric";  // numeric (real maths, modeled time) | timing (no maths)
+};
+
+struct RealSpec {
+  double timeout_s = 60.0;       // a peer silent for this long is considered dead
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;           // 0: pick a free port
+  bool emulate_speed = false;    // stretch compute to the modeled time of each device
+};
+
+struct OutputSpec {
+  std::string dir = "runs";      // run folders go to DIR/<name>/<executor>-<timestamp>/
+  bool trace = true;             // write trace.json
+};
+
+struct Scenario {
+  std::string name = "scenario";
+  uint64_t seed = 1;
+  std::string source;  // the file it came from, for messages
+  std::vector<DeviceGroup> devices;
+  ModelSpec model;
+  DataSpec data;
+  TrainingSpec training;
+  PlannerSpec planner;
+  NetworkSpec network;
+  SimSpec sim;
+  RealSpec real;
+  OutputSpec output;
+
+  int node_count() const;
+  // The device group of node `rank` (nodes are numbered group by group, in file order).
+  const DeviceGroup& device_of(int rank) const;
+};
+
+// Loads and validates `path`, applying `overrides` ("training.lr=0.1") first.
+Scenario load_scenario(const std::string& path, const std::vector<std::string>& overrides = {});
+// Same, from text (tests); `source` names it in messages.
+Scenario parse_scenario(const std::string& text, const std::string& source,
+                        const std::vector<std::string>& overrides = {});
+// The resolved scenario (every key, defaults filled in) as TOML; parse_scenario() reads it back.
+std::string to_toml(const Scenario& s);
+
+}  // namespace rv

@@ -1,0 +1,132 @@
+#include "core/stage.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include "core/error.h"
+
+namespace rv {
+
+Stage::Stage(const ModelDesc& model, int begin, int end, const TrainingSpec& training, uint64_t seed)
+    : module_(model, begin, end, seed), training_(training), optimizer_(training), seed_(seed) {}
+
+at::Tensor Stage::forward(int64_t mb, const at::Tensor& x) {
+  Saved s;
+  s.input = is_first() ? x : x.detach().requires_grad_(true);
+  s.version = version_;
+  at::Tensor out;
+  if (training_.weight_stashing) {
+    c10::AutoGradMode grad(true);
+    s.params = module_.params();
+    s.output = module_.forward(s.input, s.params, true, dropout_seed(mb), true);
+    out = s.output.detach();
+  } else {
+    c10::NoGradGuard no_grad;
+    out = module_.forward(s.input, module_.params(), true, dropout_seed(mb), true);
+  }
+  saved_[mb] = std::move(s);
+  return out;
+}
+
+at::Tensor Stage::backward(int64_t mb, const at::Tensor& grad_out, int64_t* forward_version) {
+  auto it = saved_.find(mb);
+  RV_CHECK(it != saved_.end(), "backward of micro-batch " + std::to_string(mb) + " without its forward");
+  Saved s = std::move(it->second);
+  saved_.erase(it);
+  if (forward_version) *forward_version = s.version;
+  c10::AutoGradMode grad(true);
+  std::vector<at::Tensor> params = s.params;
+  at::Tensor output = s.output;
+  if (!training_.weight_stashing) {
+    params = module_.params();
+    // Recompute with the current weights; BatchNorm statistics moved in the first forward already.
+    output = module_.forward(s.input, params, true, dropout_seed(mb), false);
+  }
+  std::vector<at::Tensor> inputs = params;
+  if (!is_first()) inputs.push_back(s.input);
+  if (!output.requires_grad()) {  // e.g. a first stage that holds only parameter-free layers
+    ++grad_count_;
+    return at::Tensor();
+  }
+  auto grads = torch::autograd::grad({output}, inputs, {grad_out}, false, false, true);
+  at::Tensor grad_in;
+  if (!is_first()) {
+    grad_in = grads.back();
+    grads.pop_back();
+  }
+  accumulate(grads);
+  return grad_in;
+}
+
+LossResult Stage::forward_loss_backward(int64_t mb, const at::Tensor& x, const at::Tensor& labels) {
+  c10::AutoGradMode grad(true);
+  at::Tensor input = is_first() ? x : x.detach().requires_grad_(true);
+  const auto& params = module_.params();
+  at::Tensor logits = module_.forward(input, params, true, dropout_seed(mb), true);
+  at::Tensor loss = at::nll_loss(at::log_softmax(logits, 1), labels);
+  std::vector<at::Tensor> inputs = params;
+  if (!is_first()) inputs.push_back(input);
+  auto grads = torch::autograd::grad({loss}, inputs, {}, false, false, true);
+  LossResult r;
+  if (!is_first()) {
+    r.grad_input = grads.back();
+    grads.pop_back();
+  }
+  accumulate(grads);
+  r.loss = loss.item<double>();
+  r.correct = logits.argmax(1).eq(labels).sum().item<int64_t>();
+  return r;
+}
+
+LossResult Stage::loss_and_grad(const at::Tensor& logits, const at::Tensor& labels) {
+  c10::AutoGradMode grad(true);
+  at::Tensor l = logits.detach().requires_grad_(true);
+  at::Tensor loss = at::nll_loss(at::log_softmax(l, 1), labels);
+  LossResult r;
+  r.grad_input = torch::autograd::grad({loss}, {l})[0];
+  r.loss = loss.item<double>();
+  r.correct = l.argmax(1).eq(labels).sum().item<int64_t>();
+  return r;
+}
+
+void Stage::accumulate(const std::vector<at::Tensor>& grads) {
+  c10::NoGradGuard no_grad;
+  if (grad_sum_.empty()) {
+    grad_sum_.reserve(grads.size());
+    for (const auto& g : grads) grad_sum_.push_back(g.defined() ? g.detach().clone() : at::Tensor());
+  } else {
+    for (size_t i = 0; i < grads.size(); ++i) {
+      if (!grads[i].defined()) continue;
+      if (grad_sum_[i].defined()) grad_sum_[i].add_(grads[i]);
+      else grad_sum_[i] = grads[i].detach().clone();
+    }
+  }
+  ++grad_count_;
+}
+
+void Stage::update() {
+  if (grad_count_ == 0) return;
+  c10::NoGradGuard no_grad;
+  if (grad_count_ > 1)
+    for (auto& g : grad_sum_)
+      if (g.defined()) g.div_(static_cast<double>(grad_count_));
+  module_.set_params(optimizer_.step(module_.params(), grad_sum_));
+  grad_sum_.clear();
+  grad_count_ = 0;
+  ++version_;
+}
+
+at::Tensor Stage::eval_forward(const at::Tensor& x) const {
+  c10::NoGradGuard no_grad;
+  return module_.forward(x, module_.params(), false, 0, false);
+}
+
+std::pair<double, int64_t> Stage::score(const at::Tensor& logits, const at::Tensor& labels) {
+  c10::NoGradGuard no_grad;
+  double loss = at::nll_loss(at::log_softmax(logits, 1), labels, {}, at::Reduction::Sum).item<double>();
+  int64_t correct = logits.argmax(1).eq(labels).sum().item<int64_t>();
+  return {loss, correct};
+}
+
+}  // namespace rv

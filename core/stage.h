@@ -1,0 +1,77 @@
+// Stage: the maths of one pipeline stage (numeric mode only): forward, backward and optimizer
+// step of layers [begin, end), with weight stashing, gradient accumulation and evaluation.
+//
+// Weight stashing on: a forward keeps its autograd graph, which holds the parameter tensors of
+// that moment; the optimizer replaces parameters out of place, so the backward differentiates with
+// the forward's weights (PipeDream semantics) and the gradient is applied to the current ones.
+// Weight stashing off: a forward keeps only its input; the backward recomputes the forward with
+// the current weights (same dropout masks), then differentiates.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "core/model.h"
+#include "core/optimizer.h"
+#include "core/scenario.h"
+
+namespace rv {
+
+struct LossResult {
+  double loss = 0;       // mean cross-entropy over the micro-batch
+  int64_t correct = 0;   // correctly classified samples
+  at::Tensor grad_input; // gradient w.r.t. the stage's input (undefined on a first stage)
+};
+
+class Stage {
+ public:
+  Stage(const ModelDesc& model, int begin, int end, const TrainingSpec& training, uint64_t seed);
+
+  bool is_first() const { return module_.begin() == 0; }
+  int64_t version() const { return version_; }  // optimizer steps applied so far
+
+  // Training forward of micro-batch `mb`; returns the output activations (detached).
+  at::Tensor forward(int64_t mb, const at::Tensor& x);
+  // Backward of micro-batch `mb` given the gradient w.r.t. its output; accumulates parameter
+  // gradients and returns the gradient w.r.t. its input (undefined on a first stage).
+  // `forward_version` receives the version its forward used.
+  at::Tensor backward(int64_t mb, const at::Tensor& grad_out, int64_t* forward_version = nullptr);
+  // Last stage: forward, cross-entropy loss against `labels` and backward at once.
+  LossResult forward_loss_backward(int64_t mb, const at::Tensor& x, const at::Tensor& labels);
+  // Loss of `logits` against `labels` and its gradient w.r.t. the logits (no parameters involved).
+  static LossResult loss_and_grad(const at::Tensor& logits, const at::Tensor& labels);
+  // Applies the accumulated gradients, divided by the number of backwards since the last update.
+  void update();
+  // Inference forward (no dropout, running BatchNorm statistics, no graph).
+  at::Tensor eval_forward(const at::Tensor& x) const;
+  // Loss sum and correct count of logits against labels.
+  static std::pair<double, int64_t> score(const at::Tensor& logits, const at::Tensor& labels);
+
+  int64_t pending() const { return static_cast<int64_t>(saved_.size()); }
+  const StageModule& module() const { return module_; }
+  StageModule& module() { return module_; }
+
+ private:
+  struct Saved {
+    at::Tensor input;   // requires grad unless first stage
+    at::Tensor output;  // with graph (stashing only)
+    std::vector<at::Tensor> params;  // the version used (stashing only)
+    int64_t version = 0;
+  };
+  void accumulate(const std::vector<at::Tensor>& grads);
+  uint64_t dropout_seed(int64_t mb) const { return seed_ * 0x100000001B3ULL + static_cast<uint64_t>(mb); }
+
+  StageModule module_;
+  TrainingSpec training_;
+  Optimizer optimizer_;
+  uint64_t seed_;
+  int64_t version_ = 0;
+  std::map<int64_t, Saved> saved_;
+  std::vector<at::Tensor> grad_sum_;
+  int64_t grad_count_ = 0;
+};
+
+}  // namespace rv

@@ -1,0 +1,124 @@
+// The manual planner: one cluster holding every node in pool order; the model is cut into
+// contiguous stages so that the largest ratio (stage memory / node RAM) is as small as possible,
+// which puts memory on the nodes in proportion to their RAM.
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "core/cost_model.h"
+#include "core/error.h"
+#include "planner/planner.h"
+
+namespace rv {
+namespace {
+
+std::string gib(double bytes) {
+  std::ostringstream os;
+  os.precision(3);
+  os << bytes / kGbToBytes << " GiB";
+  return os.str();
+}
+
+// Greedy cut for a ratio bound t: each stage takes layers while its memory stays within
+// t * RAM of its node, leaving at least one layer for every remaining stage. Returns the layer
+// boundaries (size stages + 1) or nothing if the bound cannot be met.
+std::vector<int> greedy_cut(const ModelDesc& model, const std::vector<double>& ram,
+                            const TrainingSpec& training, int64_t batch, int64_t in_flight, double t) {
+  const int n = static_cast<int>(ram.size());
+  const int layers = model.layer_count();
+  std::vector<int> cuts{0};
+  int begin = 0;
+  for (int k = 0; k < n; ++k) {
+    const int remaining_stages = n - k - 1;
+    int end = begin + 1;
+    if (stage_cost(model, begin, end, training, batch, in_flight).memory > t * ram[k]) return {};
+    while (end < layers - remaining_stages &&
+           stage_cost(model, begin, end + 1, training, batch, in_flight).memory <= t * ram[k])
+      ++end;
+    if (k == n - 1 && end != layers) return {};
+    cuts.push_back(end);
+    begin = end;
+  }
+  return cuts;
+}
+
+}  // namespace
+
+Plan plan_manual(const Scenario& scenario, const ModelDesc& model) {
+  const int pool = scenario.node_count();
+  const auto& fixed = scenario.planner.stage_layers;
+  const int stages = fixed.empty() ? std::min(pool, model.layer_count()) : static_cast<int>(fixed.size());
+  if (!fixed.empty()) {
+    int64_t sum = 0;
+    for (auto k : fixed) sum += k;
+    if (sum != model.layer_count())
+      throw ScenarioError(scenario.source, "planner.stage_layers",
+                          "the stages hold " + std::to_string(sum) + " layers but the model has " +
+                              std::to_string(model.layer_count()));
+    if (stages > pool)
+      throw ScenarioError(scenario.source, "planner.stage_layers",
+                          std::to_string(stages) + " stages but only " + std::to_string(pool) + " nodes");
+  }
+  const int64_t batch = scenario.data.batch_size;
+  const TrainingSpec& tr = scenario.training;
+  int64_t in_flight = tr.algorithm == "gpipe" ? tr.micro_batches
+                                              : (tr.max_in_flight > 0 ? tr.max_in_flight : stages);
+  std::vector<double> ram;
+  for (int r = 0; r < stages; ++r) ram.push_back(scenario.device_of(r).ram_gb * kGbToBytes);
+
+  // Bisection on the ratio; at t = hi every stage fits its node or the pool is infeasible.
+  const double whole = static_cast<double>(stage_cost(model, 0, model.layer_count(), tr, batch, in_flight).memory);
+  double lo = 0, hi = whole / *std::min_element(ram.begin(), ram.end()) + 1.0;
+  std::vector<int> best;
+  if (!fixed.empty()) {
+    best.push_back(0);
+    for (auto k : fixed) best.push_back(best.back() + static_cast<int>(k));
+    lo = hi;  // no search
+  } else {
+    best = greedy_cut(model, ram, tr, batch, in_flight, hi);
+    RV_CHECK(!best.empty(), "manual planner: no cut at the loosest bound");
+  }
+  for (int it = 0; it < 100 && hi - lo > 1e-9 * hi; ++it) {
+    const double mid = 0.5 * (lo + hi);
+    auto cut = greedy_cut(model, ram, tr, batch, in_flight, mid);
+    if (cut.empty()) lo = mid;
+    else { hi = mid; best = cut; }
+  }
+
+  Plan plan;
+  plan.method = "manual";
+  plan.nodes = pool;
+  ClusterPlan cluster;
+  for (int k = 0; k < stages; ++k) {
+    StagePlan s;
+    s.node = k;
+    s.layer_begin = best[k];
+    s.layer_end = best[k + 1];
+    StageCost c = stage_cost(model, s.layer_begin, s.layer_end, tr, batch, in_flight);
+    s.memory = c.memory;
+    const double speed = scenario.device_of(k).tflops * kTflopsToFlopsPerSecond;
+    s.predicted_time = (c.forward + c.backward + c.update) / speed;
+    if (static_cast<double>(s.memory) > ram[k]) {
+      std::ostringstream os;
+      os << "the model does not fit the cluster's RAM: stage " << k << " (layers " << s.layer_begin
+         << ".." << s.layer_end - 1 << ") needs " << gib(s.memory) << " but node " << k << " ("
+         << scenario.device_of(k).name << ") has " << gib(ram[k]) << "; the whole model needs "
+         << gib(whole) << " and the pool has ";
+      double total = 0;
+      for (double r : ram) total += r;
+      os << gib(total) << " (add RAM or nodes, or shrink the model or batch_size)";
+      throw ScenarioError(scenario.source, "devices", os.str());
+    }
+    cluster.stages.push_back(s);
+  }
+  plan.clusters.push_back(cluster);
+  return plan;
+}
+
+Plan make_plan(const Scenario& scenario, const ModelDesc& model) {
+  if (scenario.planner.method == "manual") return plan_manual(scenario, model);
+  throw ScenarioError(scenario.source, "planner.method",
+                      "unknown planner method '" + scenario.planner.method + "'");
+}
+
+}  // namespace rv

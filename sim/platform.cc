@@ -1,0 +1,41 @@
+#include "sim/platform.h"
+
+#include <simgrid/s4u/Link.hpp>
+#include <simgrid/s4u/NetZone.hpp>
+
+#include "core/units.h"
+
+namespace sg4 = simgrid::s4u;
+
+namespace rv {
+
+void configure_network(sg4::Engine& engine, const NetworkSpec& network) {
+  if (network.model == "ideal") {
+    engine.set_config("network/model:CM02");
+    engine.set_config("network/crosstraffic:0");
+    engine.set_config("network/TCP-gamma:0");
+  }
+}
+
+std::vector<sg4::Host*> build_platform(const Scenario& scenario) {
+  auto* zone = sg4::create_star_zone("pool");
+  std::vector<sg4::Host*> hosts;
+  const int n = scenario.node_count();
+  hosts.reserve(n);
+  for (int r = 0; r < n; ++r) {
+    const DeviceGroup& d = scenario.device_of(r);
+    const std::string name = "n" + std::to_string(r);
+    sg4::Host* h = zone->create_host(name, d.tflops * kTflopsToFlopsPerSecond);
+    const double lat = d.latency_ms * kMsToSeconds;
+    sg4::Link* up = zone->create_link(name + "-up", d.up_mbps * kMbpsToBytesPerSecond)->set_latency(lat)->seal();
+    sg4::Link* down =
+        zone->create_link(name + "-down", d.down_mbps * kMbpsToBytesPerSecond)->set_latency(lat)->seal();
+    zone->add_route(h->get_netpoint(), nullptr, nullptr, nullptr, {sg4::LinkInRoute(up)}, false);
+    zone->add_route(nullptr, h->get_netpoint(), nullptr, nullptr, {sg4::LinkInRoute(down)}, false);
+    hosts.push_back(h);
+  }
+  zone->seal();
+  return hosts;
+}
+
+}  // namespace rv

@@ -1,0 +1,25 @@
+// The SimGrid platform of a scenario: one host per node (speed from tflops) in a star zone; each
+// node has its own uplink (up_mbps, latency_ms) and downlink (down_mbps, latency_ms) to a common
+// core, so a transfer from i to j crosses up_i then down_j: latency lat_i + lat_j, bandwidth
+// min(up_i, down_j) (shared with the other flows on those links).
+#pragma once
+
+#include <vector>
+
+#include <simgrid/s4u/Engine.hpp>
+#include <simgrid/s4u/Host.hpp>
+
+#include "core/scenario.h"
+
+namespace rv {
+
+// Applies the scenario's network model to `engine` (before the platform is built):
+//   lv08: SimGrid's default TCP-calibrated model;
+//   ideal: CM02 with no cross-traffic and no TCP window cap, so a lone transfer of S bytes takes
+//          exactly latency + S / bandwidth (for analytic checks).
+void configure_network(simgrid::s4u::Engine& engine, const NetworkSpec& network);
+
+// Builds the hosts and links; returns the host of every node, by rank.
+std::vector<simgrid::s4u::Host*> build_platform(const Scenario& scenario);
+
+}  // namespace rv

@@ -1,0 +1,112 @@
+#include "sim/sim_runner.h"
+
+#include <exception>
+#include <string>
+
+#include <ATen/Parallel.h>
+#include <simgrid/s4u/Actor.hpp>
+#include <simgrid/s4u/Engine.hpp>
+#include <simgrid/s4u/Mailbox.hpp>
+#include <simgrid/Exception.hpp>
+#include <xbt/log.h>
+
+#include "core/error.h"
+#include "sim/platform.h"
+#include "sim/sim_env.h"
+
+namespace sg4 = simgrid::s4u;
+
+namespace rv {
+namespace {
+
+// Records into the shared log and forwards to the observer. Actors run one at a time, so no locks.
+class SharedMetrics : public Metrics {
+ public:
+  SharedMetrics(EventLog& log, Metrics* observer) : log_(log), observer_(observer) {}
+  void record(const Event& e) override {
+    log_.record(e);
+    if (observer_) observer_->record(e);
+  }
+
+ private:
+  EventLog& log_;
+  Metrics* observer_;
+};
+
+}  // namespace
+
+SimResult simulate(const Scenario& s, const std::vector<int>& nodes, bool numeric,
+                   const NodeBody& body, Metrics* observer) {
+  int argc = 1;
+  char arg0[] = "ravnest";
+  char* argv[] = {arg0, nullptr};
+  sg4::Engine engine(&argc, argv);
+  xbt_log_control_set("root.thresh:critical");
+  configure_network(engine, s.network);
+  std::vector<sg4::Host*> hosts = build_platform(s);
+  const int n = static_cast<int>(hosts.size());
+  std::vector<sg4::Mailbox*> mailboxes;
+  for (int r = 0; r < n; ++r) mailboxes.push_back(sg4::Mailbox::by_name("n" + std::to_string(r)));
+
+  EventLog log;
+  SharedMetrics metrics(log, observer);
+  std::exception_ptr first_error;
+  int first_error_node = -1;
+  std::vector<char> finished(n, 1);
+  for (int r : nodes) {
+    RV_CHECK(r >= 0 && r < n, "simulate: no node " + std::to_string(r));
+    finished[r] = 0;
+    sg4::Actor::create("node" + std::to_string(r), hosts[r], [&, r] {
+      try {
+        SimTransport transport(r, mailboxes);
+        SimClock clock;
+        SimCompute compute(numeric);
+        NodeEnv env{transport, clock, compute, metrics};
+        body(env, r);
+        finished[r] = 1;
+      } catch (const simgrid::ForcefulKillException&) {
+        throw;  // the engine tears actors down; never swallow this
+      } catch (...) {
+        if (!first_error) {
+          first_error = std::current_exception();
+          first_error_node = r;
+        }
+        finished[r] = 1;
+        // Stop everybody: a failed node would otherwise leave its peers waiting forever.
+        sg4::Actor::kill_all();
+      }
+    });
+  }
+  engine.run();
+  for (auto* m : mailboxes) m->set_receiver(nullptr);
+  if (first_error) {
+    try {
+      std::rethrow_exception(first_error);
+    } catch (const InputError&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw Error("simulation: node " + std::to_string(first_error_node) + " failed: " + e.what());
+    }
+  }
+  std::string stuck;
+  for (int r = 0; r < n; ++r)
+    if (!finished[r]) stuck += (stuck.empty() ? "" : ", ") + std::to_string(r);
+  if (!stuck.empty()) throw Error("simulation deadlocked: nodes " + stuck + " never finished");
+  SimResult res;
+  res.events = std::move(log.events());
+  res.simulated_time = sg4::Engine::get_clock();
+  return res;
+}
+
+SimResult run_simulation(const RunSpec& spec, Metrics* observer) {
+  const Scenario& s = *spec.scenario;
+  const bool numeric = s.sim.mode == "numeric";
+  RV_CHECK(!numeric || spec.data != nullptr, "numeric simulation without a dataset");
+  at::set_num_threads(1);  // deterministic maths; actors share one OS thread anyway
+  std::vector<int> nodes;
+  for (int r = 0; r < spec.plan->nodes; ++r)
+    if (spec.plan->role_of(r).stage >= 0) nodes.push_back(r);
+  return simulate(s, nodes, numeric, [&spec](NodeEnv& env, int r) { run_node(env, spec, r); }, observer);
+}
+
+}  // namespace rv

@@ -1,0 +1,31 @@
+// `ravnest sim`: runs every node of a scenario as a SimGrid actor on the scenario's platform.
+// One simulation per process (SimGrid allows one Engine per process).
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "core/algo/algorithm.h"
+#include "core/metrics.h"
+
+namespace rv {
+
+struct SimResult {
+  std::vector<Event> events;  // every node's events
+  Seconds simulated_time = 0;
+};
+
+// One node's body inside the simulation (an algorithm, or a test's own code).
+using NodeBody = std::function<void(NodeEnv& env, int node)>;
+
+// Runs `body` for each of `nodes` as an actor on the scenario's platform (network model, hosts and
+// links from the scenario), until every actor is done. The building block of run_simulation().
+SimResult simulate(const Scenario& scenario, const std::vector<int>& nodes, bool numeric,
+                   const NodeBody& body, Metrics* observer = nullptr);
+
+// Runs the simulation. `spec.data` must be set in numeric mode and may be null in timing mode.
+// `observer`, if given, sees every event as it is recorded (progress display).
+// Throws the first node's error, or rv::Error if the nodes deadlock.
+SimResult run_simulation(const RunSpec& spec, Metrics* observer = nullptr);
+
+}  // namespace rv

@@ -1,0 +1,86 @@
+// Models: the analytic profile matches the instantiated module, and stages compose to the model.
+#include "catch.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include "core/model.h"
+#include "core/scenario.h"
+
+using namespace rv;
+
+namespace {
+
+ModelDesc cnn() {
+  ModelSpec s;
+  s.kind = "cnn";
+  s.channels = {4, 8};
+  s.hidden = {16};
+  s.dropout = 0.25;
+  return build_model(s, {1, 8, 8}, 10);
+}
+
+ModelDesc mlp() {
+  ModelSpec s;
+  s.kind = "mlp";
+  s.hidden = {32, 16};
+  return build_model(s, {1, 28, 28}, 10);
+}
+
+}  // namespace
+
+TEST_CASE("profile matches the instantiated module", "[model]") {
+  for (const ModelDesc& m : {cnn(), mlp()}) {
+    INFO(m.name);
+    at::Tensor x = at::randn({3, m.input_shape[0], m.input_shape[1], m.input_shape[2]});
+    for (int i = 0; i < m.layer_count(); ++i) {
+      StageModule layer(m, i, i + 1, 1);
+      int64_t numel = 0;
+      for (const auto& p : layer.params()) numel += p.numel();
+      INFO("layer " << i << " " << m.profile[i].name);
+      CHECK(numel == m.profile[i].params);
+      int64_t buffers = 0;
+      for (const auto& b : layer.buffers()) buffers += b.numel();
+      CHECK(buffers == m.profile[i].buffers);
+      c10::NoGradGuard ng;
+      x = layer.forward(x, layer.params(), false, 0, false);
+      std::vector<int64_t> shape(x.sizes().begin() + 1, x.sizes().end());
+      CHECK(shape == m.profile[i].out_shape);
+    }
+    CHECK(x.size(1) == 10);
+  }
+}
+
+TEST_CASE("flops of a linear layer are 2 * in * out per sample", "[model]") {
+  ModelDesc m = mlp();
+  REQUIRE(m.layers[1].kind == LayerKind::kLinear);
+  CHECK(m.profile[1].forward_flops == 2.0 * 784 * 32);
+  CHECK(m.params(0, m.layer_count()) == 784 * 32 + 32 + 32 * 16 + 16 + 16 * 10 + 10);
+  CHECK(m.total_params() == m.params(0, 3) + m.params(3, m.layer_count()));
+}
+
+TEST_CASE("stages compose to the whole model, with the same initial weights however cut", "[model]") {
+  ModelDesc m = cnn();
+  at::Tensor x = at::randn({5, 1, 8, 8});
+  StageModule whole(m, 0, m.layer_count(), 42);
+  c10::NoGradGuard ng;
+  at::Tensor y = whole.forward(x, whole.params(), true, 9, false);
+  for (int cut = 1; cut < m.layer_count(); ++cut) {
+    StageModule a(m, 0, cut, 42), b(m, cut, m.layer_count(), 42);
+    at::Tensor z = b.forward(a.forward(x, a.params(), true, 9, false), b.params(), true, 9, false);
+    INFO("cut at " << cut);
+    CHECK(at::allclose(y, z, 1e-5, 1e-6));
+  }
+}
+
+TEST_CASE("dropout masks are fixed by their seed, so a forward can be recomputed", "[model]") {
+  ModelDesc m = cnn();
+  StageModule s(m, 0, m.layer_count(), 3);
+  at::Tensor x = at::randn({4, 1, 8, 8});
+  c10::NoGradGuard ng;
+  at::Tensor a = s.forward(x, s.params(), true, 77, false);
+  at::Tensor b = s.forward(x, s.params(), true, 77, false);
+  at::Tensor c = s.forward(x, s.params(), true, 78, false);
+  CHECK(at::equal(a, b));
+  CHECK_FALSE(at::equal(a, c));
+}

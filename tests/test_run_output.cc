@@ -1,0 +1,114 @@
+// Run folders: every file is written, metrics round-trip, a failure leaves nothing behind.
+#include "catch.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/run_output.h"
+#include "test_support.h"
+
+using namespace rv;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<Event> some_events() {
+  std::vector<Event> ev;
+  for (int i = 0; i < 6; ++i) {
+    Event f;
+    f.kind = EventKind::kForward;
+    f.node = i % 2;
+    f.cluster = 0;
+    f.stage = i % 2;
+    f.micro_batch = i / 2;
+    f.start = i * 1.0;
+    f.end = i * 1.0 + 0.5;
+    ev.push_back(f);
+    Event b = f;
+    b.kind = EventKind::kBackward;
+    b.start += 0.5;
+    b.end += 0.75;
+    ev.push_back(b);
+    Event u = b;
+    u.kind = EventKind::kUpdate;
+    u.staleness = i % 3;
+    u.start = u.end;
+    ev.push_back(u);
+  }
+  Event l;
+  l.kind = EventKind::kLoss;
+  l.node = 1;
+  l.loss = 0.125;
+  l.end = l.start = 2.0;
+  ev.push_back(l);
+  Event e;
+  e.kind = EventKind::kEval;
+  e.node = 1;
+  e.accuracy = 0.75;
+  e.loss = 0.5;
+  e.end = e.start = 6.0;
+  ev.push_back(e);
+  return ev;
+}
+
+}  // namespace
+
+TEST_CASE("metrics.csv round-trips", "[output]") {
+  auto ev = some_events();
+  fs::path p = fs::temp_directory_path() / "rv_test_metrics.csv";
+  write_events_csv(p.string(), ev);
+  auto back = read_events_csv(p.string());
+  REQUIRE(back.size() == ev.size());
+  for (size_t i = 0; i < ev.size(); ++i) {
+    CHECK(back[i].kind == ev[i].kind);
+    CHECK(back[i].node == ev[i].node);
+    CHECK(back[i].end == Approx(ev[i].end));
+    CHECK(back[i].staleness == ev[i].staleness);
+  }
+  CHECK(back.back().accuracy == 0.75);
+  fs::remove(p);
+}
+
+TEST_CASE("a run folder holds every output file", "[output]") {
+  auto p = test::prepare("name = \"out\"\n[[devices]]\ncount = 2\n", {}, false);
+  fs::path dir = fs::temp_directory_path() / "rv_test_run_folder";
+  fs::remove_all(dir);
+  write_run_folder(dir.string(), p.scenario, p.plan, p.model, some_events(), RunInfo{"sim", "numeric", 1.5});
+  for (const char* f : {"scenario.toml", "plan.json", "metrics.csv", "eval.csv", "summary.json", "trace.json", "run.json"})
+    CHECK(fs::file_size(dir / f) > 0);
+  std::ifstream in(dir / "summary.json");
+  auto j = nlohmann::json::parse(in);
+  CHECK(j["final"]["test_accuracy"].get<double>() == 0.75);
+  CHECK(j["per_node"].size() == 2);
+  CHECK(j["staleness"]["max"].get<int>() == 2);
+  std::ifstream tr(dir / "trace.json");
+  auto t = nlohmann::json::parse(tr);
+  CHECK(t["traceEvents"].size() > 18);
+  // Writing again to the same folder is refused and leaves it intact.
+  CHECK_THROWS(write_run_folder(dir.string(), p.scenario, p.plan, p.model, some_events(), RunInfo{}));
+  CHECK(fs::exists(dir / "summary.json"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a failed write leaves no run folder", "[output]") {
+  auto p = test::prepare("name = \"out\"\n[[devices]]\ncount = 2\n", {}, false);
+  fs::path base = fs::temp_directory_path() / "rv_test_ro";
+  fs::remove_all(base);
+  fs::create_directories(base);
+  fs::permissions(base, fs::perms::owner_read | fs::perms::owner_exec);
+  if (::geteuid() == 0) {
+    // root ignores permissions: use an impossible path instead (a file as parent).
+    fs::permissions(base, fs::perms::owner_all);
+    std::ofstream(base / "file") << "x";
+    CHECK_THROWS(write_run_folder((base / "file" / "run").string(), p.scenario, p.plan, p.model, some_events(), RunInfo{}));
+  } else {
+    CHECK_THROWS(write_run_folder((base / "run").string(), p.scenario, p.plan, p.model, some_events(), RunInfo{}));
+  }
+  fs::permissions(base, fs::perms::owner_all);
+  CHECK_FALSE(fs::exists(base / "run"));
+  fs::remove_all(base);
+}

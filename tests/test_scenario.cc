@@ -1,0 +1,147 @@
+// Scenario loading: defaults, overrides, and a clear error (file, line, key) for every bad input.
+#include "catch.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/dataset.h"
+#include "core/error.h"
+#include "core/model.h"
+#include "core/scenario.h"
+#include "planner/planner.h"
+#include "test_support.h"
+
+using namespace rv;
+
+namespace {
+
+const char* kMinimal = R"(name = "mini"
+[[devices]]
+count = 2
+)";
+
+// Parses `text` and returns the ScenarioError message (fails the test if none is thrown).
+std::string error_of(const std::string& text, const std::vector<std::string>& overrides = {}) {
+  try {
+    parse_scenario(text, "bad.toml", overrides);
+  } catch (const ScenarioError& e) {
+    return e.what();
+  }
+  FAIL("no ScenarioError for:\n" << text);
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("a minimal scenario gets every default", "[scenario]") {
+  Scenario s = parse_scenario(kMinimal, "mini.toml");
+  CHECK(s.name == "mini");
+  CHECK(s.node_count() == 2);
+  CHECK(s.training.algorithm == "ravnest");
+  CHECK(s.data.kind == "synthetic");
+  CHECK(s.devices[0].up_mbps == 100.0);
+  CHECK(s.device_of(1).name == "device0");
+}
+
+TEST_CASE("the resolved scenario reads back to the same scenario", "[scenario]") {
+  Scenario s = load_scenario(test::source_path("scenarios/quickstart.toml"));
+  Scenario t = parse_scenario(to_toml(s), "resolved.toml");
+  CHECK(to_toml(t).substr(to_toml(t).find('\n')) == to_toml(s).substr(to_toml(s).find('\n')));
+  CHECK(t.training.momentum == s.training.momentum);
+  CHECK(t.devices.size() == s.devices.size());
+}
+
+TEST_CASE("--set overrides any key, with TOML values", "[scenario]") {
+  Scenario s = parse_scenario(kMinimal, "mini.toml",
+                              {"training.lr=0.25", "training.algorithm=gpipe", "devices.0.count=5",
+                               "model.hidden=[8, 4]", "sim.mode=\"timing\""});
+  CHECK(s.training.lr == 0.25);
+  CHECK(s.training.algorithm == "gpipe");
+  CHECK(s.node_count() == 5);
+  CHECK(s.model.hidden == std::vector<int64_t>{8, 4});
+  CHECK(s.sim.mode == "timing");
+}
+
+TEST_CASE("bad scenarios name file, line and key", "[scenario]") {
+  SECTION("unknown key") {
+    auto e = error_of("name = \"x\"\n[training]\nlr = 0.1\nlearning_rate = 0.1\n[[devices]]\ncount = 1\n");
+    CHECK(e.find("bad.toml:4") != std::string::npos);
+    CHECK(e.find("training.learning_rate") != std::string::npos);
+    CHECK(e.find("unknown key") != std::string::npos);
+  }
+  SECTION("unknown top-level table") {
+    auto e = error_of("name = \"x\"\n[trainig]\nlr = 0.1\n[[devices]]\ncount = 1\n");
+    CHECK(e.find("'trainig'") != std::string::npos);
+  }
+  SECTION("wrong type") {
+    auto e = error_of("name = \"x\"\n[training]\nsteps = \"many\"\n[[devices]]\ncount = 1\n");
+    CHECK(e.find("bad.toml:3") != std::string::npos);
+    CHECK(e.find("training.steps") != std::string::npos);
+    CHECK(e.find("expected an integer") != std::string::npos);
+  }
+  SECTION("negative bandwidth") {
+    auto e = error_of("name = \"x\"\n[[devices]]\ncount = 1\nup_mbps = -5\n");
+    CHECK(e.find("bad.toml:4") != std::string::npos);
+    CHECK(e.find("devices[0].up_mbps") != std::string::npos);
+    CHECK(e.find("out of range") != std::string::npos);
+  }
+  SECTION("unknown dataset") {
+    auto e = error_of("name = \"x\"\n[data]\nkind = \"imagenet\"\n[[devices]]\ncount = 1\n");
+    CHECK(e.find("data.kind") != std::string::npos);
+    CHECK(e.find("imagenet") != std::string::npos);
+    CHECK(e.find("fashion-mnist") != std::string::npos);
+  }
+  SECTION("no devices") {
+    auto e = error_of("name = \"x\"\n");
+    CHECK(e.find("devices") != std::string::npos);
+  }
+  SECTION("TOML syntax error") {
+    auto e = error_of("name = \"x\"\n[training\n");
+    CHECK(e.find("bad.toml:2") != std::string::npos);
+    CHECK(e.find("syntax") != std::string::npos);
+  }
+  SECTION("bad override") {
+    auto e = error_of(kMinimal, {"training.lr"});
+    CHECK(e.find("--set") != std::string::npos);
+    e = error_of(kMinimal, {"training.lr=-1"});
+    CHECK(e.find("training.lr") != std::string::npos);
+    e = error_of(kMinimal, {"devices.7.count=1"});
+    CHECK(e.find("devices.7.count") != std::string::npos);
+  }
+}
+
+TEST_CASE("a missing scenario file is an input error", "[scenario]") {
+  CHECK_THROWS_AS(load_scenario("/nonexistent/x.toml"), ScenarioError);
+  try {
+    load_scenario("/nonexistent/x.toml");
+  } catch (const ScenarioError& e) {
+    CHECK(std::string(e.what()).find("/nonexistent/x.toml") != std::string::npos);
+  }
+}
+
+TEST_CASE("a missing dataset file is an input error naming the file", "[scenario][data]") {
+  Scenario s = parse_scenario(kMinimal, "mini.toml", {"data.kind=fashion-mnist", "data.path=/nonexistent/fm"});
+  try {
+    load_dataset(s.data, s.seed);
+    FAIL("no error");
+  } catch (const InputError& e) {
+    CHECK(std::string(e.what()).find("/nonexistent/fm/train-images-idx3-ubyte.gz") != std::string::npos);
+  }
+}
+
+TEST_CASE("a model that does not fit the cluster's RAM is refused with what is missing", "[scenario][planner]") {
+  Scenario s = parse_scenario("name = \"big\"\n[model]\nhidden = [8192, 8192, 8192]\n[[devices]]\ncount = 2\nram_gb = 0.1\n",
+                              "big.toml");
+  DatasetShape shape = dataset_shape(s.data);
+  ModelDesc m = build_model(s.model, shape.sample_shape, shape.classes);
+  try {
+    make_plan(s, m);
+    FAIL("no error");
+  } catch (const ScenarioError& e) {
+    std::string w = e.what();
+    CHECK(w.find("big.toml") != std::string::npos);
+    CHECK(w.find("devices") != std::string::npos);
+    CHECK(w.find("does not fit") != std::string::npos);
+    CHECK(w.find("GiB") != std::string::npos);
+  }
+}
