@@ -1,0 +1,44 @@
+// FaultyTransport: a Transport wrapper that injects faults (in the manner of LevelDB's
+// EnvWrapper/fault_injection_test): delay every send by a fixed time, drop every k-th message, or
+// crash (throw) after n sends. For tests of failure handling in every executor.
+#pragma once
+
+#include <string>
+
+#include "core/env.h"
+#include "core/error.h"
+
+namespace rv {
+
+struct FaultSpec {
+  Seconds delay = 0;              // added before each send (through the node's Clock)
+  int64_t drop_every = 0;         // drop every k-th message sent (0: none)
+  int64_t crash_after_sends = -1; // throw rv::Error at this send (-1: never)
+};
+
+class FaultyTransport : public Transport {
+ public:
+  FaultyTransport(Transport& inner, Clock& clock, FaultSpec spec) : inner_(inner), clock_(clock), spec_(spec) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  void send(int dst, Message msg) override {
+    ++sent_;
+    if (spec_.crash_after_sends >= 0 && sent_ > spec_.crash_after_sends)
+      throw Error("node " + std::to_string(rank()) + ": injected crash at send " + std::to_string(sent_));
+    if (spec_.delay > 0) clock_.sleep_for(spec_.delay);
+    if (spec_.drop_every > 0 && sent_ % spec_.drop_every == 0) return;
+    inner_.send(dst, std::move(msg));
+  }
+  Message recv() override { return inner_.recv(); }
+  std::optional<Message> try_recv() override { return inner_.try_recv(); }
+  void flush() override { inner_.flush(); }
+  int64_t sent() const { return sent_; }
+
+ private:
+  Transport& inner_;
+  Clock& clock_;
+  FaultSpec spec_;
+  int64_t sent_ = 0;
+};
+
+}  // namespace rv

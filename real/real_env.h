@@ -1,0 +1,36 @@
+// The real executor's Clock and Compute: wall time (CLOCK_MONOTONIC, from a start instant shared by
+// all nodes of a run) and LibTorch maths on this machine's CPU, optionally stretched to emulate a
+// slower device.
+#pragma once
+
+#include <chrono>
+
+#include "core/env.h"
+
+namespace rv {
+
+class RealClock : public Clock {
+ public:
+  RealClock() : start_(std::chrono::steady_clock::now()) {}
+  // Resets the origin (after the run's start barrier).
+  void reset() { start_ = std::chrono::steady_clock::now(); }
+  Seconds now() const override;
+  void sleep_for(Seconds s) override;
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+};
+
+class RealCompute : public Compute {
+ public:
+  // emulate_flops_per_s > 0: after the maths, sleep until `flops / emulate_flops_per_s` seconds
+  // have passed since the unit began (a device slower than this machine); 0: no emulation.
+  explicit RealCompute(double emulate_flops_per_s = 0) : emulate_(emulate_flops_per_s) {}
+  bool numeric() const override { return true; }
+  void run(double flops, const std::function<void()>& maths) override;
+
+ private:
+  double emulate_;
+};
+
+}  // namespace rv
