@@ -7,6 +7,7 @@
 
 #include "core/env.h"
 #include "core/error.h"
+#include "core/scenario.h"
 
 namespace rv {
 
@@ -15,6 +16,16 @@ struct FaultSpec {
   int64_t drop_every = 0;         // drop every k-th message sent (0: none)
   int64_t crash_after_sends = -1; // throw rv::Error at this send (-1: never)
 };
+
+// The scenario's faults for node `node`, or nothing to inject.
+inline FaultSpec faults_for(const FaultsSpec& f, int node) {
+  FaultSpec s;
+  if (f.node != node) return s;
+  s.delay = f.delay_ms * 1e-3;
+  s.drop_every = f.drop_every;
+  s.crash_after_sends = f.crash_after_sends;
+  return s;
+}
 
 class FaultyTransport : public Transport {
  public:

@@ -236,7 +236,7 @@ std::string write_run_folder(const std::string& path, const Scenario& s, const P
                              const ModelDesc& model, const std::vector<Event>& events_in,
                              const RunInfo& info) {
   using nlohmann::json;
-  fs::path final_path(path);
+  fs::path final_path = fs::absolute(fs::path(path)).lexically_normal();
   if (fs::exists(final_path)) throw Error(path + ": run folder exists already");
   fs::create_directories(final_path.parent_path());
   fs::path tmp = final_path.parent_path() / ("." + final_path.filename().string() + ".partial");

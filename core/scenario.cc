@@ -306,6 +306,17 @@ Scenario from_table(const toml::table& root, const std::string& source) {
     o.read("trace", s.output.trace);
     o.reject_unknown();
   }
+  {
+    Section f(sub_table(root, "faults", source), "faults", source);
+    top.find("faults");
+    f.read("node", s.faults.node, -1, 100000);
+    f.read("crash_after_sends", s.faults.crash_after_sends, -1, int64_t(1) << 40);
+    f.read("drop_every", s.faults.drop_every, 0, int64_t(1) << 40);
+    f.read("delay_ms", s.faults.delay_ms, 0.0, 1e9);
+    f.reject_unknown();
+    if (s.faults.node >= 0 && s.faults.node >= total)
+      f.fail("node", nullptr, "no node " + std::to_string(s.faults.node) + " in a pool of " + std::to_string(total));
+  }
   top.reject_unknown();
 
   if (s.planner.clusters > total)
@@ -403,6 +414,11 @@ std::string to_toml(const Scenario& s) {
                                   {"master_port", s.real.master_port},
                                   {"emulate_speed", s.real.emulate_speed}});
   root.insert("output", toml::table{{"dir", s.output.dir}, {"trace", s.output.trace}});
+  if (s.faults.node >= 0)
+    root.insert("faults", toml::table{{"node", s.faults.node},
+                                      {"crash_after_sends", s.faults.crash_after_sends},
+                                      {"drop_every", s.faults.drop_every},
+                                      {"delay_ms", s.faults.delay_ms}});
   toml::array devs;
   for (const auto& g : s.devices) {
     toml::table t{{"name", g.name},           {"count", g.count},

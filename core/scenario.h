@@ -85,6 +85,14 @@ struct OutputSpec {
   bool trace = true;             // write trace.json
 };
 
+// Injected faults (every executor honours them), for studying and testing failure handling.
+struct FaultsSpec {
+  int node = -1;                   // the node that misbehaves (-1: none)
+  int64_t crash_after_sends = -1;  // it fails at this send (-1: never)
+  int64_t drop_every = 0;          // it drops every k-th message it sends (0: none)
+  double delay_ms = 0;             // it waits this long before each send
+};
+
 struct Scenario {
   std::string name = "scenario";
   uint64_t seed = 1;
@@ -98,6 +106,7 @@ struct Scenario {
   SimSpec sim;
   RealSpec real;
   OutputSpec output;
+  FaultsSpec faults;
 
   int node_count() const;
   // The device group of node `rank` (nodes are numbered group by group, in file order).

@@ -87,8 +87,8 @@ std::vector<Event> run_loopback(const RunSpec& spec, Seconds timeout, int faulty
         LoopbackTransport loop(hub, r);
         RealClock clock = origin;
         RealCompute compute;
-        FaultyTransport faulty(loop, clock, faults ? *faults : FaultSpec{});
-        Transport& transport = (faults && r == faulty_node) ? static_cast<Transport&>(faulty) : loop;
+        const FaultSpec injected = (faults && r == faulty_node) ? *faults : faults_for(spec.scenario->faults, r);
+        FaultyTransport transport(loop, clock, injected);
         NodeEnv env{transport, clock, compute, logs[r]};
         run_node(env, spec, r);
       } catch (const std::exception& e) {

@@ -11,6 +11,7 @@
 #include <xbt/log.h>
 
 #include "core/error.h"
+#include "core/fault_transport.h"
 #include "sim/platform.h"
 #include "sim/sim_env.h"
 
@@ -58,8 +59,9 @@ SimResult simulate(const Scenario& s, const std::vector<int>& nodes, bool numeri
     finished[r] = 0;
     sg4::Actor::create("node" + std::to_string(r), hosts[r], [&, r] {
       try {
-        SimTransport transport(r, mailboxes);
+        SimTransport sim_transport(r, mailboxes);
         SimClock clock;
+        FaultyTransport transport(sim_transport, clock, faults_for(s.faults, r));
         SimCompute compute(numeric);
         NodeEnv env{transport, clock, compute, metrics};
         body(env, r);

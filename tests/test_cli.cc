@@ -1,0 +1,200 @@
+// Integration tests of the `ravnest` executable: exit statuses and messages for bad input (and no
+// run folder left behind), byte-identical simulations, the real executor against the simulator,
+// and a dead peer stopping a real run with a clear error.
+#include "catch.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int status = -1;  // exit status, or 128 + signal
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Runs build/ravnest with `args` in `cwd`, capturing stdout and stderr.
+Result ravnest(const std::vector<std::string>& args, const fs::path& cwd) {
+  fs::path out = cwd / ".stdout", err = cwd / ".stderr";
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (chdir(cwd.c_str()) != 0) _exit(126);
+    FILE* o = freopen(out.c_str(), "w", stdout);
+    FILE* e = freopen(err.c_str(), "w", stderr);
+    (void)o;
+    (void)e;
+    std::vector<std::string> a = {std::string(RV_BINARY_DIR) + "/ravnest"};
+    a.insert(a.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& s : a) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  Result r;
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+// A fresh, empty working folder per test.
+fs::path workdir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("rv_cli_" + name + "_" + std::to_string(getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+void write(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
+
+const char* kSmall = R"(name = "small"
+seed = 5
+[model]
+kind = "cnn"
+channels = [8, 16]
+hidden = [32]
+[data]
+kind = "digits"
+batch_size = 32
+[training]
+optimizer = "adam"
+lr = 0.003
+steps = 200
+eval_every = 100
+[real]
+timeout_s = 20
+[[devices]]
+count = 3
+up_mbps = 20
+down_mbps = 50
+latency_ms = 10
+)";
+
+bool has_run_folder(const fs::path& dir) {
+  if (!fs::exists(dir / "runs")) return false;
+  for (auto& e : fs::recursive_directory_iterator(dir / "runs"))
+    if (e.is_regular_file()) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("bad input exits 2 with a message that says where, and writes no run folder", "[cli]") {
+  fs::path d = workdir("bad");
+  struct Case {
+    std::string name, text;
+    std::vector<std::string> extra;
+    std::string expect;
+  };
+  std::vector<Case> cases = {
+      {"unknown key", std::string(kSmall) + "[sim]\nmodes = \"timing\"\n", {}, "key 'sim.modes': unknown key"},
+      {"wrong type", "name = \"x\"\n[training]\nlr = \"fast\"\n[[devices]]\ncount = 2\n", {}, "bad.toml:3: key 'training.lr': expected a number"},
+      {"out of range", "name = \"x\"\n[[devices]]\ncount = 2\nram_gb = -1\n", {}, "bad.toml:4: key 'devices[0].ram_gb'"},
+      {"unknown dataset", "name = \"x\"\n[data]\nkind = \"cifar\"\n[[devices]]\ncount = 2\n", {}, "key 'data.kind': unknown value 'cifar'"},
+      {"missing dataset file", std::string(kSmall), {"--set", "data.path=/nonexistent/digits.csv.gz"}, "/nonexistent/digits.csv.gz"},
+      {"does not fit", "name = \"x\"\n[model]\nhidden = [4096, 4096]\n[[devices]]\ncount = 2\nram_gb = 0.01\n", {}, "does not fit the cluster's RAM"},
+      {"bad override", std::string(kSmall), {"--set", "training.steps=0"}, "key 'training.steps'"},
+  };
+  for (const auto& c : cases) {
+    for (const char* cmd : {"sim", "real", "plan"}) {
+      INFO(c.name << " with `ravnest " << cmd << "`");
+      write(d / "bad.toml", c.text);
+      std::vector<std::string> args = {cmd, "bad.toml"};
+      args.insert(args.end(), c.extra.begin(), c.extra.end());
+      Result r = ravnest(args, d);
+      if (std::string(cmd) == "plan" && c.name == "missing dataset file") {
+        CHECK(r.status == 0);  // planning does not read the data
+        continue;
+      }
+      CHECK(r.status == 2);
+      CHECK(r.err.find(c.expect) != std::string::npos);
+      CHECK(r.err.find("error") != std::string::npos);
+      CHECK_FALSE(has_run_folder(d));
+    }
+  }
+  Result r = ravnest({"sim", "missing.toml"}, d);
+  CHECK(r.status == 2);
+  CHECK(r.err.find("missing.toml: cannot open") != std::string::npos);
+  r = ravnest({"sim"}, d);
+  CHECK(r.status == 2);
+  r = ravnest({"frobnicate"}, d);
+  CHECK(r.status == 2);
+  fs::remove_all(d);
+}
+
+TEST_CASE("the same scenario and seed give byte-identical simulation outputs", "[cli][sim]") {
+  fs::path d = workdir("determinism");
+  write(d / "s.toml", kSmall);
+  for (const char* mode : {"numeric", "timing"}) {
+    INFO(mode);
+    Result a = ravnest({"sim", "s.toml", "--set", std::string("sim.mode=") + mode, "--run-dir", std::string("a-") + mode}, d);
+    Result b = ravnest({"sim", "s.toml", "--set", std::string("sim.mode=") + mode, "--run-dir", std::string("b-") + mode}, d);
+    REQUIRE(a.status == 0);
+    REQUIRE(b.status == 0);
+    for (const char* f : {"scenario.toml", "plan.json", "metrics.csv", "eval.csv", "summary.json", "trace.json"}) {
+      INFO(f);
+      std::string x = slurp(d / (std::string("a-") + mode) / f), y = slurp(d / (std::string("b-") + mode) / f);
+      CHECK(!x.empty());
+      CHECK(x == y);
+    }
+  }
+  fs::remove_all(d);
+}
+
+TEST_CASE("real processes, the simulator and the loopback agree on the plan and reach comparable loss",
+          "[cli][real][conformance]") {
+  fs::path d = workdir("real");
+  write(d / "s.toml", kSmall);
+  Result real = ravnest({"real", "s.toml", "--run-dir", "real"}, d);
+  INFO(real.err);
+  REQUIRE(real.status == 0);
+  Result sim = ravnest({"sim", "s.toml", "--run-dir", "sim"}, d);
+  REQUIRE(sim.status == 0);
+  Result loop = ravnest({"sim", "s.toml", "--executor", "loopback", "--run-dir", "loop"}, d);
+  REQUIRE(loop.status == 0);
+  auto json = [&](const std::string& run, const char* f) { return nlohmann::json::parse(slurp(d / run / f)); };
+  CHECK(json("real", "plan.json") == json("sim", "plan.json"));
+  CHECK(json("loop", "plan.json") == json("sim", "plan.json"));
+  for (const char* f : {"scenario.toml", "metrics.csv", "eval.csv", "summary.json", "trace.json"}) {
+    CHECK(fs::file_size(d / "real" / f) > 0);
+  }
+  auto rs = json("real", "summary.json"), ss = json("sim", "summary.json");
+  CHECK(rs["executor"] == "real");
+  CHECK(rs["train_samples"] == ss["train_samples"]);
+  const double ar = rs["final"]["test_accuracy"].get<double>(), as = ss["final"]["test_accuracy"].get<double>();
+  INFO("real accuracy " << ar << ", sim accuracy " << as);
+  CHECK(ar > 0.85);
+  CHECK(std::abs(ar - as) <= 0.05);
+  // Every real node measured its own peak memory.
+  for (const auto& n : rs["per_node"]) CHECK(n["measured_peak_memory_bytes"].get<int64_t>() > 0);
+  fs::remove_all(d);
+}
+
+TEST_CASE("a real node that dies makes the others stop with a clear error, not hang", "[cli][real][faults]") {
+  fs::path d = workdir("crash");
+  write(d / "s.toml", std::string(kSmall) + "[faults]\nnode = 1\ncrash_after_sends = 20\n");
+  Result r = ravnest({"real", "s.toml", "--set", "real.timeout_s=10"}, d);
+  INFO(r.err);
+  CHECK(r.status == 1);
+  CHECK(r.err.find("rank 1") != std::string::npos);
+  CHECK_FALSE(has_run_folder(d));
+  fs::remove_all(d);
+}
