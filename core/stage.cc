@@ -93,8 +93,8 @@ LossResult Stage::loss_and_grad(const at::Tensor& logits, const at::Tensor& labe
 void Stage::accumulate(const std::vector<at::Tensor>& grads) {
   c10::NoGradGuard no_grad;
   if (grad_sum_.empty()) {
-    grad_sum_.reserve(grads.size());
-    for (const auto& g : grads) grad_sum_.push_back(g.defined() ? g.detach().clone() : at::Tensor());
+    // Gradients returned by autograd are fresh tensors: own them, no copy.
+    grad_sum_ = grads;
   } else {
     for (size_t i = 0; i < grads.size(); ++i) {
       if (!grads[i].defined()) continue;

@@ -51,7 +51,7 @@ TEST_CASE("the resolved scenario reads back to the same scenario", "[scenario]")
   CHECK(t.devices.size() == s.devices.size());
 }
 
-TEST_CASE("--set overrides any key, with TOML values", "[scenario]") {
+TEST_CASE("overrides given with --set change any key, with TOML values", "[scenario]") {
   Scenario s = parse_scenario(kMinimal, "mini.toml",
                               {"training.lr=0.25", "training.algorithm=gpipe", "devices.0.count=5",
                                "model.hidden=[8, 4]", "sim.mode=\"timing\""});
