@@ -135,9 +135,10 @@ int cmd_sim(const CommonOptions& o, const std::string& executor, const std::stri
   return 0;
 }
 
-int cmd_real(const CommonOptions& o, const std::string& self_exe) {
+int cmd_real(const CommonOptions& o, const std::string& self_exe, const std::string& run_path) {
   Prepared p = prepare(o);  // validate before starting any process
-  LaunchOptions lo{o.scenario, o.overrides, self_exe};
+  if (!run_path.empty() && fs::exists(run_path)) throw InputError(run_path + ": run folder exists already");
+  LaunchOptions lo{o.scenario, o.overrides, self_exe, run_path};
   const std::string path = run_real(p.scenario, lo);
   print_summary(path);
   return 0;

@@ -16,7 +16,7 @@ struct CommonOptions {
 int cmd_plan(const CommonOptions& o, const std::string& out_json);
 // executor: sim | loopback. run_path: "" = a new folder under output.dir.
 int cmd_sim(const CommonOptions& o, const std::string& executor, const std::string& run_path);
-int cmd_real(const CommonOptions& o, const std::string& self_exe);
+int cmd_real(const CommonOptions& o, const std::string& self_exe, const std::string& run_path);
 int cmd_report(const std::vector<std::string>& runs, const std::string& out, const std::string& title);
 
 }  // namespace rv

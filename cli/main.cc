@@ -64,6 +64,8 @@ int main(int argc, char** argv) {
 
   auto* real = app.add_subcommand("real", "run every node as a process on this machine (c10d/Gloo on 127.0.0.1)");
   add_common(real, real_o);
+  std::string real_run_path;
+  real->add_option("--run-dir", real_run_path, "write the run folder here instead of under output.dir");
 
   rv::NodeProcessOptions node_opts;
   int rank = -1, world = -1, port = -1;
@@ -99,7 +101,7 @@ int main(int argc, char** argv) {
   try {
     if (*plan) return rv::cmd_plan(plan_o, plan_out);
     if (*sim) return rv::cmd_sim(sim_o, sim_executor, sim_run_path);
-    if (*real) return rv::cmd_real(real_o, self_exe(argv[0]));
+    if (*real) return rv::cmd_real(real_o, self_exe(argv[0]), real_run_path);
     if (*report) return rv::cmd_report(report_runs, report_out, report_title);
     if (*node) {
       node_opts.scenario_path = node_o.scenario;
@@ -111,7 +113,7 @@ int main(int argc, char** argv) {
       if (node_opts.gloo.rank < 0 || node_opts.gloo.world_size < 1 ||
           node_opts.gloo.rank >= node_opts.gloo.world_size)
         throw rv::InputError("ravnest node: need 0 <= --rank (or RANK) < --world-size (or WORLD_SIZE)");
-      if (timeout > 0) node_opts.gloo.timeout = timeout;
+      node_opts.gloo.timeout = timeout > 0 ? timeout : -1;  // -1: the scenario's real.timeout_s
       return rv::run_node_process(node_opts);
     }
   } catch (const rv::InputError& e) {

@@ -1,0 +1,636 @@
+#include "real/gloo_transport.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "core/error.h"
+
+namespace rv {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+using WorkPtr = c10::intrusive_ptr<c10d::Work>;
+
+constexpr int kHeaderTag = 0;             // Gloo slot of headers (collectives use prefixed slots)
+constexpr int kPayloadTag = 1;            // Gloo slot of payloads
+constexpr int64_t kMagic = 0x52564e5401;  // "RVNT", wire format version 1
+constexpr int64_t kByeId = -1;            // kControl with this id: the sender closes
+constexpr int kMaxTensors = GlooTransport::kMaxPayloadTensors;
+constexpr int kMaxDims = GlooTransport::kMaxPayloadDims;
+// A payload beyond 2^34 float32 elements (64 GiB) is taken for a corrupt header.
+constexpr int64_t kMaxPayloadElems = int64_t{1} << 34;
+// Gloo turns a timed-out wait into a failure of the whole context, so its waits are "forever"
+// (30 days, which stays far from overflowing steady_clock arithmetic) and are aborted instead;
+// the timeouts the user sees are kept by the inbox and flush() waits.
+constexpr std::chrono::milliseconds kForever = std::chrono::hours(24 * 30);
+
+// Header layout: int64 words.
+enum HeaderWord : int {
+  kWMagic = 0,
+  kWKind,
+  kWId,
+  kWStep,
+  kWAux,
+  kWScalar,  // bits of a double
+  kWBytes,   // modeled size, bytes
+  kWCount,   // payload tensors
+  kWElems,   // float32 elements in the payload, all tensors together
+  kWShapes,  // per tensor: rank, then kMaxDims sizes (unused ones 0)
+};
+constexpr int kWordsPerShape = 1 + kMaxDims;
+constexpr int kHeaderWords = kWShapes + kMaxTensors * kWordsPerShape;
+
+// The first line of an exception's message, without c10's backtrace.
+std::string short_what(const std::exception& e) {
+  std::string s;
+  if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) {
+    s = ce->what_without_backtrace();
+  } else {
+    s = e.what();
+  }
+  const auto nl = s.find('\n');
+  if (nl != std::string::npos) s.resize(nl);
+  return s;
+}
+
+std::chrono::milliseconds to_ms(Seconds s) {
+  if (!(s > 0)) return std::chrono::milliseconds(1);
+  if (s * 1000.0 >= static_cast<double>(kForever.count())) return kForever;
+  return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(s * 1000.0)));
+}
+
+std::string seconds_str(Seconds s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", s);
+  return buf;
+}
+
+bool is_loopback(const std::string& addr) {
+  return addr.rfind("127.", 0) == 0 || addr == "localhost" || addr == "::1";
+}
+
+std::shared_ptr<::gloo::transport::Device> make_device(const std::string& master_addr) {
+  const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+  if (ifname != nullptr && *ifname != '\0') {
+    return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
+  }
+  if (is_loopback(master_addr)) return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+at::Tensor encode_header(const Message& m, const std::vector<at::Tensor>& payload, int64_t elems) {
+  at::Tensor h = at::zeros({kHeaderWords}, at::kLong);
+  int64_t* w = h.data_ptr<int64_t>();
+  w[kWMagic] = kMagic;
+  w[kWKind] = static_cast<int64_t>(m.kind);
+  w[kWId] = m.id;
+  w[kWStep] = m.step;
+  w[kWAux] = m.aux;
+  std::memcpy(&w[kWScalar], &m.scalar, sizeof(double));
+  w[kWBytes] = m.bytes;
+  w[kWCount] = static_cast<int64_t>(payload.size());
+  w[kWElems] = elems;
+  for (size_t i = 0; i < payload.size(); ++i) {
+    int64_t* s = w + kWShapes + i * kWordsPerShape;
+    s[0] = payload[i].dim();
+    for (int64_t d = 0; d < payload[i].dim(); ++d) s[1 + d] = payload[i].size(d);
+  }
+  return h;
+}
+
+// A flat CPU copy of `t` that shares no storage with it.
+at::Tensor flat_copy(const at::Tensor& t) {
+  at::Tensor c = t.detach();
+  if (!c.is_cpu()) return c.to(at::kCPU).reshape({-1});
+  if (!c.is_contiguous()) return c.contiguous().view({-1});
+  return c.reshape({-1}).clone();
+}
+
+struct Decoded {
+  Message msg;
+  std::vector<std::vector<int64_t>> shapes;
+  int64_t elems = 0;
+};
+
+// Validates a received header; throws rv::InputError that names the peer and the problem.
+Decoded decode_header(const int64_t* w, int peer) {
+  auto bad = [peer](const std::string& what) {
+    return InputError("malformed message header from peer " + std::to_string(peer) + ": " + what);
+  };
+  if (w[kWMagic] != kMagic) {
+    throw bad("magic word " + std::to_string(w[kWMagic]) + " is not " + std::to_string(kMagic) +
+              " (not a ravnest peer, or another wire-format version)");
+  }
+  Decoded d;
+  const int64_t kind = w[kWKind];
+  if (kind < static_cast<int64_t>(MsgKind::kForward) ||
+      kind > static_cast<int64_t>(MsgKind::kControl)) {
+    throw bad("kind " + std::to_string(kind) + " is not a message kind (1..7)");
+  }
+  d.msg.kind = static_cast<MsgKind>(kind);
+  d.msg.id = w[kWId];
+  d.msg.step = w[kWStep];
+  d.msg.aux = w[kWAux];
+  std::memcpy(&d.msg.scalar, &w[kWScalar], sizeof(double));
+  d.msg.bytes = w[kWBytes];
+  if (d.msg.bytes < 0) throw bad("negative size of " + std::to_string(d.msg.bytes) + " bytes");
+  const int64_t count = w[kWCount];
+  if (count < 0 || count > kMaxTensors) {
+    throw bad(std::to_string(count) + " payload tensors (0.." + std::to_string(kMaxTensors) + ")");
+  }
+  int64_t total = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t* s = w + kWShapes + i * kWordsPerShape;
+    if (s[0] < 0 || s[0] > kMaxDims) {
+      throw bad("tensor " + std::to_string(i) + " has " + std::to_string(s[0]) +
+                " dimensions (0.." + std::to_string(kMaxDims) + ")");
+    }
+    std::vector<int64_t> shape(s + 1, s + 1 + s[0]);
+    int64_t n = 1;
+    for (int64_t size : shape) {
+      if (size < 0 || size > kMaxPayloadElems) {
+        throw bad("tensor " + std::to_string(i) + " has a dimension of size " +
+                  std::to_string(size));
+      }
+      if (size != 0 && n > kMaxPayloadElems / size) {
+        throw bad("tensor " + std::to_string(i) + " has more than 2^34 elements");
+      }
+      n *= size;
+    }
+    total += n;
+    if (total > kMaxPayloadElems) throw bad("payload has more than 2^34 elements");
+    d.shapes.push_back(std::move(shape));
+  }
+  if (w[kWElems] != total) {
+    throw bad("payload size of " + std::to_string(w[kWElems]) +
+              " elements does not match its shapes (" + std::to_string(total) + " elements)");
+  }
+  d.elems = total;
+  return d;
+}
+
+}  // namespace
+
+struct GlooTransport::Impl {
+  enum class PeerState { kOpen, kBye, kFailed };
+
+  GlooOptions opt;
+  c10::intrusive_ptr<c10d::TCPStore> store;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
+
+  // Everything below is guarded by mu.
+  std::mutex mu;
+  std::condition_variable inbox_cv;  // inbox, peer states
+  std::condition_variable send_cv;   // sends (reaper and flush)
+  std::deque<Message> inbox;    // algorithm messages
+  std::deque<Message> control;  // kControl messages (executor level; algorithms never see them)
+  std::vector<PeerState> peers;  // per rank; this rank's entry is unused
+  int open_peers = 0;
+  std::exception_ptr failure;                 // first receive-side failure (sticky)
+  std::vector<WorkPtr> recv_work;             // per peer: the recv being waited for (to abort it)
+  bool stopping = false;                      // receivers must not post new recvs
+  std::deque<std::pair<int, WorkPtr>> sends;  // posted, not yet completed (front is waited)
+  std::exception_ptr send_failure;            // first send-side failure (sticky)
+  bool reaper_stop = false;
+  bool closed = false;  // close() or shutdown() began
+
+  std::vector<std::thread> receivers;
+  std::thread reaper;
+
+  std::string who() const { return "rank " + std::to_string(opt.rank); }
+
+  void start_threads() {
+    for (int p = 0; p < opt.world_size; ++p) {
+      if (p != opt.rank) receivers.emplace_back([this, p] { receive_loop(p); });
+    }
+    reaper = std::thread([this] { reap_loop(); });
+  }
+
+  void deliver(Message m) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      (m.kind == MsgKind::kControl ? control : inbox).push_back(std::move(m));
+    }
+    inbox_cv.notify_all();
+  }
+
+  // The next message of `queue` (inbox or control), waiting until `deadline`; nothing on timeout.
+  // Messages that arrived are delivered before a failure is raised.
+  std::optional<Message> take(std::deque<Message>& queue, SteadyClock::time_point deadline) {
+    std::unique_lock<std::mutex> lock(mu);
+    for (;;) {
+      if (!queue.empty()) {
+        Message m = std::move(queue.front());
+        queue.pop_front();
+        return m;
+      }
+      if (failure) std::rethrow_exception(failure);
+      if (closed) throw PeerError(who() + ": recv() after close()");
+      if (open_peers == 0) {
+        throw PeerError(who() + ": recv() with no peer left to send (every peer said bye)");
+      }
+      if (inbox_cv.wait_until(lock, deadline) == std::cv_status::timeout && queue.empty() &&
+          !failure) {
+        return std::nullopt;
+      }
+    }
+  }
+
+  void peer_failed(int peer, std::exception_ptr e) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (peers[peer] == PeerState::kOpen) {
+        peers[peer] = PeerState::kFailed;
+        --open_peers;
+      }
+      // An error seen while shutting down is the shutdown itself, not a failure.
+      if (!failure && !stopping) failure = e;
+    }
+    inbox_cv.notify_all();
+  }
+
+  // Posts a recv from `peer` on `tag` and waits for it; false if aborted (shutdown).
+  bool recv_from(int peer, std::vector<at::Tensor>& tensors, int tag) {
+    WorkPtr w;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (stopping) return false;
+      w = pg->recv(tensors, peer, tag);
+      recv_work[peer] = w;
+    }
+    bool ok = false;
+    try {
+      ok = w->wait(kForever);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu);
+      recv_work[peer].reset();
+      throw;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    recv_work[peer].reset();
+    return ok && !stopping;
+  }
+
+  // One per peer: that peer's messages, in order, until its bye, its failure or shutdown.
+  void receive_loop(int peer) {
+    try {
+      for (;;) {
+        std::vector<at::Tensor> header{at::empty({kHeaderWords}, at::kLong)};
+        if (!recv_from(peer, header, kHeaderTag)) return;
+        Decoded d = decode_header(header[0].data_ptr<int64_t>(), peer);
+        if (d.msg.kind == MsgKind::kControl && d.msg.id == kByeId) {
+          {
+            std::lock_guard<std::mutex> lock(mu);
+            if (peers[peer] == PeerState::kOpen) {
+              peers[peer] = PeerState::kBye;
+              --open_peers;
+            }
+          }
+          inbox_cv.notify_all();
+          return;
+        }
+        if (d.elems > 0) {
+          std::vector<at::Tensor> flat{at::empty({d.elems}, at::kFloat)};
+          if (!recv_from(peer, flat, kPayloadTag)) return;
+          int64_t offset = 0;
+          for (const auto& shape : d.shapes) {
+            int64_t n = 1;
+            for (int64_t s : shape) n *= s;
+            d.msg.payload.push_back(flat[0].narrow(0, offset, n).view(shape));
+            offset += n;
+          }
+        } else {
+          for (const auto& shape : d.shapes) d.msg.payload.push_back(at::empty(shape, at::kFloat));
+        }
+        d.msg.src = peer;
+        deliver(std::move(d.msg));
+      }
+    } catch (const InputError&) {
+      peer_failed(peer, std::current_exception());
+    } catch (const std::exception& e) {
+      const std::string what = who() + ": lost peer " + std::to_string(peer) +
+                               " (its process ended or the network failed): " + short_what(e);
+      peer_failed(peer, std::make_exception_ptr(PeerError(what)));
+    }
+  }
+
+  // Waits for posted sends in order, so that their tensors are released and errors are seen.
+  void reap_loop() {
+    std::unique_lock<std::mutex> lock(mu);
+    for (;;) {
+      send_cv.wait(lock, [&] { return !sends.empty() || reaper_stop; });
+      if (sends.empty()) return;
+      const int dst = sends.front().first;
+      WorkPtr w = sends.front().second;
+      lock.unlock();
+      std::exception_ptr err;
+      try {
+        w->wait(kForever);
+      } catch (const std::exception& e) {
+        err = std::make_exception_ptr(PeerError(who() + ": send to peer " + std::to_string(dst) +
+                                                " failed: " + short_what(e)));
+      }
+      lock.lock();
+      sends.pop_front();
+      if (err && !send_failure && !stopping) send_failure = err;
+      send_cv.notify_all();
+    }
+  }
+
+  void post_send(int dst, const at::Tensor& header, const at::Tensor& flat) {
+    std::vector<at::Tensor> h{header};
+    std::vector<WorkPtr> posted;
+    try {
+      posted.push_back(pg->send(h, dst, kHeaderTag));
+      if (flat.defined()) {
+        std::vector<at::Tensor> p{flat};
+        posted.push_back(pg->send(p, dst, kPayloadTag));
+      }
+    } catch (const std::exception& e) {
+      throw PeerError(who() + ": send to peer " + std::to_string(dst) +
+                      " failed: " + short_what(e));
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      for (auto& w : posted) sends.emplace_back(dst, std::move(w));
+    }
+    send_cv.notify_all();
+  }
+
+  // Waits until every posted send completed, up to `deadline`; false on timeout.
+  bool wait_sends(std::unique_lock<std::mutex>& lock, SteadyClock::time_point deadline) {
+    return send_cv.wait_until(lock, deadline, [&] { return sends.empty(); });
+  }
+
+  // Stops every thread (aborting pending Gloo waits) and drops the process group. Never throws.
+  void shutdown() noexcept {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      closed = true;
+      stopping = true;
+      reaper_stop = true;
+      for (auto& w : recv_work) {
+        if (w) {
+          try {
+            w->abort();
+          } catch (...) {
+          }
+        }
+      }
+      for (auto& s : sends) {
+        try {
+          s.second->abort();
+        } catch (...) {
+        }
+      }
+    }
+    send_cv.notify_all();
+    inbox_cv.notify_all();
+    for (auto& t : receivers) {
+      if (t.joinable()) t.join();
+    }
+    receivers.clear();
+    if (reaper.joinable()) reaper.join();
+    try {
+      recv_work.clear();
+      sends.clear();
+      pg.reset();
+      store.reset();
+    } catch (...) {
+    }
+  }
+};
+
+GlooTransport::GlooTransport(const GlooOptions& options) : impl_(std::make_unique<Impl>()) {
+  Impl& s = *impl_;
+  s.opt = options;
+  if (options.world_size < 1) {
+    throw InputError("world size must be at least 1, not " + std::to_string(options.world_size));
+  }
+  if (options.rank < 0 || options.rank >= options.world_size) {
+    throw InputError("rank " + std::to_string(options.rank) + " is not in [0, " +
+                     std::to_string(options.world_size) + ")");
+  }
+  if (options.master_port <= 0 || options.master_port > 65535) {
+    throw InputError("master port " + std::to_string(options.master_port) + " is not in 1..65535");
+  }
+  if (!(options.timeout > 0)) {
+    throw InputError("timeout must be positive, not " + seconds_str(options.timeout) + " s");
+  }
+  const std::string where = options.master_addr + ":" + std::to_string(options.master_port);
+  const auto timeout = to_ms(options.timeout);
+  try {
+    c10d::TCPStoreOptions so;
+    so.port = static_cast<uint16_t>(options.master_port);
+    so.isServer = options.rank == 0;
+    so.numWorkers = options.world_size;
+    so.waitWorkers = false;
+    so.timeout = timeout;
+    s.store = c10::make_intrusive<c10d::TCPStore>(options.master_addr, so);
+  } catch (const std::exception& e) {
+    throw PeerError(s.who() + ": cannot " + (options.rank == 0 ? "host" : "reach") +
+                    " the rendezvous store at " + where + " within " +
+                    seconds_str(options.timeout) + " s: " + short_what(e));
+  }
+  try {
+    auto go = c10d::ProcessGroupGloo::Options::create(timeout);
+    go->devices.push_back(make_device(options.master_addr));
+    s.pg =
+        c10::make_intrusive<c10d::ProcessGroupGloo>(s.store, options.rank, options.world_size, go);
+  } catch (const std::exception& e) {
+    s.store.reset();
+    throw PeerError(s.who() + ": cannot connect to all " + std::to_string(options.world_size) +
+                    " ranks (rendezvous at " + where + ") within " + seconds_str(options.timeout) +
+                    " s: " + short_what(e));
+  }
+  s.peers.assign(options.world_size, Impl::PeerState::kOpen);
+  s.recv_work.resize(options.world_size);
+  s.open_peers = options.world_size - 1;
+  s.start_threads();
+}
+
+GlooTransport::~GlooTransport() {
+  if (impl_) impl_->shutdown();
+}
+
+int GlooTransport::rank() const { return impl_->opt.rank; }
+int GlooTransport::size() const { return impl_->opt.world_size; }
+
+void GlooTransport::send(int dst, Message msg) {
+  Impl& s = *impl_;
+  RV_CHECK(dst >= 0 && dst < s.opt.world_size, s.who() + ": send to rank " + std::to_string(dst) +
+                                                   " of a world of " +
+                                                   std::to_string(s.opt.world_size));
+  RV_CHECK(!s.closed, s.who() + ": send after close()");
+  RV_CHECK(!(msg.kind == MsgKind::kControl && msg.id < 0),
+           s.who() + ": control messages with a negative id are reserved by the transport");
+  RV_CHECK(msg.payload.size() <= static_cast<size_t>(kMaxTensors),
+           s.who() + ": a message carries at most " + std::to_string(kMaxTensors) +
+               " tensors, not " + std::to_string(msg.payload.size()));
+  int64_t elems = 0;
+  for (auto& t : msg.payload) {
+    RV_CHECK(t.defined(), s.who() + ": undefined tensor in a " + to_string(msg.kind) + " message");
+    RV_CHECK(t.scalar_type() == at::kFloat, s.who() + ": payload tensors must be float32, not " +
+                                                std::string(c10::toString(t.scalar_type())));
+    RV_CHECK(t.dim() <= kMaxDims, s.who() + ": payload tensor with " + std::to_string(t.dim()) +
+                                      " dimensions (at most " + std::to_string(kMaxDims) + ")");
+    elems += t.numel();
+  }
+  if (dst == s.opt.rank) {
+    msg.src = dst;
+    s.deliver(std::move(msg));
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (s.send_failure) std::rethrow_exception(s.send_failure);
+  }
+  at::Tensor flat;
+  if (elems > 0) {
+    at::Tensor& t0 = msg.payload[0];
+    // Zero copy when this message held the only reference to a contiguous CPU tensor; otherwise
+    // copy, so that the sender may reuse its tensors while the send is in flight.
+    if (msg.payload.size() == 1 && t0.is_cpu() && t0.is_contiguous() && t0.use_count() == 1 &&
+        t0.storage().use_count() == 1) {
+      flat = t0.detach().view({-1});
+    } else if (msg.payload.size() == 1) {
+      flat = flat_copy(t0);
+    } else {
+      std::vector<at::Tensor> parts;
+      for (auto& t : msg.payload) parts.push_back(t.detach().to(at::kCPU).reshape({-1}));
+      flat = at::cat(parts);  // a copy
+    }
+  }
+  s.post_send(dst, encode_header(msg, msg.payload, elems), flat);
+}
+
+std::optional<Message> GlooTransport::recv_for(Seconds wait) {
+  return impl_->take(impl_->inbox, SteadyClock::now() + to_ms(wait));
+}
+
+std::optional<Message> GlooTransport::recv_control(Seconds wait) {
+  return impl_->take(impl_->control, SteadyClock::now() + to_ms(wait));
+}
+
+Message GlooTransport::recv() {
+  std::optional<Message> m = recv_for(impl_->opt.timeout);
+  if (m) return std::move(*m);
+  Impl& s = *impl_;
+  std::string open;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    for (int p = 0; p < s.opt.world_size; ++p) {
+      if (p != s.opt.rank && s.peers[p] == Impl::PeerState::kOpen) {
+        open += (open.empty() ? "" : ", ") + std::to_string(p);
+      }
+    }
+  }
+  throw PeerError(s.who() + ": no message from any peer within " + seconds_str(s.opt.timeout) +
+                  " s (timeout); still connected: peer(s) " + open);
+}
+
+std::optional<Message> GlooTransport::try_recv() {
+  Impl& s = *impl_;
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!s.inbox.empty()) {
+    Message m = std::move(s.inbox.front());
+    s.inbox.pop_front();
+    return m;
+  }
+  if (s.failure) std::rethrow_exception(s.failure);
+  return std::nullopt;
+}
+
+void GlooTransport::flush() {
+  Impl& s = *impl_;
+  std::unique_lock<std::mutex> lock(s.mu);
+  if (!s.wait_sends(lock, SteadyClock::now() + to_ms(s.opt.timeout))) {
+    throw PeerError(s.who() + ": " + std::to_string(s.sends.size()) +
+                    " sends not delivered within " + seconds_str(s.opt.timeout) +
+                    " s (first to peer " + std::to_string(s.sends.front().first) + ")");
+  }
+  if (s.send_failure) std::rethrow_exception(s.send_failure);
+}
+
+void GlooTransport::barrier() {
+  Impl& s = *impl_;
+  RV_CHECK(!s.closed, s.who() + ": barrier() after close()");
+  try {
+    s.pg->barrier()->wait();
+  } catch (const std::exception& e) {
+    throw PeerError(s.who() + ": barrier failed: " + short_what(e));
+  }
+}
+
+void GlooTransport::close() {
+  Impl& s = *impl_;
+  if (s.closed) return;
+  const auto deadline = SteadyClock::now() + to_ms(s.opt.timeout);
+  // Byes to every peer still there (a failed peer is left out: sending to it would fail).
+  for (int p = 0; p < s.opt.world_size; ++p) {
+    if (p == s.opt.rank) continue;
+    {
+      std::lock_guard<std::mutex> lock(s.mu);
+      if (s.peers[p] == Impl::PeerState::kFailed) continue;
+    }
+    Message bye;
+    bye.kind = MsgKind::kControl;
+    bye.id = kByeId;
+    try {
+      s.post_send(p, encode_header(bye, {}, 0), at::Tensor());
+    } catch (const std::exception&) {
+      // The receiver thread of that peer reports it.
+    }
+  }
+  std::string problem;
+  {
+    std::unique_lock<std::mutex> lock(s.mu);
+    s.closed = true;
+    if (!s.wait_sends(lock, deadline)) {
+      problem = std::to_string(s.sends.size()) + " sends not delivered within " +
+                seconds_str(s.opt.timeout) + " s";
+    }
+    const bool all = s.inbox_cv.wait_until(lock, deadline, [&] { return s.open_peers == 0; });
+    if (!all) {
+      std::string open;
+      for (int p = 0; p < s.opt.world_size; ++p) {
+        if (p != s.opt.rank && s.peers[p] == Impl::PeerState::kOpen) {
+          open += (open.empty() ? "" : ", ") + std::to_string(p);
+        }
+      }
+      problem += (problem.empty() ? "" : "; ") + std::string("no bye from peer(s) ") + open +
+                 " within " + seconds_str(s.opt.timeout) + " s";
+    }
+  }
+  std::exception_ptr failure;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    failure = s.failure ? s.failure : s.send_failure;
+  }
+  s.shutdown();
+  if (failure) std::rethrow_exception(failure);
+  if (!problem.empty()) throw PeerError(s.who() + ": close: " + problem);
+}
+
+c10d::ProcessGroupGloo& GlooTransport::group() {
+  RV_CHECK(impl_->pg, impl_->who() + ": group() after close()");
+  return *impl_->pg;
+}
+
+}  // namespace rv

@@ -1,0 +1,93 @@
+// GlooTransport: rv::Transport over PyTorch's distributed engine, c10d::ProcessGroupGloo over TCP,
+// with a c10d::TCPStore rendezvous (rank 0 hosts the store), configured like torchrun
+// (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE).
+//
+// Wire format: every message is a fixed-size int64 header tensor (tag 0) followed, when the
+// payload has any element, by one flat float32 tensor holding every payload tensor (tag 1) whose
+// count and shapes (at most kMaxPayloadTensors tensors of at most kMaxPayloadDims dimensions) are
+// in the header. One receiver thread per peer takes that peer's headers and payloads in order
+// (a per-source recv, so that a peer's death wakes it at once, which Gloo's recvAnysource does
+// not) and fills one inbox; recv()/try_recv() read the inbox. send() is asynchronous: a reaper
+// thread waits for the c10d work objects, which keep the tensors alive until sent; flush() waits.
+// Gloo sends are rendezvous (data moves once the receiver's thread posts its recv), which the
+// receiver threads always do, so a send never waits for the receiving algorithm.
+//
+// Local sockets: with MASTER_ADDR on the loopback (127.x, localhost) every rank binds 127.0.0.1;
+// otherwise GLOO_SOCKET_IFNAME names the interface to bind, as for PyTorch, and without it Gloo
+// binds the address this machine's hostname resolves to.
+//
+// kControl messages go to a separate queue read by recv_control(), never to recv()/try_recv().
+//
+// Failure: a peer whose connection closes (its process died) raises rv::PeerError("peer N ...")
+// in recv()/try_recv() once the messages that arrived before are consumed; a recv() that waits
+// `timeout` without a message raises rv::PeerError; a malformed header raises rv::InputError.
+// Failures are sticky. close() is the orderly shutdown: every rank sends a "bye" (kControl with a
+// negative id; such ids are reserved) to every other rank and waits for all of theirs (or the
+// timeout), so no rank leaves while a peer still sends to it. Destroying a transport that was not
+// closed aborts instead: no byes, connections dropped, so peers see this rank as failed.
+//
+// Threading: like every NodeEnv part, the public methods are called from the node's own thread.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/env.h"
+
+namespace c10d {
+class ProcessGroupGloo;
+}
+
+namespace rv {
+
+struct GlooOptions {
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  int rank = 0;
+  int world_size = 1;
+  Seconds timeout = 60;  // rendezvous, and silence before a waiting recv() gives up
+};
+
+class GlooTransport : public Transport {
+ public:
+  static constexpr int kMaxPayloadTensors = 8;
+  static constexpr int kMaxPayloadDims = 6;
+
+  // Blocks until every rank has joined (or throws rv::PeerError after `timeout`).
+  explicit GlooTransport(const GlooOptions& options);
+  ~GlooTransport() override;  // aborts if close() was not called; never throws
+
+  int rank() const override;
+  int size() const override;
+  // Payload: at most kMaxPayloadTensors defined float32 CPU tensors of at most kMaxPayloadDims
+  // dimensions (rv::Error otherwise). The tensors are copied unless the message held the only
+  // reference. Sending to oneself puts the message in one's own inbox.
+  void send(int dst, Message msg) override;
+  Message recv() override;
+  std::optional<Message> try_recv() override;
+  // Like recv(), but waits at most `wait` seconds, whatever the transport's timeout, and returns
+  // nothing if no message arrived by then. Failures throw as in recv().
+  std::optional<Message> recv_for(Seconds wait);
+  // The executor's own channel: kControl messages (ids >= 0) never reach recv()/try_recv(), so
+  // that an algorithm still running on this rank never sees them; they are read here, in order per
+  // sender, waiting at most `wait` seconds (nothing on timeout; for waits whose length is no sign
+  // of failure, such as gathering results while peers still train). Failures throw as in recv().
+  std::optional<Message> recv_control(Seconds wait);
+  // Throws rv::PeerError if a send failed or did not complete within `timeout`.
+  void flush() override;
+
+  // Blocks until every rank has called barrier() (c10d barrier).
+  void barrier();
+  // Orderly shutdown (see above); idempotent. Throws the first failure seen (rv::PeerError, or
+  // rv::InputError for a malformed message), or rv::PeerError if a peer did not say bye within
+  // `timeout`; the transport is shut down all the same.
+  void close();
+  // For collective baselines (c10d allreduce) and gathering outputs at rank 0. Valid until close().
+  c10d::ProcessGroupGloo& group();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace rv

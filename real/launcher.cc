@@ -1,0 +1,283 @@
+#include "real/launcher.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+#include "core/run_output.h"
+#include "real/node_process.h"
+
+extern char** environ;
+
+namespace rv {
+namespace {
+
+// Seconds granted beyond real.timeout_s to the ranks still running after one failed.
+constexpr double kGraceMargin = 2.0;
+
+// A free TCP port on 127.0.0.1 (bound to port 0, read back, released).
+int pick_free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw Error(std::string("cannot open a socket: ") + std::strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    const std::string why = std::strerror(errno);
+    ::close(fd);
+    throw Error("cannot find a free port on 127.0.0.1: " + why);
+  }
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::string describe(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    const char* name = strsignal(sig);
+    return "was killed by signal " + std::to_string(sig) +
+           (name ? std::string(" (") + name + ")" : "");
+  }
+  return "stopped with status " + std::to_string(status);
+}
+
+bool failed(int status) { return !WIFEXITED(status) || WEXITSTATUS(status) != 0; }
+
+// The children of one run. The destructor kills and reaps whatever still runs, so no child outlives
+// the launcher's scope, whatever is thrown.
+class Children {
+ public:
+  ~Children() { kill_all(); }
+
+  void spawn(int rank, const std::string& exe, const std::vector<std::string>& args, char** env) {
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    const int rc = posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(), env);
+    if (rc != 0) {
+      throw Error("cannot start " + exe + " for rank " + std::to_string(rank) + ": " +
+                  std::strerror(rc));
+    }
+    running_[pid] = rank;
+  }
+
+  bool empty() const { return running_.empty(); }
+  std::vector<int> running_ranks() const {
+    std::vector<int> r;
+    for (const auto& [pid, rank] : running_) r.push_back(rank);
+    return r;
+  }
+
+  // Reaps one child: blocks (block = true) or not; returns {rank, status}, or rank -1 if none.
+  // Children of this process that are not ours are reaped and ignored (the CLI has none).
+  std::pair<int, int> reap(bool block) {
+    for (;;) {
+      int status = 0;
+      const pid_t pid = waitpid(-1, &status, block ? 0 : WNOHANG);
+      if (pid == 0) return {-1, 0};
+      if (pid < 0) {
+        if (errno == EINTR) continue;
+        running_.clear();  // ECHILD: nothing left to wait for
+        return {-1, 0};
+      }
+      auto it = running_.find(pid);
+      if (it == running_.end()) continue;
+      const int rank = it->second;
+      running_.erase(it);
+      return {rank, status};
+    }
+  }
+
+  void kill_all() {
+    for (const auto& [pid, rank] : running_) kill(pid, SIGKILL);
+    for (const auto& [pid, rank] : running_) {
+      while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+    }
+    running_.clear();
+  }
+
+ private:
+  std::map<pid_t, int> running_;  // pid -> rank
+};
+
+// A temporary file (or folder), removed at the end of the scope.
+class TempPath {
+ public:
+  explicit TempPath(bool folder) {
+    std::string pattern = (std::filesystem::temp_directory_path() / "ravnest-real-XXXXXX").string();
+    if (folder) {
+      if (mkdtemp(pattern.data()) == nullptr) {
+        throw Error(std::string("cannot create a temporary folder: ") + std::strerror(errno));
+      }
+    } else {
+      const int fd = mkstemp(pattern.data());
+      if (fd < 0) {
+        throw Error(std::string("cannot create a temporary file: ") + std::strerror(errno));
+      }
+      ::close(fd);
+    }
+    path_ = pattern;
+  }
+  ~TempPath() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// What a failed child left in the status folder (see node_process.h): class and message.
+struct ChildReport {
+  std::string kind;  // input | peer | error, or "" if it left nothing (e.g. killed by a signal)
+  std::string message;
+};
+
+ChildReport read_report(const std::string& dir, int rank) {
+  ChildReport r;
+  std::ifstream in(std::filesystem::path(dir) / ("rank-" + std::to_string(rank)));
+  if (!in) return r;
+  std::getline(in, r.kind);
+  std::getline(in, r.message);
+  return r;
+}
+
+std::string seconds_str(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", s);
+  return buf;
+}
+
+}  // namespace
+
+std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
+  const int world = scenario.node_count();
+  if (world < 1) throw InputError(scenario.source + ": the scenario has no nodes");
+  const int port = scenario.real.master_port != 0 ? scenario.real.master_port : pick_free_port();
+  const std::string run_path =
+      options.run_path.empty() ? new_run_path(scenario, "real") : options.run_path;
+  TempPath result(false);
+  TempPath status_dir(true);
+
+  // The children's environment: ours, plus the launcher's pid (they die with it).
+  std::vector<std::string> env_strings;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string var(*e);
+    if (var.rfind(std::string(kLauncherPidEnv) + "=", 0) != 0 &&
+        var.rfind(std::string(kStatusDirEnv) + "=", 0) != 0) {
+      env_strings.push_back(var);
+    }
+  }
+  env_strings.push_back(std::string(kLauncherPidEnv) + "=" + std::to_string(getpid()));
+  env_strings.push_back(std::string(kStatusDirEnv) + "=" + status_dir.path());
+  std::vector<char*> env;
+  for (auto& s : env_strings) env.push_back(s.data());
+  env.push_back(nullptr);
+
+  Children children;
+  for (int rank = 0; rank < world; ++rank) {
+    std::vector<std::string> args = {options.self_exe, "node", options.scenario_path};
+    for (const auto& o : options.overrides) args.insert(args.end(), {"--set", o});
+    args.insert(args.end(), {"--rank", std::to_string(rank), "--world-size", std::to_string(world),
+                             "--master-addr", "127.0.0.1", "--master-port", std::to_string(port),
+                             "--timeout", seconds_str(scenario.real.timeout_s)});
+    if (rank == 0)
+      args.insert(args.end(), {"--run-path", run_path, "--result-file", result.path()});
+    children.spawn(rank, options.self_exe, args, env.data());
+  }
+
+  // Wait for all; after the first failure, the others get timeout_s to notice and stop.
+  std::vector<std::pair<int, int>> failures;  // (rank, wait status), in the order they ended
+  std::chrono::steady_clock::time_point deadline;
+  while (!children.empty()) {
+    std::pair<int, int> r;
+    if (failures.empty()) {
+      r = children.reap(true);
+    } else {
+      r = children.reap(false);
+      if (r.first < 0) {
+        if (std::chrono::steady_clock::now() >= deadline) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        continue;
+      }
+    }
+    if (r.first < 0) break;
+    if (!failed(r.second)) continue;
+    if (failures.empty()) {
+      // timeout_s, plus a margin for the ranks' own timeouts, which began a little later.
+      deadline = std::chrono::steady_clock::now() +
+                 std::chrono::milliseconds(static_cast<int64_t>(
+                     (std::min(scenario.real.timeout_s, 1e7) + kGraceMargin) * 1000));
+    }
+    failures.push_back(r);
+  }
+  std::string killed;
+  for (int rank : children.running_ranks()) {
+    killed += (killed.empty() ? "" : ", ") + std::to_string(rank);
+  }
+  children.kill_all();
+
+  if (!failures.empty()) {
+    // The root cause: the first rank to fail on its own (not with a PeerError, which a lost or
+    // silent peer causes); if every rank failed with one, the first to end.
+    size_t root = 0;
+    std::vector<ChildReport> reports;
+    for (const auto& f : failures) reports.push_back(read_report(status_dir.path(), f.first));
+    for (size_t i = 0; i < failures.size(); ++i) {
+      if (reports[i].kind != "peer") {
+        root = i;
+        break;
+      }
+    }
+    const auto [rank, status] = failures[root];
+    std::string what = "real run failed: rank " + std::to_string(rank) + " " + describe(status);
+    if (!reports[root].message.empty()) what += ": " + reports[root].message;
+    if (failures.size() > 1) {
+      std::string others;
+      for (size_t i = 0; i < failures.size(); ++i) {
+        if (i != root) others += (others.empty() ? "" : ", ") + std::to_string(failures[i].first);
+      }
+      what += " (rank(s) " + others + " stopped as well)";
+    }
+    if (!killed.empty()) {
+      what += "; rank(s) " + killed + " were killed after " +
+              seconds_str(scenario.real.timeout_s + kGraceMargin) + " s";
+    }
+    if (reports[root].kind == "input" || (WIFEXITED(status) && WEXITSTATUS(status) == 2)) {
+      throw InputError(what);
+    }
+    throw PeerError(what);
+  }
+  std::ifstream in(result.path());
+  std::string path;
+  std::getline(in, path);
+  if (path.empty()) throw Error("real run: rank 0 finished without naming its run folder");
+  return path;
+}
+
+}  // namespace rv

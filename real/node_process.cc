@@ -1,0 +1,251 @@
+#include "real/node_process.h"
+
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <optional>
+#include <thread>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include "core/algo/algorithm.h"
+#include "core/dataset.h"
+#include "core/error.h"
+#include "core/fault_transport.h"
+#include "core/metrics.h"
+#include "core/model.h"
+#include "core/run_output.h"
+#include "core/scenario.h"
+#include "planner/planner.h"
+#include "real/real_env.h"
+
+namespace fs = std::filesystem;
+
+namespace rv {
+namespace {
+
+// kControl ids between node processes (non-negative: negative ids belong to the transport).
+constexpr int64_t kEventsId = 1;  // rank r -> 0: metrics.csv text of rank r's events
+constexpr int64_t kDoneId = 2;    // rank 0 -> r: every rank's events arrived; close now
+
+// Children of `ravnest real` die with it (PR_SET_PDEATHSIG) instead of training on alone.
+void die_with_launcher() {
+  const char* v = std::getenv(kLauncherPidEnv);
+  if (v == nullptr || *v == '\0') return;
+  const long launcher = std::strtol(v, nullptr, 10);
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != static_cast<pid_t>(launcher)) {
+    throw PeerError("the launcher (process " + std::string(v) + ") has gone");
+  }
+}
+
+// Peak resident memory of this process, in bytes.
+Bytes peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<Bytes>(u.ru_maxrss) * 1024;  // Linux: KiB
+}
+
+std::string temp_csv_path(int rank) {
+  return (fs::temp_directory_path() /
+          ("ravnest-events-" + std::to_string(getpid()) + "-" + std::to_string(rank) + ".csv"))
+      .string();
+}
+
+// Events <-> metrics.csv text (the format rank 0 writes anyway).
+std::string events_to_text(const std::vector<Event>& events, int rank) {
+  const std::string path = temp_csv_path(rank);
+  write_events_csv(path, events);
+  std::ifstream in(path, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::error_code ec;
+  fs::remove(path, ec);
+  return text;
+}
+
+std::vector<Event> events_from_text(const std::string& text, int rank, int from) {
+  const std::string path = temp_csv_path(rank) + "." + std::to_string(from);
+  {
+    std::ofstream out(path, std::ios::binary);
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    if (!out) throw Error(path + ": cannot write");
+  }
+  std::vector<Event> events;
+  try {
+    events = read_events_csv(path);
+  } catch (const InputError& e) {
+    std::error_code ec;
+    fs::remove(path, ec);
+    throw InputError("events from rank " + std::to_string(from) + ": " + e.what());
+  }
+  std::error_code ec;
+  fs::remove(path, ec);
+  return events;
+}
+
+// Bytes travel as the raw bits of a float32 tensor (Gloo copies memory; no arithmetic on them).
+Message bytes_message(int64_t id, const std::string& bytes) {
+  Message m;
+  m.kind = MsgKind::kControl;
+  m.id = id;
+  m.aux = static_cast<int64_t>(bytes.size());
+  const int64_t floats = (m.aux + 3) / 4;
+  if (floats > 0) {
+    at::Tensor t = at::zeros({floats}, at::kFloat);
+    std::memcpy(t.data_ptr<float>(), bytes.data(), bytes.size());
+    m.payload.push_back(t);
+  }
+  m.bytes = kHeaderBytes + floats * 4;
+  return m;
+}
+
+std::string message_bytes(const Message& m) {
+  const int64_t capacity = m.payload.empty() ? 0 : m.payload[0].numel() * 4;
+  if (m.aux < 0 || m.aux > capacity) {
+    throw InputError("rank " + std::to_string(m.src) + " sent " + std::to_string(m.aux) +
+                     " bytes in a payload of " + std::to_string(capacity));
+  }
+  std::string s(static_cast<size_t>(m.aux), '\0');
+  if (m.aux > 0) std::memcpy(s.data(), m.payload[0].contiguous().data_ptr<float>(), s.size());
+  return s;
+}
+
+// Waits for the kControl message `id`, however long: peers may still be training. A dead peer
+// still ends the wait (the transport reports it), and every other wait of a node has a timeout,
+// so this cannot hang for good.
+Message wait_control(GlooTransport& t, int64_t id) {
+  for (;;) {
+    std::optional<Message> m = t.recv_control(3600);
+    if (!m) continue;
+    if (m->id != id) {
+      throw InputError("rank " + std::to_string(m->src) + " sent control message " +
+                       std::to_string(m->id) + " where " + std::to_string(id) + " was expected");
+    }
+    return std::move(*m);
+  }
+}
+
+int run(const NodeProcessOptions& options) {
+  die_with_launcher();
+  const int rank = options.gloo.rank;
+  const int world = options.gloo.world_size;
+  const Scenario scenario = load_scenario(options.scenario_path, options.overrides);
+  const DatasetShape shape = dataset_shape(scenario.data);
+  const ModelDesc model = build_model(scenario.model, shape.sample_shape, shape.classes);
+  const Plan plan = make_plan(scenario, model);
+  if (world != plan.nodes) {
+    throw InputError("world size " + std::to_string(world) + " does not match the scenario's " +
+                     std::to_string(plan.nodes) + " nodes (" + options.scenario_path + ")");
+  }
+  // Share this machine's cores among its ranks: all of them under `ravnest real`, or
+  // LOCAL_WORLD_SIZE (as torchrun sets it) when ranks are spread over machines.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int local_ranks = world;
+  if (const char* v = std::getenv("LOCAL_WORLD_SIZE"); v != nullptr && std::atoi(v) > 0) {
+    local_ranks = std::atoi(v);
+  }
+  at::set_num_threads(std::max(1, cores / local_ranks));
+  const Dataset data = load_dataset(scenario.data, scenario.seed);
+  const RunSpec spec{&scenario, &plan, &model, &data};
+  const NodeRole role = plan.role_of(rank);
+
+  GlooOptions gloo = options.gloo;
+  if (gloo.timeout <= 0) gloo.timeout = scenario.real.timeout_s;
+  GlooTransport transport(gloo);
+  transport.barrier();
+  RealClock clock;  // origin: just after the start barrier, on every rank
+  const double emulate =
+      scenario.real.emulate_speed ? scenario.device_of(rank).tflops * kTflopsToFlopsPerSecond : 0.0;
+  RealCompute compute(emulate);
+  EventLog log;
+  // The algorithm sees the scenario's injected faults, if any; the gathering below does not.
+  FaultyTransport faulty(transport, clock, faults_for(scenario.faults, rank));
+  NodeEnv env{faulty, clock, compute, log};
+  run_node(env, spec, rank);
+  transport.flush();
+
+  Event mem;
+  mem.kind = EventKind::kMeasuredMemory;
+  mem.node = rank;
+  mem.cluster = role.cluster;
+  mem.stage = role.stage;
+  mem.start = mem.end = clock.now();
+  mem.bytes = peak_rss_bytes();
+  log.record(mem);
+
+  if (rank != 0) {
+    transport.send(0, bytes_message(kEventsId, events_to_text(log.events(), rank)));
+    transport.flush();
+    wait_control(transport, kDoneId);
+    transport.close();
+    return 0;
+  }
+
+  std::vector<Event> events = log.events();
+  for (int k = 1; k < world; ++k) {
+    const Message m = wait_control(transport, kEventsId);
+    std::vector<Event> theirs = events_from_text(message_bytes(m), rank, m.src);
+    events.insert(events.end(), theirs.begin(), theirs.end());
+  }
+  const Seconds wall = clock.now();
+  for (int r = 1; r < world; ++r) {
+    Message done;
+    done.kind = MsgKind::kControl;
+    done.id = kDoneId;
+    done.bytes = kHeaderBytes;
+    transport.send(r, std::move(done));
+  }
+  transport.flush();
+  transport.close();
+
+  const std::string path =
+      options.run_path.empty() ? new_run_path(scenario, "real") : options.run_path;
+  write_run_folder(path, scenario, plan, model, events, RunInfo{"real", "cpu", wall});
+  if (!options.result_file.empty()) {
+    std::ofstream out(options.result_file, std::ios::trunc);
+    out << path << "\n";
+    if (!out) throw Error(options.result_file + ": cannot write the result file");
+  } else {
+    std::cout << "ravnest node (rank 0): wrote " << path << "\n";
+  }
+  return 0;
+}
+
+// Prints the error line and, for the launcher, leaves the status file (best effort).
+void report_failure(int rank, const char* kind, const std::string& what) {
+  std::cerr << "ravnest node (rank " << rank << "): error: " << what << std::endl;
+  const char* dir = std::getenv(kStatusDirEnv);
+  if (dir == nullptr || *dir == '\0') return;
+  std::ofstream out(fs::path(dir) / ("rank-" + std::to_string(rank)), std::ios::trunc);
+  out << kind << "\n" << what << "\n";
+}
+
+}  // namespace
+
+int run_node_process(const NodeProcessOptions& options) {
+  const int rank = options.gloo.rank;
+  try {
+    return run(options);
+  } catch (const InputError& e) {
+    report_failure(rank, "input", e.what());
+    return 2;
+  } catch (const PeerError& e) {
+    report_failure(rank, "peer", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    report_failure(rank, "error", e.what());
+    return 1;
+  }
+}
+
+}  // namespace rv

@@ -1,0 +1,34 @@
+// One node of a real run, as its own OS process (`ravnest node`): joins the process group, runs
+// the scenario's algorithm for its rank, then sends its events to rank 0, which writes the run
+// folder (the same files as the simulator's).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "real/gloo_transport.h"
+
+namespace rv {
+
+struct NodeProcessOptions {
+  std::string scenario_path;
+  std::vector<std::string> overrides;
+  GlooOptions gloo;         // rank, world size, master address and port
+  std::string run_path;     // rank 0: the run folder to write ("" = a new one under output.dir)
+  std::string result_file;  // rank 0: if set, the run folder's path is written here
+};
+
+// Set by `ravnest real` in its children's environment (internal, not for users):
+//   RAVNEST_LAUNCHER_PID  the launcher's process id: the child dies with it (PR_SET_PDEATHSIG).
+//   RAVNEST_STATUS_DIR    a folder where a failing child writes the file rank-<R>: its error class
+//                         ("input", "peer" for rv::PeerError, "error") on the first line, then its
+//                         message, so that the launcher can name the root cause of a failed run
+//                         rather than the first of the ranks that stopped because of it.
+constexpr const char* kLauncherPidEnv = "RAVNEST_LAUNCHER_PID";
+constexpr const char* kStatusDirEnv = "RAVNEST_STATUS_DIR";
+
+// Runs one rank to completion. Returns the process exit status: 0 ok, 1 a peer or runtime
+// failure, 2 bad input; prints a one-line error on stderr that names the rank.
+int run_node_process(const NodeProcessOptions& options);
+
+}  // namespace rv

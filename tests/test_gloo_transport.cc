@@ -1,0 +1,382 @@
+// GlooTransport between real processes on 127.0.0.1: ordered delivery with payloads, try_recv,
+// peer death, timeouts, malformed headers and the orderly close. Every rank is a child process
+// forked before it touches LibTorch or Gloo; the test process itself never does, so forking stays
+// safe. A child reports through its exit status (0 = every expectation held) and stderr.
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include "catch.h"
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
+#include "core/error.h"
+#include "real/gloo_transport.h"
+
+namespace {
+
+using rv::GlooOptions;
+using rv::GlooTransport;
+using rv::Message;
+using rv::MsgKind;
+
+// A port that was free a moment ago (bound to port 0, read back, released).
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Child-side expectation: on failure, say where and leave with status 10.
+#define EXPECT_OR_EXIT(cond)                                                                       \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      std::fprintf(stderr, "rank %d: expectation failed at line %d: %s\n", rank, __LINE__, #cond); \
+      return 10;                                                                                   \
+    }                                                                                              \
+  } while (0)
+
+constexpr int kKilled = -1000;  // status of a child killed at the deadline
+
+// Runs body(rank, port) in `world` child processes; returns each rank's exit status (or
+// -signal, or kKilled if it had not finished within `limit_s` seconds).
+std::vector<int> run_ranks(int world, double limit_s, const std::function<int(int, int)>& body) {
+  const int port = free_port();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < world; ++r) {
+    std::fflush(nullptr);
+    const pid_t pid = fork();
+    if (pid == 0) {
+      int code = 0;
+      try {
+        at::set_num_threads(1);
+        code = body(r, port);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: uncaught exception: %s\n", r, e.what());
+        code = 100;
+      }
+      std::fflush(nullptr);
+      _exit(code);
+    }
+    pids.push_back(pid);
+  }
+  std::vector<int> status(world, kKilled);
+  std::vector<bool> done(world, false);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit_s);
+  int left = world;
+  while (left > 0 && std::chrono::steady_clock::now() < deadline) {
+    for (int r = 0; r < world; ++r) {
+      int st = 0;
+      if (!done[r] && waitpid(pids[r], &st, WNOHANG) == pids[r]) {
+        done[r] = true;
+        --left;
+        status[r] = WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (int r = 0; r < world; ++r) {
+    if (!done[r]) {
+      kill(pids[r], SIGKILL);
+      waitpid(pids[r], nullptr, 0);
+    }
+  }
+  return status;
+}
+
+GlooOptions options(int rank, int world, int port, double timeout_s) {
+  GlooOptions o;
+  o.rank = rank;
+  o.world_size = world;
+  o.master_port = port;
+  o.timeout = timeout_s;
+  return o;
+}
+
+// CPU time of this process, all threads, in seconds.
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+const std::vector<std::vector<int64_t>> kShapes = {{},  {3},       {2, 5},     {4, 1, 3, 2},
+                                                   {0}, {7, 0, 2}, {300, 257}, {1, 2, 1, 2, 1, 2}};
+
+float value(int src, int i, int k) { return static_cast<float>(src * 100000 + i * 10 + k); }
+
+}  // namespace
+
+TEST_CASE("gloo transport: messages arrive intact and in order from every peer", "[gloo]") {
+  constexpr int kWorld = 3, kMessages = 40;
+  const auto status = run_ranks(kWorld, 30, [](int rank, int port) -> int {
+    GlooTransport t(options(rank, kWorld, port, 10));
+    EXPECT_OR_EXIT(t.rank() == rank && t.size() == kWorld);
+    t.barrier();
+    for (int i = 0; i < kMessages; ++i) {
+      for (int dst = 0; dst < kWorld; ++dst) {
+        if (dst == rank) continue;
+        if (i == 2) {  // executor-level: goes to recv_control(), never to recv()
+          Message c;
+          c.kind = MsgKind::kControl;
+          c.id = 9;
+          c.aux = rank;
+          t.send(dst, std::move(c));
+        }
+        Message m;
+        m.kind = static_cast<MsgKind>(1 + i % 6);
+        m.id = i;
+        m.step = rank * 1000 + dst;
+        m.aux = -i;
+        m.scalar = i * 0.25 + rank;
+        m.bytes = 64 + i;
+        for (int k = 0; k < i % 4; ++k) {
+          m.payload.push_back(at::full(kShapes[(i + k) % kShapes.size()], value(rank, i, k)));
+        }
+        if (i == 5) m.payload = {at::arange(12, at::kFloat).view({3, 4}).t()};  // not contiguous
+        at::Tensor kept;
+        if (i == 6) {  // the sender keeps (and then changes) its tensor: the message is a copy
+          kept = at::full({4, 4}, value(rank, i, 0));
+          m.payload = {kept};
+        }
+        t.send(dst, std::move(m));
+        if (kept.defined()) kept.fill_(-1.0f);
+      }
+    }
+    std::vector<int> next(kWorld, 0);
+    int polled = 0;
+    for (int got = 0; got < kMessages * (kWorld - 1); ++got) {
+      std::optional<Message> o = got % 2 == 0 ? t.try_recv() : std::nullopt;
+      if (!o) {
+        ++polled;
+        o = t.recv();
+      }
+      const Message& m = *o;
+      EXPECT_OR_EXIT(m.kind != MsgKind::kControl);
+      EXPECT_OR_EXIT(m.src >= 0 && m.src < kWorld && m.src != rank);
+      const int i = next[m.src]++;
+      EXPECT_OR_EXIT(m.id == i);  // FIFO per pair
+      EXPECT_OR_EXIT(m.kind == static_cast<MsgKind>(1 + i % 6));
+      EXPECT_OR_EXIT(m.step == m.src * 1000 + rank);
+      EXPECT_OR_EXIT(m.aux == -i);
+      EXPECT_OR_EXIT(m.scalar == i * 0.25 + m.src);
+      EXPECT_OR_EXIT(m.bytes == 64 + i);
+      if (i == 5) {
+        EXPECT_OR_EXIT(m.payload.size() == 1);
+        EXPECT_OR_EXIT(at::equal(m.payload[0], at::arange(12, at::kFloat).view({3, 4}).t()));
+        continue;
+      }
+      if (i == 6) {
+        EXPECT_OR_EXIT(m.payload.size() == 1);
+        EXPECT_OR_EXIT(at::equal(m.payload[0], at::full({4, 4}, value(m.src, i, 0))));
+        continue;
+      }
+      EXPECT_OR_EXIT(static_cast<int>(m.payload.size()) == i % 4);
+      for (size_t k = 0; k < m.payload.size(); ++k) {
+        const at::Tensor& p = m.payload[k];
+        EXPECT_OR_EXIT(p.sizes().vec() == kShapes[(i + k) % kShapes.size()]);
+        EXPECT_OR_EXIT(p.scalar_type() == at::kFloat);
+        EXPECT_OR_EXIT(at::equal(p, at::full(p.sizes(), value(m.src, i, static_cast<int>(k)))));
+      }
+    }
+    EXPECT_OR_EXIT(!t.try_recv().has_value());
+    for (int k = 0; k < kWorld - 1; ++k) {
+      const std::optional<Message> c = t.recv_control(5);
+      EXPECT_OR_EXIT(c.has_value() && c->kind == MsgKind::kControl && c->id == 9);
+      EXPECT_OR_EXIT(c->aux == c->src && c->src != rank);
+    }
+    Message self;
+    self.kind = MsgKind::kForward;
+    self.id = 77;
+    self.payload = {at::ones({2})};
+    t.send(rank, std::move(self));
+    const Message back = t.recv();
+    EXPECT_OR_EXIT(back.id == 77 && back.src == rank && back.payload.size() == 1);
+    t.flush();
+    t.close();
+    t.close();  // idempotent
+    try {
+      t.recv();
+      return 11;
+    } catch (const rv::PeerError&) {
+    }
+    return 0;
+  });
+  CHECK(status == std::vector<int>(kWorld, 0));
+}
+
+TEST_CASE("gloo transport: a peer that dies raises PeerError naming it long before the timeout",
+          "[gloo]") {
+  constexpr int kWorld = 3;
+  const auto status = run_ranks(kWorld, 25, [](int rank, int port) -> int {
+    GlooTransport t(options(rank, kWorld, port, 60));  // far longer than the test's limit
+    t.barrier();
+    if (rank == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      _exit(3);  // dies without a word
+    }
+    try {
+      t.recv();
+      return 11;
+    } catch (const rv::PeerError& e) {
+      EXPECT_OR_EXIT(contains(e.what(), "lost peer 2"));
+    }
+    try {  // failures are sticky
+      t.try_recv();
+      return 12;
+    } catch (const rv::PeerError&) {
+    }
+    try {  // sending to the dead peer fails too (at once, or at the latest in flush())
+      for (int i = 0; i < 3; ++i) {
+        Message m;
+        m.kind = MsgKind::kForward;
+        m.payload = {at::ones({1000})};
+        t.send(2, std::move(m));
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      t.flush();
+      return 13;
+    } catch (const rv::PeerError& e) {
+      EXPECT_OR_EXIT(contains(e.what(), "peer 2"));
+    }
+    try {  // the survivors still close in order, and close() reports the loss
+      t.close();
+      return 14;
+    } catch (const rv::PeerError& e) {
+      EXPECT_OR_EXIT(contains(e.what(), "peer 2"));
+    }
+    return 0;
+  });
+  CHECK(status[0] == 0);
+  CHECK(status[1] == 0);
+  CHECK(status[2] == 3);
+}
+
+TEST_CASE("gloo transport: a rank that fails without close() releases its peers at once",
+          "[gloo]") {
+  const auto status = run_ranks(2, 25, [](int rank, int port) -> int {
+    try {
+      GlooTransport t(options(rank, 2, port, 60));
+      t.barrier();
+      if (rank == 1) throw rv::Error("simulated failure");  // unwinds: the transport aborts
+      t.recv();
+      return 11;
+    } catch (const rv::PeerError& e) {
+      EXPECT_OR_EXIT(rank == 0 && contains(e.what(), "lost peer 1"));
+      return 0;
+    } catch (const rv::Error&) {
+      return rank == 1 ? 0 : 12;
+    }
+  });
+  CHECK(status == std::vector<int>{0, 0});
+}
+
+TEST_CASE("gloo transport: close() is orderly and recv() after every bye fails at once", "[gloo]") {
+  const auto status = run_ranks(2, 25, [](int rank, int port) -> int {
+    GlooTransport t(options(rank, 2, port, 60));
+    t.barrier();
+    if (rank == 1) {
+      Message m;
+      m.kind = MsgKind::kStop;
+      m.payload = {at::ones({5, 5})};
+      t.send(0, std::move(m));
+      t.close();  // waits for rank 0's bye
+      return 0;
+    }
+    const Message m = t.recv();  // sent before the bye: delivered
+    EXPECT_OR_EXIT(m.kind == MsgKind::kStop && m.payload.size() == 1);
+    try {
+      t.recv();  // rank 1 said bye: nothing can arrive; no wait for the 60 s timeout
+      return 11;
+    } catch (const rv::PeerError& e) {
+      EXPECT_OR_EXIT(contains(e.what(), "bye"));
+    }
+    t.close();
+    return 0;
+  });
+  CHECK(status == std::vector<int>{0, 0});
+}
+
+TEST_CASE("gloo transport: a silent peer makes an idle recv() throw PeerError after the timeout",
+          "[gloo]") {
+  const auto status = run_ranks(2, 25, [](int rank, int port) -> int {
+    GlooTransport t(options(rank, 2, port, 3.0));  // also bounds the rendezvous: not too short
+    t.barrier();
+    if (rank == 0) {
+      const double cpu0 = cpu_seconds();
+      try {
+        t.recv();
+        return 11;
+      } catch (const rv::PeerError& e) {
+        EXPECT_OR_EXIT(contains(e.what(), "no message"));
+      }
+      // The whole process (receiver threads, Gloo's loop) sleeps while recv() waits: a polling
+      // loop would burn about the 3 s of the wait.
+      EXPECT_OR_EXIT(cpu_seconds() - cpu0 < 0.5);
+      EXPECT_OR_EXIT(!t.recv_for(0.1).has_value());
+      Message m;
+      m.kind = MsgKind::kForward;
+      m.id = 5;
+      t.send(1, std::move(m));
+    } else {
+      const std::optional<Message> m = t.recv_for(20);  // outlasts rank 0's timeout
+      EXPECT_OR_EXIT(m.has_value() && m->id == 5);
+    }
+    t.close();
+    return 0;
+  });
+  CHECK(status == std::vector<int>{0, 0});
+}
+
+TEST_CASE("gloo transport: a malformed header raises InputError", "[gloo]") {
+  const auto status = run_ranks(2, 25, [](int rank, int port) -> int {
+    GlooTransport t(options(rank, 2, port, 10));
+    t.barrier();
+    if (rank == 1) {
+      // A header with the right size and magic word but an unknown kind, straight through c10d.
+      const int words =
+          9 + GlooTransport::kMaxPayloadTensors * (1 + GlooTransport::kMaxPayloadDims);
+      std::vector<at::Tensor> h{at::zeros({words}, at::kLong)};
+      h[0][0] = 0x52564e5401;
+      h[0][1] = 42;
+      t.group().send(h, 0, 0)->wait();
+      try {
+        t.recv_for(2);  // let rank 0 read it before this rank goes
+      } catch (const rv::PeerError&) {
+        // rank 0 left after reading it
+      }
+      return 0;
+    }
+    try {
+      t.recv();
+      return 11;
+    } catch (const rv::InputError& e) {
+      EXPECT_OR_EXIT(contains(e.what(), "malformed message header from peer 1"));
+      EXPECT_OR_EXIT(contains(e.what(), "kind 42"));
+    }
+    return 0;
+  });
+  CHECK(status == std::vector<int>{0, 0});
+}
