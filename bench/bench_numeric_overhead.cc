@@ -10,6 +10,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include "bench/bench_common.h"
+#include "core/compute_threads.h"
 #include "core/dataset.h"
 #include "core/model.h"
 #include "core/optimizer.h"
@@ -33,7 +34,7 @@ int main(int argc, char** argv) {
   ModelDesc model = build_model(s.model, shape.sample_shape, shape.classes);
   Plan plan = make_plan(s, model);
   Dataset data = load_dataset(s.data, s.seed);
-  at::set_num_threads(1);
+  set_compute_threads(1);
 
   // The plain loop: same model, same samples, same optimizer, one process, no pipeline.
   double t0 = bench::wall_now();

@@ -18,6 +18,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include "bench/bench_common.h"
+#include "core/compute_threads.h"
 #include "core/dataset.h"
 #include "core/model.h"
 #include "core/optimizer.h"
@@ -93,7 +94,7 @@ int main(int argc, char** argv) {
   }
 
   // 2. One plain process: the same model, optimizer and samples, no pipeline.
-  at::set_num_threads(1);
+  set_compute_threads(1);
   DatasetShape shape = dataset_shape(s.data);
   ModelDesc model = build_model(s.model, shape.sample_shape, shape.classes);
   t0 = bench::wall_now();

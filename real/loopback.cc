@@ -6,6 +6,7 @@
 
 #include <ATen/Parallel.h>
 
+#include "core/compute_threads.h"
 #include "core/error.h"
 #include "real/real_env.h"
 
@@ -77,7 +78,7 @@ std::vector<Event> run_loopback(const RunSpec& spec, Seconds timeout, int faulty
   std::vector<EventLog> logs(n);
   std::vector<std::exception_ptr> errors(n);
   const int threads = std::max(1u, std::thread::hardware_concurrency());
-  at::set_num_threads(std::max(1, threads / std::max(1, n)));
+  set_compute_threads(std::max(1, threads / std::max(1, n)));
   RealClock origin;
   std::vector<std::thread> workers;
   for (int r = 0; r < n; ++r) {

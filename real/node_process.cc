@@ -18,6 +18,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include "core/compute_threads.h"
 #include "core/algo/algorithm.h"
 #include "core/dataset.h"
 #include "core/error.h"
@@ -37,6 +38,7 @@ namespace {
 // kControl ids between node processes (non-negative: negative ids belong to the transport).
 constexpr int64_t kEventsId = 1;  // rank r -> 0: metrics.csv text of rank r's events
 constexpr int64_t kDoneId = 2;    // rank 0 -> r: every rank's events arrived; close now
+constexpr int64_t kClockId = 3;   // rank 0 -> r: rank 0's clock origin (same machine only)
 
 // Children of `ravnest real` die with it (PR_SET_PDEATHSIG) instead of training on alone.
 void die_with_launcher() {
@@ -154,7 +156,7 @@ int run(const NodeProcessOptions& options) {
   if (const char* v = std::getenv("LOCAL_WORLD_SIZE"); v != nullptr && std::atoi(v) > 0) {
     local_ranks = std::atoi(v);
   }
-  at::set_num_threads(std::max(1, cores / local_ranks));
+  set_compute_threads(std::max(1, cores / local_ranks));
   const Dataset data = load_dataset(scenario.data, scenario.seed);
   const RunSpec spec{&scenario, &plan, &model, &data};
   const NodeRole role = plan.role_of(rank);
@@ -164,6 +166,22 @@ int run(const NodeProcessOptions& options) {
   GlooTransport transport(gloo);
   transport.barrier();
   RealClock clock;  // origin: just after the start barrier, on every rank
+  // Ranks started together by `ravnest real` share this machine's monotonic clock: take rank 0's
+  // origin, so that every node's events sit on one time axis (the barrier's exits differ by ms).
+  if (const char* v = std::getenv(kLauncherPidEnv); v != nullptr && *v != '\0' && world > 1) {
+    if (rank == 0) {
+      for (int r = 1; r < world; ++r) {
+        Message m;
+        m.kind = MsgKind::kControl;
+        m.id = kClockId;
+        m.step = clock.origin_ns();
+        m.bytes = kHeaderBytes;
+        transport.send(r, std::move(m));
+      }
+    } else {
+      clock.set_origin_ns(wait_control(transport, kClockId).step);
+    }
+  }
   const double emulate =
       scenario.real.emulate_speed ? scenario.device_of(rank).tflops * kTflopsToFlopsPerSecond : 0.0;
   RealCompute compute(emulate);

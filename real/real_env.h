@@ -14,6 +14,14 @@ class RealClock : public Clock {
   RealClock() : start_(std::chrono::steady_clock::now()) {}
   // Resets the origin (after the run's start barrier).
   void reset() { start_ = std::chrono::steady_clock::now(); }
+  // Sets the origin to `ns` nanoseconds of this machine's steady clock (CLOCK_MONOTONIC, shared by
+  // every process of one machine), so that processes started together share one time axis.
+  void set_origin_ns(int64_t ns) {
+    start_ = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(ns));
+  }
+  int64_t origin_ns() const {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(start_.time_since_epoch()).count();
+  }
   Seconds now() const override;
   void sleep_for(Seconds s) override;
 

@@ -10,6 +10,7 @@
 #include <simgrid/Exception.hpp>
 #include <xbt/log.h>
 
+#include "core/compute_threads.h"
 #include "core/error.h"
 #include "core/fault_transport.h"
 #include "sim/platform.h"
@@ -104,7 +105,7 @@ SimResult run_simulation(const RunSpec& spec, Metrics* observer) {
   const Scenario& s = *spec.scenario;
   const bool numeric = s.sim.mode == "numeric";
   RV_CHECK(!numeric || spec.data != nullptr, "numeric simulation without a dataset");
-  at::set_num_threads(1);  // deterministic maths; actors share one OS thread anyway
+  set_compute_threads(1);  // deterministic maths; actors share one OS thread anyway
   std::vector<int> nodes;
   for (int r = 0; r < spec.plan->nodes; ++r)
     if (spec.plan->role_of(r).stage >= 0) nodes.push_back(r);
