@@ -21,8 +21,7 @@ kind = "fashion-mnist"
 batch_size = 64
 [training]
 algorithm = "ravnest"
-lr = 0.05
-momentum = 0.9
+lr = 0.1
 steps = 1500
 eval_every = 500
 [[devices]]
