@@ -1,0 +1,191 @@
+"""Tests for analysis/report.py on small fake run folders.
+
+Run from the repository root:  /usr/bin/python3 -m unittest analysis/test_report.py
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+REPORT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "report.py")
+HEADER = "kind,node,cluster,stage,step,micro_batch,start_s,end_s,loss,accuracy,staleness,bytes,peer,samples"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def make_run(folder, name="quick", algorithm="ravnest", executor="sim", with_loss=True,
+             clusters=2, stages=2, micro_batches=60, batch=16):
+    """Writes a fake run folder: a GPipe schedule per cluster (bubbles), losses, evals."""
+    os.makedirs(folder, exist_ok=True)
+    rows, evals, per_node = [HEADER], ["time_s,node,cluster,step,train_samples,test_loss,test_accuracy"], []
+    t_f, t_b, t_u, group = 0.010, 0.020, 0.002, 8
+    end_time = 0.0
+    for c in range(clusters):
+        free = [0.001 * c] * stages  # list-scheduled GPipe: forwards, backwards, flush
+        busy = [0.0] * stages
+        for g0 in range(0, micro_batches, group):
+            mbs = range(g0, min(g0 + group, micro_batches))
+            done = {}
+            for m in mbs:
+                for s in range(stages):
+                    node, start = c * stages + s, max(free[s], done.get((s - 1, m), 0.0))
+                    free[s] = done[(s, m)] = start + t_f
+                    busy[s] += t_f
+                    rows.append(f"forward,{node},{c},{s},{m},{m},{start:.6f},{free[s]:.6f},,,,,,")
+                    rows.append(f"send,{node},{c},{s},{m},{m},{free[s]:.6f},{free[s]:.6f},,,,4096,{node + 1},")
+                    if with_loss and s == stages - 1:
+                        rows.append(f"loss,{node},{c},{s},{m},{m},,{free[s]:.6f},"
+                                    f"{2.3 * 0.97 ** m:.5f},,,,,{(m + 1) * batch}")
+            for m in reversed(mbs):
+                for s in reversed(range(stages)):
+                    node, start = c * stages + s, max(free[s], done.get((s + 1, -1 - m), done[(s, m)]))
+                    free[s] = done[(s, -1 - m)] = start + t_b
+                    busy[s] += t_b
+                    rows.append(f"backward,{node},{c},{s},{m},{m},{start:.6f},{free[s]:.6f},,,,,,")
+            for s in range(stages):
+                node = c * stages + s
+                rows.append(f"update,{node},{c},{s},{g0},,{free[s]:.6f},{free[s] + t_u:.6f},,,1,,,")
+                free[s] += t_u
+                busy[s] += t_u
+                if g0 % 24 == 16:  # an evaluation forward now and then
+                    rows.append(f"forward,{node},{c},{s},{g0},-1,{free[s]:.6f},{free[s] + 0.005:.6f},,,,,,")
+                    free[s] += 0.005
+                    busy[s] += 0.005
+                    if s == stages - 1:
+                        acc = 0.5 + 0.4 * g0 / micro_batches
+                        evals.append(f"{free[s]:.6f},{node},{c},{g0},{(g0 + group) * batch},"
+                                     f"{1.5 - acc:.4f},{acc:.4f}")
+        end_time = max(end_time, max(free))
+        for s in range(stages):
+            node = c * stages + s
+            rows.append(f"memory,{node},{c},{s},,,,0,,,,{1000000 * (s + 1)},,")
+            per_node.append({"node": node, "device": "cpu", "cluster": c, "stage": s, "busy_s": busy[s],
+                             "busy_fraction": None, "idle_fraction": None, "wait_s": 0.0,
+                             "bytes_sent": 0, "bytes_received": 0, "peak_memory_bytes": 1 << 24,
+                             "measured_peak_memory_bytes": None, "updates": micro_batches // group,
+                             "staleness_mean": 1.0, "staleness_max": 1})
+    for p in per_node:
+        p["busy_fraction"] = p["busy_s"] / end_time
+        p["idle_fraction"] = 1 - p["busy_fraction"]
+    with open(os.path.join(folder, "metrics.csv"), "w") as f:
+        f.write("\n".join(rows) + "\n")
+    with open(os.path.join(folder, "eval.csv"), "w") as f:
+        f.write("\n".join(evals) + "\n")
+    summary = {"scenario": name, "executor": executor, "mode": "numeric", "algorithm": algorithm,
+               "nodes": clusters * stages, "clusters": clusters, "time_s": end_time,
+               "train_samples": clusters * micro_batches * batch,
+               "samples_per_s": clusters * micro_batches * batch / end_time,
+               "steady_samples_per_s": None, "staleness": {"mean": 1.0, "max": 1},
+               "per_node": per_node,
+               "final": {"train_loss": None, "test_loss": None, "test_accuracy": 0.87}}
+    with open(os.path.join(folder, "summary.json"), "w") as f:
+        json.dump(summary, f)
+    with open(os.path.join(folder, "scenario.toml"), "w") as f:
+        f.write(f'name = "{name}"\n[training]\nalgorithm = "{algorithm}"\n[data]\nbatch_size = {batch}\n')
+    with open(os.path.join(folder, "run.json"), "w") as f:
+        json.dump({"executor": executor, "mode": "numeric", "wall_seconds": 1.0}, f)
+    return folder
+
+
+def run_report(*args):
+    return subprocess.run([sys.executable, REPORT, *args], capture_output=True, text=True)
+
+
+class ReportTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = self.tmp.name
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def assert_png(self, path):
+        self.assertTrue(os.path.isfile(path), path)
+        self.assertGreater(os.path.getsize(path), 1000, path)
+        with open(path, "rb") as f:
+            self.assertEqual(f.read(8), PNG_MAGIC, path)
+
+    def assert_error(self, proc, fragment):
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertIn("report: error:", proc.stderr)
+        self.assertIn(fragment, proc.stderr)
+
+    def test_single_run_default_output(self):
+        run = make_run(os.path.join(self.dir, "run1"))
+        proc = run_report(run)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        out = os.path.join(run, "report")
+        names = ["loss_vs_time.png", "loss_vs_samples.png", "accuracy_vs_time.png",
+                 "accuracy_vs_samples.png", "utilisation.png", "timeline_quick_ravnest_sim.png"]
+        for name in names:
+            self.assert_png(os.path.join(out, name))
+            self.assertIn(os.path.join(out, name), proc.stdout)
+        with open(os.path.join(out, "report.md")) as f:
+            md = f.read()
+        self.assertIn("quick ravnest (sim)", md)
+        self.assertIn("0.8700", md)
+
+    def test_several_runs_duplicates_and_timing_mode(self):
+        a = make_run(os.path.join(self.dir, "a"))
+        b = make_run(os.path.join(self.dir, "b"))  # same label as a: disambiguated
+        c = make_run(os.path.join(self.dir, "c"), algorithm="gpipe", executor="real", with_loss=False)
+        out = os.path.join(self.dir, "out")
+        proc = run_report(a, b, c, "--out", out, "--title", "Comparison")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("no training-loss rows", proc.stdout)
+        for name in ["loss_vs_time.png", "loss_vs_samples.png", "accuracy_vs_time.png",
+                     "accuracy_vs_samples.png", "utilisation.png",
+                     "timeline_quick_ravnest_sim_a.png", "timeline_quick_ravnest_sim_b.png",
+                     "timeline_quick_gpipe_real.png"]:
+            self.assert_png(os.path.join(out, name))
+        with open(os.path.join(out, "report.md")) as f:
+            md = f.read()
+        self.assertIn("quick ravnest (sim) [a]", md)
+        self.assertIn("quick gpipe (real)", md)
+
+    def test_minimal_folder_with_only_metrics(self):
+        run = os.path.join(self.dir, "bare")
+        os.makedirs(run)
+        with open(os.path.join(run, "metrics.csv"), "w") as f:
+            f.write(HEADER + "\nforward,0,0,0,0,0,0.0,0.5,,,,,,\nbackward,0,0,0,0,0,0.5,1.5,,,,,,\n")
+        proc = run_report(run)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assert_png(os.path.join(run, "report", "timeline_bare.png"))
+        self.assert_png(os.path.join(run, "report", "utilisation.png"))
+
+    def test_missing_folder(self):
+        self.assert_error(run_report(os.path.join(self.dir, "nope")), "run folder not found")
+
+    def test_folder_without_metrics(self):
+        run = os.path.join(self.dir, "empty")
+        os.makedirs(run)
+        self.assert_error(run_report(run), "no metrics.csv")
+
+    def test_bad_header(self):
+        run = os.path.join(self.dir, "badhdr")
+        os.makedirs(run)
+        with open(os.path.join(run, "metrics.csv"), "w") as f:
+            f.write("kind,node,time\nforward,0,1\n")
+        self.assert_error(run_report(run), "bad header")
+
+    def test_unparsable_number_names_line(self):
+        run = make_run(os.path.join(self.dir, "badnum"))
+        with open(os.path.join(run, "metrics.csv"), "a") as f:
+            f.write("forward,0,0,0,1,1,abc,0.2,,,,,,\n")
+        with open(os.path.join(run, "metrics.csv")) as f:
+            n_lines = len(f.read().splitlines())
+        proc = run_report(run)
+        self.assert_error(proc, f"metrics.csv:{n_lines}: column 'start_s': not a number: 'abc'")
+
+    def test_wrong_field_count(self):
+        run = os.path.join(self.dir, "short")
+        os.makedirs(run)
+        with open(os.path.join(run, "metrics.csv"), "w") as f:
+            f.write(HEADER + "\nforward,0,0\n")
+        self.assert_error(run_report(run), "metrics.csv:2: 3 fields")
+
+
+if __name__ == "__main__":
+    unittest.main()
