@@ -12,7 +12,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
-#include "cli/progress.h"
+#include "real/progress.h"
 #include "core/cost_model.h"
 #include "core/dataset.h"
 #include "core/error.h"
@@ -40,12 +40,6 @@ Prepared prepare(const CommonOptions& o) {
   p.model = build_model(p.scenario.model, shape.sample_shape, shape.classes);
   p.plan = make_plan(p.scenario, p.model);
   return p;
-}
-
-bool progress_enabled(const std::string& mode) {
-  if (mode == "on") return true;
-  if (mode == "off") return false;
-  return isatty(STDERR_FILENO) != 0;
 }
 
 std::string human_bytes(double b) {
@@ -120,11 +114,11 @@ int cmd_sim(const CommonOptions& o, const std::string& executor, const std::stri
   std::vector<Event> events;
   const int64_t total = s.training.steps;
   if (executor == "loopback") {
-    Progress progress(total, "wall", progress_enabled(o.progress));
-    events = run_loopback(spec, s.real.timeout_s);
+    Progress progress(total, "wall", Progress::enabled_for(o.progress));
+    events = run_loopback(spec, s.real.timeout_s, -1, nullptr, &progress);
     progress.finish();
   } else {
-    Progress progress(total, "simulated", progress_enabled(o.progress));
+    Progress progress(total, "simulated", Progress::enabled_for(o.progress));
     events = run_simulation(spec, &progress).events;
     progress.finish();
   }
@@ -138,7 +132,7 @@ int cmd_sim(const CommonOptions& o, const std::string& executor, const std::stri
 int cmd_real(const CommonOptions& o, const std::string& self_exe, const std::string& run_path) {
   Prepared p = prepare(o);  // validate before starting any process
   if (!run_path.empty() && fs::exists(run_path)) throw InputError(run_path + ": run folder exists already");
-  LaunchOptions lo{o.scenario, o.overrides, self_exe, run_path};
+  LaunchOptions lo{o.scenario, o.overrides, self_exe, run_path, o.progress};
   const std::string path = run_real(p.scenario, lo);
   print_summary(path);
   return 0;

@@ -106,6 +106,7 @@ int main(int argc, char** argv) {
     if (*node) {
       node_opts.scenario_path = node_o.scenario;
       node_opts.overrides = node_o.overrides;
+      node_opts.progress = node_o.progress;
       node_opts.gloo.rank = rank >= 0 ? rank : env_int("RANK", -1);
       node_opts.gloo.world_size = world >= 0 ? world : env_int("WORLD_SIZE", -1);
       node_opts.gloo.master_addr = !master.empty() ? master : env_or("MASTER_ADDR", "127.0.0.1");

@@ -66,4 +66,18 @@ class EventLog : public Metrics {
   std::vector<Event> events_;
 };
 
+// Records into two sinks (a node's log and an observer such as a progress display).
+class Tee : public Metrics {
+ public:
+  Tee(Metrics& a, Metrics& b) : a_(a), b_(b) {}
+  void record(const Event& e) override {
+    a_.record(e);
+    b_.record(e);
+  }
+
+ private:
+  Metrics& a_;
+  Metrics& b_;
+};
+
 }  // namespace rv

@@ -207,7 +207,8 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
                              "--master-addr", "127.0.0.1", "--master-port", std::to_string(port),
                              "--timeout", seconds_str(scenario.real.timeout_s)});
     if (rank == 0)
-      args.insert(args.end(), {"--run-path", run_path, "--result-file", result.path()});
+      args.insert(args.end(), {"--run-path", run_path, "--result-file", result.path(),
+                               "--progress", options.progress});
     children.spawn(rank, options.self_exe, args, env.data());
   }
 

@@ -19,6 +19,7 @@ struct LaunchOptions {
   std::vector<std::string> overrides;
   std::string self_exe;  // the ravnest executable to start children with (/proc/self/exe)
   std::string run_path;  // the run folder rank 0 writes ("" = a new one under output.dir)
+  std::string progress = "auto";  // rank 0 shows progress: auto | on | off
 };
 
 std::string run_real(const Scenario& scenario, const LaunchOptions& options);

@@ -66,13 +66,34 @@ void LoopbackHub::fail(const std::string& why) {
   }
 }
 
+namespace {
+
+// A node's own log, plus the shared observer under a lock.
+class LockedTee : public Metrics {
+ public:
+  LockedTee(Metrics& own, Metrics* shared, std::mutex& mu) : own_(own), shared_(shared), mu_(mu) {}
+  void record(const Event& e) override {
+    own_.record(e);
+    if (!shared_) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    shared_->record(e);
+  }
+
+ private:
+  Metrics& own_;
+  Metrics* shared_;
+  std::mutex& mu_;
+};
+
+}  // namespace
+
 void LoopbackTransport::send(int dst, Message msg) {
   msg.src = rank_;
   hub_.put(dst, std::move(msg));
 }
 
 std::vector<Event> run_loopback(const RunSpec& spec, Seconds timeout, int faulty_node,
-                                const FaultSpec* faults) {
+                                const FaultSpec* faults, Metrics* observer) {
   const int n = spec.plan->nodes;
   LoopbackHub hub(n, timeout);
   std::vector<EventLog> logs(n);
@@ -80,6 +101,7 @@ std::vector<Event> run_loopback(const RunSpec& spec, Seconds timeout, int faulty
   const int threads = std::max(1u, std::thread::hardware_concurrency());
   set_compute_threads(std::max(1, threads / std::max(1, n)));
   RealClock origin;
+  std::mutex observer_mu;
   std::vector<std::thread> workers;
   for (int r = 0; r < n; ++r) {
     if (spec.plan->role_of(r).stage < 0) continue;
@@ -90,7 +112,8 @@ std::vector<Event> run_loopback(const RunSpec& spec, Seconds timeout, int faulty
         RealCompute compute;
         const FaultSpec injected = (faults && r == faulty_node) ? *faults : faults_for(spec.scenario->faults, r);
         FaultyTransport transport(loop, clock, injected);
-        NodeEnv env{transport, clock, compute, logs[r]};
+        LockedTee metrics(logs[r], observer, observer_mu);
+        NodeEnv env{transport, clock, compute, metrics};
         run_node(env, spec, r);
       } catch (const std::exception& e) {
         errors[r] = std::current_exception();

@@ -59,7 +59,8 @@ class LoopbackTransport : public Transport {
 // Runs every node of `spec` as a thread; returns all events (times in seconds from the start).
 // Rethrows the first node's own error (not the PeerErrors it caused in the others).
 // `faults`, if given, wraps node `faulty_node`'s transport (tests of failure handling).
+// `observer`, if given, sees every event (from one thread at a time).
 std::vector<Event> run_loopback(const RunSpec& spec, Seconds timeout = 60, int faulty_node = -1,
-                                const FaultSpec* faults = nullptr);
+                                const FaultSpec* faults = nullptr, Metrics* observer = nullptr);
 
 }  // namespace rv

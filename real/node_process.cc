@@ -19,6 +19,7 @@
 #include <ATen/Parallel.h>
 
 #include "core/compute_threads.h"
+#include "real/progress.h"
 #include "core/algo/algorithm.h"
 #include "core/dataset.h"
 #include "core/error.h"
@@ -186,10 +187,13 @@ int run(const NodeProcessOptions& options) {
       scenario.real.emulate_speed ? scenario.device_of(rank).tflops * kTflopsToFlopsPerSecond : 0.0;
   RealCompute compute(emulate);
   EventLog log;
+  Progress progress(scenario.training.steps, "wall", rank == 0 && Progress::enabled_for(options.progress));
+  Tee metrics(log, progress);
   // The algorithm sees the scenario's injected faults, if any; the gathering below does not.
   FaultyTransport faulty(transport, clock, faults_for(scenario.faults, rank));
-  NodeEnv env{faulty, clock, compute, log};
+  NodeEnv env{faulty, clock, compute, metrics};
   run_node(env, spec, rank);
+  progress.finish();
   transport.flush();
 
   Event mem;

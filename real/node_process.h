@@ -16,6 +16,7 @@ struct NodeProcessOptions {
   GlooOptions gloo;         // rank, world size, master address and port
   std::string run_path;     // rank 0: the run folder to write ("" = a new one under output.dir)
   std::string result_file;  // rank 0: if set, the run folder's path is written here
+  std::string progress = "auto";  // rank 0's progress on stderr: auto | on | off
 };
 
 // Set by `ravnest real` in its children's environment (internal, not for users):

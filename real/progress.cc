@@ -1,9 +1,17 @@
-#include "cli/progress.h"
+#include "real/progress.h"
 
 #include <cmath>
+#include <unistd.h>
+
 #include <cstdio>
 
 namespace rv {
+
+bool Progress::enabled_for(const std::string& mode) {
+  if (mode == "on") return true;
+  if (mode == "off") return false;
+  return isatty(STDERR_FILENO) != 0;
+}
 
 Progress::Progress(int64_t total_updates, const char* clock_name, bool enabled)
     : total_(total_updates), clock_name_(clock_name), enabled_(enabled),

@@ -1,10 +1,12 @@
 // Progress on a terminal for long runs: a Metrics observer that prints, at most once a second of
 // wall time, the percentage of training done, the run's own time (simulated or wall) and the
-// latest training loss. Silent unless enabled (by default when stderr is a terminal).
+// latest training loss. Silent unless enabled (by default when stderr is a terminal). Progress
+// counts the updates of stage 0 of each cluster it sees (`ravnest real` shows rank 0's).
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <string>
 
 #include "core/metrics.h"
 
@@ -12,6 +14,8 @@ namespace rv {
 
 class Progress : public Metrics {
  public:
+  // Whether progress should show for `mode` ("on", "off", or "auto": when stderr is a terminal).
+  static bool enabled_for(const std::string& mode);
   Progress(int64_t total_updates, const char* clock_name, bool enabled);
   void record(const Event& e) override;
   void finish();
