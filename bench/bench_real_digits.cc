@@ -18,6 +18,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include "bench/bench_common.h"
+#include "bench/plain_training.h"
 #include "core/compute_threads.h"
 #include "core/dataset.h"
 #include "core/model.h"
@@ -98,17 +99,7 @@ int main(int argc, char** argv) {
   DatasetShape shape = dataset_shape(s.data);
   ModelDesc model = build_model(s.model, shape.sample_shape, shape.classes);
   t0 = bench::wall_now();
-  StageModule whole(model, 0, model.layer_count(), s.seed);
-  Optimizer opt(s.training);
-  Sampler sampler(data.train_size(), s.data.batch_size, s.seed);
-  for (int64_t mb = 0; mb < steps; ++mb) {
-    auto rows = sampler.indices(mb);
-    c10::AutoGradMode g(true);
-    at::Tensor logits = whole.forward(data.inputs(rows, false), whole.params(), true, mb, true);
-    at::Tensor loss = at::nll_loss(at::log_softmax(logits, 1), data.labels(rows, false));
-    auto grads = torch::autograd::grad({loss}, whole.params());
-    whole.set_params(opt.step(whole.params(), grads));
-  }
+  StageModule whole = bench::train_plain(s, model, data, steps);
   const double plain_wall = bench::wall_now() - t0;
   double plain_acc;
   {

@@ -56,12 +56,29 @@ Message PipelineWorker::forward(int64_t mb, const Message* in) {
   return out;
 }
 
-std::optional<Message> PipelineWorker::backward(int64_t mb, const Message& grad, int64_t* staleness) {
+Message PipelineWorker::backward_message(int64_t mb) const {
   Message out;
   out.kind = MsgKind::kBackward;
   out.id = mb;
   out.step = version_;
   out.bytes = kHeaderBytes + cost_.gradient_in;
+  return out;
+}
+
+int64_t PipelineWorker::finish_backward(Event& e, int64_t mb, int64_t forward_version) {
+  if (!numeric()) {  // timing mode: the version is kept here instead of in the Stage
+    auto it = forward_version_.find(mb);
+    RV_CHECK(it != forward_version_.end(), "backward of micro-batch " + std::to_string(mb) + " without its forward");
+    forward_version = it->second;
+    forward_version_.erase(it);
+  }
+  e.end = env_.clock.now();
+  env_.metrics.record(e);
+  return version_ - forward_version;
+}
+
+std::optional<Message> PipelineWorker::backward(int64_t mb, const Message& grad, int64_t* staleness) {
+  Message out = backward_message(mb);
   Event e = event(EventKind::kBackward);
   e.micro_batch = mb;
   int64_t fv = version_;
@@ -69,25 +86,13 @@ std::optional<Message> PipelineWorker::backward(int64_t mb, const Message& grad,
     at::Tensor g = stage_->backward(mb, grad.payload.at(0), &fv);
     if (g.defined()) out.payload.push_back(g.contiguous());
   });
-  if (!numeric()) {
-    auto it = forward_version_.find(mb);
-    RV_CHECK(it != forward_version_.end(), "backward without forward");
-    fv = it->second;
-    forward_version_.erase(it);
-  }
-  *staleness = version_ - fv;
-  e.end = env_.clock.now();
-  env_.metrics.record(e);
+  *staleness = finish_backward(e, mb, fv);
   if (role_.first()) return std::nullopt;
   return out;
 }
 
 std::optional<Message> PipelineWorker::last_backward(int64_t mb, int64_t* staleness) {
-  Message out;
-  out.kind = MsgKind::kBackward;
-  out.id = mb;
-  out.step = version_;
-  out.bytes = kHeaderBytes + cost_.gradient_in;
+  Message out = backward_message(mb);
   Event e = event(EventKind::kBackward);
   e.micro_batch = mb;
   double loss = kNaN;
@@ -101,13 +106,7 @@ std::optional<Message> PipelineWorker::last_backward(int64_t mb, int64_t* stalen
     at::Tensor g = stage_->backward(mb, r.grad_input, &fv);
     if (g.defined()) out.payload.push_back(g.contiguous());
   });
-  if (!numeric()) {
-    fv = forward_version_[mb];
-    forward_version_.erase(mb);
-  }
-  *staleness = version_ - fv;
-  e.end = env_.clock.now();
-  env_.metrics.record(e);
+  *staleness = finish_backward(e, mb, fv);
   ++trained_;
   if (numeric()) {
     Event l = event(EventKind::kLoss);

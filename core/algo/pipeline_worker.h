@@ -52,6 +52,9 @@ class PipelineWorker {
 
  private:
   Event event(EventKind kind) const;
+  Message backward_message(int64_t mb) const;  // the (unsent, empty) gradient message
+  // Records the backward span `e` and returns its staleness (updates since its forward).
+  int64_t finish_backward(Event& e, int64_t mb, int64_t forward_version);
   std::optional<Message> note_recv(std::optional<Message> m);
   int64_t eval_batches() const;
 
