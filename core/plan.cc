@@ -30,9 +30,13 @@ nlohmann::json to_json(const Plan& plan) {
   nlohmann::json j;
   j["method"] = plan.method;
   j["nodes"] = plan.nodes;
+  j["predicted_samples_per_s"] = plan.throughput;
+  j["predicted_averaging_s"] = plan.averaging_time;
   j["clusters"] = nlohmann::json::array();
   for (const auto& c : plan.clusters) {
     nlohmann::json cj;
+    cj["predicted_period_s"] = c.period;
+    cj["predicted_samples_per_s"] = c.throughput;
     cj["stages"] = nlohmann::json::array();
     for (const auto& s : c.stages) {
       cj["stages"].push_back({{"node", s.node},
@@ -42,6 +46,9 @@ nlohmann::json to_json(const Plan& plan) {
     }
     j["clusters"].push_back(cj);
   }
+  j["rings"] = nlohmann::json::array();
+  for (const auto& r : plan.rings)
+    j["rings"].push_back({{"params", {r.param_begin, r.param_end}}, {"owners", r.owners}});
   return j;
 }
 
@@ -63,8 +70,20 @@ Plan plan_from_json(const nlohmann::json& j) {
           throw InputError("plan.json: bad stage");
         c.stages.push_back(s);
       }
+      c.period = cj.value("predicted_period_s", 0.0);
+      c.throughput = cj.value("predicted_samples_per_s", 0.0);
       p.clusters.push_back(c);
     }
+    if (j.contains("rings"))
+      for (const auto& rj : j.at("rings")) {
+        Ring r;
+        r.param_begin = rj.at("params").at(0).get<int64_t>();
+        r.param_end = rj.at("params").at(1).get<int64_t>();
+        r.owners = rj.at("owners").get<std::vector<int>>();
+        p.rings.push_back(r);
+      }
+    p.throughput = j.value("predicted_samples_per_s", 0.0);
+    p.averaging_time = j.value("predicted_averaging_s", 0.0);
     return p;
   } catch (const nlohmann::json::exception& e) {
     throw InputError(std::string("plan.json: ") + e.what());

@@ -21,6 +21,15 @@ struct StagePlan {
 
 struct ClusterPlan {
   std::vector<StagePlan> stages;  // pipeline order: stages[0] reads the data, the last computes the loss
+  Seconds period = 0;             // predicted seconds per micro-batch in steady state
+  double throughput = 0;          // predicted samples per second (batch / period)
+};
+
+// One ring of cross-cluster averaging: a chunk of the flat parameter space and, in each cluster,
+// the node that holds it (owners[c] is cluster c's node).
+struct Ring {
+  int64_t param_begin = 0, param_end = 0;  // parameter indices [begin, end)
+  std::vector<int> owners;
 };
 
 // Where a node sits in the plan; stage == -1 for a node the plan leaves idle.
@@ -40,6 +49,9 @@ struct Plan {
   std::string method;
   int nodes = 0;  // size of the device pool
   std::vector<ClusterPlan> clusters;
+  std::vector<Ring> rings;       // empty with one cluster
+  Seconds averaging_time = 0;    // predicted seconds of one cross-cluster averaging
+  double throughput = 0;         // predicted samples per second of the whole plan
 
   NodeRole role_of(int node) const;
 };

@@ -265,7 +265,23 @@ Scenario from_table(const toml::table& root, const std::string& source) {
   {
     Section p(sub_table(root, "planner", source), "planner", source);
     top.find("planner");
-    p.read("method", s.planner.method, {"manual"});
+    p.read("method", s.planner.method, {"manual", "greedy", "ga", "ravnest-ga", "exhaustive"});
+    p.read("population", s.planner.population, 0, 100000);
+    p.read("generations", s.planner.generations, 0, 1000000);
+    if (const toml::node* cn = p.find("cluster")) {
+      const toml::array* arr = cn->as_array();
+      if (!arr || !arr->is_array_of_tables())
+        p.fail("cluster", cn, "expected [[planner.cluster]] tables");
+      for (size_t i = 0; i < arr->size(); ++i) {
+        Section c(arr->get(i)->as_table(), "planner.cluster[" + std::to_string(i) + "]", source);
+        PlannerSpec::Cluster cl;
+        c.read("nodes", cl.nodes, 0, 100000, false);
+        if (cl.nodes.empty()) c.fail("nodes", arr->get(i), "missing: the cluster's nodes in pipeline order");
+        c.read("stage_layers", cl.stage_layers, 1, 1 << 20, true);
+        c.reject_unknown();
+        s.planner.cluster.push_back(cl);
+      }
+    }
     const toml::node* c = p.find("clusters");
     if (c) {
       if (c->is_string() && *c->value<std::string>() == "auto") s.planner.clusters = 0;
@@ -404,6 +420,17 @@ std::string to_toml(const Scenario& s) {
   else tr->insert("max_in_flight", s.training.max_in_flight);
   toml::table planner{{"method", s.planner.method}};
   if (!s.planner.stage_layers.empty()) planner.insert("stage_layers", ints(s.planner.stage_layers));
+  if (s.planner.population > 0) planner.insert("population", s.planner.population);
+  if (s.planner.generations > 0) planner.insert("generations", s.planner.generations);
+  if (!s.planner.cluster.empty()) {
+    toml::array cs;
+    for (const auto& c : s.planner.cluster) {
+      toml::table t{{"nodes", ints(c.nodes)}};
+      if (!c.stage_layers.empty()) t.insert("stage_layers", ints(c.stage_layers));
+      cs.push_back(std::move(t));
+    }
+    planner.insert("cluster", std::move(cs));
+  }
   if (s.planner.clusters == 0) planner.insert("clusters", "auto");
   else planner.insert("clusters", s.planner.clusters);
   root.insert("planner", planner);

@@ -60,8 +60,16 @@ struct TrainingSpec {
 
 struct PlannerSpec {
   std::string method = "manual";  // manual (stages in proportion to RAM, one cluster)
-  int clusters = 1;               // 0 = let the planner choose
+  int clusters = 0;               // 0 = let the planner choose ("auto"); manual: one cluster
   std::vector<int64_t> stage_layers;  // manual: layers of each stage in pipeline order (empty: by RAM)
+  // manual: explicit clusters ([[planner.cluster]]): nodes in pipeline order, optional stage_layers.
+  struct Cluster {
+    std::vector<int64_t> nodes;
+    std::vector<int64_t> stage_layers;
+  };
+  std::vector<Cluster> cluster;
+  int population = 0;   // ga: individuals (0: by pool size)
+  int generations = 0;  // ga: generations (0: by pool size)
 };
 
 struct NetworkSpec {

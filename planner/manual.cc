@@ -7,6 +7,7 @@
 
 #include "core/cost_model.h"
 #include "core/error.h"
+#include "planner/layer_graph.h"
 #include "planner/planner.h"
 
 namespace rv {
@@ -42,9 +43,8 @@ std::vector<int> greedy_cut(const ModelDesc& model, const std::vector<double>& r
   return cuts;
 }
 
-}  // namespace
-
-Plan plan_manual(const Scenario& scenario, const ModelDesc& model) {
+// One cluster of every node in pool order, stage memory following each node's RAM.
+Plan single_cluster_by_ram(const Scenario& scenario, const ModelDesc& model) {
   const int pool = scenario.node_count();
   const auto& fixed = scenario.planner.stage_layers;
   const int stages = fixed.empty() ? std::min(pool, model.layer_count()) : static_cast<int>(fixed.size());
@@ -112,13 +112,71 @@ Plan plan_manual(const Scenario& scenario, const ModelDesc& model) {
     cluster.stages.push_back(s);
   }
   plan.clusters.push_back(cluster);
+  CostModel(scenario, model).annotate(plan);
   return plan;
 }
 
-Plan make_plan(const Scenario& scenario, const ModelDesc& model) {
-  if (scenario.planner.method == "manual") return plan_manual(scenario, model);
-  throw ScenarioError(scenario.source, "planner.method",
-                      "unknown planner method '" + scenario.planner.method + "'");
+
+// Explicit clusters: [[planner.cluster]] nodes (pipeline order) and, optionally, stage_layers;
+// without stage_layers the cut is the one that minimises the bottleneck (best_partition).
+Plan explicit_clusters(const Scenario& scenario, const ModelDesc& model) {
+  CostModel cost(scenario, model);
+  LayerGraph graph(model);
+  std::vector<char> used(scenario.node_count(), 0);
+  std::vector<Partition> clusters;
+  for (size_t c = 0; c < scenario.planner.cluster.size(); ++c) {
+    const auto& spec = scenario.planner.cluster[c];
+    const std::string key = "planner.cluster[" + std::to_string(c) + "]";
+    std::vector<int> order;
+    for (int64_t n : spec.nodes) {
+      if (n < 0 || n >= scenario.node_count())
+        throw ScenarioError(scenario.source, key + ".nodes",
+                            "no node " + std::to_string(n) + " in a pool of " + std::to_string(scenario.node_count()));
+      if (used[n]) throw ScenarioError(scenario.source, key + ".nodes", "node " + std::to_string(n) + " is in two clusters");
+      used[n] = 1;
+      order.push_back(static_cast<int>(n));
+    }
+    Partition p;
+    if (!spec.stage_layers.empty()) {
+      if (spec.stage_layers.size() != order.size())
+        throw ScenarioError(scenario.source, key + ".stage_layers", "needs one entry per node of the cluster");
+      p.order = order;
+      p.cuts.push_back(0);
+      for (auto k : spec.stage_layers) p.cuts.push_back(p.cuts.back() + static_cast<int>(k));
+      if (p.cuts.back() != model.layer_count())
+        throw ScenarioError(scenario.source, key + ".stage_layers",
+                            "the stages hold " + std::to_string(p.cuts.back()) + " layers but the model has " +
+                                std::to_string(model.layer_count()));
+      p.period = cost.cluster_period(p.order, p.cuts);
+    } else {
+      auto best = best_partition(cost, order, graph.cuttable());
+      if (!best)
+        throw ScenarioError(scenario.source, key + ".nodes",
+                            "these nodes cannot hold the model in any cut (too little RAM, or more nodes than layers)");
+      p = *best;
+    }
+    const int64_t f = cost.in_flight(static_cast<int>(order.size()));
+    for (size_t s = 0; s < order.size(); ++s) {
+      if (!cost.fits(order[s], p.cuts[s], p.cuts[s + 1], f))
+        throw ScenarioError(scenario.source, key,
+                            "the model does not fit: stage " + std::to_string(s) + " (layers " + std::to_string(p.cuts[s]) +
+                                ".." + std::to_string(p.cuts[s + 1] - 1) + ") needs " +
+                                gib(cost.memory(p.cuts[s], p.cuts[s + 1], f)) + " but node " + std::to_string(order[s]) +
+                                " has " + gib(cost.node(order[s]).ram));
+    }
+    clusters.push_back(p);
+  }
+  return assemble_plan("manual", cost, clusters);
+}
+
+}  // namespace
+
+Plan plan_manual(const Scenario& scenario, const ModelDesc& model) {
+  if (!scenario.planner.cluster.empty()) return explicit_clusters(scenario, model);
+  if (scenario.planner.clusters > 1)
+    throw ScenarioError(scenario.source, "planner.clusters",
+                        "method \"manual\" makes one cluster unless [[planner.cluster]] tables list them");
+  return single_cluster_by_ram(scenario, model);
 }
 
 }  // namespace rv

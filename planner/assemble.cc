@@ -1,0 +1,127 @@
+// What the planning methods share: feasibility checks, turning pipelines into an annotated Plan,
+// the score every method maximises, and the snake dealing of nodes into clusters.
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "core/error.h"
+#include "planner/layer_graph.h"
+#include "planner/planner.h"
+
+namespace rv {
+namespace {
+
+std::string gib(double bytes) {
+  std::ostringstream os;
+  os.precision(3);
+  os << bytes / kGbToBytes << " GiB";
+  return os.str();
+}
+
+}  // namespace
+
+void check_pool(const Scenario& scenario, const ModelDesc& model, const CostModel& cost) {
+  double total = 0;
+  for (int n = 0; n < cost.nodes(); ++n) total += cost.node(n).ram;
+  const double whole = cost.memory(0, model.layer_count(), 1);
+  if (total < whole) {
+    throw ScenarioError(scenario.source, "devices",
+                        "the pool's RAM (" + gib(total) + ") is below what the model needs (" + gib(whole) +
+                            " for weights, gradients, optimizer state and one micro-batch): add " +
+                            gib(whole - total) + " or more");
+  }
+  double smallest = whole;
+  int smallest_layer = 0;
+  for (int l = 0; l < model.layer_count(); ++l) {
+    const double m = cost.memory(l, l + 1, 1);
+    if (m < smallest) {
+      smallest = m;
+      smallest_layer = l;
+    }
+  }
+  for (int n = 0; n < cost.nodes(); ++n) {
+    if (cost.node(n).ram < smallest) {
+      throw ScenarioError(scenario.source, "devices",
+                          "node " + std::to_string(n) + " (" + scenario.device_of(n).name + ") has " +
+                              gib(cost.node(n).ram) + " of RAM, too little for any layer: the smallest (" +
+                              model.profile[smallest_layer].name + ") needs " + gib(smallest));
+    }
+  }
+}
+
+Plan assemble_plan(const std::string& method, const CostModel& cost, const std::vector<Partition>& clusters) {
+  Plan plan;
+  plan.method = method;
+  plan.nodes = cost.nodes();
+  for (const auto& p : clusters) {
+    ClusterPlan c;
+    for (size_t s = 0; s < p.order.size(); ++s) {
+      StagePlan st;
+      st.node = p.order[s];
+      st.layer_begin = p.cuts[s];
+      st.layer_end = p.cuts[s + 1];
+      c.stages.push_back(st);
+    }
+    plan.clusters.push_back(c);
+  }
+  cost.annotate(plan);
+  return plan;
+}
+
+double score_clusters(const CostModel& cost, const std::vector<Partition>& clusters) {
+  if (clusters.empty()) return 0.0;
+  if (clusters.size() == 1) return cost.batch() / clusters[0].period;
+  return assemble_plan("", cost, clusters).throughput;
+}
+
+std::vector<int> cluster_counts(const Scenario& scenario, int nodes, int most) {
+  if (scenario.planner.clusters > 0) return {scenario.planner.clusters};
+  std::vector<int> out;
+  for (int c = 1; c <= std::min(nodes, most);) {
+    out.push_back(c);
+    // 1, 2, 3, 4, 6, 8, 12, 16, 24, ...: dense where it matters, sparse where it does not.
+    int p = 1;
+    while (p * 2 <= c) p *= 2;
+    c += std::max(1, p / 2);
+  }
+  return out;
+}
+
+std::optional<std::vector<Partition>> snake_clusters(const CostModel& cost, const std::vector<int>& nodes,
+                                                     int c, const std::vector<char>& cuttable) {
+  if (c < 1 || c > static_cast<int>(nodes.size())) return std::nullopt;
+  std::vector<std::vector<int>> groups(c);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const int round = static_cast<int>(i) / c, k = static_cast<int>(i) % c;
+    groups[round % 2 == 0 ? k : c - 1 - k].push_back(nodes[i]);
+  }
+  std::vector<Partition> out;
+  for (auto& g : groups) {
+    // A cluster larger than the model's cut points leaves its slowest nodes idle.
+    const int room = static_cast<int>(std::count(cuttable.begin(), cuttable.end(), 1)) - 1;
+    if (static_cast<int>(g.size()) > room) g.resize(room);
+    auto p = best_pipeline(cost, g, cuttable);
+    if (!p) {
+      // Fewer, stronger stages may fit where all of them do not: drop the slowest until it does.
+      while (!p && g.size() > 1) {
+        g.pop_back();
+        p = best_pipeline(cost, g, cuttable);
+      }
+      if (!p) return std::nullopt;
+    }
+    out.push_back(*p);
+  }
+  return out;
+}
+
+Plan make_plan(const Scenario& scenario, const ModelDesc& model) {
+  const std::string& m = scenario.planner.method;
+  if (m == "manual") return plan_manual(scenario, model);
+  if (m == "greedy") return plan_greedy(scenario, model);
+  if (m == "ga") return plan_ga(scenario, model);
+  if (m == "ravnest-ga") return plan_ravnest_ga(scenario, model);
+  if (m == "exhaustive") return plan_exhaustive(scenario, model);
+  throw ScenarioError(scenario.source, "planner.method", "unknown planner method '" + m + "'");
+}
+
+}  // namespace rv

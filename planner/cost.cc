@@ -1,0 +1,175 @@
+#include "planner/cost.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/cost_model.h"
+#include "core/env.h"
+#include "core/error.h"
+
+namespace rv {
+
+NetFactors net_factors(const NetworkSpec& network) {
+  if (network.model == "lv08") return {13.01, 0.97, 4194304.0};
+  return {1.0, 1.0, 0.0};
+}
+
+CostModel::CostModel(const Scenario& scenario, const ModelDesc& model)
+    : model_(&model), training_(scenario.training), batch_(scenario.data.batch_size),
+      factors_(net_factors(scenario.network)) {
+  if (training_.algorithm == "gpipe") training_.weight_stashing = true;  // gpipe keeps graphs
+  const int n = scenario.node_count();
+  pool_.reserve(n);
+  int r = 0;
+  for (const auto& g : scenario.devices)
+    for (int i = 0; i < g.count; ++i, ++r)
+      pool_.push_back({g.tflops * kTflopsToFlopsPerSecond, g.ram_gb * kGbToBytes,
+                       g.up_mbps * kMbpsToBytesPerSecond, g.down_mbps * kMbpsToBytesPerSecond,
+                       g.latency_ms * kMsToSeconds});
+}
+
+int64_t CostModel::in_flight(int stages) const {
+  if (training_.algorithm == "gpipe") return training_.micro_batches;
+  return training_.max_in_flight > 0 ? training_.max_in_flight : std::max(1, stages);
+}
+
+double CostModel::boundary_bytes(int b) const {
+  if (b <= 0 || b >= layers()) return 0.0;
+  return static_cast<double>(kFloatBytes * batch_ * model_->profile[b - 1].out_elems + kHeaderBytes);
+}
+
+double CostModel::memory(int l, int r, int64_t in_flight) const {
+  return static_cast<double>(stage_cost(*model_, l, r, training_, batch_, in_flight).memory);
+}
+
+bool CostModel::fits(int node, int l, int r, int64_t in_flight) const {
+  return memory(l, r, in_flight) <= pool_[node].ram;
+}
+
+double CostModel::compute_time(int node, int l, int r) const {
+  StageCost c = stage_cost(*model_, l, r, training_, batch_, 1);
+  return (c.forward + c.backward + c.update) / pool_[node].speed;
+}
+
+double CostModel::stage_time(int node, int l, int r) const {
+  const PoolNode& p = pool_[node];
+  const double bytes = boundary_bytes(l) + boundary_bytes(r);
+  const double bw = factors_.bandwidth;
+  return std::max({compute_time(node, l, r), bytes / (p.up * bw), bytes / (p.down * bw)});
+}
+
+double CostModel::path_latency(int a, int b) const {
+  return (pool_[a].latency + pool_[b].latency) * factors_.latency;
+}
+
+double CostModel::path_bandwidth(int a, int b) const {
+  double bw = std::min(pool_[a].up, pool_[b].down) * factors_.bandwidth;
+  const double raw_latency = pool_[a].latency + pool_[b].latency;
+  if (factors_.tcp_gamma > 0 && raw_latency > 0) bw = std::min(bw, factors_.tcp_gamma / (2.0 * raw_latency));
+  return bw;
+}
+
+double CostModel::cluster_period(const std::vector<int>& nodes, const std::vector<int>& cuts) const {
+  RV_CHECK(cuts.size() == nodes.size() + 1, "cluster_period: cuts and nodes differ");
+  const int k = static_cast<int>(nodes.size());
+  double period = 0, rtt = 0;
+  for (int s = 0; s < k; ++s) {
+    period = std::max(period, stage_time(nodes[s], cuts[s], cuts[s + 1]));
+    StageCost c = stage_cost(*model_, cuts[s], cuts[s + 1], training_, batch_, 1);
+    rtt += (c.forward + c.backward) / pool_[nodes[s]].speed;
+    if (s + 1 < k) {
+      const double a = boundary_bytes(cuts[s + 1]);
+      // One flow each way per micro-batch; the flow's own cap (TCP window) may bind.
+      const double fwd = a / path_bandwidth(nodes[s], nodes[s + 1]);
+      const double bwd = a / path_bandwidth(nodes[s + 1], nodes[s]);
+      period = std::max({period, fwd, bwd});
+      rtt += path_latency(nodes[s], nodes[s + 1]) + fwd + path_latency(nodes[s + 1], nodes[s]) + bwd;
+    }
+  }
+  if (training_.algorithm == "gpipe") {
+    // A step: one micro-batch's round trip, plus m - 1 more through the slowest stage, then the
+    // flush; with equal stages this is (m + p - 1)(tf + tb).
+    const double m = static_cast<double>(training_.micro_batches);
+    return (rtt + (m - 1) * period) / m;
+  }
+  return std::max(period, rtt / static_cast<double>(in_flight(k)));
+}
+
+double CostModel::averaging_time(const std::vector<ClusterPlan>& clusters,
+                                 const std::vector<Ring>& rings) const {
+  const int c = static_cast<int>(clusters.size());
+  if (c <= 1 || rings.empty()) return 0.0;
+  // Every round, each owner sends 1/C of its ring's chunk to the next owner, all rings at once.
+  std::vector<double> up(pool_.size(), 0.0), down(pool_.size(), 0.0);
+  double hop_latency = 0;
+  for (const Ring& r : rings) {
+    const double piece = static_cast<double>(kFloatBytes * (r.param_end - r.param_begin)) / c;
+    for (int i = 0; i < c; ++i) {
+      const int a = r.owners[i], b = r.owners[(i + 1) % c];
+      up[a] += piece;
+      down[b] += piece;
+      hop_latency = std::max(hop_latency, path_latency(a, b));
+    }
+  }
+  double round = 0;
+  for (size_t n = 0; n < pool_.size(); ++n) {
+    if (up[n] > 0) round = std::max(round, up[n] / (pool_[n].up * factors_.bandwidth));
+    if (down[n] > 0) round = std::max(round, down[n] / (pool_[n].down * factors_.bandwidth));
+  }
+  return 2.0 * (c - 1) * (hop_latency + round);
+}
+
+double CostModel::throughput(const std::vector<double>& periods, double averaging) const {
+  if (periods.empty()) return 0.0;
+  const double slowest = *std::max_element(periods.begin(), periods.end());
+  const double c = static_cast<double>(periods.size());
+  const double per_update = slowest + (periods.size() > 1 ? averaging / training_.average_every : 0.0);
+  return per_update > 0 ? c * batch_ / per_update : 0.0;
+}
+
+void CostModel::annotate(Plan& plan) const {
+  std::vector<double> periods;
+  for (auto& c : plan.clusters) {
+    std::vector<int> nodes, cuts{c.stages.empty() ? 0 : c.stages.front().layer_begin};
+    const int64_t f = in_flight(static_cast<int>(c.stages.size()));
+    for (auto& s : c.stages) {
+      nodes.push_back(s.node);
+      cuts.push_back(s.layer_end);
+      s.memory = static_cast<Bytes>(memory(s.layer_begin, s.layer_end, f));
+      s.predicted_time = stage_time(s.node, s.layer_begin, s.layer_end);
+    }
+    c.period = cluster_period(nodes, cuts);
+    c.throughput = c.period > 0 ? batch_ / c.period : 0.0;
+    periods.push_back(c.period);
+  }
+  plan.rings = plan.clusters.size() > 1 ? make_rings(*model_, plan.clusters) : std::vector<Ring>{};
+  plan.averaging_time = averaging_time(plan.clusters, plan.rings);
+  plan.throughput = throughput(periods, plan.averaging_time);
+}
+
+std::vector<Ring> make_rings(const ModelDesc& model, const std::vector<ClusterPlan>& clusters) {
+  std::vector<int64_t> edges{0, model.total_params()};
+  for (const auto& c : clusters)
+    for (const auto& s : c.stages) edges.push_back(model.prefix_params[s.layer_begin]);
+  std::sort(edges.begin(), edges.end());
+  edges.erase(std::unique(edges.begin(), edges.end()), edges.end());
+  std::vector<Ring> rings;
+  for (size_t k = 0; k + 1 < edges.size(); ++k) {
+    Ring r;
+    r.param_begin = edges[k];
+    r.param_end = edges[k + 1];
+    for (const auto& c : clusters) {
+      int owner = -1;
+      for (const auto& s : c.stages)
+        if (model.prefix_params[s.layer_begin] <= r.param_begin && r.param_begin < model.prefix_params[s.layer_end])
+          owner = s.node;
+      RV_CHECK(owner >= 0, "make_rings: a chunk has no owner in a cluster");
+      r.owners.push_back(owner);
+    }
+    rings.push_back(r);
+  }
+  return rings;
+}
+
+}  // namespace rv

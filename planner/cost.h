@@ -1,0 +1,94 @@
+// The planner's cost model: predicted time per micro-batch of a pipeline stage and of a cluster
+// (steady asynchronous-pipeline throughput), and of a cross-cluster averaging round, from the
+// device pool, the model's per-layer profile and the training settings. It charges the same
+// numbers as the simulator (core/cost_model.h) and applies the network model's factors, so a
+// prediction and a simulation differ only where the schedule does.
+//
+// A stage s on node n holding layers [l, r) costs, per micro-batch, the largest of
+//   compute  (forward + backward + update flops) / speed_n
+//   uplink   (A(r) + A(l)) / up_n     activations to s+1 and gradients to s-1
+//   downlink (A(l) + A(r)) / down_n   activations from s-1 and gradients from s+1
+// where A(b) is the bytes of one micro-batch's activations at boundary b (0 at either end).
+// A cluster's period is the largest stage cost, and at least RTT / max_in_flight, RTT being one
+// micro-batch's round trip (every forward, backward and transfer, with latencies).
+#pragma once
+
+#include <vector>
+
+#include "core/model.h"
+#include "core/plan.h"
+#include "core/scenario.h"
+#include "core/units.h"
+
+namespace rv {
+
+// How the simulator's network model bends latency and bandwidth (SimGrid's LV08: latency x 13.01,
+// bandwidth x 0.97, TCP window gamma = 4 MiB caps a flow at gamma / (2 latency)).
+struct NetFactors {
+  double latency = 1.0;
+  double bandwidth = 1.0;
+  double tcp_gamma = 0.0;  // bytes; 0: no window cap
+};
+NetFactors net_factors(const NetworkSpec& network);
+
+// One node of the pool in SI units.
+struct PoolNode {
+  double speed = 0;    // flop/s
+  double ram = 0;      // bytes
+  double up = 0;       // bytes/s
+  double down = 0;     // bytes/s
+  double latency = 0;  // s, one way to the core (before factors)
+};
+
+class CostModel {
+ public:
+  CostModel(const Scenario& scenario, const ModelDesc& model);
+
+  int nodes() const { return static_cast<int>(pool_.size()); }
+  int layers() const { return model_->layer_count(); }
+  const PoolNode& node(int n) const { return pool_[n]; }
+  const ModelDesc& model() const { return *model_; }
+  int64_t batch() const { return batch_; }
+
+  // Unfinished micro-batches allowed in a cluster of `stages` stages (max_in_flight, or the
+  // stage count), which sets the memory of stashed weights and activations.
+  int64_t in_flight(int stages) const;
+  // Bytes of one micro-batch's activations crossing boundary b (0 at 0 and at layers()).
+  double boundary_bytes(int b) const;
+  // Modeled memory of layers [l, r) with `in_flight` micro-batches unfinished.
+  double memory(int l, int r, int64_t in_flight) const;
+  bool fits(int node, int l, int r, int64_t in_flight) const;
+  // Compute seconds of one micro-batch (forward + backward + update) of [l, r) on `node`.
+  double compute_time(int node, int l, int r) const;
+  // Per-micro-batch cost of `node` as a stage holding [l, r) (see the file comment).
+  double stage_time(int node, int l, int r) const;
+  // Effective bandwidth (bytes/s) and latency (s) of a transfer from `a` to `b`.
+  double path_bandwidth(int a, int b) const;
+  double path_latency(int a, int b) const;
+
+  // Period (seconds per micro-batch) of a pipeline: nodes in order, cuts of size nodes + 1.
+  double cluster_period(const std::vector<int>& nodes, const std::vector<int>& cuts) const;
+  // Seconds of one averaging (reduce-scatter + all-gather over every ring) of `plan`'s clusters.
+  double averaging_time(const std::vector<ClusterPlan>& clusters,
+                        const std::vector<Ring>& rings) const;
+  // Samples per second of the whole plan: C clusters in step, averaging every average_every
+  // updates (the slowest cluster gates each bulk-synchronous averaging).
+  double throughput(const std::vector<double>& cluster_periods, double averaging) const;
+
+  // Fills in every predicted figure of `plan` (stage memory and times, cluster periods and
+  // throughputs, rings, averaging time, overall throughput).
+  void annotate(Plan& plan) const;
+
+ private:
+  const ModelDesc* model_;
+  TrainingSpec training_;
+  int64_t batch_;
+  NetFactors factors_;
+  std::vector<PoolNode> pool_;
+};
+
+// The rings of cross-cluster averaging: the flat parameter space cut at every cluster's stage
+// boundaries; chunk k is owned, in each cluster, by the node holding those parameters.
+std::vector<Ring> make_rings(const ModelDesc& model, const std::vector<ClusterPlan>& clusters);
+
+}  // namespace rv

@@ -1,0 +1,287 @@
+// ga: our genetic algorithm. An individual assigns every node to a cluster or leaves it idle;
+// its fitness is the predicted global throughput of the plan it decodes to (each cluster's
+// pipeline order and cut by best_pipeline(), the slowest cluster gating the averaging); a cluster
+// that cannot hold the model makes the individual infeasible. The population starts from the
+// greedy solutions for every number of clusters; offspring come from a grouping crossover (whole
+// clusters inherited from either parent) and mutations aimed at the bottleneck (move or swap a
+// node between the slowest and fastest clusters, split, merge, idle a straggler). Elitist, seeded,
+// deterministic; clusters are evaluated once and cached by their members.
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <random>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "planner/layer_graph.h"
+#include "planner/planner.h"
+
+namespace rv {
+namespace {
+
+struct Individual {
+  std::vector<int> assign;  // per node: cluster label, or -1 (idle)
+  double score = -1e300;
+  std::vector<Partition> clusters;  // decoded, in label order
+  std::vector<int> labels;          // label of clusters[i]
+};
+
+class Evaluator {
+ public:
+  Evaluator(const CostModel& cost, const std::vector<char>& cuttable) : cost_(cost), cuttable_(cuttable) {}
+
+  const std::optional<Partition>& cluster(std::vector<int> members) {
+    std::sort(members.begin(), members.end());
+    auto it = cache_.find(members);
+    if (it != cache_.end()) return it->second;
+    ++evaluations_;
+    return cache_.emplace(members, best_pipeline(cost_, members, cuttable_)).first->second;
+  }
+
+  // Decodes and scores `ind` in place.
+  void evaluate(Individual& ind) {
+    std::map<int, std::vector<int>> groups;
+    for (int n = 0; n < static_cast<int>(ind.assign.size()); ++n)
+      if (ind.assign[n] >= 0) groups[ind.assign[n]].push_back(n);
+    ind.clusters.clear();
+    ind.labels.clear();
+    int infeasible = 0;
+    for (auto& [label, members] : groups) {
+      const auto& p = cluster(members);
+      if (!p) {
+        ++infeasible;
+        continue;
+      }
+      ind.clusters.push_back(*p);
+      ind.labels.push_back(label);
+    }
+    if (groups.empty()) ind.score = -1e300;
+    else if (infeasible > 0) ind.score = -static_cast<double>(infeasible);
+    else ind.score = score_clusters(cost_, ind.clusters);
+  }
+
+  int64_t evaluations() const { return evaluations_; }
+
+ private:
+  const CostModel& cost_;
+  const std::vector<char>& cuttable_;
+  std::map<std::vector<int>, std::optional<Partition>> cache_;
+  int64_t evaluations_ = 0;
+};
+
+// Renumbers labels 0..C-1 in order of first appearance (idle stays -1), so equal groupings compare equal.
+void normalise(std::vector<int>& a) {
+  std::unordered_map<int, int> map;
+  for (int& x : a) {
+    if (x < 0) continue;
+    auto it = map.find(x);
+    if (it == map.end()) it = map.emplace(x, static_cast<int>(map.size())).first;
+    x = it->second;
+  }
+}
+
+class Search {
+ public:
+  Search(const Scenario& s, const CostModel& cost, const std::vector<char>& cuttable)
+      : scenario_(s), cost_(cost), eval_(cost, cuttable), rng_(s.seed * 0x9E3779B97F4A7C15ULL + 0xA11CE),
+        n_(cost.nodes()) {}
+
+  Individual run(const std::vector<std::vector<Partition>>& seeds, int population, int generations) {
+    std::vector<Individual> pop;
+    for (const auto& clusters : seeds) pop.push_back(from_clusters(clusters));
+    if (pop.empty()) pop.push_back(random_individual(std::max(1, scenario_.planner.clusters)));
+    while (static_cast<int>(pop.size()) < population) {
+      Individual child = pop[pop.size() % std::max<size_t>(1, seeds.size())];
+      mutate(child, 1 + static_cast<int>(rng_() % 3));
+      pop.push_back(std::move(child));
+    }
+    for (auto& ind : pop) eval_.evaluate(ind);
+    for (int g = 0; g < generations; ++g) {
+      std::vector<Individual> next = pop;
+      for (int k = 0; k < population; ++k) {
+        Individual child = tournament(pop);
+        if (rng_() % 2 == 0) crossover(child, tournament(pop));
+        mutate(child, 1 + static_cast<int>(rng_() % 3));
+        eval_.evaluate(child);
+        next.push_back(std::move(child));
+      }
+      // Elitist selection of distinct individuals.
+      std::stable_sort(next.begin(), next.end(), [](const Individual& a, const Individual& b) { return a.score > b.score; });
+      pop.clear();
+      for (auto& ind : next) {
+        bool dup = false;
+        for (const auto& p : pop) dup = dup || p.assign == ind.assign;
+        if (!dup) pop.push_back(std::move(ind));
+        if (static_cast<int>(pop.size()) == population) break;
+      }
+    }
+    return pop.front();
+  }
+
+ private:
+  Individual from_clusters(const std::vector<Partition>& clusters) {
+    Individual ind;
+    ind.assign.assign(n_, -1);
+    for (size_t c = 0; c < clusters.size(); ++c)
+      for (int node : clusters[c].order) ind.assign[node] = static_cast<int>(c);
+    return ind;
+  }
+
+  Individual random_individual(int c) {
+    Individual ind;
+    ind.assign.resize(n_);
+    for (int& x : ind.assign) x = static_cast<int>(rng_() % c);
+    normalise(ind.assign);
+    return ind;
+  }
+
+  const Individual& tournament(const std::vector<Individual>& pop) {
+    const Individual* best = &pop[rng_() % pop.size()];
+    for (int i = 0; i < 2; ++i) {
+      const Individual& o = pop[rng_() % pop.size()];
+      if (o.score > best->score) best = &o;
+    }
+    return *best;
+  }
+
+  int clusters_of(const std::vector<int>& a) const {
+    int c = 0;
+    for (int x : a) c = std::max(c, x + 1);
+    return c;
+  }
+
+  bool fixed_count() const { return scenario_.planner.clusters > 0; }
+
+  // Grouping crossover: keep each of `a`'s clusters with probability 1/2, add `b`'s clusters
+  // without the nodes already placed, and give nodes placed by neither to the weakest cluster.
+  void crossover(Individual& a, const Individual& b) {
+    std::vector<int> out(n_, -2);
+    const int ca = clusters_of(a.assign);
+    std::vector<char> keep(ca);
+    for (auto& k : keep) k = rng_() % 2;
+    for (int n = 0; n < n_; ++n)
+      if (a.assign[n] >= 0 && keep[a.assign[n]]) out[n] = a.assign[n];
+    for (int n = 0; n < n_; ++n)
+      if (out[n] == -2 && b.assign[n] >= 0) out[n] = ca + b.assign[n];
+    for (int n = 0; n < n_; ++n)
+      if (out[n] == -2) out[n] = (a.assign[n] < 0 && b.assign[n] < 0) ? -1 : weakest(out);
+    normalise(out);
+    if (fixed_count() && clusters_of(out) != scenario_.planner.clusters) return;  // keep `a`
+    a.assign = std::move(out);
+  }
+
+  // The label with the least total speed among the assigned (0 if none).
+  int weakest(const std::vector<int>& a) {
+    std::map<int, double> speed;
+    for (int n = 0; n < n_; ++n)
+      if (a[n] >= 0) speed[a[n]] += cost_.node(n).speed;
+    int best = 0;
+    double least = 1e300;
+    for (auto& [label, s] : speed)
+      if (s < least) {
+        least = s;
+        best = label;
+      }
+    return best;
+  }
+
+  // The labels of the slowest and fastest clusters of `ind` (by predicted period), if decoded.
+  std::pair<int, int> extremes(const Individual& ind) {
+    if (ind.clusters.empty()) return {-1, -1};
+    size_t lo = 0, hi = 0;
+    for (size_t i = 1; i < ind.clusters.size(); ++i) {
+      if (ind.clusters[i].period > ind.clusters[lo].period) lo = i;
+      if (ind.clusters[i].period < ind.clusters[hi].period) hi = i;
+    }
+    return {ind.labels[lo], ind.labels[hi]};
+  }
+
+  int random_member(const std::vector<int>& a, int label) {
+    std::vector<int> m;
+    for (int n = 0; n < n_; ++n)
+      if (a[n] == label) m.push_back(n);
+    return m.empty() ? -1 : m[rng_() % m.size()];
+  }
+
+  void mutate(Individual& ind, int times) {
+    for (int t = 0; t < times; ++t) {
+      const std::vector<int> before = ind.assign;
+      std::vector<int>& a = ind.assign;
+      const int c = clusters_of(a);
+      auto [slow, fast] = extremes(ind);
+      const int op = static_cast<int>(rng_() % (fixed_count() ? 4 : 6));
+      if (op == 0 && slow >= 0 && slow != fast) {  // a node of the slowest cluster joins the fastest
+        int n = random_member(a, slow);
+        if (n >= 0) a[n] = fast;
+      } else if (op == 1 && slow >= 0 && slow != fast) {  // swap between slowest and fastest
+        int x = random_member(a, slow), y = random_member(a, fast);
+        if (x >= 0 && y >= 0) std::swap(a[x], a[y]);
+      } else if (op == 2) {  // a random node to a random cluster, or idle
+        const int n = static_cast<int>(rng_() % n_);
+        const int label = static_cast<int>(rng_() % (c + 1)) - 1;
+        a[n] = label;
+      } else if (op == 3 && slow >= 0) {  // idle a straggler of the slowest cluster, or wake an idle node
+        std::vector<int> idle;
+        for (int n = 0; n < n_; ++n)
+          if (a[n] < 0) idle.push_back(n);
+        if (!idle.empty() && rng_() % 2 == 0) a[idle[rng_() % idle.size()]] = slow;
+        else if (int n = random_member(a, slow); n >= 0) a[n] = -1;
+      } else if (op == 4 && c >= 2) {  // merge two clusters
+        const int x = static_cast<int>(rng_() % c), y = static_cast<int>(rng_() % c);
+        for (int& v : a)
+          if (v == y) v = x;
+      } else if (op == 5 && c >= 1) {  // split a cluster in two, alternating by speed
+        const int x = slow >= 0 ? slow : static_cast<int>(rng_() % c);
+        std::vector<int> m;
+        for (int n = 0; n < n_; ++n)
+          if (a[n] == x) m.push_back(n);
+        std::stable_sort(m.begin(), m.end(), [&](int p, int q) { return cost_.node(p).speed > cost_.node(q).speed; });
+        for (size_t i = 1; i < m.size(); i += 2) a[m[i]] = c;
+      }
+      normalise(a);
+      if (fixed_count() && clusters_of(a) != scenario_.planner.clusters) {
+        a = before;  // keep the number of clusters the scenario fixes
+        continue;
+      }
+      // Refresh the decoded clusters for the next targeted mutation.
+      eval_.evaluate(ind);
+    }
+  }
+
+  const Scenario& scenario_;
+  const CostModel& cost_;
+  Evaluator eval_;
+  std::mt19937_64 rng_;
+  int n_;
+};
+
+}  // namespace
+
+Plan plan_ga(const Scenario& scenario, const ModelDesc& model) {
+  CostModel cost(scenario, model);
+  check_pool(scenario, model, cost);
+  LayerGraph graph(model);
+  std::vector<int> nodes(cost.nodes());
+  std::iota(nodes.begin(), nodes.end(), 0);
+  std::stable_sort(nodes.begin(), nodes.end(), [&](int a, int b) { return cost.node(a).speed > cost.node(b).speed; });
+  // Seeds: the greedy dealing for every number of clusters worth trying, best first.
+  std::vector<std::pair<double, std::vector<Partition>>> seeds;
+  for (int c : cluster_counts(scenario, cost.nodes(), cost.nodes()))
+    if (auto clusters = snake_clusters(cost, nodes, c, graph.cuttable()))
+      seeds.emplace_back(score_clusters(cost, *clusters), std::move(*clusters));
+  std::stable_sort(seeds.begin(), seeds.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  const int n = cost.nodes();
+  int population = scenario.planner.population, generations = scenario.planner.generations;
+  if (population <= 0) population = n <= 100 ? 40 : (n <= 1000 ? 20 : 10);
+  if (generations <= 0) generations = n <= 100 ? 200 : (n <= 1000 ? 60 : 15);
+  std::vector<std::vector<Partition>> seed_clusters;
+  for (size_t i = 0; i < seeds.size() && static_cast<int>(i) < population; ++i) seed_clusters.push_back(seeds[i].second);
+  Search search(scenario, cost, graph.cuttable());
+  Individual best = search.run(seed_clusters, population, generations);
+  if (best.score <= 0)
+    throw ScenarioError(scenario.source, "devices",
+                        "ga: found no assignment in which every cluster can hold the model");
+  return assemble_plan("ga", cost, best.clusters);
+}
+
+}  // namespace rv

@@ -1,0 +1,36 @@
+// greedy: sort the nodes by speed, deal them into C clusters in snake order (balancing each
+// cluster's total speed), cut each cluster's pipeline with best_pipeline(), keep the best C.
+#include <algorithm>
+#include <numeric>
+
+#include "core/error.h"
+#include "planner/layer_graph.h"
+#include "planner/planner.h"
+
+namespace rv {
+
+Plan plan_greedy(const Scenario& scenario, const ModelDesc& model) {
+  CostModel cost(scenario, model);
+  check_pool(scenario, model, cost);
+  LayerGraph graph(model);
+  std::vector<int> nodes(cost.nodes());
+  std::iota(nodes.begin(), nodes.end(), 0);
+  std::stable_sort(nodes.begin(), nodes.end(), [&](int a, int b) { return cost.node(a).speed > cost.node(b).speed; });
+  std::optional<std::vector<Partition>> best;
+  double best_score = -1;
+  for (int c : cluster_counts(scenario, cost.nodes(), cost.nodes())) {
+    auto clusters = snake_clusters(cost, nodes, c, graph.cuttable());
+    if (!clusters) continue;
+    const double s = score_clusters(cost, *clusters);
+    if (s > best_score) {
+      best_score = s;
+      best = clusters;
+    }
+  }
+  if (!best)
+    throw ScenarioError(scenario.source, "planner.clusters",
+                        "greedy: no number of clusters gives every cluster enough RAM for the model");
+  return assemble_plan("greedy", cost, *best);
+}
+
+}  // namespace rv

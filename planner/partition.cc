@@ -1,0 +1,161 @@
+#include "planner/partition.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace rv {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Cost of stage s of `order` holding [l, r): its own compute and links, and the flows to its
+// successor (activations forward, gradients back) capped by their paths.
+double stage_cost_in(const CostModel& cost, const std::vector<int>& order, int s, int l, int r) {
+  double t = cost.stage_time(order[s], l, r);
+  if (s + 1 < static_cast<int>(order.size())) {
+    const double a = cost.boundary_bytes(r);
+    t = std::max({t, a / cost.path_bandwidth(order[s], order[s + 1]),
+                  a / cost.path_bandwidth(order[s + 1], order[s])});
+  }
+  return t;
+}
+
+std::vector<int> boundaries(const std::vector<char>& cuttable) {
+  std::vector<int> p;
+  for (int b = 0; b < static_cast<int>(cuttable.size()); ++b)
+    if (cuttable[b]) p.push_back(b);
+  return p;
+}
+
+std::optional<Partition> exact(const CostModel& cost, const std::vector<int>& order,
+                               const std::vector<int>& pos) {
+  const int k = static_cast<int>(order.size());
+  const int n = static_cast<int>(pos.size());
+  const int64_t f = cost.in_flight(k);
+  // dp[s][j]: the best bottleneck of stages 0..s-1 covering [0, pos[j]).
+  std::vector<std::vector<double>> dp(k + 1, std::vector<double>(n, kInf));
+  std::vector<std::vector<int>> from(k + 1, std::vector<int>(n, -1));
+  dp[0][0] = 0;
+  for (int s = 0; s < k; ++s) {
+    for (int i = s; i < n; ++i) {
+      if (dp[s][i] == kInf) continue;
+      // Leave at least one boundary step for each remaining stage.
+      for (int j = i + 1; j <= n - (k - s); ++j) {
+        if (!cost.fits(order[s], pos[i], pos[j], f)) break;  // memory only grows with the range
+        const double c = std::max(dp[s][i], stage_cost_in(cost, order, s, pos[i], pos[j]));
+        if (c < dp[s + 1][j]) {
+          dp[s + 1][j] = c;
+          from[s + 1][j] = i;
+        }
+      }
+    }
+  }
+  if (dp[k][n - 1] == kInf) return std::nullopt;
+  Partition p;
+  p.order = order;
+  p.bottleneck = dp[k][n - 1];
+  p.cuts.assign(k + 1, 0);
+  for (int s = k, j = n - 1; s > 0; --s) {
+    p.cuts[s] = pos[j];
+    j = from[s][j];
+  }
+  return p;
+}
+
+// Greedy check for a bound t: each stage takes the furthest boundary that keeps it within t and
+// its memory, leaving one step for every remaining stage.
+std::optional<std::vector<int>> greedy(const CostModel& cost, const std::vector<int>& order,
+                                       const std::vector<int>& pos, double t) {
+  const int k = static_cast<int>(order.size());
+  const int n = static_cast<int>(pos.size());
+  const int64_t f = cost.in_flight(k);
+  std::vector<int> cuts{pos[0]};
+  int i = 0;
+  for (int s = 0; s < k; ++s) {
+    int best = -1;
+    const int last = s == k - 1 ? n - 1 : n - (k - s);
+    for (int j = i + 1; j <= last; ++j) {
+      if (!cost.fits(order[s], pos[i], pos[j], f)) break;
+      if (stage_cost_in(cost, order, s, pos[i], pos[j]) <= t) best = j;
+    }
+    if (best < 0 || (s == k - 1 && best != n - 1)) return std::nullopt;
+    cuts.push_back(pos[best]);
+    i = best;
+  }
+  return cuts;
+}
+
+}  // namespace
+
+std::optional<Partition> best_partition(const CostModel& cost, const std::vector<int>& order,
+                                        const std::vector<char>& cuttable, double exact_limit) {
+  const std::vector<int> pos = boundaries(cuttable);
+  const int k = static_cast<int>(order.size());
+  if (k == 0 || k > static_cast<int>(pos.size()) - 1) return std::nullopt;
+  std::optional<Partition> p;
+  if (static_cast<double>(k) * pos.size() * pos.size() <= exact_limit) {
+    p = exact(cost, order, pos);
+  } else {
+    // Bisection on the bottleneck between 0 and the cost of the whole model on the slowest node.
+    double hi = 0;
+    for (int s = 0; s < k; ++s) hi = std::max(hi, stage_cost_in(cost, order, s, 0, cost.layers()));
+    hi = hi * 2 + 1;
+    std::optional<std::vector<int>> best = greedy(cost, order, pos, hi);
+    if (!best) return std::nullopt;
+    double lo = 0;
+    for (int it = 0; it < 60 && hi - lo > 1e-9 * hi; ++it) {
+      const double mid = 0.5 * (lo + hi);
+      if (auto c = greedy(cost, order, pos, mid)) {
+        hi = mid;
+        best = c;
+      } else {
+        lo = mid;
+      }
+    }
+    p = Partition{order, *best, 0, 0};
+    for (int s = 0; s < k; ++s)
+      p->bottleneck = std::max(p->bottleneck, stage_cost_in(cost, order, s, p->cuts[s], p->cuts[s + 1]));
+  }
+  if (p) p->period = cost.cluster_period(p->order, p->cuts);
+  return p;
+}
+
+std::optional<Partition> best_pipeline(const CostModel& cost, const std::vector<int>& nodes,
+                                       const std::vector<char>& cuttable) {
+  std::vector<std::vector<int>> orders{nodes};
+  auto by = [&](auto key) {
+    std::vector<int> o = nodes;
+    std::stable_sort(o.begin(), o.end(), [&](int a, int b) { return key(a) > key(b); });
+    orders.push_back(o);
+    std::reverse(o.begin(), o.end());
+    orders.push_back(o);
+  };
+  by([&](int n) { return cost.node(n).speed; });
+  by([&](int n) { return cost.node(n).ram; });
+  by([&](int n) { return std::min(cost.node(n).up, cost.node(n).down); });
+  std::optional<Partition> best;
+  auto consider = [&](const std::vector<int>& o) {
+    auto p = best_partition(cost, o, cuttable);
+    if (p && (!best || p->period < best->period)) best = p;
+    return p;
+  };
+  for (const auto& o : orders) consider(o);
+  // Neighbour swaps on small clusters, while they help.
+  if (best && nodes.size() <= 10) {
+    for (int pass = 0; pass < 3; ++pass) {
+      bool improved = false;
+      for (size_t i = 0; i + 1 < best->order.size(); ++i) {
+        std::vector<int> o = best->order;
+        std::swap(o[i], o[i + 1]);
+        const double before = best->period;
+        consider(o);
+        improved |= best->period < before;
+      }
+      if (!improved) break;
+    }
+  }
+  return best;
+}
+
+}  // namespace rv

@@ -1,0 +1,34 @@
+// Cutting a model into a pipeline: for nodes in a given order, the contiguous stages that minimise
+// the bottleneck (the largest per-micro-batch stage cost, transfers to the neighbours included)
+// with every stage within its node's memory; and the node order that does best.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "planner/cost.h"
+
+namespace rv {
+
+struct Partition {
+  std::vector<int> order;  // nodes in pipeline order
+  std::vector<int> cuts;   // layer boundaries, size order.size() + 1: stage s holds [cuts[s], cuts[s+1])
+  double bottleneck = 0;   // largest stage cost (s per micro-batch)
+  double period = 0;       // CostModel::cluster_period of this pipeline
+};
+
+// The best cut for `order`, or nothing if no cut fits the nodes' memory. `cuttable[b]` says
+// whether a stage may begin at layer b. Exact (dynamic programming over boundaries) when
+// nodes x boundaries^2 is below `exact_limit`, else a bisection on the bottleneck with a greedy
+// check (for pipelines of hundreds of stages).
+std::optional<Partition> best_partition(const CostModel& cost, const std::vector<int>& order,
+                                        const std::vector<char>& cuttable,
+                                        double exact_limit = 2e7);
+
+// The best pipeline over `nodes`: tries orders (as given; by speed, memory and bandwidth, each
+// both ways) and, for small clusters, improves the best by swapping neighbours. Nothing if none
+// fits. Deterministic.
+std::optional<Partition> best_pipeline(const CostModel& cost, const std::vector<int>& nodes,
+                                       const std::vector<char>& cuttable);
+
+}  // namespace rv
