@@ -71,27 +71,35 @@ void print_summary(const std::string& path) {
 int cmd_plan(const CommonOptions& o, const std::string& out_json) {
   Prepared p = prepare(o);
   const Scenario& s = p.scenario;
-  std::cout << fmt::format("scenario {} ({}): model {} with {} layers, {} parameters; {} nodes\n",
+  std::cout << fmt::format("scenario {} ({}): model {} with {} layers, {} parameters; {} nodes; planner {}\n",
                            s.name, s.source, p.model.name, p.model.layer_count(),
-                           p.model.total_params(), s.node_count());
-  double bottleneck = 0;
+                           p.model.total_params(), s.node_count(), p.plan.method);
+  int used = 0;
   for (size_t c = 0; c < p.plan.clusters.size(); ++c) {
-    std::cout << fmt::format("cluster {}\n", c);
-    std::cout << fmt::format("  {:>5} {:>5} {:<12} {:>9} {:>12} {:>11} {:>14}\n", "stage", "node",
-                             "device", "layers", "params", "memory", "stage time");
-    for (size_t k = 0; k < p.plan.clusters[c].stages.size(); ++k) {
-      const StagePlan& st = p.plan.clusters[c].stages[k];
+    const ClusterPlan& cl = p.plan.clusters[c];
+    std::cout << fmt::format("cluster {}: {} stages, {:.3f} ms per micro-batch, {:.1f} samples/s\n", c,
+                             cl.stages.size(), cl.period * 1e3, cl.throughput);
+    std::cout << fmt::format("  {:>5} {:>5} {:<12} {:>7} {:>7} {:>9} {:>11} {:>11} {:>10}\n", "stage", "node",
+                             "device", "tflops", "layers", "params", "memory", "of RAM", "stage ms");
+    size_t bottleneck = 0;
+    for (size_t k = 0; k < cl.stages.size(); ++k)
+      if (cl.stages[k].predicted_time > cl.stages[bottleneck].predicted_time) bottleneck = k;
+    for (size_t k = 0; k < cl.stages.size(); ++k) {
+      const StagePlan& st = cl.stages[k];
       const DeviceGroup& d = s.device_of(st.node);
-      std::cout << fmt::format("  {:>5} {:>5} {:<12} {:>4}..{:<3} {:>12} {:>11} {:>11.3f} ms\n", k,
-                               st.node, d.name, st.layer_begin, st.layer_end - 1,
+      std::cout << fmt::format("  {:>5} {:>5} {:<12} {:>7.3g} {:>3}..{:<3} {:>9} {:>11} {:>10.1f}% {:>10.3f}{}\n", k,
+                               st.node, d.name, d.tflops, st.layer_begin, st.layer_end - 1,
                                p.model.params(st.layer_begin, st.layer_end), human_bytes(st.memory),
-                               st.predicted_time * 1e3);
-      bottleneck = std::max(bottleneck, st.predicted_time);
+                               100.0 * st.memory / (d.ram_gb * kGbToBytes), st.predicted_time * 1e3,
+                               k == bottleneck ? "  <- bottleneck" : "");
+      ++used;
     }
   }
-  std::cout << fmt::format("bottleneck stage compute: {:.3f} ms per micro-batch ({:.1f} samples/s)\n",
-                           bottleneck * 1e3,
-                           bottleneck > 0 ? s.data.batch_size / bottleneck : 0.0);
+  if (p.plan.clusters.size() > 1)
+    std::cout << fmt::format("averaging: {} rings, {:.3f} s per round, every {} updates\n", p.plan.rings.size(),
+                             p.plan.averaging_time, s.training.average_every);
+  std::cout << fmt::format("predicted: {:.1f} samples/s overall; {} of {} nodes used\n", p.plan.throughput, used,
+                           s.node_count());
   if (!out_json.empty()) {
     std::ofstream out(out_json);
     out << to_json(p.plan).dump(2) << "\n";

@@ -73,27 +73,57 @@ double CostModel::path_bandwidth(int a, int b) const {
 double CostModel::cluster_period(const std::vector<int>& nodes, const std::vector<int>& cuts) const {
   RV_CHECK(cuts.size() == nodes.size() + 1, "cluster_period: cuts and nodes differ");
   const int k = static_cast<int>(nodes.size());
-  double period = 0, rtt = 0;
+  // Stations of the closed network one micro-batch cycles through: each node's compute, uplink
+  // and downlink (service demand per micro-batch), and pure delays (latencies, window caps).
+  std::vector<double> demand;
+  std::vector<char> fcfs;  // compute stations serve one micro-batch at a time
+  double delay = 0, rtt = 0, bottleneck = 0;
+  const double bw = factors_.bandwidth;
   for (int s = 0; s < k; ++s) {
-    period = std::max(period, stage_time(nodes[s], cuts[s], cuts[s + 1]));
+    const int n = nodes[s];
     StageCost c = stage_cost(*model_, cuts[s], cuts[s + 1], training_, batch_, 1);
-    rtt += (c.forward + c.backward) / pool_[nodes[s]].speed;
+    const double compute = (c.forward + c.backward + c.update) / pool_[n].speed;
+    const double bytes = boundary_bytes(cuts[s]) + boundary_bytes(cuts[s + 1]);
+    demand.insert(demand.end(), {compute, bytes / (pool_[n].up * bw), bytes / (pool_[n].down * bw)});
+    fcfs.insert(fcfs.end(), {1, 0, 0});
+    bottleneck = std::max({bottleneck, compute, bytes / (pool_[n].up * bw), bytes / (pool_[n].down * bw)});
+    rtt += (c.forward + c.backward) / pool_[n].speed;
     if (s + 1 < k) {
       const double a = boundary_bytes(cuts[s + 1]);
-      // One flow each way per micro-batch; the flow's own cap (TCP window) may bind.
-      const double fwd = a / path_bandwidth(nodes[s], nodes[s + 1]);
-      const double bwd = a / path_bandwidth(nodes[s + 1], nodes[s]);
-      period = std::max({period, fwd, bwd});
-      rtt += path_latency(nodes[s], nodes[s + 1]) + fwd + path_latency(nodes[s + 1], nodes[s]) + bwd;
+      for (auto [x, y] : {std::pair{n, nodes[s + 1]}, std::pair{nodes[s + 1], n}}) {
+        const double link = a / (std::min(pool_[x].up, pool_[y].down) * bw);
+        const double flow = a / path_bandwidth(x, y);  // >= link when a window cap binds
+        delay += path_latency(x, y) + (flow - link);
+        rtt += path_latency(x, y) + flow;
+        bottleneck = std::max(bottleneck, flow);
+      }
     }
   }
   if (training_.algorithm == "gpipe") {
     // A step: one micro-batch's round trip, plus m - 1 more through the slowest stage, then the
     // flush; with equal stages this is (m + p - 1)(tf + tb).
     const double m = static_cast<double>(training_.micro_batches);
-    return (rtt + (m - 1) * period) / m;
+    return (rtt + (m - 1) * bottleneck) / m;
   }
-  return std::max(period, rtt / static_cast<double>(in_flight(k)));
+  // Mean-value analysis of the closed network with max_in_flight micro-batches. Links share their
+  // bandwidth among flows (processor sharing, as SimGrid does); a compute station serves one
+  // micro-batch at a time for a fixed time, so an arrival waits for half, not all, of the work in
+  // service there. Tends to 1 / bottleneck when enough micro-batches are in flight.
+  const int64_t population = in_flight(k);
+  std::vector<double> queue(demand.size(), 0.0);
+  double x = 0;
+  for (int64_t m = 1; m <= population; ++m) {
+    double r_total = delay;
+    std::vector<double> r(demand.size());
+    for (size_t i = 0; i < demand.size(); ++i) {
+      const double residual = fcfs[i] ? 0.5 * std::min(1.0, x * demand[i]) : 0.0;
+      r[i] = demand[i] * (1.0 + queue[i] - residual);
+      r_total += r[i];
+    }
+    x = static_cast<double>(m) / r_total;
+    for (size_t i = 0; i < demand.size(); ++i) queue[i] = x * r[i];
+  }
+  return std::max(bottleneck, x > 0 ? 1.0 / x : 0.0);
 }
 
 double CostModel::averaging_time(const std::vector<ClusterPlan>& clusters,

@@ -9,8 +9,10 @@
 //   uplink   (A(r) + A(l)) / up_n     activations to s+1 and gradients to s-1
 //   downlink (A(l) + A(r)) / down_n   activations from s-1 and gradients from s+1
 // where A(b) is the bytes of one micro-batch's activations at boundary b (0 at either end).
-// A cluster's period is the largest stage cost, and at least RTT / max_in_flight, RTT being one
-// micro-batch's round trip (every forward, backward and transfer, with latencies).
+// A cluster's period is at least the largest stage cost; with few micro-batches in flight it is
+// set by their round trips, queueing at every compute and link: mean-value analysis of the closed
+// network (max_in_flight micro-batches cycling through every node's compute, uplink and downlink,
+// and the latencies). Checked against the simulator in tests/test_planner_cost.cc.
 #pragma once
 
 #include <vector>

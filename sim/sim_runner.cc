@@ -47,8 +47,7 @@ SimResult simulate(const Scenario& s, const std::vector<int>& nodes, bool numeri
   configure_network(engine, s.network);
   std::vector<sg4::Host*> hosts = build_platform(s);
   const int n = static_cast<int>(hosts.size());
-  std::vector<sg4::Mailbox*> mailboxes;
-  for (int r = 0; r < n; ++r) mailboxes.push_back(sg4::Mailbox::by_name("n" + std::to_string(r)));
+  std::vector<sg4::ActorPtr> actors(n);
 
   EventLog log;
   SharedMetrics metrics(log, observer);
@@ -58,9 +57,9 @@ SimResult simulate(const Scenario& s, const std::vector<int>& nodes, bool numeri
   for (int r : nodes) {
     RV_CHECK(r >= 0 && r < n, "simulate: no node " + std::to_string(r));
     finished[r] = 0;
-    sg4::Actor::create("node" + std::to_string(r), hosts[r], [&, r] {
+    actors[r] = sg4::Actor::create("node" + std::to_string(r), hosts[r], [&, r] {
       try {
-        SimTransport sim_transport(r, mailboxes);
+        SimTransport sim_transport(r, actors);
         SimClock clock;
         FaultyTransport transport(sim_transport, clock, faults_for(s.faults, r));
         SimCompute compute(numeric);
@@ -81,7 +80,7 @@ SimResult simulate(const Scenario& s, const std::vector<int>& nodes, bool numeri
     });
   }
   engine.run();
-  for (auto* m : mailboxes) m->set_receiver(nullptr);
+  actors.clear();
   if (first_error) {
     try {
       std::rethrow_exception(first_error);
