@@ -1,5 +1,6 @@
 #include "core/dataset.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -179,6 +180,21 @@ Sampler::Sampler(int64_t n, int64_t batch, uint64_t seed)
   RV_CHECK(n > 0 && batch > 0, "sampler needs samples and a positive batch size");
 }
 
+Sampler::Sampler(std::vector<int64_t> rows, int64_t batch, uint64_t seed)
+    : Sampler(static_cast<int64_t>(rows.size()), batch, seed) {
+  rows_ = std::move(rows);
+}
+
+std::vector<int64_t> shard(int64_t n, int parts, int part, uint64_t seed) {
+  RV_CHECK(parts >= 1 && part >= 0 && part < parts && n >= parts, "shard: bad arguments");
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed ^ 0x5A4D5ULL);
+  at::Tensor p = at::randperm(n, gen, at::kLong);
+  const int64_t lo = n * part / parts, hi = n * (part + 1) / parts;
+  std::vector<int64_t> rows(p.data_ptr<int64_t>() + lo, p.data_ptr<int64_t>() + hi);
+  std::sort(rows.begin(), rows.end());
+  return rows;
+}
+
 std::vector<int64_t> Sampler::indices(int64_t micro_batch) {
   const int64_t epoch = micro_batch / per_epoch_;
   const int64_t pos = micro_batch % per_epoch_;
@@ -188,7 +204,10 @@ std::vector<int64_t> Sampler::indices(int64_t micro_batch) {
     perm_.assign(p.data_ptr<int64_t>(), p.data_ptr<int64_t>() + n_);
     cached_epoch_ = epoch;
   }
-  return std::vector<int64_t>(perm_.begin() + pos * batch_, perm_.begin() + (pos + 1) * batch_);
+  std::vector<int64_t> out(perm_.begin() + pos * batch_, perm_.begin() + (pos + 1) * batch_);
+  if (!rows_.empty())
+    for (auto& i : out) i = rows_[i];
+  return out;
 }
 
 }  // namespace rv

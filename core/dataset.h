@@ -49,6 +49,8 @@ Dataset load_dataset(const DataSpec& spec, uint64_t seed);
 class Sampler {
  public:
   Sampler(int64_t n, int64_t batch, uint64_t seed);
+  // Over the given rows only (a shard): indices() returns rows from `rows`.
+  Sampler(std::vector<int64_t> rows, int64_t batch, uint64_t seed);
   std::vector<int64_t> indices(int64_t micro_batch);
   int64_t batches_per_epoch() const { return per_epoch_; }
 
@@ -57,6 +59,10 @@ class Sampler {
   uint64_t seed_;
   int64_t cached_epoch_ = -1;
   std::vector<int64_t> perm_;
+  std::vector<int64_t> rows_;  // empty: all of [0, n)
 };
+
+// Shard `part` of `parts` of [0, n): a seeded permutation cut into near-equal, disjoint parts.
+std::vector<int64_t> shard(int64_t n, int parts, int part, uint64_t seed);
 
 }  // namespace rv

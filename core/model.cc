@@ -186,6 +186,37 @@ StageModule::StageModule(const ModelDesc& model, int begin, int end, uint64_t se
   }
 }
 
+at::Tensor StageModule::flat_state() const {
+  std::vector<at::Tensor> parts;
+  for (int k = 0; k < end_ - begin_; ++k) {
+    const int pe = k + 1 < end_ - begin_ ? param_offset_[k + 1] : static_cast<int>(params_.size());
+    const int be = k + 1 < end_ - begin_ ? buffer_offset_[k + 1] : static_cast<int>(buffers_.size());
+    for (int i = param_offset_[k]; i < pe; ++i) parts.push_back(params_[i].detach().reshape({-1}));
+    for (int i = buffer_offset_[k]; i < be; ++i) parts.push_back(buffers_[i].reshape({-1}));
+  }
+  if (parts.empty()) return at::empty({0}, at::kFloat);
+  return at::cat(parts);
+}
+
+void StageModule::set_flat_state(const at::Tensor& flat) {
+  int64_t off = 0;
+  for (int k = 0; k < end_ - begin_; ++k) {
+    const int pe = k + 1 < end_ - begin_ ? param_offset_[k + 1] : static_cast<int>(params_.size());
+    const int be = k + 1 < end_ - begin_ ? buffer_offset_[k + 1] : static_cast<int>(buffers_.size());
+    for (int i = param_offset_[k]; i < pe; ++i) {
+      const int64_t n = params_[i].numel();
+      params_[i] = flat.narrow(0, off, n).view(params_[i].sizes()).clone().requires_grad_(true);
+      off += n;
+    }
+    for (int i = buffer_offset_[k]; i < be; ++i) {
+      const int64_t n = buffers_[i].numel();
+      buffers_[i].copy_(flat.narrow(0, off, n).view(buffers_[i].sizes()));
+      off += n;
+    }
+  }
+  RV_CHECK(off == flat.numel(), "set_flat_state: size mismatch");
+}
+
 at::Tensor StageModule::forward(const at::Tensor& input, const std::vector<at::Tensor>& params,
                                 bool train, uint64_t dropout_seed, bool update_buffers) const {
   RV_CHECK(params.size() == params_.size(), "stage forward with a wrong number of parameters");

@@ -60,6 +60,8 @@ struct ModelDesc {
   int64_t input_elems_of(int layer) const;  // per-sample elements entering `layer`
   int64_t buffers(int begin, int end) const;
   int64_t total_params() const { return params(0, layer_count()); }
+  // Where layer `layer`'s state (its parameters, then its buffers) begins in the flat model state.
+  int64_t state_offset(int layer) const { return prefix_params[layer] + prefix_buffers[layer]; }
 };
 
 // The model of a scenario, for inputs of `input_shape` and `classes` outputs.
@@ -79,6 +81,13 @@ class StageModule {
   void set_params(std::vector<at::Tensor> p) { params_ = std::move(p); }
   // BatchNorm running statistics (mean, var per BatchNorm layer), updated by training forwards.
   const std::vector<at::Tensor>& buffers() const { return buffers_; }
+
+  // The stage's state as one flat float tensor: each layer's parameters, then its buffers, layer
+  // after layer (the order of ModelDesc::state_offset). A copy.
+  at::Tensor flat_state() const;
+  // Replaces the state from a flat tensor of that layout: parameters become new tensors (the old
+  // ones may be stashed), buffers are overwritten in place.
+  void set_flat_state(const at::Tensor& flat);
 
   // Runs the layers on `x` with the given parameters (params() or a stashed version).
   // train: batch statistics and dropout; `dropout_seed` fixes the dropout masks, so a forward can be

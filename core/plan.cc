@@ -48,7 +48,7 @@ nlohmann::json to_json(const Plan& plan) {
   }
   j["rings"] = nlohmann::json::array();
   for (const auto& r : plan.rings)
-    j["rings"].push_back({{"params", {r.param_begin, r.param_end}}, {"owners", r.owners}});
+    j["rings"].push_back({{"state", {r.begin, r.end}}, {"owners", r.owners}});
   return j;
 }
 
@@ -77,8 +77,8 @@ Plan plan_from_json(const nlohmann::json& j) {
     if (j.contains("rings"))
       for (const auto& rj : j.at("rings")) {
         Ring r;
-        r.param_begin = rj.at("params").at(0).get<int64_t>();
-        r.param_end = rj.at("params").at(1).get<int64_t>();
+        r.begin = rj.at("state").at(0).get<int64_t>();
+        r.end = rj.at("state").at(1).get<int64_t>();
         r.owners = rj.at("owners").get<std::vector<int>>();
         p.rings.push_back(r);
       }

@@ -28,7 +28,9 @@ struct ClusterPlan {
 // One ring of cross-cluster averaging: a chunk of the flat parameter space and, in each cluster,
 // the node that holds it (owners[c] is cluster c's node).
 struct Ring {
-  int64_t param_begin = 0, param_end = 0;  // parameter indices [begin, end)
+  // Indices [begin, end) of the flat model state: each layer's parameters, then its buffers
+  // (BatchNorm statistics), layer after layer (ModelDesc::state_offset).
+  int64_t begin = 0, end = 0;
   std::vector<int> owners;
 };
 

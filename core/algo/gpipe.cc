@@ -13,6 +13,9 @@ void run_gpipe(NodeEnv& env, const RunSpec& spec, int node) {
   TrainingSpec tr = spec.scenario->training;
   const NodeRole role = spec.plan->role_of(node);
   if (role.stage < 0) return;
+  if (spec.plan->clusters.size() > 1)
+    throw InputError("gpipe across several clusters is not implemented yet: plan one cluster "
+                     "(planner.clusters = 1)");
   tr.weight_stashing = true;  // no update between a forward and its backward: keep the graph
   const int64_t m = tr.micro_batches;
   PipelineWorker w(env, spec, node, tr, m);

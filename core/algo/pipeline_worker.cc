@@ -11,16 +11,23 @@ namespace rv {
 PipelineWorker::PipelineWorker(NodeEnv& env, const RunSpec& spec, int node,
                                const TrainingSpec& training, int64_t in_flight)
     : env_(env), spec_(spec), role_(spec.plan->role_of(node)), training_(training),
-      batch_(spec.scenario->data.batch_size), in_flight_cap_(in_flight) {
+      batch_(spec.scenario->data.batch_size), in_flight_cap_(in_flight),
+      averager_(env, *spec.plan, *spec.model, node) {
   RV_CHECK(role_.stage >= 0, "node " + std::to_string(node) + " has no stage in the plan");
   cost_ = stage_cost(*spec.model, role_.layer_begin, role_.layer_end, training_, batch_, 1);
   if (numeric()) {
     RV_CHECK(spec.data != nullptr, "numeric mode needs a dataset");
     stage_ = std::make_unique<Stage>(*spec.model, role_.layer_begin, role_.layer_end, training_,
                                      spec.scenario->seed);
-    // Every cluster draws its own shard order from (seed, cluster).
-    sampler_ = std::make_unique<Sampler>(spec.data->train_size(), batch_,
-                                         spec.scenario->seed + 7919ULL * static_cast<uint64_t>(role_.cluster));
+    // Clusters train on disjoint shards of the training set (a permutation of the seed cut in C
+    // parts); each draws its own order from (seed, cluster).
+    const int clusters = static_cast<int>(spec.plan->clusters.size());
+    const uint64_t seed = spec.scenario->seed + 7919ULL * static_cast<uint64_t>(role_.cluster);
+    if (clusters > 1)
+      sampler_ = std::make_unique<Sampler>(shard(spec.data->train_size(), clusters, role_.cluster, spec.scenario->seed),
+                                           batch_, seed);
+    else
+      sampler_ = std::make_unique<Sampler>(spec.data->train_size(), batch_, seed);
   }
 }
 
@@ -222,13 +229,23 @@ std::optional<Message> PipelineWorker::note_recv(std::optional<Message> m) {
   return m;
 }
 
+std::optional<Message> PipelineWorker::try_recv() {
+  while (auto m = env_.transport.try_recv()) {
+    if (!averager_.hold(*m)) return note_recv(std::move(m));
+  }
+  return std::nullopt;
+}
+
 Message PipelineWorker::recv() {
   if (auto m = try_recv()) return std::move(*m);
   Event w = event(EventKind::kWait);
-  Message m = env_.transport.recv();
-  w.end = env_.clock.now();
-  env_.metrics.record(w);
-  return std::move(*note_recv(std::move(m)));
+  for (;;) {
+    Message m = env_.transport.recv();
+    if (averager_.hold(m)) continue;
+    w.end = env_.clock.now();
+    env_.metrics.record(w);
+    return std::move(*note_recv(std::move(m)));
+  }
 }
 
 void PipelineWorker::stop_next() {
@@ -239,6 +256,14 @@ void PipelineWorker::stop_next() {
     send(role_.next, std::move(m));
   }
   env_.transport.flush();
+}
+
+void PipelineWorker::average(const std::function<void(Message)>& defer) {
+  const int64_t round = averagings_++;
+  if (!averager_.participates()) return;
+  at::Tensor state = numeric() ? stage_->module().flat_state() : at::Tensor();
+  at::Tensor mean = averager_.average(state, round, defer);
+  if (numeric()) stage_->module().set_flat_state(mean);
 }
 
 void PipelineWorker::record_memory() {

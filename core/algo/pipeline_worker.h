@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "core/algo/algorithm.h"
+#include "core/algo/multi_ring.h"
 #include "core/cost_model.h"
 #include "core/stage.h"
 
@@ -45,10 +46,16 @@ class PipelineWorker {
   void send(int dst, Message m);
   // Blocks for the next message, recording the wait as idle time.
   Message recv();
-  std::optional<Message> try_recv() { return note_recv(env_.transport.try_recv()); }
+  // Averaging messages that arrive early are kept for the averaging, never returned.
+  std::optional<Message> try_recv();
   void stop_next();  // sends kStop to the next stage (if any) and flushes
 
   void record_memory();
+
+  // Cross-cluster averaging (bulk-synchronous: the caller has drained its pipeline). Messages of
+  // the pipeline that arrive meanwhile go to `defer`. No-op with one cluster.
+  void average(const std::function<void(Message)>& defer);
+  bool averages() const { return averager_.participates() || spec_.plan->clusters.size() > 1; }
 
  private:
   Event event(EventKind kind) const;
@@ -75,6 +82,8 @@ class PipelineWorker {
   int64_t eval_step_ = -1, eval_seen_ = 0, eval_count_ = 0, eval_correct_ = 0;
   double eval_loss_ = 0;
   Bytes peak_memory_ = 0;
+  MultiRingAverager averager_;
+  int64_t averagings_ = 0;
 };
 
 }  // namespace rv

@@ -6,6 +6,10 @@
 // step the optimizer right after each backward. Last stage: forward, loss and backward at once.
 // Every update records its staleness (updates of this stage between the micro-batch's forward and
 // its backward).
+// Across clusters (bulk-synchronous, as the reference does): every average_every updates, and
+// after the last, the first stage drains its pipeline and every node averages its stage with the
+// other clusters' by the parallel multi-ring all-reduce (core/algo/multi_ring.h); work for the
+// next updates that arrives during the averaging waits in the queues.
 #include <deque>
 
 #include "core/algo/algorithm.h"
@@ -33,11 +37,17 @@ void run_ravnest(NodeEnv& env, const RunSpec& spec, int node) {
   PipelineWorker w(env, spec, node, tr, cap);
   const int64_t total = tr.steps;
   const int64_t B = w.batch();
+  const int64_t E = tr.average_every;
+  const bool clusters = spec.plan->clusters.size() > 1;
   auto eval_due = [&](int64_t done) { return tr.eval_every > 0 && done % tr.eval_every == 0 && done < total; };
+  auto average_due = [&](int64_t done) { return clusters && (done % E == 0 || done == total); };
 
   if (role.first()) {
     int64_t injected = 0, completed = 0;
     std::deque<Message> bwd;
+    // With several clusters, no micro-batch of the next averaging period starts before this one's
+    // averaging: the pipeline drains.
+    auto may_inject = [&] { return !clusters || injected < (completed / E + 1) * E; };
     while (completed < total) {
       if (role.last()) {  // a one-stage cluster: plain local training
         int64_t st = 0;
@@ -56,7 +66,7 @@ void run_ravnest(NodeEnv& env, const RunSpec& spec, int node) {
           w.backward(m.id, m, &st);
           w.update(m.id, st);
           ++completed;
-        } else if (injected < total && injected - completed < cap) {
+        } else if (injected < total && injected - completed < cap && may_inject()) {
           w.send(role.next, w.forward(injected, nullptr));
           ++injected;
           continue;
@@ -65,6 +75,7 @@ void run_ravnest(NodeEnv& env, const RunSpec& spec, int node) {
           continue;
         }
       }
+      if (average_due(completed)) w.average([&](Message m) { bwd.push_back(std::move(m)); });
       if (eval_due(completed)) w.inject_eval(completed, completed * B);
     }
     w.inject_eval(completed, completed * B);
@@ -90,6 +101,7 @@ void run_ravnest(NodeEnv& env, const RunSpec& spec, int node) {
         auto g = w.backward(m.id, m, &st);
         w.send(role.prev, std::move(*g));
         w.update(m.id, st);
+        if (average_due(w.version())) w.average(route);
       } else if (!fwd.empty()) {
         Message m = std::move(fwd.front());
         fwd.pop_front();
@@ -106,8 +118,15 @@ void run_ravnest(NodeEnv& env, const RunSpec& spec, int node) {
   }
 
   // Last stage.
+  std::deque<Message> later;  // pipeline messages that arrived during an averaging
   while (true) {
-    Message m = w.recv();
+    Message m;
+    if (!later.empty()) {
+      m = std::move(later.front());
+      later.pop_front();
+    } else {
+      m = w.recv();
+    }
     check_kind(m, {MsgKind::kForward, MsgKind::kEvalForward, MsgKind::kStop}, role);
     if (m.kind == MsgKind::kStop) break;
     if (m.kind == MsgKind::kEvalForward) {
@@ -119,6 +138,7 @@ void run_ravnest(NodeEnv& env, const RunSpec& spec, int node) {
     auto g = w.last_backward(m.id, &st);
     w.send(role.prev, std::move(*g));
     w.update(m.id, st);
+    if (average_due(w.version())) w.average([&](Message x) { later.push_back(std::move(x)); });
   }
   w.stop_next();
 }
