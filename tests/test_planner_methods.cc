@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <functional>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -48,13 +49,14 @@ std::string toml_of(const std::vector<Node>& pool, const std::string& extra = ""
   return os.str();
 }
 
-// Heterogeneous: compute 10x apart, RAM from a tenth of the model to twice it, links 10x apart.
+// Heterogeneous: compute 10x apart, RAM from half the model's (alone on a node, about 32 MB) to
+// three times it, links 10x apart.
 std::vector<Node> random_pool(uint64_t seed, int n) {
   std::mt19937_64 rng(seed);
   auto u = [&](double lo, double hi) { return lo + (hi - lo) * static_cast<double>(rng() >> 11) * 0x1.0p-53; };
   std::vector<Node> pool;
   for (int i = 0; i < n; ++i)
-    pool.push_back({0.005 * std::pow(10.0, u(0, 1)), std::round(u(0.01, 0.07) * 1000) / 1000,
+    pool.push_back({0.005 * std::pow(10.0, u(0, 1)), std::round(u(0.015, 0.09) * 1000) / 1000,
                     std::round(u(10, 100)), std::round(u(50, 500)), std::round(u(5, 50))});
   return pool;
 }
@@ -154,17 +156,29 @@ TEST_CASE("every planning method gives the same plan for the same seed", "[plann
 }
 
 TEST_CASE("on small random pools exhaustive >= ga >= greedy, ga within 1% of exhaustive", "[planner][methods]") {
-  const uint64_t seed = GENERATE(range(1, 9));
+  const uint64_t seed = GENERATE(range(1, 13));
   const int n = 3 + static_cast<int>(seed % 6);  // 3..8 nodes
   const auto pool = random_pool(100 + seed, n);
-  const Plan ex = plan_of(pool, planner_section("exhaustive"));
-  const Plan ga = plan_of(pool, planner_section("ga"));
-  const Plan greedy = plan_of(pool, planner_section("greedy"));
-  INFO(n << " nodes; exhaustive " << to_json(ex).dump() << "\nga " << to_json(ga).dump() << "\ngreedy "
-         << to_json(greedy).dump());
-  CHECK(ex.throughput >= ga.throughput * (1 - 1e-12));
-  CHECK(ga.throughput >= greedy.throughput * (1 - 1e-12));
-  CHECK(ga.throughput >= 0.99 * ex.throughput);
+  auto run = [&](const std::string& method) -> std::optional<Plan> {
+    try {
+      return plan_of(pool, planner_section(method));
+    } catch (const ScenarioError& e) {
+      UNSCOPED_INFO(method << ": " << e.what());
+      return std::nullopt;
+    }
+  };
+  const auto ex = run("exhaustive"), ga = run("ga"), greedy = run("greedy");
+  if (!ex) {  // no plan exists: no method may claim one
+    CHECK(!ga);
+    CHECK(!greedy);
+    return;
+  }
+  REQUIRE(ga);
+  INFO(n << " nodes; exhaustive " << to_json(*ex).dump() << "\nga " << to_json(*ga).dump());
+  WARN("DBG " << n << " ex " << ex->clusters.size() << "c " << ex->throughput << " ga " << ga->clusters.size() << "c " << ga->throughput << " greedy " << (greedy ? greedy->throughput : -1));
+  CHECK(ex->throughput >= ga->throughput * (1 - 1e-12));
+  CHECK(ga->throughput >= 0.99 * ex->throughput);
+  if (greedy) CHECK(ga->throughput >= greedy->throughput * (1 - 1e-12));
 }
 
 TEST_CASE("exhaustive matches brute force over every partition, order and cut of a tiny pool", "[planner][methods]") {
@@ -310,6 +324,8 @@ TEST_CASE("every method refuses a node too small for any layer, naming it", "[pl
     auto p = test::prepare(toml_of(pool, "[planner]\nmethod = \"" + method + "\"\n"), {}, false);
     FAIL(method << " accepted " << to_json(p.plan).dump());
   } catch (const ScenarioError& e) {
-    CHECK_THAT(e.what(), Catch::Contains("node 3") && Catch::Contains("too little RAM for any layer"));
+    // check_pool's message (manual's single cluster says which stage the node cannot hold).
+    CHECK_THAT(e.what(), Catch::Contains("node 3") && Catch::Contains("0.0001 GiB"));
+    if (method != "manual") CHECK_THAT(e.what(), Catch::Contains("too little for any layer"));
   }
 }
