@@ -134,7 +134,7 @@ double CostModel::averaging_time(const std::vector<ClusterPlan>& clusters,
   std::vector<double> up(pool_.size(), 0.0), down(pool_.size(), 0.0);
   double hop_latency = 0;
   for (const Ring& r : rings) {
-    const double piece = static_cast<double>(kFloatBytes * (r.param_end - r.param_begin)) / c;
+    const double piece = static_cast<double>(kFloatBytes * (r.end - r.begin)) / c;
     for (int i = 0; i < c; ++i) {
       const int a = r.owners[i], b = r.owners[(i + 1) % c];
       up[a] += piece;
@@ -179,20 +179,20 @@ void CostModel::annotate(Plan& plan) const {
 }
 
 std::vector<Ring> make_rings(const ModelDesc& model, const std::vector<ClusterPlan>& clusters) {
-  std::vector<int64_t> edges{0, model.total_params()};
+  std::vector<int64_t> edges{0, model.state_offset(model.layer_count())};
   for (const auto& c : clusters)
-    for (const auto& s : c.stages) edges.push_back(model.prefix_params[s.layer_begin]);
+    for (const auto& s : c.stages) edges.push_back(model.state_offset(s.layer_begin));
   std::sort(edges.begin(), edges.end());
   edges.erase(std::unique(edges.begin(), edges.end()), edges.end());
   std::vector<Ring> rings;
   for (size_t k = 0; k + 1 < edges.size(); ++k) {
     Ring r;
-    r.param_begin = edges[k];
-    r.param_end = edges[k + 1];
+    r.begin = edges[k];
+    r.end = edges[k + 1];
     for (const auto& c : clusters) {
       int owner = -1;
       for (const auto& s : c.stages)
-        if (model.prefix_params[s.layer_begin] <= r.param_begin && r.param_begin < model.prefix_params[s.layer_end])
+        if (model.state_offset(s.layer_begin) <= r.begin && r.begin < model.state_offset(s.layer_end))
           owner = s.node;
       RV_CHECK(owner >= 0, "make_rings: a chunk has no owner in a cluster");
       r.owners.push_back(owner);
