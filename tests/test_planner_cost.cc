@@ -87,3 +87,59 @@ TEST_CASE("cost model: a single transfer costs latency x 13.01 and bandwidth x 0
   CHECK(cost.path_latency(0, 2) == Approx((0.005 + 0.010) * 13.01));
   CHECK(cost.path_bandwidth(0, 2) == Approx(std::min(100e6 / 8, 100e6 / 8) * 0.97));
 }
+
+namespace {
+
+// C single-node clusters on equal links; one averaging after 10 local updates.
+double simulated_averaging(int clusters, const std::string& network, double* predicted) {
+  std::string toml = std::string(R"(
+name = "avg"
+[model]
+kind = "mlp"
+hidden = [1024, 1024]
+[data]
+kind = "synthetic"
+side = 32
+[training]
+steps = 10
+average_every = 10
+[sim]
+mode = "timing"
+[planner]
+method = "manual"
+)");
+  for (int c = 0; c < clusters; ++c) toml += "[[planner.cluster]]\nnodes = [" + std::to_string(c) + "]\n";
+  toml += "[network]\nmodel = \"" + network + "\"\n";
+  toml += "[[devices]]\ncount = " + std::to_string(clusters) +
+          "\ntflops = 1\nram_gb = 8\nup_mbps = 100\ndown_mbps = 100\nlatency_ms = 10\n";
+  auto p = test::prepare(toml);
+  *predicted = p.plan.averaging_time;
+  SimResult r = run_simulation(p.spec());
+  double start = 0, end = 0;
+  for (const auto& e : r.events)
+    if (e.kind == EventKind::kAverage) {
+      start = std::max(start, e.start);
+      end = std::max(end, e.end);
+    }
+  return end - start;
+}
+
+}  // namespace
+
+TEST_CASE("cost model: one averaging of 4 clusters, ideal network, equals 2(C-1)(latency + S/(C B))", "[planner][cost]") {
+  double predicted = 0;
+  const double simulated = simulated_averaging(4, "ideal", &predicted);
+  // S = state bytes, B = 100 Mbit/s, latency 10 + 10 ms per hop.
+  const double S = 4.0 * (1024 * 1024 + 1024 + 1024 * 1024 + 1024 + 1024 * 10 + 10);
+  const double alpha_beta = 2 * 3 * (0.020 + S / 4 / (100e6 / 8));
+  INFO("simulated " << simulated << " s, predicted " << predicted << " s, alpha-beta " << alpha_beta << " s");
+  CHECK(simulated == Approx(alpha_beta).epsilon(0.01));
+  CHECK(predicted == Approx(simulated).epsilon(0.05));
+}
+
+TEST_CASE("cost model: one averaging of 3 clusters, LV08 network", "[planner][cost]") {
+  double predicted = 0;
+  const double simulated = simulated_averaging(3, "lv08", &predicted);
+  INFO("simulated " << simulated << " s, predicted " << predicted << " s");
+  CHECK(predicted == Approx(simulated).epsilon(0.05));
+}
