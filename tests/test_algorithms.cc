@@ -5,7 +5,10 @@
 //   a node that crashes stops the others with an error, never a hang.
 #include "catch.h"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
+#include <set>
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
@@ -149,4 +152,44 @@ TEST_CASE("an unexpected message is a clear input error", "[algo][faults]") {
   FaultSpec drop;
   drop.drop_every = 3;
   CHECK_THROWS_AS(run_loopback(p.spec(), 2, 0, &drop), Error);
+}
+
+TEST_CASE("multi-cluster ravnest: every cluster holds the same model after each averaging", "[algo][rings]") {
+  auto p = test::prepare(std::string(kSmall) + R"(
+[planner]
+method = "manual"
+[[planner.cluster]]
+nodes = [0, 1]
+[[planner.cluster]]
+nodes = [2]
+)", {"training.steps=60", "training.average_every=20", "training.eval_every=20", "devices.0.count=3"});
+  REQUIRE(p.plan.clusters.size() == 2);
+  auto events = run_loopback(p.spec(), 30);
+  std::map<int64_t, std::vector<double>> losses;  // step -> test loss of each cluster
+  int averagings = 0;
+  for (const auto& e : events) {
+    if (e.kind == EventKind::kEval) losses[e.step].push_back(e.loss);
+    if (e.kind == EventKind::kAverage) ++averagings;
+  }
+  CHECK(averagings == 3 * 3);  // three nodes, three averagings each
+  REQUIRE(losses.size() == 3);
+  for (const auto& [step, l] : losses) {
+    INFO("step " << step);
+    REQUIRE(l.size() == 2);
+    CHECK(l[0] == l[1]);  // bit-identical: every cluster gathers the same sums
+  }
+}
+
+TEST_CASE("clusters train on disjoint shards of the training set", "[data]") {
+  std::set<int64_t> all;
+  size_t total = 0;
+  for (int part = 0; part < 3; ++part) {
+    auto rows = shard(100, 3, part, 9);
+    total += rows.size();
+    all.insert(rows.begin(), rows.end());
+    Sampler s(rows, 10, 1);
+    for (auto i : s.indices(0)) CHECK(std::binary_search(rows.begin(), rows.end(), i));
+  }
+  CHECK(total == 100);
+  CHECK(all.size() == 100);
 }

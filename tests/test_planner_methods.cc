@@ -51,12 +51,12 @@ std::string toml_of(const std::vector<Node>& pool, const std::string& extra = ""
 
 // Heterogeneous: compute 10x apart, RAM from half the model's (alone on a node, about 32 MB) to
 // three times it, links 10x apart.
-std::vector<Node> random_pool(uint64_t seed, int n) {
+std::vector<Node> random_pool(uint64_t seed, int n, double ram_lo = 0.015, double ram_hi = 0.09) {
   std::mt19937_64 rng(seed);
   auto u = [&](double lo, double hi) { return lo + (hi - lo) * static_cast<double>(rng() >> 11) * 0x1.0p-53; };
   std::vector<Node> pool;
   for (int i = 0; i < n; ++i)
-    pool.push_back({0.0005 * std::pow(10.0, u(0, 1)), std::round(u(0.015, 0.09) * 1000) / 1000,
+    pool.push_back({0.0005 * std::pow(10.0, u(0, 1)), std::round(u(ram_lo, ram_hi) * 10000) / 10000,
                     std::round(u(10, 100)), std::round(u(50, 500)), std::round(u(5, 50))});
   return pool;
 }
@@ -186,8 +186,9 @@ TEST_CASE("exhaustive matches brute force over every partition, order and cut of
   const std::string training = GENERATE(std::string("algorithm = \"ravnest\"\n"),
                                         std::string("algorithm = \"ravnest\"\nmax_in_flight = 3\n"),
                                         std::string("algorithm = \"gpipe\"\n"));
-  // Four nodes, six layers: every plan can be listed.
-  const auto pool = random_pool(200 + seed, 4);
+  // Four nodes, six layers (0.66 M parameters, about 5.5 MB alone on a node, more in a pipeline),
+  // RAM from 2 to 12 MB: pipelines of one to four stages. Every plan can be listed.
+  const auto pool = random_pool(200 + seed, 4, 0.002, 0.012);
   std::string text = toml_of(pool, planner_section("exhaustive") + "[training]\n" + training);
   const std::string from = "hidden = [1024, 1024, 1024, 512]";
   text.replace(text.find(from), from.size(), "hidden = [512, 256]");
