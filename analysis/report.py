@@ -341,6 +341,63 @@ def plot_utilisation(runs, title, out, written):
     save(fig, os.path.join(out, "utilisation.png"), written)
 
 
+def plot_speedup(runs, title, out, written):
+    """Throughput against the number of clusters, relative to each algorithm's run with the fewest
+    clusters (the dashed line is linear speedup). Drawn when runs differ in their cluster count."""
+    by_algo = {}
+    for r in runs:
+        c, x = r.summary.get("clusters"), r.summary.get("samples_per_s")
+        if c and x:
+            by_algo.setdefault(r.algorithm, []).append((int(c), float(x)))
+    if not any(len({c for c, _ in v}) > 1 for v in by_algo.values()):
+        return
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    top = 1
+    for algo, pts in sorted(by_algo.items()):
+        pts.sort()
+        base_c, base_x = pts[0]
+        cs = [c for c, _ in pts]
+        ax.plot(cs, [x / base_x for _, x in pts], marker="o", label=f"{algo} (vs {base_c} cluster"
+                f"{'s' if base_c > 1 else ''})")
+        top = max(top, max(cs) / base_c)
+    ax.plot([1, top], [1, top], linestyle="--", color="grey", label="linear")
+    finish(ax, f"{title}: speedup against the number of clusters", "clusters", "speedup (samples/s)")
+    save(fig, os.path.join(out, "speedup.png"), written)
+
+
+def time_to_accuracy(run, target):
+    """First time (s) at which the run's test accuracy reaches `target`, or None."""
+    t, _, acc = run.accuracy_curve()
+    hit = np.nonzero(acc >= target)[0]
+    return float(t[hit[0]]) if len(hit) else None
+
+
+def plot_time_to_accuracy(runs, title, out, written, target=None):
+    """Bars: time each run took to reach the target test accuracy (default: the best accuracy that
+    every run reaches)."""
+    best = [float(np.max(r.accuracy_curve()[2])) for r in runs if len(r.accuracy_curve()[2])]
+    if len(best) < 2:
+        return
+    target = target if target is not None else min(best)
+    names, times = [], []
+    for r in runs:
+        t = time_to_accuracy(r, target)
+        names.append(r.label)
+        times.append(t if t is not None else math.nan)
+    fig, ax = plt.subplots(figsize=(8, 0.8 + 0.4 * len(runs)))
+    ax.barh(range(len(runs)), [0 if math.isnan(t) else t for t in times], color="tab:blue")
+    for i, t in enumerate(times):
+        ax.text(0 if math.isnan(t) else t, i, " not reached" if math.isnan(t) else f" {t:.3g} s",
+                va="center", fontsize="small")
+    ax.set_yticks(range(len(runs)))
+    ax.set_yticklabels(names, fontsize="small")
+    ax.invert_yaxis()
+    ax.set_xlabel("time (s)")
+    ax.set_title(f"{title}: time to {100 * target:.1f}% test accuracy")
+    ax.grid(axis="x", alpha=0.3)
+    save(fig, os.path.join(out, "time_to_accuracy.png"), written)
+
+
 def write_markdown(runs, title, out, images, written):
     """report.md: one summary row per run, then the figures."""
     lines = [f"# {title}", "", "| run | executor | algorithm | nodes | time (s) | samples/s "
@@ -394,6 +451,8 @@ def main(argv=None):
     parser.add_argument("--out", help="output folder (default: RUN/report for one run, "
                                       "./report for several)")
     parser.add_argument("--title", default=None, help="title prefix for every figure")
+    parser.add_argument("--target-accuracy", type=float, default=None,
+                        help="accuracy for time_to_accuracy.png (default: the best that every run reaches)")
     args = parser.parse_args(argv)
     try:
         runs = [Run(folder) for folder in args.runs]
@@ -409,6 +468,8 @@ def main(argv=None):
         for r in runs:
             plot_timeline(r, title, out, written)
         plot_utilisation(runs, title, out, written)
+        plot_speedup(runs, title, out, written)
+        plot_time_to_accuracy(runs, title, out, written, args.target_accuracy)
         write_markdown(runs, title, out, list(written), written)
     except ReportError as e:
         print(f"report: error: {e}", file=sys.stderr)

@@ -145,6 +145,19 @@ class ReportTest(unittest.TestCase):
         self.assertIn("quick ravnest (sim) [a]", md)
         self.assertIn("quick gpipe (real)", md)
 
+    def test_sweep_speedup_and_time_to_accuracy(self):
+        runs = [make_run(os.path.join(self.dir, f"c{c}"), clusters=c) for c in (1, 2, 4)]
+        out = os.path.join(self.dir, "sweep")
+        proc = run_report(*runs, "--out", out)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assert_png(os.path.join(out, "speedup.png"))
+        self.assert_png(os.path.join(out, "time_to_accuracy.png"))
+        # One cluster count only: no speedup plot.
+        out2 = os.path.join(self.dir, "same")
+        proc = run_report(runs[1], make_run(os.path.join(self.dir, "c2b"), clusters=2), "--out", out2)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertFalse(os.path.exists(os.path.join(out2, "speedup.png")))
+
     def test_minimal_folder_with_only_metrics(self):
         run = os.path.join(self.dir, "bare")
         os.makedirs(run)

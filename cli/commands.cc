@@ -3,6 +3,7 @@
 #include <unistd.h>
 #include <sys/wait.h>
 
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -144,6 +145,115 @@ int cmd_real(const CommonOptions& o, const std::string& self_exe, const std::str
   const std::string path = run_real(p.scenario, lo);
   print_summary(path);
   return 0;
+}
+
+namespace {
+
+// Splits "v1,v2,[1, 2],\"a,b\"" at the commas outside brackets and quotes.
+std::vector<std::string> split_values(const std::string& s) {
+  std::vector<std::string> out;
+  std::string cur;
+  int depth = 0;
+  bool quoted = false;
+  for (char ch : s) {
+    if (ch == '"') quoted = !quoted;
+    if (!quoted && (ch == '[' || ch == '{')) ++depth;
+    if (!quoted && (ch == ']' || ch == '}')) --depth;
+    if (ch == ',' && depth == 0 && !quoted) {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += ch;
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+
+int run_child(const std::vector<std::string>& args) {
+  std::cout.flush();
+  pid_t pid = fork();
+  if (pid < 0) throw Error("sweep: cannot fork");
+  if (pid == 0) {
+    std::vector<std::string> a = args;
+    std::vector<char*> argv;
+    for (auto& x : a) argv.push_back(x.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+}  // namespace
+
+int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid, const std::string& executor,
+              const std::string& out, const std::string& self_exe) {
+  // Validate the base scenario and every value before running anything.
+  Scenario base = load_scenario(o.scenario, o.overrides);
+  std::vector<std::pair<std::string, std::vector<std::string>>> axes;
+  for (const auto& g : grid) {
+    const auto eq = g.find('=');
+    if (eq == std::string::npos || eq == 0) throw ScenarioError("--grid", g, "expected KEY=V1,V2,...");
+    axes.emplace_back(g.substr(0, eq), split_values(g.substr(eq + 1)));
+  }
+  std::vector<std::vector<std::string>> combos{{}};
+  for (const auto& [key, values] : axes) {
+    std::vector<std::vector<std::string>> next;
+    for (const auto& c : combos)
+      for (const auto& v : values) {
+        auto d = c;
+        d.push_back(key + "=" + v);
+        next.push_back(d);
+      }
+    combos = next;
+  }
+  for (const auto& c : combos) {
+    auto all = o.overrides;
+    all.insert(all.end(), c.begin(), c.end());
+    load_scenario(o.scenario, all);  // throws with file, line and key on a bad value
+  }
+  const fs::path dir = out.empty() ? fs::path(new_run_path(base, "sweep")) : fs::path(out);
+  if (fs::exists(dir)) throw InputError(dir.string() + ": exists already");
+  fs::create_directories(dir);
+  std::cout << fmt::format("sweep: {} runs into {}\n", combos.size(), dir.string());
+  int failed = 0;
+  std::vector<std::pair<std::string, std::string>> done;
+  for (const auto& c : combos) {
+    std::string name;
+    for (const auto& kv : c) {
+      std::string part = kv;
+      for (char& ch : part)
+        if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '.' && ch != '-' && ch != '_') ch = '-';
+      name += (name.empty() ? "" : "_") + part;
+    }
+    if (name.empty()) name = "base";
+    std::vector<std::string> args = {self_exe, executor == "real" ? "real" : "sim", o.scenario};
+    for (const auto& kv : o.overrides) args.insert(args.end(), {"--set", kv});
+    for (const auto& kv : c) args.insert(args.end(), {"--set", kv});
+    if (executor != "real") args.insert(args.end(), {"--executor", executor});
+    args.insert(args.end(), {"--run-dir", (dir / name).string(), "--progress", "off"});
+    const int rc = run_child(args);
+    if (rc != 0) {
+      ++failed;
+      std::cout << fmt::format("  {}: failed (exit status {})\n", name, rc);
+    } else {
+      done.emplace_back(name, (dir / name).string());
+    }
+  }
+  std::cout << fmt::format("\n{:<48} {:>12} {:>12} {:>10}\n", "run", "time (s)", "samples/s", "accuracy");
+  for (const auto& [name, path] : done) {
+    std::ifstream in(fs::path(path) / "summary.json");
+    nlohmann::json j = nlohmann::json::parse(in);
+    const auto& acc = j["final"]["test_accuracy"];
+    std::cout << fmt::format("{:<48} {:>12.3f} {:>12.1f} {:>10}\n", name, j["time_s"].get<double>(),
+                             j["samples_per_s"].get<double>(),
+                             acc.is_null() ? std::string("-") : fmt::format("{:.4f}", acc.get<double>()));
+  }
+  std::cout << fmt::format("\nplots: ravnest report {}/*\n", dir.string());
+  return failed == 0 ? 0 : 1;
 }
 
 int cmd_report(const std::vector<std::string>& runs, const std::string& out, const std::string& title) {

@@ -83,6 +83,16 @@ int main(int argc, char** argv) {
   node->add_option("--run-path", node_opts.run_path, "rank 0: the run folder to write");
   node->add_option("--result-file", node_opts.result_file, "rank 0: write the run folder's path here");
 
+  rv::CommonOptions sweep_o;
+  std::vector<std::string> sweep_grid;
+  std::string sweep_executor = "sim", sweep_out;
+  auto* sweep = app.add_subcommand("sweep", "run a grid of variants of a scenario (each in its own process)");
+  add_common(sweep, sweep_o);
+  sweep->add_option("--grid", sweep_grid, "KEY=V1,V2,... : an axis of the grid (as --set KEY=V1,V2 is)");
+  sweep->add_option("--executor", sweep_executor, "sim | loopback | real")
+      ->check(CLI::IsMember({"sim", "loopback", "real"}));
+  sweep->add_option("--out", sweep_out, "folder of the runs (default: runs/<scenario>/sweep-<timestamp>)");
+
   std::vector<std::string> report_runs;
   std::string report_out, report_title;
   auto* report = app.add_subcommand("report", "plot one or more run folders (matplotlib)");
@@ -104,6 +114,14 @@ int main(int argc, char** argv) {
     if (*sim) return rv::cmd_sim(sim_o, sim_executor, sim_run_path);
     if (*real) return rv::cmd_real(real_o, self_exe(argv[0]), real_run_path);
     if (*report) return rv::cmd_report(report_runs, report_out, report_title);
+    if (*sweep) {
+      // Every --set is an axis: "key=v1,v2" runs both values; "key=v" fixes it.
+      std::vector<std::string> axes = sweep_o.overrides;
+      axes.insert(axes.end(), sweep_grid.begin(), sweep_grid.end());
+      sweep_o.overrides.clear();
+      if (axes.empty()) throw rv::InputError("ravnest sweep: give the grid as --set KEY=V1,V2,...");
+      return rv::cmd_sweep(sweep_o, axes, sweep_executor, sweep_out, self_exe(argv[0]));
+    }
     if (*node) {
       node_opts.scenario_path = node_o.scenario;
       node_opts.overrides = node_o.overrides;

@@ -270,7 +270,7 @@ Scenario from_table(const toml::table& root, const std::string& source) {
     p.read("generations", s.planner.generations, 0, 1000000);
     if (const toml::node* cn = p.find("cluster")) {
       const toml::array* arr = cn->as_array();
-      if (!arr || !arr->is_array_of_tables())
+      if (!arr || (!arr->empty() && !arr->is_array_of_tables()))
         p.fail("cluster", cn, "expected [[planner.cluster]] tables");
       for (size_t i = 0; i < arr->size(); ++i) {
         Section c(arr->get(i)->as_table(), "planner.cluster[" + std::to_string(i) + "]", source);
