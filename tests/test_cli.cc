@@ -198,3 +198,21 @@ TEST_CASE("a real node that dies makes the others stop with a clear error, not h
   CHECK_FALSE(has_run_folder(d));
   fs::remove_all(d);
 }
+
+TEST_CASE("sweep runs every combination, and checks every value before running any", "[cli]") {
+  fs::path d = workdir("sweep");
+  write(d / "s.toml", kSmall);
+  Result r = ravnest({"sweep", "s.toml", "--set", "sim.mode=timing", "--set", "training.steps=20,40", "--set",
+                      "training.max_in_flight=1,3", "--out", "grid"},
+                     d);
+  INFO(r.out << r.err);
+  CHECK(r.status == 0);
+  int folders = 0;
+  for (auto& e : fs::directory_iterator(d / "grid")) folders += fs::exists(e.path() / "summary.json");
+  CHECK(folders == 4);
+  Result bad = ravnest({"sweep", "s.toml", "--set", "training.steps=20,-3", "--out", "bad"}, d);
+  CHECK(bad.status == 2);
+  CHECK(bad.err.find("training.steps") != std::string::npos);
+  CHECK_FALSE(fs::exists(d / "bad"));
+  fs::remove_all(d);
+}
