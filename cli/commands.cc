@@ -263,23 +263,10 @@ int cmd_report(const std::vector<std::string>& runs, const std::string& out, con
   for (const auto& r : runs) args.push_back(r);
   if (!out.empty()) args.insert(args.end(), {"--out", out});
   if (!title.empty()) args.insert(args.end(), {"--title", title});
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::cout.flush();
-  pid_t pid = fork();
-  if (pid < 0) throw Error("report: cannot fork");
-  if (pid == 0) {
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (WIFEXITED(status)) {
-    if (WEXITSTATUS(status) == 127) throw Error("report: cannot run /usr/bin/python3");
-    return WEXITSTATUS(status);
-  }
-  throw Error("report: the report script was killed");
+  const int rc = run_child(args);
+  if (rc == 127) throw Error("report: cannot run /usr/bin/python3");
+  if (rc >= 128) throw Error("report: the report script was killed");
+  return rc;
 }
 
 }  // namespace rv

@@ -2,6 +2,7 @@
 // the score every method maximises, and the snake dealing of nodes into clusters.
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <sstream>
 
 #include "core/error.h"
@@ -9,16 +10,21 @@
 #include "planner/planner.h"
 
 namespace rv {
-namespace {
 
-std::string gib(double bytes) {
+std::string format_gib(double bytes) {
   std::ostringstream os;
   os.precision(3);
   os << bytes / kGbToBytes << " GiB";
   return os.str();
 }
 
-}  // namespace
+std::vector<int> nodes_by_speed(const CostModel& cost) {
+  std::vector<int> nodes(cost.nodes());
+  std::iota(nodes.begin(), nodes.end(), 0);
+  std::stable_sort(nodes.begin(), nodes.end(),
+                   [&](int a, int b) { return cost.node(a).speed > cost.node(b).speed; });
+  return nodes;
+}
 
 void check_pool(const Scenario& scenario, const ModelDesc& model, const CostModel& cost) {
   double total = 0;
@@ -26,9 +32,9 @@ void check_pool(const Scenario& scenario, const ModelDesc& model, const CostMode
   const double whole = cost.memory(0, model.layer_count(), 1);
   if (total < whole) {
     throw ScenarioError(scenario.source, "devices",
-                        "the pool's RAM (" + gib(total) + ") is below what the model needs (" + gib(whole) +
+                        "the pool's RAM (" + format_gib(total) + ") is below what the model needs (" + format_gib(whole) +
                             " for weights, gradients, optimizer state and one micro-batch): add " +
-                            gib(whole - total) + " or more");
+                            format_gib(whole - total) + " or more");
   }
   double smallest = whole;
   int smallest_layer = 0;
@@ -43,8 +49,8 @@ void check_pool(const Scenario& scenario, const ModelDesc& model, const CostMode
     if (cost.node(n).ram < smallest) {
       throw ScenarioError(scenario.source, "devices",
                           "node " + std::to_string(n) + " (" + scenario.device_of(n).name + ") has " +
-                              gib(cost.node(n).ram) + " of RAM, too little for any layer: the smallest (" +
-                              model.profile[smallest_layer].name + ") needs " + gib(smallest));
+                              format_gib(cost.node(n).ram) + " of RAM, too little for any layer: the smallest (" +
+                              model.profile[smallest_layer].name + ") needs " + format_gib(smallest));
     }
   }
 }

@@ -261,9 +261,7 @@ Plan plan_ga(const Scenario& scenario, const ModelDesc& model) {
   CostModel cost(scenario, model);
   check_pool(scenario, model, cost);
   LayerGraph graph(model);
-  std::vector<int> nodes(cost.nodes());
-  std::iota(nodes.begin(), nodes.end(), 0);
-  std::stable_sort(nodes.begin(), nodes.end(), [&](int a, int b) { return cost.node(a).speed > cost.node(b).speed; });
+  const std::vector<int> nodes = nodes_by_speed(cost);
   // Seeds: the greedy dealing for every number of clusters worth trying, best first.
   std::vector<std::pair<double, std::vector<Partition>>> seeds;
   for (int c : cluster_counts(scenario, cost.nodes(), cost.nodes()))

@@ -13,12 +13,6 @@
 namespace rv {
 namespace {
 
-std::string gib(double bytes) {
-  std::ostringstream os;
-  os.precision(3);
-  os << bytes / kGbToBytes << " GiB";
-  return os.str();
-}
 
 // Greedy cut for a ratio bound t: each stage takes layers while its memory stays within
 // t * RAM of its node, leaving at least one layer for every remaining stage. Returns the layer
@@ -101,12 +95,12 @@ Plan single_cluster_by_ram(const Scenario& scenario, const ModelDesc& model) {
     if (static_cast<double>(s.memory) > ram[k]) {
       std::ostringstream os;
       os << "the model does not fit the cluster's RAM: stage " << k << " (layers " << s.layer_begin
-         << ".." << s.layer_end - 1 << ") needs " << gib(s.memory) << " but node " << k << " ("
-         << scenario.device_of(k).name << ") has " << gib(ram[k]) << "; the whole model needs "
-         << gib(whole) << " and the pool has ";
+         << ".." << s.layer_end - 1 << ") needs " << format_gib(s.memory) << " but node " << k << " ("
+         << scenario.device_of(k).name << ") has " << format_gib(ram[k]) << "; the whole model needs "
+         << format_gib(whole) << " and the pool has ";
       double total = 0;
       for (double r : ram) total += r;
-      os << gib(total) << " (add RAM or nodes, or shrink the model or batch_size)";
+      os << format_gib(total) << " (add RAM or nodes, or shrink the model or batch_size)";
       throw ScenarioError(scenario.source, "devices", os.str());
     }
     cluster.stages.push_back(s);
@@ -161,8 +155,8 @@ Plan explicit_clusters(const Scenario& scenario, const ModelDesc& model) {
         throw ScenarioError(scenario.source, key,
                             "the model does not fit: stage " + std::to_string(s) + " (layers " + std::to_string(p.cuts[s]) +
                                 ".." + std::to_string(p.cuts[s + 1] - 1) + ") needs " +
-                                gib(cost.memory(p.cuts[s], p.cuts[s + 1], f)) + " but node " + std::to_string(order[s]) +
-                                " has " + gib(cost.node(order[s]).ram));
+                                format_gib(cost.memory(p.cuts[s], p.cuts[s + 1], f)) + " but node " + std::to_string(order[s]) +
+                                " has " + format_gib(cost.node(order[s]).ram));
     }
     clusters.push_back(p);
   }

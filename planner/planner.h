@@ -19,6 +19,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "core/model.h"
@@ -42,6 +43,12 @@ Plan plan_exhaustive(const Scenario& scenario, const ModelDesc& model);
 // Throws ScenarioError if no plan can exist: the pool's RAM is below the model's, or a node
 // cannot hold even the smallest layer.
 void check_pool(const Scenario& scenario, const ModelDesc& model, const CostModel& cost);
+
+// "1.5 GiB": bytes for messages.
+std::string format_gib(double bytes);
+
+// Every node of the pool, fastest first (ties in pool order).
+std::vector<int> nodes_by_speed(const CostModel& cost);
 
 // A Plan from pipelines (one per cluster), annotated with the predictions.
 Plan assemble_plan(const std::string& method, const CostModel& cost,

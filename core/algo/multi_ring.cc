@@ -66,6 +66,18 @@ at::Tensor MultiRingAverager::average(const at::Tensor& state_in, int64_t round,
   span.stage = role_.stage;
   span.start = env_.clock.now();
   span.step = round;
+  auto note = [&](EventKind kind, int peer, Bytes bytes) {
+    Event e;
+    e.kind = kind;
+    e.node = node_;
+    e.cluster = role_.cluster;
+    e.stage = role_.stage;
+    e.peer = peer;
+    e.bytes = bytes;
+    e.start = e.end = env_.clock.now();
+    e.micro_batch = -1;
+    env_.metrics.record(e);
+  };
   auto send = [&](const MyRing& r, MsgKind kind, int64_t t, int seg) {
     Message m;
     m.kind = kind;
@@ -75,31 +87,13 @@ at::Tensor MultiRingAverager::average(const at::Tensor& state_in, int64_t round,
     const int64_t a = r.seg_lo(seg), b = r.seg_lo(seg + 1);
     if (numeric) m.payload.push_back(state.slice(0, a, b).clone());
     m.bytes = kHeaderBytes + kFloatBytes * (b - a);
-    Event e;
-    e.kind = EventKind::kSend;
-    e.node = node_;
-    e.cluster = role_.cluster;
-    e.stage = role_.stage;
-    e.peer = r.next;
-    e.bytes = m.bytes;
-    e.start = e.end = env_.clock.now();
-    e.micro_batch = -1;
-    env_.metrics.record(e);
+    note(EventKind::kSend, r.next, m.bytes);
     env_.transport.send(r.next, std::move(m));
   };
   auto receive = [&](const MyRing& r, MsgKind kind, int64_t t, int seg, bool add) {
     Message m = take(kind, r.id, t, round, defer);
     const int64_t a = r.seg_lo(seg), b = r.seg_lo(seg + 1);
-    Event e;
-    e.kind = EventKind::kRecv;
-    e.node = node_;
-    e.cluster = role_.cluster;
-    e.stage = role_.stage;
-    e.peer = m.src;
-    e.bytes = m.bytes;
-    e.start = e.end = env_.clock.now();
-    e.micro_batch = -1;
-    env_.metrics.record(e);
+    note(EventKind::kRecv, m.src, m.bytes);
     env_.compute.run(add ? static_cast<double>(b - a) : 0.0, [&] {
       RV_CHECK(!m.payload.empty() && m.payload[0].numel() == b - a,
                "averaging: a segment of the wrong size from node " + std::to_string(m.src));
