@@ -12,3 +12,14 @@ build/bench/bench_numeric_overhead --out bench/results/numeric_overhead.json
 for e in 10 100; do
   build/bench/bench_real_digits --epochs "$e" --out "bench/results/real_digits_$e.json"
 done
+# Planner: ga against the exhaustive optimum (50 random pools of 4-12 nodes), against ravnest-ga
+# and greedy (16-1000 nodes), on the CNN (also with averaging every 500 updates, which makes
+# several clusters worth it) and the small MLP; then planning time and memory up to 10,000 nodes.
+scripts/build.sh bench_planner
+for v in cnn cnn_avg500 mlp; do
+  args=(--model "${v%%_*}")
+  if [ "$v" = cnn_avg500 ]; then args+=(--set training.average_every=500); fi
+  build/bench/bench_planner "${args[@]}" --part quality --pools 50 --out "bench/results/planner_quality_$v.json"
+  build/bench/bench_planner "${args[@]}" --part compare --out "bench/results/planner_compare_$v.json"
+done
+build/bench/bench_planner --part scale --out bench/results/planner_scale.json

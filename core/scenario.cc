@@ -238,7 +238,7 @@ Scenario from_table(const toml::table& root, const std::string& source) {
   {
     Section t(sub_table(root, "training", source), "training", source);
     top.find("training");
-    t.read("algorithm", s.training.algorithm, {"ravnest", "gpipe"});
+    t.read("algorithm", s.training.algorithm, {"ravnest", "gpipe", "sync-dp"});
     t.read("optimizer", s.training.optimizer, {"sgd", "adam"});
     t.read("lr", s.training.lr, 0.0, 100.0, true);
     t.read("momentum", s.training.momentum, 0.0, 0.9999);

@@ -44,7 +44,7 @@ struct DataSpec {
 };
 
 struct TrainingSpec {
-  std::string algorithm = "ravnest";  // ravnest | gpipe
+  std::string algorithm = "ravnest";  // ravnest | gpipe | sync-dp
   std::string optimizer = "sgd";      // sgd | adam
   double lr = 0.05;
   double momentum = 0.0;              // sgd only

@@ -117,6 +117,27 @@ void Stage::update() {
   ++version_;
 }
 
+void Stage::exchange_gradients(const std::function<at::Tensor(const at::Tensor&)>& exchange) {
+  c10::NoGradGuard no_grad;
+  // The module's flat state, with each parameter's place holding its mean gradient instead.
+  std::vector<at::Tensor> saved = module_.params();
+  std::vector<at::Tensor> as_grads;
+  for (size_t i = 0; i < saved.size(); ++i) {
+    at::Tensor g = i < grad_sum_.size() && grad_sum_[i].defined() ? grad_sum_[i] : at::zeros_like(saved[i]);
+    as_grads.push_back(grad_count_ > 1 ? g / static_cast<double>(grad_count_) : g);
+  }
+  module_.set_params(as_grads);
+  at::Tensor flat = module_.flat_state();
+  module_.set_params(saved);
+  at::Tensor mean = exchange(flat);
+  // Read the averaged gradients back through the same layout, keep the averaged buffers.
+  module_.set_flat_state(mean);
+  grad_sum_ = module_.params();
+  for (auto& g : grad_sum_) g = g.detach();
+  grad_count_ = 1;
+  module_.set_params(saved);
+}
+
 at::Tensor Stage::eval_forward(const at::Tensor& x) const {
   c10::NoGradGuard no_grad;
   return module_.forward(x, module_.params(), false, 0, false);

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -45,6 +46,10 @@ class Stage {
   static LossResult loss_and_grad(const at::Tensor& logits, const at::Tensor& labels);
   // Applies the accumulated gradients, divided by the number of backwards since the last update.
   void update();
+  // Data parallelism: the accumulated gradients (averaged over this node's backwards) in the flat
+  // state layout, the buffers in their places, go through `exchange` (an all-reduce mean), and
+  // come back as this node's gradients and buffers. Call before update().
+  void exchange_gradients(const std::function<at::Tensor(const at::Tensor&)>& exchange);
   // Inference forward (no dropout, running BatchNorm statistics, no graph).
   at::Tensor eval_forward(const at::Tensor& x) const;
   // Loss sum and correct count of logits against labels.

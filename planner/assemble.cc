@@ -120,7 +120,30 @@ std::optional<std::vector<Partition>> snake_clusters(const CostModel& cost, cons
   return out;
 }
 
+// sync-dp: every node is a cluster holding the whole model, or the pool is refused.
+Plan plan_sync_dp(const Scenario& scenario, const ModelDesc& model) {
+  CostModel cost(scenario, model);
+  const int layers = model.layer_count();
+  const double need = cost.memory(0, layers, 1);
+  std::vector<Partition> clusters;
+  for (int n = 0; n < cost.nodes(); ++n) {
+    if (cost.node(n).ram < need)
+      throw ScenarioError(scenario.source, "training.algorithm",
+                          "sync-dp needs every node to hold the whole model (" + format_gib(need) + "), but node " +
+                              std::to_string(n) + " (" + scenario.device_of(n).name + ") has " +
+                              format_gib(cost.node(n).ram) +
+                              ": Ravnest's pipelines need only a share of it on each node");
+    Partition p;
+    p.order = {n};
+    p.cuts = {0, layers};
+    p.period = cost.cluster_period(p.order, p.cuts);
+    clusters.push_back(p);
+  }
+  return assemble_plan("sync-dp", cost, clusters);
+}
+
 Plan make_plan(const Scenario& scenario, const ModelDesc& model) {
+  if (scenario.training.algorithm == "sync-dp") return plan_sync_dp(scenario, model);
   const std::string& m = scenario.planner.method;
   if (m == "manual") return plan_manual(scenario, model);
   if (m == "greedy") return plan_greedy(scenario, model);

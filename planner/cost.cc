@@ -19,6 +19,7 @@ CostModel::CostModel(const Scenario& scenario, const ModelDesc& model)
     : model_(&model), training_(scenario.training), batch_(scenario.data.batch_size),
       factors_(net_factors(scenario.network)) {
   if (training_.algorithm == "gpipe") training_.weight_stashing = true;  // gpipe keeps graphs
+  if (training_.algorithm == "sync-dp") training_.average_every = 1;    // gradients every step
   const int n = scenario.node_count();
   pool_.reserve(n);
   int r = 0;

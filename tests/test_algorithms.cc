@@ -193,3 +193,51 @@ TEST_CASE("clusters train on disjoint shards of the training set", "[data]") {
   CHECK(total == 100);
   CHECK(all.size() == 100);
 }
+
+TEST_CASE("sync-dp with C nodes and batch b equals plain SGD with batch C*b on the same samples", "[algo][oracle]") {
+  auto p = test::prepare(kSmall, {"training.algorithm=sync-dp", "training.steps=15"});
+  const int C = 3;
+  REQUIRE(p.plan.clusters.size() == C);
+  auto s = run(p);
+  // The oracle: one process, one model, the C nodes' micro-batches of each step as one batch.
+  const ModelDesc& m = p.model;
+  StageModule whole(m, 0, m.layer_count(), p.scenario.seed);
+  std::vector<at::Tensor> params = whole.params();
+  std::vector<Sampler> samplers;
+  for (int c = 0; c < C; ++c)
+    samplers.emplace_back(shard(p.data.train_size(), C, c, p.scenario.seed), p.scenario.data.batch_size,
+                          p.scenario.seed + 7919ULL * c);
+  for (int64_t step = 0; step < 15; ++step) {
+    std::vector<int64_t> rows;
+    for (auto& smp : samplers) {
+      auto r = smp.indices(step);
+      rows.insert(rows.end(), r.begin(), r.end());
+    }
+    c10::AutoGradMode g(true);
+    at::Tensor logits = whole.forward(p.data.inputs(rows, false), params, true, 0, true);
+    at::Tensor loss = at::nll_loss(at::log_softmax(logits, 1), p.data.labels(rows, false));
+    auto grads = torch::autograd::grad({loss}, params);
+    c10::NoGradGuard ng;
+    for (size_t i = 0; i < params.size(); ++i)
+      params[i] = (params[i] - p.scenario.training.lr * grads[i]).detach().requires_grad_(true);
+  }
+  c10::NoGradGuard ng;
+  std::vector<int64_t> rows;
+  for (int64_t i = 0; i < p.data.test_size(); ++i) rows.push_back(i);
+  at::Tensor logits = whole.forward(p.data.inputs(rows, true), params, false, 0, false);
+  const double expected = at::nll_loss(at::log_softmax(logits, 1), p.data.labels(rows, true)).item<double>();
+  CHECK(s["final"]["test_loss"].get<double>() == Approx(expected).epsilon(1e-4));
+  CHECK(s["train_samples"].get<int64_t>() == 15 * C * 16);
+}
+
+TEST_CASE("sync-dp refuses a pool whose nodes cannot hold the model, saying so", "[algo]") {
+  try {
+    test::prepare(std::string(kSmall) + "[[devices]]\nname = \"tiny\"\ncount = 1\nram_gb = 0.00001\n",
+                  {"training.algorithm=sync-dp"}, false);
+    FAIL("no error");
+  } catch (const ScenarioError& e) {
+    std::string w = e.what();
+    CHECK(w.find("sync-dp needs every node to hold the whole model") != std::string::npos);
+    CHECK(w.find("tiny") != std::string::npos);
+  }
+}

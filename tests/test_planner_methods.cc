@@ -6,6 +6,7 @@
 #include "catch.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <numeric>
 #include <optional>
@@ -44,16 +45,20 @@ std::string toml_of(const std::vector<Node>& pool, const std::string& extra = ""
   for (size_t i = 0; i < pool.size(); ++i) {
     const Node& n = pool[i];
     os << "[[devices]]\nname = \"n" << i << "\"\ntflops = " << n.tflops << "\nram_gb = " << n.ram_gb
-       << "\nup_mbps = " << n.up << "\ndown_mbps = " << n.down << "\nlatency_ms = " << n.latency << "\n";
+       << "\nup_mbps = " << n.up << "\ndown_mbps = " << n.down << "\nlatency_ms = " << n.latency
+       << "\n";
   }
   return os.str();
 }
 
-// Heterogeneous: compute 10x apart, RAM from half the model's (alone on a node, about 32 MB) to
-// three times it, links 10x apart.
+// Heterogeneous: compute 10x apart and slow (0.5-5 Gflop/s: a micro-batch computes for about as
+// long as its activations and the averaging take to send, so plans differ), RAM from half what
+// the model needs alone on a node (about 32 MB) to three times it, links 10x apart.
 std::vector<Node> random_pool(uint64_t seed, int n, double ram_lo = 0.015, double ram_hi = 0.09) {
   std::mt19937_64 rng(seed);
-  auto u = [&](double lo, double hi) { return lo + (hi - lo) * static_cast<double>(rng() >> 11) * 0x1.0p-53; };
+  auto u = [&](double lo, double hi) {
+    return lo + (hi - lo) * static_cast<double>(rng() >> 11) * 0x1.0p-53;
+  };
   std::vector<Node> pool;
   for (int i = 0; i < n; ++i)
     pool.push_back({0.0005 * std::pow(10.0, u(0, 1)), std::round(u(ram_lo, ram_hi) * 10000) / 10000,
@@ -61,7 +66,7 @@ std::vector<Node> random_pool(uint64_t seed, int n, double ram_lo = 0.015, doubl
   return pool;
 }
 
-// Six nodes, two kinds, RAM enough for every method (ravnest-ga's equal split included).
+// Six nodes, four speeds, RAM enough for every method (ravnest-ga's equal split included).
 std::vector<Node> fixed_pool() {
   return {{0.05, 1, 100, 400, 5}, {0.01, 1, 20, 100, 20}, {0.05, 1, 80, 300, 10},
           {0.01, 1, 20, 100, 30}, {0.02, 1, 50, 200, 15}, {0.005, 1, 10, 50, 40}};
@@ -76,7 +81,8 @@ stage_layers = [4, 3, 3]
 )";
 
 std::string planner_section(const std::string& method, const std::string& more = "") {
-  return "[planner]\nmethod = \"" + method + "\"\n" + more + (method == "manual" ? kManualClusters : "");
+  return "[planner]\nmethod = \"" + method + "\"\n" + more +
+         (method == "manual" ? kManualClusters : "");
 }
 
 // Everything a valid plan must satisfy.
@@ -155,13 +161,16 @@ TEST_CASE("every planning method gives the same plan for the same seed", "[plann
   CHECK(a == b);
 }
 
-TEST_CASE("on small random pools exhaustive >= ga >= greedy, ga within 1% of exhaustive", "[planner][methods]") {
+TEST_CASE("on small random pools exhaustive >= ga >= greedy, ga within 1% of exhaustive",
+          "[planner][methods]") {
   const uint64_t seed = GENERATE(range(1, 13));
   const int n = 3 + static_cast<int>(seed % 6);  // 3..8 nodes
   const auto pool = random_pool(100 + seed, n);
   auto run = [&](const std::string& method) -> std::optional<Plan> {
     try {
-      return plan_of(pool, planner_section(method));
+      auto p = test::prepare(toml_of(pool, planner_section(method)), {}, false);
+      check_valid(p);
+      return p.plan;
     } catch (const ScenarioError& e) {
       UNSCOPED_INFO(method << ": " << e.what());
       return std::nullopt;
@@ -180,7 +189,8 @@ TEST_CASE("on small random pools exhaustive >= ga >= greedy, ga within 1% of exh
   if (greedy) CHECK(ga->throughput >= greedy->throughput * (1 - 1e-12));
 }
 
-TEST_CASE("exhaustive matches brute force over every partition, order and cut of a tiny pool", "[planner][methods]") {
+TEST_CASE("exhaustive matches brute force over every partition, order and cut of a tiny pool",
+          "[planner][methods]") {
   const uint64_t seed = GENERATE(range(1, 21));
   // The mean-value analysis (ravnest, in flight = stages or fixed) and GPipe's formula.
   const std::string training = GENERATE(std::string("algorithm = \"ravnest\"\n"),
@@ -218,8 +228,10 @@ TEST_CASE("exhaustive matches brute force over every partition, order and cut of
           if (pick[b - 1]) cuts.push_back(b);
         cuts.push_back(layers);
         bool fits = true;
-        for (int s = 0; s < k; ++s) fits = fits && cost.fits(order[s], cuts[s], cuts[s + 1], cost.in_flight(k));
-        if (fits) pipelines[mask].push_back(Partition{order, cuts, 0, cost.cluster_period(order, cuts)});
+        for (int s = 0; s < k; ++s)
+          fits = fits && cost.fits(order[s], cuts[s], cuts[s + 1], cost.in_flight(k));
+        if (fits)
+          pipelines[mask].push_back(Partition{order, cuts, 0, cost.cluster_period(order, cuts)});
       } while (std::prev_permutation(pick.begin(), pick.end()));
     } while (std::next_permutation(order.begin(), order.end()));
   }
@@ -280,11 +292,14 @@ TEST_CASE("exhaustive refuses more than 12 nodes and points to ga", "[planner][m
   }
 }
 
-TEST_CASE("ravnest-ga honours its caps: at most 5 clusters, or planner.clusters", "[planner][methods]") {
+TEST_CASE("ravnest-ga honours its caps: at most 5 clusters, or planner.clusters",
+          "[planner][methods]") {
   // Twenty nodes with RAM to spare: every split the reference's fitness may pick is feasible.
   std::vector<Node> pool;
-  for (int i = 0; i < 20; ++i) pool.push_back({0.01 * (1 + i % 4), 4.0 + i % 3, 20.0 + 10 * (i % 5), 100, 10});
-  const std::string cap = GENERATE(std::string(""), std::string("clusters = 2\n"), std::string("clusters = 1\n"));
+  for (int i = 0; i < 20; ++i)
+    pool.push_back({0.01 * (1 + i % 4), 4.0 + i % 3, 20.0 + 10 * (i % 5), 100, 10});
+  const std::string cap =
+      GENERATE(std::string(""), std::string("clusters = 2\n"), std::string("clusters = 1\n"));
   auto p = test::prepare(toml_of(pool, planner_section("ravnest-ga", cap)), {}, false);
   check_valid(p);
   const size_t most = cap.empty() ? 5 : static_cast<size_t>(cap[11] - '0');
@@ -297,12 +312,14 @@ TEST_CASE("ravnest-ga honours its caps: at most 5 clusters, or planner.clusters"
     for (int s = 0; s < k; ++s) {
       if (s + 1 < k) CHECK(c.stages[s].node < c.stages[s + 1].node);
       const double target = static_cast<double>(p.model.total_params()) * (s + 1) / k;
-      CHECK(std::abs(static_cast<double>(p.model.prefix_params[c.stages[s].layer_end]) - target) <= largest_layer);
+      CHECK(std::abs(static_cast<double>(p.model.prefix_params[c.stages[s].layer_end]) - target) <=
+            largest_layer);
     }
   }
 }
 
-TEST_CASE("ravnest-ga refuses a split its fitness made that cannot hold the model", "[planner][methods]") {
+TEST_CASE("ravnest-ga refuses a split its fitness made that cannot hold the model",
+          "[planner][methods]") {
   // Four nodes of 12 MiB: together they hold the model (check_pool passes), and any two hold the
   // reference's L (parameters and activations, about 15 MB), but stages of equal parameter counts
   // with weights, gradients and stashed versions (k micro-batches in flight) need more than
@@ -317,9 +334,11 @@ TEST_CASE("ravnest-ga refuses a split its fitness made that cannot hold the mode
   }
 }
 
-TEST_CASE("every method refuses a pool whose RAM is below the model, saying how much is missing", "[planner][methods]") {
+TEST_CASE("every method refuses a pool whose RAM is below the model, saying how much is missing",
+          "[planner][methods]") {
   const std::string method = GENERATE("greedy", "ga", "ravnest-ga", "exhaustive", "manual");
-  std::vector<Node> pool(3, Node{0.01, 0.005, 50, 100, 10});  // 15 MB in all; the model needs ~30 MB
+  std::vector<Node> pool(3,
+                         Node{0.01, 0.005, 50, 100, 10});  // 15 MB in all; the model needs ~30 MB
   try {
     auto p = test::prepare(toml_of(pool, "[planner]\nmethod = \"" + method + "\"\n"), {}, false);
     FAIL(method << " accepted " << to_json(p.plan).dump());

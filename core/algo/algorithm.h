@@ -25,5 +25,6 @@ void run_node(NodeEnv& env, const RunSpec& spec, int node);
 // The algorithms (one file each).
 void run_ravnest(NodeEnv& env, const RunSpec& spec, int node);
 void run_gpipe(NodeEnv& env, const RunSpec& spec, int node);
+void run_sync_dp(NodeEnv& env, const RunSpec& spec, int node);
 
 }  // namespace rv

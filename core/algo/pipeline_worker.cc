@@ -266,6 +266,16 @@ void PipelineWorker::average(const std::function<void(Message)>& defer) {
   if (numeric()) stage_->module().set_flat_state(mean);
 }
 
+void PipelineWorker::exchange_gradients(const std::function<void(Message)>& defer) {
+  const int64_t round = averagings_++;
+  if (!averager_.participates()) return;
+  if (numeric()) {
+    stage_->exchange_gradients([&](const at::Tensor& flat) { return averager_.average(flat, round, defer); });
+  } else {
+    averager_.average(at::Tensor(), round, defer);
+  }
+}
+
 void PipelineWorker::record_memory() {
   const int64_t pending = numeric() ? stage_->pending() : static_cast<int64_t>(forward_version_.size());
   const Bytes now = stage_cost(*spec_.model, role_.layer_begin, role_.layer_end, training_, batch_,

@@ -55,6 +55,9 @@ class PipelineWorker {
   // Cross-cluster averaging (bulk-synchronous: the caller has drained its pipeline). Messages of
   // the pipeline that arrive meanwhile go to `defer`. No-op with one cluster.
   void average(const std::function<void(Message)>& defer);
+  // Data parallelism: replaces this node's accumulated gradients (and buffers) by their mean over
+  // the clusters (the same rings; every cluster is one node holding the whole model).
+  void exchange_gradients(const std::function<void(Message)>& defer);
   bool averages() const { return averager_.participates() || spec_.plan->clusters.size() > 1; }
 
  private:

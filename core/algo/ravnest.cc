@@ -147,6 +147,7 @@ void run_node(NodeEnv& env, const RunSpec& spec, int node) {
   const std::string& algo = spec.scenario->training.algorithm;
   if (algo == "ravnest") return run_ravnest(env, spec, node);
   if (algo == "gpipe") return run_gpipe(env, spec, node);
+  if (algo == "sync-dp") return run_sync_dp(env, spec, node);
   throw InputError("unknown algorithm '" + algo + "'");
 }
 
