@@ -209,7 +209,7 @@ class Search {
       std::vector<int>& a = ind.assign;
       const int c = clusters_of(a);
       auto [slow, fast] = extremes(ind);
-      const int op = static_cast<int>(rng_() % (fixed_count() ? 4 : 6));
+      const int op = static_cast<int>(rng_() % (fixed_count() ? 5 : 8));
       if (op == 0 && slow >= 0 && slow != fast) {  // a node of the slowest cluster joins the fastest
         int n = random_member(a, slow);
         if (n >= 0) a[n] = fast;
@@ -226,11 +226,21 @@ class Search {
           if (a[n] < 0) idle.push_back(n);
         if (!idle.empty() && rng_() % 2 == 0) a[idle[rng_() % idle.size()]] = slow;
         else if (int n = random_member(a, slow); n >= 0) a[n] = -1;
-      } else if (op == 4 && c >= 2) {  // merge two clusters
+      } else if (op == 4) {  // an idle node takes the place of a member of the slowest cluster
+        std::vector<int> idle;
+        for (int n = 0; n < n_; ++n)
+          if (a[n] < 0) idle.push_back(n);
+        const int x = slow >= 0 ? random_member(a, slow) : -1;
+        if (!idle.empty() && x >= 0) std::swap(a[idle[rng_() % idle.size()]], a[x]);
+      } else if (op == 5 && c >= 2) {  // a whole cluster goes idle (fewer, faster clusters)
+        const int x = (slow >= 0 && rng_() % 2 == 0) ? slow : static_cast<int>(rng_() % c);
+        for (int& v : a)
+          if (v == x) v = -1;
+      } else if (op == 7 && c >= 2) {  // merge two clusters
         const int x = static_cast<int>(rng_() % c), y = static_cast<int>(rng_() % c);
         for (int& v : a)
           if (v == y) v = x;
-      } else if (op == 5 && c >= 1) {  // split a cluster in two, alternating by speed
+      } else if (op == 6 && c >= 1) {  // split a cluster in two, alternating by speed
         const int x = slow >= 0 ? slow : static_cast<int>(rng_() % c);
         std::vector<int> m;
         for (int n = 0; n < n_; ++n)
@@ -262,11 +272,25 @@ Plan plan_ga(const Scenario& scenario, const ModelDesc& model) {
   check_pool(scenario, model, cost);
   LayerGraph graph(model);
   const std::vector<int> nodes = nodes_by_speed(cost);
-  // Seeds: the greedy dealing for every number of clusters worth trying, best first.
+  // Seeds: the greedy dealing of every node for every number of clusters worth trying, and of
+  // only the m fastest nodes (m = 1, 2, 4, ...: one pipeline, or one cluster per node, or
+  // between), since leaving slow nodes out can win. Best first.
   std::vector<std::pair<double, std::vector<Partition>>> seeds;
-  for (int c : cluster_counts(scenario, cost.nodes(), cost.nodes()))
-    if (auto clusters = snake_clusters(cost, nodes, c, graph.cuttable()))
+  auto seed = [&](const std::vector<int>& pool, int c) {
+    if (scenario.planner.clusters > 0 && c != scenario.planner.clusters) return;
+    if (auto clusters = snake_clusters(cost, pool, c, graph.cuttable()))
       seeds.emplace_back(score_clusters(cost, *clusters), std::move(*clusters));
+  };
+  for (int c : cluster_counts(scenario, cost.nodes(), cost.nodes())) seed(nodes, c);
+  for (int m = 1; m < cost.nodes(); m *= 2) {
+    const std::vector<int> fastest(nodes.begin(), nodes.begin() + m);
+    std::vector<int> counts{1, std::max(1, m / 4), std::max(1, m / 2), m};
+    if (scenario.planner.clusters > 0) counts = {scenario.planner.clusters};
+    std::sort(counts.begin(), counts.end());
+    counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
+    for (int c : counts)
+      if (c <= m) seed(fastest, c);
+  }
   std::stable_sort(seeds.begin(), seeds.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   const int n = cost.nodes();
   int population = scenario.planner.population, generations = scenario.planner.generations;

@@ -140,6 +140,14 @@ std::optional<Partition> best_pipeline(const CostModel& cost, const std::vector<
     if (p && (!best || p->period < best->period)) best = p;
     return p;
   };
+  if (nodes.size() <= 4) {
+    // Few enough for every order (at most 24).
+    std::vector<int> o = nodes;
+    std::sort(o.begin(), o.end());
+    do consider(o);
+    while (std::next_permutation(o.begin(), o.end()));
+    return best;
+  }
   for (const auto& o : orders) consider(o);
   // Neighbour swaps on small clusters, while they help.
   if (best && nodes.size() <= 10) {

@@ -25,9 +25,9 @@ std::optional<Partition> best_partition(const CostModel& cost, const std::vector
                                         const std::vector<char>& cuttable,
                                         double exact_limit = 2e7);
 
-// The best pipeline over `nodes`: tries orders (as given; by speed, memory and bandwidth, each
-// both ways) and, for small clusters, improves the best by swapping neighbours. Nothing if none
-// fits. Deterministic.
+// The best pipeline over `nodes`: every order for up to 4 nodes; else orders as given, by speed,
+// memory and bandwidth (each both ways), the best improved by swapping neighbours (up to 10
+// nodes). Nothing if none fits. Deterministic.
 std::optional<Partition> best_pipeline(const CostModel& cost, const std::vector<int>& nodes,
                                        const std::vector<char>& cuttable);
 
