@@ -21,6 +21,10 @@
 #include <random>
 #include <sstream>
 
+#include <filesystem>
+#include <fstream>
+#include <cmath>
+#include <cstdlib>
 #include <CLI/CLI.hpp>
 
 #include "bench/bench_common.h"
@@ -186,6 +190,29 @@ json quality(const std::string& network, int pools, uint64_t seed) {
           {"runs", rows}};
 }
 
+int g_simulate_up_to = 64;  // --simulate-up-to: simulate each method's plan on pools this small
+
+// Simulated samples per second of `method`'s plan for `s` (timing mode, three averaging periods),
+// in a child `ravnest sim` process (one SimGrid engine per process); NaN if it fails.
+double simulate_plan(Scenario s, const std::string& method) {
+  s.sim.mode = "timing";
+  s.planner.method = method;
+  s.training.steps = 3 * s.training.average_every;
+  const std::string dir = "/tmp/bench_planner_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/s.toml") << to_toml(s);
+  const std::string cmd = std::string(RV_BINARY_DIR) + "/ravnest sim " + dir + "/s.toml --progress off --run-dir " +
+                          dir + "/run > /dev/null 2>&1";
+  double x = std::nan("");
+  if (std::system(cmd.c_str()) == 0) {
+    std::ifstream in(dir + "/run/summary.json");
+    x = json::parse(in)["samples_per_s"].get<double>();
+  }
+  std::filesystem::remove_all(dir);
+  return x;
+}
+
 json compare(const std::string& network, const std::vector<int>& sizes, uint64_t seed) {
   Setup base = setup(network);
   json rows = json::array();
@@ -208,6 +235,13 @@ json compare(const std::string& network, const std::vector<int>& sizes, uint64_t
     put("ga", ga);
     put("greedy", greedy);
     put("ravnest_ga", rv);
+    if (n <= g_simulate_up_to) {
+      for (auto [name, o] : {std::pair{"ga", &ga}, std::pair{"greedy", &greedy}, std::pair{"ravnest-ga", &rv}})
+        if (o->ok) row[name == std::string("ravnest-ga") ? "ravnest_ga" : name]["simulated_samples_per_s"] = simulate_plan(s, name);
+      if (ga.ok && greedy.ok)
+        row["simulated_ga_over_greedy"] = row["ga"]["simulated_samples_per_s"].get<double>() /
+                                          row["greedy"]["simulated_samples_per_s"].get<double>();
+    }
     if (ga.ok && greedy.ok) row["ga_over_greedy"] = ga.throughput / greedy.throughput;
     if (ga.ok && rv.ok) row["ga_over_ravnest_ga"] = ga.throughput / rv.throughput;
     std::fprintf(stderr,
@@ -291,6 +325,7 @@ int main(int argc, char** argv) {
   app.add_option("--pools", pools, "random pools for the quality part");
   app.add_option("--seed", seed);
   app.add_option("--compare-sizes", compare_sizes)->delimiter(',');
+  app.add_option("--simulate-up-to", g_simulate_up_to, "compare: simulate the plans of pools up to this size");
   app.add_option("--scale-sizes", scale_sizes)->delimiter(',');
   app.add_option("--network", network, "lv08 | ideal")->check(CLI::IsMember({"lv08", "ideal"}));
   app.add_option("--scale-one", scale_one_n,

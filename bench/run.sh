@@ -20,6 +20,6 @@ for v in cnn cnn_avg500 mlp; do
   args=(--model "${v%%_*}")
   if [ "$v" = cnn_avg500 ]; then args+=(--set training.average_every=500); fi
   build/bench/bench_planner "${args[@]}" --part quality --pools 50 --out "bench/results/planner_quality_$v.json"
-  build/bench/bench_planner "${args[@]}" --part compare --out "bench/results/planner_compare_$v.json"
+  build/bench/bench_planner "${args[@]}" --part compare --simulate-up-to 64 --out "bench/results/planner_compare_$v.json"
 done
 build/bench/bench_planner --part scale --out bench/results/planner_scale.json
