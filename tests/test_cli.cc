@@ -8,6 +8,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -214,5 +216,41 @@ TEST_CASE("sweep runs every combination, and checks every value before running a
   CHECK(bad.status == 2);
   CHECK(bad.err.find("training.steps") != std::string::npos);
   CHECK_FALSE(fs::exists(d / "bad"));
+  fs::remove_all(d);
+}
+
+TEST_CASE("real processes in several clusters average to the same model as in simulation", "[cli][real][rings]") {
+  fs::path d = workdir("clusters");
+  write(d / "s.toml", std::string(kSmall) + R"(
+[planner]
+method = "manual"
+[[planner.cluster]]
+nodes = [0, 1]
+[[planner.cluster]]
+nodes = [2]
+)");
+  Result real = ravnest({"real", "s.toml", "--set", "training.average_every=50", "--run-dir", "real"}, d);
+  INFO(real.err);
+  REQUIRE(real.status == 0);
+  // eval.csv: after each averaging both clusters score exactly the same model.
+  std::ifstream in(d / "real" / "eval.csv");
+  std::string line;
+  std::getline(in, line);
+  std::map<std::string, std::set<std::string>> loss_by_step;
+  while (std::getline(in, line)) {
+    std::vector<std::string> f;
+    std::stringstream ss(line);
+    for (std::string c; std::getline(ss, c, ',');) f.push_back(c);
+    REQUIRE(f.size() == 7);
+    loss_by_step[f[3]].insert(f[5]);
+  }
+  REQUIRE(loss_by_step.size() == 2);  // steps 100 and 200
+  for (const auto& [step, losses] : loss_by_step) {
+    INFO("step " << step);
+    CHECK(losses.size() == 1);
+  }
+  auto s = nlohmann::json::parse(slurp(d / "real" / "summary.json"));
+  CHECK(s["clusters"] == 2);
+  CHECK(s["final"]["test_accuracy"].get<double>() > 0.85);
   fs::remove_all(d);
 }
