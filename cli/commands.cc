@@ -97,8 +97,11 @@ int cmd_plan(const CommonOptions& o, const std::string& out_json) {
     }
   }
   if (p.plan.clusters.size() > 1)
-    std::cout << fmt::format("averaging: {} rings, {:.3f} s per round, every {} updates\n", p.plan.rings.size(),
-                             p.plan.averaging_time, s.training.average_every);
+    std::cout << fmt::format("averaging: {} rings, {:.3f} s per round, {}\n", p.plan.rings.size(),
+                             p.plan.averaging_time,
+                             s.training.algorithm == "ravnest"
+                                 ? fmt::format("every {} updates", s.training.average_every)
+                                 : std::string("of the gradients, every step"));
   std::cout << fmt::format("predicted: {:.1f} samples/s overall; {} of {} nodes used\n", p.plan.throughput, used,
                            s.node_count());
   if (!out_json.empty()) {

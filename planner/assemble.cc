@@ -144,14 +144,7 @@ Plan plan_sync_dp(const Scenario& scenario, const ModelDesc& model) {
 
 Plan make_plan(const Scenario& scenario_in, const ModelDesc& model) {
   if (scenario_in.training.algorithm == "sync-dp") return plan_sync_dp(scenario_in, model);
-  Scenario scenario = scenario_in;
-  if (scenario.training.algorithm == "gpipe") {
-    // gpipe runs one pipeline for now: plan one cluster.
-    if (scenario.planner.clusters > 1 || scenario.planner.cluster.size() > 1)
-      throw ScenarioError(scenario.source, "planner.clusters",
-                          "gpipe across several clusters is not implemented yet: plan one cluster");
-    scenario.planner.clusters = 1;
-  }
+  const Scenario& scenario = scenario_in;
   const std::string& m = scenario.planner.method;
   if (m == "manual") return plan_manual(scenario, model);
   if (m == "greedy") return plan_greedy(scenario, model);

@@ -20,6 +20,7 @@ CostModel::CostModel(const Scenario& scenario, const ModelDesc& model)
       factors_(net_factors(scenario.network)) {
   if (training_.algorithm == "gpipe") training_.weight_stashing = true;  // gpipe keeps graphs
   if (training_.algorithm == "sync-dp") training_.average_every = 1;    // gradients every step
+  if (training_.algorithm == "gpipe") training_.average_every = training_.micro_batches;  // every step
   const int n = scenario.node_count();
   pool_.reserve(n);
   int r = 0;

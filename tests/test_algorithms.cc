@@ -241,3 +241,46 @@ TEST_CASE("sync-dp refuses a pool whose nodes cannot hold the model, saying so",
     CHECK(w.find("tiny") != std::string::npos);
   }
 }
+
+TEST_CASE("gpipe in 2 clusters of 2 stages equals plain SGD on both clusters' micro-batches of a step", "[algo][oracle]") {
+  auto p = test::prepare(std::string(kSmall) + R"(
+[planner]
+method = "manual"
+[[planner.cluster]]
+nodes = [0, 1]
+[[planner.cluster]]
+nodes = [2, 3]
+)", {"training.algorithm=gpipe", "training.steps=8", "devices.0.count=4"});
+  REQUIRE(p.plan.clusters.size() == 2);
+  auto s = run(p);
+  const int C = 2;
+  const int64_t m = p.scenario.training.micro_batches;
+  const ModelDesc& model = p.model;
+  StageModule whole(model, 0, model.layer_count(), p.scenario.seed);
+  std::vector<at::Tensor> params = whole.params();
+  std::vector<Sampler> samplers;
+  for (int c = 0; c < C; ++c)
+    samplers.emplace_back(shard(p.data.train_size(), C, c, p.scenario.seed), p.scenario.data.batch_size,
+                          p.scenario.seed + 7919ULL * c);
+  for (int64_t step = 0; step < 8; ++step) {
+    std::vector<int64_t> rows;
+    for (auto& smp : samplers)
+      for (int64_t j = 0; j < m; ++j) {
+        auto r = smp.indices(step * m + j);
+        rows.insert(rows.end(), r.begin(), r.end());
+      }
+    c10::AutoGradMode g(true);
+    at::Tensor logits = whole.forward(p.data.inputs(rows, false), params, true, 0, true);
+    at::Tensor loss = at::nll_loss(at::log_softmax(logits, 1), p.data.labels(rows, false));
+    auto grads = torch::autograd::grad({loss}, params);
+    c10::NoGradGuard ng;
+    for (size_t i = 0; i < params.size(); ++i)
+      params[i] = (params[i] - p.scenario.training.lr * grads[i]).detach().requires_grad_(true);
+  }
+  c10::NoGradGuard ng;
+  std::vector<int64_t> rows;
+  for (int64_t i = 0; i < p.data.test_size(); ++i) rows.push_back(i);
+  at::Tensor logits = whole.forward(p.data.inputs(rows, true), params, false, 0, false);
+  const double expected = at::nll_loss(at::log_softmax(logits, 1), p.data.labels(rows, true)).item<double>();
+  CHECK(s["final"]["test_loss"].get<double>() == Approx(expected).epsilon(1e-4));
+}

@@ -1,6 +1,10 @@
 // GPipe: the synchronous pipeline baseline. Each step, the first stage sends m micro-batches
 // forward; every stage runs all m forwards, then all m backwards (the last stage in reverse order),
 // accumulating gradients; one optimizer step per stage after its m-th backward (the flush).
+// Across clusters (each on its own shard): before every step's update, each stage's gradients are
+// all-reduced (mean) with the other clusters' over the same multi-ring rings, so every cluster
+// takes the same synchronous step.
+#include <deque>
 #include <vector>
 
 #include "core/algo/algorithm.h"
@@ -13,9 +17,6 @@ void run_gpipe(NodeEnv& env, const RunSpec& spec, int node) {
   TrainingSpec tr = spec.scenario->training;
   const NodeRole role = spec.plan->role_of(node);
   if (role.stage < 0) return;
-  if (spec.plan->clusters.size() > 1)
-    throw InputError("gpipe across several clusters is not implemented yet: plan one cluster "
-                     "(planner.clusters = 1)");
   tr.weight_stashing = true;  // no update between a forward and its backward: keep the graph
   const int64_t m = tr.micro_batches;
   PipelineWorker w(env, spec, node, tr, m);
@@ -25,6 +26,15 @@ void run_gpipe(NodeEnv& env, const RunSpec& spec, int node) {
                      ") got an unexpected '" + to_string(msg.kind) + "' message from node " +
                      std::to_string(msg.src));
   };
+  // Messages of the next step that arrive while this stage exchanges gradients.
+  std::deque<Message> later;
+  auto defer = [&](Message x) { later.push_back(std::move(x)); };
+  auto next_message = [&] {
+    if (later.empty()) return w.recv();
+    Message x = std::move(later.front());
+    later.pop_front();
+    return x;
+  };
   // The last stage: all m forwards are in; backward them in reverse order, then update.
   std::vector<int64_t> pending;
   auto last_flush = [&] {
@@ -33,6 +43,7 @@ void run_gpipe(NodeEnv& env, const RunSpec& spec, int node) {
       auto g = w.last_backward(*it, &st);
       if (g) w.send(role.prev, std::move(*g));
     }
+    w.exchange_gradients(defer);
     w.update(pending.back(), 0);
     pending.clear();
   };
@@ -49,11 +60,12 @@ void run_gpipe(NodeEnv& env, const RunSpec& spec, int node) {
         last_flush();
       } else {
         for (int64_t j = 0; j < m; ++j) {
-          Message g = w.recv();
+          Message g = next_message();
           if (g.kind != MsgKind::kBackward) unexpected(g);
           int64_t st = 0;
           w.backward(g.id, g, &st);
         }
+        w.exchange_gradients(defer);
         w.update(step * m + m - 1, 0);
       }
       const int64_t done = step + 1;
@@ -67,7 +79,7 @@ void run_gpipe(NodeEnv& env, const RunSpec& spec, int node) {
 
   int64_t backwards = 0;
   while (true) {
-    Message msg = w.recv();
+    Message msg = next_message();
     if (msg.kind == MsgKind::kStop) break;
     if (msg.kind == MsgKind::kEvalForward) {
       w.eval(msg);
@@ -84,6 +96,7 @@ void run_gpipe(NodeEnv& env, const RunSpec& spec, int node) {
       auto g = w.backward(msg.id, msg, &st);
       w.send(role.prev, std::move(*g));
       if (++backwards == m) {
+        w.exchange_gradients(defer);
         w.update(msg.id, 0);
         backwards = 0;
       }
