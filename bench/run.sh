@@ -2,7 +2,7 @@
 # Runs every benchmark and writes its figures to bench/results/*.json. Not part of the tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/build.sh bench_sim_speed bench_numeric_overhead bench_real_digits ravnest
+scripts/build.sh bench_sim_speed bench_numeric_overhead bench_real_digits bench_allreduce ravnest
 mkdir -p bench/results
 # About 40,000 micro-batch events per size: 2 * nodes * steps.
 for n in 10 100 1000; do
@@ -23,3 +23,4 @@ for v in cnn cnn_avg500 mlp; do
   build/bench/bench_planner "${args[@]}" --part compare --simulate-up-to 64 --out "bench/results/planner_compare_$v.json"
 done
 build/bench/bench_planner --part scale --out bench/results/planner_scale.json
+build/bench/bench_allreduce --out bench/results/allreduce.json

@@ -1,0 +1,235 @@
+// Cross-cluster averaging, measured:
+//   sim   the multi-ring all-reduce of C one-node clusters in SimGrid (timing mode) against the
+//         alpha-beta model 2(C-1)(latency + S/(C B)) on equal links, its bus bandwidth
+//         busbw = (S / t) * 2(C-1)/C as a fraction of B, and, on unequal links, against the bound
+//         set by the slowest link of the ring;
+//   real  the same rings over c10d/Gloo point-to-point (GlooTransport) between C processes on
+//         127.0.0.1 against c10d's own ProcessGroupGloo::allreduce on the same data.
+//
+//   bench_allreduce --part sim|real [--out FILE]
+// (One SimGrid engine per process: each simulated case runs in a forked child.)
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <numeric>
+#include <cstdio>
+#include <random>
+
+#include <ATen/ATen.h>
+#include <CLI/CLI.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
+#include "bench/bench_common.h"
+#include "core/algo/multi_ring.h"
+#include "core/compute_threads.h"
+#include "core/dataset.h"
+#include "core/error.h"
+#include "core/model.h"
+#include "planner/planner.h"
+#include "real/gloo_transport.h"
+#include "real/real_env.h"
+#include "sim/sim_runner.h"
+
+using namespace rv;
+using nlohmann::json;
+
+namespace {
+
+// C one-node clusters, each holding a model of about `bytes` of state; links per node.
+struct Case {
+  Scenario scenario;
+  ModelDesc model;
+  Plan plan;
+};
+
+Case make_case(int c, double bytes, const std::vector<double>& mbps, double latency_ms) {
+  Case k;
+  const int64_t hidden = std::max<int64_t>(1, static_cast<int64_t>(bytes / 4 / 2048));
+  std::string toml = "name = \"allreduce\"\n[model]\nkind = \"mlp\"\nhidden = [" + std::to_string(hidden) +
+                     "]\n[data]\nkind = \"synthetic\"\nside = 32\nclasses = 1024\n[training]\nsteps = 1\n"
+                     "[sim]\nmode = \"timing\"\n[network]\nmodel = \"ideal\"\n[planner]\nmethod = \"manual\"\n";
+  for (int i = 0; i < c; ++i) toml += "[[planner.cluster]]\nnodes = [" + std::to_string(i) + "]\n";
+  for (int i = 0; i < c; ++i)
+    toml += "[[devices]]\nram_gb = 64\nup_mbps = " + std::to_string(mbps[i]) + "\ndown_mbps = " +
+            std::to_string(mbps[i]) + "\nlatency_ms = " + std::to_string(latency_ms) + "\n";
+  k.scenario = parse_scenario(toml, "bench_allreduce");
+  DatasetShape shape = dataset_shape(k.scenario.data);
+  k.model = build_model(k.scenario.model, shape.sample_shape, shape.classes);
+  k.plan = make_plan(k.scenario, k.model);
+  return k;
+}
+
+// Runs `fn` in a forked child and returns what it wrote to the pipe (a double), NaN on failure.
+double in_child(const std::function<double()>& fn) {
+  int fd[2];
+  if (pipe(fd) != 0) return std::nan("");
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(fd[0]);
+    double v = std::nan("");
+    try {
+      v = fn();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "child: %s\n", e.what());
+    }
+    if (write(fd[1], &v, sizeof v) != sizeof v) _exit(1);
+    _exit(0);
+  }
+  close(fd[1]);
+  double v = std::nan("");
+  if (read(fd[0], &v, sizeof v) != sizeof v) v = std::nan("");
+  close(fd[0]);
+  waitpid(pid, nullptr, 0);
+  return v;
+}
+
+double simulate_average(const Case& k) {
+  double end = 0;
+  SimResult r = simulate(k.scenario, [&] {
+    std::vector<int> n(k.plan.nodes);
+    std::iota(n.begin(), n.end(), 0);
+    return n;
+  }(), false, [&](NodeEnv& env, int node) {
+    MultiRingAverager avg(env, k.plan, k.model, node);
+    avg.average(at::Tensor(), 0, [](Message) { throw Error("unexpected message"); });
+    env.transport.flush();
+    end = std::max(end, env.clock.now());
+  });
+  return end;
+}
+
+json part_sim() {
+  json rows = json::array();
+  const double latency_ms = 10, mbps = 100;
+  for (int c : {2, 4, 8}) {
+    for (double mb : {1.0, 64.0, 256.0}) {
+      Case k = make_case(c, mb * 1e6, std::vector<double>(c, mbps), latency_ms);
+      const double s = 4.0 * k.model.state_offset(k.model.layer_count());
+      const double b = mbps * 1e6 / 8;
+      const double t = in_child([&] { return simulate_average(k); });
+      const double alpha_beta = 2.0 * (c - 1) * (2 * latency_ms * 1e-3 + s / c / b);
+      const double busbw = s / t * 2.0 * (c - 1) / c;
+      rows.push_back({{"clusters", c}, {"state_mb", s / 1e6}, {"simulated_s", t}, {"alpha_beta_s", alpha_beta},
+                      {"error", t / alpha_beta - 1}, {"busbw_over_link", busbw / b},
+                      {"predicted_s", k.plan.averaging_time}});
+      std::fprintf(stderr, "sim equal links C=%d S=%.0f MB: %.3f s, alpha-beta %.3f s, busbw %.3f of B\n", c, s / 1e6,
+                   t, alpha_beta, busbw / b);
+    }
+  }
+  // Unequal links: each round waits for the slowest hop; the bound is 2(C-1)(latency + S/C / min B).
+  std::mt19937_64 rng(7);
+  for (int c : {4, 8}) {
+    std::vector<double> mbps;
+    for (int i = 0; i < c; ++i) mbps.push_back(std::uniform_real_distribution<double>(10, 200)(rng));
+    Case k = make_case(c, 64e6, mbps, latency_ms);
+    const double s = 4.0 * k.model.state_offset(k.model.layer_count());
+    const double slowest = *std::min_element(mbps.begin(), mbps.end()) * 1e6 / 8;
+    const double t = in_child([&] { return simulate_average(k); });
+    const double bound = 2.0 * (c - 1) * (2 * latency_ms * 1e-3 + s / c / slowest);
+    rows.push_back({{"clusters", c}, {"state_mb", s / 1e6}, {"unequal_links_mbps", mbps}, {"simulated_s", t},
+                    {"slowest_link_bound_s", bound}, {"ratio_to_bound", t / bound},
+                    {"predicted_s", k.plan.averaging_time}});
+    std::fprintf(stderr, "sim unequal links C=%d: %.3f s, slowest-link bound %.3f s (ratio %.3f)\n", c, t, bound,
+                 t / bound);
+  }
+  return rows;
+}
+
+int free_port() {
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+  const int port = ntohs(a.sin_port);
+  close(s);
+  return port;
+}
+
+// One rank of the real comparison: returns (multi-ring seconds) * 1e6 + c10d seconds... as two
+// measurements written by rank 0 only.
+json part_real() {
+  json rows = json::array();
+  for (int c : {2, 3}) {
+    for (double mb : {4.0, 64.0}) {
+      Case k = make_case(c, mb * 1e6, std::vector<double>(c, 1000), 0);
+      const int port = free_port();
+      std::vector<pid_t> pids;
+      int fd[2];
+      if (pipe(fd) != 0) continue;
+      for (int r = 0; r < c; ++r) {
+        pid_t pid = fork();
+        if (pid == 0) {
+          close(fd[0]);
+          set_compute_threads(1);
+          GlooOptions o;
+          o.rank = r;
+          o.world_size = c;
+          o.master_port = port;
+          o.timeout = 60;
+          GlooTransport t(o);
+          RealClock clock;
+          RealCompute compute;
+          EventLog log;
+          NodeEnv env{t, clock, compute, log};
+          const int64_t n = k.model.state_offset(k.model.layer_count());
+          at::Tensor x = at::full({n}, static_cast<float>(r));
+          MultiRingAverager avg(env, k.plan, k.model, r);
+          double ring = 0, gloo = 0;
+          for (int rep = 0; rep < 3; ++rep) {  // best of 3
+            t.barrier();
+            double t0 = clock.now();
+            avg.average(x, rep, [](Message) { throw Error("unexpected message"); });
+            t.flush();
+            t.barrier();
+            ring = rep == 0 ? clock.now() - t0 : std::min(ring, clock.now() - t0);
+            std::vector<at::Tensor> v{x.clone()};
+            t.barrier();
+            t0 = clock.now();
+            t.group().allreduce(v)->wait();
+            t.barrier();
+            gloo = rep == 0 ? clock.now() - t0 : std::min(gloo, clock.now() - t0);
+          }
+          if (r == 0) {
+            double out[2] = {ring, gloo};
+            if (write(fd[1], out, sizeof out) != sizeof out) _exit(1);
+          }
+          t.close();
+          _exit(0);
+        }
+        pids.push_back(pid);
+      }
+      close(fd[1]);
+      double out[2] = {std::nan(""), std::nan("")};
+      if (read(fd[0], out, sizeof out) != sizeof out) out[0] = out[1] = std::nan("");
+      close(fd[0]);
+      for (pid_t p : pids) waitpid(p, nullptr, 0);
+      const double s = 4.0 * k.model.state_offset(k.model.layer_count());
+      rows.push_back({{"ranks", c}, {"state_mb", s / 1e6}, {"multi_ring_s", out[0]}, {"c10d_allreduce_s", out[1]},
+                      {"ratio", out[0] / out[1]}});
+      std::fprintf(stderr, "real loopback C=%d S=%.0f MB: multi-ring %.4f s, c10d allreduce %.4f s (ratio %.2f)\n",
+                   c, s / 1e6, out[0], out[1], out[0] / out[1]);
+    }
+  }
+  return rows;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string part = "all", out;
+  CLI::App app{"cross-cluster averaging: simulation against alpha-beta, real rings against c10d"};
+  app.add_option("--part", part)->check(CLI::IsMember({"all", "sim", "real"}));
+  app.add_option("--out", out);
+  CLI11_PARSE(app, argc, argv);
+  json j = {{"benchmark", "allreduce"}};
+  if (part == "all" || part == "sim") j["sim"] = part_sim();
+  if (part == "all" || part == "real") j["real"] = part_real();
+  bench::emit(j, out);
+}
