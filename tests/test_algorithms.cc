@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -50,36 +51,53 @@ count = 3
 ram_gb = 4
 )";
 
-// Plain single-process SGD, written without the pipeline code: `steps` updates, each on the
-// concatenation of `per_step` consecutive micro-batches (as the pipeline's sampler draws them).
-// Returns the test loss of the final weights.
-double plain_sgd_test_loss(const test::Prepared& p, int64_t steps, int64_t per_step) {
+// Plain single-process SGD, written without the pipeline code: `steps` updates, update k on the
+// mean loss of the samples rows_of(k). Returns the test loss of the final weights.
+double plain_sgd(const test::Prepared& p, int64_t steps,
+                 const std::function<std::vector<int64_t>(int64_t)>& rows_of) {
   const ModelDesc& m = p.model;
   StageModule whole(m, 0, m.layer_count(), p.scenario.seed);
   std::vector<at::Tensor> params = whole.params();
-  Sampler sampler(p.data.train_size(), p.scenario.data.batch_size, p.scenario.seed);  // cluster 0
   for (int64_t step = 0; step < steps; ++step) {
-    std::vector<at::Tensor> sum;
-    for (int64_t j = 0; j < per_step; ++j) {
-      auto rows = sampler.indices(step * per_step + j);
-      c10::AutoGradMode g(true);
-      at::Tensor logits = whole.forward(p.data.inputs(rows, false), params, true, 0, true);
-      at::Tensor loss = at::nll_loss(at::log_softmax(logits, 1), p.data.labels(rows, false));
-      auto grads = torch::autograd::grad({loss}, params);
-      if (sum.empty()) sum = grads;
-      else for (size_t i = 0; i < grads.size(); ++i) sum[i] = sum[i] + grads[i];
-    }
+    const std::vector<int64_t> rows = rows_of(step);
+    c10::AutoGradMode g(true);
+    at::Tensor logits = whole.forward(p.data.inputs(rows, false), params, true, 0, true);
+    at::Tensor loss = at::nll_loss(at::log_softmax(logits, 1), p.data.labels(rows, false));
+    auto grads = torch::autograd::grad({loss}, params);
     c10::NoGradGuard ng;
     for (size_t i = 0; i < params.size(); ++i)
-      params[i] = (params[i] - p.scenario.training.lr * sum[i] / static_cast<double>(per_step))
-                      .detach()
-                      .requires_grad_(true);
+      params[i] = (params[i] - p.scenario.training.lr * grads[i]).detach().requires_grad_(true);
   }
   c10::NoGradGuard ng;
   std::vector<int64_t> rows;
   for (int64_t i = 0; i < p.data.test_size(); ++i) rows.push_back(i);
   at::Tensor logits = whole.forward(p.data.inputs(rows, true), params, false, 0, false);
   return at::nll_loss(at::log_softmax(logits, 1), p.data.labels(rows, true)).item<double>();
+}
+
+// The samplers of `clusters` clusters, as the pipeline's nodes draw them (shards when C > 1).
+std::vector<Sampler> samplers_of(const test::Prepared& p, int clusters) {
+  std::vector<Sampler> out;
+  for (int c = 0; c < clusters; ++c) {
+    const uint64_t seed = p.scenario.seed + 7919ULL * c;
+    if (clusters == 1) out.emplace_back(p.data.train_size(), p.scenario.data.batch_size, seed);
+    else out.emplace_back(shard(p.data.train_size(), clusters, c, p.scenario.seed), p.scenario.data.batch_size, seed);
+  }
+  return out;
+}
+
+// Plain SGD where update k uses micro-batches k*per_step .. k*per_step+per_step-1 of every cluster.
+double plain_sgd_test_loss(const test::Prepared& p, int64_t steps, int64_t per_step, int clusters = 1) {
+  std::vector<Sampler> samplers = samplers_of(p, clusters);
+  return plain_sgd(p, steps, [&](int64_t step) {
+    std::vector<int64_t> rows;
+    for (auto& smp : samplers)
+      for (int64_t j = 0; j < per_step; ++j) {
+        auto r = smp.indices(step * per_step + j);
+        rows.insert(rows.end(), r.begin(), r.end());
+      }
+    return rows;
+  });
 }
 
 nlohmann::json run(const test::Prepared& p) {
@@ -200,32 +218,7 @@ TEST_CASE("sync-dp with C nodes and batch b equals plain SGD with batch C*b on t
   REQUIRE(p.plan.clusters.size() == C);
   auto s = run(p);
   // The oracle: one process, one model, the C nodes' micro-batches of each step as one batch.
-  const ModelDesc& m = p.model;
-  StageModule whole(m, 0, m.layer_count(), p.scenario.seed);
-  std::vector<at::Tensor> params = whole.params();
-  std::vector<Sampler> samplers;
-  for (int c = 0; c < C; ++c)
-    samplers.emplace_back(shard(p.data.train_size(), C, c, p.scenario.seed), p.scenario.data.batch_size,
-                          p.scenario.seed + 7919ULL * c);
-  for (int64_t step = 0; step < 15; ++step) {
-    std::vector<int64_t> rows;
-    for (auto& smp : samplers) {
-      auto r = smp.indices(step);
-      rows.insert(rows.end(), r.begin(), r.end());
-    }
-    c10::AutoGradMode g(true);
-    at::Tensor logits = whole.forward(p.data.inputs(rows, false), params, true, 0, true);
-    at::Tensor loss = at::nll_loss(at::log_softmax(logits, 1), p.data.labels(rows, false));
-    auto grads = torch::autograd::grad({loss}, params);
-    c10::NoGradGuard ng;
-    for (size_t i = 0; i < params.size(); ++i)
-      params[i] = (params[i] - p.scenario.training.lr * grads[i]).detach().requires_grad_(true);
-  }
-  c10::NoGradGuard ng;
-  std::vector<int64_t> rows;
-  for (int64_t i = 0; i < p.data.test_size(); ++i) rows.push_back(i);
-  at::Tensor logits = whole.forward(p.data.inputs(rows, true), params, false, 0, false);
-  const double expected = at::nll_loss(at::log_softmax(logits, 1), p.data.labels(rows, true)).item<double>();
+  const double expected = plain_sgd_test_loss(p, 15, 1, C);
   CHECK(s["final"]["test_loss"].get<double>() == Approx(expected).epsilon(1e-4));
   CHECK(s["train_samples"].get<int64_t>() == 15 * C * 16);
 }
@@ -253,34 +246,6 @@ nodes = [2, 3]
 )", {"training.algorithm=gpipe", "training.steps=8", "devices.0.count=4"});
   REQUIRE(p.plan.clusters.size() == 2);
   auto s = run(p);
-  const int C = 2;
-  const int64_t m = p.scenario.training.micro_batches;
-  const ModelDesc& model = p.model;
-  StageModule whole(model, 0, model.layer_count(), p.scenario.seed);
-  std::vector<at::Tensor> params = whole.params();
-  std::vector<Sampler> samplers;
-  for (int c = 0; c < C; ++c)
-    samplers.emplace_back(shard(p.data.train_size(), C, c, p.scenario.seed), p.scenario.data.batch_size,
-                          p.scenario.seed + 7919ULL * c);
-  for (int64_t step = 0; step < 8; ++step) {
-    std::vector<int64_t> rows;
-    for (auto& smp : samplers)
-      for (int64_t j = 0; j < m; ++j) {
-        auto r = smp.indices(step * m + j);
-        rows.insert(rows.end(), r.begin(), r.end());
-      }
-    c10::AutoGradMode g(true);
-    at::Tensor logits = whole.forward(p.data.inputs(rows, false), params, true, 0, true);
-    at::Tensor loss = at::nll_loss(at::log_softmax(logits, 1), p.data.labels(rows, false));
-    auto grads = torch::autograd::grad({loss}, params);
-    c10::NoGradGuard ng;
-    for (size_t i = 0; i < params.size(); ++i)
-      params[i] = (params[i] - p.scenario.training.lr * grads[i]).detach().requires_grad_(true);
-  }
-  c10::NoGradGuard ng;
-  std::vector<int64_t> rows;
-  for (int64_t i = 0; i < p.data.test_size(); ++i) rows.push_back(i);
-  at::Tensor logits = whole.forward(p.data.inputs(rows, true), params, false, 0, false);
-  const double expected = at::nll_loss(at::log_softmax(logits, 1), p.data.labels(rows, true)).item<double>();
+  const double expected = plain_sgd_test_loss(p, 8, p.scenario.training.micro_batches, 2);
   CHECK(s["final"]["test_loss"].get<double>() == Approx(expected).epsilon(1e-4));
 }
