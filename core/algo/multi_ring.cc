@@ -33,95 +33,128 @@ MultiRingAverager::MultiRingAverager(NodeEnv& env, const Plan& plan, const Model
   }
 }
 
-Message MultiRingAverager::take(MsgKind kind, int ring, int64_t step, int64_t round,
-                                const std::function<void(Message)>& defer) {
-  const auto key = std::make_tuple(static_cast<int>(kind), ring, step, round);
-  for (;;) {
-    auto it = early_.find(key);
-    if (it != early_.end()) {
-      Message m = std::move(it->second);
-      early_.erase(it);
-      return m;
-    }
-    Message m = env_.transport.recv();
-    if (!hold(m)) defer(std::move(m));
-  }
-}
-
 bool MultiRingAverager::hold(Message& m) {
   if (m.kind != MsgKind::kReduce && m.kind != MsgKind::kGather) return false;
   early_.emplace(std::make_tuple(static_cast<int>(m.kind), static_cast<int>(m.aux), m.step, m.id), std::move(m));
   return true;
 }
 
-at::Tensor MultiRingAverager::average(const at::Tensor& state_in, int64_t round,
-                                      const std::function<void(Message)>& defer) {
-  if (rings_.empty()) return state_in;
-  const bool numeric = env_.compute.numeric();
-  at::Tensor state = numeric ? state_in.clone() : at::Tensor();
-  Event span;
-  span.kind = EventKind::kAverage;
-  span.node = node_;
-  span.cluster = role_.cluster;
-  span.stage = role_.stage;
-  span.start = env_.clock.now();
-  span.step = round;
-  auto note = [&](EventKind kind, int peer, Bytes bytes) {
+namespace {
+
+int mod(int a, int c) { return ((a % c) + c) % c; }
+
+}  // namespace
+
+void MultiRingAverager::start(const at::Tensor& state, int64_t round) {
+  RV_CHECK(phase_ == Phase::kIdle || phase_ == Phase::kDone, "an averaging is already in progress");
+  state_ = env_.compute.numeric() && state.defined() ? state.clone() : at::Tensor();
+  round_ = round;
+  t_ = 0;
+  sent_ = false;
+  span_ = Event();
+  span_.kind = EventKind::kAverage;
+  span_.node = node_;
+  span_.cluster = role_.cluster;
+  span_.stage = role_.stage;
+  span_.step = round;
+  span_.start = env_.clock.now();
+  phase_ = rings_.empty() ? Phase::kDone : Phase::kReduce;
+}
+
+void MultiRingAverager::send_round() {
+  const bool reduce = phase_ == Phase::kReduce;
+  for (const auto& r : rings_) {
+    const int c = r.members;
+    // Reduce-scatter round t sends segment (i - t); all-gather round t sends segment (i + 1 - t).
+    const int seg = reduce ? mod(r.member - t_, c) : mod(r.member + 1 - t_, c);
+    Message m;
+    m.kind = reduce ? MsgKind::kReduce : MsgKind::kGather;
+    m.id = round_;
+    m.step = t_;
+    m.aux = r.id;
+    const int64_t a = r.seg_lo(seg), b = r.seg_lo(seg + 1);
+    if (state_.defined()) m.payload.push_back(state_.slice(0, a, b).clone());
+    m.bytes = kHeaderBytes + kFloatBytes * (b - a);
     Event e;
-    e.kind = kind;
+    e.kind = EventKind::kSend;
     e.node = node_;
     e.cluster = role_.cluster;
     e.stage = role_.stage;
-    e.peer = peer;
-    e.bytes = bytes;
+    e.peer = r.next;
+    e.bytes = m.bytes;
     e.start = e.end = env_.clock.now();
     e.micro_batch = -1;
     env_.metrics.record(e);
-  };
-  auto send = [&](const MyRing& r, MsgKind kind, int64_t t, int seg) {
-    Message m;
-    m.kind = kind;
-    m.id = round;
-    m.step = t;
-    m.aux = r.id;
-    const int64_t a = r.seg_lo(seg), b = r.seg_lo(seg + 1);
-    if (numeric) m.payload.push_back(state.slice(0, a, b).clone());
-    m.bytes = kHeaderBytes + kFloatBytes * (b - a);
-    note(EventKind::kSend, r.next, m.bytes);
     env_.transport.send(r.next, std::move(m));
-  };
-  auto receive = [&](const MyRing& r, MsgKind kind, int64_t t, int seg, bool add) {
-    Message m = take(kind, r.id, t, round, defer);
-    const int64_t a = r.seg_lo(seg), b = r.seg_lo(seg + 1);
-    note(EventKind::kRecv, m.src, m.bytes);
-    env_.compute.run(add ? static_cast<double>(b - a) : 0.0, [&] {
-      RV_CHECK(!m.payload.empty() && m.payload[0].numel() == b - a,
-               "averaging: a segment of the wrong size from node " + std::to_string(m.src));
-      at::Tensor dst = state.slice(0, a, b);
-      if (add) dst.add_(m.payload[0]);
-      else dst.copy_(m.payload[0]);
+  }
+  sent_ = true;
+}
+
+bool MultiRingAverager::progress() {
+  for (;;) {
+    if (phase_ == Phase::kIdle) return false;
+    if (phase_ == Phase::kDone) return true;
+    if (!sent_) send_round();
+    const bool reduce = phase_ == Phase::kReduce;
+    const int kind = static_cast<int>(reduce ? MsgKind::kReduce : MsgKind::kGather);
+    for (const auto& r : rings_)
+      if (!early_.count(std::make_tuple(kind, r.id, static_cast<int64_t>(t_), round_))) return false;
+    // Every ring's segment of this round is here: reduce-scatter adds segment (i - t - 1), the
+    // all-gather copies segment (i - t).
+    for (const auto& r : rings_) {
+      auto it = early_.find(std::make_tuple(kind, r.id, static_cast<int64_t>(t_), round_));
+      Message m = std::move(it->second);
+      early_.erase(it);
+      const int seg = reduce ? mod(r.member - t_ - 1, r.members) : mod(r.member - t_, r.members);
+      const int64_t a = r.seg_lo(seg), b = r.seg_lo(seg + 1);
+      Event e;
+      e.kind = EventKind::kRecv;
+      e.node = node_;
+      e.cluster = role_.cluster;
+      e.stage = role_.stage;
+      e.peer = m.src;
+      e.bytes = m.bytes;
+      e.start = e.end = env_.clock.now();
+      e.micro_batch = -1;
+      env_.metrics.record(e);
+      env_.compute.run(reduce ? static_cast<double>(b - a) : 0.0, [&] {
+        RV_CHECK(!m.payload.empty() && m.payload[0].numel() == b - a,
+                 "averaging: a segment of the wrong size from node " + std::to_string(m.src));
+        at::Tensor dst = state_.slice(0, a, b);
+        if (reduce) dst.add_(m.payload[0]);
+        else dst.copy_(m.payload[0]);
+      });
+    }
+    sent_ = false;
+    const int c = rings_.front().members;
+    if (++t_ < c - 1) continue;
+    t_ = 0;
+    if (reduce) {
+      phase_ = Phase::kGather;
+      continue;
+    }
+    int64_t elems = 0;
+    for (const auto& r : rings_) elems += r.hi - r.lo;
+    env_.compute.run(static_cast<double>(elems), [&] {
+      for (const auto& r : rings_) state_.slice(0, r.lo, r.hi).div_(static_cast<double>(c));
     });
-  };
-  const int c = rings_.front().members;
-  // Reduce-scatter: after round t, member i holds the sum of t + 2 contributions to segment
-  // (i - t - 1) mod C; after C - 1 rounds, the whole sum of segment (i + 1) mod C.
-  for (int t = 0; t < c - 1; ++t) {
-    for (const auto& r : rings_) send(r, MsgKind::kReduce, t, ((r.member - t) % c + c) % c);
-    for (const auto& r : rings_) receive(r, MsgKind::kReduce, t, ((r.member - t - 1) % c + c) % c, true);
+    span_.end = env_.clock.now();
+    env_.metrics.record(span_);
+    phase_ = Phase::kDone;
+    return true;
   }
-  // All-gather: pass the finished sums around the ring.
-  for (int t = 0; t < c - 1; ++t) {
-    for (const auto& r : rings_) send(r, MsgKind::kGather, t, ((r.member + 1 - t) % c + c) % c);
-    for (const auto& r : rings_) receive(r, MsgKind::kGather, t, ((r.member - t) % c + c) % c, false);
+}
+
+at::Tensor MultiRingAverager::average(const at::Tensor& state_in, int64_t round,
+                                      const std::function<void(Message)>& defer) {
+  if (rings_.empty()) return state_in;
+  start(state_in, round);
+  while (!progress()) {
+    Message m = env_.transport.recv();
+    if (!hold(m)) defer(std::move(m));
   }
-  int64_t elems = 0;
-  for (const auto& r : rings_) elems += r.hi - r.lo;
-  env_.compute.run(static_cast<double>(elems), [&] {
-    for (const auto& r : rings_) state.slice(0, r.lo, r.hi).div_(static_cast<double>(c));
-  });
-  span.end = env_.clock.now();
-  env_.metrics.record(span);
-  return numeric ? state : state_in;
+  phase_ = Phase::kIdle;
+  return env_.compute.numeric() ? state_ : state_in;
 }
 
 }  // namespace rv

@@ -7,9 +7,10 @@
 // chunks serves all its rings in each round. After it, every cluster holds the exact mean (up to
 // float rounding).
 //
-// Contract: every node of every cluster that holds state calls average() for the same `round`;
-// it blocks until its rings are done. Messages that are not this averaging's (pipeline work that
-// arrives meanwhile) are handed to `defer`, in arrival order.
+// Contract: every node of every cluster that holds state averages for the same `round`s, in order.
+// average() blocks until its rings are done; messages that are not this averaging's (pipeline work
+// that arrives meanwhile) are handed to `defer`, in arrival order. Or, without blocking: start(),
+// then hold() every averaging message that arrives and call progress() until it returns true.
 #pragma once
 
 #include <functional>
@@ -34,9 +35,16 @@ class MultiRingAverager {
   // Averages `state` (this node's stage state, flat; undefined in timing mode, where only the
   // modeled transfers and additions happen) and returns the mean. `round` numbers averagings.
   at::Tensor average(const at::Tensor& state, int64_t round, const std::function<void(Message)>& defer);
-  // Keeps an averaging message that arrived before this node began that averaging.
-  // Returns false (and leaves `m`) for any other message.
+  // Keeps an averaging message (for this or a later averaging). Returns false (and leaves `m`)
+  // for any other message.
   bool hold(Message& m);
+
+  // Non-blocking averaging: start() sends the first round; progress() does every round whose
+  // messages have arrived and returns true once the mean is ready (then result() gives it).
+  void start(const at::Tensor& state, int64_t round);
+  bool progress();
+  bool active() const { return phase_ != Phase::kIdle; }
+  at::Tensor result() const { return state_; }
 
  private:
   struct MyRing {
@@ -47,13 +55,21 @@ class MultiRingAverager {
     int64_t seg_lo(int i) const;  // segment i of C: [seg_lo(i), seg_lo(i + 1))
     int members = 0;
   };
-  Message take(MsgKind kind, int ring, int64_t step, int64_t round, const std::function<void(Message)>& defer);
+  enum class Phase { kIdle, kReduce, kGather, kDone };
+  void send_round();
 
   NodeEnv& env_;
   int node_;
   NodeRole role_;
   std::vector<MyRing> rings_;
   std::map<std::tuple<int, int, int64_t, int64_t>, Message> early_;  // (kind, ring, step, round)
+  // The averaging in progress.
+  Phase phase_ = Phase::kIdle;
+  int t_ = 0;            // round within the phase
+  bool sent_ = false;    // this round's segments are sent
+  int64_t round_ = 0;
+  at::Tensor state_;
+  Event span_;
 };
 
 }  // namespace rv
