@@ -210,7 +210,10 @@ void StageModule::set_flat_state(const at::Tensor& flat) {
     }
     for (int i = buffer_offset_[k]; i < be; ++i) {
       const int64_t n = buffers_[i].numel();
-      buffers_[i].copy_(flat.narrow(0, off, n).view(buffers_[i].sizes()));
+      // Through a view with its own version counter: graphs of micro-batches in flight saved the
+      // buffer (BatchNorm's backward keeps it) and must not see a version bump, as with the
+      // running-statistics update inside batch_norm itself.
+      buffers_[i].variable_data().copy_(flat.narrow(0, off, n).view(buffers_[i].sizes()));
       off += n;
     }
   }

@@ -258,6 +258,7 @@ Scenario from_table(const toml::table& root, const std::string& source) {
     t.read("weight_stashing", s.training.weight_stashing);
     t.read("micro_batches", s.training.micro_batches, 1, 1 << 20);
     t.read("average_every", s.training.average_every, 1, int64_t(1) << 40);
+    t.read("averaging", s.training.averaging, {"bulk-sync", "overlapped"});
     t.read("eval_every", s.training.eval_every, 0, int64_t(1) << 40);
     t.read("eval_samples", s.training.eval_samples, 0, int64_t(1) << 40);
     t.reject_unknown();
@@ -413,6 +414,7 @@ std::string to_toml(const Scenario& s) {
                           {"weight_stashing", s.training.weight_stashing},
                           {"micro_batches", s.training.micro_batches},
                           {"average_every", s.training.average_every},
+                          {"averaging", s.training.averaging},
                           {"eval_every", s.training.eval_every},
                           {"eval_samples", s.training.eval_samples}});
   auto* tr = root.get_as<toml::table>("training");

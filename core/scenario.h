@@ -54,6 +54,9 @@ struct TrainingSpec {
   bool weight_stashing = true;        // ravnest: backward uses the forward's weights
   int64_t micro_batches = 4;          // gpipe: micro-batches per update
   int64_t average_every = 50;         // local updates between cross-cluster averagings
+  // ravnest: "bulk-sync" (each cluster drains, then all average) or "overlapped" (averaging runs
+  // while training goes on; the averaged difference is applied when it is done).
+  std::string averaging = "bulk-sync";
   int64_t eval_every = 0;             // updates between evaluations; 0 = only at the end
   int64_t eval_samples = 0;           // test samples per evaluation; 0 = the whole test set
 };

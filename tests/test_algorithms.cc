@@ -249,3 +249,25 @@ nodes = [2, 3]
   const double expected = plain_sgd_test_loss(p, 8, p.scenario.training.micro_batches, 2);
   CHECK(s["final"]["test_loss"].get<double>() == Approx(expected).epsilon(1e-4));
 }
+
+TEST_CASE("overlapped averaging: training goes on meanwhile, and clusters end with the same model", "[algo][rings]") {
+  auto p = test::prepare(std::string(kSmall) + R"(
+[planner]
+method = "manual"
+[[planner.cluster]]
+nodes = [0, 1]
+[[planner.cluster]]
+nodes = [2]
+)", {"training.steps=60", "training.average_every=20", "training.averaging=overlapped", "devices.0.count=3"});
+  auto events = run_loopback(p.spec(), 30);
+  std::map<int64_t, std::vector<double>> losses;
+  int averagings = 0;
+  for (const auto& e : events) {
+    if (e.kind == EventKind::kEval) losses[e.step].push_back(e.loss);
+    if (e.kind == EventKind::kAverage) ++averagings;
+  }
+  CHECK(averagings == 3 * 3);
+  REQUIRE(losses.count(60) == 1);
+  REQUIRE(losses[60].size() == 2);
+  CHECK(losses[60][0] == losses[60][1]);  // the last averaging is bulk-synchronous
+}

@@ -254,3 +254,25 @@ nodes = [2]
   CHECK(s["final"]["test_accuracy"].get<double>() > 0.85);
   fs::remove_all(d);
 }
+
+TEST_CASE("overlapped averaging is faster than bulk-synchronous in simulation", "[cli][sim][rings]") {
+  fs::path d = workdir("overlap");
+  write(d / "s.toml", std::string(kSmall) + R"(
+[planner]
+method = "manual"
+[[planner.cluster]]
+nodes = [0, 1]
+[[planner.cluster]]
+nodes = [2]
+)");
+  auto time_of = [&](const std::string& mode) {
+    Result r = ravnest({"sim", "s.toml", "--set", "sim.mode=timing", "--set", "training.average_every=20", "--set",
+                        "training.averaging=" + mode, "--run-dir", mode}, d);
+    REQUIRE(r.status == 0);
+    return nlohmann::json::parse(slurp(d / mode / "summary.json"))["time_s"].get<double>();
+  };
+  const double bulk = time_of("bulk-sync"), overlapped = time_of("overlapped");
+  INFO("bulk-sync " << bulk << " s, overlapped " << overlapped << " s");
+  CHECK(overlapped < bulk);
+  fs::remove_all(d);
+}

@@ -45,6 +45,11 @@ class MultiRingAverager {
   bool progress();
   bool active() const { return phase_ != Phase::kIdle; }
   at::Tensor result() const { return state_; }
+  // Back to idle after a finished non-blocking averaging.
+  void clear() {
+    phase_ = Phase::kIdle;
+    state_ = at::Tensor();
+  }
 
  private:
   struct MyRing {

@@ -232,8 +232,42 @@ std::optional<Message> PipelineWorker::note_recv(std::optional<Message> m) {
 std::optional<Message> PipelineWorker::try_recv() {
   while (auto m = env_.transport.try_recv()) {
     if (!averager_.hold(*m)) return note_recv(std::move(m));
+    after_hold();
   }
   return std::nullopt;
+}
+
+void PipelineWorker::after_hold() {
+  if (averager_.active() && averager_.progress()) apply_overlapped();
+}
+
+void PipelineWorker::apply_overlapped() {
+  if (numeric()) {
+    at::Tensor now = stage_->module().flat_state();
+    stage_->module().set_flat_state(now + (averager_.result() - snapshot_));
+  }
+  snapshot_ = at::Tensor();
+  averager_.clear();
+}
+
+void PipelineWorker::start_overlapped_average(const std::function<void(Message)>& defer) {
+  finish_overlapped_average(defer);
+  const int64_t round = averagings_++;
+  if (!averager_.participates()) return;
+  snapshot_ = numeric() ? stage_->module().flat_state() : at::Tensor();
+  averager_.start(snapshot_, round);
+  after_hold();  // messages for it may be here already
+}
+
+void PipelineWorker::finish_overlapped_average(const std::function<void(Message)>& defer) {
+  while (averager_.active()) {
+    if (averager_.progress()) {
+      apply_overlapped();
+      return;
+    }
+    Message m = env_.transport.recv();
+    if (!averager_.hold(m)) defer(std::move(*note_recv(std::move(m))));
+  }
 }
 
 Message PipelineWorker::recv() {
@@ -241,7 +275,10 @@ Message PipelineWorker::recv() {
   Event w = event(EventKind::kWait);
   for (;;) {
     Message m = env_.transport.recv();
-    if (averager_.hold(m)) continue;
+    if (averager_.hold(m)) {
+      after_hold();
+      continue;
+    }
     w.end = env_.clock.now();
     env_.metrics.record(w);
     return std::move(*note_recv(std::move(m)));
@@ -259,6 +296,7 @@ void PipelineWorker::stop_next() {
 }
 
 void PipelineWorker::average(const std::function<void(Message)>& defer) {
+  finish_overlapped_average(defer);
   const int64_t round = averagings_++;
   if (!averager_.participates()) return;
   at::Tensor state = numeric() ? stage_->module().flat_state() : at::Tensor();

@@ -55,6 +55,13 @@ class PipelineWorker {
   // Cross-cluster averaging (bulk-synchronous: the caller has drained its pipeline). Messages of
   // the pipeline that arrive meanwhile go to `defer`. No-op with one cluster.
   void average(const std::function<void(Message)>& defer);
+  // Overlapped averaging: starts averaging a snapshot of this stage and returns at once; the
+  // averaging advances as its messages arrive (in recv/try_recv), and when it is done the
+  // difference (mean - snapshot) is added to the stage, whatever it learned meanwhile. If one is
+  // still running, it is finished first (blocking).
+  void start_overlapped_average(const std::function<void(Message)>& defer);
+  // Blocks until the overlapped averaging in progress (if any) is done and applied.
+  void finish_overlapped_average(const std::function<void(Message)>& defer);
   // Data parallelism: replaces this node's accumulated gradients (and buffers) by their mean over
   // the clusters (the same rings; every cluster is one node holding the whole model).
   void exchange_gradients(const std::function<void(Message)>& defer);
@@ -87,6 +94,9 @@ class PipelineWorker {
   Bytes peak_memory_ = 0;
   MultiRingAverager averager_;
   int64_t averagings_ = 0;
+  at::Tensor snapshot_;  // overlapped averaging: the state it started from
+  void after_hold();        // advances an overlapped averaging; applies it when done
+  void apply_overlapped();  // adds (mean - snapshot) to the stage
 };
 
 }  // namespace rv

@@ -41,13 +41,20 @@ void run_ravnest(NodeEnv& env, const RunSpec& spec, int node) {
   const bool clusters = spec.plan->clusters.size() > 1;
   auto eval_due = [&](int64_t done) { return tr.eval_every > 0 && done % tr.eval_every == 0 && done < total; };
   auto average_due = [&](int64_t done) { return clusters && (done % E == 0 || done == total); };
+  const bool overlapped = tr.averaging == "overlapped";
+  // Overlapped: averagings run while training goes on; the last one (after the last update) is
+  // bulk-synchronous, so that every cluster ends with the same model.
+  auto average = [&](int64_t done, const std::function<void(Message)>& defer) {
+    if (overlapped && done != total) w.start_overlapped_average(defer);
+    else w.average(defer);
+  };
 
   if (role.first()) {
     int64_t injected = 0, completed = 0;
     std::deque<Message> bwd;
     // With several clusters, no micro-batch of the next averaging period starts before this one's
     // averaging: the pipeline drains.
-    auto may_inject = [&] { return !clusters || injected < (completed / E + 1) * E; };
+    auto may_inject = [&] { return !clusters || overlapped || injected < (completed / E + 1) * E; };
     while (completed < total) {
       if (role.last()) {  // a one-stage cluster: plain local training
         int64_t st = 0;
@@ -75,7 +82,7 @@ void run_ravnest(NodeEnv& env, const RunSpec& spec, int node) {
           continue;
         }
       }
-      if (average_due(completed)) w.average([&](Message m) { bwd.push_back(std::move(m)); });
+      if (average_due(completed)) average(completed, [&](Message m) { bwd.push_back(std::move(m)); });
       if (eval_due(completed)) w.inject_eval(completed, completed * B);
     }
     w.inject_eval(completed, completed * B);
@@ -101,7 +108,7 @@ void run_ravnest(NodeEnv& env, const RunSpec& spec, int node) {
         auto g = w.backward(m.id, m, &st);
         w.send(role.prev, std::move(*g));
         w.update(m.id, st);
-        if (average_due(w.version())) w.average(route);
+        if (average_due(w.version())) average(w.version(), route);
       } else if (!fwd.empty()) {
         Message m = std::move(fwd.front());
         fwd.pop_front();
@@ -138,7 +145,7 @@ void run_ravnest(NodeEnv& env, const RunSpec& spec, int node) {
     auto g = w.last_backward(m.id, &st);
     w.send(role.prev, std::move(*g));
     w.update(m.id, st);
-    if (average_due(w.version())) w.average([&](Message x) { later.push_back(std::move(x)); });
+    if (average_due(w.version())) average(w.version(), [&](Message x) { later.push_back(std::move(x)); });
   }
   w.stop_next();
 }
