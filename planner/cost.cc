@@ -7,6 +7,7 @@
 #include "core/cost_model.h"
 #include "core/env.h"
 #include "core/error.h"
+#include "planner/comm_graph.h"
 
 namespace rv {
 
@@ -132,18 +133,14 @@ double CostModel::averaging_time(const std::vector<ClusterPlan>& clusters,
                                  const std::vector<Ring>& rings) const {
   const int c = static_cast<int>(clusters.size());
   if (c <= 1 || rings.empty()) return 0.0;
-  // Every round, each owner sends 1/C of its ring's chunk to the next owner, all rings at once.
-  std::vector<double> up(pool_.size(), 0.0), down(pool_.size(), 0.0);
+  // Every round, each owner sends 1/C of its ring's chunk to the next owner, all rings at once:
+  // the averaging flows of the communication graph load every node's links.
+  const LinkLoad load = link_load(comm_graph(*this, clusters, rings), FlowKind::kAveraging);
+  const std::vector<double>& up = load.out;
+  const std::vector<double>& down = load.in;
   double hop_latency = 0;
-  for (const Ring& r : rings) {
-    const double piece = static_cast<double>(kFloatBytes * (r.end - r.begin)) / c;
-    for (int i = 0; i < c; ++i) {
-      const int a = r.owners[i], b = r.owners[(i + 1) % c];
-      up[a] += piece;
-      down[b] += piece;
-      hop_latency = std::max(hop_latency, path_latency(a, b));
-    }
-  }
+  for (const Ring& r : rings)
+    for (int i = 0; i < c; ++i) hop_latency = std::max(hop_latency, path_latency(r.owners[i], r.owners[(i + 1) % c]));
   double round = 0;
   for (size_t n = 0; n < pool_.size(); ++n) {
     if (up[n] > 0) round = std::max(round, up[n] / (pool_[n].up * factors_.bandwidth));

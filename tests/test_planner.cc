@@ -4,6 +4,7 @@
 
 #include "core/cost_model.h"
 #include "core/error.h"
+#include "planner/comm_graph.h"
 #include "test_support.h"
 
 using namespace rv;
@@ -82,4 +83,33 @@ TEST_CASE("more nodes than layers leaves the extra nodes idle", "[planner]") {
   CHECK(p.model.layer_count() == 2);
   CHECK(p.plan.clusters[0].stages.size() == 2);
   CHECK(p.plan.role_of(4).stage == -1);
+}
+
+TEST_CASE("the communication graph holds every pipeline and ring flow of a plan", "[planner]") {
+  auto p = test::prepare(std::string(kPool) + R"(
+[planner]
+method = "manual"
+[[planner.cluster]]
+nodes = [0, 1]
+[[planner.cluster]]
+nodes = [2, 3]
+stage_layers = [9, 5]
+)", {}, false);
+  CostModel cost(p.scenario, p.model);
+  CommGraph g = comm_graph(cost, p.plan.clusters, p.plan.rings);
+  int activations = 0, gradients = 0, averaging = 0;
+  boost::graph_traits<CommGraph>::edge_iterator e, end;
+  for (std::tie(e, end) = boost::edges(g); e != end; ++e) {
+    activations += g[*e].kind == FlowKind::kActivation;
+    gradients += g[*e].kind == FlowKind::kGradient;
+    averaging += g[*e].kind == FlowKind::kAveraging;
+  }
+  CHECK(activations == 2);
+  CHECK(gradients == 2);
+  CHECK(averaging == 2 * static_cast<int>(p.plan.rings.size()));
+  // Over one averaging every node sends and receives half of the state it holds (C = 2).
+  LinkLoad load = link_load(g, FlowKind::kAveraging);
+  const double total = 4.0 * p.model.state_offset(p.model.layer_count());
+  CHECK(load.out[0] + load.out[1] == Approx(total / 2));
+  CHECK(load.in[2] + load.in[3] == Approx(total / 2));
 }
