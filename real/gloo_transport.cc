@@ -51,10 +51,13 @@ enum HeaderWord : int {
   kWBytes,   // modeled size, bytes
   kWCount,   // payload tensors
   kWElems,   // float32 elements in the payload, all tensors together
+  kWInline,  // 1: the payload follows the shapes, inside the header
   kWShapes,  // per tensor: rank, then kMaxDims sizes (unused ones 0)
 };
 constexpr int kWordsPerShape = 1 + kMaxDims;
-constexpr int kHeaderWords = kWShapes + kMaxTensors * kWordsPerShape;
+constexpr int kWInlineData = kWShapes + kMaxTensors * kWordsPerShape;
+constexpr int kHeaderWords = GlooTransport::kHeaderWords;
+static_assert(kHeaderWords == kWInlineData + GlooTransport::kInlineFloats / 2, "header layout");
 
 // The first line of an exception's message, without c10's backtrace.
 std::string short_what(const std::exception& e) {
@@ -94,7 +97,9 @@ std::shared_ptr<::gloo::transport::Device> make_device(const std::string& master
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 
-at::Tensor encode_header(const Message& m, const std::vector<at::Tensor>& payload, int64_t elems) {
+// `inline_flat`, if defined, is the flat payload to carry inside the header.
+at::Tensor encode_header(const Message& m, const std::vector<at::Tensor>& payload, int64_t elems,
+                         const at::Tensor& inline_flat = at::Tensor()) {
   at::Tensor h = at::zeros({kHeaderWords}, at::kLong);
   int64_t* w = h.data_ptr<int64_t>();
   w[kWMagic] = kMagic;
@@ -111,6 +116,10 @@ at::Tensor encode_header(const Message& m, const std::vector<at::Tensor>& payloa
     s[0] = payload[i].dim();
     for (int64_t d = 0; d < payload[i].dim(); ++d) s[1 + d] = payload[i].size(d);
   }
+  if (inline_flat.defined()) {
+    w[kWInline] = 1;
+    std::memcpy(w + kWInlineData, inline_flat.data_ptr<float>(), sizeof(float) * elems);
+  }
   return h;
 }
 
@@ -126,6 +135,7 @@ struct Decoded {
   Message msg;
   std::vector<std::vector<int64_t>> shapes;
   int64_t elems = 0;
+  bool inline_payload = false;
 };
 
 // Validates a received header; throws rv::InputError that names the peer and the problem.
@@ -182,6 +192,9 @@ Decoded decode_header(const int64_t* w, int peer) {
               " elements does not match its shapes (" + std::to_string(total) + " elements)");
   }
   d.elems = total;
+  if (w[kWInline] != 0 && (w[kWInline] != 1 || total > GlooTransport::kInlineFloats))
+    throw bad("inline payload flag " + std::to_string(w[kWInline]) + " for " + std::to_string(total) + " elements");
+  d.inline_payload = w[kWInline] == 1;
   return d;
 }
 
@@ -307,7 +320,12 @@ struct GlooTransport::Impl {
         }
         if (d.elems > 0) {
           std::vector<at::Tensor> flat{at::empty({d.elems}, at::kFloat)};
-          if (!recv_from(peer, flat, kPayloadTag)) return;
+          if (d.inline_payload) {
+            std::memcpy(flat[0].data_ptr<float>(), header[0].data_ptr<int64_t>() + kWInlineData,
+                        sizeof(float) * d.elems);
+          } else if (!recv_from(peer, flat, kPayloadTag)) {
+            return;
+          }
           int64_t offset = 0;
           for (const auto& shape : d.shapes) {
             int64_t n = 1;
@@ -517,7 +535,11 @@ void GlooTransport::send(int dst, Message msg) {
       flat = at::cat(parts);  // a copy
     }
   }
-  s.post_send(dst, encode_header(msg, msg.payload, elems), flat);
+  if (elems > 0 && elems <= kInlineFloats) {
+    s.post_send(dst, encode_header(msg, msg.payload, elems, flat.contiguous()), at::Tensor());
+  } else {
+    s.post_send(dst, encode_header(msg, msg.payload, elems), flat);
+  }
 }
 
 std::optional<Message> GlooTransport::recv_for(Seconds wait) {

@@ -52,6 +52,11 @@ class GlooTransport : public Transport {
  public:
   static constexpr int kMaxPayloadTensors = 8;
   static constexpr int kMaxPayloadDims = 6;
+  // Payloads of at most this many floats travel inside the header (one Gloo message instead of
+  // two: the second waits for the receiver to post it, a round trip per message).
+  static constexpr int64_t kInlineFloats = 16384;
+  // Size of the header tensor, int64 words (fields, shapes, then the inline payload).
+  static constexpr int kHeaderWords = 10 + kMaxPayloadTensors * (1 + kMaxPayloadDims) + kInlineFloats / 2;
 
   // Blocks until every rank has joined (or throws rv::PeerError after `timeout`).
   explicit GlooTransport(const GlooOptions& options);

@@ -356,8 +356,7 @@ TEST_CASE("gloo transport: a malformed header raises InputError", "[gloo]") {
     t.barrier();
     if (rank == 1) {
       // A header with the right size and magic word but an unknown kind, straight through c10d.
-      const int words =
-          9 + GlooTransport::kMaxPayloadTensors * (1 + GlooTransport::kMaxPayloadDims);
+      const int words = GlooTransport::kHeaderWords;
       std::vector<at::Tensor> h{at::zeros({words}, at::kLong)};
       h[0][0] = 0x52564e5401;
       h[0][1] = 42;
