@@ -100,8 +100,11 @@ std::shared_ptr<::gloo::transport::Device> make_device(const std::string& master
 // `inline_flat`, if defined, is the flat payload to carry inside the header.
 at::Tensor encode_header(const Message& m, const std::vector<at::Tensor>& payload, int64_t elems,
                          const at::Tensor& inline_flat = at::Tensor()) {
-  at::Tensor h = at::zeros({kHeaderWords}, at::kLong);
+  // Only the fields are zeroed: the inline area (64 KB) is written when used and never read
+  // otherwise.
+  at::Tensor h = at::empty({kHeaderWords}, at::kLong);
   int64_t* w = h.data_ptr<int64_t>();
+  std::memset(w, 0, sizeof(int64_t) * kWInlineData);
   w[kWMagic] = kMagic;
   w[kWKind] = static_cast<int64_t>(m.kind);
   w[kWId] = m.id;

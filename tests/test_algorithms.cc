@@ -4,6 +4,7 @@
 //   ravnest with more in flight trains, with staleness bounded by the cap;
 //   a node that crashes stops the others with an error, never a hang.
 #include "catch.h"
+#include "snippets.h"
 
 #include <algorithm>
 #include <cmath>
@@ -173,14 +174,7 @@ TEST_CASE("an unexpected message is a clear input error", "[algo][faults]") {
 }
 
 TEST_CASE("multi-cluster ravnest: every cluster holds the same model after each averaging", "[algo][rings]") {
-  auto p = test::prepare(std::string(kSmall) + R"(
-[planner]
-method = "manual"
-[[planner.cluster]]
-nodes = [0, 1]
-[[planner.cluster]]
-nodes = [2]
-)", {"training.steps=60", "training.average_every=20", "training.eval_every=20", "devices.0.count=3"});
+  auto p = test::prepare(std::string(kSmall) + test::kTwoClusters, {"training.steps=60", "training.average_every=20", "training.eval_every=20", "devices.0.count=3"});
   REQUIRE(p.plan.clusters.size() == 2);
   auto events = run_loopback(p.spec(), 30);
   std::map<int64_t, std::vector<double>> losses;  // step -> test loss of each cluster
@@ -251,14 +245,7 @@ nodes = [2, 3]
 }
 
 TEST_CASE("overlapped averaging: training goes on meanwhile, and clusters end with the same model", "[algo][rings]") {
-  auto p = test::prepare(std::string(kSmall) + R"(
-[planner]
-method = "manual"
-[[planner.cluster]]
-nodes = [0, 1]
-[[planner.cluster]]
-nodes = [2]
-)", {"training.steps=60", "training.average_every=20", "training.averaging=overlapped", "devices.0.count=3"});
+  auto p = test::prepare(std::string(kSmall) + test::kTwoClusters, {"training.steps=60", "training.average_every=20", "training.averaging=overlapped", "devices.0.count=3"});
   auto events = run_loopback(p.spec(), 30);
   std::map<int64_t, std::vector<double>> losses;
   int averagings = 0;

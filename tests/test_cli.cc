@@ -2,6 +2,7 @@
 // run folder left behind), byte-identical simulations, the real executor against the simulator,
 // and a dead peer stopping a real run with a clear error.
 #include "catch.h"
+#include "snippets.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -221,14 +222,7 @@ TEST_CASE("sweep runs every combination, and checks every value before running a
 
 TEST_CASE("real processes in several clusters average to the same model as in simulation", "[cli][real][rings]") {
   fs::path d = workdir("clusters");
-  write(d / "s.toml", std::string(kSmall) + R"(
-[planner]
-method = "manual"
-[[planner.cluster]]
-nodes = [0, 1]
-[[planner.cluster]]
-nodes = [2]
-)");
+  write(d / "s.toml", std::string(kSmall) + rv::test::kTwoClusters);
   Result real = ravnest({"real", "s.toml", "--set", "training.average_every=50", "--run-dir", "real"}, d);
   INFO(real.err);
   REQUIRE(real.status == 0);
@@ -257,14 +251,7 @@ nodes = [2]
 
 TEST_CASE("overlapped averaging is faster than bulk-synchronous in simulation", "[cli][sim][rings]") {
   fs::path d = workdir("overlap");
-  write(d / "s.toml", std::string(kSmall) + R"(
-[planner]
-method = "manual"
-[[planner.cluster]]
-nodes = [0, 1]
-[[planner.cluster]]
-nodes = [2]
-)");
+  write(d / "s.toml", std::string(kSmall) + rv::test::kTwoClusters);
   auto time_of = [&](const std::string& mode) {
     Result r = ravnest({"sim", "s.toml", "--set", "sim.mode=timing", "--set", "training.average_every=20", "--set",
                         "training.averaging=" + mode, "--run-dir", mode}, d);

@@ -61,6 +61,19 @@ void MultiRingAverager::start(const at::Tensor& state, int64_t round) {
   phase_ = rings_.empty() ? Phase::kDone : Phase::kReduce;
 }
 
+void MultiRingAverager::note(EventKind kind, int peer, Bytes bytes) {
+  Event e;
+  e.kind = kind;
+  e.node = node_;
+  e.cluster = role_.cluster;
+  e.stage = role_.stage;
+  e.peer = peer;
+  e.bytes = bytes;
+  e.start = e.end = env_.clock.now();
+  e.micro_batch = -1;
+  env_.metrics.record(e);
+}
+
 void MultiRingAverager::send_round() {
   const bool reduce = phase_ == Phase::kReduce;
   for (const auto& r : rings_) {
@@ -75,16 +88,7 @@ void MultiRingAverager::send_round() {
     const int64_t a = r.seg_lo(seg), b = r.seg_lo(seg + 1);
     if (state_.defined()) m.payload.push_back(state_.slice(0, a, b).clone());
     m.bytes = kHeaderBytes + kFloatBytes * (b - a);
-    Event e;
-    e.kind = EventKind::kSend;
-    e.node = node_;
-    e.cluster = role_.cluster;
-    e.stage = role_.stage;
-    e.peer = r.next;
-    e.bytes = m.bytes;
-    e.start = e.end = env_.clock.now();
-    e.micro_batch = -1;
-    env_.metrics.record(e);
+    note(EventKind::kSend, r.next, m.bytes);
     env_.transport.send(r.next, std::move(m));
   }
   sent_ = true;
@@ -107,16 +111,7 @@ bool MultiRingAverager::progress() {
       early_.erase(it);
       const int seg = reduce ? mod(r.member - t_ - 1, r.members) : mod(r.member - t_, r.members);
       const int64_t a = r.seg_lo(seg), b = r.seg_lo(seg + 1);
-      Event e;
-      e.kind = EventKind::kRecv;
-      e.node = node_;
-      e.cluster = role_.cluster;
-      e.stage = role_.stage;
-      e.peer = m.src;
-      e.bytes = m.bytes;
-      e.start = e.end = env_.clock.now();
-      e.micro_batch = -1;
-      env_.metrics.record(e);
+      note(EventKind::kRecv, m.src, m.bytes);
       env_.compute.run(reduce ? static_cast<double>(b - a) : 0.0, [&] {
         RV_CHECK(!m.payload.empty() && m.payload[0].numel() == b - a,
                  "averaging: a segment of the wrong size from node " + std::to_string(m.src));

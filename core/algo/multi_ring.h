@@ -62,6 +62,7 @@ class MultiRingAverager {
   };
   enum class Phase { kIdle, kReduce, kGather, kDone };
   void send_round();
+  void note(EventKind kind, int peer, Bytes bytes);  // a send or receive event
 
   NodeEnv& env_;
   int node_;
