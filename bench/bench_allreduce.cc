@@ -24,7 +24,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include "bench/bench_common.h"
-#include "core/algo/multi_ring.h"
+#include "core/algo/ring_averager.h"
 #include "core/compute_threads.h"
 #include "core/dataset.h"
 #include "core/error.h"
@@ -94,8 +94,9 @@ double simulate_average(const Case& k) {
     std::iota(n.begin(), n.end(), 0);
     return n;
   }(), false, [&](NodeEnv& env, int node) {
-    MultiRingAverager avg(env, k.plan, k.model, node);
-    avg.average(at::Tensor(), 0, [](Message) { throw Error("unexpected message"); });
+    RingAverager avg(env, k.plan, k.model, node, RingTopology::kMulti);
+    avg.average(at::Tensor(), 1, 0, [&] { return env.transport.recv(); },
+                [](Message) { throw Error("unexpected message"); });
     env.transport.flush();
     end = std::max(end, env.clock.now());
   });
@@ -180,12 +181,13 @@ json part_real() {
           NodeEnv env{t, clock, compute, log};
           const int64_t n = k.model.state_offset(k.model.layer_count());
           at::Tensor x = at::full({n}, static_cast<float>(r));
-          MultiRingAverager avg(env, k.plan, k.model, r);
+          RingAverager avg(env, k.plan, k.model, r, RingTopology::kMulti);
           double ring = 0, gloo = 0;
           for (int rep = 0; rep < 3; ++rep) {  // best of 3
             t.barrier();
             double t0 = clock.now();
-            avg.average(x, rep, [](Message) { throw Error("unexpected message"); });
+            avg.average(x, 1, rep, [&] { return env.transport.recv(); },
+                        [](Message) { throw Error("unexpected message"); });
             t.flush();
             t.barrier();
             ring = rep == 0 ? clock.now() - t0 : std::min(ring, clock.now() - t0);

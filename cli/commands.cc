@@ -116,6 +116,10 @@ int cmd_plan(const CommonOptions& o, const std::string& out_json) {
 int cmd_sim(const CommonOptions& o, const std::string& executor, const std::string& run_path) {
   Prepared p = prepare(o);
   const Scenario& s = p.scenario;
+  if (s.training.allreduce == "gloo")
+    throw ScenarioError(s.source, "training.allreduce",
+                        "\"gloo\" is c10d's own all-reduce, which only the real executor has (ravnest real); "
+                        "the " + executor + " executor runs \"multi-ring\" or \"single-ring\"");
   const bool numeric = executor == "loopback" || s.sim.mode == "numeric";
   Dataset data;
   if (numeric) data = load_dataset(s.data, s.seed);
@@ -223,7 +227,7 @@ int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid, cons
   fs::create_directories(dir);
   std::cout << fmt::format("sweep: {} runs into {}\n", combos.size(), dir.string());
   int failed = 0;
-  std::vector<std::pair<std::string, std::string>> done;
+  std::vector<std::pair<std::string, std::string>> done, refused;
   for (const auto& c : combos) {
     std::string name;
     for (const auto& kv : c) {
@@ -233,6 +237,29 @@ int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid, cons
       name += (name.empty() ? "" : "_") + part;
     }
     if (name.empty()) name = "base";
+    // A pool that cannot run this point (sync-dp on nodes that cannot hold the model) is a result:
+    // recorded for the report, not a failure.
+    try {
+      CommonOptions point = o;
+      point.overrides.insert(point.overrides.end(), c.begin(), c.end());
+      prepare(point);
+    } catch (const PlanRefused& e) {
+      Scenario s = load_scenario(o.scenario, [&] {
+        auto all = o.overrides;
+        all.insert(all.end(), c.begin(), c.end());
+        return all;
+      }());
+      nlohmann::json r = {{"scenario", s.name},           {"algorithm", s.training.algorithm},
+                          {"clusters", s.planner.clusters}, {"nodes", s.node_count()},
+                          {"overrides", c},                 {"reason", e.what()}};
+      fs::create_directories(dir / name);
+      std::ofstream f(dir / name / "refused.json");
+      f << r.dump(2) << "\n";
+      if (!f) throw InputError((dir / name / "refused.json").string() + ": cannot write");
+      refused.emplace_back(name, e.what());
+      std::cout << fmt::format("  {}: refused by the planner\n", name);
+      continue;
+    }
     std::vector<std::string> args = {self_exe, executor == "real" ? "real" : "sim", o.scenario};
     for (const auto& kv : o.overrides) args.insert(args.end(), {"--set", kv});
     for (const auto& kv : c) args.insert(args.end(), {"--set", kv});
@@ -255,6 +282,7 @@ int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid, cons
                              j["samples_per_s"].get<double>(),
                              acc.is_null() ? std::string("-") : fmt::format("{:.4f}", acc.get<double>()));
   }
+  for (const auto& [name, why] : refused) std::cout << fmt::format("{:<48} refused: {}\n", name, why);
   std::cout << fmt::format("\nplots: ravnest report {}/*\n", dir.string());
   return failed == 0 ? 0 : 1;
 }

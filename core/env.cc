@@ -11,6 +11,8 @@ const char* to_string(MsgKind kind) {
     case MsgKind::kReduce: return "reduce";
     case MsgKind::kGather: return "gather";
     case MsgKind::kControl: return "control";
+    case MsgKind::kCollect: return "collect";
+    case MsgKind::kDistribute: return "distribute";
   }
   return "unknown";
 }

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -27,6 +28,9 @@ enum class MsgKind : int32_t {
   kReduce = 5,       // a chunk in a reduce-scatter round (`aux` = ring, `step` = round)
   kGather = 6,       // a chunk in an all-gather round
   kControl = 7,      // executor-level control (barriers, shutdown); never seen by algorithms
+  kCollect = 8,      // single-ring averaging: a stage's state, towards its cluster's leader
+  kDistribute = 9,   // single-ring averaging: the mean of a stage's state, from the leader
+  // (the last kind: the wire format checks kinds against it)
 };
 
 const char* to_string(MsgKind kind);
@@ -85,11 +89,33 @@ class Compute {
   virtual void run(double flops, const std::function<void()>& maths) = 0;
 };
 
+// An executor's own collective engine, for baselines (the real executor: c10d ProcessGroupGloo).
+// Absent (null) in the simulator and the loopback executor.
+class CollectiveWork {
+ public:
+  virtual ~CollectiveWork() = default;
+  virtual bool done() = 0;  // without blocking; throws rv::PeerError if the operation failed
+  virtual void wait() = 0;  // blocks until done; throws rv::PeerError on failure or timeout
+};
+
+class Collectives {
+ public:
+  virtual ~Collectives() = default;
+  virtual const char* name() const = 0;  // for messages and reports, e.g. "c10d allreduce (Gloo)"
+  // Makes the group of `ranks` (ascending, this rank among them) if it is new: blocks until every
+  // member has joined. Every member joins its groups in the same order (e.g. by ring).
+  virtual void join(const std::vector<int>& ranks) = 0;
+  // Starts summing `t` (a contiguous CPU float32 tensor, kept alive until done) in place over the
+  // joined group of `ranks`. Members start their sums over one group in the same order.
+  virtual std::unique_ptr<CollectiveWork> allreduce_sum(const std::vector<int>& ranks, at::Tensor t) = 0;
+};
+
 struct NodeEnv {
   Transport& transport;
   Clock& clock;
   Compute& compute;
   Metrics& metrics;
+  Collectives* collectives = nullptr;  // the executor's own collectives, if it has any
 };
 
 }  // namespace rv

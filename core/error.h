@@ -37,6 +37,14 @@ class ScenarioError : public InputError {
   std::string key_;
 };
 
+// The planner refuses a scenario whose pool cannot run it (sync-dp on nodes that cannot hold the
+// model, clusters without enough RAM): bad input for one run, and a result for a sweep, which
+// records it (refused.json) for the report.
+class PlanRefused : public ScenarioError {
+ public:
+  using ScenarioError::ScenarioError;
+};
+
 // A peer failed, closed its connection or did not answer within the timeout.
 class PeerError : public Error {
  public:

@@ -186,38 +186,62 @@ StageModule::StageModule(const ModelDesc& model, int begin, int end, uint64_t se
   }
 }
 
-at::Tensor StageModule::flat_state() const {
-  std::vector<at::Tensor> parts;
-  for (int k = 0; k < end_ - begin_; ++k) {
-    const int pe = k + 1 < end_ - begin_ ? param_offset_[k + 1] : static_cast<int>(params_.size());
-    const int be = k + 1 < end_ - begin_ ? buffer_offset_[k + 1] : static_cast<int>(buffers_.size());
-    for (int i = param_offset_[k]; i < pe; ++i) parts.push_back(params_[i].detach().reshape({-1}));
-    for (int i = buffer_offset_[k]; i < be; ++i) parts.push_back(buffers_[i].reshape({-1}));
-  }
-  if (parts.empty()) return at::empty({0}, at::kFloat);
-  return at::cat(parts);
-}
-
-void StageModule::set_flat_state(const at::Tensor& flat) {
+int64_t StageModule::walk_state(const std::function<void(int, int64_t)>& param,
+                                const std::function<void(int, int64_t)>& buffer) const {
   int64_t off = 0;
   for (int k = 0; k < end_ - begin_; ++k) {
     const int pe = k + 1 < end_ - begin_ ? param_offset_[k + 1] : static_cast<int>(params_.size());
     const int be = k + 1 < end_ - begin_ ? buffer_offset_[k + 1] : static_cast<int>(buffers_.size());
     for (int i = param_offset_[k]; i < pe; ++i) {
-      const int64_t n = params_[i].numel();
-      params_[i] = flat.narrow(0, off, n).view(params_[i].sizes()).clone().requires_grad_(true);
-      off += n;
+      param(i, off);
+      off += params_[i].numel();
     }
     for (int i = buffer_offset_[k]; i < be; ++i) {
-      const int64_t n = buffers_[i].numel();
-      // Through a view with its own version counter: graphs of micro-batches in flight saved the
-      // buffer (BatchNorm's backward keeps it) and must not see a version bump, as with the
-      // running-statistics update inside batch_norm itself.
-      buffers_[i].variable_data().copy_(flat.narrow(0, off, n).view(buffers_[i].sizes()));
-      off += n;
+      buffer(i, off);
+      off += buffers_[i].numel();
     }
   }
-  RV_CHECK(off == flat.numel(), "set_flat_state: size mismatch");
+  return off;
+}
+
+at::Tensor StageModule::flat_state() const {
+  std::vector<at::Tensor> parts;
+  walk_state([&](int i, int64_t) { parts.push_back(params_[i].detach().reshape({-1})); },
+             [&](int i, int64_t) { parts.push_back(buffers_[i].reshape({-1})); });
+  if (parts.empty()) return at::empty({0}, at::kFloat);
+  return at::cat(parts);
+}
+
+void StageModule::set_flat_state(const at::Tensor& flat) {
+  const int64_t n = walk_state(
+      [&](int i, int64_t off) {
+        params_[i] = flat.narrow(0, off, params_[i].numel()).view(params_[i].sizes()).clone().requires_grad_(true);
+      },
+      [&](int i, int64_t off) {
+        // Through a view with its own version counter: graphs of micro-batches in flight saved the
+        // buffer (BatchNorm's backward keeps it) and must not see a version bump, as with the
+        // running-statistics update inside batch_norm itself.
+        buffers_[i].variable_data().copy_(flat.narrow(0, off, buffers_[i].numel()).view(buffers_[i].sizes()));
+      });
+  RV_CHECK(n == flat.numel(), "set_flat_state: size mismatch");
+}
+
+at::Tensor StageModule::flatten_like_state(const std::vector<at::Tensor>& per_param) const {
+  RV_CHECK(per_param.size() == params_.size(), "flatten_like_state: one tensor per parameter needed");
+  std::vector<at::Tensor> parts;
+  walk_state([&](int i, int64_t) { parts.push_back(per_param[i].detach().reshape({-1})); },
+             [&](int i, int64_t) { parts.push_back(at::zeros({buffers_[i].numel()}, at::kFloat)); });
+  if (parts.empty()) return at::empty({0}, at::kFloat);
+  return at::cat(parts);
+}
+
+std::vector<at::Tensor> StageModule::unflatten_params(const at::Tensor& flat) const {
+  std::vector<at::Tensor> out(params_.size());
+  const int64_t n = walk_state(
+      [&](int i, int64_t off) { out[i] = flat.narrow(0, off, params_[i].numel()).view(params_[i].sizes()).clone(); },
+      [](int, int64_t) {});
+  RV_CHECK(n == flat.numel(), "unflatten_params: size mismatch");
+  return out;
 }
 
 at::Tensor StageModule::forward(const at::Tensor& input, const std::vector<at::Tensor>& params,

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <functional>
 #include <vector>
 
 #include <ATen/core/Generator.h>
@@ -88,6 +89,10 @@ class StageModule {
   // Replaces the state from a flat tensor of that layout: parameters become new tensors (the old
   // ones may be stashed), buffers are overwritten in place.
   void set_flat_state(const at::Tensor& flat);
+  // Per-parameter tensors (e.g. an optimizer's momenta, shaped like params()) in the same flat
+  // layout, zeros where the buffers are; and back.
+  at::Tensor flatten_like_state(const std::vector<at::Tensor>& per_param) const;
+  std::vector<at::Tensor> unflatten_params(const at::Tensor& flat) const;
 
   // Runs the layers on `x` with the given parameters (params() or a stashed version).
   // train: batch statistics and dropout; `dropout_seed` fixes the dropout masks, so a forward can be
@@ -102,6 +107,9 @@ class StageModule {
   std::vector<at::Tensor> buffers_;
   std::vector<int> param_offset_;   // per layer in range: index of its first parameter
   std::vector<int> buffer_offset_;  // per layer in range: index of its first buffer
+  // Calls param(i, offset) and buffer(i, offset) in flat-state order; returns the total length.
+  int64_t walk_state(const std::function<void(int, int64_t)>& param,
+                     const std::function<void(int, int64_t)>& buffer) const;
 };
 
 }  // namespace rv

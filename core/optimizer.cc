@@ -15,12 +15,8 @@ std::vector<at::Tensor> Optimizer::step(const std::vector<at::Tensor>& params,
   c10::NoGradGuard no_grad;
   ++t_;
   const bool adam = spec_.optimizer == "adam";
-  if (m_.empty()) {
-    for (const auto& p : params) {
-      if (adam || spec_.momentum > 0) m_.push_back(at::zeros_like(p));
-      if (adam) v_.push_back(at::zeros_like(p));
-    }
-  }
+  for (int k = 0; k < slots(); ++k)
+    if (slot_ref(k).empty()) slot_ref(k) = slot(k, params);
   std::vector<at::Tensor> out;
   out.reserve(params.size());
   const double lr = spec_.lr;
@@ -46,5 +42,26 @@ std::vector<at::Tensor> Optimizer::step(const std::vector<at::Tensor>& params,
   }
   return out;
 }
+
+int Optimizer::slots(const TrainingSpec& training) {
+  if (training.optimizer == "adam") return 2;
+  return training.momentum > 0 ? 1 : 0;
+}
+
+std::vector<at::Tensor>& Optimizer::slot_ref(int k) {
+  RV_CHECK(k >= 0 && k < slots(), "optimizer: no state slot " + std::to_string(k));
+  return k == 0 ? m_ : v_;
+}
+
+std::vector<at::Tensor> Optimizer::slot(int k, const std::vector<at::Tensor>& params) const {
+  RV_CHECK(k >= 0 && k < slots(), "optimizer: no state slot " + std::to_string(k));
+  const std::vector<at::Tensor>& s = k == 0 ? m_ : v_;
+  if (!s.empty()) return s;
+  std::vector<at::Tensor> zeros;
+  for (const auto& p : params) zeros.push_back(at::zeros_like(p.detach()));
+  return zeros;
+}
+
+void Optimizer::set_slot(int k, std::vector<at::Tensor> values) { slot_ref(k) = std::move(values); }
 
 }  // namespace rv

@@ -259,6 +259,8 @@ Scenario from_table(const toml::table& root, const std::string& source) {
     t.read("micro_batches", s.training.micro_batches, 1, 1 << 20);
     t.read("average_every", s.training.average_every, 1, int64_t(1) << 40);
     t.read("averaging", s.training.averaging, {"bulk-sync", "overlapped"});
+    t.read("allreduce", s.training.allreduce, {"multi-ring", "single-ring", "gloo"});
+    t.read("average_optimizer_state", s.training.average_optimizer_state);
     t.read("eval_every", s.training.eval_every, 0, int64_t(1) << 40);
     t.read("eval_samples", s.training.eval_samples, 0, int64_t(1) << 40);
     t.reject_unknown();
@@ -415,6 +417,8 @@ std::string to_toml(const Scenario& s) {
                           {"micro_batches", s.training.micro_batches},
                           {"average_every", s.training.average_every},
                           {"averaging", s.training.averaging},
+                          {"allreduce", s.training.allreduce},
+                          {"average_optimizer_state", s.training.average_optimizer_state},
                           {"eval_every", s.training.eval_every},
                           {"eval_samples", s.training.eval_samples}});
   auto* tr = root.get_as<toml::table>("training");

@@ -57,6 +57,12 @@ struct TrainingSpec {
   // ravnest: "bulk-sync" (each cluster drains, then all average) or "overlapped" (averaging runs
   // while training goes on; the averaged difference is applied when it is done).
   std::string averaging = "bulk-sync";
+  // How clusters average (and sync-dp / gpipe exchange gradients): "multi-ring" (Ravnest's
+  // parallel rings), "single-ring" (one ring over the whole model between the clusters' first
+  // stages, the baseline) or "gloo" (c10d's own all-reduce over the same chunks; real executor only).
+  std::string allreduce = "multi-ring";
+  // ravnest: whether averaging also averages the optimizer's state (momentum, Adam's moments).
+  bool average_optimizer_state = false;
   int64_t eval_every = 0;             // updates between evaluations; 0 = only at the end
   int64_t eval_samples = 0;           // test samples per evaluation; 0 = the whole test set
 };

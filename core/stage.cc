@@ -150,4 +150,19 @@ std::pair<double, int64_t> Stage::score(const at::Tensor& logits, const at::Tens
   return {loss, correct};
 }
 
+at::Tensor Stage::averaged_state(bool optimizer) const {
+  std::vector<at::Tensor> rows{module_.flat_state()};
+  if (optimizer)
+    for (int k = 0; k < optimizer_.slots(); ++k)
+      rows.push_back(module_.flatten_like_state(optimizer_.slot(k, module_.params())));
+  return at::stack(rows);
+}
+
+void Stage::set_averaged_state(const at::Tensor& rows) {
+  RV_CHECK(rows.dim() == 2 && rows.size(0) >= 1, "set_averaged_state: [rows, n] expected");
+  module_.set_flat_state(rows[0]);
+  RV_CHECK(rows.size(0) == 1 || rows.size(0) == 1 + optimizer_.slots(), "set_averaged_state: wrong number of rows");
+  for (int k = 0; k + 1 < rows.size(0); ++k) optimizer_.set_slot(k, module_.unflatten_params(rows[k + 1]));
+}
+
 }  // namespace rv

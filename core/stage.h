@@ -50,6 +50,10 @@ class Stage {
   // state layout, the buffers in their places, go through `exchange` (an all-reduce mean), and
   // come back as this node's gradients and buffers. Call before update().
   void exchange_gradients(const std::function<at::Tensor(const at::Tensor&)>& exchange);
+  // Cross-cluster averaging: [1 + k, n], the flat state (StageModule::flat_state) and, with
+  // `optimizer`, the optimizer's k state slots in the same layout (zeros at the buffers); and back.
+  at::Tensor averaged_state(bool optimizer) const;
+  void set_averaged_state(const at::Tensor& rows);
   // Inference forward (no dropout, running BatchNorm statistics, no graph).
   at::Tensor eval_forward(const at::Tensor& x) const;
   // Loss sum and correct count of logits against labels.

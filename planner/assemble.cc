@@ -31,7 +31,7 @@ void check_pool(const Scenario& scenario, const ModelDesc& model, const CostMode
   for (int n = 0; n < cost.nodes(); ++n) total += cost.node(n).ram;
   const double whole = cost.memory(0, model.layer_count(), 1);
   if (total < whole) {
-    throw ScenarioError(scenario.source, "devices",
+    throw PlanRefused(scenario.source, "devices",
                         "the pool's RAM (" + format_gib(total) + ") is below what the model needs (" + format_gib(whole) +
                             " for weights, gradients, optimizer state and one micro-batch): add " +
                             format_gib(whole - total) + " or more");
@@ -128,7 +128,7 @@ Plan plan_sync_dp(const Scenario& scenario, const ModelDesc& model) {
   std::vector<Partition> clusters;
   for (int n = 0; n < cost.nodes(); ++n) {
     if (cost.node(n).ram < need)
-      throw ScenarioError(scenario.source, "training.algorithm",
+      throw PlanRefused(scenario.source, "training.algorithm",
                           "sync-dp needs every node to hold the whole model (" + format_gib(need) + "), but node " +
                               std::to_string(n) + " (" + scenario.device_of(n).name + ") has " +
                               format_gib(cost.node(n).ram) +

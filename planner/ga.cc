@@ -301,7 +301,7 @@ Plan plan_ga(const Scenario& scenario, const ModelDesc& model) {
   Search search(scenario, cost, graph.cuttable());
   Individual best = search.run(seed_clusters, population, generations);
   if (best.score <= 0)
-    throw ScenarioError(scenario.source, "devices",
+    throw PlanRefused(scenario.source, "devices",
                         "ga: found no assignment in which every cluster can hold the model");
   return assemble_plan("ga", cost, best.clusters);
 }

@@ -26,7 +26,7 @@ Plan plan_greedy(const Scenario& scenario, const ModelDesc& model) {
     }
   }
   if (!best)
-    throw ScenarioError(scenario.source, "planner.clusters",
+    throw PlanRefused(scenario.source, "planner.clusters",
                         "greedy: no number of clusters gives every cluster enough RAM for the model");
   return assemble_plan("greedy", cost, *best);
 }

@@ -101,7 +101,7 @@ Plan single_cluster_by_ram(const Scenario& scenario, const ModelDesc& model) {
       double total = 0;
       for (double r : ram) total += r;
       os << format_gib(total) << " (add RAM or nodes, or shrink the model or batch_size)";
-      throw ScenarioError(scenario.source, "devices", os.str());
+      throw PlanRefused(scenario.source, "devices", os.str());
     }
     cluster.stages.push_back(s);
   }
@@ -145,14 +145,14 @@ Plan explicit_clusters(const Scenario& scenario, const ModelDesc& model) {
     } else {
       auto best = best_partition(cost, order, graph.cuttable());
       if (!best)
-        throw ScenarioError(scenario.source, key + ".nodes",
+        throw PlanRefused(scenario.source, key + ".nodes",
                             "these nodes cannot hold the model in any cut (too little RAM, or more nodes than layers)");
       p = *best;
     }
     const int64_t f = cost.in_flight(static_cast<int>(order.size()));
     for (size_t s = 0; s < order.size(); ++s) {
       if (!cost.fits(order[s], p.cuts[s], p.cuts[s + 1], f))
-        throw ScenarioError(scenario.source, key,
+        throw PlanRefused(scenario.source, key,
                             "the model does not fit: stage " + std::to_string(s) + " (layers " + std::to_string(p.cuts[s]) +
                                 ".." + std::to_string(p.cuts[s + 1] - 1) + ") needs " +
                                 format_gib(cost.memory(p.cuts[s], p.cuts[s + 1], f)) + " but node " + std::to_string(order[s]) +

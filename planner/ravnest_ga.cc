@@ -220,7 +220,7 @@ Plan plan_ravnest_ga(const Scenario& scenario, const ModelDesc& model) {
          << ram << " MB of RAM, below the model's " << l
          << " MB (its hard check RAM_c >= L fails): the pool cannot "
          << "be split this way; use method = \"ga\", which only forms clusters that hold the model";
-      throw ScenarioError(scenario.source, "planner.method", os.str());
+      throw PlanRefused(scenario.source, "planner.method", os.str());
     }
     const int k = static_cast<int>(p.order.size());
     p.cuts = equal_parameter_cuts(model, pos, k);
@@ -237,7 +237,7 @@ Plan plan_ravnest_ga(const Scenario& scenario, const ModelDesc& model) {
            << format_gib(cost.node(p.order[s]).ram)
            << "; its fitness counts only parameters and activations (" << l
            << " MB). Use method = \"ga\", which cuts by memory and speed";
-        throw ScenarioError(scenario.source, "planner.method", os.str());
+        throw PlanRefused(scenario.source, "planner.method", os.str());
       }
       p.bottleneck = std::max(p.bottleneck, cost.stage_time(p.order[s], p.cuts[s], p.cuts[s + 1]));
     }

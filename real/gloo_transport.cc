@@ -17,6 +17,7 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "core/error.h"
@@ -153,8 +154,8 @@ Decoded decode_header(const int64_t* w, int peer) {
   Decoded d;
   const int64_t kind = w[kWKind];
   if (kind < static_cast<int64_t>(MsgKind::kForward) ||
-      kind > static_cast<int64_t>(MsgKind::kControl)) {
-    throw bad("kind " + std::to_string(kind) + " is not a message kind (1..7)");
+      kind > static_cast<int64_t>(MsgKind::kDistribute)) {
+    throw bad("kind " + std::to_string(kind) + " is not a message kind (1.." + std::to_string(static_cast<int>(MsgKind::kDistribute)) + ")");
   }
   d.msg.kind = static_cast<MsgKind>(kind);
   d.msg.id = w[kWId];
@@ -656,6 +657,31 @@ void GlooTransport::close() {
 c10d::ProcessGroupGloo& GlooTransport::group() {
   RV_CHECK(impl_->pg, impl_->who() + ": group() after close()");
   return *impl_->pg;
+}
+
+c10::intrusive_ptr<c10d::ProcessGroupGloo> GlooTransport::make_group(const std::vector<int>& ranks) {
+  Impl& s = *impl_;
+  RV_CHECK(s.store, s.who() + ": make_group() after close()");
+  RV_CHECK(std::is_sorted(ranks.begin(), ranks.end()) &&
+               std::adjacent_find(ranks.begin(), ranks.end()) == ranks.end(),
+           s.who() + ": make_group() needs distinct ranks in ascending order");
+  auto me = std::find(ranks.begin(), ranks.end(), s.opt.rank);
+  RV_CHECK(me != ranks.end(), s.who() + ": make_group() of a group without this rank");
+  std::string name = "group";
+  for (int r : ranks) {
+    RV_CHECK(r >= 0 && r < s.opt.world_size, s.who() + ": make_group() with rank " + std::to_string(r));
+    name += "-" + std::to_string(r);
+  }
+  try {
+    auto go = c10d::ProcessGroupGloo::Options::create(to_ms(s.opt.timeout));
+    go->devices.push_back(make_device(s.opt.master_addr));
+    auto store = c10::make_intrusive<c10d::PrefixStore>(name, s.store);
+    return c10::make_intrusive<c10d::ProcessGroupGloo>(store, static_cast<int>(me - ranks.begin()),
+                                                      static_cast<int>(ranks.size()), go);
+  } catch (const std::exception& e) {
+    throw PeerError(s.who() + ": cannot make the process group " + name + " within " +
+                    seconds_str(s.opt.timeout) + " s: " + short_what(e));
+  }
 }
 
 }  // namespace rv

@@ -31,6 +31,9 @@
 
 #include <memory>
 #include <string>
+#include <vector>
+
+#include <c10/util/intrusive_ptr.h>
 
 #include "core/env.h"
 
@@ -89,6 +92,10 @@ class GlooTransport : public Transport {
   void close();
   // For collective baselines (c10d allreduce) and gathering outputs at rank 0. Valid until close().
   c10d::ProcessGroupGloo& group();
+  // A new process group of `ranks` (ascending, this rank among them) over the same rendezvous
+  // store, for collectives within a subset. Blocks until every member has made it (rv::PeerError
+  // after the timeout). The group may outlive neither close() nor this transport.
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> make_group(const std::vector<int>& ranks);
 
  private:
   struct Impl;

@@ -29,6 +29,7 @@
 #include "core/run_output.h"
 #include "core/scenario.h"
 #include "planner/planner.h"
+#include "real/gloo_collectives.h"
 #include "real/real_env.h"
 
 namespace fs = std::filesystem;
@@ -191,7 +192,8 @@ int run(const NodeProcessOptions& options) {
   Tee metrics(log, progress);
   // The algorithm sees the scenario's injected faults, if any; the gathering below does not.
   FaultyTransport faulty(transport, clock, faults_for(scenario.faults, rank));
-  NodeEnv env{faulty, clock, compute, metrics};
+  GlooCollectives collectives(transport);  // training.allreduce = "gloo"
+  NodeEnv env{faulty, clock, compute, metrics, &collectives};
   run_node(env, spec, rank);
   progress.finish();
   transport.flush();

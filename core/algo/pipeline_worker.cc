@@ -12,7 +12,9 @@ PipelineWorker::PipelineWorker(NodeEnv& env, const RunSpec& spec, int node,
                                const TrainingSpec& training, int64_t in_flight)
     : env_(env), spec_(spec), role_(spec.plan->role_of(node)), training_(training),
       batch_(spec.scenario->data.batch_size), in_flight_cap_(in_flight),
-      averager_(env, *spec.plan, *spec.model, node) {
+      averager_(make_averager(env, *spec.plan, *spec.model, node, training.allreduce)),
+      average_optimizer_(training.average_optimizer_state),
+      average_rows_(1 + (training.average_optimizer_state ? Optimizer::slots(training) : 0)) {
   RV_CHECK(role_.stage >= 0, "node " + std::to_string(node) + " has no stage in the plan");
   cost_ = stage_cost(*spec.model, role_.layer_begin, role_.layer_end, training_, batch_, 1);
   if (numeric()) {
@@ -230,44 +232,50 @@ std::optional<Message> PipelineWorker::note_recv(std::optional<Message> m) {
 }
 
 std::optional<Message> PipelineWorker::try_recv() {
+  poll_average();
   while (auto m = env_.transport.try_recv()) {
-    if (!averager_.hold(*m)) return note_recv(std::move(m));
-    after_hold();
+    if (!averager_->hold(*m)) return note_recv(std::move(m));
+    poll_average();
   }
   return std::nullopt;
 }
 
-void PipelineWorker::after_hold() {
-  if (averager_.active() && averager_.progress()) apply_overlapped();
+void PipelineWorker::poll_average() {
+  if (averager_->active() && averager_->progress()) apply_overlapped();
 }
 
 void PipelineWorker::apply_overlapped() {
   if (numeric()) {
-    at::Tensor now = stage_->module().flat_state();
-    stage_->module().set_flat_state(now + (averager_.result() - snapshot_));
+    at::Tensor merged = stage_->averaged_state(average_optimizer_) + (averager_->result() - snapshot_);
+    // Adam's second moment may not go negative, whatever it learned meanwhile.
+    if (average_optimizer_ && training_.optimizer == "adam") merged[2].clamp_min_(0);
+    stage_->set_averaged_state(merged);
   }
   snapshot_ = at::Tensor();
-  averager_.clear();
+  averager_->clear();
+}
+
+std::function<Message()> PipelineWorker::raw_recv() {
+  return [this] { return env_.transport.recv(); };
+}
+
+std::function<void(Message)> PipelineWorker::other(const std::function<void(Message)>& defer) {
+  return [this, &defer](Message m) { defer(std::move(*note_recv(std::move(m)))); };
 }
 
 void PipelineWorker::start_overlapped_average(const std::function<void(Message)>& defer) {
   finish_overlapped_average(defer);
   const int64_t round = averagings_++;
-  if (!averager_.participates()) return;
-  snapshot_ = numeric() ? stage_->module().flat_state() : at::Tensor();
-  averager_.start(snapshot_, round);
-  after_hold();  // messages for it may be here already
+  if (!averager_->participates()) return;
+  snapshot_ = numeric() ? stage_->averaged_state(average_optimizer_) : at::Tensor();
+  averager_->start(snapshot_, average_rows_, round);
+  poll_average();  // messages for it may be here already
 }
 
 void PipelineWorker::finish_overlapped_average(const std::function<void(Message)>& defer) {
-  while (averager_.active()) {
-    if (averager_.progress()) {
-      apply_overlapped();
-      return;
-    }
-    Message m = env_.transport.recv();
-    if (!averager_.hold(m)) defer(std::move(*note_recv(std::move(m))));
-  }
+  if (!averager_->active()) return;
+  averager_->wait(raw_recv(), other(defer));
+  apply_overlapped();
 }
 
 Message PipelineWorker::recv() {
@@ -275,10 +283,11 @@ Message PipelineWorker::recv() {
   Event w = event(EventKind::kWait);
   for (;;) {
     Message m = env_.transport.recv();
-    if (averager_.hold(m)) {
-      after_hold();
+    if (averager_->hold(m)) {
+      poll_average();
       continue;
     }
+    poll_average();
     w.end = env_.clock.now();
     env_.metrics.record(w);
     return std::move(*note_recv(std::move(m)));
@@ -298,19 +307,20 @@ void PipelineWorker::stop_next() {
 void PipelineWorker::average(const std::function<void(Message)>& defer) {
   finish_overlapped_average(defer);
   const int64_t round = averagings_++;
-  if (!averager_.participates()) return;
-  at::Tensor state = numeric() ? stage_->module().flat_state() : at::Tensor();
-  at::Tensor mean = averager_.average(state, round, defer);
-  if (numeric()) stage_->module().set_flat_state(mean);
+  if (!averager_->participates()) return;
+  at::Tensor state = numeric() ? stage_->averaged_state(average_optimizer_) : at::Tensor();
+  at::Tensor mean = averager_->average(state, average_rows_, round, raw_recv(), other(defer));
+  if (numeric()) stage_->set_averaged_state(mean);
 }
 
 void PipelineWorker::exchange_gradients(const std::function<void(Message)>& defer) {
   const int64_t round = averagings_++;
-  if (!averager_.participates()) return;
+  if (!averager_->participates()) return;
   if (numeric()) {
-    stage_->exchange_gradients([&](const at::Tensor& flat) { return averager_.average(flat, round, defer); });
+    stage_->exchange_gradients(
+        [&](const at::Tensor& flat) { return averager_->average(flat, 1, round, raw_recv(), other(defer)); });
   } else {
-    averager_.average(at::Tensor(), round, defer);
+    averager_->average(at::Tensor(), 1, round, raw_recv(), other(defer));
   }
 }
 

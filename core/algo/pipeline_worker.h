@@ -9,7 +9,7 @@
 #include <optional>
 
 #include "core/algo/algorithm.h"
-#include "core/algo/multi_ring.h"
+#include "core/algo/averager.h"
 #include "core/cost_model.h"
 #include "core/stage.h"
 
@@ -65,7 +65,7 @@ class PipelineWorker {
   // Data parallelism: replaces this node's accumulated gradients (and buffers) by their mean over
   // the clusters (the same rings; every cluster is one node holding the whole model).
   void exchange_gradients(const std::function<void(Message)>& defer);
-  bool averages() const { return averager_.participates() || spec_.plan->clusters.size() > 1; }
+  bool averages() const { return averager_->participates() || spec_.plan->clusters.size() > 1; }
 
  private:
   Event event(EventKind kind) const;
@@ -92,11 +92,16 @@ class PipelineWorker {
   int64_t eval_step_ = -1, eval_seen_ = 0, eval_count_ = 0, eval_correct_ = 0;
   double eval_loss_ = 0;
   Bytes peak_memory_ = 0;
-  MultiRingAverager averager_;
+  std::unique_ptr<Averager> averager_;
+  bool average_optimizer_;   // averagings carry the optimizer's state too
+  int64_t average_rows_;     // rows of an averaged tensor (Stage::averaged_state)
   int64_t averagings_ = 0;
   at::Tensor snapshot_;  // overlapped averaging: the state it started from
-  void after_hold();        // advances an overlapped averaging; applies it when done
-  void apply_overlapped();  // adds (mean - snapshot) to the stage
+  void poll_average();      // advances an overlapped averaging; applies it when done
+  void apply_overlapped();  // adds (mean - snapshot) to the stage (and optimizer state)
+  // For Averager::wait: the transport's next message; other messages go to `defer`, recorded.
+  std::function<Message()> raw_recv();
+  std::function<void(Message)> other(const std::function<void(Message)>& defer);
 };
 
 }  // namespace rv

@@ -7,7 +7,7 @@
 
 #include <ATen/ATen.h>
 
-#include "core/algo/multi_ring.h"
+#include "core/algo/ring_averager.h"
 #include "real/loopback.h"
 #include "real/real_env.h"
 #include "test_support.h"
@@ -65,8 +65,8 @@ method = "manual"
         NodeEnv env{t, clock, compute, log};
         NodeRole r = p.plan.role_of(n);
         const int64_t lo = m.state_offset(r.layer_begin), hi = m.state_offset(r.layer_end);
-        MultiRingAverager avg(env, p.plan, m, n);
-        result[n] = avg.average(full[r.cluster].slice(0, lo, hi).clone(), 0, [](Message) {
+        RingAverager avg(env, p.plan, m, n, RingTopology::kMulti);
+        result[n] = avg.average(full[r.cluster].slice(0, lo, hi).clone(), 1, 0, [&] { return t.recv(); }, [](Message) {
           throw Error("unexpected message during averaging");
         });
       } catch (const std::exception& e) {

@@ -1,0 +1,34 @@
+#include "core/algo/averager.h"
+
+#include "core/algo/collective_averager.h"
+#include "core/algo/ring_averager.h"
+#include "core/error.h"
+
+namespace rv {
+
+void Averager::wait(const std::function<Message()>& recv, const std::function<void(Message)>& other) {
+  while (!progress()) {
+    Message m = recv();
+    if (!hold(m)) other(std::move(m));
+  }
+}
+
+at::Tensor Averager::average(const at::Tensor& state, int64_t rows, int64_t round,
+                             const std::function<Message()>& recv, const std::function<void(Message)>& other) {
+  if (!participates()) return state;
+  start(state, rows, round);
+  wait(recv, other);
+  at::Tensor mean = result();
+  clear();
+  return mean.defined() ? mean : state;
+}
+
+std::unique_ptr<Averager> make_averager(NodeEnv& env, const Plan& plan, const ModelDesc& model, int node,
+                                        const std::string& kind) {
+  if (kind == "multi-ring") return std::make_unique<RingAverager>(env, plan, model, node, RingTopology::kMulti);
+  if (kind == "single-ring") return std::make_unique<RingAverager>(env, plan, model, node, RingTopology::kSingle);
+  if (kind == "gloo") return std::make_unique<CollectiveAverager>(env, plan, model, node);
+  throw InputError("unknown all-reduce '" + kind + "' (multi-ring, single-ring or gloo)");
+}
+
+}  // namespace rv
