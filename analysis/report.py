@@ -7,13 +7,17 @@ Usage:
 A run folder is what `ravnest sim` / `ravnest real` writes: metrics.csv (required),
 summary.json, eval.csv, scenario.toml and run.json (optional; missing values are derived
 from metrics.csv or shown as "-"). The report never asks which executor produced a run.
+A folder holding only refused.json is a sweep point the planner refused (e.g. sync-dp on
+nodes that cannot hold the model): report.md lists it with the planner's reason.
 
 Outputs, in --out (default: RUN/report for one run, ./report for several):
     loss_vs_time.png, loss_vs_samples.png       training loss (moving average; raw faint)
     accuracy_vs_time.png, accuracy_vs_samples.png  test accuracy from eval.csv
     timeline_<label>.png                        per-node compute timeline (first window)
     utilisation.png                             per-node busy fraction, runs side by side
-    report.md                                   one table row per run, plus the figures
+    speedup.png, time_to_accuracy.png           against clusters, per algorithm (sweeps)
+    report.md                                   one table row per run, refused points,
+                                                plus the figures
 
 "Training samples" on an x axis is the sum over clusters of the samples each cluster has
 processed so far. Runs without loss rows (timing-mode simulations) get no loss lines.
@@ -398,12 +402,23 @@ def plot_time_to_accuracy(runs, title, out, written, target=None):
     save(fig, os.path.join(out, "time_to_accuracy.png"), written)
 
 
-def write_markdown(runs, title, out, images, written):
-    """report.md: one summary row per run, then the figures."""
+def read_refused(folder):
+    """A sweep point the planner refused (refused.json): {label, folder, reason, ...}."""
+    r = read_json(os.path.join(folder, "refused.json"))
+    for key in ("algorithm", "reason"):
+        if key not in r:
+            raise ReportError(f"{folder}/refused.json: no '{key}'")
+    r["folder"] = folder
+    r["label"] = f"{r.get('scenario', '?')} {r['algorithm']}"
+    return r
+
+
+def write_markdown(runs, refused, title, out, images, written):
+    """report.md: one summary row per run, the points the planner refused, then the figures."""
     lines = [f"# {title}", "", "| run | executor | algorithm | nodes | time (s) | samples/s "
              "| final test accuracy | mean staleness | mean idle fraction "
-             "| peak memory per node (MiB, max / mean) | folder |",
-             "|" + "---|" * 11]
+             "| peak memory per node (MiB, max / mean) | averaging (s, busiest node) | folder |",
+             "|" + "---|" * 12]
     for r in runs:
         s = r.summary
         per = s.get("per_node", [])
@@ -416,13 +431,27 @@ def write_markdown(runs, title, out, images, written):
         if acc is None and len(r.accuracy_curve()[2]):
             acc = float(r.accuracy_curve()[2][-1])
         mem_text = f"{max(mem):.1f} / {np.mean(mem):.1f}" if mem else "-"
+        averaging = (s.get("averaging") or {})
+        avg_text = (f"{averaging['time_s_max_node']:.3f} ({averaging.get('allreduce', '?')}, "
+                    f"{averaging.get('rounds', 0)} rounds)" if averaging.get("rounds") else "-")
         lines.append(
             f"| {r.label} | {r.executor} | {r.algorithm} | {s.get('nodes') or len(r.nodes())} "
             f"| {fmt(r.time_s, '.3f')} | {fmt(s.get('samples_per_s'), '.1f')} "
             f"| {fmt(acc, '.4f')} | {fmt((s.get('staleness') or {}).get('mean'), '.2f')} "
-            f"| {fmt(float(np.mean(idle)) if idle else None, '.3f')} | {mem_text} "
+            f"| {fmt(float(np.mean(idle)) if idle else None, '.3f')} | {mem_text} | {avg_text} "
             f"| `{r.folder}` |")
     lines.append("")
+    if refused:
+        lines += ["## Refused by the planner", "",
+                  "Points of the sweep that this pool cannot run at all (for sync-dp: nodes that "
+                  "cannot hold the whole model, which Ravnest's pipelines split between them).", "",
+                  "| run | algorithm | nodes | settings | why | folder |", "|" + "---|" * 6]
+        for r in refused:
+            settings = ", ".join(f"`{o}`" for o in r.get("overrides", [])) or "-"
+            reason = str(r["reason"]).replace("|", "\\|")
+            lines.append(f"| {r['label']} | {r['algorithm']} | {r.get('nodes', '-')} | {settings} "
+                         f"| {reason} | `{r['folder']}` |")
+        lines.append("")
     lines += [f"![{os.path.basename(p)}]({os.path.basename(p)})" for p in images]
     path = os.path.join(out, "report.md")
     with open(path, "w") as f:
@@ -455,22 +484,26 @@ def main(argv=None):
                         help="accuracy for time_to_accuracy.png (default: the best that every run reaches)")
     args = parser.parse_args(argv)
     try:
-        runs = [Run(folder) for folder in args.runs]
+        refused = [read_refused(f) for f in args.runs
+                   if os.path.isfile(os.path.join(f, "refused.json"))
+                   and not os.path.isfile(os.path.join(f, "metrics.csv"))]
+        runs = [Run(f) for f in args.runs if f not in {r["folder"] for r in refused}]
         disambiguate(runs)
-        out = args.out or (os.path.join(args.runs[0], "report") if len(runs) == 1 else "report")
-        title = args.title or (runs[0].scenario if len(runs) == 1 else "Ravnest testbed runs")
+        out = args.out or (os.path.join(args.runs[0], "report") if len(args.runs) == 1 else "report")
+        title = args.title or (runs[0].scenario if len(runs) == 1 and not refused else "Ravnest testbed runs")
         try:
             os.makedirs(out, exist_ok=True)
         except OSError as e:
             raise ReportError(f"cannot create output folder {out}: {e}")
         written = []
-        plot_curves(runs, title, out, written)
-        for r in runs:
-            plot_timeline(r, title, out, written)
-        plot_utilisation(runs, title, out, written)
-        plot_speedup(runs, title, out, written)
-        plot_time_to_accuracy(runs, title, out, written, args.target_accuracy)
-        write_markdown(runs, title, out, list(written), written)
+        if runs:
+            plot_curves(runs, title, out, written)
+            for r in runs:
+                plot_timeline(r, title, out, written)
+            plot_utilisation(runs, title, out, written)
+            plot_speedup(runs, title, out, written)
+            plot_time_to_accuracy(runs, title, out, written, args.target_accuracy)
+        write_markdown(runs, refused, title, out, list(written), written)
     except ReportError as e:
         print(f"report: error: {e}", file=sys.stderr)
         return 2

@@ -158,6 +158,32 @@ class ReportTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertFalse(os.path.exists(os.path.join(out2, "speedup.png")))
 
+    def test_refused_sweep_point_is_listed_with_its_reason(self):
+        run = make_run(os.path.join(self.dir, "ravnest"), clusters=1)
+        refused = os.path.join(self.dir, "syncdp")
+        os.makedirs(refused)
+        with open(os.path.join(refused, "refused.json"), "w") as f:
+            json.dump({"scenario": "quick", "algorithm": "sync-dp", "nodes": 4,
+                       "overrides": ["training.algorithm=sync-dp"],
+                       "reason": "sync-dp needs every node to hold the whole model (2 GiB)"}, f)
+        out = os.path.join(self.dir, "out")
+        proc = run_report(run, refused, "--out", out)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        with open(os.path.join(out, "report.md")) as f:
+            md = f.read()
+        self.assertIn("## Refused by the planner", md)
+        self.assertIn("sync-dp needs every node to hold the whole model (2 GiB)", md)
+        self.assertIn("`training.algorithm=sync-dp`", md)
+        # Only refused points: report.md all the same, no figures.
+        out2 = os.path.join(self.dir, "out2")
+        proc = run_report(refused, "--out", out2)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertTrue(os.path.isfile(os.path.join(out2, "report.md")))
+        # A refused.json without its reason is an error that names the file.
+        with open(os.path.join(refused, "refused.json"), "w") as f:
+            json.dump({"algorithm": "sync-dp"}, f)
+        self.assert_error(run_report(refused, "--out", out2), "refused.json: no 'reason'")
+
     def test_minimal_folder_with_only_metrics(self):
         run = os.path.join(self.dir, "bare")
         os.makedirs(run)

@@ -138,7 +138,8 @@ nlohmann::json summarize(const Scenario& s, const Plan& plan, const std::vector<
   double t_end = 0;
   for (const auto& e : events) t_end = std::max(t_end, e.end);
   struct NodeStats {
-    double busy = 0, wait = 0;
+    double busy = 0, wait = 0, averaging = 0;
+    int64_t averagings = 0;
     Bytes sent = 0, received = 0, peak = 0, measured = 0;
     int64_t updates = 0, stale_sum = 0, stale_max = 0;
   };
@@ -154,6 +155,10 @@ nlohmann::json summarize(const Scenario& s, const Plan& plan, const std::vector<
     NodeStats& n = ns[e.node];
     if (is_busy(e.kind)) n.busy += e.end - e.start;
     if (e.kind == EventKind::kWait) n.wait += e.end - e.start;
+    if (e.kind == EventKind::kAverage) {
+      n.averaging += e.end - e.start;
+      ++n.averagings;
+    }
     if (e.kind == EventKind::kSend) n.sent += e.bytes;
     if (e.kind == EventKind::kRecv) n.received += e.bytes;
     if (e.kind == EventKind::kMemory) n.peak = std::max(n.peak, e.bytes);
@@ -210,6 +215,8 @@ nlohmann::json summarize(const Scenario& s, const Plan& plan, const std::vector<
                      {"busy_fraction", t_end > 0 ? n.busy / t_end : 0.0},
                      {"idle_fraction", t_end > 0 ? 1.0 - n.busy / t_end : 0.0},
                      {"wait_s", n.wait},
+                     {"averaging_s", n.averaging},
+                     {"averagings", n.averagings},
                      {"bytes_sent", n.sent},
                      {"bytes_received", n.received},
                      {"peak_memory_bytes", n.peak},
@@ -219,6 +226,18 @@ nlohmann::json summarize(const Scenario& s, const Plan& plan, const std::vector<
                      {"staleness_max", n.stale_max}});
   }
   j["per_node"] = nodes;
+  // Cross-cluster averaging (ravnest) or gradient exchange (sync-dp, gpipe across clusters).
+  double avg_max = 0;
+  int64_t rounds = 0;
+  for (const auto& n : ns) {
+    avg_max = std::max(avg_max, n.averaging);
+    rounds = std::max(rounds, n.averagings);
+  }
+  j["averaging"] = {{"allreduce", s.training.allreduce},
+                    {"optimizer_state", s.training.average_optimizer_state},
+                    {"rounds", rounds},
+                    {"time_s_max_node", avg_max},
+                    {"mean_round_s", rounds ? avg_max / static_cast<double>(rounds) : 0.0}};
   double tail_loss = kNaN;
   if (!losses.empty()) {
     size_t k = std::min<size_t>(losses.size(), 20);

@@ -17,6 +17,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include "core/error.h"
+#include "core/optimizer.h"
 #include "core/run_output.h"
 #include "real/loopback.h"
 #include "test_support.h"
@@ -76,6 +77,12 @@ double plain_sgd(const test::Prepared& p, int64_t steps,
   return at::nll_loss(at::log_softmax(logits, 1), p.data.labels(rows, true)).item<double>();
 }
 
+// Local SGD (each of C one-node clusters trains on its shard with its own optimizer; every `every`
+// updates and after the last, parameters, and with `optimizer_state` the optimizer's slots, are
+// replaced by their mean), written with one model per cluster in one process. Returns the test
+// loss of the final (common) model.
+double local_sgd_test_loss(const test::Prepared& p, int C, int64_t steps, int64_t every, bool optimizer_state);
+
 // The samplers of `clusters` clusters, as the pipeline's nodes draw them (shards when C > 1).
 std::vector<Sampler> samplers_of(const test::Prepared& p, int clusters) {
   std::vector<Sampler> out;
@@ -99,6 +106,47 @@ double plain_sgd_test_loss(const test::Prepared& p, int64_t steps, int64_t per_s
       }
     return rows;
   });
+}
+
+double local_sgd_test_loss(const test::Prepared& p, int C, int64_t steps, int64_t every, bool optimizer_state) {
+  const ModelDesc& m = p.model;
+  std::vector<Sampler> samplers = samplers_of(p, C);
+  std::vector<StageModule> models;
+  std::vector<Optimizer> opts;
+  for (int c = 0; c < C; ++c) {
+    models.emplace_back(m, 0, m.layer_count(), p.scenario.seed);
+    opts.emplace_back(p.scenario.training);
+  }
+  auto mean_of = [&](const std::function<at::Tensor(int)>& get) {
+    at::Tensor sum = get(0).clone();
+    for (int c = 1; c < C; ++c) sum += get(c);
+    return sum / static_cast<double>(C);
+  };
+  for (int64_t step = 0; step < steps; ++step) {
+    for (int c = 0; c < C; ++c) {
+      const auto rows = samplers[c].indices(step);
+      c10::AutoGradMode g(true);
+      const auto& params = models[c].params();
+      at::Tensor logits = models[c].forward(p.data.inputs(rows, false), params, true, 0, true);
+      at::Tensor loss = at::nll_loss(at::log_softmax(logits, 1), p.data.labels(rows, false));
+      auto grads = torch::autograd::grad({loss}, params);
+      models[c].set_params(opts[c].step(params, grads));
+    }
+    if ((step + 1) % every != 0 && step + 1 != steps) continue;
+    c10::NoGradGuard ng;
+    at::Tensor state = mean_of([&](int c) { return models[c].flat_state(); });
+    for (auto& model : models) model.set_flat_state(state);
+    if (!optimizer_state) continue;
+    for (int k = 0; k < opts[0].slots(); ++k) {
+      at::Tensor slot = mean_of([&](int c) { return models[c].flatten_like_state(opts[c].slot(k, models[c].params())); });
+      for (int c = 0; c < C; ++c) opts[c].set_slot(k, models[c].unflatten_params(slot));
+    }
+  }
+  c10::NoGradGuard ng;
+  std::vector<int64_t> rows;
+  for (int64_t i = 0; i < p.data.test_size(); ++i) rows.push_back(i);
+  at::Tensor logits = models[0].forward(p.data.inputs(rows, true), models[0].params(), false, 0, false);
+  return at::nll_loss(at::log_softmax(logits, 1), p.data.labels(rows, true)).item<double>();
 }
 
 nlohmann::json run(const test::Prepared& p) {
@@ -174,7 +222,13 @@ TEST_CASE("an unexpected message is a clear input error", "[algo][faults]") {
 }
 
 TEST_CASE("multi-cluster ravnest: every cluster holds the same model after each averaging", "[algo][rings]") {
-  auto p = test::prepare(std::string(kSmall) + test::kTwoClusters, {"training.steps=60", "training.average_every=20", "training.eval_every=20", "devices.0.count=3"});
+  const std::string allreduce = GENERATE("multi-ring", "single-ring");
+  const bool optimizer_state = GENERATE(false, true);
+  INFO(allreduce << (optimizer_state ? ", with optimizer state" : ""));
+  auto p = test::prepare(std::string(kSmall) + test::kTwoClusters,
+                         {"training.steps=60", "training.average_every=20", "training.eval_every=20", "devices.0.count=3",
+                          "training.allreduce=" + allreduce, "training.momentum=0.9",
+                          std::string("training.average_optimizer_state=") + (optimizer_state ? "true" : "false")});
   REQUIRE(p.plan.clusters.size() == 2);
   auto events = run_loopback(p.spec(), 30);
   std::map<int64_t, std::vector<double>> losses;  // step -> test loss of each cluster
@@ -207,7 +261,9 @@ TEST_CASE("clusters train on disjoint shards of the training set", "[data]") {
 }
 
 TEST_CASE("sync-dp with C nodes and batch b equals plain SGD with batch C*b on the same samples", "[algo][oracle]") {
-  auto p = test::prepare(kSmall, {"training.algorithm=sync-dp", "training.steps=15"});
+  const std::string allreduce = GENERATE("multi-ring", "single-ring");
+  INFO(allreduce);
+  auto p = test::prepare(kSmall, {"training.algorithm=sync-dp", "training.steps=15", "training.allreduce=" + allreduce});
   const int C = 3;
   REQUIRE(p.plan.clusters.size() == C);
   auto s = run(p);
@@ -257,4 +313,33 @@ TEST_CASE("overlapped averaging: training goes on meanwhile, and clusters end wi
   REQUIRE(losses.count(60) == 1);
   REQUIRE(losses[60].size() == 2);
   CHECK(losses[60][0] == losses[60][1]);  // the last averaging is bulk-synchronous
+}
+
+TEST_CASE("averaging the optimizer state: ravnest in one-node clusters equals local Adam with averaged moments",
+          "[algo][oracle][rings]") {
+  const bool optimizer_state = GENERATE(false, true);
+  const std::string allreduce = GENERATE("multi-ring", "single-ring");
+  INFO((optimizer_state ? "moments averaged, " : "moments kept, ") << allreduce);
+  auto p = test::prepare(std::string(kSmall) + R"(
+[planner]
+method = "manual"
+[[planner.cluster]]
+nodes = [0]
+[[planner.cluster]]
+nodes = [1]
+[[planner.cluster]]
+nodes = [2]
+)", {"training.optimizer=adam", "training.lr=0.01", "training.steps=24", "training.average_every=4",
+     "training.allreduce=" + allreduce,
+     std::string("training.average_optimizer_state=") + (optimizer_state ? "true" : "false")});
+  REQUIRE(p.plan.clusters.size() == 3);
+  auto s = run(p);
+  const double expected = local_sgd_test_loss(p, 3, 24, 4, optimizer_state);
+  const double other = local_sgd_test_loss(p, 3, 24, 4, !optimizer_state);
+  INFO("expected " << expected << ", the other choice gives " << other);
+  CHECK(s["final"]["test_loss"].get<double>() == Approx(expected).epsilon(1e-4));
+  // The choice matters: the two oracles part (so the check above tells them apart).
+  CHECK(std::abs(expected - other) > 1e-3 * std::abs(expected));
+  CHECK(s["averaging"]["optimizer_state"].get<bool>() == optimizer_state);
+  CHECK(s["averaging"]["rounds"].get<int64_t>() == 6);
 }

@@ -1,6 +1,8 @@
-// The parallel multi-ring all-reduce on the loopback transport: after one averaging, every
-// cluster holds the exact mean of the clusters' states (to float rounding), for many shapes of
-// clusters (a cluster of one node, clusters of different lengths cut at different layers).
+// Ring averaging on the loopback transport, both topologies (Ravnest's parallel multi-ring and the
+// single-ring baseline): after one averaging, every cluster holds the exact mean of the clusters'
+// states (to float rounding), for many shapes of clusters (a cluster of one node, clusters of
+// different lengths cut at different layers), with one row (the state) or several (the state and
+// optimizer slots).
 #include "catch.h"
 
 #include <thread>
@@ -18,7 +20,8 @@ namespace {
 
 // A CNN of 12 layers with BatchNorm (buffers are averaged too) over `clusters` (each a list of layer counts per
 // stage, nodes numbered in order).
-void check_mean(const std::vector<std::vector<int>>& clusters) {
+void check_mean(const std::vector<std::vector<int>>& clusters, RingTopology topology = RingTopology::kMulti,
+                int64_t rows = 1) {
   std::string toml = R"(
 name = "rings"
 [model]
@@ -48,7 +51,7 @@ method = "manual"
   const int C = static_cast<int>(clusters.size());
   // Cluster c's full state: distinct random values per cluster.
   std::vector<at::Tensor> full;
-  for (int c = 0; c < C; ++c) full.push_back(at::randn({total}) * (c + 1) + c);
+  for (int c = 0; c < C; ++c) full.push_back(at::randn({rows, total}) * (c + 1) + c);
   at::Tensor mean = at::stack(full).mean(0);
 
   LoopbackHub hub(node, 20);
@@ -65,10 +68,17 @@ method = "manual"
         NodeEnv env{t, clock, compute, log};
         NodeRole r = p.plan.role_of(n);
         const int64_t lo = m.state_offset(r.layer_begin), hi = m.state_offset(r.layer_end);
-        RingAverager avg(env, p.plan, m, n, RingTopology::kMulti);
-        result[n] = avg.average(full[r.cluster].slice(0, lo, hi).clone(), 1, 0, [&] { return t.recv(); }, [](Message) {
-          throw Error("unexpected message during averaging");
-        });
+        RingAverager avg(env, p.plan, m, n, topology);
+        at::Tensor mine = full[r.cluster].slice(1, lo, hi).clone();
+        if (rows == 1) mine = mine.squeeze(0);
+        // Two averagings in a row: the second averages the first's means again (a no-op on the
+        // values) and checks that rounds do not mix.
+        for (int64_t round = 0; round < 2; ++round) {
+          mine = avg.average(mine, rows, round, [&] { return t.recv(); }, [](Message) {
+            throw Error("unexpected message during averaging");
+          });
+        }
+        result[n] = rows == 1 ? mine.unsqueeze(0) : mine;
       } catch (const std::exception& e) {
         errors[n] = e.what();
         hub.fail(e.what());
@@ -81,7 +91,8 @@ method = "manual"
     REQUIRE(errors[n].empty());
     NodeRole r = p.plan.role_of(n);
     const int64_t lo = m.state_offset(r.layer_begin), hi = m.state_offset(r.layer_end);
-    CHECK(at::allclose(result[n], mean.slice(0, lo, hi), 1e-5, 1e-6));
+    REQUIRE(result[n].sizes() == mean.slice(1, lo, hi).sizes());
+    CHECK(at::allclose(result[n], mean.slice(1, lo, hi), 1e-5, 1e-5));
   }
 }
 
@@ -97,4 +108,18 @@ TEST_CASE("multi-ring: many clusters of one node", "[rings]") {
 }
 TEST_CASE("multi-ring: stages without parameters own no ring", "[rings]") {
   check_mean({{3, 1, 8}, {1, 1, 10}});
+}
+
+TEST_CASE("single ring: two clusters cut at the same layers", "[rings]") {
+  check_mean({{4, 4, 4}, {4, 4, 4}}, RingTopology::kSingle);
+}
+TEST_CASE("single ring: clusters of different lengths, one of one node", "[rings]") {
+  check_mean({{1, 2, 3, 6}, {6, 6}, {12}, {3, 3, 3, 3}}, RingTopology::kSingle);
+}
+TEST_CASE("single ring: first stages without parameters still lead their cluster", "[rings]") {
+  check_mean({{1, 1, 10}, {3, 1, 8}, {2, 10}}, RingTopology::kSingle);
+}
+TEST_CASE("multi-ring and single ring average several rows (state and optimizer slots)", "[rings]") {
+  check_mean({{1, 2, 3, 6}, {6, 6}, {12}}, RingTopology::kMulti, 3);
+  check_mean({{1, 2, 3, 6}, {6, 6}, {12}}, RingTopology::kSingle, 2);
 }

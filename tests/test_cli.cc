@@ -133,6 +133,16 @@ TEST_CASE("bad input exits 2 with a message that says where, and writes no run f
       CHECK_FALSE(has_run_folder(d));
     }
   }
+  // c10d's own all-reduce exists only in the real executor.
+  write(d / "bad.toml", kSmall);
+  for (const char* executor : {"sim", "loopback"}) {
+    INFO("allreduce = gloo with --executor " << executor);
+    Result g = ravnest({"sim", "bad.toml", "--executor", executor, "--set", "training.allreduce=gloo"}, d);
+    CHECK(g.status == 2);
+    CHECK(g.err.find("key 'training.allreduce'") != std::string::npos);
+    CHECK(g.err.find("only the real executor") != std::string::npos);
+    CHECK_FALSE(has_run_folder(d));
+  }
   Result r = ravnest({"sim", "missing.toml"}, d);
   CHECK(r.status == 2);
   CHECK(r.err.find("missing.toml: cannot open") != std::string::npos);
@@ -220,10 +230,44 @@ TEST_CASE("sweep runs every combination, and checks every value before running a
   fs::remove_all(d);
 }
 
-TEST_CASE("real processes in several clusters average to the same model as in simulation", "[cli][real][rings]") {
+TEST_CASE("sweep records a point the planner refuses, and the report shows why", "[cli][report]") {
+  fs::path d = workdir("refused");
+  write(d / "s.toml", kSmall);
+  // 0.3 MiB per node: a three-stage pipeline fits, the whole model (0.38 MiB) does not.
+  Result r = ravnest({"sweep", "s.toml", "--set", "sim.mode=timing", "--set", "training.steps=20", "--set",
+                      "devices.0.ram_gb=0.0003", "--set", "training.max_in_flight=1", "--set",
+                      "training.algorithm=ravnest,sync-dp", "--out", "grid"},
+                     d);
+  INFO(r.out << r.err);
+  REQUIRE(r.status == 0);
+  fs::path ok, no;  // the folders of the two points (every --set is an axis of the name)
+  for (auto& e : fs::directory_iterator(d / "grid")) {
+    if (e.path().string().find("algorithm-ravnest") != std::string::npos) ok = e.path();
+    if (e.path().string().find("algorithm-sync-dp") != std::string::npos) no = e.path();
+  }
+  CHECK(fs::exists(ok / "summary.json"));
+  REQUIRE(fs::exists(no / "refused.json"));
+  CHECK_FALSE(fs::exists(no / "metrics.csv"));
+  auto j = nlohmann::json::parse(slurp(no / "refused.json"));
+  CHECK(j["algorithm"] == "sync-dp");
+  CHECK(j["reason"].get<std::string>().find("sync-dp needs every node to hold the whole model") != std::string::npos);
+  CHECK(r.out.find("refused") != std::string::npos);
+  Result rep = ravnest({"report", ok.string(), no.string(), "--out", (d / "rep").string()}, d);
+  INFO(rep.err);
+  REQUIRE(rep.status == 0);
+  const std::string md = slurp(d / "rep" / "report.md");
+  CHECK(md.find("Refused by the planner") != std::string::npos);
+  CHECK(md.find("sync-dp needs every node to hold the whole model") != std::string::npos);
+  fs::remove_all(d);
+}
+
+TEST_CASE("real processes in several clusters average to one model, by our rings or by c10d allreduce", "[cli][real][rings]") {
+  const std::string allreduce = GENERATE("multi-ring", "single-ring", "gloo");
+  INFO("allreduce " << allreduce);
   fs::path d = workdir("clusters");
   write(d / "s.toml", std::string(kSmall) + rv::test::kTwoClusters);
-  Result real = ravnest({"real", "s.toml", "--set", "training.average_every=50", "--run-dir", "real"}, d);
+  Result real = ravnest({"real", "s.toml", "--set", "training.average_every=50", "--set", "training.allreduce=" + allreduce,
+                         "--run-dir", "real"}, d);
   INFO(real.err);
   REQUIRE(real.status == 0);
   // eval.csv: after each averaging both clusters score exactly the same model.
@@ -246,6 +290,13 @@ TEST_CASE("real processes in several clusters average to the same model as in si
   auto s = nlohmann::json::parse(slurp(d / "real" / "summary.json"));
   CHECK(s["clusters"] == 2);
   CHECK(s["final"]["test_accuracy"].get<double>() > 0.85);
+  CHECK(s["averaging"]["allreduce"] == allreduce);
+  CHECK(s["averaging"]["rounds"] == 4);  // 200 updates, every 50
+  CHECK(s["averaging"]["time_s_max_node"].get<double>() > 0);
+  for (const auto& n : s["per_node"]) {
+    CHECK(n["averagings"] == 4);
+    CHECK(n["bytes_sent"].get<int64_t>() > 0);
+  }
   fs::remove_all(d);
 }
 

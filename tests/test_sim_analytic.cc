@@ -2,13 +2,18 @@
 //   one transfer takes latency + bytes / bandwidth;
 //   a GPipe step takes (m + p - 1)(tf + tb) (+ the last update) when links are fast;
 //   GPipe's idle fraction is (p - 1) / (m + p - 1);
-//   the asynchronous pipeline's steady throughput is 1 / the slowest stage.
+//   the asynchronous pipeline's steady throughput is 1 / the slowest stage;
+//   one multi-ring averaging of pipeline clusters takes 2(C - 1)(latency + chunk / (C B)) for the
+//   largest chunk, and one single-ring averaging adds collecting the stages at the leaders and
+//   handing them back: 2 (latency + (S - s0) / B) + 2(C - 1)(latency + S / (C B)).
 // Simulated time is deterministic, so these are tight.
 #include "catch.h"
 
 #include <nlohmann/json.hpp>
 
+#include "core/algo/ring_averager.h"
 #include "core/cost_model.h"
+#include "core/error.h"
 #include "core/run_output.h"
 #include "sim/sim_runner.h"
 #include "test_support.h"
@@ -184,4 +189,86 @@ TEST_CASE("every stage applies one update per micro-batch, on the LV08 model too
   int updates = 0;
   for (const auto& e : a.events) updates += e.kind == EventKind::kUpdate;
   CHECK(updates == 50 * 4);
+}
+
+namespace {
+
+// Two clusters of three nodes cut at the same layers, on equal links of B = 100 Mbit/s each way
+// and 10 ms per link (20 ms per transfer); every node starts one averaging at time 0. Returns the
+// time the last node is done, and the state's bytes in total (S) and per stage (chunks).
+double one_averaging(RingTopology topology, double* S, std::vector<double>* chunks) {
+  std::string toml = R"(
+name = "avg"
+[model]
+kind = "mlp"
+hidden = [1024, 1024]
+[data]
+kind = "synthetic"
+side = 32
+[network]
+model = "ideal"
+[sim]
+mode = "timing"
+[planner]
+method = "manual"
+[[planner.cluster]]
+nodes = [0, 1, 2]
+stage_layers = [2, 2, 2]
+[[planner.cluster]]
+nodes = [3, 4, 5]
+stage_layers = [2, 2, 2]
+[[devices]]
+count = 6
+tflops = 1000
+ram_gb = 8
+up_mbps = 100
+down_mbps = 100
+latency_ms = 10
+)";
+  auto p = test::prepare(toml, {}, false);
+  *S = kFloatBytes * static_cast<double>(p.model.state_offset(p.model.layer_count()));
+  for (const auto& st : p.plan.clusters[0].stages)
+    chunks->push_back(kFloatBytes * static_cast<double>(p.model.state_offset(st.layer_end) -
+                                                        p.model.state_offset(st.layer_begin)));
+  double end = 0;
+  simulate(p.scenario, {0, 1, 2, 3, 4, 5}, false, [&](NodeEnv& env, int node) {
+    RingAverager avg(env, p.plan, p.model, node, topology);
+    avg.average(at::Tensor(), 1, 0, [&] { return env.transport.recv(); },
+                [](Message) { throw Error("unexpected message"); });
+    env.transport.flush();
+    end = std::max(end, env.clock.now());
+  });
+  return end;
+}
+
+constexpr double kB = 100e6 / 8;  // bytes per second
+constexpr double kLat = 0.020;    // seconds per transfer (two links)
+
+}  // namespace
+
+TEST_CASE("one multi-ring averaging of pipeline clusters takes 2(C-1)(latency + chunk/(C B)) for the largest chunk",
+          "[sim][analytic][rings]") {
+  double S = 0;
+  std::vector<double> chunks;
+  const double t = one_averaging(RingTopology::kMulti, &S, &chunks);
+  const double largest = *std::max_element(chunks.begin(), chunks.end());
+  // C = 2: one reduce-scatter round and one all-gather round of half the chunk (plus a header).
+  const double expected = 2 * (kLat + (largest / 2 + kHeaderBytes) / kB);
+  INFO("simulated " << t << " s, alpha-beta " << expected << " s");
+  CHECK(t == Approx(expected).epsilon(0.01));
+}
+
+TEST_CASE("one single-ring averaging adds collecting at the leaders and handing back: slower than the multi-ring",
+          "[sim][analytic][rings]") {
+  double S = 0;
+  std::vector<double> chunks;
+  const double t = one_averaging(RingTopology::kSingle, &S, &chunks);
+  const double members = S - chunks[0];  // what the leader collects and hands back
+  // Collect (members share the leader's down link), the ring over S, hand back (its up link).
+  const double expected = 2 * (kLat + (members + 2 * kHeaderBytes) / kB) + 2 * (kLat + (S / 2 + kHeaderBytes) / kB);
+  const double largest = *std::max_element(chunks.begin(), chunks.end());
+  const double multi = 2 * (kLat + (largest / 2 + kHeaderBytes) / kB);
+  INFO("simulated " << t << " s, alpha-beta " << expected << " s; multi-ring " << multi << " s");
+  CHECK(t == Approx(expected).epsilon(0.01));
+  CHECK(t > 2 * multi);
 }
