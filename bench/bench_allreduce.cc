@@ -3,8 +3,12 @@
 //         alpha-beta model 2(C-1)(latency + S/(C B)) on equal links, its bus bandwidth
 //         busbw = (S / t) * 2(C-1)/C as a fraction of B, and, on unequal links, against the bound
 //         set by the slowest link of the ring;
+//         Pipeline clusters (C clusters of p stages): the multi-ring against the single ring
+//         (leaders collect, one ring over the whole model, hand back), both against alpha-beta;
 //   real  the same rings over c10d/Gloo point-to-point (GlooTransport) between C processes on
-//         127.0.0.1 against c10d's own ProcessGroupGloo::allreduce on the same data.
+//         127.0.0.1 against c10d's own ProcessGroupGloo::allreduce on the same data; and on
+//         pipeline clusters, the three averagings a run can select (training.allreduce):
+//         multi-ring, single ring and c10d allreduce over the multi-ring's chunks.
 //
 //   bench_allreduce --part sim|real [--out FILE]
 // (One SimGrid engine per process: each simulated case runs in a forked child.)
@@ -24,12 +28,14 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include "bench/bench_common.h"
+#include "core/algo/averager.h"
 #include "core/algo/ring_averager.h"
 #include "core/compute_threads.h"
 #include "core/dataset.h"
 #include "core/error.h"
 #include "core/model.h"
 #include "planner/planner.h"
+#include "real/gloo_collectives.h"
 #include "real/gloo_transport.h"
 #include "real/real_env.h"
 #include "sim/sim_runner.h"
@@ -87,14 +93,41 @@ double in_child(const std::function<double()>& fn) {
   return v;
 }
 
-double simulate_average(const Case& k) {
+// C clusters of p stages each (p >= 2), every stage one linear layer of h x h (4h^2 bytes), so
+// the state S = p * 4h^2 bytes is split in p equal chunks; links per node alike.
+Case make_pipeline_case(int c, int p, int64_t h, double mbps, double latency_ms) {
+  Case k;
+  std::string hidden;
+  for (int i = 0; i < p; ++i) hidden += (i ? ", " : "") + std::to_string(h);
+  std::string toml = "name = \"allreduce\"\n[model]\nkind = \"mlp\"\nhidden = [" + hidden +
+                     "]\n[data]\nkind = \"synthetic\"\nside = " + std::to_string(static_cast<int>(std::sqrt(h))) +
+                     "\nclasses = 10\n[training]\nsteps = 1\n[sim]\nmode = \"timing\"\n[network]\nmodel = \"ideal\"\n"
+                     "[planner]\nmethod = \"manual\"\n";
+  std::string layers = "3";
+  for (int s = 1; s + 1 < p; ++s) layers += ", 2";
+  layers += ", 3";
+  for (int i = 0; i < c; ++i) {
+    toml += "[[planner.cluster]]\nnodes = [";
+    for (int s = 0; s < p; ++s) toml += (s ? ", " : "") + std::to_string(i * p + s);
+    toml += "]\nstage_layers = [" + layers + "]\n";
+  }
+  toml += "[[devices]]\ncount = " + std::to_string(c * p) + "\nram_gb = 64\nup_mbps = " + std::to_string(mbps) +
+          "\ndown_mbps = " + std::to_string(mbps) + "\nlatency_ms = " + std::to_string(latency_ms) + "\n";
+  k.scenario = parse_scenario(toml, "bench_allreduce");
+  DatasetShape shape = dataset_shape(k.scenario.data);
+  k.model = build_model(k.scenario.model, shape.sample_shape, shape.classes);
+  k.plan = make_plan(k.scenario, k.model);
+  return k;
+}
+
+double simulate_average(const Case& k, RingTopology topology = RingTopology::kMulti) {
   double end = 0;
   SimResult r = simulate(k.scenario, [&] {
     std::vector<int> n(k.plan.nodes);
     std::iota(n.begin(), n.end(), 0);
     return n;
   }(), false, [&](NodeEnv& env, int node) {
-    RingAverager avg(env, k.plan, k.model, node, RingTopology::kMulti);
+    RingAverager avg(env, k.plan, k.model, node, topology);
     avg.average(at::Tensor(), 1, 0, [&] { return env.transport.recv(); },
                 [](Message) { throw Error("unexpected message"); });
     env.transport.flush();
@@ -136,6 +169,32 @@ json part_sim() {
                     {"predicted_s", k.plan.averaging_time}});
     std::fprintf(stderr, "sim unequal links C=%d: %.3f s, slowest-link bound %.3f s (ratio %.3f)\n", c, t, bound,
                  t / bound);
+  }
+  return rows;
+}
+
+// Pipeline clusters: the multi-ring against the single ring (the leaders collect, one ring over the
+// whole model, hand back), on equal links. Multi-ring: 2(C-1)(latency + S/(pCB)); single ring:
+// 2(latency + (S - S/p)/B) + 2(C-1)(latency + S/(CB)).
+json part_sim_pipelines() {
+  json rows = json::array();
+  const double latency_ms = 10, mbps = 100, b = mbps * 1e6 / 8, lat = 2 * latency_ms * 1e-3;
+  for (int c : {2, 4, 8}) {
+    for (int p : {2, 4}) {
+      Case k = make_pipeline_case(c, p, 1024, mbps, latency_ms);
+      const double s = 4.0 * k.model.state_offset(k.model.layer_count());
+      const double multi = in_child([&] { return simulate_average(k, RingTopology::kMulti); });
+      const double single = in_child([&] { return simulate_average(k, RingTopology::kSingle); });
+      const double multi_ab = 2.0 * (c - 1) * (lat + s / p / c / b);
+      const double single_ab = 2 * (lat + (s - s / p) / b) + 2.0 * (c - 1) * (lat + s / c / b);
+      rows.push_back({{"clusters", c}, {"stages", p}, {"state_mb", s / 1e6}, {"multi_ring_s", multi},
+                      {"multi_ring_alpha_beta_s", multi_ab}, {"single_ring_s", single},
+                      {"single_ring_alpha_beta_s", single_ab}, {"single_over_multi", single / multi}});
+      std::fprintf(stderr,
+                   "sim pipelines C=%d p=%d S=%.0f MB: multi-ring %.3f s (alpha-beta %.3f), single ring %.3f s "
+                   "(alpha-beta %.3f), single/multi %.2f\n",
+                   c, p, s / 1e6, multi, multi_ab, single, single_ab, single / multi);
+    }
   }
   return rows;
 }
@@ -222,6 +281,77 @@ json part_real() {
   return rows;
 }
 
+// Pipeline clusters on loopback, real processes: one averaging of every stage's state by our
+// multi-ring, by the single ring, and by c10d allreduce (ProcessGroupGloo) over the same chunks
+// (training.allreduce = multi-ring, single-ring, gloo). Best of 3 each, rank 0's barrier-to-barrier
+// wall time.
+json part_real_pipelines() {
+  json rows = json::array();
+  const char* kinds[] = {"multi-ring", "single-ring", "gloo"};
+  for (int c : {2, 3}) {
+    for (int64_t h : {1024, 2048}) {
+      const int p = 2;
+      Case k = make_pipeline_case(c, p, h, 1000, 0);
+      const int port = free_port();
+      std::vector<pid_t> pids;
+      int fd[2];
+      if (pipe(fd) != 0) continue;
+      for (int r = 0; r < c * p; ++r) {
+        pid_t pid = fork();
+        if (pid == 0) {
+          close(fd[0]);
+          set_compute_threads(1);
+          GlooOptions o;
+          o.rank = r;
+          o.world_size = c * p;
+          o.master_port = port;
+          o.timeout = 60;
+          GlooTransport t(o);
+          GlooCollectives coll(t);
+          RealClock clock;
+          RealCompute compute;
+          EventLog log;
+          NodeEnv env{t, clock, compute, log, &coll};
+          const NodeRole role = k.plan.role_of(r);
+          const int64_t n = k.model.state_offset(role.layer_end) - k.model.state_offset(role.layer_begin);
+          at::Tensor x = at::full({n}, static_cast<float>(r));
+          double best[3];
+          for (int a = 0; a < 3; ++a) {
+            auto avg = make_averager(env, k.plan, k.model, r, kinds[a]);
+            for (int rep = 0; rep < 3; ++rep) {
+              t.barrier();
+              const double t0 = clock.now();
+              avg->average(x, 1, rep, [&] { return env.transport.recv(); },
+                           [](Message) { throw Error("unexpected message"); });
+              t.flush();
+              t.barrier();
+              best[a] = rep == 0 ? clock.now() - t0 : std::min(best[a], clock.now() - t0);
+            }
+          }
+          if (r == 0 && write(fd[1], best, sizeof best) != sizeof best) _exit(1);
+          t.close();
+          _exit(0);
+        }
+        pids.push_back(pid);
+      }
+      close(fd[1]);
+      double out[3] = {std::nan(""), std::nan(""), std::nan("")};
+      if (read(fd[0], out, sizeof out) != sizeof out) out[0] = out[1] = out[2] = std::nan("");
+      close(fd[0]);
+      for (pid_t q : pids) waitpid(q, nullptr, 0);
+      const double s = 4.0 * k.model.state_offset(k.model.layer_count());
+      rows.push_back({{"clusters", c}, {"stages", p}, {"state_mb", s / 1e6}, {"multi_ring_s", out[0]},
+                      {"single_ring_s", out[1]}, {"c10d_allreduce_s", out[2]}, {"multi_over_c10d", out[0] / out[2]},
+                      {"single_over_multi", out[1] / out[0]}});
+      std::fprintf(stderr,
+                   "real loopback pipelines C=%d p=%d S=%.0f MB: multi-ring %.4f s, single ring %.4f s, c10d allreduce "
+                   "%.4f s (multi/c10d %.2f)\n",
+                   c, p, s / 1e6, out[0], out[1], out[2], out[0] / out[2]);
+    }
+  }
+  return rows;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -231,7 +361,13 @@ int main(int argc, char** argv) {
   app.add_option("--out", out);
   CLI11_PARSE(app, argc, argv);
   json j = {{"benchmark", "allreduce"}};
-  if (part == "all" || part == "sim") j["sim"] = part_sim();
-  if (part == "all" || part == "real") j["real"] = part_real();
+  if (part == "all" || part == "sim") {
+    j["sim"] = part_sim();
+    j["sim_pipelines"] = part_sim_pipelines();
+  }
+  if (part == "all" || part == "real") {
+    j["real"] = part_real();
+    j["real_pipelines"] = part_real_pipelines();
+  }
   bench::emit(j, out);
 }
