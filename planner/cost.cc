@@ -133,6 +133,7 @@ double CostModel::averaging_time(const std::vector<ClusterPlan>& clusters,
                                  const std::vector<Ring>& rings) const {
   const int c = static_cast<int>(clusters.size());
   if (c <= 1 || rings.empty()) return 0.0;
+  if (training_.allreduce == "single-ring") return single_ring_time(clusters);
   // Every round, each owner sends 1/C of its ring's chunk to the next owner, all rings at once:
   // the averaging flows of the communication graph load every node's links.
   const LinkLoad load = link_load(comm_graph(*this, clusters, rings), FlowKind::kAveraging);
@@ -147,6 +148,39 @@ double CostModel::averaging_time(const std::vector<ClusterPlan>& clusters,
     if (down[n] > 0) round = std::max(round, down[n] / (pool_[n].down * factors_.bandwidth));
   }
   return 2.0 * (c - 1) * (hop_latency + round);
+}
+
+double CostModel::single_ring_time(const std::vector<ClusterPlan>& clusters) const {
+  // Each first stage (leader) collects the other stages' state over its down link while they send
+  // over their up links, then the leaders run one ring over the whole state S, then the leaders
+  // hand the stages their means back (up link to down links). The slowest cluster gates each phase.
+  const int c = static_cast<int>(clusters.size());
+  const double bw = factors_.bandwidth;
+  const double whole = kFloatBytes * static_cast<double>(model_->state_offset(model_->layer_count()));
+  double collect = 0, hand_back = 0, ring_round = 0, ring_latency = 0;
+  for (int k = 0; k < c; ++k) {
+    const auto& stages = clusters[k].stages;
+    const int leader = stages.front().node;
+    double others = 0, lat = 0, member_up = 0, member_down = 0;
+    for (size_t s = 1; s < stages.size(); ++s) {
+      const double bytes = kFloatBytes * static_cast<double>(model_->state_offset(stages[s].layer_end) -
+                                                             model_->state_offset(stages[s].layer_begin));
+      if (bytes <= 0) continue;
+      others += bytes;
+      lat = std::max(lat, path_latency(stages[s].node, leader));
+      member_up = std::max(member_up, bytes / (pool_[stages[s].node].up * bw));
+      member_down = std::max(member_down, bytes / (pool_[stages[s].node].down * bw));
+    }
+    if (others > 0) {
+      collect = std::max(collect, lat + std::max(others / (pool_[leader].down * bw), member_up));
+      hand_back = std::max(hand_back, lat + std::max(others / (pool_[leader].up * bw), member_down));
+    }
+    const int next = clusters[(k + 1) % c].stages.front().node;
+    ring_latency = std::max(ring_latency, path_latency(leader, next));
+    ring_round = std::max(ring_round, whole / c / (pool_[leader].up * bw));
+    ring_round = std::max(ring_round, whole / c / (pool_[next].down * bw));
+  }
+  return collect + 2.0 * (c - 1) * (ring_latency + ring_round) + hand_back;
 }
 
 double CostModel::throughput(const std::vector<double>& periods, double averaging) const {

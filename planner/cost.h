@@ -70,9 +70,13 @@ class CostModel {
 
   // Period (seconds per micro-batch) of a pipeline: nodes in order, cuts of size nodes + 1.
   double cluster_period(const std::vector<int>& nodes, const std::vector<int>& cuts) const;
-  // Seconds of one averaging (reduce-scatter + all-gather over every ring) of `plan`'s clusters.
+  // Seconds of one averaging (reduce-scatter + all-gather over every ring) of `plan`'s clusters;
+  // with training.allreduce = "single-ring", of single_ring_time().
   double averaging_time(const std::vector<ClusterPlan>& clusters,
                         const std::vector<Ring>& rings) const;
+  // Seconds of one single-ring averaging: the first stages collect, ring over the whole state,
+  // hand back.
+  double single_ring_time(const std::vector<ClusterPlan>& clusters) const;
   // Samples per second of the whole plan: C clusters in step, averaging every average_every
   // updates (the slowest cluster gates each bulk-synchronous averaging).
   double throughput(const std::vector<double>& cluster_periods, double averaging) const;

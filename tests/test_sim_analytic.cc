@@ -196,7 +196,7 @@ namespace {
 // Two clusters of three nodes cut at the same layers, on equal links of B = 100 Mbit/s each way
 // and 10 ms per link (20 ms per transfer); every node starts one averaging at time 0. Returns the
 // time the last node is done, and the state's bytes in total (S) and per stage (chunks).
-double one_averaging(RingTopology topology, double* S, std::vector<double>* chunks) {
+double one_averaging(RingTopology topology, double* S, std::vector<double>* chunks, double* predicted) {
   std::string toml = R"(
 name = "avg"
 [model]
@@ -225,7 +225,10 @@ up_mbps = 100
 down_mbps = 100
 latency_ms = 10
 )";
-  auto p = test::prepare(toml, {}, false);
+  auto p = test::prepare(
+      toml, {std::string("training.allreduce=") + (topology == RingTopology::kMulti ? "multi-ring" : "single-ring")},
+      false);
+  *predicted = p.plan.averaging_time;
   *S = kFloatBytes * static_cast<double>(p.model.state_offset(p.model.layer_count()));
   for (const auto& st : p.plan.clusters[0].stages)
     chunks->push_back(kFloatBytes * static_cast<double>(p.model.state_offset(st.layer_end) -
@@ -250,7 +253,9 @@ TEST_CASE("one multi-ring averaging of pipeline clusters takes 2(C-1)(latency + 
           "[sim][analytic][rings]") {
   double S = 0;
   std::vector<double> chunks;
-  const double t = one_averaging(RingTopology::kMulti, &S, &chunks);
+  double predicted = 0;
+  const double t = one_averaging(RingTopology::kMulti, &S, &chunks, &predicted);
+  CHECK(predicted == Approx(t).epsilon(0.02));  // the planner's cost model
   const double largest = *std::max_element(chunks.begin(), chunks.end());
   // C = 2: one reduce-scatter round and one all-gather round of half the chunk (plus a header).
   const double expected = 2 * (kLat + (largest / 2 + kHeaderBytes) / kB);
@@ -262,7 +267,9 @@ TEST_CASE("one single-ring averaging adds collecting at the leaders and handing 
           "[sim][analytic][rings]") {
   double S = 0;
   std::vector<double> chunks;
-  const double t = one_averaging(RingTopology::kSingle, &S, &chunks);
+  double predicted = 0;
+  const double t = one_averaging(RingTopology::kSingle, &S, &chunks, &predicted);
+  CHECK(predicted == Approx(t).epsilon(0.02));  // the planner's cost model
   const double members = S - chunks[0];  // what the leader collects and hands back
   // Collect (members share the leader's down link), the ring over S, hand back (its up link).
   const double expected = 2 * (kLat + (members + 2 * kHeaderBytes) / kB) + 2 * (kLat + (S / 2 + kHeaderBytes) / kB);
