@@ -128,7 +128,18 @@ class Run:
         self.algorithm = s.get("algorithm") or scenario.get("training", {}).get("algorithm", "?")
         self.executor = s.get("executor") or run_json.get("executor", "?")
         self.folder_name = folder_name
-        self.label = f"{self.scenario} {self.algorithm} ({self.executor})"
+        # The variant: the algorithm, and how it averages where that is not the default.
+        training = scenario.get("training", {})
+        averaging = s.get("averaging") or {}
+        self.variant = self.algorithm
+        if training.get("averaging", "bulk-sync") != "bulk-sync":
+            self.variant += f" {training['averaging']}"
+        allreduce = averaging.get("allreduce") or training.get("allreduce") or "multi-ring"
+        if allreduce != "multi-ring":
+            self.variant += f" {allreduce}"
+        clusters = s.get("clusters")
+        self.label = (f"{self.scenario} {self.variant}"
+                      f"{f', {clusters} clusters' if clusters and int(clusters) > 1 else ''} ({self.executor})")
         self.time_s = s.get("time_s") or self.span_end()
 
     def kind(self, name):
@@ -346,13 +357,14 @@ def plot_utilisation(runs, title, out, written):
 
 
 def plot_speedup(runs, title, out, written):
-    """Throughput against the number of clusters, relative to each algorithm's run with the fewest
-    clusters (the dashed line is linear speedup). Drawn when runs differ in their cluster count."""
+    """Throughput against the number of clusters, relative to each variant's run with the fewest
+    clusters (the dashed line is linear speedup). Drawn when runs differ in their cluster count.
+    A variant is an algorithm with its averaging (e.g. "ravnest overlapped")."""
     by_algo = {}
     for r in runs:
         c, x = r.summary.get("clusters"), r.summary.get("samples_per_s")
         if c and x:
-            by_algo.setdefault(r.algorithm, []).append((int(c), float(x)))
+            by_algo.setdefault(r.variant, []).append((int(c), float(x)))
     if not any(len({c for c, _ in v}) > 1 for v in by_algo.values()):
         return
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -422,10 +434,13 @@ def write_markdown(runs, refused, title, out, images, written):
     for r in runs:
         s = r.summary
         per = s.get("per_node", [])
-        idle = [p["idle_fraction"] for p in per if p.get("idle_fraction") is not None]
+        # Over the nodes the plan uses (a node left idle by the plan would count as idle).
+        idle = [p["idle_fraction"] for p in per
+                if p.get("idle_fraction") is not None and p.get("stage", 0) >= 0]
         if not idle:
             idle = [1.0 - v for v in r.busy_fractions().values() if v is not None]
-        mem = [p.get("measured_peak_memory_bytes") or p.get("peak_memory_bytes") for p in per]
+        mem = [p.get("measured_peak_memory_bytes") or p.get("peak_memory_bytes") for p in per
+               if p.get("stage", 0) >= 0]
         mem = [m / 2**20 for m in mem if m]
         acc = (s.get("final") or {}).get("test_accuracy")
         if acc is None and len(r.accuracy_curve()[2]):

@@ -16,7 +16,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def make_run(folder, name="quick", algorithm="ravnest", executor="sim", with_loss=True,
-             clusters=2, stages=2, micro_batches=60, batch=16):
+             clusters=2, stages=2, micro_batches=60, batch=16, training=""):
     """Writes a fake run folder: a GPipe schedule per cluster (bubbles), losses, evals."""
     os.makedirs(folder, exist_ok=True)
     rows, evals, per_node = [HEADER], ["time_s,node,cluster,step,train_samples,test_loss,test_accuracy"], []
@@ -83,7 +83,7 @@ def make_run(folder, name="quick", algorithm="ravnest", executor="sim", with_los
     with open(os.path.join(folder, "summary.json"), "w") as f:
         json.dump(summary, f)
     with open(os.path.join(folder, "scenario.toml"), "w") as f:
-        f.write(f'name = "{name}"\n[training]\nalgorithm = "{algorithm}"\n[data]\nbatch_size = {batch}\n')
+        f.write(f'name = "{name}"\n[training]\nalgorithm = "{algorithm}"\n{training}[data]\nbatch_size = {batch}\n')
     with open(os.path.join(folder, "run.json"), "w") as f:
         json.dump({"executor": executor, "mode": "numeric", "wall_seconds": 1.0}, f)
     return folder
@@ -118,13 +118,13 @@ class ReportTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 0, proc.stderr)
         out = os.path.join(run, "report")
         names = ["loss_vs_time.png", "loss_vs_samples.png", "accuracy_vs_time.png",
-                 "accuracy_vs_samples.png", "utilisation.png", "timeline_quick_ravnest_sim.png"]
+                 "accuracy_vs_samples.png", "utilisation.png", "timeline_quick_ravnest_2_clusters_sim.png"]
         for name in names:
             self.assert_png(os.path.join(out, name))
             self.assertIn(os.path.join(out, name), proc.stdout)
         with open(os.path.join(out, "report.md")) as f:
             md = f.read()
-        self.assertIn("quick ravnest (sim)", md)
+        self.assertIn("quick ravnest, 2 clusters (sim)", md)
         self.assertIn("0.8700", md)
 
     def test_several_runs_duplicates_and_timing_mode(self):
@@ -137,13 +137,13 @@ class ReportTest(unittest.TestCase):
         self.assertIn("no training-loss rows", proc.stdout)
         for name in ["loss_vs_time.png", "loss_vs_samples.png", "accuracy_vs_time.png",
                      "accuracy_vs_samples.png", "utilisation.png",
-                     "timeline_quick_ravnest_sim_a.png", "timeline_quick_ravnest_sim_b.png",
-                     "timeline_quick_gpipe_real.png"]:
+                     "timeline_quick_ravnest_2_clusters_sim_a.png",
+                     "timeline_quick_ravnest_2_clusters_sim_b.png", "timeline_quick_gpipe_2_clusters_real.png"]:
             self.assert_png(os.path.join(out, name))
         with open(os.path.join(out, "report.md")) as f:
             md = f.read()
-        self.assertIn("quick ravnest (sim) [a]", md)
-        self.assertIn("quick gpipe (real)", md)
+        self.assertIn("quick ravnest, 2 clusters (sim) [a]", md)
+        self.assertIn("quick gpipe, 2 clusters (real)", md)
 
     def test_sweep_speedup_and_time_to_accuracy(self):
         runs = [make_run(os.path.join(self.dir, f"c{c}"), clusters=c) for c in (1, 2, 4)]
@@ -157,6 +157,19 @@ class ReportTest(unittest.TestCase):
         proc = run_report(runs[1], make_run(os.path.join(self.dir, "c2b"), clusters=2), "--out", out2)
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertFalse(os.path.exists(os.path.join(out2, "speedup.png")))
+
+    def test_variants_are_labelled_by_how_they_average(self):
+        runs = [make_run(os.path.join(self.dir, f"v{c}"), clusters=c) for c in (1, 2)]
+        runs += [make_run(os.path.join(self.dir, f"o{c}"), clusters=c,
+                          training='averaging = "overlapped"\nallreduce = "single-ring"\n') for c in (1, 2)]
+        out = os.path.join(self.dir, "variants")
+        proc = run_report(*runs, "--out", out)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        with open(os.path.join(out, "report.md")) as f:
+            md = f.read()
+        self.assertIn("| quick ravnest (sim) |", md)
+        self.assertIn("| quick ravnest overlapped single-ring, 2 clusters (sim) |", md)
+        self.assert_png(os.path.join(out, "speedup.png"))
 
     def test_refused_sweep_point_is_listed_with_its_reason(self):
         run = make_run(os.path.join(self.dir, "ravnest"), clusters=1)

@@ -97,8 +97,8 @@ int cmd_plan(const CommonOptions& o, const std::string& out_json) {
     }
   }
   if (p.plan.clusters.size() > 1)
-    std::cout << fmt::format("averaging: {} rings, {:.3f} s per round, {}\n", p.plan.rings.size(),
-                             p.plan.averaging_time,
+    std::cout << fmt::format("averaging ({}): {} rings, {:.3f} s per round, {}\n", s.training.allreduce,
+                             s.training.allreduce == "single-ring" ? 1 : p.plan.rings.size(), p.plan.averaging_time,
                              s.training.algorithm == "ravnest"
                                  ? fmt::format("every {} updates", s.training.average_every)
                                  : std::string("of the gradients, every step"));
