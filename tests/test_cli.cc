@@ -300,6 +300,38 @@ TEST_CASE("real processes in several clusters average to one model, by our rings
   fs::remove_all(d);
 }
 
+TEST_CASE("sync-dp and gpipe across clusters: real processes equal the loopback run",
+          "[cli][real][rings]") {
+  struct Case {
+    std::string algorithm, allreduce;
+  };
+  const Case c = GENERATE(Case{"sync-dp", "multi-ring"}, Case{"sync-dp", "gloo"}, Case{"gpipe", "single-ring"});
+  INFO(c.algorithm << " with " << c.allreduce);
+  fs::path d = workdir("synchronous");
+  write(d / "s.toml", std::string(kSmall) + (c.algorithm == "gpipe" ? rv::test::kTwoClusters : ""));
+  const std::vector<std::string> set = {"--set", "training.algorithm=" + c.algorithm, "--set", "training.steps=30",
+                                        "--set", "training.eval_every=0"};
+  auto args = [&](std::vector<std::string> a, const std::string& allreduce, const std::string& dir) {
+    a.insert(a.end(), set.begin(), set.end());
+    a.insert(a.end(), {"--set", "training.allreduce=" + allreduce, "--run-dir", dir});
+    return a;
+  };
+  Result real = ravnest(args({"real", "s.toml"}, c.allreduce, "real"), d);
+  INFO(real.err);
+  REQUIRE(real.status == 0);
+  // Synchronous algorithms: no timing enters the maths. The loopback has no c10d: it runs our rings, which c10d's sums must match to float rounding.
+  const std::string ours = c.allreduce == "gloo" ? "multi-ring" : c.allreduce;
+  Result loop = ravnest(args({"sim", "s.toml", "--executor", "loopback"}, ours, "loop"), d);
+  INFO(loop.err);
+  REQUIRE(loop.status == 0);
+  auto a = nlohmann::json::parse(slurp(d / "real" / "summary.json"));
+  auto b = nlohmann::json::parse(slurp(d / "loop" / "summary.json"));
+  CHECK(a["clusters"].get<int>() >= 2);
+  CHECK(a["averaging"]["rounds"] == 30);
+  CHECK(a["final"]["test_loss"].get<double>() == Approx(b["final"]["test_loss"].get<double>()).epsilon(1e-3));
+  fs::remove_all(d);
+}
+
 TEST_CASE("overlapped averaging is faster than bulk-synchronous in simulation", "[cli][sim][rings]") {
   fs::path d = workdir("overlap");
   write(d / "s.toml", std::string(kSmall) + rv::test::kTwoClusters);
