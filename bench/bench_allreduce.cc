@@ -212,65 +212,81 @@ int free_port() {
   return port;
 }
 
-// One rank of the real comparison: returns (multi-ring seconds) * 1e6 + c10d seconds... as two
-// measurements written by rank 0 only.
+// Runs `body` in `world` forked processes, each a rank with a GlooTransport on 127.0.0.1 (one
+// compute thread), and returns the `n` figures rank 0's body returns (NaN if a rank failed).
+std::vector<double> on_ranks(int world, size_t n, const std::function<std::vector<double>(GlooTransport&, int)>& body) {
+  std::vector<double> out(n, std::nan(""));
+  const int port = free_port();
+  int fd[2];
+  if (pipe(fd) != 0) return out;
+  std::vector<pid_t> pids;
+  for (int r = 0; r < world; ++r) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(fd[0]);
+      try {
+        set_compute_threads(1);
+        GlooOptions o;
+        o.rank = r;
+        o.world_size = world;
+        o.master_port = port;
+        o.timeout = 60;
+        GlooTransport t(o);
+        std::vector<double> v = body(t, r);
+        if (r == 0 && v.size() == n && write(fd[1], v.data(), n * sizeof(double)) != static_cast<ssize_t>(n * sizeof(double)))
+          _exit(1);
+        t.close();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+        _exit(1);
+      }
+      _exit(0);
+    }
+    pids.push_back(pid);
+  }
+  close(fd[1]);
+  if (read(fd[0], out.data(), n * sizeof(double)) != static_cast<ssize_t>(n * sizeof(double)))
+    std::fill(out.begin(), out.end(), std::nan(""));
+  close(fd[0]);
+  for (pid_t p : pids) waitpid(p, nullptr, 0);
+  return out;
+}
+
+// Seconds of `fn` (between barriers), best of 3.
+double best_of_3(GlooTransport& t, const std::function<void(int)>& fn) {
+  double best = 0;
+  RealClock clock;
+  for (int rep = 0; rep < 3; ++rep) {
+    t.barrier();
+    const double t0 = clock.now();
+    fn(rep);
+    t.flush();
+    t.barrier();
+    best = rep == 0 ? clock.now() - t0 : std::min(best, clock.now() - t0);
+  }
+  return best;
+}
+
+// C one-node clusters: our multi-ring (over GlooTransport) against c10d's allreduce on one group.
 json part_real() {
   json rows = json::array();
   for (int c : {2, 3}) {
     for (double mb : {4.0, 64.0}) {
       Case k = make_case(c, mb * 1e6, std::vector<double>(c, 1000), 0);
-      const int port = free_port();
-      std::vector<pid_t> pids;
-      int fd[2];
-      if (pipe(fd) != 0) continue;
-      for (int r = 0; r < c; ++r) {
-        pid_t pid = fork();
-        if (pid == 0) {
-          close(fd[0]);
-          set_compute_threads(1);
-          GlooOptions o;
-          o.rank = r;
-          o.world_size = c;
-          o.master_port = port;
-          o.timeout = 60;
-          GlooTransport t(o);
-          RealClock clock;
-          RealCompute compute;
-          EventLog log;
-          NodeEnv env{t, clock, compute, log};
-          const int64_t n = k.model.state_offset(k.model.layer_count());
-          at::Tensor x = at::full({n}, static_cast<float>(r));
-          RingAverager avg(env, k.plan, k.model, r, RingTopology::kMulti);
-          double ring = 0, gloo = 0;
-          for (int rep = 0; rep < 3; ++rep) {  // best of 3
-            t.barrier();
-            double t0 = clock.now();
-            avg.average(x, 1, rep, [&] { return env.transport.recv(); },
-                        [](Message) { throw Error("unexpected message"); });
-            t.flush();
-            t.barrier();
-            ring = rep == 0 ? clock.now() - t0 : std::min(ring, clock.now() - t0);
-            std::vector<at::Tensor> v{x.clone()};
-            t.barrier();
-            t0 = clock.now();
-            t.group().allreduce(v)->wait();
-            t.barrier();
-            gloo = rep == 0 ? clock.now() - t0 : std::min(gloo, clock.now() - t0);
-          }
-          if (r == 0) {
-            double out[2] = {ring, gloo};
-            if (write(fd[1], out, sizeof out) != sizeof out) _exit(1);
-          }
-          t.close();
-          _exit(0);
-        }
-        pids.push_back(pid);
-      }
-      close(fd[1]);
-      double out[2] = {std::nan(""), std::nan("")};
-      if (read(fd[0], out, sizeof out) != sizeof out) out[0] = out[1] = std::nan("");
-      close(fd[0]);
-      for (pid_t p : pids) waitpid(p, nullptr, 0);
+      auto out = on_ranks(c, 2, [&](GlooTransport& t, int r) {
+        RealClock clock;
+        RealCompute compute;
+        EventLog log;
+        NodeEnv env{t, clock, compute, log};
+        at::Tensor x = at::full({k.model.state_offset(k.model.layer_count())}, static_cast<float>(r));
+        RingAverager avg(env, k.plan, k.model, r, RingTopology::kMulti);
+        const double ring = best_of_3(t, [&](int rep) {
+          avg.average(x, 1, rep, [&] { return env.transport.recv(); }, [](Message) { throw Error("unexpected message"); });
+        });
+        std::vector<at::Tensor> v{x.clone()};  // summed in place again each time: only the time counts
+        const double gloo = best_of_3(t, [&](int) { t.group().allreduce(v)->wait(); });
+        return std::vector<double>{ring, gloo};
+      });
       const double s = 4.0 * k.model.state_offset(k.model.layer_count());
       rows.push_back({{"ranks", c}, {"state_mb", s / 1e6}, {"multi_ring_s", out[0]}, {"c10d_allreduce_s", out[1]},
                       {"ratio", out[0] / out[1]}});
@@ -292,53 +308,25 @@ json part_real_pipelines() {
     for (int64_t h : {1024, 2048}) {
       const int p = 2;
       Case k = make_pipeline_case(c, p, h, 1000, 0);
-      const int port = free_port();
-      std::vector<pid_t> pids;
-      int fd[2];
-      if (pipe(fd) != 0) continue;
-      for (int r = 0; r < c * p; ++r) {
-        pid_t pid = fork();
-        if (pid == 0) {
-          close(fd[0]);
-          set_compute_threads(1);
-          GlooOptions o;
-          o.rank = r;
-          o.world_size = c * p;
-          o.master_port = port;
-          o.timeout = 60;
-          GlooTransport t(o);
-          GlooCollectives coll(t);
-          RealClock clock;
-          RealCompute compute;
-          EventLog log;
-          NodeEnv env{t, clock, compute, log, &coll};
-          const NodeRole role = k.plan.role_of(r);
-          const int64_t n = k.model.state_offset(role.layer_end) - k.model.state_offset(role.layer_begin);
-          at::Tensor x = at::full({n}, static_cast<float>(r));
-          double best[3];
-          for (int a = 0; a < 3; ++a) {
-            auto avg = make_averager(env, k.plan, k.model, r, kinds[a]);
-            for (int rep = 0; rep < 3; ++rep) {
-              t.barrier();
-              const double t0 = clock.now();
-              avg->average(x, 1, rep, [&] { return env.transport.recv(); },
-                           [](Message) { throw Error("unexpected message"); });
-              t.flush();
-              t.barrier();
-              best[a] = rep == 0 ? clock.now() - t0 : std::min(best[a], clock.now() - t0);
-            }
-          }
-          if (r == 0 && write(fd[1], best, sizeof best) != sizeof best) _exit(1);
-          t.close();
-          _exit(0);
+      auto out = on_ranks(c * p, 3, [&](GlooTransport& t, int r) {
+        GlooCollectives coll(t);
+        RealClock clock;
+        RealCompute compute;
+        EventLog log;
+        NodeEnv env{t, clock, compute, log, &coll};
+        const NodeRole role = k.plan.role_of(r);
+        at::Tensor x = at::full({k.model.state_offset(role.layer_end) - k.model.state_offset(role.layer_begin)},
+                                static_cast<float>(r));
+        std::vector<double> best;
+        for (const char* kind : kinds) {
+          auto avg = make_averager(env, k.plan, k.model, r, kind);
+          best.push_back(best_of_3(t, [&](int rep) {
+            avg->average(x, 1, rep, [&] { return env.transport.recv(); },
+                         [](Message) { throw Error("unexpected message"); });
+          }));
         }
-        pids.push_back(pid);
-      }
-      close(fd[1]);
-      double out[3] = {std::nan(""), std::nan(""), std::nan("")};
-      if (read(fd[0], out, sizeof out) != sizeof out) out[0] = out[1] = out[2] = std::nan("");
-      close(fd[0]);
-      for (pid_t q : pids) waitpid(q, nullptr, 0);
+        return best;
+      });
       const double s = 4.0 * k.model.state_offset(k.model.layer_count());
       rows.push_back({{"clusters", c}, {"stages", p}, {"state_mb", s / 1e6}, {"multi_ring_s", out[0]},
                       {"single_ring_s", out[1]}, {"c10d_allreduce_s", out[2]}, {"multi_over_c10d", out[0] / out[2]},
