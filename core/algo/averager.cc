@@ -23,6 +23,17 @@ at::Tensor Averager::average(const at::Tensor& state, int64_t rows, int64_t roun
   return mean.defined() ? mean : state;
 }
 
+Event Averager::event_now(NodeEnv& env, const NodeRole& role, EventKind kind) {
+  Event e;
+  e.kind = kind;
+  e.node = role.node;
+  e.cluster = role.cluster;
+  e.stage = role.stage;
+  e.micro_batch = -1;
+  e.start = e.end = env.clock.now();
+  return e;
+}
+
 std::unique_ptr<Averager> make_averager(NodeEnv& env, const Plan& plan, const ModelDesc& model, int node,
                                         const std::string& kind) {
   if (kind == "multi-ring") return std::make_unique<RingAverager>(env, plan, model, node, RingTopology::kMulti);

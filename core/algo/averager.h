@@ -53,6 +53,10 @@ class Averager {
   // not take part).
   at::Tensor average(const at::Tensor& state, int64_t rows, int64_t round,
                      const std::function<Message()>& recv, const std::function<void(Message)>& other);
+
+ protected:
+  // An event of `kind` of the node in `role` (no micro-batch), starting and ending now.
+  static Event event_now(NodeEnv& env, const NodeRole& role, EventKind kind);
 };
 
 // The averager that training.allreduce names ("multi-ring", "single-ring" or "gloo"). Throws

@@ -42,13 +42,8 @@ void CollectiveAverager::start(const at::Tensor& state, int64_t rows, int64_t ro
            "averaging: a state of the wrong shape on node " + std::to_string(node_));
   active_ = true;
   done_ = false;
-  span_ = Event();
-  span_.kind = EventKind::kAverage;
-  span_.node = node_;
-  span_.cluster = role_.cluster;
-  span_.stage = role_.stage;
+  span_ = event_now(env_, role_, EventKind::kAverage);
   span_.step = round;
-  span_.start = env_.clock.now();
   for (auto& c : chunks_) {
     c.buffer = state_.narrow(1, c.lo, c.hi - c.lo).contiguous().clone();
     c.work = env_.collectives->allreduce_sum(c.group, c.buffer);
@@ -77,12 +72,10 @@ void CollectiveAverager::finish() {
     // What a ring all-reduce of this chunk moves each way (Gloo does not report its traffic).
     const Bytes bytes = kFloatBytes * state_.size(0) * n * 2 * (clusters_ - 1) / clusters_;
     for (EventKind k : {EventKind::kSend, EventKind::kRecv}) {
-      Event e = span_;
-      e.kind = k;
+      Event e = event_now(env_, role_, k);
+      e.step = span_.step;
       e.peer = c.next;
       e.bytes = bytes;
-      e.micro_batch = -1;
-      e.start = e.end = env_.clock.now();
       env_.metrics.record(e);
     }
     c.buffer = at::Tensor();

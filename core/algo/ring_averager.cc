@@ -93,13 +93,8 @@ void RingAverager::start(const at::Tensor& state, int64_t rows, int64_t round) {
              "averaging: a state of the wrong shape on node " + std::to_string(node_));
     state_ = s.clone();
   }
-  span_ = Event();
-  span_.kind = EventKind::kAverage;
-  span_.node = node_;
-  span_.cluster = role_.cluster;
-  span_.stage = role_.stage;
+  span_ = event_now(env_, role_, EventKind::kAverage);
   span_.step = round;
-  span_.start = env_.clock.now();
   if (!takes_part_) {
     phase_ = Phase::kDone;
     return;
@@ -121,15 +116,9 @@ void RingAverager::start(const at::Tensor& state, int64_t rows, int64_t round) {
 }
 
 void RingAverager::note(EventKind kind, int peer, Bytes bytes) {
-  Event e;
-  e.kind = kind;
-  e.node = node_;
-  e.cluster = role_.cluster;
-  e.stage = role_.stage;
+  Event e = event_now(env_, role_, kind);
   e.peer = peer;
   e.bytes = bytes;
-  e.start = e.end = env_.clock.now();
-  e.micro_batch = -1;
   env_.metrics.record(e);
 }
 
