@@ -301,7 +301,14 @@ nodes = [2, 3]
 }
 
 TEST_CASE("overlapped averaging: training goes on meanwhile, and clusters end with the same model", "[algo][rings]") {
-  auto p = test::prepare(std::string(kSmall) + test::kTwoClusters, {"training.steps=60", "training.average_every=20", "training.averaging=overlapped", "devices.0.count=3"});
+  const std::string allreduce = GENERATE("multi-ring", "single-ring");
+  const bool optimizer_state = GENERATE(false, true);
+  INFO(allreduce << (optimizer_state ? ", with optimizer state" : ""));
+  auto p = test::prepare(std::string(kSmall) + test::kTwoClusters,
+                         {"training.steps=60", "training.average_every=20", "training.averaging=overlapped",
+                          "devices.0.count=3", "training.allreduce=" + allreduce, "training.optimizer=adam",
+                          "training.lr=0.01",
+                          std::string("training.average_optimizer_state=") + (optimizer_state ? "true" : "false")});
   auto events = run_loopback(p.spec(), 30);
   std::map<int64_t, std::vector<double>> losses;
   int averagings = 0;
