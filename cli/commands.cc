@@ -34,14 +34,16 @@ struct Prepared {
   Plan plan;
 };
 
-Prepared prepare(const CommonOptions& o) {
+Prepared prepare(Scenario scenario) {
   Prepared p;
-  p.scenario = load_scenario(o.scenario, o.overrides);
+  p.scenario = std::move(scenario);
   DatasetShape shape = dataset_shape(p.scenario.data);
   p.model = build_model(p.scenario.model, shape.sample_shape, shape.classes);
   p.plan = make_plan(p.scenario, p.model);
   return p;
 }
+
+Prepared prepare(const CommonOptions& o) { return prepare(load_scenario(o.scenario, o.overrides)); }
 
 std::string human_bytes(double b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -217,10 +219,11 @@ int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid, cons
       }
     combos = next;
   }
+  std::vector<Scenario> points;
   for (const auto& c : combos) {
     auto all = o.overrides;
     all.insert(all.end(), c.begin(), c.end());
-    load_scenario(o.scenario, all);  // throws with file, line and key on a bad value
+    points.push_back(load_scenario(o.scenario, all));  // throws with file, line and key on a bad value
   }
   const fs::path dir = out.empty() ? fs::path(new_run_path(base, "sweep")) : fs::path(out);
   if (fs::exists(dir)) throw InputError(dir.string() + ": exists already");
@@ -228,7 +231,8 @@ int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid, cons
   std::cout << fmt::format("sweep: {} runs into {}\n", combos.size(), dir.string());
   int failed = 0;
   std::vector<std::pair<std::string, std::string>> done, refused;
-  for (const auto& c : combos) {
+  for (size_t i = 0; i < combos.size(); ++i) {
+    const auto& c = combos[i];
     std::string name;
     for (const auto& kv : c) {
       std::string part = kv;
@@ -240,22 +244,21 @@ int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid, cons
     // A pool that cannot run this point (sync-dp on nodes that cannot hold the model) is a result:
     // recorded for the report, not a failure.
     try {
-      CommonOptions point = o;
-      point.overrides.insert(point.overrides.end(), c.begin(), c.end());
-      prepare(point);
+      prepare(points[i]);
     } catch (const PlanRefused& e) {
-      Scenario s = load_scenario(o.scenario, [&] {
-        auto all = o.overrides;
-        all.insert(all.end(), c.begin(), c.end());
-        return all;
-      }());
-      nlohmann::json r = {{"scenario", s.name},           {"algorithm", s.training.algorithm},
-                          {"clusters", s.planner.clusters}, {"nodes", s.node_count()},
-                          {"overrides", c},                 {"reason", e.what()}};
+      const Scenario& sc = points[i];
+      nlohmann::json r = {{"scenario", sc.name},           {"algorithm", sc.training.algorithm},
+                          {"clusters", sc.planner.clusters}, {"nodes", sc.node_count()},
+                          {"overrides", c},                  {"reason", e.what()}};
+      // Written aside and renamed: a refused.json is whole or absent.
       fs::create_directories(dir / name);
-      std::ofstream f(dir / name / "refused.json");
-      f << r.dump(2) << "\n";
-      if (!f) throw InputError((dir / name / "refused.json").string() + ": cannot write");
+      const fs::path partial = dir / name / ".refused.json.partial";
+      {
+        std::ofstream f(partial);
+        f << r.dump(2) << "\n";
+        if (!f) throw InputError(partial.string() + ": cannot write");
+      }
+      fs::rename(partial, dir / name / "refused.json");
       refused.emplace_back(name, e.what());
       std::cout << fmt::format("  {}: refused by the planner\n", name);
       continue;
