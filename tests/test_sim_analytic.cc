@@ -194,9 +194,16 @@ TEST_CASE("every stage applies one update per micro-batch, on the LV08 model too
 namespace {
 
 // Two clusters of three nodes cut at the same layers, on equal links of B = 100 Mbit/s each way
-// and 10 ms per link (20 ms per transfer); every node starts one averaging at time 0. Returns the
-// time the last node is done, and the state's bytes in total (S) and per stage (chunks).
-double one_averaging(RingTopology topology, double* S, std::vector<double>* chunks, double* predicted) {
+// and 10 ms per link (20 ms per transfer); every node starts one averaging at time 0.
+struct Averaging {
+  double t = 0;               // when the last node is done, simulated seconds
+  double S = 0;               // the state's bytes in total
+  std::vector<double> chunks;  // and per stage
+  double predicted = 0;       // the planner's cost model
+};
+
+Averaging one_averaging(RingTopology topology) {
+  Averaging a;
   std::string toml = R"(
 name = "avg"
 [model]
@@ -228,53 +235,49 @@ latency_ms = 10
   auto p = test::prepare(
       toml, {std::string("training.allreduce=") + (topology == RingTopology::kMulti ? "multi-ring" : "single-ring")},
       false);
-  *predicted = p.plan.averaging_time;
-  *S = kFloatBytes * static_cast<double>(p.model.state_offset(p.model.layer_count()));
+  a.predicted = p.plan.averaging_time;
+  a.S = kFloatBytes * static_cast<double>(p.model.state_offset(p.model.layer_count()));
   for (const auto& st : p.plan.clusters[0].stages)
-    chunks->push_back(kFloatBytes * static_cast<double>(p.model.state_offset(st.layer_end) -
+    a.chunks.push_back(kFloatBytes * static_cast<double>(p.model.state_offset(st.layer_end) -
                                                         p.model.state_offset(st.layer_begin)));
-  double end = 0;
   simulate(p.scenario, {0, 1, 2, 3, 4, 5}, false, [&](NodeEnv& env, int node) {
     RingAverager avg(env, p.plan, p.model, node, topology);
     avg.average(at::Tensor(), 1, 0, [&] { return env.transport.recv(); },
                 [](Message) { throw Error("unexpected message"); });
     env.transport.flush();
-    end = std::max(end, env.clock.now());
+    a.t = std::max(a.t, env.clock.now());
   });
-  return end;
+  INFO("simulated " << a.t << " s, predicted " << a.predicted << " s");
+  CHECK(a.predicted == Approx(a.t).epsilon(0.02));
+  return a;
 }
 
 constexpr double kB = 100e6 / 8;  // bytes per second
 constexpr double kLat = 0.020;    // seconds per transfer (two links)
 
+// C = 2: one reduce-scatter round and one all-gather round of half the largest chunk (plus a header).
+double multi_ring_alpha_beta(const std::vector<double>& chunks) {
+  return 2 * (kLat + (*std::max_element(chunks.begin(), chunks.end()) / 2 + kHeaderBytes) / kB);
+}
+
 }  // namespace
 
 TEST_CASE("one multi-ring averaging of pipeline clusters takes 2(C-1)(latency + chunk/(C B)) for the largest chunk",
           "[sim][analytic][rings]") {
-  double S = 0;
-  std::vector<double> chunks;
-  double predicted = 0;
-  const double t = one_averaging(RingTopology::kMulti, &S, &chunks, &predicted);
-  CHECK(predicted == Approx(t).epsilon(0.02));  // the planner's cost model
-  const double largest = *std::max_element(chunks.begin(), chunks.end());
-  // C = 2: one reduce-scatter round and one all-gather round of half the chunk (plus a header).
-  const double expected = 2 * (kLat + (largest / 2 + kHeaderBytes) / kB);
-  INFO("simulated " << t << " s, alpha-beta " << expected << " s");
-  CHECK(t == Approx(expected).epsilon(0.01));
+  const Averaging a = one_averaging(RingTopology::kMulti);
+  const double expected = multi_ring_alpha_beta(a.chunks);
+  INFO("simulated " << a.t << " s, alpha-beta " << expected << " s");
+  CHECK(a.t == Approx(expected).epsilon(0.01));
 }
 
 TEST_CASE("one single-ring averaging adds collecting at the leaders and handing back: slower than the multi-ring",
           "[sim][analytic][rings]") {
-  double S = 0;
-  std::vector<double> chunks;
-  double predicted = 0;
-  const double t = one_averaging(RingTopology::kSingle, &S, &chunks, &predicted);
-  CHECK(predicted == Approx(t).epsilon(0.02));  // the planner's cost model
-  const double members = S - chunks[0];  // what the leader collects and hands back
+  const Averaging a = one_averaging(RingTopology::kSingle);
+  const double S = a.S, t = a.t;
+  const double members = S - a.chunks[0];  // what the leader collects and hands back
   // Collect (members share the leader's down link), the ring over S, hand back (its up link).
   const double expected = 2 * (kLat + (members + 2 * kHeaderBytes) / kB) + 2 * (kLat + (S / 2 + kHeaderBytes) / kB);
-  const double largest = *std::max_element(chunks.begin(), chunks.end());
-  const double multi = 2 * (kLat + (largest / 2 + kHeaderBytes) / kB);
+  const double multi = multi_ring_alpha_beta(a.chunks);
   INFO("simulated " << t << " s, alpha-beta " << expected << " s; multi-ring " << multi << " s");
   CHECK(t == Approx(expected).epsilon(0.01));
   CHECK(t > 2 * multi);
