@@ -128,15 +128,9 @@ class Run:
         self.algorithm = s.get("algorithm") or scenario.get("training", {}).get("algorithm", "?")
         self.executor = s.get("executor") or run_json.get("executor", "?")
         self.folder_name = folder_name
-        # The variant: the algorithm, and how it averages where that is not the default.
-        training = scenario.get("training", {})
-        averaging = s.get("averaging") or {}
-        self.variant = self.algorithm
-        if training.get("averaging", "bulk-sync") != "bulk-sync":
-            self.variant += f" {training['averaging']}"
-        allreduce = averaging.get("allreduce") or training.get("allreduce") or "multi-ring"
-        if allreduce != "multi-ring":
-            self.variant += f" {allreduce}"
+        # The variant: the algorithm, and how it averages where that is not the default, as the
+        # algorithm registry labels it (run.json); a run folder without one is its algorithm.
+        self.variant = run_json.get("variant") or self.algorithm
         clusters = s.get("clusters")
         self.label = (f"{self.scenario} {self.variant}"
                       f"{f', {clusters} clusters' if clusters and int(clusters) > 1 else ''} ({self.executor})")

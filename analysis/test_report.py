@@ -16,7 +16,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def make_run(folder, name="quick", algorithm="ravnest", executor="sim", with_loss=True,
-             clusters=2, stages=2, micro_batches=60, batch=16, training=""):
+             clusters=2, stages=2, micro_batches=60, batch=16, training="", variant=None):
     """Writes a fake run folder: a GPipe schedule per cluster (bubbles), losses, evals."""
     os.makedirs(folder, exist_ok=True)
     rows, evals, per_node = [HEADER], ["time_s,node,cluster,step,train_samples,test_loss,test_accuracy"], []
@@ -85,7 +85,10 @@ def make_run(folder, name="quick", algorithm="ravnest", executor="sim", with_los
     with open(os.path.join(folder, "scenario.toml"), "w") as f:
         f.write(f'name = "{name}"\n[training]\nalgorithm = "{algorithm}"\n{training}[data]\nbatch_size = {batch}\n')
     with open(os.path.join(folder, "run.json"), "w") as f:
-        json.dump({"executor": executor, "mode": "numeric", "wall_seconds": 1.0}, f)
+        run = {"executor": executor, "mode": "numeric", "wall_seconds": 1.0}
+        if variant:  # as the algorithm registry labels a run (run.json)
+            run["variant"] = variant
+        json.dump(run, f)
     return folder
 
 
@@ -161,7 +164,8 @@ class ReportTest(unittest.TestCase):
     def test_variants_are_labelled_by_how_they_average(self):
         runs = [make_run(os.path.join(self.dir, f"v{c}"), clusters=c) for c in (1, 2)]
         runs += [make_run(os.path.join(self.dir, f"o{c}"), clusters=c,
-                          training='averaging = "overlapped"\nallreduce = "single-ring"\n') for c in (1, 2)]
+                          training='averaging = "overlapped"\nallreduce = "single-ring"\n',
+                          variant="ravnest overlapped single-ring") for c in (1, 2)]
         out = os.path.join(self.dir, "variants")
         proc = run_report(*runs, "--out", out)
         self.assertEqual(proc.returncode, 0, proc.stderr)

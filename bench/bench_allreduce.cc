@@ -28,16 +28,16 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include "bench/bench_common.h"
-#include "core/algo/averager.h"
-#include "core/algo/ring_averager.h"
+#include "algo/averager.h"
+#include "algo/ring_averager.h"
 #include "core/compute_threads.h"
-#include "core/dataset.h"
+#include "core/data/dataset.h"
 #include "core/error.h"
-#include "core/model.h"
+#include "core/model/model.h"
 #include "planner/planner.h"
 #include "real/gloo_collectives.h"
 #include "real/gloo_transport.h"
-#include "real/real_env.h"
+#include "exec/wall_env.h"
 #include "sim/sim_runner.h"
 
 using namespace rv;
@@ -55,7 +55,7 @@ struct Case {
 Case make_case(int c, double bytes, const std::vector<double>& mbps, double latency_ms) {
   Case k;
   const int64_t hidden = std::max<int64_t>(1, static_cast<int64_t>(bytes / 4 / 2048));
-  std::string toml = "name = \"allreduce\"\n[model]\nkind = \"mlp\"\nhidden = [" + std::to_string(hidden) +
+  std::string toml = "name = \"allreduce\"\n[model]\nhead = \"linear\"\nkind = \"mlp\"\nhidden = [" + std::to_string(hidden) +
                      "]\n[data]\nkind = \"synthetic\"\nside = 32\nclasses = 1024\n[training]\nsteps = 1\n"
                      "[sim]\nmode = \"timing\"\n[network]\nmodel = \"ideal\"\n[planner]\nmethod = \"manual\"\n";
   for (int i = 0; i < c; ++i) toml += "[[planner.cluster]]\nnodes = [" + std::to_string(i) + "]\n";
@@ -63,8 +63,7 @@ Case make_case(int c, double bytes, const std::vector<double>& mbps, double late
     toml += "[[devices]]\nram_gb = 64\nup_mbps = " + std::to_string(mbps[i]) + "\ndown_mbps = " +
             std::to_string(mbps[i]) + "\nlatency_ms = " + std::to_string(latency_ms) + "\n";
   k.scenario = parse_scenario(toml, "bench_allreduce");
-  DatasetShape shape = dataset_shape(k.scenario.data);
-  k.model = build_model(k.scenario.model, shape.sample_shape, shape.classes);
+  k.model = build_model(k.scenario);
   k.plan = make_plan(k.scenario, k.model);
   return k;
 }
@@ -99,7 +98,7 @@ Case make_pipeline_case(int c, int p, int64_t h, double mbps, double latency_ms)
   Case k;
   std::string hidden;
   for (int i = 0; i < p; ++i) hidden += (i ? ", " : "") + std::to_string(h);
-  std::string toml = "name = \"allreduce\"\n[model]\nkind = \"mlp\"\nhidden = [" + hidden +
+  std::string toml = "name = \"allreduce\"\n[model]\nhead = \"linear\"\nkind = \"mlp\"\nhidden = [" + hidden +
                      "]\n[data]\nkind = \"synthetic\"\nside = " + std::to_string(static_cast<int>(std::sqrt(h))) +
                      "\nclasses = 10\n[training]\nsteps = 1\n[sim]\nmode = \"timing\"\n[network]\nmodel = \"ideal\"\n"
                      "[planner]\nmethod = \"manual\"\n";
@@ -114,8 +113,7 @@ Case make_pipeline_case(int c, int p, int64_t h, double mbps, double latency_ms)
   toml += "[[devices]]\ncount = " + std::to_string(c * p) + "\nram_gb = 64\nup_mbps = " + std::to_string(mbps) +
           "\ndown_mbps = " + std::to_string(mbps) + "\nlatency_ms = " + std::to_string(latency_ms) + "\n";
   k.scenario = parse_scenario(toml, "bench_allreduce");
-  DatasetShape shape = dataset_shape(k.scenario.data);
-  k.model = build_model(k.scenario.model, shape.sample_shape, shape.classes);
+  k.model = build_model(k.scenario);
   k.plan = make_plan(k.scenario, k.model);
   return k;
 }
@@ -255,7 +253,7 @@ std::vector<double> on_ranks(int world, size_t n, const std::function<std::vecto
 // Seconds of `fn` (between barriers), best of 3.
 double best_of_3(GlooTransport& t, const std::function<void(int)>& fn) {
   double best = 0;
-  RealClock clock;
+  WallClock clock;
   for (int rep = 0; rep < 3; ++rep) {
     t.barrier();
     const double t0 = clock.now();
@@ -274,8 +272,8 @@ json part_real() {
     for (double mb : {4.0, 64.0}) {
       Case k = make_case(c, mb * 1e6, std::vector<double>(c, 1000), 0);
       auto out = on_ranks(c, 2, [&](GlooTransport& t, int r) {
-        RealClock clock;
-        RealCompute compute;
+        WallClock clock;
+        WallCompute compute;
         EventLog log;
         NodeEnv env{t, clock, compute, log};
         at::Tensor x = at::full({k.model.state_offset(k.model.layer_count())}, static_cast<float>(r));
@@ -303,22 +301,21 @@ json part_real() {
 // wall time.
 json part_real_pipelines() {
   json rows = json::array();
-  const char* kinds[] = {"multi-ring", "single-ring", "gloo"};
   for (int c : {2, 3}) {
     for (int64_t h : {1024, 2048}) {
       const int p = 2;
       Case k = make_pipeline_case(c, p, h, 1000, 0);
       auto out = on_ranks(c * p, 3, [&](GlooTransport& t, int r) {
         GlooCollectives coll(t);
-        RealClock clock;
-        RealCompute compute;
+        WallClock clock;
+        WallCompute compute;
         EventLog log;
         NodeEnv env{t, clock, compute, log, &coll};
         const NodeRole role = k.plan.role_of(r);
         at::Tensor x = at::full({k.model.state_offset(role.layer_end) - k.model.state_offset(role.layer_begin)},
                                 static_cast<float>(r));
         std::vector<double> best;
-        for (const char* kind : kinds) {
+        for (const Allreduce& kind : allreduces()) {  // multi-ring, single-ring, gloo
           auto avg = make_averager(env, k.plan, k.model, r, kind);
           best.push_back(best_of_3(t, [&](int rep) {
             avg->average(x, 1, rep, [&] { return env.transport.recv(); },

@@ -12,10 +12,10 @@
 #include "bench/bench_common.h"
 #include "bench/plain_training.h"
 #include "core/compute_threads.h"
-#include "core/dataset.h"
-#include "core/model.h"
-#include "core/optimizer.h"
-#include "core/scenario.h"
+#include "core/data/dataset.h"
+#include "core/model/model.h"
+#include "core/model/optimizer.h"
+#include "core/scenario/scenario.h"
 #include "planner/planner.h"
 #include "sim/sim_runner.h"
 
@@ -31,8 +31,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   Scenario s = load_scenario(path, {"training.steps=" + std::to_string(steps), "training.eval_every=0"});
-  DatasetShape shape = dataset_shape(s.data);
-  ModelDesc model = build_model(s.model, shape.sample_shape, shape.classes);
+  ModelDesc model = build_model(s);
   Plan plan = make_plan(s, model);
   Dataset data = load_dataset(s.data, s.seed);
   set_compute_threads(1);

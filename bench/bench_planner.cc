@@ -28,10 +28,10 @@
 #include <CLI/CLI.hpp>
 
 #include "bench/bench_common.h"
-#include "core/dataset.h"
+#include "core/data/dataset.h"
 #include "core/error.h"
-#include "core/model.h"
-#include "core/scenario.h"
+#include "core/model/model.h"
+#include "core/scenario/scenario.h"
 #include "planner/planner.h"
 
 using namespace rv;
@@ -49,9 +49,9 @@ namespace {
 // computes in microseconds, so one fast node alone is the best plan of any small pool.
 std::string base_scenario(const std::string& model, const std::string& network) {
   const std::string m = model == "mlp"
-                            ? "[model]\nkind = \"mlp\"\nhidden = [256, 256, 128, 128, 64]\n"
+                            ? "[model]\nhead = \"linear\"\nkind = \"mlp\"\nhidden = [256, 256, 128, 128, 64]\n"
                               "[data]\nkind = \"synthetic\"\nside = 28\nbatch_size = 64\n"
-                            : "[model]\nkind = \"cnn\"\nchannels = [128, 256, 512]\nbatch_norm = "
+                            : "[model]\nhead = \"linear\"\nkind = \"cnn\"\nchannels = [128, 256, 512]\nbatch_norm = "
                               "false\nhidden = [1024]\n"
                               "[data]\nkind = \"synthetic\"\nside = 96\nbatch_size = 256\n";
   return "name = \"bench-planner\"\n" + m + "[network]\nmodel = \"" + network + "\"\n" +
@@ -100,8 +100,7 @@ std::vector<std::string> g_overrides;  // --set
 Setup setup(const std::string& network) {
   Setup s;
   s.scenario = parse_scenario(base_scenario(g_model, network), "bench_planner", g_overrides);
-  DatasetShape shape = dataset_shape(s.scenario.data);
-  s.model = build_model(s.scenario.model, shape.sample_shape, shape.classes);
+  s.model = build_model(s.scenario);
   return s;
 }
 

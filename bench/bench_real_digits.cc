@@ -20,10 +20,10 @@
 #include "bench/bench_common.h"
 #include "bench/plain_training.h"
 #include "core/compute_threads.h"
-#include "core/dataset.h"
-#include "core/model.h"
-#include "core/optimizer.h"
-#include "core/scenario.h"
+#include "core/data/dataset.h"
+#include "core/model/model.h"
+#include "core/model/optimizer.h"
+#include "core/scenario/scenario.h"
 
 using namespace rv;
 namespace fs = std::filesystem;
@@ -96,8 +96,7 @@ int main(int argc, char** argv) {
 
   // 2. One plain process: the same model, optimizer and samples, no pipeline.
   set_compute_threads(1);
-  DatasetShape shape = dataset_shape(s.data);
-  ModelDesc model = build_model(s.model, shape.sample_shape, shape.classes);
+  ModelDesc model = build_model(s);
   t0 = bench::wall_now();
   StageModule whole = bench::train_plain(s, model, data, steps);
   const double plain_wall = bench::wall_now() - t0;
@@ -107,7 +106,7 @@ int main(int argc, char** argv) {
     std::vector<int64_t> rows;
     for (int64_t i = 0; i < data.test_size(); ++i) rows.push_back(i);
     at::Tensor logits = whole.forward(data.inputs(rows, true), whole.params(), false, 0, false);
-    plain_acc = logits.argmax(1).eq(data.labels(rows, true)).to(at::kDouble).mean().item<double>();
+    plain_acc = logits.argmax(1).eq(data.targets(rows, true)).to(at::kDouble).mean().item<double>();
   }
 
   const double real_epoch = summary["time_s"].get<double>() / epochs;

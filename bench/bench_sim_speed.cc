@@ -7,9 +7,9 @@
 #include <CLI/CLI.hpp>
 
 #include "bench/bench_common.h"
-#include "core/dataset.h"
-#include "core/model.h"
-#include "core/scenario.h"
+#include "core/data/dataset.h"
+#include "core/model/model.h"
+#include "core/scenario/scenario.h"
 #include "planner/planner.h"
 #include "sim/sim_runner.h"
 
@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
 
   std::string hidden;
   for (int i = 0; i < nodes; ++i) hidden += (i ? ", " : "") + std::to_string(width);
-  const std::string text = "name = \"sim-speed\"\n[model]\nkind = \"mlp\"\nhidden = [" + hidden +
+  const std::string text = "name = \"sim-speed\"\n[model]\nhead = \"linear\"\nkind = \"mlp\"\nhidden = [" + hidden +
                            "]\n[data]\nkind = \"synthetic\"\nside = 32\nbatch_size = 32\n"
                            "[training]\nmax_in_flight = 16\nsteps = " + std::to_string(steps) +
                            "\n[sim]\nmode = \"timing\"\n[[devices]]\nname = \"slow\"\ncount = " +
@@ -36,9 +36,8 @@ int main(int argc, char** argv) {
                            "[[devices]]\nname = \"fast\"\ncount = " + std::to_string(nodes - nodes / 2) +
                            "\ntflops = 20\nram_gb = 16\nup_mbps = 100\ndown_mbps = 500\nlatency_ms = 10\n";
   Scenario s = parse_scenario(text, "bench_sim_speed");
-  DatasetShape shape = dataset_shape(s.data);
   double t0 = bench::wall_now();
-  ModelDesc model = build_model(s.model, shape.sample_shape, shape.classes);
+  ModelDesc model = build_model(s);
   Plan plan = make_plan(s, model);
   double t_plan = bench::wall_now() - t0;
   RunSpec spec{&s, &plan, &model, nullptr};

@@ -6,10 +6,10 @@
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
 
-#include "core/dataset.h"
-#include "core/model.h"
-#include "core/optimizer.h"
-#include "core/scenario.h"
+#include "core/data/dataset.h"
+#include "core/model/model.h"
+#include "core/model/optimizer.h"
+#include "core/scenario/scenario.h"
 
 namespace rv::bench {
 
@@ -23,7 +23,7 @@ inline StageModule train_plain(const Scenario& s, const ModelDesc& model, const 
     auto rows = sampler.indices(mb);
     c10::AutoGradMode g(true);
     at::Tensor logits = whole.forward(data.inputs(rows, false), whole.params(), true, mb, true);
-    at::Tensor loss = at::nll_loss(at::log_softmax(logits, 1), data.labels(rows, false));
+    at::Tensor loss = at::nll_loss(at::log_softmax(logits, 1), data.targets(rows, false));
     auto grads = torch::autograd::grad({loss}, whole.params());
     whole.set_params(opt.step(whole.params(), grads));
   }

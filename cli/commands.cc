@@ -13,14 +13,15 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
-#include "real/progress.h"
-#include "core/cost_model.h"
-#include "core/dataset.h"
+#include "exec/progress.h"
+#include "core/model/cost_model.h"
+#include "algo/registry.h"
+#include "core/data/dataset.h"
 #include "core/error.h"
-#include "core/run_output.h"
+#include "core/output/run_output.h"
 #include "planner/planner.h"
 #include "real/launcher.h"
-#include "real/loopback.h"
+#include "loopback/loopback.h"
 #include "sim/sim_runner.h"
 
 namespace fs = std::filesystem;
@@ -34,16 +35,23 @@ struct Prepared {
   Plan plan;
 };
 
+// Loads a scenario and checks the names that the registry, not the key table, knows.
+Scenario load_checked(const std::string& path, const std::vector<std::string>& overrides) {
+  Scenario s = load_scenario(path, overrides);
+  algorithm_of(s);
+  allreduce_of(s);
+  return s;
+}
+
 Prepared prepare(Scenario scenario) {
   Prepared p;
   p.scenario = std::move(scenario);
-  DatasetShape shape = dataset_shape(p.scenario.data);
-  p.model = build_model(p.scenario.model, shape.sample_shape, shape.classes);
+  p.model = build_model(p.scenario);
   p.plan = make_plan(p.scenario, p.model);
   return p;
 }
 
-Prepared prepare(const CommonOptions& o) { return prepare(load_scenario(o.scenario, o.overrides)); }
+Prepared prepare(const CommonOptions& o) { return prepare(load_checked(o.scenario, o.overrides)); }
 
 std::string human_bytes(double b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -100,8 +108,9 @@ int cmd_plan(const CommonOptions& o, const std::string& out_json) {
   }
   if (p.plan.clusters.size() > 1)
     std::cout << fmt::format("averaging ({}): {} rings, {:.3f} s per round, {}\n", s.training.allreduce,
-                             s.training.allreduce == "single-ring" ? 1 : p.plan.rings.size(), p.plan.averaging_time,
-                             s.training.algorithm == "ravnest"
+                             allreduce_of(s).topology == AllreduceTopology::kSingleRing ? 1 : p.plan.rings.size(),
+                             p.plan.averaging_time,
+                             algorithm_of(s).traits.exchange == Exchange::kParameters
                                  ? fmt::format("every {} updates", s.training.average_every)
                                  : std::string("of the gradients, every step"));
   std::cout << fmt::format("predicted: {:.1f} samples/s overall; {} of {} nodes used\n", p.plan.throughput, used,
@@ -118,10 +127,10 @@ int cmd_plan(const CommonOptions& o, const std::string& out_json) {
 int cmd_sim(const CommonOptions& o, const std::string& executor, const std::string& run_path) {
   Prepared p = prepare(o);
   const Scenario& s = p.scenario;
-  if (s.training.allreduce == "gloo")
-    throw ScenarioError(s.source, "training.allreduce",
-                        "\"gloo\" is c10d's own all-reduce, which only the real executor has (ravnest real); "
-                        "the " + executor + " executor runs \"multi-ring\" or \"single-ring\"");
+  if (allreduce_of(s).executor_collectives)
+    throw ScenarioError(s.where("training.allreduce"), "training.allreduce",
+                        "\"" + s.training.allreduce + "\" runs on the executor's own collectives, which only "
+                        "the real executor has (ravnest real); the " + executor + " executor has none");
   const bool numeric = executor == "loopback" || s.sim.mode == "numeric";
   Dataset data;
   if (numeric) data = load_dataset(s.data, s.seed);
@@ -141,7 +150,8 @@ int cmd_sim(const CommonOptions& o, const std::string& executor, const std::stri
     progress.finish();
   }
   RunInfo info{executor, executor == "loopback" ? std::string("cpu") : s.sim.mode,
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+               variant_label(s)};
   write_run_folder(path, s, p.plan, p.model, events, info);
   print_summary(path);
   return 0;
@@ -201,7 +211,7 @@ int run_child(const std::vector<std::string>& args) {
 int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid, const std::string& executor,
               const std::string& out, const std::string& self_exe) {
   // Validate the base scenario and every value before running anything.
-  Scenario base = load_scenario(o.scenario, o.overrides);
+  Scenario base = load_checked(o.scenario, o.overrides);
   std::vector<std::pair<std::string, std::vector<std::string>>> axes;
   for (const auto& g : grid) {
     const auto eq = g.find('=');
@@ -223,7 +233,7 @@ int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid, cons
   for (const auto& c : combos) {
     auto all = o.overrides;
     all.insert(all.end(), c.begin(), c.end());
-    points.push_back(load_scenario(o.scenario, all));  // throws with file, line and key on a bad value
+    points.push_back(load_checked(o.scenario, all));  // throws with file, line and key on a bad value
   }
   const fs::path dir = out.empty() ? fs::path(new_run_path(base, "sweep")) : fs::path(out);
   if (fs::exists(dir)) throw InputError(dir.string() + ": exists already");

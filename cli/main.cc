@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "cli/keys_command.h"
 #include "core/error.h"
 #include "real/node_process.h"
 
@@ -100,6 +101,10 @@ int main(int argc, char** argv) {
   report->add_option("--out", report_out, "output folder for the plots");
   report->add_option("--title", report_title, "title for the plots");
 
+  bool keys_markdown = false;
+  auto* keys = app.add_subcommand("keys", "list every scenario key: type, unit, default, range, help");
+  keys->add_flag("--markdown", keys_markdown, "as the README's Markdown table");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {
@@ -114,6 +119,7 @@ int main(int argc, char** argv) {
     if (*sim) return rv::cmd_sim(sim_o, sim_executor, sim_run_path);
     if (*real) return rv::cmd_real(real_o, self_exe(argv[0]), real_run_path);
     if (*report) return rv::cmd_report(report_runs, report_out, report_title);
+    if (*keys) return rv::run_keys_command(keys_markdown);
     if (*sweep) {
       // Every --set is an axis: "key=v1,v2" runs both values; "key=v" fixes it.
       std::vector<std::string> axes = sweep_o.overrides;

@@ -14,7 +14,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "core/metrics.h"
+#include "core/output/metrics.h"
 #include "core/units.h"
 
 namespace rv {

@@ -7,7 +7,7 @@
 
 #include "core/env.h"
 #include "core/error.h"
-#include "core/scenario.h"
+#include "core/scenario/scenario.h"
 
 namespace rv {
 

@@ -120,8 +120,9 @@ std::optional<std::vector<Partition>> snake_clusters(const CostModel& cost, cons
   return out;
 }
 
-// sync-dp: every node is a cluster holding the whole model, or the pool is refused.
-Plan plan_sync_dp(const Scenario& scenario, const ModelDesc& model) {
+// Replicas (data parallelism): every node is a cluster holding the whole model, or the pool is
+// refused. The plan's method is the algorithm's name.
+Plan plan_replicas(const Scenario& scenario, const ModelDesc& model) {
   CostModel cost(scenario, model);
   const int layers = model.layer_count();
   const double need = cost.memory(0, layers, 1);
@@ -129,7 +130,8 @@ Plan plan_sync_dp(const Scenario& scenario, const ModelDesc& model) {
   for (int n = 0; n < cost.nodes(); ++n) {
     if (cost.node(n).ram < need)
       throw PlanRefused(scenario.source, "training.algorithm",
-                          "sync-dp needs every node to hold the whole model (" + format_gib(need) + "), but node " +
+                          std::string(cost.algorithm().name) + " needs every node to hold the whole model (" +
+                              format_gib(need) + "), but node " +
                               std::to_string(n) + " (" + scenario.device_of(n).name + ") has " +
                               format_gib(cost.node(n).ram) +
                               ": Ravnest's pipelines need only a share of it on each node");
@@ -139,11 +141,11 @@ Plan plan_sync_dp(const Scenario& scenario, const ModelDesc& model) {
     p.period = cost.cluster_period(p.order, p.cuts);
     clusters.push_back(p);
   }
-  return assemble_plan("sync-dp", cost, clusters);
+  return assemble_plan(cost.algorithm().name, cost, clusters);
 }
 
 Plan make_plan(const Scenario& scenario_in, const ModelDesc& model) {
-  if (scenario_in.training.algorithm == "sync-dp") return plan_sync_dp(scenario_in, model);
+  if (algorithm_of(scenario_in).traits.layout == Layout::kReplicas) return plan_replicas(scenario_in, model);
   const Scenario& scenario = scenario_in;
   const std::string& m = scenario.planner.method;
   if (m == "manual") return plan_manual(scenario, model);

@@ -1,6 +1,6 @@
 #include "planner/comm_graph.h"
 
-#include "core/cost_model.h"
+#include "core/model/cost_model.h"
 
 namespace rv {
 

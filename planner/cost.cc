@@ -4,7 +4,8 @@
 #include <cmath>
 #include <limits>
 
-#include "core/cost_model.h"
+#include "core/model/cost_model.h"
+#include "algo/registry.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "planner/comm_graph.h"
@@ -17,11 +18,10 @@ NetFactors net_factors(const NetworkSpec& network) {
 }
 
 CostModel::CostModel(const Scenario& scenario, const ModelDesc& model)
-    : model_(&model), training_(scenario.training), batch_(scenario.data.batch_size),
-      factors_(net_factors(scenario.network)) {
-  if (training_.algorithm == "gpipe") training_.weight_stashing = true;  // gpipe keeps graphs
-  if (training_.algorithm == "sync-dp") training_.average_every = 1;    // gradients every step
-  if (training_.algorithm == "gpipe") training_.average_every = training_.micro_batches;  // every step
+    : model_(&model), algorithm_(&algorithm_of(scenario)), allreduce_(&allreduce_of(scenario)),
+      training_(effective_training(scenario)),
+      batch_(scenario.data.batch_size), factors_(net_factors(scenario.network)) {
+  per_exchange_ = rv::micro_batches_per_exchange(*algorithm_, training_);
   const int n = scenario.node_count();
   pool_.reserve(n);
   int r = 0;
@@ -33,8 +33,7 @@ CostModel::CostModel(const Scenario& scenario, const ModelDesc& model)
 }
 
 int64_t CostModel::in_flight(int stages) const {
-  if (training_.algorithm == "gpipe") return training_.micro_batches;
-  return training_.max_in_flight > 0 ? training_.max_in_flight : std::max(1, stages);
+  return rv::in_flight(*algorithm_, training_, stages);
 }
 
 double CostModel::boundary_bytes(int b) const {
@@ -102,7 +101,7 @@ double CostModel::cluster_period(const std::vector<int>& nodes, const std::vecto
       }
     }
   }
-  if (training_.algorithm == "gpipe") {
+  if (algorithm_->traits.schedule == Schedule::kFlush) {
     // A step: one micro-batch's round trip, plus m - 1 more through the slowest stage, then the
     // flush; with equal stages this is (m + p - 1)(tf + tb).
     const double m = static_cast<double>(training_.micro_batches);
@@ -133,7 +132,7 @@ double CostModel::averaging_time(const std::vector<ClusterPlan>& clusters,
                                  const std::vector<Ring>& rings) const {
   const int c = static_cast<int>(clusters.size());
   if (c <= 1 || rings.empty()) return 0.0;
-  if (training_.allreduce == "single-ring") return single_ring_time(clusters);
+  if (allreduce_->topology == AllreduceTopology::kSingleRing) return single_ring_time(clusters);
   // Every round, each owner sends 1/C of its ring's chunk to the next owner, all rings at once:
   // the averaging flows of the communication graph load every node's links.
   const LinkLoad load = link_load(comm_graph(*this, clusters, rings), FlowKind::kAveraging);
@@ -187,7 +186,7 @@ double CostModel::throughput(const std::vector<double>& periods, double averagin
   if (periods.empty()) return 0.0;
   const double slowest = *std::max_element(periods.begin(), periods.end());
   const double c = static_cast<double>(periods.size());
-  const double per_update = slowest + (periods.size() > 1 ? averaging / training_.average_every : 0.0);
+  const double per_update = slowest + (periods.size() > 1 ? averaging / static_cast<double>(per_exchange_) : 0.0);
   return per_update > 0 ? c * batch_ / per_update : 0.0;
 }
 

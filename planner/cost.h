@@ -1,7 +1,7 @@
 // The planner's cost model: predicted time per micro-batch of a pipeline stage and of a cluster
 // (steady asynchronous-pipeline throughput), and of a cross-cluster averaging round, from the
 // device pool, the model's per-layer profile and the training settings. It charges the same
-// numbers as the simulator (core/cost_model.h) and applies the network model's factors, so a
+// numbers as the simulator (core/model/cost_model.h) and applies the network model's factors, so a
 // prediction and a simulation differ only where the schedule does.
 //
 // A stage s on node n holding layers [l, r) costs, per micro-batch, the largest of
@@ -17,9 +17,10 @@
 
 #include <vector>
 
-#include "core/model.h"
+#include "algo/registry.h"
+#include "core/model/model.h"
 #include "core/plan.h"
-#include "core/scenario.h"
+#include "core/scenario/scenario.h"
 #include "core/units.h"
 
 namespace rv {
@@ -51,6 +52,12 @@ class CostModel {
   const PoolNode& node(int n) const { return pool_[n]; }
   const ModelDesc& model() const { return *model_; }
   int64_t batch() const { return batch_; }
+  // The scenario's algorithm and the training settings it runs with (algo/registry.h).
+  const Algorithm& algorithm() const { return *algorithm_; }
+  const TrainingSpec& training() const { return training_; }
+  const Allreduce& allreduce() const { return *allreduce_; }
+  // Micro-batches one cluster trains between two exchanges with the others.
+  int64_t micro_batches_per_exchange() const { return per_exchange_; }
 
   // Unfinished micro-batches allowed in a cluster of `stages` stages (max_in_flight, or the
   // stage count), which sets the memory of stashed weights and activations.
@@ -71,7 +78,7 @@ class CostModel {
   // Period (seconds per micro-batch) of a pipeline: nodes in order, cuts of size nodes + 1.
   double cluster_period(const std::vector<int>& nodes, const std::vector<int>& cuts) const;
   // Seconds of one averaging (reduce-scatter + all-gather over every ring) of `plan`'s clusters;
-  // with training.allreduce = "single-ring", of single_ring_time().
+  // with a single-ring all-reduce (training.allreduce), of single_ring_time().
   double averaging_time(const std::vector<ClusterPlan>& clusters,
                         const std::vector<Ring>& rings) const;
   // Seconds of one single-ring averaging: the first stages collect, ring over the whole state,
@@ -87,7 +94,10 @@ class CostModel {
 
  private:
   const ModelDesc* model_;
-  TrainingSpec training_;
+  const Algorithm* algorithm_;  // the scenario's (algo/registry.h)
+  const Allreduce* allreduce_;  // how its clusters average
+  TrainingSpec training_;       // as the algorithm runs it (effective_training)
+  int64_t per_exchange_ = 1;    // micro-batches between two exchanges across clusters
   int64_t batch_;
   NetFactors factors_;
   std::vector<PoolNode> pool_;

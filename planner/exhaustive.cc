@@ -64,7 +64,7 @@
 #include <optional>
 #include <vector>
 
-#include "core/cost_model.h"
+#include "core/model/cost_model.h"
 #include "core/error.h"
 #include "planner/layer_graph.h"
 #include "planner/planner.h"
@@ -163,10 +163,10 @@ class SubsetPipelines {
       if (cuttable[b]) pos_.push_back(b);
     n_ = static_cast<int>(pos_.size());
     kmax_ = std::min(nodes_, n_ - 1);
-    // The training settings CostModel charges (GPipe keeps its graphs: stashing on).
-    training_ = scenario.training;
-    if (training_.algorithm == "gpipe") training_.weight_stashing = true;
-    gpipe_ = training_.algorithm == "gpipe";
+    // The training settings CostModel charges (effective_training: stashing forced where the
+    // algorithm keeps its graphs).
+    training_ = cost.training();
+    flush_ = cost.algorithm().traits.schedule == Schedule::kFlush;
     bandwidth_factor_ = net_factors(scenario.network).bandwidth;
     tables();
   }
@@ -240,7 +240,7 @@ class SubsetPipelines {
           share_[at(v, i, j)] = shares_.share(v, pos_[i], pos_[j]);
           const StageCost c = stage_cost(model, pos_[i], pos_[j], training_, cost_.batch(), 1);
           const PoolNode& p = cost_.node(v);
-          if (gpipe_) {
+          if (flush_) {
             add_[at(v, i, j)] = (c.forward + c.backward) / p.speed;
           } else {
             const double bytes = cost_.boundary_bytes(pos_[i]) + cost_.boundary_bytes(pos_[j]);
@@ -258,7 +258,7 @@ class SubsetPipelines {
           const double a = cost_.boundary_bytes(pos_[j]);
           const double fwd = a / cost_.path_bandwidth(u, v), bwd = a / cost_.path_bandwidth(v, u);
           flow_[pair(u, v, j)] = std::max(fwd, bwd);
-          if (gpipe_) {
+          if (flush_) {
             hop1_[pair(u, v, j)] = cost_.path_latency(u, v) + fwd;
             hop2_[pair(u, v, j)] = cost_.path_latency(v, u) + bwd;
           } else {
@@ -273,7 +273,7 @@ class SubsetPipelines {
 
   // GPipe: exactly cluster_period(); otherwise a lower bound of it (see the file comment).
   double value(double b, double t, int k) const {
-    if (gpipe_) {
+    if (flush_) {
       const double m = static_cast<double>(training_.micro_batches);
       return (t + (m - 1) * b) / m;
     }
@@ -361,7 +361,7 @@ class SubsetPipelines {
       const double v = value(fr[e].b, fr[e].t, k);
       lower_[mask] = std::min(lower_[mask], v);
       Candidate c = shares_.candidate(rebuild(sid, e));
-      if (gpipe_)
+      if (flush_)
         RV_CHECK(std::abs(c.p.period - v) <= 1e-9 * c.p.period,
                  "exhaustive: the pipeline programme disagrees with cluster_period()");
       bool beaten = false;
@@ -402,7 +402,7 @@ class SubsetPipelines {
   int n_ = 0;             // pos_.size()
   int kmax_ = 0;          // most stages a cluster can have
   TrainingSpec training_;
-  bool gpipe_ = false;
+  bool flush_ = false;
   double bandwidth_factor_ = 1.0;  // the network model's, as the cost model applies it
   // [v][i][j]: stage_time, additive part and averaging share of [pos_i, pos_j) on v
   std::vector<double> stage_, add_, share_;
@@ -441,10 +441,8 @@ class PartitionSearch {
         info_(candidates_.size()) {
     const NetFactors f = net_factors(scenario.network);
     latency_factor_ = f.latency;
-    // As CostModel charges it (sync-dp averages gradients every step).
-    average_every_ = scenario.training.algorithm == "sync-dp"
-                         ? 1.0
-                         : static_cast<double>(scenario.training.average_every);
+    // As CostModel charges it (algo/registry.h: micro_batches_per_exchange).
+    average_every_ = static_cast<double>(cost.micro_batches_per_exchange());
     least_latency_ = kInf;
     for (int v = 0; v < nodes_; ++v)
       least_latency_ = std::min(least_latency_, cost.node(v).latency);

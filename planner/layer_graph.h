@@ -9,7 +9,7 @@
 
 #include <boost/graph/adjacency_list.hpp>
 
-#include "core/model.h"
+#include "core/model/model.h"
 
 namespace rv {
 

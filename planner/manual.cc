@@ -5,7 +5,8 @@
 #include <cmath>
 #include <sstream>
 
-#include "core/cost_model.h"
+#include "algo/registry.h"
+#include "core/model/cost_model.h"
 #include "core/error.h"
 #include "planner/layer_graph.h"
 #include "planner/planner.h"
@@ -54,9 +55,8 @@ Plan single_cluster_by_ram(const Scenario& scenario, const ModelDesc& model) {
                           std::to_string(stages) + " stages but only " + std::to_string(pool) + " nodes");
   }
   const int64_t batch = scenario.data.batch_size;
-  const TrainingSpec& tr = scenario.training;
-  int64_t in_flight = tr.algorithm == "gpipe" ? tr.micro_batches
-                                              : (tr.max_in_flight > 0 ? tr.max_in_flight : stages);
+  const TrainingSpec tr = effective_training(scenario);
+  const int64_t in_flight = rv::in_flight(algorithm_of(scenario), tr, stages);
   std::vector<double> ram;
   for (int r = 0; r < stages; ++r) ram.push_back(scenario.device_of(r).ram_gb * kGbToBytes);
 

@@ -22,9 +22,9 @@
 #include <string>
 #include <vector>
 
-#include "core/model.h"
+#include "core/model/model.h"
 #include "core/plan.h"
-#include "core/scenario.h"
+#include "core/scenario/scenario.h"
 #include "planner/cost.h"
 #include "planner/partition.h"
 

@@ -1,5 +1,5 @@
-// ravnest-ga: the Ravnest reference's cluster formation (operations/genetic.py and its caller), as
-// documented in shared/reference/ravnest-reference.md, for comparison with ga.
+// ravnest-ga: the Ravnest reference's cluster formation (operations/genetic.py and its caller in
+// the reference code), for comparison with ga.
 //
 // Genetic algorithm: one gene per node, its cluster id in [0, max_clusters - 1] (max_clusters 5,
 // or planner.clusters when set: an upper bound, as in the reference clusters may come out empty).

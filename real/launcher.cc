@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/run_output.h"
+#include "core/output/run_output.h"
 #include "real/node_process.h"
 
 extern char** environ;

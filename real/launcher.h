@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/scenario.h"
+#include "core/scenario/scenario.h"
 
 namespace rv {
 

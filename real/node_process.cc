@@ -19,18 +19,20 @@
 #include <ATen/Parallel.h>
 
 #include "core/compute_threads.h"
-#include "real/progress.h"
-#include "core/algo/algorithm.h"
-#include "core/dataset.h"
+#include "exec/env_assembly.h"
+#include "exec/progress.h"
+#include "algo/algorithm.h"
+#include "algo/registry.h"
+#include "core/data/dataset.h"
 #include "core/error.h"
 #include "core/fault_transport.h"
-#include "core/metrics.h"
-#include "core/model.h"
-#include "core/run_output.h"
-#include "core/scenario.h"
+#include "core/output/metrics.h"
+#include "core/model/model.h"
+#include "core/output/run_output.h"
+#include "core/scenario/scenario.h"
 #include "planner/planner.h"
 #include "real/gloo_collectives.h"
-#include "real/real_env.h"
+#include "exec/wall_env.h"
 
 namespace fs = std::filesystem;
 
@@ -144,8 +146,7 @@ int run(const NodeProcessOptions& options) {
   const int rank = options.gloo.rank;
   const int world = options.gloo.world_size;
   const Scenario scenario = load_scenario(options.scenario_path, options.overrides);
-  const DatasetShape shape = dataset_shape(scenario.data);
-  const ModelDesc model = build_model(scenario.model, shape.sample_shape, shape.classes);
+  const ModelDesc model = build_model(scenario);
   const Plan plan = make_plan(scenario, model);
   if (world != plan.nodes) {
     throw InputError("world size " + std::to_string(world) + " does not match the scenario's " +
@@ -167,7 +168,7 @@ int run(const NodeProcessOptions& options) {
   if (gloo.timeout <= 0) gloo.timeout = scenario.real.timeout_s;
   GlooTransport transport(gloo);
   transport.barrier();
-  RealClock clock;  // origin: just after the start barrier, on every rank
+  WallClock clock;  // origin: just after the start barrier, on every rank
   // Ranks started together by `ravnest real` share this machine's monotonic clock: take rank 0's
   // origin, so that every node's events sit on one time axis (the barrier's exits differ by ms).
   if (const char* v = std::getenv(kLauncherPidEnv); v != nullptr && *v != '\0' && world > 1) {
@@ -186,15 +187,13 @@ int run(const NodeProcessOptions& options) {
   }
   const double emulate =
       scenario.real.emulate_speed ? scenario.device_of(rank).tflops * kTflopsToFlopsPerSecond : 0.0;
-  RealCompute compute(emulate);
+  WallCompute compute(emulate);
   EventLog log;
   Progress progress(scenario.training.steps, "wall", rank == 0 && Progress::enabled_for(options.progress));
-  Tee metrics(log, progress);
-  // The algorithm sees the scenario's injected faults, if any; the gathering below does not.
-  FaultyTransport faulty(transport, clock, faults_for(scenario.faults, rank));
-  GlooCollectives collectives(transport);  // training.allreduce = "gloo"
-  NodeEnv env{faulty, clock, compute, metrics, &collectives};
-  run_node(env, spec, rank);
+  GlooCollectives collectives(transport);  // for an all-reduce on the executor's collectives
+  // The algorithm sees the scenario's wrappers (injected faults); the gathering below does not.
+  NodeEnvStack stack(scenario, rank, EnvParts{transport, clock, compute, log, &collectives, &progress});
+  run_node(stack.env(), spec, rank);
   progress.finish();
   transport.flush();
 
@@ -234,7 +233,7 @@ int run(const NodeProcessOptions& options) {
 
   const std::string path =
       options.run_path.empty() ? new_run_path(scenario, "real") : options.run_path;
-  write_run_folder(path, scenario, plan, model, events, RunInfo{"real", "cpu", wall});
+  write_run_folder(path, scenario, plan, model, events, RunInfo{"real", "cpu", wall, variant_label(scenario)});
   if (!options.result_file.empty()) {
     std::ofstream out(options.result_file, std::ios::trunc);
     out << path << "\n";

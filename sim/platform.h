@@ -9,7 +9,7 @@
 #include <simgrid/s4u/Engine.hpp>
 #include <simgrid/s4u/Host.hpp>
 
-#include "core/scenario.h"
+#include "core/scenario/scenario.h"
 
 namespace rv {
 

@@ -12,7 +12,7 @@
 
 #include "core/compute_threads.h"
 #include "core/error.h"
-#include "core/fault_transport.h"
+#include "exec/env_assembly.h"
 #include "sim/platform.h"
 #include "sim/sim_env.h"
 
@@ -21,26 +21,12 @@ namespace sg4 = simgrid::s4u;
 namespace rv {
 namespace {
 
-// Records into the shared log and forwards to the observer. Actors run one at a time, so no locks.
-class SharedMetrics : public Metrics {
- public:
-  SharedMetrics(EventLog& log, Metrics* observer) : log_(log), observer_(observer) {}
-  void record(const Event& e) override {
-    log_.record(e);
-    if (observer_) observer_->record(e);
-  }
-
- private:
-  EventLog& log_;
-  Metrics* observer_;
-};
-
 }  // namespace
 
 SimResult simulate(const Scenario& s, const std::vector<int>& nodes, bool numeric,
                    const NodeBody& body, Metrics* observer) {
   int argc = 1;
-  char arg0[] = "ravnest";
+  char arg0[] = "ravnest-sim";  // SimGrid's argv[0]
   char* argv[] = {arg0, nullptr};
   sg4::Engine engine(&argc, argv);
   xbt_log_control_set("root.thresh:critical");
@@ -49,8 +35,7 @@ SimResult simulate(const Scenario& s, const std::vector<int>& nodes, bool numeri
   const int n = static_cast<int>(hosts.size());
   std::vector<sg4::ActorPtr> actors(n);
 
-  EventLog log;
-  SharedMetrics metrics(log, observer);
+  EventLog log;  // shared: actors run one at a time, so no locks
   std::exception_ptr first_error;
   int first_error_node = -1;
   std::vector<char> finished(n, 1);
@@ -59,12 +44,11 @@ SimResult simulate(const Scenario& s, const std::vector<int>& nodes, bool numeri
     finished[r] = 0;
     actors[r] = sg4::Actor::create("node" + std::to_string(r), hosts[r], [&, r] {
       try {
-        SimTransport sim_transport(r, actors);
+        SimTransport transport(r, actors);
         SimClock clock;
-        FaultyTransport transport(sim_transport, clock, faults_for(s.faults, r));
         SimCompute compute(numeric);
-        NodeEnv env{transport, clock, compute, metrics};
-        body(env, r);
+        NodeEnvStack stack(s, r, EnvParts{transport, clock, compute, log, nullptr, observer});
+        body(stack.env(), r);
         finished[r] = 1;
       } catch (const simgrid::ForcefulKillException&) {
         throw;  // the engine tears actors down; never swallow this

@@ -5,8 +5,8 @@
 #include <functional>
 #include <vector>
 
-#include "core/algo/algorithm.h"
-#include "core/metrics.h"
+#include "algo/algorithm.h"
+#include "core/output/metrics.h"
 
 namespace rv {
 

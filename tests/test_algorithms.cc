@@ -17,9 +17,9 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include "core/error.h"
-#include "core/optimizer.h"
-#include "core/run_output.h"
-#include "real/loopback.h"
+#include "core/model/optimizer.h"
+#include "core/output/run_output.h"
+#include "loopback/loopback.h"
 #include "test_support.h"
 
 #include <nlohmann/json.hpp>
@@ -32,6 +32,7 @@ const char* kSmall = R"(
 name = "small"
 seed = 11
 [model]
+head = "linear"
 kind = "mlp"
 hidden = [32, 16]
 [data]
@@ -64,7 +65,7 @@ double plain_sgd(const test::Prepared& p, int64_t steps,
     const std::vector<int64_t> rows = rows_of(step);
     c10::AutoGradMode g(true);
     at::Tensor logits = whole.forward(p.data.inputs(rows, false), params, true, 0, true);
-    at::Tensor loss = at::nll_loss(at::log_softmax(logits, 1), p.data.labels(rows, false));
+    at::Tensor loss = at::nll_loss(at::log_softmax(logits, 1), p.data.targets(rows, false));
     auto grads = torch::autograd::grad({loss}, params);
     c10::NoGradGuard ng;
     for (size_t i = 0; i < params.size(); ++i)
@@ -74,7 +75,7 @@ double plain_sgd(const test::Prepared& p, int64_t steps,
   std::vector<int64_t> rows;
   for (int64_t i = 0; i < p.data.test_size(); ++i) rows.push_back(i);
   at::Tensor logits = whole.forward(p.data.inputs(rows, true), params, false, 0, false);
-  return at::nll_loss(at::log_softmax(logits, 1), p.data.labels(rows, true)).item<double>();
+  return at::nll_loss(at::log_softmax(logits, 1), p.data.targets(rows, true)).item<double>();
 }
 
 // Local SGD (each of C one-node clusters trains on its shard with its own optimizer; every `every`
@@ -128,7 +129,7 @@ double local_sgd_test_loss(const test::Prepared& p, int C, int64_t steps, int64_
       c10::AutoGradMode g(true);
       const auto& params = models[c].params();
       at::Tensor logits = models[c].forward(p.data.inputs(rows, false), params, true, 0, true);
-      at::Tensor loss = at::nll_loss(at::log_softmax(logits, 1), p.data.labels(rows, false));
+      at::Tensor loss = at::nll_loss(at::log_softmax(logits, 1), p.data.targets(rows, false));
       auto grads = torch::autograd::grad({loss}, params);
       models[c].set_params(opts[c].step(params, grads));
     }
@@ -146,7 +147,7 @@ double local_sgd_test_loss(const test::Prepared& p, int C, int64_t steps, int64_
   std::vector<int64_t> rows;
   for (int64_t i = 0; i < p.data.test_size(); ++i) rows.push_back(i);
   at::Tensor logits = models[0].forward(p.data.inputs(rows, true), models[0].params(), false, 0, false);
-  return at::nll_loss(at::log_softmax(logits, 1), p.data.labels(rows, true)).item<double>();
+  return at::nll_loss(at::log_softmax(logits, 1), p.data.targets(rows, true)).item<double>();
 }
 
 nlohmann::json run(const test::Prepared& p) {

@@ -9,9 +9,9 @@
 
 #include <ATen/ATen.h>
 
-#include "core/algo/ring_averager.h"
-#include "real/loopback.h"
-#include "real/real_env.h"
+#include "algo/ring_averager.h"
+#include "loopback/loopback.h"
+#include "exec/wall_env.h"
 #include "test_support.h"
 
 using namespace rv;
@@ -25,6 +25,7 @@ void check_mean(const std::vector<std::vector<int>>& clusters, RingTopology topo
   std::string toml = R"(
 name = "rings"
 [model]
+head = "linear"
 kind = "cnn"
 channels = [4, 8]
 hidden = [16]
@@ -62,8 +63,8 @@ method = "manual"
     threads.emplace_back([&, n] {
       try {
         LoopbackTransport t(hub, n);
-        RealClock clock;
-        RealCompute compute;
+        WallClock clock;
+        WallCompute compute;
         EventLog log;
         NodeEnv env{t, clock, compute, log};
         NodeRole r = p.plan.role_of(n);

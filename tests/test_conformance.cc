@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/plan.h"
-#include "core/run_output.h"
-#include "real/loopback.h"
+#include "core/output/run_output.h"
+#include "loopback/loopback.h"
 #include "sim/sim_runner.h"
 #include "test_support.h"
 
@@ -20,6 +20,7 @@ TEST_CASE("loopback and SimGrid agree on the plan and reach comparable loss", "[
 name = "conformance"
 seed = 3
 [model]
+head = "linear"
 kind = "cnn"
 channels = [8, 16]
 hidden = [32]

@@ -6,8 +6,8 @@
 
 #include <ATen/ATen.h>
 
-#include "core/dataset.h"
-#include "core/scenario.h"
+#include "core/data/dataset.h"
+#include "core/scenario/scenario.h"
 
 using namespace rv;
 

@@ -4,8 +4,9 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
-#include "core/model.h"
-#include "core/scenario.h"
+#include "core/error.h"
+#include "core/model/model.h"
+#include "core/scenario/scenario.h"
 
 using namespace rv;
 
@@ -17,6 +18,7 @@ ModelDesc cnn() {
   s.channels = {4, 8};
   s.hidden = {16};
   s.dropout = 0.25;
+  s.head = "linear";
   return build_model(s, {1, 8, 8}, 10);
 }
 
@@ -24,6 +26,7 @@ ModelDesc mlp() {
   ModelSpec s;
   s.kind = "mlp";
   s.hidden = {32, 16};
+  s.head = "linear";
   return build_model(s, {1, 28, 28}, 10);
 }
 
@@ -53,7 +56,7 @@ TEST_CASE("profile matches the instantiated module", "[model]") {
 
 TEST_CASE("flops of a linear layer are 2 * in * out per sample", "[model]") {
   ModelDesc m = mlp();
-  REQUIRE(m.layers[1].kind == LayerKind::kLinear);
+  REQUIRE(m.profile[1].name.rfind("linear(784->32)", 0) == 0);
   CHECK(m.profile[1].forward_flops == 2.0 * 784 * 32);
   CHECK(m.params(0, m.layer_count()) == 784 * 32 + 32 + 32 * 16 + 16 + 16 * 10 + 10);
   CHECK(m.total_params() == m.params(0, 3) + m.params(3, m.layer_count()));
@@ -83,4 +86,44 @@ TEST_CASE("dropout masks are fixed by their seed, so a forward can be recomputed
   at::Tensor c = s.forward(x, s.params(), true, 78, false);
   CHECK(at::equal(a, b));
   CHECK_FALSE(at::equal(a, c));
+}
+
+TEST_CASE("a model has only the layers its scenario asks for", "[model]") {
+  ModelSpec s;
+  s.kind = "mlp";
+  s.hidden = {32, 10};
+  SECTION("no head: the last hidden layer gives the task's outputs, no flatten on flat inputs") {
+    ModelDesc m = build_model(s, {64}, 10);
+    REQUIRE(m.layer_count() == 4);  // linear, relu, linear, relu
+    CHECK(m.profile[0].name.rfind("linear(64->32)", 0) == 0);
+    CHECK(m.profile[3].name.rfind("relu", 0) == 0);
+    CHECK(m.outputs == 10);
+  }
+  SECTION("images get a flatten before the first linear layer, and a head only when asked") {
+    ModelDesc m = build_model(s, {1, 8, 8}, 10);
+    CHECK(m.profile[0].name.rfind("flatten", 0) == 0);
+    CHECK(m.layer_count() == 5);
+    s.head = "linear";
+    ModelDesc h = build_model(s, {1, 8, 8}, 10);
+    REQUIRE(h.layer_count() == 6);
+    CHECK(h.profile[5].name.rfind("linear(10->10)", 0) == 0);
+  }
+  SECTION("a model that does not end in the task's outputs is refused, naming model.head") {
+    s.hidden = {32};
+    try {
+      build_model(s, {1, 8, 8}, 10);
+      FAIL("no error");
+    } catch (const InputError& e) {
+      const std::string what = e.what();
+      CHECK_THAT(what, Catch::Matchers::Contains("model.head") && Catch::Matchers::Contains("32") &&
+                           Catch::Matchers::Contains("10 outputs"));
+    }
+  }
+  SECTION("a regression head has the task's targets as outputs") {
+    s.hidden = {16};
+    s.head = "linear";
+    ModelDesc m = build_model(s, {8}, 3);
+    CHECK(m.profile.back().out_shape == std::vector<int64_t>{3});
+    CHECK(m.params(0, m.layer_count()) == 8 * 16 + 16 + 16 * 3 + 3);
+  }
 }

@@ -2,7 +2,7 @@
 // cuts honoured, infeasible pools refused with what is missing.
 #include "catch.h"
 
-#include "core/cost_model.h"
+#include "core/model/cost_model.h"
 #include "core/error.h"
 #include "planner/comm_graph.h"
 #include "test_support.h"
@@ -14,6 +14,7 @@ namespace {
 const char* kPool = R"(
 name = "pool"
 [model]
+head = "linear"
 kind = "mlp"
 hidden = [512, 512, 512, 512, 512, 512]
 [data]
@@ -79,7 +80,7 @@ TEST_CASE("stage_layers fixes the cut; a wrong total is refused", "[planner]") {
 }
 
 TEST_CASE("more nodes than layers leaves the extra nodes idle", "[planner]") {
-  auto p = test::prepare("name = \"tiny\"\n[model]\nhidden = []\n[[devices]]\ncount = 5\n", {}, false);
+  auto p = test::prepare("name = \"tiny\"\n[model]\nhead = \"linear\"\nhidden = []\n[[devices]]\ncount = 5\n", {}, false);
   CHECK(p.model.layer_count() == 2);
   CHECK(p.plan.clusters[0].stages.size() == 2);
   CHECK(p.plan.role_of(4).stage == -1);

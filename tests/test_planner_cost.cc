@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/run_output.h"
+#include "core/output/run_output.h"
 #include "planner/cost.h"
 #include "sim/sim_runner.h"
 #include "test_support.h"
@@ -17,6 +17,7 @@ namespace {
 const char* kCluster = R"(
 name = "cost"
 [model]
+head = "linear"
 kind = "mlp"
 hidden = [1024, 1024, 512]
 [data]
@@ -95,6 +96,7 @@ double simulated_averaging(int clusters, const std::string& network, double* pre
   std::string toml = std::string(R"(
 name = "avg"
 [model]
+head = "linear"
 kind = "mlp"
 hidden = [1024, 1024]
 [data]

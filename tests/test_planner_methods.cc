@@ -27,6 +27,7 @@ namespace {
 // A 10-layer MLP (about 3.7 M parameters, 30 MB of weights and gradients with SGD).
 const char* kModel = R"(
 [model]
+head = "linear"
 kind = "mlp"
 hidden = [1024, 1024, 1024, 512]
 [data]
@@ -205,8 +206,7 @@ TEST_CASE("exhaustive matches brute force over every partition, order and cut of
   text.replace(text.find(from), from.size(), "hidden = [512, 256, 128]");
   test::Prepared p;
   p.scenario = parse_scenario(text, "test.toml");
-  const DatasetShape shape = dataset_shape(p.scenario.data);
-  p.model = build_model(p.scenario.model, shape.sample_shape, shape.classes);
+  p.model = build_model(p.scenario);
   CostModel cost(p.scenario, p.model);
   const int n = cost.nodes(), layers = p.model.layer_count();
 

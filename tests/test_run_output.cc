@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/run_output.h"
+#include "core/output/run_output.h"
 #include "test_support.h"
 
 using namespace rv;
@@ -74,7 +74,7 @@ TEST_CASE("metrics.csv round-trips", "[output]") {
 }
 
 TEST_CASE("a run folder holds every output file", "[output]") {
-  auto p = test::prepare("name = \"out\"\n[[devices]]\ncount = 2\n", {}, false);
+  auto p = test::prepare("name = \"out\"\n[model]\nhead = \"linear\"\n[[devices]]\ncount = 2\n", {}, false);
   fs::path dir = fs::temp_directory_path() / "rv_test_run_folder";
   fs::remove_all(dir);
   write_run_folder(dir.string(), p.scenario, p.plan, p.model, some_events(), RunInfo{"sim", "numeric", 1.5});
@@ -95,7 +95,7 @@ TEST_CASE("a run folder holds every output file", "[output]") {
 }
 
 TEST_CASE("a failed write leaves no run folder", "[output]") {
-  auto p = test::prepare("name = \"out\"\n[[devices]]\ncount = 2\n", {}, false);
+  auto p = test::prepare("name = \"out\"\n[model]\nhead = \"linear\"\n[[devices]]\ncount = 2\n", {}, false);
   fs::path base = fs::temp_directory_path() / "rv_test_ro";
   fs::remove_all(base);
   fs::create_directories(base);

@@ -4,10 +4,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "core/dataset.h"
+#include "core/data/dataset.h"
 #include "core/error.h"
-#include "core/model.h"
-#include "core/scenario.h"
+#include "core/model/model.h"
+#include "core/scenario/scenario.h"
 #include "planner/planner.h"
 #include "test_support.h"
 
@@ -130,10 +130,9 @@ TEST_CASE("a missing dataset file is an input error naming the file", "[scenario
 }
 
 TEST_CASE("a model that does not fit the cluster's RAM is refused with what is missing", "[scenario][planner]") {
-  Scenario s = parse_scenario("name = \"big\"\n[model]\nhidden = [8192, 8192, 8192]\n[[devices]]\ncount = 2\nram_gb = 0.1\n",
+  Scenario s = parse_scenario("name = \"big\"\n[model]\nhead = \"linear\"\nhidden = [8192, 8192, 8192]\n[[devices]]\ncount = 2\nram_gb = 0.1\n",
                               "big.toml");
-  DatasetShape shape = dataset_shape(s.data);
-  ModelDesc m = build_model(s.model, shape.sample_shape, shape.classes);
+  ModelDesc m = build_model(s);
   try {
     make_plan(s, m);
     FAIL("no error");

@@ -11,10 +11,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/algo/ring_averager.h"
-#include "core/cost_model.h"
+#include "algo/ring_averager.h"
+#include "core/model/cost_model.h"
 #include "core/error.h"
-#include "core/run_output.h"
+#include "core/output/run_output.h"
 #include "sim/sim_runner.h"
 #include "test_support.h"
 
@@ -27,6 +27,7 @@ std::string pipeline_scenario(const std::string& algorithm, const std::string& t
   return R"(
 name = "analytic"
 [model]
+head = "linear"
 kind = "mlp"
 hidden = [256, 256, 256]
 [data]
@@ -207,6 +208,7 @@ Averaging one_averaging(RingTopology topology) {
   std::string toml = R"(
 name = "avg"
 [model]
+head = "linear"
 kind = "mlp"
 hidden = [1024, 1024]
 [data]

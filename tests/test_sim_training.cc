@@ -1,7 +1,7 @@
 // Training in the simulator with real maths: the ravnest pipeline learns Fashion-MNIST.
 #include "catch.h"
 
-#include "core/run_output.h"
+#include "core/output/run_output.h"
 #include "sim/sim_runner.h"
 #include "test_support.h"
 
@@ -14,6 +14,7 @@ TEST_CASE("ravnest pipeline reaches 80% on Fashion-MNIST in simulation", "[sim][
 name = "fmnist-test"
 seed = 7
 [model]
+head = "linear"
 kind = "mlp"
 hidden = [256, 128]
 [data]

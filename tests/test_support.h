@@ -4,11 +4,11 @@
 #include <string>
 #include <vector>
 
-#include "core/algo/algorithm.h"
-#include "core/dataset.h"
-#include "core/model.h"
+#include "algo/algorithm.h"
+#include "core/data/dataset.h"
+#include "core/model/model.h"
 #include "core/plan.h"
-#include "core/scenario.h"
+#include "core/scenario/scenario.h"
 #include "planner/planner.h"
 
 namespace rv::test {
@@ -28,8 +28,7 @@ inline Prepared prepare(const std::string& toml, const std::vector<std::string>&
                         bool load_data = true) {
   Prepared p;
   p.scenario = parse_scenario(toml, "test.toml", overrides);
-  DatasetShape shape = dataset_shape(p.scenario.data);
-  p.model = build_model(p.scenario.model, shape.sample_shape, shape.classes);
+  p.model = build_model(p.scenario);
   p.plan = make_plan(p.scenario, p.model);
   if (load_data && p.scenario.sim.mode == "numeric") p.data = load_dataset(p.scenario.data, p.scenario.seed);
   return p;

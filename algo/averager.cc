@@ -1,0 +1,49 @@
+#include "algo/averager.h"
+
+#include "algo/collective_averager.h"
+#include "algo/ring_averager.h"
+#include "core/error.h"
+
+namespace rv {
+
+void Averager::wait(const std::function<Message()>& recv, const std::function<void(Message)>& other) {
+  while (!progress()) {
+    Message m = recv();
+    if (!hold(m)) other(std::move(m));
+  }
+}
+
+at::Tensor Averager::average(const at::Tensor& state, int64_t rows, int64_t round,
+                             const std::function<Message()>& recv, const std::function<void(Message)>& other) {
+  if (!participates()) return state;
+  start(state, rows, round);
+  wait(recv, other);
+  at::Tensor mean = result();
+  clear();
+  return mean.defined() ? mean : state;
+}
+
+Event Averager::event_now(NodeEnv& env, const NodeRole& role, EventKind kind) {
+  Event e;
+  e.kind = kind;
+  e.node = role.node;
+  e.cluster = role.cluster;
+  e.stage = role.stage;
+  e.micro_batch = -1;
+  e.start = e.end = env.clock.now();
+  return e;
+}
+
+std::unique_ptr<Averager> make_averager(NodeEnv& env, const Plan& plan, const ModelDesc& model, int node,
+                                        const Allreduce& kind) {
+  if (kind.executor_collectives) return std::make_unique<CollectiveAverager>(env, plan, model, node);
+  switch (kind.topology) {
+    case AllreduceTopology::kSingleRing:
+      return std::make_unique<RingAverager>(env, plan, model, node, RingTopology::kSingle);
+    case AllreduceTopology::kMultiRing:
+      break;
+  }
+  return std::make_unique<RingAverager>(env, plan, model, node, RingTopology::kMulti);
+}
+
+}  // namespace rv

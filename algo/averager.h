@@ -1,0 +1,69 @@
+// Averager: one node's part in cross-cluster averaging, the mean over the clusters of a tensor laid
+// out like the node's stage state (ModelDesc::state_offset order, its stage's slice).
+//
+// Implementations (training.allreduce):
+//   multi-ring   Ravnest's parallel multi-ring all-reduce (ring_averager.h), every ring at once
+//   single-ring  one ring over the whole model between the clusters' first stages, each of which
+//                collects its cluster's stages first and hands the means back (ring_averager.h)
+//   gloo         the executor's own all-reduce (c10d ProcessGroupGloo), one group per ring of the
+//                multi-ring, for comparison (collective_averager.h; the real executor only)
+//
+// The averaged tensor is [n] or [rows, n] (n = the stage state's length): every row is averaged
+// (rows carry, e.g., optimizer state laid out like the parameters). In the simulator's timing mode
+// the tensor is undefined and only the modeled transfers and additions of `rows` rows happen.
+//
+// Contract: every node of every cluster that takes part averages for the same `round`s, in order,
+// with the same number of rows. Blocking: average(). Non-blocking: start(), then offer every
+// message to hold() and call progress() until it returns true; result() then gives the mean.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <ATen/core/Tensor.h>
+
+#include "algo/registry.h"
+#include "core/env.h"
+#include "core/model/model.h"
+#include "core/plan.h"
+
+namespace rv {
+
+class Averager {
+ public:
+  virtual ~Averager() = default;
+
+  // Whether this node takes part in averaging at all (false with one cluster, or for a stage
+  // that holds no state where the topology needs none from it).
+  virtual bool participates() const = 0;
+  // Starts averaging `state` (see above) as averaging number `round`.
+  virtual void start(const at::Tensor& state, int64_t rows, int64_t round) = 0;
+  // Keeps a message of this or a later averaging; returns false (and leaves `m`) for any other.
+  virtual bool hold(Message& m) = 0;
+  // Does whatever can be done without waiting; true once the mean is ready.
+  virtual bool progress() = 0;
+  // Blocks until the averaging in progress is done: `recv` gives the node's next message, and
+  // messages that are not the averaging's go to `other`, in arrival order.
+  virtual void wait(const std::function<Message()>& recv, const std::function<void(Message)>& other);
+  virtual bool active() const = 0;        // started and not yet cleared
+  virtual at::Tensor result() const = 0;  // the mean, once progress() returned true (numeric mode)
+  virtual void clear() = 0;               // back to idle after a finished averaging
+
+  // start() then wait(); returns the mean (or `state` itself in timing mode or if this node does
+  // not take part).
+  at::Tensor average(const at::Tensor& state, int64_t rows, int64_t round,
+                     const std::function<Message()>& recv, const std::function<void(Message)>& other);
+
+ protected:
+  // An event of `kind` of the node in `role` (no micro-batch), starting and ending now.
+  static Event event_now(NodeEnv& env, const NodeRole& role, EventKind kind);
+};
+
+// The averager for the all-reduce `kind` (training.allreduce, algo/registry.h). Throws
+// rv::InputError for one on the executor's collectives where the environment has none (the
+// simulator, loopback).
+std::unique_ptr<Averager> make_averager(NodeEnv& env, const Plan& plan, const ModelDesc& model, int node,
+                                        const Allreduce& kind);
+
+}  // namespace rv

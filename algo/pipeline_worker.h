@@ -1,0 +1,107 @@
+// PipelineWorker: what every pipeline algorithm does on one stage, in numeric or timing mode:
+// compute a forward or backward (charging the cost model's flops and recording a span), build and
+// send messages, wait for messages (recording idle time), evaluate, report memory.
+// The scheduling policy (when to do what) stays in the algorithm files.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <optional>
+
+#include "algo/algorithm.h"
+#include "algo/averager.h"
+#include "core/model/cost_model.h"
+#include "core/model/stage.h"
+
+namespace rv {
+
+class PipelineWorker {
+ public:
+  // `training` may differ from the scenario's (gpipe keeps graphs: weight stashing semantics).
+  PipelineWorker(NodeEnv& env, const RunSpec& spec, int node, const TrainingSpec& training,
+                 int64_t in_flight);
+
+  const NodeRole& role() const { return role_; }
+  bool numeric() const { return env_.compute.numeric(); }
+  int64_t version() const { return version_; }
+  int64_t batch() const { return batch_; }
+
+  // First stage: reads micro-batch `mb` from the data; others: takes it from `in`. Returns the
+  // message for the next stage (the last stage keeps its logits for last_backward()).
+  Message forward(int64_t mb, const Message* in);
+  // Backward of micro-batch `mb`; returns the message for the previous stage (unsent), or nothing
+  // on a first stage. Sets `staleness` to updates applied since this micro-batch's forward.
+  std::optional<Message> backward(int64_t mb, const Message& grad, int64_t* staleness);
+  // Last stage: the loss of micro-batch `mb` (after forward()) and its backward. Records the loss.
+  std::optional<Message> last_backward(int64_t mb, int64_t* staleness);
+  // Applies the accumulated gradients; records the update with its staleness.
+  void update(int64_t mb, int64_t staleness);
+
+  // Evaluation round after `step` updates and `samples` training samples: the first stage injects
+  // every evaluation batch (or scores it alone if it is also the last stage).
+  void inject_eval(int64_t step, int64_t samples);
+  // A kEvalForward message: forwarded on, or scored by the last stage.
+  void eval(const Message& in);
+
+  void send(int dst, Message m);
+  // Blocks for the next message, recording the wait as idle time.
+  Message recv();
+  // Averaging messages that arrive early are kept for the averaging, never returned.
+  std::optional<Message> try_recv();
+  void stop_next();  // sends kStop to the next stage (if any) and flushes
+
+  void record_memory();
+
+  // Cross-cluster averaging (bulk-synchronous: the caller has drained its pipeline). Messages of
+  // the pipeline that arrive meanwhile go to `defer`. No-op with one cluster.
+  void average(const std::function<void(Message)>& defer);
+  // Overlapped averaging: starts averaging a snapshot of this stage and returns at once; the
+  // averaging advances as its messages arrive (in recv/try_recv), and when it is done the
+  // difference (mean - snapshot) is added to the stage, whatever it learned meanwhile. If one is
+  // still running, it is finished first (blocking).
+  void start_overlapped_average(const std::function<void(Message)>& defer);
+  // Blocks until the overlapped averaging in progress (if any) is done and applied.
+  void finish_overlapped_average(const std::function<void(Message)>& defer);
+  // Data parallelism: replaces this node's accumulated gradients (and buffers) by their mean over
+  // the clusters (the same rings; every cluster is one node holding the whole model).
+  void exchange_gradients(const std::function<void(Message)>& defer);
+  bool averages() const { return averager_->participates() || spec_.plan->clusters.size() > 1; }
+
+ private:
+  Event event(EventKind kind) const;
+  Message backward_message(int64_t mb) const;  // the (unsent, empty) gradient message
+  // Records the backward span `e` and returns its staleness (updates since its forward).
+  int64_t finish_backward(Event& e, int64_t mb, int64_t forward_version);
+  std::optional<Message> note_recv(std::optional<Message> m);
+  int64_t eval_batches() const;
+
+  NodeEnv& env_;
+  RunSpec spec_;
+  NodeRole role_;
+  TrainingSpec training_;
+  int64_t batch_;
+  int64_t in_flight_cap_;
+  StageCost cost_;
+  std::unique_ptr<Stage> stage_;  // numeric mode only
+  std::unique_ptr<Sampler> sampler_;
+  int64_t version_ = 0;
+  std::map<int64_t, int64_t> forward_version_;  // timing mode bookkeeping (numeric: in Stage)
+  std::map<int64_t, at::Tensor> logits_;        // last stage: logits awaiting last_backward()
+  int64_t trained_ = 0;                         // micro-batches whose loss this node computed
+  // Last stage: evaluation round being scored.
+  int64_t eval_step_ = -1, eval_seen_ = 0, eval_count_ = 0, eval_correct_ = 0;
+  double eval_loss_ = 0;
+  Bytes peak_memory_ = 0;
+  std::unique_ptr<Averager> averager_;
+  bool average_optimizer_;   // averagings carry the optimizer's state too
+  int64_t average_rows_;     // rows of an averaged tensor (Stage::averaged_state)
+  int64_t averagings_ = 0;
+  at::Tensor snapshot_;  // overlapped averaging: the state it started from
+  void poll_average();      // advances an overlapped averaging; applies it when done
+  void apply_overlapped();  // adds (mean - snapshot) to the stage (and optimizer state)
+  // For Averager::wait: the transport's next message; other messages go to `defer`, recorded.
+  std::function<Message()> raw_recv();
+  std::function<void(Message)> other(const std::function<void(Message)>& defer);
+};
+
+}  // namespace rv

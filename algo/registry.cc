@@ -1,0 +1,119 @@
+#include "algo/registry.h"
+
+#include <algorithm>
+
+#include "algo/algorithm.h"
+#include "core/error.h"
+
+namespace rv {
+namespace {
+
+// The entry named `value` (the scenario's `key`), or a ScenarioError at the key's line.
+template <typename Entry>
+const Entry& find_named(const std::vector<Entry>& entries, const std::string& value,
+                        const Scenario& s, const char* key) {
+  for (const Entry& e : entries)
+    if (value == e.name) return e;
+  std::string list;
+  for (const Entry& e : entries) list += (list.empty() ? "" : ", ") + std::string(e.name);
+  throw ScenarioError(s.where(key), key,
+                      "unknown value '" + value + "' (expected one of: " + list + ")");
+}
+
+}  // namespace
+
+// The registry. One entry per algorithm; its run function lives in its own file.
+const std::vector<Algorithm>& algorithms() {
+  static const std::vector<Algorithm> kAlgorithms = {
+      {"ravnest",
+       "zero-bubble asynchronous pipelines, clusters averaged by parallel multi-ring all-reduce",
+       &run_ravnest,
+       {InFlightRule::kMaxInFlight, Schedule::kAsynchronous, Layout::kPipelines,
+        Exchange::kParameters, /*forces_weight_stashing=*/false, /*overlapped_averaging=*/true}},
+      {"gpipe",
+       "synchronous pipelines (micro-batches, then a flush); gradients all-reduced every step",
+       &run_gpipe,
+       {InFlightRule::kMicroBatches, Schedule::kFlush, Layout::kPipelines, Exchange::kGradients,
+        /*forces_weight_stashing=*/true, /*overlapped_averaging=*/false}},
+      {"sync-dp",
+       "synchronous data parallelism: every node the whole model, gradients all-reduced",
+       &run_sync_dp,
+       {InFlightRule::kOne, Schedule::kAsynchronous, Layout::kReplicas, Exchange::kGradients,
+        /*forces_weight_stashing=*/false, /*overlapped_averaging=*/false}},
+  };
+  return kAlgorithms;
+}
+
+std::vector<std::string> algorithm_names() {
+  std::vector<std::string> names;
+  for (const Algorithm& a : algorithms()) names.emplace_back(a.name);
+  return names;
+}
+
+const Algorithm& algorithm_of(const Scenario& s) {
+  return find_named(algorithms(), s.training.algorithm, s, "training.algorithm");
+}
+
+TrainingSpec effective_training(const Scenario& s) {
+  TrainingSpec t = s.training;
+  if (algorithm_of(s).traits.forces_weight_stashing) t.weight_stashing = true;
+  return t;
+}
+
+int64_t in_flight(const Algorithm& a, const TrainingSpec& training, int stages) {
+  switch (a.traits.in_flight) {
+    case InFlightRule::kMicroBatches:
+      return training.micro_batches;
+    case InFlightRule::kOne:
+      return 1;
+    case InFlightRule::kMaxInFlight:
+      break;
+  }
+  return training.max_in_flight > 0 ? training.max_in_flight : std::max(1, stages);
+}
+
+int64_t micro_batches_per_exchange(const Algorithm& a, const TrainingSpec& training) {
+  const int64_t per_update = a.traits.schedule == Schedule::kFlush ? training.micro_batches : 1;
+  const int64_t updates = a.traits.exchange == Exchange::kGradients ? 1 : training.average_every;
+  return updates * per_update;
+}
+
+const std::vector<Allreduce>& allreduces() {
+  static const std::vector<Allreduce> kAllreduces = {
+      {"multi-ring", "Ravnest's parallel rings, one per chunk of the model, all at once",
+       AllreduceTopology::kMultiRing, false},
+      {"single-ring", "baseline: first stages collect, one ring over the whole model, hand back",
+       AllreduceTopology::kSingleRing, false},
+      {"gloo", "c10d's own all-reduce over the multi-ring's chunks (real executor only)",
+       AllreduceTopology::kMultiRing, true},
+  };
+  return kAllreduces;
+}
+
+std::vector<std::string> allreduce_names() {
+  std::vector<std::string> names;
+  for (const Allreduce& a : allreduces()) names.emplace_back(a.name);
+  return names;
+}
+
+const Allreduce& allreduce_of(const Scenario& s) {
+  return find_named(allreduces(), s.training.allreduce, s, "training.allreduce");
+}
+
+std::map<std::string, std::vector<std::string>> registry_choices() {
+  return {{"training.algorithm", algorithm_names()}, {"training.allreduce", allreduce_names()}};
+}
+
+std::string variant_label(const Scenario& s) {
+  const TrainingSpec defaults;
+  std::string label = algorithm_of(s).name;
+  if (s.training.averaging != defaults.averaging) label += " " + s.training.averaging;
+  if (s.training.allreduce != defaults.allreduce) label += " " + s.training.allreduce;
+  return label;
+}
+
+void run_node(NodeEnv& env, const RunSpec& spec, int node) {
+  algorithm_of(*spec.scenario).run(env, spec, node);
+}
+
+}  // namespace rv

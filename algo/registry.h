@@ -1,0 +1,119 @@
+// The algorithm registry: the one place that knows which training algorithms exist and what each
+// of them is. An entry carries the algorithm's name, its run function (one node's straight-line
+// code against NodeEnv) and its traits; the planner, the cost model, the CLI, the run outputs and
+// the report read the traits instead of comparing names. Adding an algorithm is one file (its run
+// function) plus one entry in registry.cc; tests/test_registry.cc fails if an algorithm's name is
+// compared anywhere else in the sources.
+//
+// Thread-safety: the registry is immutable after static initialisation; every function here is
+// safe to call from any thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/scenario/scenario.h"
+
+namespace rv {
+
+struct NodeEnv;
+struct RunSpec;
+
+// One node's whole run; throws rv::PeerError when a peer fails.
+using RunFn = void (*)(NodeEnv& env, const RunSpec& spec, int node);
+
+// How many micro-batches a cluster's pipeline keeps unfinished (what bounds staleness and memory).
+enum class InFlightRule {
+  kMaxInFlight,   // training.max_in_flight, or the number of stages when it is "stages"
+  kMicroBatches,  // training.micro_batches: a step's micro-batches, then a flush
+  kOne,           // one micro-batch at a time (each node a whole model, one step after another)
+};
+
+// How a pipeline's steps follow each other (what the cost model predicts a period from).
+enum class Schedule {
+  kAsynchronous,  // micro-batches cycle through the stages without a flush (closed network)
+  kFlush,         // m micro-batches in, all backwards out, one update (GPipe)
+};
+
+// What the planner lays out for the pool.
+enum class Layout {
+  kPipelines,  // clusters of pipelines, as planner.method decides
+  kReplicas,   // every node holds the whole model and is a cluster of its own (data parallelism)
+};
+
+// What clusters exchange, and when.
+enum class Exchange {
+  kParameters,  // the model (and optionally optimizer state) every training.average_every updates
+  kGradients,   // the gradients of every step, before its update
+};
+
+struct AlgorithmTraits {
+  InFlightRule in_flight = InFlightRule::kMaxInFlight;
+  Schedule schedule = Schedule::kAsynchronous;
+  Layout layout = Layout::kPipelines;
+  Exchange exchange = Exchange::kParameters;
+  // Keeps each forward's graph (its weights) until the backward, whatever training.weight_stashing
+  // says (no update happens in between, so stashing costs nothing and recomputing would).
+  bool forces_weight_stashing = false;
+  // Honours training.averaging = "overlapped" (averaging runs while training goes on).
+  bool overlapped_averaging = false;
+};
+
+struct Algorithm {
+  const char* name;     // the value of training.algorithm
+  const char* summary;  // one line, for listings
+  RunFn run;
+  AlgorithmTraits traits;
+};
+
+// Every registered algorithm, in listing order.
+const std::vector<Algorithm>& algorithms();
+std::vector<std::string> algorithm_names();
+
+// The algorithm that `s` names. Throws rv::ScenarioError naming the file, line and key
+// (training.algorithm) when no such algorithm is registered.
+const Algorithm& algorithm_of(const Scenario& s);
+
+// The training settings the algorithm of `s` actually runs with (weight stashing forced where the
+// algorithm keeps its graphs anyway). The cost model, the planner and the algorithms use these.
+TrainingSpec effective_training(const Scenario& s);
+
+// Micro-batches kept unfinished by a pipeline of `stages` stages.
+int64_t in_flight(const Algorithm& a, const TrainingSpec& training, int stages);
+
+// Micro-batches one cluster trains between two exchanges with the other clusters (the averaging
+// period the cost model charges): average_every for parameter averaging, a step's micro-batches
+// for gradient exchange.
+int64_t micro_batches_per_exchange(const Algorithm& a, const TrainingSpec& training);
+
+// How clusters average (training.allreduce), for every algorithm that exchanges across clusters.
+enum class AllreduceTopology {
+  kMultiRing,   // one ring per chunk of the model, all at once (Ravnest's parallel rings)
+  kSingleRing,  // each cluster's first stage collects its cluster's state; one ring over it all
+};
+
+struct Allreduce {
+  const char* name;     // the value of training.allreduce
+  const char* summary;  // one line, for listings
+  AllreduceTopology topology;
+  // Runs on the executor's own collectives (NodeEnv::collectives; the real executor's c10d);
+  // executors without them refuse it.
+  bool executor_collectives;
+};
+
+const std::vector<Allreduce>& allreduces();
+std::vector<std::string> allreduce_names();
+// The all-reduce that `s` names; throws rv::ScenarioError (file, line, training.allreduce).
+const Allreduce& allreduce_of(const Scenario& s);
+
+// The choices of the scenario keys that name registry entries (training.algorithm,
+// training.allreduce), for the key listing (core/scenario/keys.h: ExtraChoices).
+std::map<std::string, std::vector<std::string>> registry_choices();
+
+// A short label of what ran: the algorithm, then its averaging mode and all-reduce where they are
+// not the defaults ("ravnest overlapped single-ring"). Reports group runs by it.
+std::string variant_label(const Scenario& s);
+
+}  // namespace rv

@@ -1,0 +1,255 @@
+#include "algo/ring_averager.h"
+
+#include <ATen/ATen.h>
+
+#include "core/model/cost_model.h"
+#include "core/error.h"
+
+namespace rv {
+
+int64_t RingAverager::MyRing::seg_lo(int i) const {
+  return lo + (hi - lo) * i / members;
+}
+
+RingAverager::RingAverager(NodeEnv& env, const Plan& plan, const ModelDesc& model, int node,
+                           RingTopology topology)
+    : env_(env), node_(node), role_(plan.role_of(node)), topology_(topology) {
+  const NodeRole& role = role_;
+  clusters_ = static_cast<int>(plan.clusters.size());
+  if (role.stage < 0 || clusters_ < 2) return;
+  const int64_t base = model.state_offset(role.layer_begin);
+  own_ = model.state_offset(role.layer_end) - base;
+  whole_ = model.state_offset(model.layer_count());
+  if (topology_ == RingTopology::kMulti) {
+    for (int r = 0; r < static_cast<int>(plan.rings.size()); ++r) {
+      const Ring& ring = plan.rings[r];
+      RV_CHECK(static_cast<int>(ring.owners.size()) == clusters_, "a ring without one owner per cluster");
+      if (ring.owners[role.cluster] != node || ring.end <= ring.begin) continue;
+      MyRing m;
+      m.id = r;
+      m.lo = ring.begin - base;
+      m.hi = ring.end - base;
+      m.member = role.cluster;
+      m.members = clusters_;
+      m.next = ring.owners[(role.cluster + 1) % clusters_];
+      m.prev = ring.owners[(role.cluster + clusters_ - 1) % clusters_];
+      rings_.push_back(m);
+    }
+    takes_part_ = !rings_.empty();
+    return;
+  }
+  // Single ring: the first stages of the clusters, over the whole model.
+  const ClusterPlan& mine = plan.clusters[role.cluster];
+  leader_ = mine.stages.front().node;
+  if (leader_ == node) {
+    for (size_t s = 1; s < mine.stages.size(); ++s) {
+      const StagePlan& sp = mine.stages[s];
+      Member m{sp.node, model.state_offset(sp.layer_begin), model.state_offset(sp.layer_end)};
+      if (m.hi > m.lo) members_.push_back(m);
+    }
+    if (whole_ > 0) {
+      MyRing m;
+      m.lo = 0;
+      m.hi = whole_;
+      m.member = role.cluster;
+      m.members = clusters_;
+      m.next = plan.clusters[(role.cluster + 1) % clusters_].stages.front().node;
+      m.prev = plan.clusters[(role.cluster + clusters_ - 1) % clusters_].stages.front().node;
+      rings_.push_back(m);
+    }
+    takes_part_ = !rings_.empty();
+  } else {
+    takes_part_ = own_ > 0;
+  }
+}
+
+bool RingAverager::hold(Message& m) {
+  if (m.kind != MsgKind::kReduce && m.kind != MsgKind::kGather && m.kind != MsgKind::kCollect &&
+      m.kind != MsgKind::kDistribute)
+    return false;
+  early_.emplace(std::make_tuple(static_cast<int>(m.kind), m.aux, m.step, m.id), std::move(m));
+  return true;
+}
+
+namespace {
+
+int mod(int a, int c) { return ((a % c) + c) % c; }
+
+}  // namespace
+
+void RingAverager::start(const at::Tensor& state, int64_t rows, int64_t round) {
+  RV_CHECK(phase_ == Phase::kIdle, "an averaging is already in progress");
+  RV_CHECK(rows >= 1, "averaging: rows must be at least 1");
+  rows_ = rows;
+  round_ = round;
+  t_ = 0;
+  sent_ = false;
+  state_ = at::Tensor();
+  was_1d_ = false;
+  if (env_.compute.numeric() && state.defined()) {
+    was_1d_ = state.dim() == 1;
+    at::Tensor s = was_1d_ ? state.unsqueeze(0) : state;
+    RV_CHECK(s.dim() == 2 && s.size(0) == rows && s.size(1) == own_,
+             "averaging: a state of the wrong shape on node " + std::to_string(node_));
+    state_ = s.clone();
+  }
+  span_ = event_now(env_, role_, EventKind::kAverage);
+  span_.step = round;
+  if (!takes_part_) {
+    phase_ = Phase::kDone;
+    return;
+  }
+  if (topology_ == RingTopology::kMulti) {
+    phase_ = Phase::kReduce;
+    return;
+  }
+  phase_ = Phase::kCollect;
+  if (leader_ != node_) {  // a member: its state to the leader, then wait for the mean
+    send(leader_, MsgKind::kCollect, 0, node_, 0, own_);
+    return;
+  }
+  if (state_.defined()) {  // the leader: the whole model's state, its own stage first
+    at::Tensor whole = at::zeros({rows_, whole_}, at::kFloat);
+    whole.narrow(1, 0, own_).copy_(state_);
+    state_ = whole;
+  }
+}
+
+void RingAverager::note(EventKind kind, int peer, Bytes bytes) {
+  Event e = event_now(env_, role_, kind);
+  e.peer = peer;
+  e.bytes = bytes;
+  env_.metrics.record(e);
+}
+
+void RingAverager::send(int dst, MsgKind kind, int64_t step, int64_t aux, int64_t lo, int64_t hi) {
+  Message m;
+  m.kind = kind;
+  m.id = round_;
+  m.step = step;
+  m.aux = aux;
+  if (state_.defined()) m.payload.push_back(state_.narrow(1, lo, hi - lo).contiguous().clone());
+  m.bytes = kHeaderBytes + kFloatBytes * rows_ * (hi - lo);
+  note(EventKind::kSend, dst, m.bytes);
+  env_.transport.send(dst, std::move(m));
+}
+
+void RingAverager::send_round() {
+  const bool reduce = phase_ == Phase::kReduce;
+  for (const auto& r : rings_) {
+    const int c = r.members;
+    // Reduce-scatter round t sends segment (i - t); all-gather round t sends segment (i + 1 - t).
+    const int seg = reduce ? mod(r.member - t_, c) : mod(r.member + 1 - t_, c);
+    send(r.next, reduce ? MsgKind::kReduce : MsgKind::kGather, t_, r.id, r.seg_lo(seg), r.seg_lo(seg + 1));
+  }
+  sent_ = true;
+}
+
+Message RingAverager::take(MsgKind kind, int64_t aux, int64_t step) {
+  auto it = early_.find(std::make_tuple(static_cast<int>(kind), aux, step, round_));
+  RV_CHECK(it != early_.end(), "averaging: a message taken before it arrived");
+  Message m = std::move(it->second);
+  early_.erase(it);
+  note(EventKind::kRecv, m.src, m.bytes);
+  return m;
+}
+
+bool RingAverager::collect() {
+  auto here = [&](MsgKind kind, int64_t aux) {
+    return early_.count(std::make_tuple(static_cast<int>(kind), aux, int64_t{0}, round_)) > 0;
+  };
+  auto check = [&](const Message& m, int64_t n) {
+    RV_CHECK(!state_.defined() ||
+                 (m.payload.size() == 1 && m.payload[0].dim() == 2 && m.payload[0].size(0) == rows_ &&
+                  m.payload[0].size(1) == n),
+             "averaging: a state of the wrong size from node " + std::to_string(m.src));
+  };
+  if (leader_ != node_) {
+    if (!here(MsgKind::kDistribute, node_)) return false;
+    Message m = take(MsgKind::kDistribute, node_, 0);
+    check(m, own_);
+    if (state_.defined()) state_ = m.payload[0];
+    span_.end = env_.clock.now();
+    env_.metrics.record(span_);
+    phase_ = Phase::kDone;
+    return true;
+  }
+  for (const auto& m : members_)
+    if (!here(MsgKind::kCollect, m.node)) return false;
+  for (const auto& mb : members_) {
+    Message m = take(MsgKind::kCollect, mb.node, 0);
+    check(m, mb.hi - mb.lo);
+    if (state_.defined()) state_.narrow(1, mb.lo, mb.hi - mb.lo).copy_(m.payload[0]);
+  }
+  phase_ = Phase::kReduce;
+  return true;
+}
+
+void RingAverager::finish() {
+  int64_t elems = 0;
+  for (const auto& r : rings_) elems += (r.hi - r.lo) * rows_;
+  env_.compute.run(static_cast<double>(elems), [&] {
+    for (const auto& r : rings_) state_.narrow(1, r.lo, r.hi - r.lo).div_(static_cast<double>(clusters_));
+  });
+  if (topology_ == RingTopology::kSingle) {
+    for (const auto& mb : members_) send(mb.node, MsgKind::kDistribute, 0, mb.node, mb.lo, mb.hi);
+    if (state_.defined()) state_ = state_.narrow(1, 0, own_);
+  }
+  span_.end = env_.clock.now();
+  env_.metrics.record(span_);
+  phase_ = Phase::kDone;
+}
+
+bool RingAverager::progress() {
+  for (;;) {
+    if (phase_ == Phase::kIdle) return false;
+    if (phase_ == Phase::kDone) return true;
+    if (phase_ == Phase::kCollect) {
+      if (!collect()) return false;
+      continue;
+    }
+    if (!sent_) send_round();
+    const bool reduce = phase_ == Phase::kReduce;
+    const MsgKind kind = reduce ? MsgKind::kReduce : MsgKind::kGather;
+    for (const auto& r : rings_)
+      if (!early_.count(std::make_tuple(static_cast<int>(kind), static_cast<int64_t>(r.id),
+                                        static_cast<int64_t>(t_), round_)))
+        return false;
+    // Every ring's segment of this round is here: reduce-scatter adds segment (i - t - 1), the
+    // all-gather copies segment (i - t).
+    for (const auto& r : rings_) {
+      Message m = take(kind, r.id, t_);
+      const int seg = reduce ? mod(r.member - t_ - 1, r.members) : mod(r.member - t_, r.members);
+      const int64_t a = r.seg_lo(seg), b = r.seg_lo(seg + 1);
+      env_.compute.run(reduce ? static_cast<double>((b - a) * rows_) : 0.0, [&] {
+        RV_CHECK(m.payload.size() == 1 && m.payload[0].dim() == 2 && m.payload[0].size(0) == rows_ &&
+                     m.payload[0].size(1) == b - a,
+                 "averaging: a segment of the wrong size from node " + std::to_string(m.src));
+        at::Tensor dst = state_.narrow(1, a, b - a);
+        if (reduce) dst.add_(m.payload[0]);
+        else dst.copy_(m.payload[0]);
+      });
+    }
+    sent_ = false;
+    if (++t_ < clusters_ - 1) continue;
+    t_ = 0;
+    if (reduce) {
+      phase_ = Phase::kGather;
+      continue;
+    }
+    finish();
+    return true;
+  }
+}
+
+at::Tensor RingAverager::result() const {
+  if (!state_.defined()) return state_;
+  return was_1d_ ? state_.squeeze(0) : state_;
+}
+
+void RingAverager::clear() {
+  phase_ = Phase::kIdle;
+  state_ = at::Tensor();
+}
+
+}  // namespace rv

@@ -1,0 +1,83 @@
+// Ring all-reduce averaging over the point-to-point transport, in two topologies.
+//
+// Multi-ring (Ravnest's parallel multi-ring all-reduce): the flat model state (each layer's
+// parameters, then its buffers) is cut at every cluster's stage boundaries into chunks; chunk k has
+// one ring, made of the node holding it in each cluster (Plan::rings). Each ring splits its chunk
+// into C segments and runs a reduce-scatter then an all-gather, 2(C - 1) rounds; every ring runs at
+// the same time, and a node that holds several chunks serves all its rings in each round.
+//
+// Single ring (the baseline): each cluster's first stage (its leader) collects the states of its
+// cluster's other stages, the leaders run one ring over the whole model, and each leader hands its
+// stages their slices of the mean. Every byte of the model crosses the leaders' links.
+//
+// After either, every cluster holds the exact mean (up to float rounding).
+#pragma once
+
+#include <map>
+#include <tuple>
+#include <vector>
+
+#include "algo/averager.h"
+
+namespace rv {
+
+enum class RingTopology { kMulti, kSingle };
+
+class RingAverager : public Averager {
+ public:
+  RingAverager(NodeEnv& env, const Plan& plan, const ModelDesc& model, int node, RingTopology topology);
+
+  bool participates() const override { return takes_part_; }
+  void start(const at::Tensor& state, int64_t rows, int64_t round) override;
+  bool hold(Message& m) override;
+  bool progress() override;
+  bool active() const override { return phase_ != Phase::kIdle; }
+  at::Tensor result() const override;
+  void clear() override;
+
+ private:
+  struct MyRing {
+    int id = 0;              // index in Plan::rings (multi), 0 (single)
+    int64_t lo = 0, hi = 0;  // this node's slice of the ring's chunk, in the averaged tensor
+    int member = 0;          // this node's position (its cluster) in the ring
+    int prev = -1, next = -1;
+    int members = 0;
+    int64_t seg_lo(int i) const;  // segment i of C: [seg_lo(i), seg_lo(i + 1))
+  };
+  struct Member {  // single ring, on a leader: another stage of its cluster
+    int node = -1;
+    int64_t lo = 0, hi = 0;  // its slice of the whole model's state
+  };
+  enum class Phase { kIdle, kCollect, kReduce, kGather, kDone };
+  void send(int dst, MsgKind kind, int64_t step, int64_t aux, int64_t lo, int64_t hi);
+  void send_round();
+  bool collect();   // single ring: the leader has every stage's state, or a member its mean
+  void finish();    // divides by C, hands out the slices (single-ring leader), records the span
+  void note(EventKind kind, int peer, Bytes bytes);  // a send or receive event
+  Message take(MsgKind kind, int64_t aux, int64_t step);
+
+  NodeEnv& env_;
+  int node_;
+  NodeRole role_;
+  RingTopology topology_;
+  bool takes_part_ = false;
+  int clusters_ = 0;
+  std::vector<MyRing> rings_;
+  // Single ring: this cluster's leader (its first stage) and, on the leader, the other stages.
+  int leader_ = -1;
+  std::vector<Member> members_;
+  int64_t own_ = 0;    // length of this node's stage state
+  int64_t whole_ = 0;  // length of the whole model's state
+  std::map<std::tuple<int, int64_t, int64_t, int64_t>, Message> early_;  // (kind, aux, step, round)
+  // The averaging in progress.
+  Phase phase_ = Phase::kIdle;
+  int t_ = 0;            // round within the phase
+  bool sent_ = false;    // this round's segments are sent
+  int64_t round_ = 0;
+  int64_t rows_ = 1;
+  at::Tensor state_;     // [rows, length]: the stage's (multi), the whole model's (single leader)
+  bool was_1d_ = false;
+  Event span_;
+};
+
+}  // namespace rv

@@ -1,0 +1,232 @@
+#include "core/data/dataset.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <zlib.h>
+
+#include "core/error.h"
+
+namespace rv {
+namespace {
+
+const char* kFashionDir = "/usr/share/datasets/fashion-mnist";
+const char* kDigitsFile = "/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz";
+
+std::string read_gz(const std::string& path) {
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (!f) throw InputError(path + ": cannot open (is the dataset installed?)");
+  std::string out;
+  char buf[1 << 16];
+  int n;
+  while ((n = gzread(f, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  int err = 0;
+  const char* msg = gzerror(f, &err);
+  std::string what = (n < 0 && msg) ? msg : "";
+  gzclose(f);
+  if (n < 0) throw InputError(path + ": damaged gzip data: " + what);
+  return out;
+}
+
+uint32_t be32(const std::string& s, size_t off) {
+  auto b = [&](size_t i) { return static_cast<uint32_t>(static_cast<unsigned char>(s[off + i])); };
+  return (b(0) << 24) | (b(1) << 16) | (b(2) << 8) | b(3);
+}
+
+// IDX format: magic (0x0000 08 ndims), big-endian dims, then uint8 data.
+at::Tensor read_idx(const std::string& path, int expect_dims) {
+  std::string s = read_gz(path);
+  if (s.size() < 4 || be32(s, 0) != (0x00000800u | static_cast<uint32_t>(expect_dims)))
+    throw InputError(path + ": not an IDX file of " + std::to_string(expect_dims) + " dimensions");
+  std::vector<int64_t> dims;
+  size_t off = 4;
+  int64_t total = 1;
+  for (int i = 0; i < expect_dims; ++i) {
+    if (s.size() < off + 4) throw InputError(path + ": truncated IDX header");
+    dims.push_back(be32(s, off));
+    total *= dims.back();
+    off += 4;
+  }
+  if (s.size() != off + static_cast<size_t>(total))
+    throw InputError(path + ": IDX data size does not match its header");
+  at::Tensor t = at::empty(dims, at::kByte);
+  std::memcpy(t.data_ptr<uint8_t>(), s.data() + off, static_cast<size_t>(total));
+  return t;
+}
+
+at::Tensor take_rows(const at::Tensor& t, int64_t n) {
+  return (n > 0 && n < t.size(0)) ? t.slice(0, 0, n).contiguous() : t;
+}
+
+}  // namespace
+
+DatasetShape dataset_shape(const DataSpec& spec) {
+  if (spec.kind == "fashion-mnist") return {{1, 28, 28}, 10};
+  if (spec.kind == "digits") return {{1, 8, 8}, 10};
+  if (spec.kind == "synthetic") return {{1, spec.side, spec.side}, spec.classes};
+  if (spec.kind == "regression") return {{spec.features}, spec.targets, TaskKind::kRegression};
+  throw InputError("unknown dataset '" + spec.kind + "'");
+}
+
+std::string dataset_location(const DataSpec& spec) {
+  if (!spec.path.empty()) return spec.path;
+  if (spec.kind == "fashion-mnist") return kFashionDir;
+  if (spec.kind == "digits") return kDigitsFile;
+  return "";
+}
+
+at::Tensor Dataset::inputs(const std::vector<int64_t>& rows, bool test) const {
+  const at::Tensor& src = test ? test_x : train_x;
+  at::Tensor idx = at::tensor(rows, at::kLong);
+  if (src.scalar_type() == at::kLong) return src.index_select(0, idx);  // token ids
+  at::Tensor x = src.index_select(0, idx).to(at::kFloat);
+  if (scale != 1.0) x.mul_(scale);
+  if (mean != 0.0 || stddev != 1.0) x.sub_(mean).div_(stddev);
+  return x;
+}
+
+at::Tensor Dataset::targets(const std::vector<int64_t>& rows, bool test) const {
+  return (test ? test_y : train_y).index_select(0, at::tensor(rows, at::kLong));
+}
+
+Dataset load_dataset(const DataSpec& spec, uint64_t seed) {
+  Dataset d;
+  d.name = spec.kind;
+  d.shape = dataset_shape(spec);
+  if (spec.kind == "fashion-mnist") {
+    const std::string dir = dataset_location(spec);
+    d.train_x = read_idx(dir + "/train-images-idx3-ubyte.gz", 3).unsqueeze(1);
+    d.train_y = read_idx(dir + "/train-labels-idx1-ubyte.gz", 1).to(at::kLong);
+    d.test_x = read_idx(dir + "/t10k-images-idx3-ubyte.gz", 3).unsqueeze(1);
+    d.test_y = read_idx(dir + "/t10k-labels-idx1-ubyte.gz", 1).to(at::kLong);
+    if (d.train_x.size(0) != d.train_y.size(0) || d.test_x.size(0) != d.test_y.size(0))
+      throw InputError(dir + ": image and label counts differ");
+    d.scale = 1.0 / 255.0;
+    d.mean = 0.2860;
+    d.stddev = 0.3530;
+  } else if (spec.kind == "digits") {
+    // 1797 rows of 64 pixel values (0..16) and a label; split 80/20 by a permutation of the seed.
+    const std::string path = dataset_location(spec);
+    std::istringstream in(read_gz(path));
+    std::vector<float> pixels;
+    std::vector<int64_t> labels;
+    std::string line;
+    int line_no = 0;
+    while (std::getline(in, line)) {
+      ++line_no;
+      if (line.empty()) continue;
+      std::stringstream ls(line);
+      std::string cell;
+      std::vector<double> row;
+      while (std::getline(ls, cell, ',')) {
+        try {
+          row.push_back(std::stod(cell));
+        } catch (const std::exception&) {
+          throw InputError(path + ":" + std::to_string(line_no) + ": not a number: '" + cell + "'");
+        }
+      }
+      if (row.size() != 65)
+        throw InputError(path + ":" + std::to_string(line_no) + ": expected 65 values, got " +
+                         std::to_string(row.size()));
+      for (int i = 0; i < 64; ++i) pixels.push_back(static_cast<float>(row[i]));
+      labels.push_back(static_cast<int64_t>(row[64]));
+    }
+    const int64_t n = static_cast<int64_t>(labels.size());
+    if (n < 10) throw InputError(path + ": too few rows");
+    at::Tensor x = at::from_blob(pixels.data(), {n, 1, 8, 8}, at::kFloat).clone();
+    at::Tensor y = at::tensor(labels, at::kLong);
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed ^ 0xD161757ULL);
+    at::Tensor perm = at::randperm(n, gen, at::kLong);
+    const int64_t n_test = n / 5;
+    d.test_x = x.index_select(0, perm.slice(0, 0, n_test));
+    d.test_y = y.index_select(0, perm.slice(0, 0, n_test));
+    d.train_x = x.index_select(0, perm.slice(0, n_test, n));
+    d.train_y = y.index_select(0, perm.slice(0, n_test, n));
+    d.scale = 1.0 / 16.0;
+    d.mean = 0.3;
+    d.stddev = 0.4;
+  } else if (spec.kind == "synthetic") {
+    // Gaussian classes: centre c_k ~ N(0, 1) per class, sample = c_label + noise * N(0, 1).
+    const int64_t n_train = spec.train_samples > 0 ? spec.train_samples : 8192;
+    const int64_t n_test = spec.test_samples > 0 ? spec.test_samples : 2048;
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed ^ 0x5E7E71CULL);
+    std::vector<int64_t> shape = d.shape.sample_shape;
+    std::vector<int64_t> cshape = shape;
+    cshape.insert(cshape.begin(), spec.classes);
+    at::Tensor centres = at::randn(cshape, gen, at::kFloat);
+    auto make = [&](int64_t n, at::Tensor& x, at::Tensor& y) {
+      y = at::randint(spec.classes, {n}, gen, at::kLong);
+      std::vector<int64_t> xs = shape;
+      xs.insert(xs.begin(), n);
+      x = centres.index_select(0, y) + spec.noise * at::randn(xs, gen, at::kFloat);
+    };
+    make(n_train, d.train_x, d.train_y);
+    make(n_test, d.test_x, d.test_y);
+  } else if (spec.kind == "regression") {
+    // Linear regression with known weights: x ~ N(0, I), y = W x + b + noise * N(0, I), with
+    // W ~ N(0, 1 / features) and b ~ N(0, 1) drawn from the seed.
+    const int64_t n_train = spec.train_samples > 0 ? spec.train_samples : 8192;
+    const int64_t n_test = spec.test_samples > 0 ? spec.test_samples : 2048;
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed ^ 0x7E6E55ULL);
+    const at::Tensor w = at::randn({spec.targets, spec.features}, gen, at::kFloat) /
+                         std::sqrt(static_cast<double>(spec.features));
+    const at::Tensor b = at::randn({spec.targets}, gen, at::kFloat);
+    auto make = [&](int64_t n, at::Tensor& x, at::Tensor& y) {
+      x = at::randn({n, spec.features}, gen, at::kFloat);
+      y = at::linear(x, w, b) + spec.noise * at::randn({n, spec.targets}, gen, at::kFloat);
+    };
+    make(n_train, d.train_x, d.train_y);
+    make(n_test, d.test_x, d.test_y);
+  } else {
+    throw InputError("unknown dataset '" + spec.kind + "'");
+  }
+  d.train_x = take_rows(d.train_x, spec.train_samples);
+  d.train_y = take_rows(d.train_y, spec.train_samples);
+  d.test_x = take_rows(d.test_x, spec.test_samples);
+  d.test_y = take_rows(d.test_y, spec.test_samples);
+  if (d.train_size() < 1 || d.test_size() < 1) throw InputError(d.name + ": empty train or test set");
+  return d;
+}
+
+Sampler::Sampler(int64_t n, int64_t batch, uint64_t seed)
+    : n_(n), batch_(std::min(batch, n)), per_epoch_(std::max<int64_t>(1, n / std::min(batch, n))),
+      seed_(seed) {
+  RV_CHECK(n > 0 && batch > 0, "sampler needs samples and a positive batch size");
+}
+
+Sampler::Sampler(std::vector<int64_t> rows, int64_t batch, uint64_t seed)
+    : Sampler(static_cast<int64_t>(rows.size()), batch, seed) {
+  rows_ = std::move(rows);
+}
+
+std::vector<int64_t> shard(int64_t n, int parts, int part, uint64_t seed) {
+  RV_CHECK(parts >= 1 && part >= 0 && part < parts && n >= parts, "shard: bad arguments");
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed ^ 0x5A4D5ULL);
+  at::Tensor p = at::randperm(n, gen, at::kLong);
+  const int64_t lo = n * part / parts, hi = n * (part + 1) / parts;
+  std::vector<int64_t> rows(p.data_ptr<int64_t>() + lo, p.data_ptr<int64_t>() + hi);
+  std::sort(rows.begin(), rows.end());
+  return rows;
+}
+
+std::vector<int64_t> Sampler::indices(int64_t micro_batch) {
+  const int64_t epoch = micro_batch / per_epoch_;
+  const int64_t pos = micro_batch % per_epoch_;
+  if (epoch != cached_epoch_) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed_ * 1000003ULL + static_cast<uint64_t>(epoch));
+    at::Tensor p = at::randperm(n_, gen, at::kLong);
+    perm_.assign(p.data_ptr<int64_t>(), p.data_ptr<int64_t>() + n_);
+    cached_epoch_ = epoch;
+  }
+  std::vector<int64_t> out(perm_.begin() + pos * batch_, perm_.begin() + (pos + 1) * batch_);
+  if (!rows_.empty())
+    for (auto& i : out) i = rows_[i];
+  return out;
+}
+
+}  // namespace rv

@@ -1,0 +1,37 @@
+#include "core/model/cost_model.h"
+
+namespace rv {
+
+int optimizer_state_floats(const TrainingSpec& training) {
+  if (training.optimizer == "adam") return 2;
+  return training.momentum > 0 ? 1 : 0;
+}
+
+StageCost stage_cost(const ModelDesc& model, int begin, int end, const TrainingSpec& training,
+                     int64_t batch, int64_t in_flight) {
+  StageCost c;
+  const double b = static_cast<double>(batch);
+  c.forward = b * model.forward_flops(begin, end);
+  // Backward: about twice the forward (gradients w.r.t. inputs and weights). Without weight
+  // stashing the forward is recomputed with the current weights first.
+  c.backward = 2.0 * c.forward + (training.weight_stashing ? 0.0 : c.forward);
+  const int64_t params = model.params(begin, end);
+  c.update = (training.optimizer == "adam" ? 10.0 : 3.0) * static_cast<double>(params);
+  c.activation_out = end < model.layer_count() ? kFloatBytes * batch * model.profile[end - 1].out_elems : 0;
+  c.gradient_in = begin > 0 ? kFloatBytes * batch * model.input_elems_of(begin) : 0;
+
+  const Bytes buffers = model.buffers(begin, end);
+  // Weights, gradients, optimizer state and buffers.
+  Bytes m = kFloatBytes * (params * (2 + optimizer_state_floats(training)) + buffers);
+  // Per unfinished micro-batch: with stashing the saved activations of every layer and, in the
+  // worst case, one older version of the weights; without, only the stage's input.
+  const Bytes saved = training.weight_stashing
+                          ? kFloatBytes * batch * model.activation_elems(begin, end)
+                          : kFloatBytes * batch * model.input_elems_of(begin);
+  const Bytes stash = training.weight_stashing ? kFloatBytes * params : 0;
+  m += in_flight * saved + (in_flight > 1 ? (in_flight - 1) * stash : 0);
+  c.memory = m;
+  return c;
+}
+
+}  // namespace rv

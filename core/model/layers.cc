@@ -1,0 +1,226 @@
+#include "core/model/layers.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace rv {
+namespace {
+
+int64_t product(const std::vector<int64_t>& v) {
+  int64_t p = 1;
+  for (auto x : v) p *= x;
+  return p;
+}
+
+std::string shape_str(const std::vector<int64_t>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "x" : "") + std::to_string(v[i]);
+  return s;
+}
+
+// Fills the fields every layer derives the same way.
+LayerProfile finish(LayerProfile p) {
+  p.out_elems = product(p.out_shape);
+  p.name += " -> " + shape_str(p.out_shape);
+  return p;
+}
+
+void expect(bool ok, const std::string& layer, const std::vector<int64_t>& in,
+            const std::string& needs) {
+  if (!ok)
+    throw InputError("model: a " + layer + " layer cannot take inputs of shape " + shape_str(in) +
+                     " (it needs " + needs + ")");
+}
+
+// PyTorch's default initialisation: U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+at::Tensor uniform(at::Generator& gen, std::vector<int64_t> shape, int64_t fan_in) {
+  const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
+  return at::empty(shape, at::kFloat).uniform_(-bound, bound, gen).requires_grad_(true);
+}
+
+class Flatten : public Layer {
+ public:
+  LayerProfile profile(const std::vector<int64_t>& in) const override {
+    LayerProfile p;
+    p.name = "flatten";
+    p.out_shape = {product(in)};
+    return finish(p);
+  }
+  at::Tensor forward(const at::Tensor& x, const at::Tensor*, const at::Tensor*,
+                     const ForwardContext&) const override {
+    return x.reshape({x.size(0), -1});
+  }
+};
+
+class Linear : public Layer {
+ public:
+  Linear(int64_t in, int64_t out) : in_(in), out_(out) {}
+  LayerProfile profile(const std::vector<int64_t>& in) const override {
+    expect(in.size() == 1 && in[0] == in_, "linear", in, std::to_string(in_) + " features");
+    LayerProfile p;
+    p.name = "linear(" + std::to_string(in_) + "->" + std::to_string(out_) + ")";
+    p.out_shape = {out_};
+    p.params = in_ * out_ + out_;
+    p.forward_flops = 2.0 * in_ * out_;
+    return finish(p);
+  }
+  std::vector<at::Tensor> init_params(at::Generator& gen) const override {
+    return {uniform(gen, {out_, in_}, in_), uniform(gen, {out_}, in_)};
+  }
+  at::Tensor forward(const at::Tensor& x, const at::Tensor* w, const at::Tensor*,
+                     const ForwardContext&) const override {
+    return at::linear(x, w[0], w[1]);
+  }
+
+ private:
+  int64_t in_, out_;
+};
+
+class ReLU : public Layer {
+ public:
+  LayerProfile profile(const std::vector<int64_t>& in) const override {
+    LayerProfile p;
+    p.name = "relu";
+    p.out_shape = in;
+    p.forward_flops = static_cast<Flops>(product(in));
+    return finish(p);
+  }
+  at::Tensor forward(const at::Tensor& x, const at::Tensor*, const at::Tensor*,
+                     const ForwardContext&) const override {
+    return at::relu(x);
+  }
+};
+
+class Dropout : public Layer {
+ public:
+  explicit Dropout(double p) : p_(p) {}
+  LayerProfile profile(const std::vector<int64_t>& in) const override {
+    LayerProfile p;
+    p.name = "dropout(" + std::to_string(p_).substr(0, 4) + ")";
+    p.out_shape = in;
+    p.forward_flops = static_cast<Flops>(product(in));
+    return finish(p);
+  }
+  at::Tensor forward(const at::Tensor& x, const at::Tensor*, const at::Tensor*,
+                     const ForwardContext& ctx) const override {
+    if (!ctx.train || p_ <= 0) return x;
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(
+        mix_seed(ctx.dropout_seed, static_cast<uint64_t>(ctx.index)));
+    at::Tensor mask = at::empty_like(x).bernoulli_(1.0 - p_, gen);
+    return x * mask / (1.0 - p_);
+  }
+
+ private:
+  double p_;
+};
+
+class Conv2d : public Layer {
+ public:
+  Conv2d(int64_t in, int64_t out, int64_t kernel, int64_t padding)
+      : in_(in), out_(out), kernel_(kernel), padding_(padding) {}
+  LayerProfile profile(const std::vector<int64_t>& in) const override {
+    expect(in.size() == 3 && in[0] == in_, "conv", in, std::to_string(in_) + " x H x W");
+    const int64_t h = in[1] + 2 * padding_ - kernel_ + 1;
+    const int64_t w = in[2] + 2 * padding_ - kernel_ + 1;
+    LayerProfile p;
+    p.name = "conv" + std::to_string(kernel_) + "x" + std::to_string(kernel_) + "(" +
+             std::to_string(in_) + "->" + std::to_string(out_) + ")";
+    p.out_shape = {out_, h, w};
+    p.params = out_ * in_ * kernel_ * kernel_ + out_;
+    p.forward_flops = 2.0 * in_ * kernel_ * kernel_ * out_ * h * w;
+    return finish(p);
+  }
+  std::vector<at::Tensor> init_params(at::Generator& gen) const override {
+    const int64_t fan_in = in_ * kernel_ * kernel_;
+    return {uniform(gen, {out_, in_, kernel_, kernel_}, fan_in), uniform(gen, {out_}, fan_in)};
+  }
+  at::Tensor forward(const at::Tensor& x, const at::Tensor* w, const at::Tensor*,
+                     const ForwardContext&) const override {
+    return at::conv2d(x, w[0], w[1], {1, 1}, {padding_, padding_});
+  }
+
+ private:
+  int64_t in_, out_, kernel_, padding_;
+};
+
+class BatchNorm2d : public Layer {
+ public:
+  explicit BatchNorm2d(int64_t channels) : c_(channels) {}
+  LayerProfile profile(const std::vector<int64_t>& in) const override {
+    expect(in.size() == 3 && in[0] == c_, "batchnorm", in, std::to_string(c_) + " x H x W");
+    LayerProfile p;
+    p.name = "batchnorm(" + std::to_string(c_) + ")";
+    p.out_shape = in;
+    p.params = 2 * c_;
+    p.buffers = 2 * c_;
+    p.forward_flops = 4.0 * static_cast<double>(product(in));
+    return finish(p);
+  }
+  std::vector<at::Tensor> init_params(at::Generator&) const override {
+    return {at::ones({c_}, at::kFloat).requires_grad_(true),
+            at::zeros({c_}, at::kFloat).requires_grad_(true)};
+  }
+  std::vector<at::Tensor> init_buffers() const override {
+    return {at::zeros({c_}, at::kFloat), at::ones({c_}, at::kFloat)};  // running mean, variance
+  }
+  at::Tensor forward(const at::Tensor& x, const at::Tensor* w, const at::Tensor* buffers,
+                     const ForwardContext& ctx) const override {
+    at::Tensor mean, var;
+    if (!ctx.train || ctx.update_buffers) {
+      mean = buffers[0];
+      var = buffers[1];
+    }
+    return at::batch_norm(x, w[0], w[1], mean, var, ctx.train, 0.1, 1e-5, false);
+  }
+
+ private:
+  int64_t c_;
+};
+
+class MaxPool2d : public Layer {
+ public:
+  explicit MaxPool2d(int64_t kernel) : kernel_(kernel) {}
+  LayerProfile profile(const std::vector<int64_t>& in) const override {
+    expect(in.size() == 3, "maxpool", in, "C x H x W");
+    LayerProfile p;
+    p.name = "maxpool" + std::to_string(kernel_);
+    p.out_shape = {in[0], in[1] / kernel_, in[2] / kernel_};
+    p.forward_flops = static_cast<Flops>(product(in));
+    return finish(p);
+  }
+  at::Tensor forward(const at::Tensor& x, const at::Tensor*, const at::Tensor*,
+                     const ForwardContext&) const override {
+    return at::max_pool2d(x, {kernel_, kernel_});
+  }
+
+ private:
+  int64_t kernel_;
+};
+
+}  // namespace
+
+std::vector<at::Tensor> Layer::init_params(at::Generator&) const { return {}; }
+std::vector<at::Tensor> Layer::init_buffers() const { return {}; }
+
+LayerPtr make_flatten() { return std::make_shared<Flatten>(); }
+LayerPtr make_linear(int64_t in, int64_t out) { return std::make_shared<Linear>(in, out); }
+LayerPtr make_relu() { return std::make_shared<ReLU>(); }
+LayerPtr make_dropout(double p) { return std::make_shared<Dropout>(p); }
+LayerPtr make_conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t padding) {
+  return std::make_shared<Conv2d>(in_channels, out_channels, kernel, padding);
+}
+LayerPtr make_batch_norm2d(int64_t channels) { return std::make_shared<BatchNorm2d>(channels); }
+LayerPtr make_max_pool2d(int64_t kernel) { return std::make_shared<MaxPool2d>(kernel); }
+
+uint64_t mix_seed(uint64_t a, uint64_t b) {
+  uint64_t z = a * 0x9E3779B97F4A7C15ULL + b + 0x632BE59BD9B4E019ULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+}  // namespace rv

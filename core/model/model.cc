@@ -1,0 +1,196 @@
+#include "core/model/model.h"
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "core/data/dataset.h"
+#include "core/error.h"
+
+namespace rv {
+namespace {
+
+// Appends `layer` and its profile given the shape that enters it; returns the shape that leaves.
+std::vector<int64_t> add_layer(ModelDesc& m, LayerPtr layer, const std::vector<int64_t>& in) {
+  LayerProfile p = layer->profile(in);
+  std::vector<int64_t> out = p.out_shape;
+  m.layers.push_back(std::move(layer));
+  m.profile.push_back(std::move(p));
+  return out;
+}
+
+std::string shape_str(const std::vector<int64_t>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "x" : "") + std::to_string(v[i]);
+  return s;
+}
+
+}  // namespace
+
+int64_t ModelDesc::params(int begin, int end) const { return prefix_params[end] - prefix_params[begin]; }
+
+int64_t ModelDesc::buffers(int begin, int end) const {
+  return prefix_buffers[end] - prefix_buffers[begin];
+}
+
+Flops ModelDesc::forward_flops(int begin, int end) const {
+  return prefix_flops[end] - prefix_flops[begin];
+}
+
+int64_t ModelDesc::activation_elems(int begin, int end) const {
+  return input_elems_of(begin) + prefix_out_elems[end] - prefix_out_elems[begin];
+}
+
+int64_t ModelDesc::input_elems_of(int layer) const {
+  return layer == 0 ? input_elems : profile[layer - 1].out_elems;
+}
+
+ModelDesc build_model(const ModelSpec& spec, const std::vector<int64_t>& input_shape,
+                      int64_t outputs) {
+  ModelDesc m;
+  m.name = spec.kind;
+  m.input_shape = input_shape;
+  m.input_elems = 1;
+  for (auto x : input_shape) m.input_elems *= x;
+  m.outputs = outputs;
+  std::vector<int64_t> shape = input_shape;
+  auto dropout = [&] {
+    if (spec.dropout > 0) shape = add_layer(m, make_dropout(spec.dropout), shape);
+  };
+  if (spec.kind == "cnn") {
+    if (shape.size() != 3) throw InputError("model.kind = \"cnn\" needs image inputs (C x H x W)");
+    for (int64_t c : spec.channels) {
+      shape = add_layer(m, make_conv2d(shape[0], c, spec.kernel, spec.kernel / 2), shape);
+      if (spec.batch_norm) shape = add_layer(m, make_batch_norm2d(c), shape);
+      shape = add_layer(m, make_relu(), shape);
+      if (shape[1] >= 2 && shape[2] >= 2) shape = add_layer(m, make_max_pool2d(2), shape);
+    }
+  } else if (spec.kind != "mlp") {
+    throw InputError("unknown model kind '" + spec.kind + "'");
+  }
+  const bool head = spec.head == "linear";
+  // Linear layers take flat inputs: flatten only where one follows.
+  if (shape.size() > 1 && (!spec.hidden.empty() || head)) shape = add_layer(m, make_flatten(), shape);
+  for (int64_t h : spec.hidden) {
+    dropout();
+    shape = add_layer(m, make_linear(shape[0], h), shape);
+    shape = add_layer(m, make_relu(), shape);
+  }
+  if (head) {
+    dropout();
+    shape = add_layer(m, make_linear(shape[0], outputs), shape);
+  }
+  if (m.layers.empty()) throw InputError("model: no layers (give model.hidden or model.head = \"linear\")");
+  if (shape != std::vector<int64_t>{outputs})
+    throw InputError("model.head: the model's last layer gives " + shape_str(shape) +
+                     " per sample but the task needs " + std::to_string(outputs) +
+                     " outputs: set model.head = \"linear\" (a final linear layer to the task's outputs) "
+                     "or end the model with them");
+  m.prefix_params.assign(1, 0);
+  m.prefix_buffers.assign(1, 0);
+  m.prefix_out_elems.assign(1, 0);
+  m.prefix_flops.assign(1, 0.0);
+  for (const auto& p : m.profile) {
+    m.prefix_params.push_back(m.prefix_params.back() + p.params);
+    m.prefix_buffers.push_back(m.prefix_buffers.back() + p.buffers);
+    m.prefix_out_elems.push_back(m.prefix_out_elems.back() + p.out_elems);
+    m.prefix_flops.push_back(m.prefix_flops.back() + p.forward_flops);
+  }
+  return m;
+}
+
+ModelDesc build_model(const Scenario& s) {
+  const DatasetShape shape = dataset_shape(s.data);
+  return build_model(s.model, shape.sample_shape, shape.outputs);
+}
+
+StageModule::StageModule(const ModelDesc& model, int begin, int end, uint64_t seed)
+    : model_(&model), begin_(begin), end_(end) {
+  RV_CHECK(0 <= begin && begin < end && end <= model.layer_count(), "bad stage layer range");
+  for (int i = begin; i < end; ++i) {
+    param_offset_.push_back(static_cast<int>(params_.size()));
+    buffer_offset_.push_back(static_cast<int>(buffers_.size()));
+    // A layer's initial weights depend on (seed, layer index) only, however the model is cut.
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(mix_seed(seed, static_cast<uint64_t>(i)));
+    for (auto& p : model.layers[i]->init_params(gen)) params_.push_back(std::move(p));
+    for (auto& b : model.layers[i]->init_buffers()) buffers_.push_back(std::move(b));
+  }
+}
+
+int64_t StageModule::walk_state(const std::function<void(int, int64_t)>& param,
+                                const std::function<void(int, int64_t)>& buffer) const {
+  int64_t off = 0;
+  for (int k = 0; k < end_ - begin_; ++k) {
+    const int pe = k + 1 < end_ - begin_ ? param_offset_[k + 1] : static_cast<int>(params_.size());
+    const int be = k + 1 < end_ - begin_ ? buffer_offset_[k + 1] : static_cast<int>(buffers_.size());
+    for (int i = param_offset_[k]; i < pe; ++i) {
+      param(i, off);
+      off += params_[i].numel();
+    }
+    for (int i = buffer_offset_[k]; i < be; ++i) {
+      buffer(i, off);
+      off += buffers_[i].numel();
+    }
+  }
+  return off;
+}
+
+at::Tensor StageModule::flat_state() const {
+  std::vector<at::Tensor> parts;
+  walk_state([&](int i, int64_t) { parts.push_back(params_[i].detach().reshape({-1})); },
+             [&](int i, int64_t) { parts.push_back(buffers_[i].reshape({-1})); });
+  if (parts.empty()) return at::empty({0}, at::kFloat);
+  return at::cat(parts);
+}
+
+void StageModule::set_flat_state(const at::Tensor& flat) {
+  const int64_t n = walk_state(
+      [&](int i, int64_t off) {
+        params_[i] = flat.narrow(0, off, params_[i].numel()).view(params_[i].sizes()).clone().requires_grad_(true);
+      },
+      [&](int i, int64_t off) {
+        // Through a view with its own version counter: graphs of micro-batches in flight saved the
+        // buffer (BatchNorm's backward keeps it) and must not see a version bump, as with the
+        // running-statistics update inside batch_norm itself.
+        buffers_[i].variable_data().copy_(flat.narrow(0, off, buffers_[i].numel()).view(buffers_[i].sizes()));
+      });
+  RV_CHECK(n == flat.numel(), "set_flat_state: size mismatch");
+}
+
+at::Tensor StageModule::flatten_like_state(const std::vector<at::Tensor>& per_param) const {
+  RV_CHECK(per_param.size() == params_.size(), "flatten_like_state: one tensor per parameter needed");
+  std::vector<at::Tensor> parts;
+  walk_state([&](int i, int64_t) { parts.push_back(per_param[i].detach().reshape({-1})); },
+             [&](int i, int64_t) { parts.push_back(at::zeros({buffers_[i].numel()}, at::kFloat)); });
+  if (parts.empty()) return at::empty({0}, at::kFloat);
+  return at::cat(parts);
+}
+
+std::vector<at::Tensor> StageModule::unflatten_params(const at::Tensor& flat) const {
+  std::vector<at::Tensor> out(params_.size());
+  const int64_t n = walk_state(
+      [&](int i, int64_t off) { out[i] = flat.narrow(0, off, params_[i].numel()).view(params_[i].sizes()).clone(); },
+      [](int, int64_t) {});
+  RV_CHECK(n == flat.numel(), "unflatten_params: size mismatch");
+  return out;
+}
+
+at::Tensor StageModule::forward(const at::Tensor& input, const std::vector<at::Tensor>& params,
+                                bool train, uint64_t dropout_seed, bool update_buffers) const {
+  RV_CHECK(params.size() == params_.size(), "stage forward with a wrong number of parameters");
+  at::Tensor x = input;
+  ForwardContext ctx;
+  ctx.train = train;
+  ctx.dropout_seed = dropout_seed;
+  ctx.update_buffers = update_buffers;
+  for (int i = begin_; i < end_; ++i) {
+    const int k = i - begin_;
+    ctx.index = i;
+    const at::Tensor* b = buffers_.empty() ? nullptr : buffers_.data() + buffer_offset_[k];
+    x = model_->layers[i]->forward(x, params.data() + param_offset_[k], b, ctx);
+  }
+  return x;
+}
+
+}  // namespace rv

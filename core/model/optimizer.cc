@@ -1,0 +1,67 @@
+#include "core/model/optimizer.h"
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include "core/error.h"
+
+namespace rv {
+
+std::vector<at::Tensor> Optimizer::step(const std::vector<at::Tensor>& params,
+                                        const std::vector<at::Tensor>& grads) {
+  RV_CHECK(params.size() == grads.size(), "optimizer: parameters and gradients differ in number");
+  c10::NoGradGuard no_grad;
+  ++t_;
+  const bool adam = spec_.optimizer == "adam";
+  for (int k = 0; k < slots(); ++k)
+    if (slot_ref(k).empty()) slot_ref(k) = slot(k, params);
+  std::vector<at::Tensor> out;
+  out.reserve(params.size());
+  const double lr = spec_.lr;
+  for (size_t i = 0; i < params.size(); ++i) {
+    at::Tensor p = params[i].detach();
+    at::Tensor g = grads[i].defined() ? grads[i].detach() : at::zeros_like(p);
+    if (spec_.weight_decay > 0) g = g + spec_.weight_decay * p;
+    at::Tensor np;
+    if (adam) {
+      constexpr double b1 = 0.9, b2 = 0.999, eps = 1e-8;
+      m_[i].mul_(b1).add_(g, 1 - b1);
+      v_[i].mul_(b2).addcmul_(g, g, 1 - b2);
+      const double c1 = 1 - std::pow(b1, static_cast<double>(t_));
+      const double c2 = 1 - std::pow(b2, static_cast<double>(t_));
+      np = p - (lr / c1) * m_[i] / ((v_[i] / c2).sqrt() + eps);
+    } else if (spec_.momentum > 0) {
+      m_[i].mul_(spec_.momentum).add_(g);
+      np = p - lr * m_[i];
+    } else {
+      np = p - lr * g;
+    }
+    out.push_back(np.requires_grad_(true));
+  }
+  return out;
+}
+
+int Optimizer::slots(const TrainingSpec& training) {
+  if (training.optimizer == "adam") return 2;
+  return training.momentum > 0 ? 1 : 0;
+}
+
+std::vector<at::Tensor>& Optimizer::slot_ref(int k) {
+  RV_CHECK(k >= 0 && k < slots(), "optimizer: no state slot " + std::to_string(k));
+  return k == 0 ? m_ : v_;
+}
+
+std::vector<at::Tensor> Optimizer::slot(int k, const std::vector<at::Tensor>& params) const {
+  RV_CHECK(k >= 0 && k < slots(), "optimizer: no state slot " + std::to_string(k));
+  const std::vector<at::Tensor>& s = k == 0 ? m_ : v_;
+  if (!s.empty()) return s;
+  std::vector<at::Tensor> zeros;
+  for (const auto& p : params) zeros.push_back(at::zeros_like(p.detach()));
+  return zeros;
+}
+
+void Optimizer::set_slot(int k, std::vector<at::Tensor> values) { slot_ref(k) = std::move(values); }
+
+}  // namespace rv

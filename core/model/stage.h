@@ -1,0 +1,75 @@
+// Stage: the maths of one pipeline stage (numeric mode only): forward, backward and optimizer
+// step of layers [begin, end), with weight stashing, gradient accumulation and evaluation.
+//
+// Weight stashing on: a forward keeps its autograd graph, which holds the parameter tensors of
+// that moment; the optimizer replaces parameters out of place, so the backward differentiates with
+// the forward's weights (PipeDream semantics) and the gradient is applied to the current ones.
+// Weight stashing off: a forward keeps only its input; the backward recomputes the forward with
+// the current weights (same dropout masks), then differentiates.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "core/model/model.h"
+#include "core/data/task.h"
+#include "core/model/optimizer.h"
+#include "core/scenario/scenario.h"
+
+namespace rv {
+
+class Stage {
+ public:
+  Stage(const ModelDesc& model, int begin, int end, const TrainingSpec& training, uint64_t seed);
+
+  bool is_first() const { return module_.begin() == 0; }
+  int64_t version() const { return version_; }  // optimizer steps applied so far
+
+  // Training forward of micro-batch `mb`; returns the output activations (detached).
+  at::Tensor forward(int64_t mb, const at::Tensor& x);
+  // Backward of micro-batch `mb` given the gradient w.r.t. its output; accumulates parameter
+  // gradients and returns the gradient w.r.t. its input (undefined on a first stage).
+  // `forward_version` receives the version its forward used.
+  at::Tensor backward(int64_t mb, const at::Tensor& grad_out, int64_t* forward_version = nullptr);
+  // Applies the accumulated gradients, divided by the number of backwards since the last update.
+  void update();
+  // Data parallelism: the accumulated gradients (averaged over this node's backwards) in the flat
+  // state layout, the buffers in their places, go through `exchange` (an all-reduce mean), and
+  // come back as this node's gradients and buffers. Call before update().
+  void exchange_gradients(const std::function<at::Tensor(const at::Tensor&)>& exchange);
+  // Cross-cluster averaging: [1 + k, n], the flat state (StageModule::flat_state) and, with
+  // `optimizer`, the optimizer's k state slots in the same layout (zeros at the buffers); and back.
+  at::Tensor averaged_state(bool optimizer) const;
+  void set_averaged_state(const at::Tensor& rows);
+  // Inference forward (no dropout, running BatchNorm statistics, no graph).
+  at::Tensor eval_forward(const at::Tensor& x) const;
+
+  int64_t pending() const { return static_cast<int64_t>(saved_.size()); }
+  const StageModule& module() const { return module_; }
+  StageModule& module() { return module_; }
+
+ private:
+  struct Saved {
+    at::Tensor input;   // requires grad unless first stage
+    at::Tensor output;  // with graph (stashing only)
+    std::vector<at::Tensor> params;  // the version used (stashing only)
+    int64_t version = 0;
+  };
+  void accumulate(const std::vector<at::Tensor>& grads);
+  uint64_t dropout_seed(int64_t mb) const { return seed_ * 0x100000001B3ULL + static_cast<uint64_t>(mb); }
+
+  StageModule module_;
+  TrainingSpec training_;
+  Optimizer optimizer_;
+  uint64_t seed_;
+  int64_t version_ = 0;
+  std::map<int64_t, Saved> saved_;
+  std::vector<at::Tensor> grad_sum_;
+  int64_t grad_count_ = 0;
+};
+
+}  // namespace rv

@@ -1,0 +1,69 @@
+// Metrics: the events a node records during a run. Both executors produce the same events, so
+// every output (metrics.csv, trace.json, summary.json, eval.csv) has one schema.
+//
+// Contract: record() is cheap and never blocks; events of one node arrive in non-decreasing `end`.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/units.h"
+
+namespace rv {
+
+enum class EventKind : int32_t {
+  kForward = 1,   // span: forward pass of one micro-batch on one stage
+  kBackward = 2,  // span: backward pass (the last stage's includes forward + loss)
+  kUpdate = 3,    // span: optimizer step; `staleness` = updates since this micro-batch's forward
+  kSend = 4,      // instant at send: `bytes`, `peer`
+  kRecv = 5,      // instant at receipt: `bytes`, `peer`
+  kLoss = 6,      // instant: training loss of micro-batch `micro_batch` (last stage)
+  kEval = 7,      // instant: test loss and accuracy after `step` updates (last stage)
+  kAverage = 8,   // span: cross-cluster averaging
+  kMemory = 9,    // instant: memory in use, `bytes` (modeled); peak is kept
+  kMeasuredMemory = 10,  // instant: peak resident memory measured by the OS, `bytes`
+  kWait = 11,     // span: blocked waiting for a message (idle)
+  kFlush = 12,    // span: a synchronous pipeline's flush (gpipe update)
+};
+
+const char* to_string(EventKind kind);
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+struct Event {
+  EventKind kind = EventKind::kForward;
+  int node = -1;
+  int cluster = -1;
+  int stage = -1;
+  int64_t step = -1;         // updates applied on this node so far
+  int64_t micro_batch = -1;  // micro-batch id, or eval batch id
+  Seconds start = 0;         // == end for instants
+  Seconds end = 0;
+  double loss = kNaN;
+  double accuracy = kNaN;
+  int64_t staleness = -1;
+  Bytes bytes = 0;
+  int peer = -1;
+  int64_t samples = 0;       // samples this event covers (loss, eval: the batch or test-set size)
+};
+
+class Metrics {
+ public:
+  virtual ~Metrics() = default;
+  virtual void record(const Event& e) = 0;
+};
+
+// Keeps every event in memory (one node, or all nodes of a simulation).
+class EventLog : public Metrics {
+ public:
+  void record(const Event& e) override { events_.push_back(e); }
+  const std::vector<Event>& events() const { return events_; }
+  std::vector<Event>& events() { return events_; }
+
+ private:
+  std::vector<Event> events_;
+};
+
+}  // namespace rv

@@ -1,0 +1,331 @@
+#include "core/output/run_output.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace fs = std::filesystem;
+
+namespace rv {
+namespace {
+
+const char* kCsvHeader =
+    "kind,node,cluster,stage,step,micro_batch,start_s,end_s,loss,accuracy,staleness,bytes,peer,samples";
+
+std::string num(double v) {
+  if (std::isnan(v)) return "";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+std::string time_str(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9f", v);
+  return buf;
+}
+
+void write_file(const fs::path& p, const std::string& text) {
+  std::ofstream out(p, std::ios::binary);
+  out << text;
+  if (!out) throw Error("cannot write " + p.string());
+}
+
+bool is_span(EventKind k) {
+  return k == EventKind::kForward || k == EventKind::kBackward || k == EventKind::kUpdate ||
+         k == EventKind::kWait || k == EventKind::kAverage || k == EventKind::kFlush;
+}
+
+bool is_busy(EventKind k) {
+  return k == EventKind::kForward || k == EventKind::kBackward || k == EventKind::kUpdate ||
+         k == EventKind::kAverage;
+}
+
+// JSON numbers that stay finite (NaN becomes null).
+nlohmann::json jnum(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); }
+
+}  // namespace
+
+void sort_events(std::vector<Event>& events) {
+  std::stable_sort(events.begin(), events.end(), [](const Event& a, const Event& b) {
+    if (a.end != b.end) return a.end < b.end;
+    if (a.node != b.node) return a.node < b.node;
+    return static_cast<int>(a.kind) < static_cast<int>(b.kind);
+  });
+}
+
+std::string new_run_path(const Scenario& s, const std::string& executor) {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+  fs::path base = fs::path(s.output.dir) / s.name;
+  fs::path p = base / (executor + "-" + stamp);
+  for (int k = 2; fs::exists(p); ++k) p = base / (executor + "-" + stamp + "-" + std::to_string(k));
+  return p.string();
+}
+
+void write_events_csv(const std::string& path, const std::vector<Event>& events) {
+  std::ostringstream os;
+  os << kCsvHeader << "\n";
+  for (const Event& e : events) {
+    os << to_string(e.kind) << ',' << e.node << ',' << e.cluster << ',' << e.stage << ',' << e.step
+       << ',' << e.micro_batch << ',' << time_str(e.start) << ',' << time_str(e.end) << ','
+       << num(e.loss) << ',' << num(e.accuracy) << ',' << e.staleness << ',' << e.bytes << ','
+       << e.peer << ',' << e.samples << "\n";
+  }
+  write_file(path, os.str());
+}
+
+std::vector<Event> read_events_csv(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(path + ": cannot open");
+  std::string line;
+  std::getline(in, line);
+  if (line != kCsvHeader) throw InputError(path + ":1: not a metrics.csv header");
+  std::map<std::string, EventKind> kinds;
+  for (int k = 1; k <= 12; ++k) kinds[to_string(static_cast<EventKind>(k))] = static_cast<EventKind>(k);
+  std::vector<Event> out;
+  int line_no = 1;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.empty()) continue;
+    std::vector<std::string> f;
+    std::stringstream ss(line);
+    for (std::string c; std::getline(ss, c, ',');) f.push_back(c);
+    if (!line.empty() && line.back() == ',') f.push_back("");
+    if (f.size() != 14) throw InputError(path + ":" + std::to_string(line_no) + ": expected 14 fields");
+    try {
+      Event e;
+      auto k = kinds.find(f[0]);
+      if (k == kinds.end()) throw InputError("unknown event kind '" + f[0] + "'");
+      e.kind = k->second;
+      e.node = std::stoi(f[1]);
+      e.cluster = std::stoi(f[2]);
+      e.stage = std::stoi(f[3]);
+      e.step = std::stoll(f[4]);
+      e.micro_batch = std::stoll(f[5]);
+      e.start = std::stod(f[6]);
+      e.end = std::stod(f[7]);
+      e.loss = f[8].empty() ? kNaN : std::stod(f[8]);
+      e.accuracy = f[9].empty() ? kNaN : std::stod(f[9]);
+      e.staleness = std::stoll(f[10]);
+      e.bytes = std::stoll(f[11]);
+      e.peer = std::stoi(f[12]);
+      e.samples = std::stoll(f[13]);
+      out.push_back(e);
+    } catch (const std::logic_error& ex) {
+      throw InputError(path + ":" + std::to_string(line_no) + ": bad field: " + ex.what());
+    }
+  }
+  return out;
+}
+
+nlohmann::json summarize(const Scenario& s, const Plan& plan, const std::vector<Event>& events,
+                         const RunInfo& info) {
+  using nlohmann::json;
+  double t_end = 0;
+  for (const auto& e : events) t_end = std::max(t_end, e.end);
+  struct NodeStats {
+    double busy = 0, wait = 0, averaging = 0;
+    int64_t averagings = 0;
+    Bytes sent = 0, received = 0, peak = 0, measured = 0;
+    int64_t updates = 0, stale_sum = 0, stale_max = 0;
+  };
+  std::vector<NodeStats> ns(plan.nodes);
+  std::vector<NodeRole> roles;
+  for (int i = 0; i < plan.nodes; ++i) roles.push_back(plan.role_of(i));
+  std::vector<double> last_stage_done;  // end times of the last stages' backward passes
+  std::vector<double> losses;
+  const Event* final_eval = nullptr;
+  int64_t stale_n = 0, stale_sum = 0, stale_max = 0;
+  for (const auto& e : events) {
+    if (e.node < 0 || e.node >= plan.nodes) continue;
+    NodeStats& n = ns[e.node];
+    if (is_busy(e.kind)) n.busy += e.end - e.start;
+    if (e.kind == EventKind::kWait) n.wait += e.end - e.start;
+    if (e.kind == EventKind::kAverage) {
+      n.averaging += e.end - e.start;
+      ++n.averagings;
+    }
+    if (e.kind == EventKind::kSend) n.sent += e.bytes;
+    if (e.kind == EventKind::kRecv) n.received += e.bytes;
+    if (e.kind == EventKind::kMemory) n.peak = std::max(n.peak, e.bytes);
+    if (e.kind == EventKind::kMeasuredMemory) n.measured = std::max(n.measured, e.bytes);
+    if (e.kind == EventKind::kUpdate) {
+      ++n.updates;
+      if (e.staleness >= 0) {
+        n.stale_sum += e.staleness;
+        n.stale_max = std::max(n.stale_max, e.staleness);
+        stale_sum += e.staleness;
+        stale_max = std::max(stale_max, e.staleness);
+        ++stale_n;
+      }
+    }
+    if (e.kind == EventKind::kLoss) losses.push_back(e.loss);
+    if (e.kind == EventKind::kEval && (!final_eval || e.end >= final_eval->end)) final_eval = &e;
+    if (e.kind == EventKind::kBackward && e.micro_batch >= 0) {
+      const NodeRole& r = roles[e.node];
+      if (r.stage >= 0 && r.last()) last_stage_done.push_back(e.end);
+    }
+  }
+  std::sort(last_stage_done.begin(), last_stage_done.end());
+  const int64_t batch = s.data.batch_size;
+  const int64_t samples = static_cast<int64_t>(last_stage_done.size()) * batch;
+  json j;
+  j["scenario"] = s.name;
+  j["executor"] = info.executor;
+  j["mode"] = info.mode;
+  j["algorithm"] = s.training.algorithm;
+  j["nodes"] = plan.nodes;
+  j["clusters"] = plan.clusters.size();
+  j["time_s"] = t_end;
+  j["train_samples"] = samples;
+  j["samples_per_s"] = t_end > 0 ? samples / t_end : 0.0;
+  // Steady state: micro-batches completed in the second half of the run, per second.
+  double steady = 0;
+  if (last_stage_done.size() >= 4) {
+    size_t k0 = last_stage_done.size() / 2, k1 = last_stage_done.size() - 1;
+    double dt = last_stage_done[k1] - last_stage_done[k0];
+    if (dt > 0) steady = static_cast<double>(k1 - k0) * batch / dt;
+  }
+  j["steady_samples_per_s"] = steady;
+  j["staleness"] = {{"mean", stale_n ? static_cast<double>(stale_sum) / stale_n : 0.0},
+                    {"max", stale_max}};
+  json nodes = json::array();
+  for (int i = 0; i < plan.nodes; ++i) {
+    const NodeRole& r = roles[i];
+    const NodeStats& n = ns[i];
+    nodes.push_back({{"node", i},
+                     {"device", s.device_of(i).name},
+                     {"cluster", r.cluster},
+                     {"stage", r.stage},
+                     {"busy_s", n.busy},
+                     {"busy_fraction", t_end > 0 ? n.busy / t_end : 0.0},
+                     {"idle_fraction", t_end > 0 ? 1.0 - n.busy / t_end : 0.0},
+                     {"wait_s", n.wait},
+                     {"averaging_s", n.averaging},
+                     {"averagings", n.averagings},
+                     {"bytes_sent", n.sent},
+                     {"bytes_received", n.received},
+                     {"peak_memory_bytes", n.peak},
+                     {"measured_peak_memory_bytes", n.measured},
+                     {"updates", n.updates},
+                     {"staleness_mean", n.updates ? static_cast<double>(n.stale_sum) / n.updates : 0.0},
+                     {"staleness_max", n.stale_max}});
+  }
+  j["per_node"] = nodes;
+  // Cross-cluster averaging (ravnest) or gradient exchange (sync-dp, gpipe across clusters).
+  double avg_max = 0;
+  int64_t rounds = 0;
+  for (const auto& n : ns) {
+    avg_max = std::max(avg_max, n.averaging);
+    rounds = std::max(rounds, n.averagings);
+  }
+  j["averaging"] = {{"allreduce", s.training.allreduce},
+                    {"optimizer_state", s.training.average_optimizer_state},
+                    {"rounds", rounds},
+                    {"time_s_max_node", avg_max},
+                    {"mean_round_s", rounds ? avg_max / static_cast<double>(rounds) : 0.0}};
+  double tail_loss = kNaN;
+  if (!losses.empty()) {
+    size_t k = std::min<size_t>(losses.size(), 20);
+    double sum = 0;
+    for (size_t i = losses.size() - k; i < losses.size(); ++i) sum += losses[i];
+    tail_loss = sum / k;
+  }
+  j["final"] = {{"train_loss", jnum(tail_loss)},
+                {"test_loss", jnum(final_eval ? final_eval->loss : kNaN)},
+                {"test_accuracy", jnum(final_eval ? final_eval->accuracy : kNaN)}};
+  return j;
+}
+
+std::string write_run_folder(const std::string& path, const Scenario& s, const Plan& plan,
+                             const ModelDesc& model, const std::vector<Event>& events_in,
+                             const RunInfo& info) {
+  using nlohmann::json;
+  fs::path final_path = fs::absolute(fs::path(path)).lexically_normal();
+  if (fs::exists(final_path)) throw Error(path + ": run folder exists already");
+  fs::create_directories(final_path.parent_path());
+  fs::path tmp = final_path.parent_path() / ("." + final_path.filename().string() + ".partial");
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  try {
+    std::vector<Event> events = events_in;
+    sort_events(events);
+    write_file(tmp / "scenario.toml", to_toml(s));
+
+    json pj = to_json(plan);
+    json layers = json::array();
+    for (const auto& p : model.profile)
+      layers.push_back({{"name", p.name}, {"params", p.params}, {"out_elems", p.out_elems},
+                        {"forward_flops_per_sample", p.forward_flops}});
+    pj["model"] = {{"name", model.name}, {"params", model.total_params()}, {"layers", layers}};
+    write_file(tmp / "plan.json", pj.dump(2) + "\n");
+
+    write_events_csv((tmp / "metrics.csv").string(), events);
+
+    std::ostringstream ev;
+    ev << "time_s,node,cluster,step,train_samples,test_loss,test_accuracy\n";
+    for (const auto& e : events)
+      if (e.kind == EventKind::kEval)
+        ev << time_str(e.end) << ',' << e.node << ',' << e.cluster << ',' << e.step << ','
+           << e.samples << ',' << num(e.loss) << ',' << num(e.accuracy) << "\n";
+    write_file(tmp / "eval.csv", ev.str());
+
+    write_file(tmp / "summary.json", summarize(s, plan, events, info).dump(2) + "\n");
+    json run{{"executor", info.executor}, {"mode", info.mode}, {"wall_seconds", info.wall_seconds}};
+    if (!info.variant.empty()) run["variant"] = info.variant;
+    write_file(tmp / "run.json", run.dump(2) + "\n");
+
+    if (s.output.trace) {
+      std::ostringstream tr;
+      tr << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+      bool first = true;
+      auto emit = [&](const json& e) {
+        tr << (first ? "" : ",\n") << e.dump();
+        first = false;
+      };
+      for (int i = 0; i < plan.nodes; ++i) {
+        NodeRole r = plan.role_of(i);
+        emit({{"ph", "M"}, {"name", "thread_name"}, {"pid", r.cluster + 1}, {"tid", i},
+              {"args", {{"name", "node " + std::to_string(i) + " stage " + std::to_string(r.stage) +
+                                     " (" + s.device_of(i).name + ")"}}}});
+        emit({{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", r.cluster + 1}, {"tid", i},
+              {"args", {{"sort_index", r.stage}}}});
+      }
+      for (int c = 0; c <= static_cast<int>(plan.clusters.size()); ++c)
+        emit({{"ph", "M"}, {"name", "process_name"}, {"pid", c},
+              {"args", {{"name", c == 0 ? std::string("idle nodes") : "cluster " + std::to_string(c - 1)}}}});
+      for (const auto& e : events) {
+        if (!is_span(e.kind)) continue;
+        std::string name = to_string(e.kind);
+        if (e.kind == EventKind::kForward && e.micro_batch < 0) name = "eval";
+        emit({{"ph", "X"}, {"name", name}, {"cat", name}, {"pid", e.cluster + 1}, {"tid", e.node},
+              {"ts", e.start * 1e6}, {"dur", (e.end - e.start) * 1e6},
+              {"args", {{"micro_batch", e.micro_batch}, {"step", e.step}}}});
+      }
+      tr << "\n]}\n";
+      write_file(tmp / "trace.json", tr.str());
+    }
+    fs::rename(tmp, final_path);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+  return final_path.string();
+}
+
+}  // namespace rv

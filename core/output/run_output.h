@@ -1,0 +1,54 @@
+// Run outputs: the run folder, with one schema for every executor.
+//
+//   runs/<scenario>/<executor>-<timestamp>/
+//     scenario.toml  resolved scenario (every key)
+//     plan.json      clusters, stages, layer ranges, predicted stage times, model profile
+//     metrics.csv    one row per event: kind,node,cluster,stage,step,micro_batch,start_s,end_s,
+//                    loss,accuracy,staleness,bytes,peer,samples   (times in seconds from the start)
+//     eval.csv       time_s,node,cluster,step,train_samples,test_loss,test_accuracy
+//     summary.json   totals, per-node busy/idle fractions, bytes, memory, staleness, accuracy
+//     trace.json     Chrome trace events (one row per node: forward, backward, update, wait)
+//
+// Contract: write_run_folder() writes into a hidden temporary folder beside the target and
+// renames it into place at the end, so a failed run leaves no half-written run folder.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/output/metrics.h"
+#include "core/model/model.h"
+#include "core/plan.h"
+#include "core/scenario/scenario.h"
+
+namespace rv {
+
+struct RunInfo {
+  std::string executor;        // "sim", "real", "loopback"
+  std::string mode;            // sim: numeric | timing; real: cpu | cuda
+  double wall_seconds = 0;     // wall-clock duration of the run
+  std::string variant;         // what ran, for reports (algo/registry.h: variant_label)
+};
+
+// The path a run of `executor` would get now: <dir>/<name>/<executor>-<YYYYmmdd-HHMMSS>[-k].
+std::string new_run_path(const Scenario& s, const std::string& executor);
+
+// Summary statistics of a run (also embedded in summary.json).
+nlohmann::json summarize(const Scenario& s, const Plan& plan, const std::vector<Event>& events,
+                         const RunInfo& info);
+
+// Writes every output file to `path` (which must not exist yet); returns `path`.
+std::string write_run_folder(const std::string& path, const Scenario& s, const Plan& plan,
+                             const ModelDesc& model, const std::vector<Event>& events,
+                             const RunInfo& info);
+
+// metrics.csv, as used between a node process and the launcher.
+void write_events_csv(const std::string& path, const std::vector<Event>& events);
+std::vector<Event> read_events_csv(const std::string& path);
+
+// Events sorted by (end, node, kind) for stable outputs.
+void sort_events(std::vector<Event>& events);
+
+}  // namespace rv

@@ -1,0 +1,519 @@
+#include "core/scenario/keys.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <limits>
+#include <sstream>
+#include <type_traits>
+#include <utility>
+
+namespace rv {
+namespace {
+
+constexpr int64_t kMaxNodes = 100000;
+constexpr int64_t kMaxCount = int64_t(1) << 40;  // steps, samples, sends
+constexpr int64_t kMaxWidth = int64_t(1) << 20;  // layer widths, batch sizes, features
+constexpr int64_t kMaxInt64 = std::numeric_limits<int64_t>::max();
+
+// Whether a string or list key may be given empty.
+enum class Empty { kAllowed, kRefused };
+
+// A member's value as a KeyValue (integers of every width as int64_t), and back.
+template <typename T>
+KeyValue to_value(const T& v) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+    return KeyValue(static_cast<int64_t>(v));
+  else
+    return KeyValue(v);
+}
+
+template <typename T>
+T from_value(const KeyValue& v) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+    return static_cast<T>(std::get<int64_t>(v));
+  else
+    return std::get<T>(v);
+}
+
+// The rows of one table whose keys live in `Struct`; `locate(scenario, index)` returns the struct
+// (const or not, as the scenario). Each method adds one row; the default comes from `Struct{}`.
+template <typename Struct, typename Locate>
+class Rows {
+ public:
+  Rows(std::vector<KeySpec>& out, std::string table, Locate locate)
+      : out_(out), table_(std::move(table)), locate_(std::move(locate)) {}
+
+  Rows& text(const char* name, std::string Struct::*m, const char* help,
+             Empty empty = Empty::kAllowed) {
+    add(name, KeyType::kString, m, "", help).allow_empty = empty == Empty::kAllowed;
+    return *this;
+  }
+  Rows& choice(const char* name, std::string Struct::*m, std::vector<std::string> choices,
+               const char* help) {
+    add(name, KeyType::kChoice, m, "", help).choices = std::move(choices);
+    return *this;
+  }
+  Rows& flag(const char* name, bool Struct::*m, const char* help) {
+    add(name, KeyType::kBool, m, "", help);
+    return *this;
+  }
+  template <typename Int>
+  Rows& integer(const char* name, Int Struct::*m, int64_t lo, int64_t hi, const char* help) {
+    KeySpec& k = add(name, KeyType::kInteger, m, "", help);
+    k.lo = lo;
+    k.hi = hi;
+    return *this;
+  }
+  // A number in [lo, hi].
+  Rows& real(const char* name, double Struct::*m, double lo, double hi, const char* unit,
+             const char* help) {
+    KeySpec& k = add(name, KeyType::kReal, m, unit, help);
+    k.real_lo = lo;
+    k.real_hi = hi;
+    return *this;
+  }
+  // A number in (0, hi].
+  Rows& positive(const char* name, double Struct::*m, double hi, const char* unit,
+                 const char* help) {
+    real(name, m, 0.0, hi, unit, help);
+    out_.back().lo_open = true;
+    return *this;
+  }
+  Rows& integers(const char* name, std::vector<int64_t> Struct::*m, int64_t lo, int64_t hi,
+                 Empty empty, const char* help) {
+    KeySpec& k = add(name, KeyType::kIntegerList, m, "", help);
+    k.lo = lo;
+    k.hi = hi;
+    k.allow_empty = empty == Empty::kAllowed;
+    return *this;
+  }
+  // `word` (stored as 0) or an integer in [lo, hi].
+  template <typename Int>
+  Rows& integer_or_word(const char* name, Int Struct::*m, const char* word, int64_t lo, int64_t hi,
+                        const char* help) {
+    KeySpec& k = add(name, KeyType::kIntegerOrWord, m, "", help);
+    k.word = word;
+    k.lo = lo;
+    k.hi = hi;
+    return *this;
+  }
+  // Replaces the last row's default by one that depends on the element's index.
+  Rows& indexed_default(std::function<KeyValue(size_t)> default_at, const char* text) {
+    out_.back().default_at = std::move(default_at);
+    out_.back().default_text = text;
+    return *this;
+  }
+
+ private:
+  template <typename T>
+  KeySpec& add(const char* name, KeyType type, T Struct::*m, const char* unit, const char* help) {
+    KeySpec k;
+    k.table = table_;
+    k.name = name;
+    k.type = type;
+    k.unit = unit;
+    k.help = help;
+    const KeyValue def = to_value(Struct{}.*m);
+    k.default_at = [def](size_t) { return def; };
+    Locate locate = locate_;
+    k.get = [locate, m](const Scenario& s, size_t i) { return to_value(locate(s, i).*m); };
+    k.set = [locate, m](Scenario& s, size_t i, const KeyValue& v) {
+      locate(s, i).*m = from_value<T>(v);
+    };
+    out_.push_back(std::move(k));
+    return out_.back();
+  }
+
+  std::vector<KeySpec>& out_;
+  std::string table_;
+  Locate locate_;
+};
+
+// Collects tables and their rows; each table is named by the Scenario member that holds it.
+struct Catalog {
+  std::vector<TableSpec> tables;
+  std::vector<KeySpec> keys;
+
+  auto top() {
+    tables.push_back(TableSpec{"", false, false, {}, {}});
+    auto locate = [](auto& s, size_t) -> auto& { return s; };
+    return Rows<Scenario, decltype(locate)>(keys, "", locate);
+  }
+
+  template <typename Struct>
+  auto table(const char* path, Struct Scenario::*part) {
+    tables.push_back(TableSpec{path, false, false, {}, {}});
+    auto locate = [part](auto& s, size_t) -> auto& { return s.*part; };
+    return Rows<Struct, decltype(locate)>(keys, path, locate);
+  }
+
+  // [[path]], held in the vector `(s.*parent).*part`.
+  template <typename Parent, typename Struct>
+  auto array(const char* path, bool required, Parent Scenario::*parent,
+             std::vector<Struct> Parent::*part) {
+    tables.push_back(TableSpec{path, true, required,
+                               [=](const Scenario& s) { return ((s.*parent).*part).size(); },
+                               [=](Scenario& s, size_t n) { ((s.*parent).*part).resize(n); }});
+    auto locate = [=](auto& s, size_t i) -> auto& { return ((s.*parent).*part)[i]; };
+    return Rows<Struct, decltype(locate)>(keys, path, locate);
+  }
+  // [[path]], held in the vector `s.*part`.
+  template <typename Struct>
+  auto array(const char* path, bool required, std::vector<Struct> Scenario::*part) {
+    tables.push_back(TableSpec{path, true, required,
+                               [=](const Scenario& s) { return (s.*part).size(); },
+                               [=](Scenario& s, size_t n) { (s.*part).resize(n); }});
+    auto locate = [=](auto& s, size_t i) -> auto& { return (s.*part)[i]; };
+    return Rows<Struct, decltype(locate)>(keys, path, locate);
+  }
+};
+
+constexpr bool kRequired = true;  // arrays of tables: at least one element
+constexpr bool kOptional = false;
+
+void add_top_and_devices(Catalog& c) {
+  c.top()
+      .text("name", &Scenario::name,
+            "the scenario's name, without `/`, `\\` or spaces: run folders go to "
+            "`<output.dir>/<name>/`",
+            Empty::kRefused)
+      .integer("seed", &Scenario::seed, 0, kMaxInt64,
+               "random seed: data, initial weights, planner search");
+  c.array("devices", kRequired, &Scenario::devices)
+      .text("name", &DeviceGroup::name, "the group's name, in plans and outputs")
+      .indexed_default([](size_t i) { return KeyValue("device" + std::to_string(i)); },
+                       "\"device<i>\"")
+      .integer("count", &DeviceGroup::count, 1, kMaxNodes, "identical devices (nodes) in the group")
+      .positive("tflops", &DeviceGroup::tflops, 1e6, "TFLOPS", "sustained compute speed")
+      .positive("ram_gb", &DeviceGroup::ram_gb, 1e6, "GiB", "memory available for training")
+      .positive("up_mbps", &DeviceGroup::up_mbps, 1e9, "Mbit/s", "upload bandwidth to the core")
+      .positive("down_mbps", &DeviceGroup::down_mbps, 1e9, "Mbit/s",
+                "download bandwidth from the core")
+      .real("latency_ms", &DeviceGroup::latency_ms, 0.0, 1e6, "ms",
+            "one-way latency between the device and the core")
+      .text("region", &DeviceGroup::region, "optional label, for the planner");
+}
+
+void add_model_and_data(Catalog& c) {
+  c.table("model", &Scenario::model)
+      .choice("kind", &ModelSpec::kind, {"mlp", "cnn"},
+              "mlp: fully connected layers; cnn: convolution blocks, then fully connected layers")
+      .integers("hidden", &ModelSpec::hidden, 1, kMaxWidth, Empty::kAllowed,
+                "mlp: widths of the hidden layers; cnn: widths of the hidden layers after the "
+                "convolutions")
+      .integers("channels", &ModelSpec::channels, 1, 1 << 16, Empty::kRefused,
+                "cnn: output channels of each convolution block")
+      .integer("kernel", &ModelSpec::kernel, 1, 15,
+               "cnn: convolution kernel size, odd (padding keeps the size)")
+      .flag("batch_norm", &ModelSpec::batch_norm, "cnn: BatchNorm after each convolution")
+      .real("dropout", &ModelSpec::dropout, 0.0, 0.95, "",
+            "dropout probability before each hidden linear layer")
+      .choice("head", &ModelSpec::head, {"none", "linear"},
+              "linear: a final linear layer to the task's outputs (classes, regression targets); "
+              "none: the model's last layer must already produce them");
+  c.table("data", &Scenario::data)
+      .choice("kind", &DataSpec::kind, {"synthetic", "fashion-mnist", "digits", "regression"},
+              "synthetic: noisy images around one centre per class; fashion-mnist, digits: "
+              "Debian's files; regression: synthetic linear regression")
+      .integer("batch_size", &DataSpec::batch_size, 1, kMaxWidth, "samples per micro-batch")
+      .integer("train_samples", &DataSpec::train_samples, 0, kMaxCount,
+               "training samples used; 0: all (synthetic, regression: 8192)")
+      .integer("test_samples", &DataSpec::test_samples, 0, kMaxCount,
+               "test samples used; 0: all (synthetic, regression: 2048)")
+      .text("path", &DataSpec::path, "the dataset's folder or file; empty: Debian's location")
+      .integer("side", &DataSpec::side, 2, 1024, "synthetic: images are 1 x side x side")
+      .integer("classes", &DataSpec::classes, 2, kMaxNodes, "synthetic: number of classes")
+      .real("noise", &DataSpec::noise, 0.0, 1e6, "",
+            "synthetic: standard deviation of the noise around each class centre; regression: "
+            "of the noise added to each target")
+      .integer("features", &DataSpec::features, 1, kMaxWidth,
+               "regression: input features per sample")
+      .integer("targets", &DataSpec::targets, 1, kMaxWidth, "regression: outputs per sample");
+}
+
+// Algorithm and all-reduce names are not listed here: the registry (algo/registry.h) validates
+// training.algorithm and training.allreduce.
+void add_training(Catalog& c) {
+  c.table("training", &Scenario::training)
+      .text("algorithm", &TrainingSpec::algorithm,
+            "the algorithm, a name from the algorithm registry (`ravnest keys` lists them)",
+            Empty::kRefused)
+      .choice("optimizer", &TrainingSpec::optimizer, {"sgd", "adam"},
+              "the optimizer of every stage")
+      .positive("lr", &TrainingSpec::lr, 100.0, "", "learning rate")
+      .real("momentum", &TrainingSpec::momentum, 0.0, 0.9999, "", "sgd: momentum")
+      .real("weight_decay", &TrainingSpec::weight_decay, 0.0, 1.0, "", "L2 weight decay")
+      .integer("steps", &TrainingSpec::steps, 1, kMaxCount, "optimizer updates on every stage")
+      .integer_or_word("max_in_flight", &TrainingSpec::max_in_flight, "stages", 1, 1000000,
+                       "asynchronous pipelines: unfinished micro-batches allowed; stages: as many "
+                       "as the pipeline has stages")
+      .flag("weight_stashing", &TrainingSpec::weight_stashing,
+            "asynchronous pipelines: the backward pass uses its forward pass's weights")
+      .integer("micro_batches", &TrainingSpec::micro_batches, 1, kMaxWidth,
+               "flushing pipelines: micro-batches per update")
+      .integer("average_every", &TrainingSpec::average_every, 1, kMaxCount,
+               "local updates between cross-cluster averagings of parameters")
+      .choice("averaging", &TrainingSpec::averaging, {"bulk-sync", "overlapped"},
+              "bulk-sync: each cluster drains, then all average; overlapped: averaging runs while "
+              "training goes on, the averaged difference is applied when it is done")
+      .text("allreduce", &TrainingSpec::allreduce,
+            "how clusters average parameters or gradients, a name from the all-reduce registry "
+            "(`ravnest keys` describes each)",
+            Empty::kRefused)
+      .flag("average_optimizer_state", &TrainingSpec::average_optimizer_state,
+            "averaging parameters also averages the optimizer's state (momentum, Adam's moments)")
+      .integer("eval_every", &TrainingSpec::eval_every, 0, kMaxCount,
+               "updates between evaluations; 0: only at the end")
+      .integer("eval_samples", &TrainingSpec::eval_samples, 0, kMaxCount,
+               "test samples per evaluation; 0: the whole test set");
+}
+
+void add_planner(Catalog& c) {
+  c.table("planner", &Scenario::planner)
+      .choice("method", &PlannerSpec::method,
+              {"manual", "greedy", "ga", "ravnest-ga", "exhaustive"},
+              "manual: stages in proportion to RAM or as given, one cluster unless "
+              "`[[planner.cluster]]`; greedy: nodes dealt into clusters by speed; "
+              "ga: maximises the predicted global throughput; "
+              "ravnest-ga: the reference's genetic algorithm; "
+              "exhaustive: the optimum, up to 12 nodes")
+      .integer_or_word("clusters", &PlannerSpec::clusters, "auto", 1, kMaxNodes,
+                       "clusters to form; auto: the planner chooses (manual: one)")
+      .integers("stage_layers", &PlannerSpec::stage_layers, 1, kMaxWidth, Empty::kAllowed,
+                "manual: layers of each stage in pipeline order; empty: in proportion to RAM")
+      .integer("population", &PlannerSpec::population, 0, kMaxNodes,
+               "ga: individuals; 0: by pool size")
+      .integer("generations", &PlannerSpec::generations, 0, 1000000,
+               "ga: generations; 0: by pool size");
+  c.array("planner.cluster", kOptional, &Scenario::planner, &PlannerSpec::cluster)
+      .integers("nodes", &PlannerSpec::Cluster::nodes, 0, kMaxNodes, Empty::kRefused,
+                "manual: the cluster's nodes in pipeline order (required)")
+      .integers("stage_layers", &PlannerSpec::Cluster::stage_layers, 1, kMaxWidth, Empty::kAllowed,
+                "manual: layers of each of the cluster's stages; empty: in proportion to RAM");
+}
+
+void add_run_tables(Catalog& c) {
+  c.table("network", &Scenario::network)
+      .choice("topology", &NetworkSpec::topology, {"star"},
+              "star: each device reaches a common core through its own links")
+      .choice("model", &NetworkSpec::model, {"lv08", "ideal"},
+              "lv08: SimGrid's TCP-calibrated default; ideal: no TCP effects (CM02)");
+  c.table("sim", &Scenario::sim)
+      .choice("mode", &SimSpec::mode, {"numeric", "timing"},
+              "numeric: real maths, modeled time; timing: no maths");
+  c.table("real", &Scenario::real)
+      .positive("timeout_s", &RealSpec::timeout_s, 86400.0, "s",
+                "a peer silent for this long is considered dead")
+      .text("master_addr", &RealSpec::master_addr, "address of rank 0, where peers meet")
+      .integer("master_port", &RealSpec::master_port, 0, 65535,
+               "port of rank 0, where peers meet; 0: pick a free port")
+      .flag("emulate_speed", &RealSpec::emulate_speed,
+            "stretch compute to the modeled time of each device");
+  c.table("output", &Scenario::output)
+      .text("dir", &OutputSpec::dir, "run folders go to `<dir>/<name>/<executor>-<timestamp>/`",
+            Empty::kRefused)
+      .flag("trace", &OutputSpec::trace, "write trace.json (Chrome trace)");
+  c.table("faults", &Scenario::faults)
+      .integer("node", &FaultsSpec::node, -1, kMaxNodes, "the node that misbehaves; -1: none")
+      .integer("crash_after_sends", &FaultsSpec::crash_after_sends, -1, kMaxCount,
+               "it fails at this send; -1: never")
+      .integer("drop_every", &FaultsSpec::drop_every, 0, kMaxCount,
+               "it drops every k-th message it sends; 0: none")
+      .real("delay_ms", &FaultsSpec::delay_ms, 0.0, 1e9, "ms",
+            "it waits this long before each send");
+}
+
+const Catalog& catalog() {
+  static const Catalog kCatalog = [] {
+    Catalog c;
+    add_top_and_devices(c);
+    add_model_and_data(c);
+    add_training(c);
+    add_planner(c);
+    add_run_tables(c);
+    for (KeySpec& k : c.keys)
+      if (k.default_text.empty()) k.default_text = toml_value_text(k, k.default_at(0));
+    return c;
+  }();
+  return kCatalog;
+}
+
+// ---- TOML values ----
+
+// A TOML basic string: quotes, backslashes and control characters escaped.
+std::string toml_string(const std::string& s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (ch == '\n') {
+      out += "\\n";
+    } else if (ch == '\t') {
+      out += "\\t";
+    } else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+// The shortest text that reads back to `v`, as a TOML float ("100.0", "0.05", "1e+06").
+std::string toml_real(double v) {
+  char buf[64];
+  const auto end = std::to_chars(buf, buf + sizeof buf, v).ptr;
+  std::string out(buf, end);
+  if (out.find_first_of(".e") == std::string::npos) out += ".0";
+  return out;
+}
+
+// ---- documentation ----
+
+std::string real_text(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+std::string int_text(int64_t v) {
+  if (v == kMaxInt64) return "2^63-1";
+  if (v >= (int64_t(1) << 20) && (v & (v - 1)) == 0) {
+    int bits = 0;
+    while ((int64_t(1) << bits) < v) ++bits;
+    return "2^" + std::to_string(bits);
+  }
+  return std::to_string(v);
+}
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& x : v) out += (out.empty() ? "" : ", ") + x;
+  return out;
+}
+
+bool is_array_table(const std::string& path) {
+  for (const TableSpec& t : scenario_tables())
+    if (t.path == path) return t.is_array;
+  return false;
+}
+
+// The key as the documentation names it: "training.lr", "devices[].count".
+std::string doc_key(const KeySpec& k) {
+  if (k.table.empty()) return k.name;
+  return k.table + (is_array_table(k.table) ? "[]." : ".") + k.name;
+}
+
+// Keys given extra choices read as choices.
+std::string type_text(const KeySpec& k, const ExtraChoices& extra) {
+  if (extra.count(k.dotted())) return "choice";
+  switch (k.type) {
+    case KeyType::kString:
+      return "string";
+    case KeyType::kChoice:
+      return "choice";
+    case KeyType::kBool:
+      return "bool";
+    case KeyType::kInteger:
+      return "integer";
+    case KeyType::kReal:
+      return "real";
+    case KeyType::kIntegerList:
+      return "integer list";
+    case KeyType::kIntegerOrWord:
+      return "\"" + k.word + "\" or integer";
+  }
+  return "";
+}
+
+std::string range_text(const KeySpec& k, const ExtraChoices& extra) {
+  auto it = extra.find(k.dotted());
+  if (it != extra.end()) return joined(it->second);
+  const std::string ints = "[" + int_text(k.lo) + ", " + int_text(k.hi) + "]";
+  switch (k.type) {
+    case KeyType::kString:
+      return k.allow_empty ? "" : "non-empty";
+    case KeyType::kChoice:
+      return joined(k.choices);
+    case KeyType::kBool:
+      return "true, false";
+    case KeyType::kInteger:
+    case KeyType::kIntegerOrWord:
+      return ints;
+    case KeyType::kReal:
+      return (k.lo_open ? "(" : "[") + real_text(k.real_lo) + ", " + real_text(k.real_hi) + "]";
+    case KeyType::kIntegerList:
+      return "each in " + ints + (k.allow_empty ? "" : ", non-empty");
+  }
+  return "";
+}
+
+std::string cell(const std::string& text) {
+  std::string out;
+  for (char ch : text) out += ch == '|' ? std::string("\\|") : std::string(1, ch);
+  return out;
+}
+
+}  // namespace
+
+std::string KeySpec::dotted(size_t index) const {
+  if (table.empty()) return name;
+  if (is_array_table(table)) return table + "[" + std::to_string(index) + "]." + name;
+  return table + "." + name;
+}
+
+const std::vector<TableSpec>& scenario_tables() { return catalog().tables; }
+const std::vector<KeySpec>& scenario_keys() { return catalog().keys; }
+
+std::string toml_value_text(const KeySpec& key, const KeyValue& value) {
+  if (key.type == KeyType::kIntegerOrWord && std::get<int64_t>(value) == 0)
+    return toml_string(key.word);
+  if (const auto* s = std::get_if<std::string>(&value)) return toml_string(*s);
+  if (const auto* b = std::get_if<bool>(&value)) return *b ? "true" : "false";
+  if (const auto* i = std::get_if<int64_t>(&value)) return std::to_string(*i);
+  if (const auto* d = std::get_if<double>(&value)) return toml_real(*d);
+  std::string out = "[";
+  for (int64_t x : std::get<std::vector<int64_t>>(value))
+    out += (out.size() > 1 ? ", " : "") + std::to_string(x);
+  return out + "]";
+}
+
+std::string keys_markdown(const ExtraChoices& extra_choices) {
+  std::ostringstream os;
+  os << "| key | type | unit | default | range or choices | help |\n";
+  os << "|---|---|---|---|---|---|\n";
+  for (const KeySpec& k : scenario_keys()) {
+    const std::string range = range_text(k, extra_choices);
+    os << "| `" << doc_key(k) << "` | " << type_text(k, extra_choices) << " | " << cell(k.unit)
+       << " | `" << cell(k.default_text) << "` | " << cell(range) << " | " << cell(k.help)
+       << " |\n";
+  }
+  return os.str();
+}
+
+std::string keys_text(const ExtraChoices& extra_choices) {
+  std::ostringstream os;
+  const std::string* table = nullptr;
+  for (const KeySpec& k : scenario_keys()) {
+    if (!table || *table != k.table) {
+      table = &k.table;
+      os << (table->empty()            ? "(top level)"
+             : is_array_table(k.table) ? "[[" + k.table + "]]"
+                                       : "[" + k.table + "]")
+         << "\n";
+    }
+    std::string line = "  " + k.name + " = " + k.default_text;
+    line.resize(std::max<size_t>(line.size() + 2, 34), ' ');
+    const std::string range = range_text(k, extra_choices);
+    os << line << type_text(k, extra_choices) << (range.empty() ? "" : ": " + range)
+       << (k.unit.empty() ? "" : ", " + k.unit) << "\n      " << k.help << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace rv

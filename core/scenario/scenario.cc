@@ -1,0 +1,387 @@
+#include "core/scenario/scenario.h"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/scenario/keys.h"
+
+namespace rv {
+namespace {
+
+constexpr int kMaxPool = 100000;  // nodes in a scenario, all groups together
+
+// The line of `node` in `source`; 0 when it has none there (defaulted, or from --set).
+int line_of(const toml::node* node, const std::string& source) {
+  if (!node || node->source().begin.line == 0) return 0;
+  const auto& path = node->source().path;
+  if (path && *path != source) return 0;
+  return static_cast<int>(node->source().begin.line);
+}
+
+std::string where_of(const std::string& source, const toml::node* node) {
+  const int line = line_of(node, source);
+  return line > 0 ? source + ":" + std::to_string(line) : source;
+}
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& x : v) out += (out.empty() ? "" : ", ") + x;
+  return out;
+}
+
+// The key being read, for messages.
+struct Spot {
+  const std::string& source;
+  std::string key;  // dotted: "devices[1].up_mbps"
+
+  [[noreturn]] void fail(const toml::node* n, const std::string& what) const {
+    throw ScenarioError(where_of(source, n), key, what);
+  }
+};
+
+// ---- one value, checked against its row (type, range, choices) ----
+
+std::string range_message(const char* what, int64_t v, int64_t lo, int64_t hi) {
+  return std::string(what) + " " + std::to_string(v) + " is out of range [" + std::to_string(lo) +
+         ", " + std::to_string(hi) + "]";
+}
+
+KeyValue read_string(const KeySpec& k, const toml::node& n, const Spot& at) {
+  if (!n.is_string()) at.fail(&n, "expected a string");
+  std::string v = *n.value<std::string>();
+  if (k.type == KeyType::kChoice &&
+      std::find(k.choices.begin(), k.choices.end(), v) == k.choices.end())
+    at.fail(&n, "unknown value '" + v + "' (expected one of: " + joined(k.choices) + ")");
+  if (!k.allow_empty && v.empty()) at.fail(&n, "must not be empty");
+  return KeyValue(std::move(v));
+}
+
+KeyValue read_integer(const KeySpec& k, const toml::node& n, const Spot& at) {
+  if (!n.is_integer()) at.fail(&n, "expected an integer");
+  const int64_t v = *n.value<int64_t>();
+  if (v < k.lo || v > k.hi) at.fail(&n, range_message("value", v, k.lo, k.hi));
+  return KeyValue(v);
+}
+
+KeyValue read_real(const KeySpec& k, const toml::node& n, const Spot& at) {
+  if (!n.is_number()) at.fail(&n, "expected a number");
+  const double v = *n.value<double>();
+  if (!std::isfinite(v) || v < k.real_lo || v > k.real_hi || (k.lo_open && v == k.real_lo)) {
+    std::ostringstream os;
+    os << "value " << v << " is out of range " << (k.lo_open ? "(" : "[") << k.real_lo << ", "
+       << k.real_hi << "]";
+    at.fail(&n, os.str());
+  }
+  return KeyValue(v);
+}
+
+KeyValue read_integer_list(const KeySpec& k, const toml::node& n, const Spot& at) {
+  const toml::array* arr = n.as_array();
+  if (!arr) at.fail(&n, "expected an array of integers");
+  if (arr->empty() && !k.allow_empty) at.fail(&n, "must not be empty");
+  std::vector<int64_t> v;
+  for (const toml::node& e : *arr) {
+    if (!e.is_integer()) at.fail(&e, "expected an array of integers");
+    const int64_t x = *e.value<int64_t>();
+    if (x < k.lo || x > k.hi) at.fail(&e, range_message("element", x, k.lo, k.hi));
+    v.push_back(x);
+  }
+  return KeyValue(std::move(v));
+}
+
+KeyValue read_integer_or_word(const KeySpec& k, const toml::node& n, const Spot& at) {
+  if (n.is_string() && *n.value<std::string>() == k.word) return KeyValue(int64_t(0));
+  if (n.is_integer() && *n.value<int64_t>() >= k.lo && *n.value<int64_t>() <= k.hi)
+    return KeyValue(*n.value<int64_t>());
+  at.fail(&n, "expected \"" + k.word + "\" or an integer in [" + std::to_string(k.lo) + ", " +
+                  std::to_string(k.hi) + "]");
+}
+
+KeyValue read_value(const KeySpec& k, const toml::node& n, const Spot& at) {
+  switch (k.type) {
+    case KeyType::kString:
+    case KeyType::kChoice:
+      return read_string(k, n, at);
+    case KeyType::kBool:
+      if (!n.is_boolean()) at.fail(&n, "expected true or false");
+      return KeyValue(*n.value<bool>());
+    case KeyType::kInteger:
+      return read_integer(k, n, at);
+    case KeyType::kReal:
+      return read_real(k, n, at);
+    case KeyType::kIntegerList:
+      return read_integer_list(k, n, at);
+    case KeyType::kIntegerOrWord:
+      return read_integer_or_word(k, n, at);
+  }
+  at.fail(&n, "internal: unhandled key type");
+}
+
+// ---- the tables, driven by scenario_tables() and scenario_keys() ----
+
+// Reads every table of the key table from a parsed document into a Scenario, defaulting absent
+// keys, rejecting unknown ones and remembering the line of each key given.
+class Reader {
+ public:
+  Reader(const toml::table& root, Scenario& s) : root_(root), s_(s) {}
+
+  void read_all() {
+    for (const TableSpec& t : scenario_tables()) {
+      if (t.is_array)
+        read_array(t);
+      else
+        read_table(t);
+    }
+  }
+
+ private:
+  void read_table(const TableSpec& t) {
+    const toml::node* n = find(t.path);
+    if (n && !n->is_table())
+      throw ScenarioError(where_of(s_.source, n), t.path, "expected a table [" + t.path + "]");
+    remember(t.path, n);
+    read_keys(t, n ? n->as_table() : nullptr, 0, t.path);
+  }
+
+  void read_array(const TableSpec& t) {
+    const toml::node* n = find(t.path);
+    if (!n && t.required)
+      throw ScenarioError(s_.source, t.path,
+                          "missing: at least one [[" + t.path + "]] table is needed");
+    const toml::array* arr = n ? n->as_array() : nullptr;
+    if (n &&
+        (!arr || (arr->empty() && t.required) || (!arr->empty() && !arr->is_array_of_tables())))
+      throw ScenarioError(where_of(s_.source, n), t.path,
+                          std::string(t.required ? "expected one or more" : "expected") + " [[" +
+                              t.path + "]] tables");
+    remember(t.path, n);
+    const size_t count = arr ? arr->size() : 0;
+    t.resize(s_, count);
+    for (size_t i = 0; i < count; ++i) {
+      const std::string prefix = t.path + "[" + std::to_string(i) + "]";
+      remember(prefix, arr->get(i));
+      read_keys(t, arr->get(i)->as_table(), i, prefix);
+    }
+  }
+
+  // The rows of table `t` from `table` (nullptr: absent, all defaults), element `index`.
+  void read_keys(const TableSpec& t, const toml::table* table, size_t index,
+                 const std::string& prefix) {
+    for (const KeySpec& k : scenario_keys()) {
+      if (k.table != t.path) continue;
+      const toml::node* n = table ? table->get(k.name) : nullptr;
+      if (!n) {
+        k.set(s_, index, k.default_at(index));
+        continue;
+      }
+      const std::string key = k.dotted(index);
+      k.set(s_, index, read_value(k, *n, Spot{s_.source, key}));
+      remember(key, n);
+    }
+    if (table) reject_unknown(t.path, *table, prefix);
+  }
+
+  void reject_unknown(const std::string& path, const toml::table& table,
+                      const std::string& prefix) const {
+    for (const auto& [name, node] : table) {
+      const std::string key(name.str());
+      if (!known(path, key))
+        throw ScenarioError(where_of(s_.source, &node), prefix.empty() ? key : prefix + "." + key,
+                            "unknown key");
+    }
+  }
+
+  // A row of table `path`, or a table nested in it.
+  static bool known(const std::string& path, const std::string& key) {
+    for (const KeySpec& k : scenario_keys())
+      if (k.table == path && k.name == key) return true;
+    const std::string child = path.empty() ? key : path + "." + key;
+    for (const TableSpec& t : scenario_tables())
+      if (t.path == child) return true;
+    return false;
+  }
+
+  // The node at dotted `path` ("" is the root); nullptr when absent or under a non-table.
+  const toml::node* find(const std::string& path) const {
+    if (path.empty()) return &root_;
+    const toml::node* cur = &root_;
+    std::stringstream ss(path);
+    for (std::string part; std::getline(ss, part, '.');) {
+      const toml::table* t = cur ? cur->as_table() : nullptr;
+      cur = t ? t->get(part) : nullptr;
+    }
+    return cur;
+  }
+
+  void remember(const std::string& key, const toml::node* n) {
+    const int line = line_of(n, s_.source);
+    if (line > 0 && !key.empty()) s_.key_lines[key] = line;
+  }
+
+  const toml::table& root_;
+  Scenario& s_;
+};
+
+// ---- checks across keys, after reading ----
+
+void check_name(const Scenario& s) {
+  if (s.name.find_first_of("/\\ ") != std::string::npos)
+    throw ScenarioError(s.where("name"), "name",
+                        "must be a non-empty name without '/', '\\' or spaces");
+}
+
+void check_model(const Scenario& s) {
+  if (s.model.kernel % 2 == 0)
+    throw ScenarioError(s.where("model.kernel"), "model.kernel",
+                        "must be odd (padding keeps the size)");
+}
+
+void check_planner_clusters(const Scenario& s) {
+  for (size_t i = 0; i < s.planner.cluster.size(); ++i) {
+    const std::string element = "planner.cluster[" + std::to_string(i) + "]";
+    if (s.planner.cluster[i].nodes.empty())
+      throw ScenarioError(s.where(element), element + ".nodes",
+                          "missing: the cluster's nodes in pipeline order");
+  }
+}
+
+// The pool's size against the keys that count nodes.
+void check_pool(const Scenario& s) {
+  int64_t pool = 0;
+  for (const DeviceGroup& g : s.devices) pool += g.count;
+  if (pool > kMaxPool)
+    throw ScenarioError(s.where("devices"), "devices",
+                        "more than " + std::to_string(kMaxPool) + " nodes");
+  if (s.faults.node >= pool)
+    throw ScenarioError(
+        s.where("faults.node"), "faults.node",
+        "no node " + std::to_string(s.faults.node) + " in a pool of " + std::to_string(pool));
+  if (s.planner.clusters > pool)
+    throw ScenarioError(s.where("planner.clusters"), "planner.clusters",
+                        "asks for " + std::to_string(s.planner.clusters) +
+                            " clusters but the pool has " + std::to_string(pool) + " nodes");
+}
+
+Scenario from_table(const toml::table& root, const std::string& source) {
+  Scenario s;
+  s.source = source;
+  Reader(root, s).read_all();
+  check_name(s);
+  check_model(s);
+  check_planner_clusters(s);
+  check_pool(s);
+  return s;
+}
+
+// Applies one "a.b.c=value" override to the parsed document.
+void apply_override(toml::table& root, const std::string& spec) {
+  auto eq = spec.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw ScenarioError("--set", spec, "expected KEY=VALUE (for example training.lr=0.1)");
+  std::string path = spec.substr(0, eq), value = spec.substr(eq + 1);
+  std::vector<std::string> parts;
+  std::stringstream ss(path);
+  for (std::string p; std::getline(ss, p, '.');) {
+    if (p.empty()) throw ScenarioError("--set", path, "empty component in key");
+    parts.push_back(p);
+  }
+  toml::node* cur = &root;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    if (auto* t = cur->as_table()) {
+      if (!t->contains(parts[i])) t->insert(parts[i], toml::table{});
+      cur = t->get(parts[i]);
+    } else if (auto* a = cur->as_array()) {
+      char* end = nullptr;
+      long idx = std::strtol(parts[i].c_str(), &end, 10);
+      if (*end || idx < 0 || static_cast<size_t>(idx) >= a->size())
+        throw ScenarioError("--set", path, "no element '" + parts[i] + "' in this array");
+      cur = a->get(static_cast<size_t>(idx));
+    } else {
+      throw ScenarioError("--set", path, "'" + parts[i] + "' is not a table");
+    }
+  }
+  auto* t = cur->as_table();
+  if (!t) throw ScenarioError("--set", path, "the parent of the last component is not a table");
+  // The value is TOML (1, 0.5, true, "text", [1, 2]); anything else is taken as a bare string.
+  try {
+    toml::table parsed = toml::parse("v = " + value, std::string_view("--set"));
+    if (const toml::node* v = parsed.get("v")) {
+      t->insert_or_assign(parts.back(), *v);
+      return;
+    }
+  } catch (const toml::parse_error&) {
+  }
+  t->insert_or_assign(parts.back(), value);
+}
+
+}  // namespace
+
+int Scenario::node_count() const {
+  int n = 0;
+  for (const auto& g : devices) n += g.count;
+  return n;
+}
+
+const DeviceGroup& Scenario::device_of(int rank) const {
+  int r = rank;
+  for (const auto& g : devices) {
+    if (r < g.count) return g;
+    r -= g.count;
+  }
+  throw Error("node rank " + std::to_string(rank) + " is outside the device pool");
+}
+
+Scenario parse_scenario(const std::string& text, const std::string& source,
+                        const std::vector<std::string>& overrides) {
+  toml::table root;
+  try {
+    root = toml::parse(text, std::string_view(source));
+  } catch (const toml::parse_error& e) {
+    throw ScenarioError(source + ":" + std::to_string(e.source().begin.line), "",
+                        "TOML syntax error: " + std::string(e.description()));
+  }
+  for (const auto& o : overrides) apply_override(root, o);
+  return from_table(root, source);
+}
+
+Scenario load_scenario(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ScenarioError(path, "", "cannot open the scenario file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_scenario(ss.str(), path, overrides);
+}
+
+std::string Scenario::where(const std::string& dotted_key) const {
+  auto it = key_lines.find(dotted_key);
+  return it == key_lines.end() ? source : source + ":" + std::to_string(it->second);
+}
+
+std::string to_toml(const Scenario& s) {
+  std::ostringstream os;
+  os << "# Resolved scenario: every key, defaults filled in. Source: " << s.source << "\n";
+  for (const TableSpec& t : scenario_tables()) {
+    const size_t count = t.is_array ? t.size(s) : 1;
+    for (size_t i = 0; i < count; ++i) {
+      if (t.is_array)
+        os << "\n[[" << t.path << "]]\n";
+      else if (!t.path.empty())
+        os << "\n[" << t.path << "]\n";
+      for (const KeySpec& k : scenario_keys()) {
+        if (k.table != t.path) continue;
+        os << k.name << " = " << toml_value_text(k, k.get(s, i));
+        if (!k.unit.empty()) os << "  # " << k.unit;
+        os << "\n";
+      }
+    }
+  }
+  return os.str();
+}
+
+}  // namespace rv

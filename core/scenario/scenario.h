@@ -1,0 +1,148 @@
+// Scenario: one experiment, completely described by one TOML file (plus --set overrides).
+//
+// Contract: load_scenario() either returns a fully validated Scenario (every key known, typed and
+// in range, defaults filled in) or throws rv::ScenarioError naming file, line and key. It reads the
+// file and nothing else; it writes nothing.
+//
+// Each key's type, unit, range and help live in one table, core/scenario/keys.cc; a key's default
+// is the initial value of its field below. The comments here only say how a value is stored.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace rv {
+
+struct DeviceGroup {
+  std::string name;  // defaulted to "device<i>" for the i-th group when read
+  int count = 1;
+  double tflops = 1.0;       // 1e12 floating-point operations per second, sustained
+  double ram_gb = 8.0;       // GiB
+  double up_mbps = 100.0;    // Mbit/s, to the core
+  double down_mbps = 100.0;  // Mbit/s, from the core
+  double latency_ms = 10.0;  // ms, one way, between the device and the core
+  std::string region;        // empty: none
+};
+
+struct ModelSpec {
+  std::string kind = "mlp";
+  std::vector<int64_t> hidden = {256, 128};
+  std::vector<int64_t> channels = {16, 32};
+  int64_t kernel = 3;  // odd
+  bool batch_norm = true;
+  double dropout = 0.0;
+  std::string head = "none";
+};
+
+struct DataSpec {
+  std::string kind = "synthetic";
+  int64_t batch_size = 64;
+  int64_t train_samples = 0;  // 0: all (synthetic: 8192)
+  int64_t test_samples = 0;   // 0: all (synthetic: 2048)
+  std::string path;           // empty: Debian's location
+  int64_t side = 8;           // synthetic: images are 1 x side x side
+  int64_t classes = 10;
+  double noise = 1.0;
+  int64_t features = 16;  // regression
+  int64_t targets = 1;    // regression
+};
+
+struct TrainingSpec {
+  std::string algorithm = "ravnest";  // a name from the algorithm registry (validated there)
+  std::string optimizer = "sgd";
+  double lr = 0.05;
+  double momentum = 0.0;
+  double weight_decay = 0.0;
+  int64_t steps = 1000;
+  int64_t max_in_flight = 0;  // 0: as many as stages ("stages" in the file)
+  bool weight_stashing = true;
+  int64_t micro_batches = 4;
+  int64_t average_every = 50;
+  std::string averaging = "bulk-sync";
+  std::string allreduce = "multi-ring";  // a name from the all-reduce registry (validated there)
+  bool average_optimizer_state = false;
+  int64_t eval_every = 0;    // 0: only at the end
+  int64_t eval_samples = 0;  // 0: the whole test set
+};
+
+struct PlannerSpec {
+  std::string method = "manual";
+  int clusters = 0;                   // 0: the planner chooses ("auto" in the file)
+  std::vector<int64_t> stage_layers;  // empty: by RAM
+  // [[planner.cluster]]: explicit clusters (manual).
+  struct Cluster {
+    std::vector<int64_t> nodes;         // pipeline order; never empty once read
+    std::vector<int64_t> stage_layers;  // empty: by RAM
+  };
+  std::vector<Cluster> cluster;
+  int population = 0;   // 0: by pool size
+  int generations = 0;  // 0: by pool size
+};
+
+struct NetworkSpec {
+  std::string topology = "star";
+  std::string model = "lv08";
+};
+
+struct SimSpec {
+  std::string mode = "numeric";
+};
+
+struct RealSpec {
+  double timeout_s = 60.0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;  // 0: pick a free port
+  bool emulate_speed = false;
+};
+
+struct OutputSpec {
+  std::string dir = "runs";  // never empty
+  bool trace = true;
+};
+
+// Injected faults (every executor honours them), for studying and testing failure handling.
+struct FaultsSpec {
+  int node = -1;                   // -1: none
+  int64_t crash_after_sends = -1;  // -1: never
+  int64_t drop_every = 0;          // 0: none
+  double delay_ms = 0;             // ms
+};
+
+struct Scenario {
+  std::string name = "scenario";
+  uint64_t seed = 1;
+  std::string source;  // the file it came from, for messages
+  std::vector<DeviceGroup> devices;
+  ModelSpec model;
+  DataSpec data;
+  TrainingSpec training;
+  PlannerSpec planner;
+  NetworkSpec network;
+  SimSpec sim;
+  RealSpec real;
+  OutputSpec output;
+  FaultsSpec faults;
+  // Dotted key ("training.algorithm", "devices[1].up_mbps", "model") -> the line of `source` where
+  // it was given. Keys that were defaulted or came from --set are absent.
+  std::map<std::string, int> key_lines;
+
+  int node_count() const;
+  // The device group of node `rank` (nodes are numbered group by group, in file order).
+  const DeviceGroup& device_of(int rank) const;
+  // Where `dotted_key` was given, for messages: "quick.toml:12", or "quick.toml" when it was
+  // defaulted or came from --set. Checks outside the scenario module throw
+  // ScenarioError(s.where(key), key, what).
+  std::string where(const std::string& dotted_key) const;
+};
+
+// Loads and validates `path`, applying `overrides` ("training.lr=0.1") first.
+Scenario load_scenario(const std::string& path, const std::vector<std::string>& overrides = {});
+// Same, from text (tests); `source` names it in messages.
+Scenario parse_scenario(const std::string& text, const std::string& source,
+                        const std::vector<std::string>& overrides = {});
+// The resolved scenario (every key, defaults filled in) as TOML; parse_scenario() reads it back.
+std::string to_toml(const Scenario& s);
+
+}  // namespace rv

@@ -1,0 +1,22 @@
+#include "exec/env_assembly.h"
+
+namespace rv {
+
+void TeeMetrics::record(const Event& e) {
+  own_.record(e);
+  if (observer_ == nullptr) return;
+  if (observer_mu_ == nullptr) {
+    observer_->record(e);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(*observer_mu_);
+  observer_->record(e);
+}
+
+NodeEnvStack::NodeEnvStack(const Scenario& s, int node, const EnvParts& base,
+                           const FaultSpec* faults)
+    : transport_(base.transport, base.clock, faults ? *faults : faults_for(s.faults, node)),
+      metrics_(base.metrics, base.observer, base.observer_mu),
+      env_{transport_, base.clock, base.compute, metrics_, base.collectives} {}
+
+}  // namespace rv

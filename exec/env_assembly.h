@@ -1,0 +1,62 @@
+// One node's NodeEnv, assembled in one place for every executor (sim, loopback, real), in the
+// manner of LevelDB building its Env stack once. The executor supplies its base parts; the
+// scenario's wrappers are applied here, once, in a fixed order:
+//   transport  FaultyTransport: the scenario's injected faults for this node (or an override)
+//   metrics    the node's own sink, teed to an optional observer (progress, a test), under the
+//              observer's lock when several nodes share it from different threads
+// A wrapper added later (the emulator's network shaper) goes here and so reaches every executor.
+//
+// Lifetime: the base parts, the observer and its lock outlive the NodeEnvStack, which owns the
+// wrappers. Threading: one stack belongs to one node, like the NodeEnv it holds.
+#pragma once
+
+#include <mutex>
+
+#include "core/env.h"
+#include "core/fault_transport.h"
+#include "core/scenario/scenario.h"
+
+namespace rv {
+
+// What an executor provides for one node.
+struct EnvParts {
+  Transport& transport;
+  Clock& clock;
+  Compute& compute;
+  Metrics& metrics;                    // the node's own sink (its event log)
+  Collectives* collectives = nullptr;  // the executor's own collectives, if it has any
+  Metrics* observer = nullptr;         // also sees every event (progress, tests), if given
+  std::mutex* observer_mu = nullptr;  // held around the observer when nodes share it across threads
+};
+
+// Records into the node's sink, then into the observer (under its lock, if any).
+class TeeMetrics : public Metrics {
+ public:
+  TeeMetrics(Metrics& own, Metrics* observer, std::mutex* observer_mu)
+      : own_(own), observer_(observer), observer_mu_(observer_mu) {}
+  void record(const Event& e) override;
+
+ private:
+  Metrics& own_;
+  Metrics* observer_;
+  std::mutex* observer_mu_;
+};
+
+class NodeEnvStack {
+ public:
+  // `node`'s environment with the scenario's wrappers; `faults`, if given, replaces the faults the
+  // scenario injects into this node (tests of failure handling).
+  NodeEnvStack(const Scenario& s, int node, const EnvParts& base,
+               const FaultSpec* faults = nullptr);
+  NodeEnvStack(const NodeEnvStack&) = delete;
+  NodeEnvStack& operator=(const NodeEnvStack&) = delete;
+
+  NodeEnv& env() { return env_; }
+
+ private:
+  FaultyTransport transport_;
+  TeeMetrics metrics_;
+  NodeEnv env_;
+};
+
+}  // namespace rv

@@ -1,0 +1,25 @@
+#include "exec/wall_env.h"
+
+#include <thread>
+
+namespace rv {
+
+Seconds WallClock::now() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+void WallClock::sleep_for(Seconds s) {
+  if (s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(s));
+}
+
+void WallCompute::run(double flops, const std::function<void()>& maths) {
+  const auto t0 = std::chrono::steady_clock::now();
+  maths();
+  if (emulate_ > 0) {
+    const auto target = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                 std::chrono::duration<double>(flops / emulate_));
+    std::this_thread::sleep_until(target);
+  }
+}
+
+}  // namespace rv

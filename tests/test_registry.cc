@@ -1,0 +1,191 @@
+// The algorithm registry: traits drive the planner and the cost model, and no other source file
+// compares an algorithm's name.
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "algo/registry.h"
+#include "catch.h"
+#include "core/error.h"
+#include "core/scenario/keys.h"
+#include "planner/cost.h"
+#include "test_support.h"
+
+using namespace rv;
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* kPipeline = R"(name = "reg"
+[model]
+head = "linear"
+hidden = [32]
+[data]
+kind = "synthetic"
+[training]
+micro_batches = 6
+max_in_flight = 3
+average_every = 7
+weight_stashing = false
+[[devices]]
+count = 4
+)";
+
+std::string read(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+TEST_CASE("every registered algorithm is found by its name, and only by it", "[registry]") {
+  REQUIRE(algorithms().size() >= 3);
+  for (const Algorithm& a : algorithms()) {
+    Scenario s = parse_scenario(kPipeline, "reg.toml",
+                                {std::string("training.algorithm=\"") + a.name + "\""});
+    CHECK(&algorithm_of(s) == &a);
+    CHECK(a.run != nullptr);
+    CHECK(std::string(a.summary).size() > 10);
+  }
+  Scenario s =
+      parse_scenario(std::string(kPipeline) + "", "reg.toml", {"training.algorithm=\"nope\""});
+  try {
+    algorithm_of(s);
+    FAIL("no error for an unknown algorithm");
+  } catch (const ScenarioError& e) {
+    CHECK(e.key() == "training.algorithm");
+    CHECK(std::string(e.what()).find("unknown value 'nope'") != std::string::npos);
+    for (const Algorithm& a : algorithms())
+      CHECK(std::string(e.what()).find(a.name) != std::string::npos);
+  }
+}
+
+TEST_CASE("an unknown algorithm in a file is reported at its line", "[registry]") {
+  Scenario s = parse_scenario(
+      "name = \"x\"\n[training]\nalgorithm = \"nope\"\n[[devices]]\ncount = 2\n", "x.toml");
+  try {
+    algorithm_of(s);
+    FAIL("no error");
+  } catch (const ScenarioError& e) {
+    CHECK(e.where() == "x.toml:3");
+  }
+}
+
+TEST_CASE("traits decide in-flight micro-batches, stashing and the exchange period", "[registry]") {
+  for (const Algorithm& a : algorithms()) {
+    Scenario s = parse_scenario(kPipeline, "reg.toml",
+                                {std::string("training.algorithm=\"") + a.name + "\""});
+    INFO(a.name);
+    const TrainingSpec t = effective_training(s);
+    CHECK(t.weight_stashing == a.traits.forces_weight_stashing);
+    const int64_t f = in_flight(a, t, 4);
+    switch (a.traits.in_flight) {
+      case InFlightRule::kMaxInFlight:
+        CHECK(f == 3);
+        break;
+      case InFlightRule::kMicroBatches:
+        CHECK(f == 6);
+        break;
+      case InFlightRule::kOne:
+        CHECK(f == 1);
+        break;
+    }
+    const int64_t per_update = a.traits.schedule == Schedule::kFlush ? 6 : 1;
+    const int64_t updates = a.traits.exchange == Exchange::kParameters ? 7 : 1;
+    CHECK(micro_batches_per_exchange(a, t) == per_update * updates);
+  }
+  // "stages" means one in flight per stage.
+  Scenario s = parse_scenario(kPipeline, "reg.toml", {"training.max_in_flight=\"stages\""});
+  CHECK(in_flight(algorithm_of(s), s.training, 5) == 5);
+}
+
+TEST_CASE("the cost model charges what the registry says", "[registry][planner]") {
+  for (const Algorithm& a : algorithms()) {
+    if (a.traits.layout != Layout::kPipelines) continue;
+    auto p =
+        test::prepare(kPipeline, {std::string("training.algorithm=\"") + a.name + "\""}, false);
+    CostModel cost(p.scenario, p.model);
+    INFO(a.name);
+    CHECK(cost.in_flight(2) == in_flight(a, effective_training(p.scenario), 2));
+    CHECK(cost.micro_batches_per_exchange() ==
+          micro_batches_per_exchange(a, effective_training(p.scenario)));
+    CHECK(cost.training().weight_stashing == effective_training(p.scenario).weight_stashing);
+  }
+}
+
+TEST_CASE("replica algorithms get one whole-model cluster per node", "[registry][planner]") {
+  for (const Algorithm& a : algorithms()) {
+    if (a.traits.layout != Layout::kReplicas) continue;
+    auto p =
+        test::prepare(kPipeline, {std::string("training.algorithm=\"") + a.name + "\""}, false);
+    CHECK(p.plan.clusters.size() == 4);
+    CHECK(p.plan.method == a.name);
+    for (const auto& c : p.plan.clusters) CHECK(c.stages.size() == 1);
+  }
+}
+
+TEST_CASE("the variant label names what is not the default", "[registry]") {
+  Scenario s = parse_scenario(kPipeline, "reg.toml");
+  const std::string name = algorithm_of(s).name;
+  CHECK(variant_label(s) == name);
+  s = parse_scenario(kPipeline, "reg.toml",
+                     {"training.averaging=\"overlapped\"", "training.allreduce=\"single-ring\""});
+  CHECK(variant_label(s) == name + " overlapped single-ring");
+}
+
+// Adding an algorithm is one file plus one registry entry: no other source may spell a registered
+// name as a string literal (a comparison, a switch by name, a special case). The struct's default
+// value of training.algorithm is the one exception.
+TEST_CASE("no source outside the registry compares an algorithm's name", "[registry]") {
+  const fs::path root = RV_SOURCE_DIR;
+  std::vector<std::string> names = algorithm_names();
+  std::vector<std::string> offenders;
+  int scanned = 0;
+  for (const char* dir :
+       {"algo", "core", "planner", "sim", "real", "loopback", "exec", "cli", "analysis"}) {
+    for (const auto& entry : fs::recursive_directory_iterator(root / dir)) {
+      const fs::path& p = entry.path();
+      const std::string ext = p.extension().string();
+      if (!entry.is_regular_file() || (ext != ".cc" && ext != ".h" && ext != ".py")) continue;
+      if (p.filename().string().rfind("test_", 0) == 0) continue;  // tests name what they test
+      const std::string rel = fs::relative(p, root).string();
+      if (rel == "algo/registry.cc") continue;
+      ++scanned;
+      std::istringstream lines(read(p));
+      int n = 0;
+      for (std::string line; std::getline(lines, line);) {
+        ++n;
+        for (const auto& name : names) {
+          const std::string dq = "\"" + name + "\"", sq = "'" + name + "'";
+          if (line.find(dq) == std::string::npos && line.find(sq) == std::string::npos) continue;
+          const bool the_default =
+              rel == "core/scenario/scenario.h" &&
+              std::regex_search(line, std::regex(R"(std::string algorithm = ")"));
+          if (!the_default) offenders.push_back(rel + ":" + std::to_string(n) + ": " + line);
+        }
+      }
+    }
+  }
+  CHECK(scanned > 50);
+  std::string all;
+  for (const auto& o : offenders) all += o + "\n";
+  INFO(all);
+  CHECK(offenders.empty());
+}
+
+TEST_CASE("the README lists the registry's names as the choices of their keys",
+          "[registry][keys]") {
+  std::ifstream in(fs::path(RV_SOURCE_DIR) / "README.md");
+  REQUIRE(in);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  const std::string begin = "<!-- keys:begin -->\n", end = "<!-- keys:end -->";
+  const size_t b = text.find(begin), e = text.find(end);
+  REQUIRE(b != std::string::npos);
+  REQUIRE(e != std::string::npos);
+  CHECK(text.substr(b + begin.size(), e - b - begin.size()) == keys_markdown(registry_choices()));
+}
