@@ -1,0 +1,86 @@
+// The emulator's network model: the simulator's star, computed in user space on times the caller
+// gives (an injected clock), so that an emulated run's messages take the time the simulator
+// (network.model = "ideal": SimGrid's CM02 with factors 1, no cross-traffic, no TCP window) gives
+// the same messages.
+//
+// Every node reaches a common core through its own uplink (up_mbps) and downlink (down_mbps), each
+// with a one-way latency. A message from s to d is a flow over s's uplink and d's downlink: it
+// waits the route's latency (L_s + L_d), then its bytes flow through both links at once
+// (cut-through), at a rate that changes whenever a flow starts or ends: weighted max-min fairness
+// over all links (progressive filling), each flow weighted by the inverse of its route's latency as
+// CM02 weights it (TCP's RTT unfairness; a route of zero latency weighs as one of 1 s, as there).
+// So concurrent flows share a node's links fairly, and a flow held back elsewhere leaves the rest
+// of a link to the others. The message is delivered when its last byte is through. Messages of one
+// pair go one after the other (one connection, as the real transport has): a pair's next message
+// starts its bytes when the previous one is through.
+//
+// Units: bytes, bytes per second, seconds. Thread-safety: none (one owner; callers serialise).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <limits>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "core/units.h"
+
+namespace rv {
+
+constexpr Seconds kNever = std::numeric_limits<double>::infinity();
+
+// One node's links, as the scenario gives them (converted).
+struct NodeLinks {
+  double up = 0;        // bytes per second
+  double down = 0;      // bytes per second
+  Seconds latency = 0;  // one way, between the node and the core
+};
+
+// A message that has passed the network model.
+struct Delivery {
+  uint64_t token = 0;  // the caller's handle for the message
+  int src = -1, dst = -1;
+  Seconds at = 0;  // its last byte is through: it is delivered now
+};
+
+class StarNetwork {
+ public:
+  explicit StarNetwork(std::vector<NodeLinks> links);
+
+  // A message of `bytes` from `src` to `dst`, sent at `now` (non-decreasing over calls, and not
+  // before the last advance()).
+  void send(int src, int dst, Bytes bytes, uint64_t token, Seconds now);
+  // Moves the model to `now`; returns the messages delivered by then, in delivery order.
+  std::vector<Delivery> advance(Seconds now);
+  // When the next message is delivered or starts its bytes (kNever when idle); advance() to it.
+  Seconds next_event() const;
+  // Current rate of the flows in progress, in bytes per second, by token (for tests and reports).
+  std::map<uint64_t, double> rates() const;
+
+ private:
+  struct Message {
+    uint64_t token;
+    double bytes;
+    Seconds sent;
+  };
+  struct Flow {  // the message a pair is transferring
+    uint64_t token = 0;
+    int src = -1, dst = -1;
+    double left = 0;     // bytes
+    Seconds starts = 0;  // its bytes start to flow
+    double weight = 1;   // 1 / route latency, in 1/s
+    double rate = 0;     // bytes per second, while started
+  };
+  void start_next(std::pair<int, int> pair, Seconds not_before);
+  void progress_to(Seconds t);
+  void solve();  // weighted max-min rates of the started flows
+  Seconds route(int src, int dst) const { return links_[src].latency + links_[dst].latency; }
+
+  std::vector<NodeLinks> links_;
+  Seconds now_ = 0;
+  std::map<std::pair<int, int>, std::deque<Message>> waiting_;  // per pair, in send order
+  std::map<std::pair<int, int>, Flow> flows_;                   // per pair: the one in transfer
+};
+
+}  // namespace rv

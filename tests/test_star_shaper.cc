@@ -1,0 +1,155 @@
+// The emulator's network model on virtual time (an injected clock): analytic cases, and a trace of
+// messages that gets the delivery times SimGrid gives the same messages under network.model =
+// "ideal".
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+
+#include "catch.h"
+#include "emu/star_shaper.h"
+#include "sim/sim_runner.h"
+#include "test_support.h"
+
+using namespace rv;
+
+namespace {
+
+struct Send {
+  Seconds at;
+  int src, dst;
+  Bytes bytes;
+};
+
+// Runs `sends` (in time order) through the model on virtual time; returns each message's delivery
+// time, by index in `sends`.
+std::vector<Seconds> emulate(const std::vector<NodeLinks>& links, const std::vector<Send>& sends) {
+  StarNetwork net(links);
+  std::vector<Seconds> out(sends.size(), -1);
+  for (size_t k = 0; k <= sends.size(); ++k) {
+    const Seconds until = k < sends.size() ? sends[k].at : kNever;
+    for (const Delivery& d : net.advance(until)) out[d.token] = d.at;
+    if (k < sends.size()) net.send(sends[k].src, sends[k].dst, sends[k].bytes, k, sends[k].at);
+  }
+  return out;
+}
+
+NodeLinks mbps(double up, double down, double latency_ms) {
+  return {up * kMbpsToBytesPerSecond, down * kMbpsToBytesPerSecond, latency_ms * kMsToSeconds};
+}
+
+}  // namespace
+
+TEST_CASE("one message takes both latencies plus its bytes over the slower link", "[emu]") {
+  const std::vector<NodeLinks> links = {mbps(20, 100, 30), mbps(50, 8, 15)};
+  const auto t = emulate(links, {{0.5, 0, 1, 1'000'000}});
+  CHECK(t[0] == Approx(0.5 + 0.030 + 0.015 + 1e6 / (8 * kMbpsToBytesPerSecond)).epsilon(1e-12));
+  const auto back = emulate(links, {{0.0, 1, 0, 1'000'000}});
+  CHECK(back[0] == Approx(0.045 + 1e6 / (50 * kMbpsToBytesPerSecond)).epsilon(1e-12));
+}
+
+TEST_CASE("messages of one pair queue behind each other and arrive in order", "[emu]") {
+  const std::vector<NodeLinks> links = {mbps(10, 10, 5), mbps(10, 10, 5)};
+  const double b = 10 * kMbpsToBytesPerSecond;
+  const auto t = emulate(links, {{0, 0, 1, 500'000}, {0, 0, 1, 250'000}, {0.01, 0, 1, 100}});
+  CHECK(t[0] == Approx(0.010 + 500'000 / b).epsilon(1e-12));
+  CHECK(t[1] == Approx(0.010 + 750'000 / b).epsilon(1e-12));
+  CHECK(t[2] == Approx(0.010 + 750'100 / b).epsilon(1e-12));
+}
+
+TEST_CASE("senders into one downlink share it equally", "[emu]") {
+  // Three fast senders, one slow receiver: each gets a third of its downlink.
+  const std::vector<NodeLinks> links = {mbps(100, 100, 0), mbps(100, 100, 0), mbps(100, 100, 0),
+                                        mbps(100, 12, 0)};
+  const double d = 12 * kMbpsToBytesPerSecond, bytes = 3'000'000;
+  const auto t = emulate(links, {{0, 0, 3, 3'000'000}, {0, 1, 3, 3'000'000}, {0, 2, 3, 3'000'000}});
+  for (int i = 0; i < 3; ++i) CHECK(t[i] == Approx(3 * bytes / d).epsilon(1e-9));
+}
+
+TEST_CASE("a flow held back by a slow receiver leaves the rest of the uplink to the others",
+          "[emu]") {
+  // Uplink 100 Mbit/s; one receiver takes 10, the other 200: max-min gives them 10 and 90.
+  const std::vector<NodeLinks> links = {mbps(100, 100, 0), mbps(100, 10, 0), mbps(100, 200, 0)};
+  const double mb = kMbpsToBytesPerSecond;
+  const auto t = emulate(links, {{0, 0, 1, 1'250'000}, {0, 0, 2, 9'000'000}});
+  CHECK(t[0] == Approx(1'250'000 / (10 * mb)).epsilon(1e-9));
+  CHECK(t[1] == Approx(9'000'000 / (90 * mb)).epsilon(1e-9));
+}
+
+// The same trace through SimGrid (ideal: CM02 with factors 1, no cross-traffic, no TCP window).
+// Senders only send and receivers only receive, so a receiver is always waiting and records each
+// message's arrival when it happens. Each pair carries one message of the trace (SimGrid runs a
+// pair's messages side by side, where one connection, and the emulator, sends them in turn), after
+// a 1-byte message per pair at time 0 that opens the pair's own mailbox in the simulator.
+TEST_CASE("a trace through the emulator gets the simulator's delivery times (ideal network)",
+          "[emu][sim]") {
+  // One simulation per process (SimGrid): one trace, with every kind of contention.
+  const unsigned seed = 11;
+  const int senders = 6, receivers = 4, n = senders + receivers;
+  std::string toml = "name = \"trace\"\n[network]\nmodel = \"ideal\"\n";
+  std::vector<NodeLinks> links;
+  std::mt19937 rng(seed);
+  for (int i = 0; i < n; ++i) {
+    // Mbit/s and ms; node 1 and receiver 7 have no latency at all.
+    const double up = 1 + rng() % 200, down = 1 + rng() % 200,
+                 lat = (i == 1 || i == 7) ? 0 : rng() % 60;
+    toml += "[[devices]]\nup_mbps = " + std::to_string(up) +
+            "\ndown_mbps = " + std::to_string(down) + "\nlatency_ms = " + std::to_string(lat) +
+            "\n";
+    links.push_back(mbps(up, down, lat));
+  }
+  std::vector<Send> sends;
+  for (int a = 0; a < senders; ++a)
+    for (int b = senders; b < n; ++b) sends.push_back({0, a, b, 1});
+  const size_t opening = sends.size();
+  for (int a = 0; a < senders; ++a)
+    for (int b = senders; b < n; ++b)
+      sends.push_back(
+          {0.2 + 0.05 * (rng() % 20), a, b, static_cast<Bytes>(20'000 + 40'000 * (rng() % 25))});
+  std::stable_sort(sends.begin(), sends.end(),
+                   [](const Send& a, const Send& b) { return a.at < b.at; });
+  const std::vector<Seconds> emulated = emulate(links, sends);
+
+  const Scenario s = parse_scenario(toml, "trace.toml");
+  std::vector<int> nodes(n);
+  for (int i = 0; i < n; ++i) nodes[i] = i;
+  std::vector<Seconds> simulated(sends.size(), -1);
+  simulate(s, nodes, false, [&](NodeEnv& env, int node) {
+    if (node < senders) {
+      for (size_t k = 0; k < sends.size(); ++k) {
+        if (sends[k].src != node) continue;
+        env.clock.sleep_for(std::max(0.0, sends[k].at - env.clock.now()));
+        Message m;
+        m.kind = MsgKind::kForward;
+        m.id = static_cast<int64_t>(k);
+        m.bytes = sends[k].bytes;
+        env.transport.send(sends[k].dst, std::move(m));
+      }
+      env.transport.flush();
+      return;
+    }
+    const auto expected =
+        std::count_if(sends.begin(), sends.end(), [&](const Send& x) { return x.dst == node; });
+    for (int64_t got = 0; got < expected; ++got) {
+      Message m = env.transport.recv();
+      simulated[static_cast<size_t>(m.id)] = env.clock.now();
+    }
+  });
+  double worst = 0;
+  int compared = 0;
+  for (size_t k = 0; k < sends.size(); ++k) {
+    if (sends[k].bytes == 1) continue;  // the openings
+    INFO("message " << k << ": " << sends[k].src << " -> " << sends[k].dst << ", " << sends[k].bytes
+                    << " B at " << sends[k].at << " s; emulated " << emulated[k] << ", simulated "
+                    << simulated[k]);
+    REQUIRE(simulated[k] > 0);
+    const double transfer = simulated[k] - sends[k].at;
+    worst = std::max(worst, std::abs(emulated[k] - simulated[k]) / transfer);
+    // The same model: only the float error of the event times separates them.
+    CHECK(std::abs(emulated[k] - simulated[k]) <= 1e-6 * transfer);
+    ++compared;
+  }
+  CHECK(compared == static_cast<int>(sends.size() - opening));
+  INFO("worst relative difference in transfer time: " << worst);
+  CHECK(worst <= 1e-6);
+}
