@@ -15,7 +15,11 @@ void TeeMetrics::record(const Event& e) {
 
 NodeEnvStack::NodeEnvStack(const Scenario& s, int node, const EnvParts& base,
                            const FaultSpec* faults)
-    : transport_(base.transport, base.clock, faults ? *faults : faults_for(s.faults, node)),
+    : shaped_(base.network
+                  ? std::optional<ShapedTransport>(std::in_place, base.transport, *base.network)
+                  : std::nullopt),
+      transport_(shaped_ ? static_cast<Transport&>(*shaped_) : base.transport, base.clock,
+                 faults ? *faults : faults_for(s.faults, node)),
       metrics_(base.metrics, base.observer, base.observer_mu),
       env_{transport_, base.clock, base.compute, metrics_, base.collectives} {}
 

@@ -1,20 +1,23 @@
 // One node's NodeEnv, assembled in one place for every executor (sim, loopback, real), in the
 // manner of LevelDB building its Env stack once. The executor supplies its base parts; the
 // scenario's wrappers are applied here, once, in a fixed order:
-//   transport  FaultyTransport: the scenario's injected faults for this node (or an override)
+//   transport  ShapedTransport: the executor's emulated network, if it runs one (innermost, so
+//              faults act on what the algorithm sends); FaultyTransport: the scenario's injected
+//              faults for this node (or an override)
 //   metrics    the node's own sink, teed to an optional observer (progress, a test), under the
 //              observer's lock when several nodes share it from different threads
-// A wrapper added later (the emulator's network shaper) goes here and so reaches every executor.
 //
 // Lifetime: the base parts, the observer and its lock outlive the NodeEnvStack, which owns the
 // wrappers. Threading: one stack belongs to one node, like the NodeEnv it holds.
 #pragma once
 
 #include <mutex>
+#include <optional>
 
 #include "core/env.h"
 #include "core/fault_transport.h"
 #include "core/scenario/scenario.h"
+#include "emu/emulated_network.h"
 
 namespace rv {
 
@@ -27,6 +30,7 @@ struct EnvParts {
   Collectives* collectives = nullptr;  // the executor's own collectives, if it has any
   Metrics* observer = nullptr;         // also sees every event (progress, tests), if given
   std::mutex* observer_mu = nullptr;  // held around the observer when nodes share it across threads
+  EmulatedNetwork* network = nullptr;  // the emulated network the node's sends go through, if any
 };
 
 // Records into the node's sink, then into the observer (under its lock, if any).
@@ -54,6 +58,7 @@ class NodeEnvStack {
   NodeEnv& env() { return env_; }
 
  private:
+  std::optional<ShapedTransport> shaped_;
   FaultyTransport transport_;
   TeeMetrics metrics_;
   NodeEnv env_;

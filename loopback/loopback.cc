@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <exception>
+#include <optional>
 #include <thread>
 
 #include <ATen/Parallel.h>
@@ -82,6 +83,12 @@ std::vector<Event> run_loopback(const RunSpec& spec, Seconds timeout, int faulty
   set_compute_threads(std::max(1, threads / std::max(1, n)));
   WallClock origin;
   std::mutex observer_mu;
+  // real.emulate_network: every send is held for the time the scenario's links take.
+  std::optional<EmulatedNetwork> network;
+  if (spec.scenario->real.emulate_network) {
+    network.emplace(links_of(*spec.scenario), origin);
+    network->start();
+  }
   std::vector<std::thread> workers;
   for (int r = 0; r < n; ++r) {
     if (spec.plan->role_of(r).stage < 0) continue;
@@ -91,7 +98,8 @@ std::vector<Event> run_loopback(const RunSpec& spec, Seconds timeout, int faulty
         WallClock clock = origin;
         WallCompute compute;
         NodeEnvStack stack(*spec.scenario, r,
-                           EnvParts{transport, clock, compute, logs[r], nullptr, observer, &observer_mu},
+                           EnvParts{transport, clock, compute, logs[r], nullptr, observer, &observer_mu,
+                                    network ? &*network : nullptr},
                            r == faulty_node ? faults : nullptr);
         run_node(stack.env(), spec, r);
       } catch (const std::exception& e) {

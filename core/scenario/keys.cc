@@ -309,7 +309,10 @@ void add_run_tables(Catalog& c) {
       .integer("master_port", &RealSpec::master_port, 0, 65535,
                "port of rank 0, where peers meet; 0: pick a free port")
       .flag("emulate_speed", &RealSpec::emulate_speed,
-            "stretch compute to the modeled time of each device");
+            "stretch compute to the modeled time of each device")
+      .flag("emulate_network", &RealSpec::emulate_network,
+            "hold every message for the time the scenario's links take (the simulator's star, "
+            "network.model = \"ideal\"); the loopback executor honours it");
   c.table("output", &Scenario::output)
       .text("dir", &OutputSpec::dir, "run folders go to `<dir>/<name>/<executor>-<timestamp>/`",
             Empty::kRefused)

@@ -95,6 +95,7 @@ struct RealSpec {
   std::string master_addr = "127.0.0.1";
   int master_port = 0;  // 0: pick a free port
   bool emulate_speed = false;
+  bool emulate_network = false;
 };
 
 struct OutputSpec {

@@ -1,0 +1,97 @@
+#include "emu/emulated_network.h"
+
+#include <chrono>
+
+#include "core/error.h"
+
+namespace rv {
+
+EmulatedNetwork::EmulatedNetwork(std::vector<NodeLinks> links, const Clock& clock)
+    : clock_(clock), net_(links), in_flight_(links.size(), 0) {}
+
+EmulatedNetwork::~EmulatedNetwork() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  if (pump_thread_.joinable()) pump_thread_.join();
+}
+
+void EmulatedNetwork::submit(Transport& inner, int src, int dst, Message msg) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (error_) std::rethrow_exception(error_);
+    const uint64_t token = next_token_++;
+    net_.send(src, dst, msg.bytes, token, clock_.now());
+    held_.emplace(token, Held{&inner, src, dst, std::move(msg)});
+    ++in_flight_.at(static_cast<size_t>(src));
+  }
+  changed_.notify_all();
+}
+
+Seconds EmulatedNetwork::pump() {
+  std::vector<Held> due;
+  Seconds next = kNever;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Delivery& d : net_.advance(clock_.now())) {
+      auto it = held_.find(d.token);
+      RV_CHECK(it != held_.end(), "emulated network: a delivery of no message");
+      due.push_back(std::move(it->second));
+      held_.erase(it);
+    }
+    next = net_.next_event();
+  }
+  // Hand over outside the lock, in delivery order (per pair: send order).
+  for (Held& h : due) {
+    try {
+      h.inner->send(h.dst, std::move(h.msg));
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!error_) error_ = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --in_flight_[static_cast<size_t>(h.src)];
+    }
+  }
+  if (!due.empty()) changed_.notify_all();
+  return next;
+}
+
+void EmulatedNetwork::start() {
+  RV_CHECK(!pump_thread_.joinable(), "emulated network: started twice");
+  pump_thread_ = std::thread([this] { run(); });
+}
+
+void EmulatedNetwork::run() {
+  for (;;) {
+    const Seconds next = pump();
+    std::unique_lock<std::mutex> lock(mu_);
+    if (stopping_) return;
+    // Sleep until the next delivery is due, or until a submit changes the schedule.
+    const Seconds wait = next == kNever ? 1.0 : std::max(0.0, next - clock_.now());
+    changed_.wait_for(lock, std::chrono::duration<double>(std::min(wait, 1.0)));
+    if (stopping_) return;
+  }
+}
+
+void EmulatedNetwork::drain(int src) {
+  std::unique_lock<std::mutex> lock(mu_);
+  changed_.wait(
+      lock, [&] { return in_flight_.at(static_cast<size_t>(src)) == 0 || error_ || stopping_; });
+  if (error_) std::rethrow_exception(error_);
+}
+
+std::vector<NodeLinks> links_of(const Scenario& s) {
+  std::vector<NodeLinks> links;
+  for (int r = 0; r < s.node_count(); ++r) {
+    const DeviceGroup& d = s.device_of(r);
+    links.push_back({d.up_mbps * kMbpsToBytesPerSecond, d.down_mbps * kMbpsToBytesPerSecond,
+                     d.latency_ms * kMsToSeconds});
+  }
+  return links;
+}
+
+}  // namespace rv

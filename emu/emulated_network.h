@@ -1,0 +1,90 @@
+// The network emulator of one process: every message its nodes send goes through the star model
+// (star_shaper.h) on a clock, and is handed to the sender's own transport only when the model
+// delivers it, so a run on one machine takes the time the scenario's links take. ShapedTransport
+// is the Transport wrapper that a node's NodeEnv stack applies (exec/env_assembly.h).
+//
+// Clock: the wall clock for runs (start() runs a thread that hands messages over on time), or a
+// test's clock, advanced by hand, with pump() called after each step (deterministic).
+// Thread-safety: submit(), pump() and drain() may be called from any thread.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/env.h"
+#include "core/scenario/scenario.h"
+#include "emu/star_shaper.h"
+
+namespace rv {
+
+class EmulatedNetwork {
+ public:
+  // `links` of every node of the run; `clock` outlives this object.
+  EmulatedNetwork(std::vector<NodeLinks> links, const Clock& clock);
+  ~EmulatedNetwork();
+  EmulatedNetwork(const EmulatedNetwork&) = delete;
+  EmulatedNetwork& operator=(const EmulatedNetwork&) = delete;
+
+  // Holds `msg` from `src` to `dst`, sent now, until the model delivers it; then calls
+  // inner.send(dst, msg) (from the pumping thread). `inner` outlives the message's delivery.
+  // Rethrows the first error an inner send raised.
+  void submit(Transport& inner, int src, int dst, Message msg);
+  // Hands over every message delivered by the clock's now; returns when the next one is due
+  // (kNever if none is in flight). An error of an inner send is rethrown here (and to drain()).
+  Seconds pump();
+  // Runs pump() on a thread of its own, on time, until destruction.
+  void start();
+  // Blocks until every message `src` submitted has been handed over.
+  void drain(int src);
+
+ private:
+  struct Held {
+    Transport* inner;
+    int src, dst;
+    Message msg;
+  };
+  void run();
+
+  const Clock& clock_;
+  std::mutex mu_;
+  std::condition_variable changed_;
+  StarNetwork net_;                 // guarded by mu_
+  std::map<uint64_t, Held> held_;   // guarded by mu_
+  std::vector<int64_t> in_flight_;  // per source, guarded by mu_
+  uint64_t next_token_ = 0;         // guarded by mu_
+  bool stopping_ = false;           // guarded by mu_
+  std::exception_ptr error_;        // the first inner send's error, guarded by mu_
+  std::thread pump_thread_;
+};
+
+// A node's transport through the emulated network: send() is held by the emulator, receiving is
+// the inner transport's (messages arrive when the emulator hands them over).
+class ShapedTransport : public Transport {
+ public:
+  ShapedTransport(Transport& inner, EmulatedNetwork& net) : inner_(inner), net_(net) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  void send(int dst, Message msg) override {
+    net_.submit(inner_, inner_.rank(), dst, std::move(msg));
+  }
+  Message recv() override { return inner_.recv(); }
+  std::optional<Message> try_recv() override { return inner_.try_recv(); }
+  void flush() override {
+    net_.drain(inner_.rank());
+    inner_.flush();
+  }
+
+ private:
+  Transport& inner_;
+  EmulatedNetwork& net_;
+};
+
+// The links of the scenario's nodes, in bytes per second and seconds.
+std::vector<NodeLinks> links_of(const Scenario& s);
+
+}  // namespace rv
