@@ -54,8 +54,7 @@ int main(int argc, char** argv) {
   std::string plan_out, sim_executor = "sim", sim_run_path;
   auto* plan = app.add_subcommand("plan", "print the plan (clusters, stages, memory, predicted times)");
   add_common(plan, plan_o);
-  plan_out = "plan.json";
-  plan->add_option("--out", plan_out, "write the plan as JSON here (default plan.json; \"\" for none)");
+  plan->add_option("--out", plan_out, "also write the plan as JSON to this file (runs keep theirs)");
 
   auto* sim = app.add_subcommand("sim", "run a scenario in the simulator and write a run folder");
   add_common(sim, sim_o);
