@@ -20,6 +20,13 @@ const Entry& find_named(const std::vector<Entry>& entries, const std::string& va
                       "unknown value '" + value + "' (expected one of: " + list + ")");
 }
 
+template <typename Entry>
+std::vector<std::string> names_of(const std::vector<Entry>& entries) {
+  std::vector<std::string> names;
+  for (const Entry& e : entries) names.emplace_back(e.name);
+  return names;
+}
+
 }  // namespace
 
 // The registry. One entry per algorithm; its run function lives in its own file.
@@ -44,11 +51,7 @@ const std::vector<Algorithm>& algorithms() {
   return kAlgorithms;
 }
 
-std::vector<std::string> algorithm_names() {
-  std::vector<std::string> names;
-  for (const Algorithm& a : algorithms()) names.emplace_back(a.name);
-  return names;
-}
+std::vector<std::string> algorithm_names() { return names_of(algorithms()); }
 
 const Algorithm& algorithm_of(const Scenario& s) {
   return find_named(algorithms(), s.training.algorithm, s, "training.algorithm");
@@ -90,11 +93,7 @@ const std::vector<Allreduce>& allreduces() {
   return kAllreduces;
 }
 
-std::vector<std::string> allreduce_names() {
-  std::vector<std::string> names;
-  for (const Allreduce& a : allreduces()) names.emplace_back(a.name);
-  return names;
-}
+std::vector<std::string> allreduce_names() { return names_of(allreduces()); }
 
 const Allreduce& allreduce_of(const Scenario& s) {
   return find_named(allreduces(), s.training.allreduce, s, "training.allreduce");

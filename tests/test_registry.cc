@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/scenario/keys.h"
 #include "planner/cost.h"
+#include "readme_keys.h"
 #include "test_support.h"
 
 using namespace rv;
@@ -178,14 +179,5 @@ TEST_CASE("no source outside the registry compares an algorithm's name", "[regis
 
 TEST_CASE("the README lists the registry's names as the choices of their keys",
           "[registry][keys]") {
-  std::ifstream in(fs::path(RV_SOURCE_DIR) / "README.md");
-  REQUIRE(in);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
-  const std::string begin = "<!-- keys:begin -->\n", end = "<!-- keys:end -->";
-  const size_t b = text.find(begin), e = text.find(end);
-  REQUIRE(b != std::string::npos);
-  REQUIRE(e != std::string::npos);
-  CHECK(text.substr(b + begin.size(), e - b - begin.size()) == keys_markdown(registry_choices()));
+  CHECK(test::readme_keys() == keys_markdown(registry_choices()));
 }

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/scenario/keys.h"
 #include "core/scenario/scenario.h"
+#include "readme_keys.h"
 
 using namespace rv;
 
@@ -73,21 +74,6 @@ std::string every_key_changed() {
     }
   }
   return os.str();
-}
-
-// The README's key list: the lines between the markers.
-std::string readme_keys() {
-  std::ifstream in(RV_SOURCE_DIR "/README.md");
-  REQUIRE(in);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
-  const std::string begin = "<!-- keys:begin -->\n", end = "<!-- keys:end -->";
-  const size_t b = text.find(begin), e = text.find(end);
-  REQUIRE(b != std::string::npos);
-  REQUIRE(e != std::string::npos);
-  REQUIRE(b < e);
-  return text.substr(b + begin.size(), e - b - begin.size());
 }
 
 // The cells of one Markdown table row.
@@ -330,7 +316,7 @@ TEST_CASE("keys_markdown lists each key once, and keys_text each help", "[scenar
 }
 
 TEST_CASE("the README's key list is the table's", "[scenario][keys]") {
-  const std::string readme = readme_keys();
+  const std::string readme = test::readme_keys();
   // The README gives the choices of the keys that name registry entries; take them from there
   // (tests/test_registry.cc checks them against the registry).
   ExtraChoices extra;
