@@ -146,6 +146,7 @@ int run(const NodeProcessOptions& options) {
   const int rank = options.gloo.rank;
   const int world = options.gloo.world_size;
   const Scenario scenario = load_scenario(options.scenario_path, options.overrides);
+  check_real_executor(scenario);
   const ModelDesc model = build_model(scenario);
   const Plan plan = make_plan(scenario, model);
   if (world != plan.nodes) {
@@ -269,6 +270,13 @@ int run_node_process(const NodeProcessOptions& options) {
     report_failure(rank, "error", e.what());
     return 1;
   }
+}
+
+void check_real_executor(const Scenario& s) {
+  if (s.real.emulate_network)
+    throw ScenarioError(s.where("real.emulate_network"), "real.emulate_network",
+                        "real processes do not emulate the network yet; the loopback executor does "
+                        "(ravnest sim --executor loopback), and the simulator models it");
 }
 
 }  // namespace rv

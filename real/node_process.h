@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/scenario/scenario.h"
 #include "real/gloo_transport.h"
 
 namespace rv {
@@ -31,5 +32,9 @@ constexpr const char* kStatusDirEnv = "RAVNEST_STATUS_DIR";
 // Runs one rank to completion. Returns the process exit status: 0 ok, 1 a peer or runtime
 // failure, 2 bad input; prints a one-line error on stderr that names the rank.
 int run_node_process(const NodeProcessOptions& options);
+
+// Refuses, with rv::ScenarioError (exit 2), what the real executor cannot run yet:
+// real.emulate_network (the loopback executor emulates the network; real processes do not yet).
+void check_real_executor(const Scenario& s);
 
 }  // namespace rv

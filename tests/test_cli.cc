@@ -361,6 +361,18 @@ TEST_CASE("sync-dp and gpipe across clusters: real processes equal the loopback 
   fs::remove_all(d);
 }
 
+TEST_CASE("real processes refuse real.emulate_network, which only the loopback honours yet",
+          "[cli][real][emu]") {
+  fs::path d = workdir("emulate");
+  write(d / "s.toml", kSmall);
+  Result r = ravnest({"real", "s.toml", "--set", "real.emulate_network=true"}, d);
+  CHECK(r.status == 2);
+  CHECK(r.err.find("key 'real.emulate_network'") != std::string::npos);
+  CHECK(r.err.find("loopback") != std::string::npos);
+  CHECK_FALSE(has_run_folder(d));
+  fs::remove_all(d);
+}
+
 TEST_CASE("overlapped averaging is faster than bulk-synchronous in simulation", "[cli][sim][rings]") {
   fs::path d = workdir("overlap");
   write(d / "s.toml", std::string(kSmall) + rv::test::kTwoClusters);
