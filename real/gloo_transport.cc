@@ -211,6 +211,8 @@ struct GlooTransport::Impl {
   c10::intrusive_ptr<c10d::TCPStore> store;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
 
+  std::mutex post_mu;  // serialises post_send() between sending threads
+
   // Everything below is guarded by mu.
   std::mutex mu;
   std::condition_variable inbox_cv;  // inbox, peer states
@@ -378,6 +380,8 @@ struct GlooTransport::Impl {
   void post_send(int dst, const at::Tensor& header, const at::Tensor& flat) {
     std::vector<at::Tensor> h{header};
     std::vector<WorkPtr> posted;
+    // A message's header and payload go out back to back: the receiver pairs them in order.
+    std::lock_guard<std::mutex> post_lock(post_mu);
     try {
       posted.push_back(pg->send(h, dst, kHeaderTag));
       if (flat.defined()) {

@@ -26,7 +26,10 @@
 // timeout), so no rank leaves while a peer still sends to it. Destroying a transport that was not
 // closed aborts instead: no byes, connections dropped, so peers see this rank as failed.
 //
-// Threading: like every NodeEnv part, the public methods are called from the node's own thread.
+// Threading: like every NodeEnv part, the public methods are called from the node's own thread;
+// send() may also be called from one other thread at the same time (an emulator handing messages
+// over): a message's header and payload are posted together, and each thread's messages to a
+// peer arrive in the order that thread sent them.
 #pragma once
 
 #include <memory>
