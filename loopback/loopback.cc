@@ -77,6 +77,10 @@ std::vector<Event> run_loopback(const RunSpec& spec, Seconds timeout, int faulty
                                 const FaultSpec* faults, Metrics* observer) {
   const int n = spec.plan->nodes;
   LoopbackHub hub(n, timeout);
+  // Every node's transport lives as long as the run: the emulated network may still hand a node's
+  // last messages over after its thread is done.
+  std::vector<std::unique_ptr<LoopbackTransport>> transports;
+  for (int r = 0; r < n; ++r) transports.push_back(std::make_unique<LoopbackTransport>(hub, r));
   std::vector<EventLog> logs(n);
   std::vector<std::exception_ptr> errors(n);
   const int threads = std::max(1u, std::thread::hardware_concurrency());
@@ -94,7 +98,7 @@ std::vector<Event> run_loopback(const RunSpec& spec, Seconds timeout, int faulty
     if (spec.plan->role_of(r).stage < 0) continue;
     workers.emplace_back([&, r] {
       try {
-        LoopbackTransport transport(hub, r);
+        LoopbackTransport& transport = *transports[r];
         WallClock clock = origin;
         WallCompute compute;
         NodeEnvStack stack(*spec.scenario, r,
@@ -102,6 +106,7 @@ std::vector<Event> run_loopback(const RunSpec& spec, Seconds timeout, int faulty
                                     network ? &*network : nullptr},
                            r == faulty_node ? faults : nullptr);
         run_node(stack.env(), spec, r);
+        stack.env().transport.flush();  // every message sent is handed over before the node ends
       } catch (const std::exception& e) {
         errors[r] = std::current_exception();
         hub.fail("node " + std::to_string(r) + " failed: " + e.what());
