@@ -102,7 +102,7 @@ int cmd_plan(const CommonOptions& o, const std::string& out_json) {
       std::cout << fmt::format("  {:>5} {:>5} {:<12} {:>7.3g} {:>3}..{:<3} {:>9} {:>11} {:>10.1f}% {:>10.3f}{}\n", k,
                                st.node, d.name, d.tflops, st.layer_begin, st.layer_end - 1,
                                p.model.params(st.layer_begin, st.layer_end), human_bytes(st.memory),
-                               100.0 * st.memory / (d.ram_gb * kGbToBytes), st.predicted_time * 1e3,
+                               100.0 * st.memory / d.ram_bytes(), st.predicted_time * 1e3,
                                k == bottleneck ? "  <- bottleneck" : "");
       ++used;
     }

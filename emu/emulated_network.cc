@@ -88,8 +88,7 @@ std::vector<NodeLinks> links_of(const Scenario& s) {
   std::vector<NodeLinks> links;
   for (int r = 0; r < s.node_count(); ++r) {
     const DeviceGroup& d = s.device_of(r);
-    links.push_back({d.up_mbps * kMbpsToBytesPerSecond, d.down_mbps * kMbpsToBytesPerSecond,
-                     d.latency_ms * kMsToSeconds});
+    links.push_back({d.up_bytes_per_s(), d.down_bytes_per_s(), d.latency_s()});
   }
   return links;
 }

@@ -27,9 +27,8 @@ CostModel::CostModel(const Scenario& scenario, const ModelDesc& model)
   int r = 0;
   for (const auto& g : scenario.devices)
     for (int i = 0; i < g.count; ++i, ++r)
-      pool_.push_back({g.tflops * kTflopsToFlopsPerSecond, g.ram_gb * kGbToBytes,
-                       g.up_mbps * kMbpsToBytesPerSecond, g.down_mbps * kMbpsToBytesPerSecond,
-                       g.latency_ms * kMsToSeconds});
+      pool_.push_back({g.flops_per_s(), g.ram_bytes(), g.up_bytes_per_s(), g.down_bytes_per_s(),
+                       g.latency_s()});
 }
 
 int64_t CostModel::in_flight(int stages) const {

@@ -58,7 +58,7 @@ Plan single_cluster_by_ram(const Scenario& scenario, const ModelDesc& model) {
   const TrainingSpec tr = effective_training(scenario);
   const int64_t in_flight = rv::in_flight(algorithm_of(scenario), tr, stages);
   std::vector<double> ram;
-  for (int r = 0; r < stages; ++r) ram.push_back(scenario.device_of(r).ram_gb * kGbToBytes);
+  for (int r = 0; r < stages; ++r) ram.push_back(scenario.device_of(r).ram_bytes());
 
   // Bisection on the ratio; at t = hi every stage fits its node or the pool is infeasible.
   const double whole = static_cast<double>(stage_cost(model, 0, model.layer_count(), tr, batch, in_flight).memory);
@@ -90,7 +90,7 @@ Plan single_cluster_by_ram(const Scenario& scenario, const ModelDesc& model) {
     s.layer_end = best[k + 1];
     StageCost c = stage_cost(model, s.layer_begin, s.layer_end, tr, batch, in_flight);
     s.memory = c.memory;
-    const double speed = scenario.device_of(k).tflops * kTflopsToFlopsPerSecond;
+    const double speed = scenario.device_of(k).flops_per_s();
     s.predicted_time = (c.forward + c.backward + c.update) / speed;
     if (static_cast<double>(s.memory) > ram[k]) {
       std::ostringstream os;

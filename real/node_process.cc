@@ -187,7 +187,7 @@ int run(const NodeProcessOptions& options) {
     }
   }
   const double emulate =
-      scenario.real.emulate_speed ? scenario.device_of(rank).tflops * kTflopsToFlopsPerSecond : 0.0;
+      scenario.real.emulate_speed ? scenario.device_of(rank).flops_per_s() : 0.0;
   WallCompute compute(emulate);
   EventLog log;
   Progress progress(scenario.training.steps, "wall", rank == 0 && Progress::enabled_for(options.progress));

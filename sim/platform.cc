@@ -25,11 +25,11 @@ std::vector<sg4::Host*> build_platform(const Scenario& scenario) {
   for (int r = 0; r < n; ++r) {
     const DeviceGroup& d = scenario.device_of(r);
     const std::string name = "n" + std::to_string(r);
-    sg4::Host* h = zone->create_host(name, d.tflops * kTflopsToFlopsPerSecond);
-    const double lat = d.latency_ms * kMsToSeconds;
-    sg4::Link* up = zone->create_link(name + "-up", d.up_mbps * kMbpsToBytesPerSecond)->set_latency(lat)->seal();
+    sg4::Host* h = zone->create_host(name, d.flops_per_s());
+    const double lat = d.latency_s();
+    sg4::Link* up = zone->create_link(name + "-up", d.up_bytes_per_s())->set_latency(lat)->seal();
     sg4::Link* down =
-        zone->create_link(name + "-down", d.down_mbps * kMbpsToBytesPerSecond)->set_latency(lat)->seal();
+        zone->create_link(name + "-down", d.down_bytes_per_s())->set_latency(lat)->seal();
     zone->add_route(h->get_netpoint(), nullptr, nullptr, nullptr, {sg4::LinkInRoute(up)}, false);
     zone->add_route(nullptr, h->get_netpoint(), nullptr, nullptr, {sg4::LinkInRoute(down)}, false);
     hosts.push_back(h);

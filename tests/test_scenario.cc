@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/model/model.h"
 #include "core/scenario/scenario.h"
+#include "scenario_errors.h"
 #include "planner/planner.h"
 #include "test_support.h"
 
@@ -15,21 +16,8 @@ using namespace rv;
 
 namespace {
 
-const char* kMinimal = R"(name = "mini"
-[[devices]]
-count = 2
-)";
-
-// Parses `text` and returns the ScenarioError message (fails the test if none is thrown).
-std::string error_of(const std::string& text, const std::vector<std::string>& overrides = {}) {
-  try {
-    parse_scenario(text, "bad.toml", overrides);
-  } catch (const ScenarioError& e) {
-    return e.what();
-  }
-  FAIL("no ScenarioError for:\n" << text);
-  return "";
-}
+using test::error_of;
+using test::kMinimal;
 
 }  // namespace
 

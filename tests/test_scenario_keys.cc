@@ -9,24 +9,15 @@
 #include "core/error.h"
 #include "core/scenario/keys.h"
 #include "core/scenario/scenario.h"
+#include "scenario_errors.h"
 #include "readme_keys.h"
 
 using namespace rv;
 
 namespace {
 
-const char* kMinimal = "name = \"mini\"\n[[devices]]\ncount = 2\n";
-
-// Parses `text` and returns the ScenarioError message (fails the test if none is thrown).
-std::string error_of(const std::string& text, const std::vector<std::string>& overrides = {}) {
-  try {
-    parse_scenario(text, "bad.toml", overrides);
-  } catch (const ScenarioError& e) {
-    return e.what();
-  }
-  FAIL("no ScenarioError for:\n" << text);
-  return "";
-}
+using test::error_of;
+using test::kMinimal;
 
 bool in_array(const KeySpec& k) {
   for (const TableSpec& t : scenario_tables())

@@ -16,23 +16,17 @@ int64_t product(const std::vector<int64_t>& v) {
   return p;
 }
 
-std::string shape_str(const std::vector<int64_t>& v) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "x" : "") + std::to_string(v[i]);
-  return s;
-}
-
 // Fills the fields every layer derives the same way.
 LayerProfile finish(LayerProfile p) {
   p.out_elems = product(p.out_shape);
-  p.name += " -> " + shape_str(p.out_shape);
+  p.name += " -> " + shape_text(p.out_shape);
   return p;
 }
 
 void expect(bool ok, const std::string& layer, const std::vector<int64_t>& in,
             const std::string& needs) {
   if (!ok)
-    throw InputError("model: a " + layer + " layer cannot take inputs of shape " + shape_str(in) +
+    throw InputError("model: a " + layer + " layer cannot take inputs of shape " + shape_text(in) +
                      " (it needs " + needs + ")");
 }
 
@@ -215,6 +209,12 @@ LayerPtr make_conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, 
 }
 LayerPtr make_batch_norm2d(int64_t channels) { return std::make_shared<BatchNorm2d>(channels); }
 LayerPtr make_max_pool2d(int64_t kernel) { return std::make_shared<MaxPool2d>(kernel); }
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s;
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "x" : "") + std::to_string(shape[i]);
+  return s;
+}
 
 uint64_t mix_seed(uint64_t a, uint64_t b) {
   uint64_t z = a * 0x9E3779B97F4A7C15ULL + b + 0x632BE59BD9B4E019ULL;

@@ -66,6 +66,9 @@ LayerPtr make_conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, 
 LayerPtr make_batch_norm2d(int64_t channels);
 LayerPtr make_max_pool2d(int64_t kernel);
 
+// "1x28x28": a shape for messages and layer names.
+std::string shape_text(const std::vector<int64_t>& shape);
+
 // splitmix64 of a combination: independent, reproducible seeds per (seed, index).
 uint64_t mix_seed(uint64_t a, uint64_t b);
 

@@ -20,12 +20,6 @@ std::vector<int64_t> add_layer(ModelDesc& m, LayerPtr layer, const std::vector<i
   return out;
 }
 
-std::string shape_str(const std::vector<int64_t>& v) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "x" : "") + std::to_string(v[i]);
-  return s;
-}
-
 }  // namespace
 
 int64_t ModelDesc::params(int begin, int end) const { return prefix_params[end] - prefix_params[begin]; }
@@ -83,7 +77,7 @@ ModelDesc build_model(const ModelSpec& spec, const std::vector<int64_t>& input_s
   }
   if (m.layers.empty()) throw InputError("model: no layers (give model.hidden or model.head = \"linear\")");
   if (shape != std::vector<int64_t>{outputs})
-    throw InputError("model.head: the model's last layer gives " + shape_str(shape) +
+    throw InputError("model.head: the model's last layer gives " + shape_text(shape) +
                      " per sample but the task needs " + std::to_string(outputs) +
                      " outputs: set model.head = \"linear\" (a final linear layer to the task's outputs) "
                      "or end the model with them");

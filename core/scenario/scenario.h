@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "core/units.h"
+
 namespace rv {
 
 struct DeviceGroup {
@@ -24,6 +26,12 @@ struct DeviceGroup {
   double down_mbps = 100.0;  // Mbit/s, from the core
   double latency_ms = 10.0;  // ms, one way, between the device and the core
   std::string region;        // empty: none
+  // In the units the models use (core/units.h): one conversion, for every model and executor.
+  double flops_per_s() const { return tflops * kTflopsToFlopsPerSecond; }
+  double ram_bytes() const { return ram_gb * kGbToBytes; }
+  double up_bytes_per_s() const { return up_mbps * kMbpsToBytesPerSecond; }
+  double down_bytes_per_s() const { return down_mbps * kMbpsToBytesPerSecond; }
+  Seconds latency_s() const { return latency_ms * kMsToSeconds; }
 };
 
 struct ModelSpec {
