@@ -1,6 +1,7 @@
 #include "emu/emulated_network.h"
 
 #include <chrono>
+#include <memory>
 
 #include "core/error.h"
 
@@ -19,15 +20,29 @@ EmulatedNetwork::~EmulatedNetwork() {
 }
 
 void EmulatedNetwork::submit(Transport& inner, int src, int dst, Message msg) {
+  const Bytes bytes = msg.bytes;
+  auto held = std::make_shared<Message>(std::move(msg));
+  submit(src, dst, bytes, [&inner, dst, held] { inner.send(dst, std::move(*held)); });
+}
+
+void EmulatedNetwork::submit(int src, int dst, Bytes bytes, std::function<void()> deliver) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (error_) std::rethrow_exception(error_);
+    RV_CHECK(src >= 0 && static_cast<size_t>(src) < in_flight_.size() && dst >= 0 &&
+                 static_cast<size_t>(dst) < in_flight_.size(),
+             "emulated network: no such node");
     const uint64_t token = next_token_++;
-    net_.send(src, dst, msg.bytes, token, clock_.now());
-    held_.emplace(token, Held{&inner, src, dst, std::move(msg)});
-    ++in_flight_.at(static_cast<size_t>(src));
+    net_.send(src, dst, bytes, token, clock_.now());
+    held_.emplace(token, Held{src, std::move(deliver)});
+    ++in_flight_[static_cast<size_t>(src)];
   }
   changed_.notify_all();
+}
+
+int64_t EmulatedNetwork::submitted() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(next_token_);
 }
 
 Seconds EmulatedNetwork::pump() {
@@ -46,7 +61,7 @@ Seconds EmulatedNetwork::pump() {
   // Hand over outside the lock, in delivery order (per pair: send order).
   for (Held& h : due) {
     try {
-      h.inner->send(h.dst, std::move(h.msg));
+      h.deliver();
     } catch (...) {
       std::lock_guard<std::mutex> lock(mu_);
       if (!error_) error_ = std::current_exception();
@@ -82,6 +97,12 @@ void EmulatedNetwork::drain(int src) {
   changed_.wait(
       lock, [&] { return in_flight_.at(static_cast<size_t>(src)) == 0 || error_ || stopping_; });
   if (error_) std::rethrow_exception(error_);
+}
+
+std::vector<NodeLinks> latencies_of(const Scenario& s) {
+  std::vector<NodeLinks> links = links_of(s);
+  for (NodeLinks& l : links) l.up = l.down = kUnlimitedRate;
+  return links;
 }
 
 std::vector<NodeLinks> links_of(const Scenario& s) {

@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -22,7 +23,21 @@
 
 namespace rv {
 
-class EmulatedNetwork {
+// Where a node's sends are held until the star model delivers them: in this process
+// (EmulatedNetwork), or in the process that launched the nodes (EmulatorClient,
+// emu/emulator_service.h).
+class NetworkEmulator {
+ public:
+  virtual ~NetworkEmulator() = default;
+  // Holds `msg` from `src` to `dst`, sent now, until the model delivers it; then calls
+  // inner.send(dst, msg) (from another thread). `inner` outlives the message's delivery.
+  // Rethrows the first error an inner send raised.
+  virtual void submit(Transport& inner, int src, int dst, Message msg) = 0;
+  // Blocks until every message `src` submitted has been handed over.
+  virtual void drain(int src) = 0;
+};
+
+class EmulatedNetwork : public NetworkEmulator {
  public:
   // `links` of every node of the run; `clock` outlives this object.
   EmulatedNetwork(std::vector<NodeLinks> links, const Clock& clock);
@@ -30,28 +45,30 @@ class EmulatedNetwork {
   EmulatedNetwork(const EmulatedNetwork&) = delete;
   EmulatedNetwork& operator=(const EmulatedNetwork&) = delete;
 
-  // Holds `msg` from `src` to `dst`, sent now, until the model delivers it; then calls
-  // inner.send(dst, msg) (from the pumping thread). `inner` outlives the message's delivery.
-  // Rethrows the first error an inner send raised.
-  void submit(Transport& inner, int src, int dst, Message msg);
+  // NetworkEmulator; inner.send() runs on the pumping thread.
+  void submit(Transport& inner, int src, int dst, Message msg) override;
+  // A message of `bytes` from `src` to `dst`, sent now: `deliver` runs (on the pumping thread,
+  // outside any lock) when the model delivers it. An exception it throws is kept and rethrown by
+  // submit(), pump() and drain().
+  void submit(int src, int dst, Bytes bytes, std::function<void()> deliver);
   // Hands over every message delivered by the clock's now; returns when the next one is due
   // (kNever if none is in flight). An error of an inner send is rethrown here (and to drain()).
   Seconds pump();
   // Runs pump() on a thread of its own, on time, until destruction.
   void start();
-  // Blocks until every message `src` submitted has been handed over.
-  void drain(int src);
+  void drain(int src) override;
+  // How many messages have been submitted so far (tests: wait for a remote node's sends).
+  int64_t submitted() const;
 
  private:
   struct Held {
-    Transport* inner;
-    int src, dst;
-    Message msg;
+    int src;
+    std::function<void()> deliver;
   };
   void run();
 
   const Clock& clock_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable changed_;
   StarNetwork net_;                 // guarded by mu_
   std::map<uint64_t, Held> held_;   // guarded by mu_
@@ -66,7 +83,7 @@ class EmulatedNetwork {
 // the inner transport's (messages arrive when the emulator hands them over).
 class ShapedTransport : public Transport {
  public:
-  ShapedTransport(Transport& inner, EmulatedNetwork& net) : inner_(inner), net_(net) {}
+  ShapedTransport(Transport& inner, NetworkEmulator& net) : inner_(inner), net_(net) {}
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
   void send(int dst, Message msg) override {
@@ -81,10 +98,12 @@ class ShapedTransport : public Transport {
 
  private:
   Transport& inner_;
-  EmulatedNetwork& net_;
+  NetworkEmulator& net_;
 };
 
 // The links of the scenario's nodes, in bytes per second and seconds.
 std::vector<NodeLinks> links_of(const Scenario& s);
+// The same nodes' latencies only, with links too fast to matter (the kernel shapes bandwidth).
+std::vector<NodeLinks> latencies_of(const Scenario& s);
 
 }  // namespace rv

@@ -24,28 +24,17 @@ void StarNetwork::send(int src, int dst, Bytes bytes, uint64_t token, Seconds no
   const int n = static_cast<int>(links_.size());
   RV_CHECK(src >= 0 && src < n && dst >= 0 && dst < n && src != dst, "star network: bad route");
   RV_CHECK(now >= now_, "star network: a send in the past");
+  RV_CHECK(!flows_.count(token), "star network: a token in use");
   progress_to(now);
-  const std::pair<int, int> pair{src, dst};
-  waiting_[pair].push_back({token, static_cast<double>(std::max<Bytes>(bytes, 1)), now});
-  if (!flows_.count(pair)) start_next(pair, now);
-  solve();
-}
-
-// The pair's next message becomes its flow: its bytes start after the route's latency, and not
-// before the previous message's bytes are through.
-void StarNetwork::start_next(std::pair<int, int> pair, Seconds not_before) {
-  auto w = waiting_.find(pair);
-  if (w == waiting_.end() || w->second.empty()) return;
-  const Message m = w->second.front();
-  w->second.pop_front();
   Flow f;
-  f.token = m.token;
-  f.src = pair.first;
-  f.dst = pair.second;
-  f.left = m.bytes;
-  f.starts = std::max(m.sent + route(f.src, f.dst), not_before);
-  f.weight = weight_of(route(f.src, f.dst));
-  flows_[pair] = f;
+  f.src = src;
+  f.dst = dst;
+  f.left = static_cast<double>(std::max<Bytes>(bytes, 1));
+  f.starts = now + route(src, dst);
+  f.weight = weight_of(route(src, dst));
+  flows_[token] = f;
+  pending_[{src, dst}].push_back({token, false});
+  solve();
 }
 
 // Weighted max-min fairness by progressive filling: raise a common level; a started flow's rate is
@@ -59,7 +48,7 @@ void StarNetwork::solve() {
     cap[n + i] = links_[i].down;
   }
   std::vector<Flow*> open;
-  for (auto& [pair, f] : flows_) {
+  for (auto& [token, f] : flows_) {
     f.rate = 0;
     if (f.starts <= now_) open.push_back(&f);
   }
@@ -90,14 +79,14 @@ void StarNetwork::solve() {
 }
 
 void StarNetwork::progress_to(Seconds t) {
-  for (auto& [pair, f] : flows_)
+  for (auto& [token, f] : flows_)
     if (f.starts <= now_ && f.rate > 0) f.left -= f.rate * (t - now_);
   now_ = std::max(now_, t);
 }
 
 Seconds StarNetwork::next_event() const {
   Seconds t = kNever;
-  for (const auto& [pair, f] : flows_) {
+  for (const auto& [token, f] : flows_) {
     if (f.starts > now_)
       t = std::min(t, f.starts);
     else if (f.rate > 0)
@@ -110,19 +99,28 @@ std::vector<Delivery> StarNetwork::advance(Seconds now) {
   std::vector<Delivery> out;
   for (;;) {
     const Seconds t = next_event();
-    if (t > now || t == kNever) break;
-    progress_to(t);
-    // Deliver what is through (in pair order: deterministic), start the pairs' next messages.
-    std::vector<std::pair<int, int>> done;
-    for (const auto& [pair, f] : flows_)
+    if (t == kNever) break;
+    // A flow due a rounding error after `now` (a clock set to a computed delivery time) is
+    // through at `now` if what it has left is below kDoneBytes.
+    progress_to(std::min(t, now));
+    // What is through leaves the links; each pair delivers its messages in send order.
+    std::vector<uint64_t> through;
+    for (const auto& [token, f] : flows_)
       if (f.starts <= now_ && f.rate > 0 &&
           (f.left <= kDoneBytes || now_ + f.left / f.rate <= now_))
-        done.push_back(pair);
-    for (const auto& pair : done) {
-      const Flow f = flows_[pair];
-      out.push_back({f.token, f.src, f.dst, now_});
-      flows_.erase(pair);
-      start_next(pair, now_);
+        through.push_back(token);
+    if (through.empty() && t > now) break;
+    for (uint64_t token : through) {
+      const Flow f = flows_[token];
+      flows_.erase(token);
+      std::deque<Sent>& q = pending_[{f.src, f.dst}];
+      for (Sent& m : q)
+        if (m.token == token) m.through = true;
+      while (!q.empty() && q.front().through) {
+        out.push_back({q.front().token, f.src, f.dst, now_});
+        q.pop_front();
+      }
+      if (q.empty()) pending_.erase({f.src, f.dst});
     }
     solve();
   }
@@ -132,7 +130,7 @@ std::vector<Delivery> StarNetwork::advance(Seconds now) {
 
 std::map<uint64_t, double> StarNetwork::rates() const {
   std::map<uint64_t, double> r;
-  for (const auto& [pair, f] : flows_) r[f.token] = f.rate;
+  for (const auto& [token, f] : flows_) r[token] = f.rate;
   return r;
 }
 

@@ -9,10 +9,11 @@
 // (cut-through), at a rate that changes whenever a flow starts or ends: weighted max-min fairness
 // over all links (progressive filling), each flow weighted by the inverse of its route's latency as
 // CM02 weights it (TCP's RTT unfairness; a route of zero latency weighs as one of 1 s, as there).
-// So concurrent flows share a node's links fairly, and a flow held back elsewhere leaves the rest
-// of a link to the others. The message is delivered when its last byte is through. Messages of one
-// pair go one after the other (one connection, as the real transport has): a pair's next message
-// starts its bytes when the previous one is through.
+// So concurrent messages share a node's links fairly, those of one pair too (as SimGrid runs
+// them), and a flow held back elsewhere leaves the rest of a link to the others. A message is
+// delivered when its last byte is through, but never before the messages its sender sent earlier
+// to the same receiver (one connection delivers in order): a message through before an earlier
+// one of its pair is delivered with it.
 //
 // Units: bytes, bytes per second, seconds. Thread-safety: none (one owner; callers serialise).
 #pragma once
@@ -29,6 +30,8 @@
 namespace rv {
 
 constexpr Seconds kNever = std::numeric_limits<double>::infinity();
+// A link rate too high to matter (bytes per second): a gigabyte passes in a nanosecond.
+constexpr double kUnlimitedRate = 1e18;
 
 // One node's links, as the scenario gives them (converted).
 struct NodeLinks {
@@ -59,28 +62,25 @@ class StarNetwork {
   std::map<uint64_t, double> rates() const;
 
  private:
-  struct Message {
-    uint64_t token;
-    double bytes;
-    Seconds sent;
-  };
-  struct Flow {  // the message a pair is transferring
-    uint64_t token = 0;
+  struct Flow {  // a message whose bytes are not all through
     int src = -1, dst = -1;
     double left = 0;     // bytes
     Seconds starts = 0;  // its bytes start to flow
     double weight = 1;   // 1 / route latency, in 1/s
     double rate = 0;     // bytes per second, while started
   };
-  void start_next(std::pair<int, int> pair, Seconds not_before);
+  struct Sent {  // a message not yet delivered, in its pair's send order
+    uint64_t token;
+    bool through;  // all its bytes are through
+  };
   void progress_to(Seconds t);
   void solve();  // weighted max-min rates of the started flows
   Seconds route(int src, int dst) const { return links_[src].latency + links_[dst].latency; }
 
   std::vector<NodeLinks> links_;
   Seconds now_ = 0;
-  std::map<std::pair<int, int>, std::deque<Message>> waiting_;  // per pair, in send order
-  std::map<std::pair<int, int>, Flow> flows_;                   // per pair: the one in transfer
+  std::map<uint64_t, Flow> flows_;                           // by token, in send order
+  std::map<std::pair<int, int>, std::deque<Sent>> pending_;  // per pair, in send order
 };
 
 }  // namespace rv

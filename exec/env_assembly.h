@@ -30,7 +30,7 @@ struct EnvParts {
   Collectives* collectives = nullptr;  // the executor's own collectives, if it has any
   Metrics* observer = nullptr;         // also sees every event (progress, tests), if given
   std::mutex* observer_mu = nullptr;  // held around the observer when nodes share it across threads
-  EmulatedNetwork* network = nullptr;  // the emulated network the node's sends go through, if any
+  NetworkEmulator* network = nullptr;  // the emulated network the node's sends go through, if any
 };
 
 // Records into the node's sink, then into the observer (under its lock, if any).

@@ -89,7 +89,7 @@ std::vector<Event> run_loopback(const RunSpec& spec, Seconds timeout, int faulty
   std::mutex observer_mu;
   // real.emulate_network: every send is held for the time the scenario's links take.
   std::optional<EmulatedNetwork> network;
-  if (spec.scenario->real.emulate_network) {
+  if (spec.scenario->real.emulate_network == Toggle::kOn) {  // auto: off here
     network.emplace(links_of(*spec.scenario), origin);
     network->start();
   }

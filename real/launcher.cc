@@ -17,12 +17,15 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "core/error.h"
 #include "core/output/run_output.h"
+#include "emu/emulator_service.h"
+#include "exec/wall_env.h"
 #include "real/node_process.h"
 
 extern char** environ;
@@ -184,17 +187,29 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
   TempPath result(false);
   TempPath status_dir(true);
 
+  // The network emulator every node's sends go through (real.emulate_network).
+  const bool emulate = emulates_network(scenario, true);
+  WallClock emulator_clock;
+  std::optional<EmulatorServer> emulator;
+  if (emulate) {
+    emulator.emplace((std::filesystem::path(status_dir.path()) / "emulator.sock").string(),
+                     links_of(scenario), emulator_clock);
+    emulator->start();
+  }
+
   // The children's environment: ours, plus the launcher's pid (they die with it).
   std::vector<std::string> env_strings;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     const std::string var(*e);
     if (var.rfind(std::string(kLauncherPidEnv) + "=", 0) != 0 &&
-        var.rfind(std::string(kStatusDirEnv) + "=", 0) != 0) {
+        var.rfind(std::string(kStatusDirEnv) + "=", 0) != 0 &&
+        var.rfind(std::string(kEmulatorSocketEnv) + "=", 0) != 0) {
       env_strings.push_back(var);
     }
   }
   env_strings.push_back(std::string(kLauncherPidEnv) + "=" + std::to_string(getpid()));
   env_strings.push_back(std::string(kStatusDirEnv) + "=" + status_dir.path());
+  if (emulator) env_strings.push_back(std::string(kEmulatorSocketEnv) + "=" + emulator->path());
   std::vector<char*> env;
   for (auto& s : env_strings) env.push_back(s.data());
   env.push_back(nullptr);
@@ -258,6 +273,7 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
     const auto [rank, status] = failures[root];
     std::string what = "real run failed: rank " + std::to_string(rank) + " " + describe(status);
     if (!reports[root].message.empty()) what += ": " + reports[root].message;
+    if (emulator && !emulator->error().empty()) what += " (" + emulator->error() + ")";
     if (failures.size() > 1) {
       std::string others;
       for (size_t i = 0; i < failures.size(); ++i) {

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <memory>
 #include <optional>
 #include <thread>
 
@@ -19,6 +20,7 @@
 #include <ATen/Parallel.h>
 
 #include "core/compute_threads.h"
+#include "emu/emulator_service.h"
 #include "exec/env_assembly.h"
 #include "exec/progress.h"
 #include "algo/algorithm.h"
@@ -146,7 +148,12 @@ int run(const NodeProcessOptions& options) {
   const int rank = options.gloo.rank;
   const int world = options.gloo.world_size;
   const Scenario scenario = load_scenario(options.scenario_path, options.overrides);
-  check_real_executor(scenario);
+  const char* launcher = std::getenv(kLauncherPidEnv);
+  const bool launched_together = launcher != nullptr && *launcher != '\0';
+  const bool emulate = emulates_network(scenario, launched_together);
+  const char* socket_path = std::getenv(kEmulatorSocketEnv);
+  if (emulate && (socket_path == nullptr || *socket_path == '\0'))
+    throw Error("rank " + std::to_string(rank) + ": the launcher started no network emulator");
   const ModelDesc model = build_model(scenario);
   const Plan plan = make_plan(scenario, model);
   if (world != plan.nodes) {
@@ -186,16 +193,23 @@ int run(const NodeProcessOptions& options) {
       clock.set_origin_ns(wait_control(transport, kClockId).step);
     }
   }
-  const double emulate =
+  const double modeled_flops =
       scenario.real.emulate_speed ? scenario.device_of(rank).flops_per_s() : 0.0;
-  WallCompute compute(emulate);
+  WallCompute compute(modeled_flops);
   EventLog log;
   Progress progress(scenario.training.steps, "wall", rank == 0 && Progress::enabled_for(options.progress));
   GlooCollectives collectives(transport);  // for an all-reduce on the executor's collectives
-  // The algorithm sees the scenario's wrappers (injected faults); the gathering below does not.
-  NodeEnvStack stack(scenario, rank, EnvParts{transport, clock, compute, log, &collectives, &progress});
+  // The launcher's network emulator, if the run has one (destroyed before the transport it uses).
+  std::unique_ptr<EmulatorClient> emulator;
+  if (emulate) emulator = std::make_unique<EmulatorClient>(socket_path, rank);
+  // The algorithm sees the scenario's wrappers (emulated links, injected faults); the gathering
+  // below does not.
+  NodeEnvStack stack(scenario, rank,
+                     EnvParts{transport, clock, compute, log, &collectives, &progress, nullptr,
+                              emulator.get()});
   run_node(stack.env(), spec, rank);
   progress.finish();
+  stack.env().transport.flush();  // every message the algorithm sent is handed over first
   transport.flush();
 
   Event mem;
@@ -272,11 +286,33 @@ int run_node_process(const NodeProcessOptions& options) {
   }
 }
 
-void check_real_executor(const Scenario& s) {
-  if (s.real.emulate_network)
-    throw ScenarioError(s.where("real.emulate_network"), "real.emulate_network",
-                        "real processes do not emulate the network yet; the loopback executor does "
-                        "(ravnest sim --executor loopback), and the simulator models it");
+bool emulates_network(const Scenario& s, bool launched_together) {
+  const Toggle t = s.real.emulate_network;
+  const bool kernel = s.real.shaper == kKernelShaper;
+  if (!launched_together) {
+    if (t == Toggle::kOn)
+      throw ScenarioError(s.where("real.emulate_network"), "real.emulate_network",
+                          "ranks started by hand (`ravnest node`) cannot share a network "
+                          "emulator; start them together with `ravnest real` on one machine");
+    if (kernel)
+      throw ScenarioError(s.where("real.shaper"), "real.shaper",
+                          "the kernel shaper needs the ranks started by `ravnest real`");
+    return false;
+  }
+  if (t == Toggle::kOff) {
+    if (kernel)
+      throw ScenarioError(s.where("real.shaper"), "real.shaper",
+                          "the kernel shaper shapes an emulated network, but "
+                          "real.emulate_network = false");
+    return false;
+  }
+  if (!kernel && allreduce_of(s).executor_collectives)
+    throw ScenarioError(s.where("training.allreduce"), "training.allreduce",
+                        "'" + s.training.allreduce +
+                            "' runs inside c10d, where the user-space network emulator cannot "
+                            "see its bytes; use real.shaper = \"kernel\" (root) or "
+                            "real.emulate_network = false");
+  return true;
 }
 
 }  // namespace rv

@@ -33,8 +33,11 @@ constexpr const char* kStatusDirEnv = "RAVNEST_STATUS_DIR";
 // failure, 2 bad input; prints a one-line error on stderr that names the rank.
 int run_node_process(const NodeProcessOptions& options);
 
-// Refuses, with rv::ScenarioError (exit 2), what the real executor cannot run yet:
-// real.emulate_network (the loopback executor emulates the network; real processes do not yet).
-void check_real_executor(const Scenario& s);
+// Whether a real run's messages go through the network emulator (real.emulate_network; "auto" is
+// on when `ravnest real` starts every rank on this machine, `launched_together`, and off for ranks
+// started by hand). Throws rv::ScenarioError (exit 2) for what cannot be honoured: emulation or
+// the kernel shaper for ranks started by hand, or an all-reduce on c10d's own collectives under
+// the user-space shaper, which cannot see their bytes.
+bool emulates_network(const Scenario& s, bool launched_together);
 
 }  // namespace rv

@@ -72,17 +72,18 @@ TEST_CASE("messages of one pair arrive in order; other pairs share the links", "
   s0.send(2, sized(1, 1'000'000));
   s0.send(2, sized(2, 1'000));
   s1.send(2, sized(3, 1'000'000));
-  // Node 2's downlink is shared by two flows: each 1 MB at 5 Mbit/s, then message 2 alone.
-  const Seconds both = 0.010 + 1'000'000 / (5 * kMb);
-  clock.set(both - 1e-6);
+  // Node 2's downlink is shared three ways: the 1 kB message is through first, but waits for
+  // message 1 of its pair; the two 1 MB flows end together, when the link has carried every byte.
+  const Seconds all = 0.010 + 2'001'000 / (10 * kMb);
+  clock.set(0.020);
+  net.pump();
+  CHECK(ids_at(hub, 2).empty());  // message 2 is through by now, but held
+  clock.set(all - 1e-6);
   net.pump();
   CHECK(ids_at(hub, 2).empty());
-  clock.set(both);
+  clock.set(all);
   net.pump();
-  CHECK(ids_at(hub, 2) == std::vector<int64_t>{1, 3});
-  clock.set(both + 1'000 / (10 * kMb));
-  net.pump();
-  CHECK(ids_at(hub, 2) == std::vector<int64_t>{2});
+  CHECK(ids_at(hub, 2) == std::vector<int64_t>{1, 2, 3});
 }
 
 // A transport whose sends fail, as one to a dead peer does.

@@ -39,6 +39,8 @@ KeyValue other_value(const KeySpec& k, size_t index) {
                                                                       : k.choices.front());
     case KeyType::kBool:
       return KeyValue(!std::get<bool>(def));
+    case KeyType::kToggle:  // "auto" -> true; true or false -> "auto"
+      return std::holds_alternative<std::string>(def) ? KeyValue(true) : KeyValue(k.word);
     case KeyType::kInteger:
     case KeyType::kIntegerOrWord:
       return KeyValue(std::get<int64_t>(def) != k.lo ? k.lo : k.lo + 1);

@@ -20,9 +20,14 @@ constexpr int64_t kMaxInt64 = std::numeric_limits<int64_t>::max();
 enum class Empty { kAllowed, kRefused };
 
 // A member's value as a KeyValue (integers of every width as int64_t), and back.
+// A Toggle reads as its word ("auto") or a bool.
+constexpr const char* kAutoWord = "auto";
+
 template <typename T>
 KeyValue to_value(const T& v) {
-  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+  if constexpr (std::is_same_v<T, Toggle>)
+    return v == Toggle::kAuto ? KeyValue(std::string(kAutoWord)) : KeyValue(v == Toggle::kOn);
+  else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
     return KeyValue(static_cast<int64_t>(v));
   else
     return KeyValue(v);
@@ -30,7 +35,10 @@ KeyValue to_value(const T& v) {
 
 template <typename T>
 T from_value(const KeyValue& v) {
-  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+  if constexpr (std::is_same_v<T, Toggle>) {
+    if (std::holds_alternative<std::string>(v)) return Toggle::kAuto;
+    return std::get<bool>(v) ? Toggle::kOn : Toggle::kOff;
+  } else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
     return static_cast<T>(std::get<int64_t>(v));
   else
     return std::get<T>(v);
@@ -56,6 +64,11 @@ class Rows {
   }
   Rows& flag(const char* name, bool Struct::*m, const char* help) {
     add(name, KeyType::kBool, m, "", help);
+    return *this;
+  }
+  // "auto" (the executor decides), true or false.
+  Rows& toggle(const char* name, Toggle Struct::*m, const char* help) {
+    add(name, KeyType::kToggle, m, "", help).word = kAutoWord;
     return *this;
   }
   template <typename Int>
@@ -310,9 +323,14 @@ void add_run_tables(Catalog& c) {
                "port of rank 0, where peers meet; 0: pick a free port")
       .flag("emulate_speed", &RealSpec::emulate_speed,
             "stretch compute to the modeled time of each device")
-      .flag("emulate_network", &RealSpec::emulate_network,
-            "hold every message for the time the scenario's links take (the simulator's star, "
-            "network.model = \"ideal\"); the loopback executor honours it");
+      .toggle("emulate_network", &RealSpec::emulate_network,
+              "hold every message for the time the scenario's links take (the simulator's star, "
+              "network.model = \"ideal\"); auto: on under `ravnest real` (every rank on this "
+              "machine), off for ranks started by hand (`ravnest node`) and the loopback executor")
+      .choice("shaper", &RealSpec::shaper, {kUserShaper, kKernelShaper},
+              "user: the launcher holds each message for its links' time (no root); kernel: "
+              "each node in a network namespace, links shaped by htb (root; latency in user "
+              "space; shapes allreduce = \"gloo\" too)");
   c.table("output", &Scenario::output)
       .text("dir", &OutputSpec::dir, "run folders go to `<dir>/<name>/<executor>-<timestamp>/`",
             Empty::kRefused)
@@ -430,6 +448,8 @@ std::string type_text(const KeySpec& k, const ExtraChoices& extra) {
       return "integer list";
     case KeyType::kIntegerOrWord:
       return "\"" + k.word + "\" or integer";
+    case KeyType::kToggle:
+      return "\"" + k.word + "\" or bool";
   }
   return "";
 }
@@ -445,6 +465,8 @@ std::string range_text(const KeySpec& k, const ExtraChoices& extra) {
       return joined(k.choices);
     case KeyType::kBool:
       return "true, false";
+    case KeyType::kToggle:
+      return k.word + ", true, false";
     case KeyType::kInteger:
     case KeyType::kIntegerOrWord:
       return ints;

@@ -30,6 +30,7 @@ enum class KeyType {
   kReal,           // a number in [real_lo, real_hi], or (real_lo, real_hi] when lo_open
   kIntegerList,    // an array of integers, each in [lo, hi]; empty only when allow_empty
   kIntegerOrWord,  // `word` (stored as 0) or an integer in [lo, hi]
+  kToggle,         // `word` ("auto", stored as Toggle::kAuto) or true or false
 };
 
 // One key's value, whatever struct member holds it (integers of every width as int64_t).

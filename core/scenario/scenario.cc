@@ -119,6 +119,10 @@ KeyValue read_value(const KeySpec& k, const toml::node& n, const Spot& at) {
       return read_integer_list(k, n, at);
     case KeyType::kIntegerOrWord:
       return read_integer_or_word(k, n, at);
+    case KeyType::kToggle:
+      if (n.is_boolean()) return KeyValue(*n.value<bool>());
+      if (n.is_string() && *n.value<std::string>() == k.word) return KeyValue(k.word);
+      at.fail(&n, "expected \"" + k.word + "\", true or false");
   }
   at.fail(&n, "internal: unhandled key type");
 }

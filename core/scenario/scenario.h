@@ -98,12 +98,22 @@ struct SimSpec {
   std::string mode = "numeric";
 };
 
+// A setting that is on, off, or left to the executor ("auto" in a scenario file).
+enum class Toggle { kAuto, kOff, kOn };
+
+// The network emulator of real runs (real.shaper).
+//   user    the launcher holds every message for the time the scenario's links take (emu/)
+//   kernel  each node runs in a network namespace of the run's, its links shaped by htb (root)
+inline constexpr const char* kUserShaper = "user";
+inline constexpr const char* kKernelShaper = "kernel";
+
 struct RealSpec {
   double timeout_s = 60.0;
   std::string master_addr = "127.0.0.1";
   int master_port = 0;  // 0: pick a free port
   bool emulate_speed = false;
-  bool emulate_network = false;
+  Toggle emulate_network = Toggle::kAuto;  // auto: on under `ravnest real`, off elsewhere
+  std::string shaper = kUserShaper;
 };
 
 struct OutputSpec {

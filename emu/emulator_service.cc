@@ -1,0 +1,304 @@
+#include "emu/emulator_service.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace rv {
+namespace {
+
+enum RecordKind : int64_t { kHello = 1, kSend = 2, kRelease = 3 };
+
+struct Record {
+  int64_t kind = 0, a = 0, b = 0, c = 0;
+};
+
+// The largest message size a node may announce (bytes): far beyond any tensor, small enough that
+// the model's arithmetic stays exact.
+constexpr int64_t kMaxMessageBytes = int64_t(1) << 50;
+
+sockaddr_un address_of(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof addr.sun_path)
+    throw Error("network emulator: socket path '" + path + "' is empty or too long");
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  return addr;
+}
+
+// Sends one record; false if the peer has gone.
+bool put(int fd, const Record& r) {
+  for (;;) {
+    const ssize_t n = ::send(fd, &r, sizeof r, MSG_NOSIGNAL);
+    if (n == static_cast<ssize_t>(sizeof r)) return true;
+    if (n < 0 && errno == EINTR) continue;
+    return false;
+  }
+}
+
+// Receives one record: 1 a record, 0 the peer closed, -1 a packet of the wrong size or an error.
+int take(int fd, Record& r) {
+  for (;;) {
+    const ssize_t n = ::recv(fd, &r, sizeof r, MSG_TRUNC);
+    if (n == static_cast<ssize_t>(sizeof r)) return 1;
+    if (n == 0) return 0;
+    if (n < 0 && errno == EINTR) continue;
+    return -1;
+  }
+}
+
+}  // namespace
+
+// ---- server ----
+
+struct EmulatorServer::Conn {
+  int fd = -1;
+  int rank = -1;           // -1 until its hello
+  int64_t last_token = -1;  // tokens increase per node
+  std::mutex write_mu;     // the pump thread writes releases; the serving thread closes
+  bool closed = false;     // guarded by write_mu
+};
+
+EmulatorServer::EmulatorServer(const std::string& path, std::vector<NodeLinks> links,
+                               const Clock& clock)
+    : path_(path),
+      nodes_(static_cast<int>(links.size())),
+      net_(std::move(links), clock),
+      joined_(static_cast<size_t>(nodes_), false) {
+  const sockaddr_un addr = address_of(path_);
+  listen_fd_ = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  wake_fd_ = ::eventfd(0, EFD_CLOEXEC);
+  if (listen_fd_ < 0 || wake_fd_ < 0 ||
+      ::bind(listen_fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::listen(listen_fd_, nodes_ + 8) != 0) {
+    const std::string why = std::strerror(errno);
+    if (listen_fd_ >= 0) ::close(listen_fd_);
+    if (wake_fd_ >= 0) ::close(wake_fd_);
+    throw Error("network emulator: cannot listen at " + path_ + ": " + why);
+  }
+}
+
+EmulatorServer::~EmulatorServer() {
+  const uint64_t one = 1;
+  if (::write(wake_fd_, &one, sizeof one) < 0) {
+    // Nothing to do: the thread is joined below only if it was started, and it polls wake_fd_.
+  }
+  if (thread_.joinable()) thread_.join();
+  for (auto& c : conns_) {
+    std::lock_guard<std::mutex> lock(c->write_mu);
+    if (!c->closed) ::close(c->fd);
+    c->closed = true;
+  }
+  ::close(listen_fd_);
+  ::close(wake_fd_);
+  ::unlink(path_.c_str());
+}
+
+void EmulatorServer::start(bool run_clock) {
+  RV_CHECK(!thread_.joinable(), "network emulator: started twice");
+  if (run_clock) net_.start();
+  thread_ = std::thread([this] { serve(); });
+}
+
+std::string EmulatorServer::error() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return error_;
+}
+
+void EmulatorServer::serve() {
+  for (;;) {
+    std::vector<std::shared_ptr<Conn>> conns;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      conns = conns_;
+    }
+    std::vector<pollfd> fds = {{wake_fd_, POLLIN, 0}, {listen_fd_, POLLIN, 0}};
+    for (auto& c : conns) fds.push_back({c->fd, POLLIN, 0});
+    if (::poll(fds.data(), fds.size(), -1) < 0) {
+      if (errno == EINTR) continue;
+      std::lock_guard<std::mutex> lock(mu_);
+      if (error_.empty()) error_ = std::string("network emulator: poll failed: ") + std::strerror(errno);
+      return;
+    }
+    if (fds[0].revents != 0) return;  // the destructor
+    if (fds[1].revents & POLLIN) {
+      const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd >= 0) {
+        auto c = std::make_shared<Conn>();
+        c->fd = fd;
+        std::lock_guard<std::mutex> lock(mu_);
+        conns_.push_back(c);
+      }
+    }
+    for (size_t i = 0; i < conns.size(); ++i) {
+      if (fds[i + 2].revents != 0) handle(conns[i]);
+    }
+  }
+}
+
+void EmulatorServer::handle(const std::shared_ptr<Conn>& c) {
+  Record r;
+  const int got = take(c->fd, r);
+  if (got == 0) return drop(c, "");  // the node has finished (or died: its launcher tells)
+  const std::string who = c->rank < 0 ? "a node" : "rank " + std::to_string(c->rank);
+  if (got < 0) return drop(c, who + " sent a record of the wrong size");
+  if (c->rank < 0) {
+    if (r.kind != kHello) return drop(c, who + " did not start with a hello");
+    if (r.a < 0 || r.a >= nodes_)
+      return drop(c, "a node said it is rank " + std::to_string(r.a) + " of " +
+                         std::to_string(nodes_));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (joined_[static_cast<size_t>(r.a)]) {
+        error_ = error_.empty() ? "network emulator: rank " + std::to_string(r.a) + " joined twice"
+                                : error_;
+        return drop(c, "");
+      }
+      joined_[static_cast<size_t>(r.a)] = true;
+    }
+    c->rank = static_cast<int>(r.a);
+    return;
+  }
+  if (r.kind != kSend) return drop(c, who + " sent a record of unknown kind " + std::to_string(r.kind));
+  if (r.a <= c->last_token) return drop(c, who + " reused message token " + std::to_string(r.a));
+  if (r.b < 0 || r.b >= nodes_)
+    return drop(c, who + " sent to rank " + std::to_string(r.b) + " of " + std::to_string(nodes_));
+  if (r.c < 0 || r.c > kMaxMessageBytes)
+    return drop(c, who + " sent a message of " + std::to_string(r.c) + " bytes");
+  c->last_token = r.a;
+  const int64_t token = r.a;
+  std::weak_ptr<Conn> weak = c;
+  net_.submit(c->rank, static_cast<int>(r.b), r.c, [weak, token] {
+    auto conn = weak.lock();
+    if (!conn) return;
+    std::lock_guard<std::mutex> lock(conn->write_mu);
+    // A node that has gone no longer needs its releases.
+    if (!conn->closed) put(conn->fd, Record{kRelease, token, 0, 0});
+  });
+}
+
+void EmulatorServer::drop(const std::shared_ptr<Conn>& c, const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!why.empty() && error_.empty()) error_ = "network emulator: " + why;
+    for (size_t i = 0; i < conns_.size(); ++i) {
+      if (conns_[i] == c) {
+        conns_.erase(conns_.begin() + static_cast<std::ptrdiff_t>(i));
+        break;
+      }
+    }
+  }
+  std::lock_guard<std::mutex> lock(c->write_mu);
+  if (!c->closed) ::close(c->fd);
+  c->closed = true;
+}
+
+// ---- client ----
+
+EmulatorClient::EmulatorClient(const std::string& path, int rank) : rank_(rank) {
+  const sockaddr_un addr = address_of(path);
+  fd_ = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd_ < 0 || ::connect(fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0 ||
+      !put(fd_, Record{kHello, rank, 0, 0})) {
+    const std::string why = std::strerror(errno);
+    if (fd_ >= 0) ::close(fd_);
+    throw PeerError("cannot reach the network emulator at " + path + ": " + why);
+  }
+  reader_ = std::thread([this] { read_releases(); });
+}
+
+EmulatorClient::~EmulatorClient() {
+  ::shutdown(fd_, SHUT_RDWR);  // wakes the reader
+  if (reader_.joinable()) reader_.join();
+  ::close(fd_);
+}
+
+void EmulatorClient::fail(std::exception_ptr e) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!error_) error_ = e;
+  }
+  changed_.notify_all();
+}
+
+void EmulatorClient::submit(Transport& inner, int src, int dst, Message msg) {
+  RV_CHECK(src == rank_, "emulator client: a send from another rank");
+  int64_t token = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (error_) std::rethrow_exception(error_);
+    token = next_token_++;
+  }
+  const Bytes bytes = msg.bytes;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_.emplace(token, Held{&inner, dst, std::move(msg)});
+  }
+  bool sent = false;
+  {
+    std::lock_guard<std::mutex> lock(write_mu_);
+    sent = put(fd_, Record{kSend, token, dst, bytes});
+  }
+  if (!sent) {
+    fail(std::make_exception_ptr(PeerError("the network emulator has gone (rank " +
+                                           std::to_string(rank_) + " could not send to it)")));
+    std::lock_guard<std::mutex> lock(mu_);
+    std::rethrow_exception(error_);
+  }
+}
+
+void EmulatorClient::read_releases() {
+  for (;;) {
+    Record r;
+    const int got = take(fd_, r);
+    if (got <= 0) {
+      fail(std::make_exception_ptr(PeerError(
+          got == 0 ? "the network emulator closed rank " + std::to_string(rank_) + "'s connection"
+                   : "the network emulator sent a record of the wrong size")));
+      return;
+    }
+    Held h{};
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = r.kind == kRelease ? held_.find(r.a) : held_.end();
+      if (it == held_.end()) {
+        error_ = error_ ? error_
+                        : std::make_exception_ptr(PeerError(
+                              "the network emulator released no message of rank " +
+                              std::to_string(rank_) + " (record " + std::to_string(r.kind) +
+                              ", token " + std::to_string(r.a) + ")"));
+        changed_.notify_all();
+        return;
+      }
+      h = std::move(it->second);
+      held_.erase(it);
+      ++handing_;
+    }
+    try {
+      h.inner->send(h.dst, std::move(h.msg));
+    } catch (...) {
+      fail(std::current_exception());
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --handing_;
+    }
+    changed_.notify_all();
+  }
+}
+
+void EmulatorClient::drain(int src) {
+  RV_CHECK(src == rank_, "emulator client: a drain for another rank");
+  std::unique_lock<std::mutex> lock(mu_);
+  changed_.wait(lock, [&] { return (held_.empty() && handing_ == 0) || error_; });
+  if (error_) std::rethrow_exception(error_);
+}
+
+}  // namespace rv
