@@ -24,3 +24,7 @@ for v in cnn cnn_avg500 mlp; do
 done
 build/bench/bench_planner --part scale --out bench/results/planner_scale.json
 build/bench/bench_allreduce --out bench/results/allreduce.json
+# The network emulator end to end (EmulatorServer, clients, ShapedTransport over Gloo): bandwidth,
+# latency and fairness against the configured links (~2 minutes).
+scripts/build.sh bench_emulator
+build/bench/bench_emulator --out bench/results/emulator.json

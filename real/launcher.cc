@@ -26,6 +26,7 @@
 #include "core/output/run_output.h"
 #include "emu/emulator_service.h"
 #include "exec/wall_env.h"
+#include "real/kernel_network.h"
 #include "real/node_process.h"
 
 extern char** environ;
@@ -187,15 +188,19 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
   TempPath result(false);
   TempPath status_dir(true);
 
-  // The network emulator every node's sends go through (real.emulate_network).
+  // The network emulator every node's sends go through (real.emulate_network): the user-space
+  // star, or the kernel's shaped links with the latencies in user space.
   const bool emulate = emulates_network(scenario, true);
+  std::optional<KernelNetwork> kernel;
+  if (emulate && scenario.real.shaper == kKernelShaper) kernel.emplace(scenario);
   WallClock emulator_clock;
   std::optional<EmulatorServer> emulator;
   if (emulate) {
     emulator.emplace((std::filesystem::path(status_dir.path()) / "emulator.sock").string(),
-                     links_of(scenario), emulator_clock);
+                     kernel ? latencies_of(scenario) : links_of(scenario), emulator_clock);
     emulator->start();
   }
+  const std::string master_addr = kernel ? kernel->address_of(0) : "127.0.0.1";
 
   // The children's environment: ours, plus the launcher's pid (they die with it).
   std::vector<std::string> env_strings;
@@ -210,6 +215,15 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
   env_strings.push_back(std::string(kLauncherPidEnv) + "=" + std::to_string(getpid()));
   env_strings.push_back(std::string(kStatusDirEnv) + "=" + status_dir.path());
   if (emulator) env_strings.push_back(std::string(kEmulatorSocketEnv) + "=" + emulator->path());
+  if (kernel) {
+    // Gloo binds each node's own interface (one name in every namespace).
+    env_strings.erase(std::remove_if(env_strings.begin(), env_strings.end(),
+                                     [](const std::string& v) {
+                                       return v.rfind("GLOO_SOCKET_IFNAME=", 0) == 0;
+                                     }),
+                      env_strings.end());
+    env_strings.push_back(std::string("GLOO_SOCKET_IFNAME=") + KernelNetwork::kInterface);
+  }
   std::vector<char*> env;
   for (auto& s : env_strings) env.push_back(s.data());
   env.push_back(nullptr);
@@ -219,12 +233,17 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
     std::vector<std::string> args = {options.self_exe, "node", options.scenario_path};
     for (const auto& o : options.overrides) args.insert(args.end(), {"--set", o});
     args.insert(args.end(), {"--rank", std::to_string(rank), "--world-size", std::to_string(world),
-                             "--master-addr", "127.0.0.1", "--master-port", std::to_string(port),
+                             "--master-addr", master_addr, "--master-port", std::to_string(port),
                              "--timeout", seconds_str(scenario.real.timeout_s)});
     if (rank == 0)
       args.insert(args.end(), {"--run-path", run_path, "--result-file", result.path(),
                                "--progress", options.progress});
-    children.spawn(rank, options.self_exe, args, env.data());
+    if (kernel) {
+      const std::vector<std::string> wrapped = kernel->wrap(rank, args);
+      children.spawn(rank, wrapped[0], wrapped, env.data());
+    } else {
+      children.spawn(rank, options.self_exe, args, env.data());
+    }
   }
 
   // Wait for all; after the first failure, the others get timeout_s to notice and stop.

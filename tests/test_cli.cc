@@ -7,8 +7,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -389,6 +392,60 @@ TEST_CASE("the network emulator refuses what it cannot honour, before any proces
     CHECK(r.err.find(c.says) != std::string::npos);
     CHECK_FALSE(has_run_folder(d));
   }
+  fs::remove_all(d);
+}
+
+// The network namespaces on this machine (`ip netns list`), or nothing if none can be listed.
+std::set<std::string> namespaces() {
+  std::set<std::string> out;
+  FILE* p = popen("ip netns list 2>/dev/null", "r");
+  if (p == nullptr) return out;
+  char line[512];
+  while (fgets(line, sizeof line, p) != nullptr) {
+    std::string s(line);
+    out.insert(s.substr(0, s.find_first_of(" \n")));
+  }
+  pclose(p);
+  return out;
+}
+
+// Whether this machine lets a run make network namespaces (root, iproute2).
+bool can_make_namespaces() {
+  const std::string probe = "rvprobe" + std::to_string(getpid());
+  if (std::system(("ip netns add " + probe + " >/dev/null 2>&1").c_str()) != 0) return false;
+  return std::system(("ip netns delete " + probe + " >/dev/null 2>&1").c_str()) == 0;
+}
+
+// c10d's all-reduce moves its bytes where only the kernel can shape them. With two ranks every sum
+// has two terms, so the real run equals the loopback's multi-ring exactly (see above).
+TEST_CASE("the kernel shaper runs each node in a namespace of its own, c10d's all-reduce included",
+          "[cli][real][emu][root]") {
+  if (!can_make_namespaces()) {
+    std::cout << "SKIPPED: cannot create a network namespace here (`ip netns add` needs root)\n";
+    return;
+  }
+  fs::path d = workdir("kernel");
+  write(d / "s.toml", kSmall);
+  const std::vector<std::string> set = {"--set", "training.algorithm=sync-dp", "--set", "training.steps=30",
+                                        "--set", "training.eval_every=0", "--set", "devices.0.count=2"};
+  auto args = [&](std::vector<std::string> a, const std::string& allreduce, const std::string& dir) {
+    a.insert(a.end(), set.begin(), set.end());
+    a.insert(a.end(), {"--set", "training.allreduce=" + allreduce, "--run-dir", dir});
+    return a;
+  };
+  const std::set<std::string> before = namespaces();
+  std::vector<std::string> real_args = args({"real", "s.toml"}, "gloo", "real");
+  real_args.insert(real_args.end(), {"--set", "real.shaper=kernel"});
+  Result real = ravnest(real_args, d);
+  INFO(real.err);
+  REQUIRE(real.status == 0);
+  CHECK(namespaces() == before);  // the run removed what it made
+  Result loop = ravnest(args({"sim", "s.toml", "--executor", "loopback"}, "multi-ring", "loop"), d);
+  REQUIRE(loop.status == 0);
+  const auto losses = values_of(d / "real", "loss");
+  CHECK(losses.size() == 60u);
+  CHECK(losses == values_of(d / "loop", "loss"));
+  CHECK(values_of(d / "real", "eval") == values_of(d / "loop", "eval"));
   fs::remove_all(d);
 }
 

@@ -1,0 +1,145 @@
+#include "real/kernel_network.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <tuple>
+
+#include "core/error.h"
+
+extern char** environ;
+
+namespace rv {
+namespace {
+
+std::string find_tool(const char* name) {
+  for (const char* dir : {"/usr/sbin", "/sbin", "/usr/bin", "/bin"}) {
+    const std::string path = std::string(dir) + "/" + name;
+    if (::access(path.c_str(), X_OK) == 0) return path;
+  }
+  return "";
+}
+
+std::string joined(const std::vector<std::string>& argv) {
+  std::string s;
+  for (const auto& a : argv) s += (s.empty() ? "" : " ") + a;
+  return s;
+}
+
+// Runs argv to completion; returns "" if it exited 0, else what it printed (or why it did not run).
+std::string run_tool(const std::vector<std::string>& argv) {
+  char out_path[] = "/tmp/ravnest-tool-XXXXXX";
+  const int out = ::mkstemp(out_path);
+  if (out < 0) return std::string("cannot create a temporary file: ") + std::strerror(errno);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out, STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, out, STDERR_FILENO);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, argv[0].c_str(), &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(out);
+  std::string result;
+  if (rc != 0) {
+    result = std::string("cannot start it: ") + std::strerror(rc);
+  } else {
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      std::ifstream in(out_path);
+      result = std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      while (!result.empty() && (result.back() == '\n' || result.back() == ' ')) result.pop_back();
+      if (result.empty()) result = "it failed without a message";
+    }
+  }
+  ::unlink(out_path);
+  return result;
+}
+
+std::string bits_per_s(double bytes_per_s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.0fbit", std::max(8.0, std::round(bytes_per_s * 8)));
+  return buf;
+}
+
+}  // namespace
+
+std::string KernelNetwork::ip_tool() { return find_tool("ip"); }
+
+KernelNetwork::KernelNetwork(const Scenario& s) : ip_(find_tool("ip")), tc_(find_tool("tc")) {
+  if (ip_.empty() || tc_.empty())
+    throw InputError("real.shaper = \"kernel\" needs iproute2 (`ip` and `tc`), not found");
+  const int n = s.node_count();
+  if (n > 65000) throw InputError("real.shaper = \"kernel\": at most 65,000 nodes");
+  const std::string tag = "rv" + std::to_string(::getpid());
+  auto step = [&](const std::vector<std::string>& argv) {
+    const std::string err = run_tool(argv);
+    if (err.empty()) return;
+    teardown();
+    throw InputError("real.shaper = \"kernel\": `" + joined(argv) + "` failed: " + err +
+                     (::geteuid() != 0 ? " (it needs root)" : ""));
+  };
+  core_ns_ = tag + "-core";
+  step({ip_, "netns", "add", core_ns_});
+  step({ip_, "-n", core_ns_, "link", "add", "br0", "type", "bridge"});
+  step({ip_, "-n", core_ns_, "link", "set", "br0", "up"});
+  for (int r = 0; r < n; ++r) {
+    const DeviceGroup& d = s.device_of(r);
+    const std::string ns = tag + "-" + std::to_string(r);
+    step({ip_, "netns", "add", ns});
+    node_ns_.push_back(ns);
+    const std::string port = "n" + std::to_string(r);  // the node's port on the core's bridge
+    step({ip_, "-n", core_ns_, "link", "add", port, "type", "veth", "peer", "name", kInterface,
+          "netns", ns});
+    step({ip_, "-n", core_ns_, "link", "set", port, "master", "br0", "up"});
+    step({ip_, "-n", ns, "addr", "add", address_of(r) + "/16", "dev", kInterface});
+    step({ip_, "-n", ns, "link", "set", kInterface, "up"});
+    step({ip_, "-n", ns, "link", "set", "lo", "up"});
+    // Uplink: what the node sends; downlink: what the core sends it.
+    for (const auto& [where, dev, rate] :
+         {std::tuple<std::string, std::string, double>{ns, kInterface, d.up_bytes_per_s()},
+          {core_ns_, port, d.down_bytes_per_s()}}) {
+      step({tc_, "-n", where, "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default",
+            "1"});
+      step({tc_, "-n", where, "class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb",
+            "rate", bits_per_s(rate), "ceil", bits_per_s(rate)});
+    }
+  }
+}
+
+KernelNetwork::~KernelNetwork() { teardown(); }
+
+void KernelNetwork::teardown() {
+  // Removing a namespace removes its interfaces, and so both ends of its veth pairs.
+  for (const auto& ns : node_ns_) run_tool({ip_, "netns", "delete", ns});
+  if (!core_ns_.empty()) run_tool({ip_, "netns", "delete", core_ns_});
+  node_ns_.clear();
+  core_ns_.clear();
+}
+
+std::string KernelNetwork::address_of(int rank) const {
+  const int host = rank + 1;  // 10.213.0.1, 10.213.0.2, ...
+  return "10.213." + std::to_string(host / 256) + "." + std::to_string(host % 256);
+}
+
+std::vector<std::string> KernelNetwork::wrap(int rank, const std::vector<std::string>& argv) const {
+  std::vector<std::string> out = {ip_, "netns", "exec", namespace_of(rank)};
+  out.insert(out.end(), argv.begin(), argv.end());
+  return out;
+}
+
+}  // namespace rv
