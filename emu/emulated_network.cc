@@ -6,6 +6,12 @@
 #include "core/error.h"
 
 namespace rv {
+namespace {
+
+// How long before a delivery the pumping thread stops sleeping and yields until it is due.
+constexpr Seconds kSpinSeconds = 0.0005;
+
+}  // namespace
 
 EmulatedNetwork::EmulatedNetwork(std::vector<NodeLinks> links, const Clock& clock)
     : clock_(clock), net_(links), in_flight_(links.size(), 0) {}
@@ -82,12 +88,26 @@ void EmulatedNetwork::start() {
 
 void EmulatedNetwork::run() {
   for (;;) {
-    const Seconds next = pump();
+    pump();
     std::unique_lock<std::mutex> lock(mu_);
     if (stopping_) return;
-    // Sleep until the next delivery is due, or until a submit changes the schedule.
+    // Sleep until the next delivery is due, or until a submit changes the schedule. The next event
+    // is read under the lock that submit() takes: one submitted since pump() is not missed.
+    const Seconds next = net_.next_event();
     const Seconds wait = next == kNever ? 1.0 : std::max(0.0, next - clock_.now());
-    changed_.wait_for(lock, std::chrono::duration<double>(std::min(wait, 1.0)));
+    if (wait > kSpinSeconds) {
+      // A timed wait wakes late by up to a millisecond or more on a busy machine: wake early...
+      changed_.wait_for(lock, std::chrono::duration<double>(std::min(wait - kSpinSeconds, 1.0)));
+      if (stopping_) return;
+      continue;
+    }
+    // ...and spend the last stretch yielding, so deliveries are on time.
+    const uint64_t seen = next_token_;
+    while (clock_.now() < next && next_token_ == seen && !stopping_) {
+      lock.unlock();
+      std::this_thread::yield();
+      lock.lock();
+    }
     if (stopping_) return;
   }
 }

@@ -23,18 +23,23 @@
 
 namespace rv {
 
-// Where a node's sends are held until the star model delivers them: in this process
-// (EmulatedNetwork), or in the process that launched the nodes (EmulatorClient,
-// emu/emulator_service.h).
+// Where a node's messages wait until the star model delivers them. In this process
+// (EmulatedNetwork): the sender's message is held, and handed to its transport on delivery. Across
+// processes (EmulatorClient, emu/emulator_service.h): the message travels at once, and the
+// receiver holds it until the model has delivered it, so the machine's own copy overlaps the
+// emulated transfer instead of adding to it.
 class NetworkEmulator {
  public:
   virtual ~NetworkEmulator() = default;
-  // Holds `msg` from `src` to `dst`, sent now, until the model delivers it; then calls
-  // inner.send(dst, msg) (from another thread). `inner` outlives the message's delivery.
+  // `msg` from `src` to `dst`, sent now, through `inner` (src's transport), which outlives it.
   // Rethrows the first error an inner send raised.
   virtual void submit(Transport& inner, int src, int dst, Message msg) = 0;
-  // Blocks until every message `src` submitted has been handed over.
+  // Blocks until every message `src` submitted has left it (handed over, or on its way).
   virtual void drain(int src) = 0;
+  // The next message for `inner`'s rank that the model has delivered, in delivery order; waits as
+  // `inner` waits (and fails as it fails). By default what `inner` has: held at the sender.
+  virtual Message recv(Transport& inner) { return inner.recv(); }
+  virtual std::optional<Message> try_recv(Transport& inner) { return inner.try_recv(); }
 };
 
 class EmulatedNetwork : public NetworkEmulator {
@@ -79,8 +84,7 @@ class EmulatedNetwork : public NetworkEmulator {
   std::thread pump_thread_;
 };
 
-// A node's transport through the emulated network: send() is held by the emulator, receiving is
-// the inner transport's (messages arrive when the emulator hands them over).
+// A node's transport through the emulated network: what it sends and receives passes the emulator.
 class ShapedTransport : public Transport {
  public:
   ShapedTransport(Transport& inner, NetworkEmulator& net) : inner_(inner), net_(net) {}
@@ -89,8 +93,8 @@ class ShapedTransport : public Transport {
   void send(int dst, Message msg) override {
     net_.submit(inner_, inner_.rank(), dst, std::move(msg));
   }
-  Message recv() override { return inner_.recv(); }
-  std::optional<Message> try_recv() override { return inner_.try_recv(); }
+  Message recv() override { return net_.recv(inner_); }
+  std::optional<Message> try_recv() override { return net_.try_recv(inner_); }
   void flush() override {
     net_.drain(inner_.rank());
     inner_.flush();

@@ -6,7 +6,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <limits>
 #include <cstring>
 
 #include "core/error.h"
@@ -14,7 +17,10 @@
 namespace rv {
 namespace {
 
-enum RecordKind : int64_t { kHello = 1, kSend = 2, kRelease = 3 };
+enum RecordKind : int64_t { kHello = 1, kSend = 2, kDeliver = 3 };
+
+// How often a client waiting for a delivery looks at its transport (failures, arrivals).
+constexpr double kPollSeconds = 0.02;
 
 struct Record {
   int64_t kind = 0, a = 0, b = 0, c = 0;
@@ -60,18 +66,19 @@ int take(int fd, Record& r) {
 
 struct EmulatorServer::Conn {
   int fd = -1;
-  int rank = -1;           // -1 until its hello
+  int rank = -1;            // -1 until its hello
   int64_t last_token = -1;  // tokens increase per node
-  std::mutex write_mu;     // the pump thread writes releases; the serving thread closes
-  bool closed = false;     // guarded by write_mu
+  bool closed = false;      // guarded by the server's mu_
 };
 
 EmulatorServer::EmulatorServer(const std::string& path, std::vector<NodeLinks> links,
                                const Clock& clock)
     : path_(path),
       nodes_(static_cast<int>(links.size())),
-      net_(std::move(links), clock),
-      joined_(static_cast<size_t>(nodes_), false) {
+      by_rank_(static_cast<size_t>(nodes_)),
+      backlog_(static_cast<size_t>(nodes_)),
+      joined_(static_cast<size_t>(nodes_), false),
+      net_(std::make_unique<EmulatedNetwork>(std::move(links), clock)) {
   const sockaddr_un addr = address_of(path_);
   listen_fd_ = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC);
@@ -86,13 +93,13 @@ EmulatorServer::EmulatorServer(const std::string& path, std::vector<NodeLinks> l
 }
 
 EmulatorServer::~EmulatorServer() {
+  net_.reset();  // no delivery runs from here on
   const uint64_t one = 1;
   if (::write(wake_fd_, &one, sizeof one) < 0) {
-    // Nothing to do: the thread is joined below only if it was started, and it polls wake_fd_.
+    // Cannot happen for an eventfd below its limit; the join below would then wait for a record.
   }
   if (thread_.joinable()) thread_.join();
   for (auto& c : conns_) {
-    std::lock_guard<std::mutex> lock(c->write_mu);
     if (!c->closed) ::close(c->fd);
     c->closed = true;
   }
@@ -103,7 +110,7 @@ EmulatorServer::~EmulatorServer() {
 
 void EmulatorServer::start(bool run_clock) {
   RV_CHECK(!thread_.joinable(), "network emulator: started twice");
-  if (run_clock) net_.start();
+  if (run_clock) net_->start();
   thread_ = std::thread([this] { serve(); });
 }
 
@@ -154,55 +161,60 @@ void EmulatorServer::handle(const std::shared_ptr<Conn>& c) {
     if (r.a < 0 || r.a >= nodes_)
       return drop(c, "a node said it is rank " + std::to_string(r.a) + " of " +
                          std::to_string(nodes_));
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (joined_[static_cast<size_t>(r.a)]) {
-        error_ = error_.empty() ? "network emulator: rank " + std::to_string(r.a) + " joined twice"
-                                : error_;
-        return drop(c, "");
-      }
-      joined_[static_cast<size_t>(r.a)] = true;
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto rank = static_cast<size_t>(r.a);
+    if (joined_[rank]) {
+      if (error_.empty()) error_ = "network emulator: rank " + std::to_string(r.a) + " joined twice";
+      c->closed = true;
+      ::close(c->fd);
+      conns_.erase(std::find(conns_.begin(), conns_.end(), c));
+      return;
     }
+    joined_[rank] = true;
     c->rank = static_cast<int>(r.a);
+    by_rank_[rank] = c;
+    // What was delivered to it before it joined, in order.
+    for (int64_t src : backlog_[rank]) put(c->fd, Record{kDeliver, src, 0, 0});
+    backlog_[rank].clear();
     return;
   }
   if (r.kind != kSend) return drop(c, who + " sent a record of unknown kind " + std::to_string(r.kind));
   if (r.a <= c->last_token) return drop(c, who + " reused message token " + std::to_string(r.a));
-  if (r.b < 0 || r.b >= nodes_)
+  if (r.b < 0 || r.b >= nodes_ || r.b == c->rank)
     return drop(c, who + " sent to rank " + std::to_string(r.b) + " of " + std::to_string(nodes_));
   if (r.c < 0 || r.c > kMaxMessageBytes)
     return drop(c, who + " sent a message of " + std::to_string(r.c) + " bytes");
   c->last_token = r.a;
-  const int64_t token = r.a;
-  std::weak_ptr<Conn> weak = c;
-  net_.submit(c->rank, static_cast<int>(r.b), r.c, [weak, token] {
-    auto conn = weak.lock();
-    if (!conn) return;
-    std::lock_guard<std::mutex> lock(conn->write_mu);
-    // A node that has gone no longer needs its releases.
-    if (!conn->closed) put(conn->fd, Record{kRelease, token, 0, 0});
-  });
+  const int src = c->rank, dst = static_cast<int>(r.b);
+  net_->submit(src, dst, r.c, [this, src, dst] { deliver(dst, src); });
+}
+
+void EmulatorServer::deliver(int dst, int src) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto d = static_cast<size_t>(dst);
+  if (!joined_[d]) {
+    backlog_[d].push_back(src);
+    return;
+  }
+  // A receiver that has gone needs no more deliveries.
+  const std::shared_ptr<Conn>& c = by_rank_[d];
+  if (c && !c->closed) put(c->fd, Record{kDeliver, src, 0, 0});
 }
 
 void EmulatorServer::drop(const std::shared_ptr<Conn>& c, const std::string& why) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!why.empty() && error_.empty()) error_ = "network emulator: " + why;
-    for (size_t i = 0; i < conns_.size(); ++i) {
-      if (conns_[i] == c) {
-        conns_.erase(conns_.begin() + static_cast<std::ptrdiff_t>(i));
-        break;
-      }
-    }
-  }
-  std::lock_guard<std::mutex> lock(c->write_mu);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!why.empty() && error_.empty()) error_ = "network emulator: " + why;
+  auto it = std::find(conns_.begin(), conns_.end(), c);
+  if (it != conns_.end()) conns_.erase(it);
+  if (c->rank >= 0) by_rank_[static_cast<size_t>(c->rank)].reset();
   if (!c->closed) ::close(c->fd);
   c->closed = true;
 }
 
 // ---- client ----
 
-EmulatorClient::EmulatorClient(const std::string& path, int rank) : rank_(rank) {
+EmulatorClient::EmulatorClient(const std::string& path, int rank, Seconds timeout)
+    : rank_(rank), timeout_(timeout) {
   const sockaddr_un addr = address_of(path);
   fd_ = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   if (fd_ < 0 || ::connect(fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0 ||
@@ -211,7 +223,7 @@ EmulatorClient::EmulatorClient(const std::string& path, int rank) : rank_(rank) 
     if (fd_ >= 0) ::close(fd_);
     throw PeerError("cannot reach the network emulator at " + path + ": " + why);
   }
-  reader_ = std::thread([this] { read_releases(); });
+  reader_ = std::thread([this] { read_deliveries(); });
 }
 
 EmulatorClient::~EmulatorClient() {
@@ -230,31 +242,35 @@ void EmulatorClient::fail(std::exception_ptr e) {
 
 void EmulatorClient::submit(Transport& inner, int src, int dst, Message msg) {
   RV_CHECK(src == rank_, "emulator client: a send from another rank");
-  int64_t token = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (error_) std::rethrow_exception(error_);
-    token = next_token_++;
   }
-  const Bytes bytes = msg.bytes;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    held_.emplace(token, Held{&inner, dst, std::move(msg)});
+  if (dst == rank_) {  // to itself: no link to cross
+    inner.send(dst, std::move(msg));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      delivered_.push_back(rank_);
+    }
+    changed_.notify_all();
+    return;
   }
-  bool sent = false;
-  {
-    std::lock_guard<std::mutex> lock(write_mu_);
-    sent = put(fd_, Record{kSend, token, dst, bytes});
-  }
-  if (!sent) {
+  if (!put(fd_, Record{kSend, next_token_++, dst, msg.bytes})) {
     fail(std::make_exception_ptr(PeerError("the network emulator has gone (rank " +
                                            std::to_string(rank_) + " could not send to it)")));
     std::lock_guard<std::mutex> lock(mu_);
     std::rethrow_exception(error_);
   }
+  inner.send(dst, std::move(msg));  // travels now; the receiver holds it until it is delivered
 }
 
-void EmulatorClient::read_releases() {
+void EmulatorClient::drain(int src) {
+  RV_CHECK(src == rank_, "emulator client: a drain for another rank");
+  std::lock_guard<std::mutex> lock(mu_);
+  if (error_) std::rethrow_exception(error_);
+}
+
+void EmulatorClient::read_deliveries() {
   for (;;) {
     Record r;
     const int got = take(fd_, r);
@@ -264,41 +280,72 @@ void EmulatorClient::read_releases() {
                    : "the network emulator sent a record of the wrong size")));
       return;
     }
-    Held h{};
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = r.kind == kRelease ? held_.find(r.a) : held_.end();
-      if (it == held_.end()) {
-        error_ = error_ ? error_
-                        : std::make_exception_ptr(PeerError(
-                              "the network emulator released no message of rank " +
-                              std::to_string(rank_) + " (record " + std::to_string(r.kind) +
-                              ", token " + std::to_string(r.a) + ")"));
-        changed_.notify_all();
-        return;
-      }
-      h = std::move(it->second);
-      held_.erase(it);
-      ++handing_;
-    }
-    try {
-      h.inner->send(h.dst, std::move(h.msg));
-    } catch (...) {
-      fail(std::current_exception());
+    if (r.kind != kDeliver || r.a < 0 || r.a > std::numeric_limits<int>::max()) {
+      fail(std::make_exception_ptr(PeerError("the network emulator sent rank " +
+                                             std::to_string(rank_) + " a bad record (kind " +
+                                             std::to_string(r.kind) + ")")));
+      return;
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
-      --handing_;
+      delivered_.push_back(static_cast<int>(r.a));
     }
     changed_.notify_all();
   }
 }
 
-void EmulatorClient::drain(int src) {
-  RV_CHECK(src == rank_, "emulator client: a drain for another rank");
-  std::unique_lock<std::mutex> lock(mu_);
-  changed_.wait(lock, [&] { return (held_.empty() && handing_ == 0) || error_; });
-  if (error_) std::rethrow_exception(error_);
+void EmulatorClient::take_arrived(Transport& inner) {
+  while (std::optional<Message> m = inner.try_recv()) arrived_[m->src].push_back(std::move(*m));
+}
+
+// The next delivered message, if it has arrived.
+std::optional<Message> EmulatorClient::take_delivered() {
+  int src = -1;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (error_) std::rethrow_exception(error_);
+    if (delivered_.empty()) return std::nullopt;
+    src = delivered_.front();
+  }
+  auto it = arrived_.find(src);
+  if (it == arrived_.end() || it->second.empty()) return std::nullopt;
+  Message m = std::move(it->second.front());
+  it->second.pop_front();
+  std::lock_guard<std::mutex> lock(mu_);
+  delivered_.pop_front();
+  return m;
+}
+
+Message EmulatorClient::recv(Transport& inner) {
+  using Clock = std::chrono::steady_clock;
+  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double>(timeout_));
+  for (;;) {
+    take_arrived(inner);
+    if (std::optional<Message> m = take_delivered()) return std::move(*m);
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (delivered_.empty()) {
+        // Nothing delivered yet: wait for the server, looking at the transport now and then.
+        changed_.wait_for(lock, std::chrono::duration<double>(kPollSeconds),
+                          [&] { return !delivered_.empty() || error_; });
+        if (delivered_.empty() && !error_ && Clock::now() > deadline)
+          throw PeerError("rank " + std::to_string(rank_) + ": no message delivered within " +
+                          std::to_string(timeout_) + " s");
+        continue;
+      }
+    }
+    // Delivered, but this machine has not carried it yet: wait for it on the transport.
+    Message m = inner.recv();
+    arrived_[m.src].push_back(std::move(m));
+    deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                  std::chrono::duration<double>(timeout_));
+  }
+}
+
+std::optional<Message> EmulatorClient::try_recv(Transport& inner) {
+  take_arrived(inner);
+  return take_delivered();
 }
 
 }  // namespace rv

@@ -1,25 +1,33 @@
 // The network emulator shared by the node processes of one machine. The launcher (`ravnest real`)
 // runs an EmulatorServer: one EmulatedNetwork for every node of the run, on the launcher's clock.
-// Each node process holds an EmulatorClient, the NetworkEmulator its ShapedTransport submits to:
-// a message's payload stays in the node; only its size crosses to the server, and the node hands
-// the message to its own transport when the server releases it. So every node's traffic shares
-// one star model, with the receivers' downlinks shared across senders as in the simulator.
+// Each node process holds an EmulatorClient, the NetworkEmulator its ShapedTransport goes through.
+// A message travels at once over the node's own transport; only its size goes to the server, and
+// the receiver holds the message until the server says the model has delivered it. So every node's
+// traffic shares one star model (a receiver's downlink is shared across its senders, as in the
+// simulator), and the machine's own copy of a large message overlaps the emulated transfer rather
+// than adding to it.
+//
+// Delivery is matched by order: the model delivers a pair's messages in send order and the
+// transport carries them in send order, so the k-th delivery from s to d is the k-th message s
+// sent d through the emulator.
 //
 // Protocol: an AF_UNIX SOCK_SEQPACKET socket at a filesystem path (reachable from every network
 // namespace of the machine), one record per packet, four int64 words {kind, a, b, c}:
 //   node -> server  kHello   {rank}               the first record, once
 //                   kSend    {token, dst, bytes}  a message sent now; tokens increase per node
-//   server -> node  kRelease {token}              the model delivered it: hand it over now
+//   server -> node  kDeliver {src}                the model delivered src's next message to you
 // The server checks every record: a node that breaks the protocol is disconnected and named in
 // error(); the node then fails with rv::PeerError (as when the server goes away).
 //
-// Threading: the server serves on a thread of its own; the client reads releases on a thread of
-// its own and calls its transports' send() from there (GlooTransport allows one such thread).
+// Threading: the server serves on a thread of its own; the client reads deliveries on a thread of
+// its own. A client's submit/drain/recv/try_recv are called from its node's thread.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <optional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -46,7 +54,7 @@ class EmulatorServer {
   // Serves connections on a thread of its own; with `run_clock`, also delivers on time
   // (EmulatedNetwork::start). Tests pass false and pump() the network after moving their clock.
   void start(bool run_clock = true);
-  EmulatedNetwork& network() { return net_; }
+  EmulatedNetwork& network() { return *net_; }
   // The first protocol error a node made ("" if none).
   std::string error() const;
   const std::string& path() const { return path_; }
@@ -56,50 +64,53 @@ class EmulatorServer {
   void serve();
   void handle(const std::shared_ptr<Conn>& c);
   void drop(const std::shared_ptr<Conn>& c, const std::string& why);
+  void deliver(int dst, int src);  // tells dst (now, or when it joins) that src's next is through
 
   std::string path_;
   int nodes_;
-  EmulatedNetwork net_;
   int listen_fd_ = -1;
   int wake_fd_ = -1;  // an eventfd: the destructor wakes the serving thread
   mutable std::mutex mu_;
-  std::vector<std::shared_ptr<Conn>> conns_;  // guarded by mu_
-  std::vector<bool> joined_;                  // per rank, guarded by mu_
-  std::string error_;                         // guarded by mu_
+  std::vector<std::shared_ptr<Conn>> conns_;            // guarded by mu_
+  std::vector<std::shared_ptr<Conn>> by_rank_;          // joined nodes, guarded by mu_
+  std::vector<std::vector<int64_t>> backlog_;           // deliveries before a join, guarded by mu_
+  std::vector<bool> joined_;                            // per rank, ever; guarded by mu_
+  std::string error_;                                   // guarded by mu_
   std::thread thread_;
+  std::unique_ptr<EmulatedNetwork> net_;  // last: stopped first, before what its deliveries use
 };
 
 class EmulatorClient : public NetworkEmulator {
  public:
-  // Connects to the server at `path` as node `rank`; rv::PeerError if it cannot.
-  EmulatorClient(const std::string& path, int rank);
-  ~EmulatorClient() override;  // disconnects; messages not yet released are dropped
+  // Connects to the server at `path` as node `rank`; rv::PeerError if it cannot. A recv() that
+  // sees no delivery for `timeout` seconds fails with rv::PeerError, as a transport's does.
+  EmulatorClient(const std::string& path, int rank, Seconds timeout);
+  ~EmulatorClient() override;  // disconnects
   EmulatorClient(const EmulatorClient&) = delete;
   EmulatorClient& operator=(const EmulatorClient&) = delete;
 
-  // NetworkEmulator. `src` must be this client's rank. Throws rv::PeerError once the server has
-  // gone or refused a record, and the first error an inner send raised.
+  // NetworkEmulator. `src` is this client's rank and `inner` its transport. Throw rv::PeerError
+  // once the server has gone or refused a record.
   void submit(Transport& inner, int src, int dst, Message msg) override;
   void drain(int src) override;
+  Message recv(Transport& inner) override;
+  std::optional<Message> try_recv(Transport& inner) override;
 
  private:
-  struct Held {
-    Transport* inner;
-    int dst;
-    Message msg;
-  };
-  void read_releases();
+  void read_deliveries();
   void fail(std::exception_ptr e);
+  void take_arrived(Transport& inner);  // files what the transport has, by sender
+  std::optional<Message> take_delivered();
 
   int rank_;
+  Seconds timeout_;
   int fd_ = -1;
   std::mutex mu_;
   std::condition_variable changed_;
-  std::map<int64_t, Held> held_;  // by token, guarded by mu_
-  int64_t handing_ = 0;           // released, being handed over; guarded by mu_
-  int64_t next_token_ = 0;        // guarded by mu_
-  std::exception_ptr error_;      // guarded by mu_
-  std::mutex write_mu_;           // one record at a time on the socket
+  std::deque<int> delivered_;      // senders, in delivery order; guarded by mu_
+  std::exception_ptr error_;       // guarded by mu_
+  int64_t next_token_ = 0;         // the node's thread only
+  std::map<int, std::deque<Message>> arrived_;  // by sender, the node's thread only
   std::thread reader_;
 };
 

@@ -201,7 +201,7 @@ int run(const NodeProcessOptions& options) {
   GlooCollectives collectives(transport);  // for an all-reduce on the executor's collectives
   // The launcher's network emulator, if the run has one (destroyed before the transport it uses).
   std::unique_ptr<EmulatorClient> emulator;
-  if (emulate) emulator = std::make_unique<EmulatorClient>(socket_path, rank);
+  if (emulate) emulator = std::make_unique<EmulatorClient>(socket_path, rank, gloo.timeout);
   // The algorithm sees the scenario's wrappers (emulated links, injected faults); the gathering
   // below does not.
   NodeEnvStack stack(scenario, rank,

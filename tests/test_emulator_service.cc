@@ -1,5 +1,5 @@
-// The network emulator shared by node processes (emu/emulator_service.h): nodes' clients hold
-// their messages until the server's model, on an injected clock, releases them; bad records and a
+// The network emulator shared by node processes (emu/emulator_service.h): a receiver holds each
+// message until the server's model, on an injected clock, has delivered it; bad records and a
 // lost server end in errors, never a hang.
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -67,42 +67,45 @@ int raw_connect(const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("a node's message is handed over when the launcher's model releases it", "[emu]") {
+TEST_CASE("a message is received when the launcher's model delivers it, not when it arrives",
+          "[emu]") {
   // Node 0: 8 Mbit/s up, 20 ms; node 1: 4 Mbit/s down, 10 ms; node 2 sends to 1 as well.
   const std::vector<NodeLinks> links = {
       {8 * kMb, 8 * kMb, 0.020}, {8 * kMb, 4 * kMb, 0.010}, {8 * kMb, 8 * kMb, 0.020}};
   ManualClock clock;
-  EmulatorServer server(socket_path("release"), links, clock);
+  EmulatorServer server(socket_path("deliver"), links, clock);
   server.start(false);
   LoopbackHub hub(3, 10.0);
-  LoopbackTransport t0(hub, 0), t2(hub, 2);
-  EmulatorClient c0(server.path(), 0), c2(server.path(), 2);
-  ShapedTransport s0(t0, c0), s2(t2, c2);
+  LoopbackTransport t0(hub, 0), t1(hub, 1), t2(hub, 2);
+  EmulatorClient c0(server.path(), 0, 10.0), c1(server.path(), 1, 10.0), c2(server.path(), 2, 10.0);
+  ShapedTransport s0(t0, c0), s1(t1, c1), s2(t2, c2);
   s0.send(1, sized(7, 500'000));
+  s0.send(1, sized(9, 1'000));
   s2.send(1, sized(8, 500'000));
-  REQUIRE(eventually([&] { return server.network().submitted() == 2; }));
-  // Both flows share node 1's downlink from 30 ms on: 1 MB at 4 Mbit/s.
-  const Seconds due = 0.030 + 1'000'000 / (4 * kMb);
+  REQUIRE(eventually([&] { return server.network().submitted() == 3; }));
+  s0.flush();
+  s2.flush();
+  // Both large flows and the small one share node 1's downlink from 30 ms on; the small one is
+  // through first but is delivered after message 7, its pair's earlier one.
+  const Seconds due = 0.030 + 1'001'000 / (4 * kMb);
   clock.set(due - 1e-6);
   server.network().pump();
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  CHECK_FALSE(hub.try_take(1).has_value());
+  CHECK_FALSE(s1.try_recv().has_value());  // all three are here, none delivered
   clock.set(due);
-  const Seconds next = server.network().pump();
-  INFO("next event after the due time: " << next << ", error: " << server.error());
+  server.network().pump();
   std::vector<int64_t> got;
   REQUIRE(eventually([&] {
-    while (auto m = hub.try_take(1)) got.push_back(m->id);
-    return got.size() == 2;
+    while (auto m = s1.try_recv()) got.push_back(m->id);
+    return got.size() == 3;
   }));
-  std::sort(got.begin(), got.end());
-  CHECK(got == std::vector<int64_t>{7, 8});
-  s0.flush();  // nothing held any more: returns
-  s2.flush();
+  // Delivery order: message 7 before 9 (one pair); 8 from the other pair at the same instant.
+  const auto pos = [&](int64_t id) { return std::find(got.begin(), got.end(), id) - got.begin(); };
+  CHECK(pos(7) < pos(9));
   CHECK(server.error().empty());
 }
 
-TEST_CASE("on the wall clock, a node's sends arrive in order and flush waits for them", "[emu]") {
+TEST_CASE("a receiver waiting in recv() gets each message on delivery, in order", "[emu]") {
   const std::vector<NodeLinks> links = {{800 * kMb, 800 * kMb, 0.001}, {800 * kMb, 800 * kMb, 0.001}};
   struct Wall : Clock {
     std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
@@ -115,16 +118,34 @@ TEST_CASE("on the wall clock, a node's sends arrive in order and flush waits for
   server.start();
   LoopbackHub hub(2, 10.0);
   LoopbackTransport t0(hub, 0), t1(hub, 1);
-  EmulatorClient c0(server.path(), 0);
-  ShapedTransport s0(t0, c0);
+  EmulatorClient c0(server.path(), 0, 10.0), c1(server.path(), 1, 10.0);
+  ShapedTransport s0(t0, c0), s1(t1, c1);
   for (int i = 0; i < 30; ++i) s0.send(1, sized(i, 20'000));
   s0.flush();
   std::vector<int64_t> got, want;
   for (int i = 0; i < 30; ++i) {
-    got.push_back(t1.recv().id);
+    got.push_back(s1.recv().id);
     want.push_back(i);
   }
   CHECK(got == want);
+}
+
+TEST_CASE("deliveries to a node that has not joined yet wait for it", "[emu]") {
+  const std::vector<NodeLinks> links = {{kMb, kMb, 0}, {kMb, kMb, 0}};
+  ManualClock clock;
+  EmulatorServer server(socket_path("late"), links, clock);
+  server.start(false);
+  LoopbackHub hub(2, 10.0);
+  LoopbackTransport t0(hub, 0), t1(hub, 1);
+  EmulatorClient c0(server.path(), 0, 10.0);
+  ShapedTransport s0(t0, c0);
+  s0.send(1, sized(3, 1000));
+  REQUIRE(eventually([&] { return server.network().submitted() == 1; }));
+  clock.set(1.0);
+  server.network().pump();  // delivered before node 1 is there
+  EmulatorClient c1(server.path(), 1, 10.0);
+  ShapedTransport s1(t1, c1);
+  CHECK(s1.recv().id == 3);
 }
 
 TEST_CASE("the server refuses bad records and names the node; the node fails, not hangs", "[emu]") {
@@ -134,7 +155,7 @@ TEST_CASE("the server refuses bad records and names the node; the node fails, no
   server.start(false);
 
   SECTION("a rank out of range") {
-    EmulatorClient c(server.path(), 5);
+    EmulatorClient c(server.path(), 5, 10.0);
     LoopbackHub hub(2, 1.0);
     LoopbackTransport t(hub, 0);
     REQUIRE(eventually([&] { return !server.error().empty(); }));
@@ -175,15 +196,28 @@ TEST_CASE("the server refuses bad records and names the node; the node fails, no
 TEST_CASE("a node whose emulator has gone fails with a PeerError instead of waiting", "[emu]") {
   const std::vector<NodeLinks> links = {{kMb, kMb, 0}, {kMb, kMb, 0}};
   ManualClock clock;
-  LoopbackHub hub(2, 1.0);
-  LoopbackTransport t0(hub, 0);
+  LoopbackHub hub(2, 60.0);
+  LoopbackTransport t0(hub, 0), t1(hub, 1);
   auto server = std::make_unique<EmulatorServer>(socket_path("gone"), links, clock);
   server->start(false);
-  EmulatorClient c0(server->path(), 0);
-  ShapedTransport s0(t0, c0);
+  EmulatorClient c0(server->path(), 0, 60.0), c1(server->path(), 1, 60.0);
+  ShapedTransport s0(t0, c0), s1(t1, c1);
   s0.send(1, sized(1, 1000));
   REQUIRE(eventually([&] { return server->network().submitted() == 1; }));
-  server.reset();  // the launcher is gone, the message never released
-  CHECK_THROWS_AS(s0.flush(), PeerError);
-  CHECK_THROWS_AS(EmulatorClient(socket_path("gone"), 0), PeerError);
+  server.reset();  // the launcher is gone; the message is never delivered
+  CHECK_THROWS_AS(s1.recv(), PeerError);  // at once, not after the 60 s timeout
+  CHECK_THROWS_AS(EmulatorClient(socket_path("gone"), 0, 1.0), PeerError);
+}
+
+TEST_CASE("a receiver that sees no delivery for its timeout fails with a PeerError", "[emu]") {
+  const std::vector<NodeLinks> links = {{kMb, kMb, 0}, {kMb, kMb, 0}};
+  ManualClock clock;  // never moves: nothing is ever delivered
+  EmulatorServer server(socket_path("silent"), links, clock);
+  server.start(false);
+  LoopbackHub hub(2, 60.0);
+  LoopbackTransport t0(hub, 0), t1(hub, 1);
+  EmulatorClient c0(server.path(), 0, 0.2), c1(server.path(), 1, 0.2);
+  ShapedTransport s0(t0, c0), s1(t1, c1);
+  s0.send(1, sized(1, 1000));
+  CHECK_THROWS_AS(s1.recv(), PeerError);
 }
