@@ -53,7 +53,7 @@ Message PipelineWorker::forward(int64_t mb, const Message* in) {
   out.bytes = kHeaderBytes + cost_.activation_out;
   Event e = event(EventKind::kForward);
   e.micro_batch = mb;
-  env_.compute.run(cost_.forward, [&] {
+  env_.compute.run(cost_.forward_work, [&] {
     at::Tensor x = role_.first() ? spec_.data->inputs(sampler_->indices(mb), false) : in->payload.at(0);
     at::Tensor y = stage_->forward(mb, x);
     if (role_.last()) logits_[mb] = y;
@@ -92,7 +92,7 @@ std::optional<Message> PipelineWorker::backward(int64_t mb, const Message& grad,
   Event e = event(EventKind::kBackward);
   e.micro_batch = mb;
   int64_t fv = version_;
-  env_.compute.run(cost_.backward, [&] {
+  env_.compute.run(cost_.backward_work, [&] {
     at::Tensor g = stage_->backward(mb, grad.payload.at(0), &fv);
     if (g.defined()) out.payload.push_back(g.contiguous());
   });
@@ -107,7 +107,7 @@ std::optional<Message> PipelineWorker::last_backward(int64_t mb, int64_t* stalen
   e.micro_batch = mb;
   double loss = kNaN;
   int64_t fv = version_;
-  env_.compute.run(cost_.backward, [&] {
+  env_.compute.run(cost_.backward_work, [&] {
     auto it = logits_.find(mb);
     RV_CHECK(it != logits_.end(), "last backward without forward");
     LossResult r = spec_.data->task().loss_and_grad(it->second, spec_.data->targets(sampler_->indices(mb), false));
@@ -133,7 +133,7 @@ void PipelineWorker::update(int64_t mb, int64_t staleness) {
   Event e = event(EventKind::kUpdate);
   e.micro_batch = mb;
   e.staleness = staleness;
-  env_.compute.run(cost_.update, [&] { stage_->update(); });
+  env_.compute.run(cost_.update_work, [&] { stage_->update(); });
   ++version_;
   e.step = version_;
   e.end = env_.clock.now();
@@ -171,10 +171,11 @@ void PipelineWorker::eval(const Message& in) {
   e.micro_batch = -1 - in.id;  // evaluation batches are negative
   Message out = in;
   out.payload.clear();
-  const double eval_flops = cost_.forward * static_cast<double>(in.payload.at(0).size(0)) / batch_;
+  const Work eval_work =
+      spec_.model->forward_work(role_.layer_begin, role_.layer_end, in.payload.at(0).size(0));
   double loss_sum = 0;
   int64_t correct = 0, count = 0;
-  env_.compute.run(eval_flops, [&] {
+  env_.compute.run(eval_work, [&] {
     at::Tensor y = stage_->eval_forward(in.payload.at(0));
     if (role_.last()) {
       const int64_t start = in.id * batch_;

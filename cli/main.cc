@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/calibrate_command.h"
 #include "cli/commands.h"
 #include "cli/keys_command.h"
 #include "core/error.h"
@@ -104,6 +105,16 @@ int main(int argc, char** argv) {
   auto* keys = app.add_subcommand("keys", "list every scenario key: type, unit, default, range, help");
   keys->add_flag("--markdown", keys_markdown, "as the README's Markdown table");
 
+  std::string calibrate_out;
+  int calibrate_threads = 0;
+  bool calibrate_quick = false;
+  auto* calibrate = app.add_subcommand(
+      "calibrate", "measure this host's LibTorch compute: peak, per-operation cost, efficiencies");
+  calibrate->add_option("--out", calibrate_out, "write the profile file (TOML) here");
+  calibrate->add_option("--threads", calibrate_threads, "LibTorch threads (default: every core)")
+      ->check(CLI::Range(1, 4096));
+  calibrate->add_flag("--quick", calibrate_quick, "fewer shapes and repeats");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {
@@ -119,6 +130,7 @@ int main(int argc, char** argv) {
     if (*real) return rv::cmd_real(real_o, self_exe(argv[0]), real_run_path);
     if (*report) return rv::cmd_report(report_runs, report_out, report_title);
     if (*keys) return rv::run_keys_command(keys_markdown);
+    if (*calibrate) return rv::run_calibrate_command(calibrate_out, calibrate_threads, calibrate_quick);
     if (*sweep) {
       // Every --set is an axis: "key=v1,v2" runs both values; "key=v" fixes it.
       std::vector<std::string> axes = sweep_o.overrides;

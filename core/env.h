@@ -15,6 +15,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "core/output/metrics.h"
+#include "core/compute/work.h"
 #include "core/units.h"
 
 namespace rv {
@@ -83,10 +84,11 @@ class Compute {
   virtual ~Compute() = default;
   // False in the simulator's timing mode: `maths` is never called, tensors stay empty.
   virtual bool numeric() const = 0;
-  // Runs `maths` (when numeric) and accounts for `flops` of modeled work on this node. In the
-  // simulator the node's clock advances by flops / speed; for real, by the time the maths takes
-  // (optionally stretched to emulate a slower device).
-  virtual void run(double flops, const std::function<void()>& maths) = 0;
+  // Runs `maths` (when numeric) and accounts for `work` on this node. In the simulator the node's
+  // clock advances by the device's modeled time for it (core/compute/profile.h time_of); for real,
+  // by the time the maths takes (optionally stretched to the modeled time, emulating a slower
+  // device).
+  virtual void run(const Work& work, const std::function<void()>& maths) = 0;
 };
 
 // An executor's own collective engine, for baselines (the real executor: c10d ProcessGroupGloo).

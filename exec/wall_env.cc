@@ -12,12 +12,12 @@ void WallClock::sleep_for(Seconds s) {
   if (s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(s));
 }
 
-void WallCompute::run(double flops, const std::function<void()>& maths) {
+void WallCompute::run(const Work& work, const std::function<void()>& maths) {
   const auto t0 = std::chrono::steady_clock::now();
   maths();
-  if (emulate_ > 0) {
+  if (emulate_) {
     const auto target = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                 std::chrono::duration<double>(flops / emulate_));
+                                 std::chrono::duration<double>(time_of(work, *emulate_)));
     std::this_thread::sleep_until(target);
   }
 }

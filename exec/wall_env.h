@@ -4,7 +4,9 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 
+#include "core/compute/profile.h"
 #include "core/env.h"
 
 namespace rv {
@@ -31,14 +33,16 @@ class WallClock : public Clock {
 
 class WallCompute : public Compute {
  public:
-  // emulate_flops_per_s > 0: after the maths, sleep until `flops / emulate_flops_per_s` seconds
-  // have passed since the unit began (a device slower than this machine); 0: no emulation.
-  explicit WallCompute(double emulate_flops_per_s = 0) : emulate_(emulate_flops_per_s) {}
+  // With `emulate`: after the maths, sleep until the device's modeled time for the work
+  // (core/compute/profile.h time_of) has passed since the unit began (a device slower than this
+  // machine); without: no emulation.
+  explicit WallCompute(std::optional<ComputeProfile> emulate = std::nullopt)
+      : emulate_(std::move(emulate)) {}
   bool numeric() const override { return true; }
-  void run(double flops, const std::function<void()>& maths) override;
+  void run(const Work& work, const std::function<void()>& maths) override;
 
  private:
-  double emulate_;
+  std::optional<ComputeProfile> emulate_;
 };
 
 }  // namespace rv

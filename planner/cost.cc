@@ -28,7 +28,7 @@ CostModel::CostModel(const Scenario& scenario, const ModelDesc& model)
   for (const auto& g : scenario.devices)
     for (int i = 0; i < g.count; ++i, ++r)
       pool_.push_back({g.flops_per_s(), g.ram_bytes(), g.up_bytes_per_s(), g.down_bytes_per_s(),
-                       g.latency_s()});
+                       g.latency_s(), g.compute_profile()});
 }
 
 int64_t CostModel::in_flight(int stages) const {
@@ -49,8 +49,7 @@ bool CostModel::fits(int node, int l, int r, int64_t in_flight) const {
 }
 
 double CostModel::compute_time(int node, int l, int r) const {
-  StageCost c = stage_cost(*model_, l, r, training_, batch_, 1);
-  return (c.forward + c.backward + c.update) / pool_[node].speed;
+  return stage_compute_time(stage_cost(*model_, l, r, training_, batch_, 1), pool_[node].compute);
 }
 
 double CostModel::stage_time(int node, int l, int r) const {
@@ -83,12 +82,12 @@ double CostModel::cluster_period(const std::vector<int>& nodes, const std::vecto
   for (int s = 0; s < k; ++s) {
     const int n = nodes[s];
     StageCost c = stage_cost(*model_, cuts[s], cuts[s + 1], training_, batch_, 1);
-    const double compute = (c.forward + c.backward + c.update) / pool_[n].speed;
+    const double compute = stage_compute_time(c, pool_[n].compute);
     const double bytes = boundary_bytes(cuts[s]) + boundary_bytes(cuts[s + 1]);
     demand.insert(demand.end(), {compute, bytes / (pool_[n].up * bw), bytes / (pool_[n].down * bw)});
     fcfs.insert(fcfs.end(), {1, 0, 0});
     bottleneck = std::max({bottleneck, compute, bytes / (pool_[n].up * bw), bytes / (pool_[n].down * bw)});
-    rtt += (c.forward + c.backward) / pool_[n].speed;
+    rtt += time_of(c.forward_work, pool_[n].compute) + time_of(c.backward_work, pool_[n].compute);
     if (s + 1 < k) {
       const double a = boundary_bytes(cuts[s + 1]);
       for (auto [x, y] : {std::pair{n, nodes[s + 1]}, std::pair{nodes[s + 1], n}}) {

@@ -36,11 +36,12 @@ NetFactors net_factors(const NetworkSpec& network);
 
 // One node of the pool in SI units.
 struct PoolNode {
-  double speed = 0;    // flop/s
+  double speed = 0;    // flop/s, the device's peak
   double ram = 0;      // bytes
   double up = 0;       // bytes/s
   double down = 0;     // bytes/s
   double latency = 0;  // s, one way to the core (before factors)
+  ComputeProfile compute;  // the device's compute model, as the simulator charges it
 };
 
 class CostModel {

@@ -241,10 +241,10 @@ class SubsetPipelines {
           const StageCost c = stage_cost(model, pos_[i], pos_[j], training_, cost_.batch(), 1);
           const PoolNode& p = cost_.node(v);
           if (flush_) {
-            add_[at(v, i, j)] = (c.forward + c.backward) / p.speed;
+            add_[at(v, i, j)] = time_of(c.forward_work, p.compute) + time_of(c.backward_work, p.compute);
           } else {
             const double bytes = cost_.boundary_bytes(pos_[i]) + cost_.boundary_bytes(pos_[j]);
-            add_[at(v, i, j)] = (c.forward + c.backward + c.update) / p.speed +
+            add_[at(v, i, j)] = stage_compute_time(c, p.compute) +
                                 bytes / (p.up * bw) + bytes / (p.down * bw);
           }
         }

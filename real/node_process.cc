@@ -193,9 +193,9 @@ int run(const NodeProcessOptions& options) {
       clock.set_origin_ns(wait_control(transport, kClockId).step);
     }
   }
-  const double modeled_flops =
-      scenario.real.emulate_speed ? scenario.device_of(rank).flops_per_s() : 0.0;
-  WallCompute compute(modeled_flops);
+  WallCompute compute(scenario.real.emulate_speed
+                          ? std::optional<ComputeProfile>(scenario.device_of(rank).compute_profile())
+                          : std::nullopt);
   EventLog log;
   Progress progress(scenario.training.steps, "wall", rank == 0 && Progress::enabled_for(options.progress));
   GlooCollectives collectives(transport);  // for an all-reduce on the executor's collectives

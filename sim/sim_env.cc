@@ -105,9 +105,10 @@ void SimClock::sleep_for(Seconds s) {
   if (s > 0) sg4::this_actor::sleep_for(s);
 }
 
-void SimCompute::run(double flops, const std::function<void()>& maths) {
+void SimCompute::run(const Work& work, const std::function<void()>& maths) {
   if (numeric_) maths();
-  if (flops > 0) sg4::this_actor::execute(flops);
+  const Seconds t = time_of(work, device_);
+  if (t > 0) sg4::this_actor::execute(t * device_.peak_flops_per_s);
 }
 
 }  // namespace rv

@@ -19,6 +19,7 @@
 #include <simgrid/s4u/Comm.hpp>
 #include <simgrid/s4u/Mailbox.hpp>
 
+#include "core/compute/profile.h"
 #include "core/env.h"
 
 namespace rv {
@@ -55,14 +56,17 @@ class SimClock : public Clock {
   void sleep_for(Seconds s) override;
 };
 
+// Charges work at the node's device model: time_of(work, device) seconds of the host, whose speed
+// is the device's peak, so that actors sharing a host share its time.
 class SimCompute : public Compute {
  public:
-  explicit SimCompute(bool numeric) : numeric_(numeric) {}
+  SimCompute(bool numeric, ComputeProfile device) : numeric_(numeric), device_(std::move(device)) {}
   bool numeric() const override { return numeric_; }
-  void run(double flops, const std::function<void()>& maths) override;
+  void run(const Work& work, const std::function<void()>& maths) override;
 
  private:
   bool numeric_;
+  ComputeProfile device_;
 };
 
 }  // namespace rv

@@ -46,7 +46,7 @@ SimResult simulate(const Scenario& s, const std::vector<int>& nodes, bool numeri
       try {
         SimTransport transport(r, actors);
         SimClock clock;
-        SimCompute compute(numeric);
+        SimCompute compute(numeric, s.device_of(r).compute_profile());
         NodeEnvStack stack(s, r, EnvParts{transport, clock, compute, log, nullptr, observer});
         body(stack.env(), r);
         finished[r] = 1;

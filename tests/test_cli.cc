@@ -449,6 +449,29 @@ TEST_CASE("the kernel shaper runs each node in a namespace of its own, c10d's al
   fs::remove_all(d);
 }
 
+TEST_CASE("calibrate writes this host's profile, which a device can then use", "[cli][compute]") {
+  fs::path d = workdir("calibrate");
+  write(d / "s.toml", kSmall);
+  Result cal = ravnest({"calibrate", "--quick", "--threads", "1", "--out", "host.toml"}, d);
+  INFO(cal.err);
+  REQUIRE(cal.status == 0);
+  CHECK(cal.out.find("matmul") != std::string::npos);
+  const std::string profile = slurp(d / "host.toml");
+  CHECK(profile.find("peak_tflops = ") != std::string::npos);
+  CHECK(profile.find("threads = 1") != std::string::npos);
+  // A device described by it: the plan's stage times change, and a bad path is refused (exit 2).
+  Result peak = ravnest({"plan", "s.toml"}, d);
+  Result calibrated = ravnest({"plan", "s.toml", "--set", "devices.0.profile=\"host.toml\""}, d);
+  INFO(calibrated.err);
+  REQUIRE(peak.status == 0);
+  REQUIRE(calibrated.status == 0);
+  CHECK(calibrated.out != peak.out);
+  Result missing = ravnest({"plan", "s.toml", "--set", "devices.0.profile=\"nope.toml\""}, d);
+  CHECK(missing.status == 2);
+  CHECK(missing.err.find("devices[0].profile") != std::string::npos);
+  fs::remove_all(d);
+}
+
 TEST_CASE("overlapped averaging is faster than bulk-synchronous in simulation", "[cli][sim][rings]") {
   fs::path d = workdir("overlap");
   write(d / "s.toml", std::string(kSmall) + rv::test::kTwoClusters);

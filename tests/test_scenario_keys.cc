@@ -1,6 +1,9 @@
 // The scenario key table drives the reader, the resolved-scenario writer, the messages and the
 // README: defaults, round trips, one message (file, line, key) per kind of bad input, where(), and
 // the README's key list against the table.
+#include <unistd.h>
+
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -29,10 +32,23 @@ bool in_array(const KeySpec& k) {
 bool is_device_name(const KeySpec& k) { return k.table == "devices" && k.name == "name"; }
 
 // A valid value of `k` that differs from its default (for element `index`).
+// A compute profile file that exists (devices[].profile names a file the reader loads).
+std::string profile_file() {
+  static const std::string path = [] {
+    const std::string p = (std::filesystem::temp_directory_path() /
+                           ("rv-keys-profile-" + std::to_string(::getpid()) + ".toml"))
+                              .string();
+    write_profile(p, ComputeProfile{});
+    return p;
+  }();
+  return path;
+}
+
 KeyValue other_value(const KeySpec& k, size_t index) {
   const KeyValue def = k.default_at(index);
   switch (k.type) {
     case KeyType::kString:
+      if (k.table == "devices" && k.name == "profile") return KeyValue(profile_file());
       return KeyValue("v" + std::to_string(index) + "-" + k.name);
     case KeyType::kChoice:
       return KeyValue(std::get<std::string>(def) == k.choices.front() ? k.choices.back()

@@ -16,7 +16,14 @@ StageCost stage_cost(const ModelDesc& model, int begin, int end, const TrainingS
   // stashing the forward is recomputed with the current weights first.
   c.backward = 2.0 * c.forward + (training.weight_stashing ? 0.0 : c.forward);
   const int64_t params = model.params(begin, end);
-  c.update = (training.optimizer == "adam" ? 10.0 : 3.0) * static_cast<double>(params);
+  const double update_flops = training.optimizer == "adam" ? 10.0 : 3.0;
+  c.update = update_flops * static_cast<double>(params);
+  c.forward_work = model.forward_work(begin, end, batch);
+  c.backward_work = model.backward_work(begin, end, batch);
+  if (!training.weight_stashing) c.backward_work.add(c.forward_work);
+  // Kernels per parameter tensor: SGD one (two with momentum), Adam five (its fused step's parts).
+  const int ops_per_tensor = training.optimizer == "adam" ? 5 : (training.momentum > 0 ? 2 : 1);
+  c.update_work = model.update_work(begin, end, update_flops, ops_per_tensor);
   c.activation_out = end < model.layer_count() ? kFloatBytes * batch * model.profile[end - 1].out_elems : 0;
   c.gradient_in = begin > 0 ? kFloatBytes * batch * model.input_elems_of(begin) : 0;
 
@@ -32,6 +39,11 @@ StageCost stage_cost(const ModelDesc& model, int begin, int end, const TrainingS
   m += in_flight * saved + (in_flight > 1 ? (in_flight - 1) * stash : 0);
   c.memory = m;
   return c;
+}
+
+Seconds stage_compute_time(const StageCost& c, const ComputeProfile& device) {
+  return time_of(c.forward_work, device) + time_of(c.backward_work, device) +
+         time_of(c.update_work, device);
 }
 
 }  // namespace rv

@@ -42,6 +42,7 @@ class Flatten : public Layer {
     LayerProfile p;
     p.name = "flatten";
     p.out_shape = {product(in)};
+    p.forward_ops = 0;  // a view
     return finish(p);
   }
   at::Tensor forward(const at::Tensor& x, const at::Tensor*, const at::Tensor*,
@@ -59,7 +60,9 @@ class Linear : public Layer {
     p.name = "linear(" + std::to_string(in_) + "->" + std::to_string(out_) + ")";
     p.out_shape = {out_};
     p.params = in_ * out_ + out_;
+    p.param_tensors = 2;
     p.forward_flops = 2.0 * in_ * out_;
+    p.op_kind = OpKind::kMatmul;  // one addmm
     return finish(p);
   }
   std::vector<at::Tensor> init_params(at::Generator& gen) const override {
@@ -125,7 +128,9 @@ class Conv2d : public Layer {
              std::to_string(in_) + "->" + std::to_string(out_) + ")";
     p.out_shape = {out_, h, w};
     p.params = out_ * in_ * kernel_ * kernel_ + out_;
+    p.param_tensors = 2;
     p.forward_flops = 2.0 * in_ * kernel_ * kernel_ * out_ * h * w;
+    p.op_kind = OpKind::kConv;  // bias fused
     return finish(p);
   }
   std::vector<at::Tensor> init_params(at::Generator& gen) const override {
@@ -150,6 +155,7 @@ class BatchNorm2d : public Layer {
     p.name = "batchnorm(" + std::to_string(c_) + ")";
     p.out_shape = in;
     p.params = 2 * c_;
+    p.param_tensors = 2;
     p.buffers = 2 * c_;
     p.forward_flops = 4.0 * static_cast<double>(product(in));
     return finish(p);

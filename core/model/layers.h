@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/compute/work.h"
 #include "core/units.h"
 
 namespace rv {
@@ -25,9 +26,14 @@ struct LayerProfile {
   std::string name;                // "linear(784->256) -> 256"
   int64_t params = 0;              // trainable parameters
   int64_t buffers = 0;             // non-trainable state (BatchNorm running statistics)
+  int param_tensors = 0;           // how many tensors hold the parameters (the optimizer's kernels)
   std::vector<int64_t> out_shape;  // output shape of one sample
   int64_t out_elems = 0;           // product of out_shape
   Flops forward_flops = 0;         // per sample
+  // The forward's kernels (core/compute/work.h): `forward_ops` operations of `op_kind` sharing
+  // the forward's flops (0 for a view such as flatten).
+  OpKind op_kind = OpKind::kElementwise;
+  int forward_ops = 1;
 };
 
 // How a forward runs.

@@ -32,6 +32,41 @@ Flops ModelDesc::forward_flops(int begin, int end) const {
   return prefix_flops[end] - prefix_flops[begin];
 }
 
+Work ModelDesc::forward_work(int begin, int end, int64_t batch) const {
+  Work w;
+  for (int l = begin; l < end; ++l) {
+    const LayerProfile& p = profile[static_cast<size_t>(l)];
+    if (p.forward_ops > 0)
+      w.add(p.op_kind, static_cast<double>(batch) * p.forward_flops / p.forward_ops, p.forward_ops);
+  }
+  return w;
+}
+
+Work ModelDesc::backward_work(int begin, int end, int64_t batch) const {
+  Work w;
+  for (int l = begin; l < end; ++l) {
+    const LayerProfile& p = profile[static_cast<size_t>(l)];
+    if (p.forward_ops == 0) continue;
+    const double op_flops = static_cast<double>(batch) * p.forward_flops / p.forward_ops;
+    if (p.op_kind == OpKind::kElementwise)
+      w.add(p.op_kind, 2.0 * op_flops, p.forward_ops);
+    else
+      w.add(p.op_kind, op_flops, 2.0 * p.forward_ops);
+  }
+  return w;
+}
+
+Work ModelDesc::update_work(int begin, int end, double flops_per_param, int ops_per_tensor) const {
+  Work w;
+  for (int l = begin; l < end; ++l) {
+    const LayerProfile& p = profile[static_cast<size_t>(l)];
+    if (p.params == 0 || p.param_tensors == 0 || ops_per_tensor == 0) continue;
+    const double ops = static_cast<double>(p.param_tensors) * ops_per_tensor;
+    w.add(OpKind::kElementwise, flops_per_param * static_cast<double>(p.params) / ops, ops);
+  }
+  return w;
+}
+
 int64_t ModelDesc::activation_elems(int begin, int end) const {
   return input_elems_of(begin) + prefix_out_elems[end] - prefix_out_elems[begin];
 }

@@ -205,7 +205,10 @@ void add_top_and_devices(Catalog& c) {
                 "download bandwidth from the core")
       .real("latency_ms", &DeviceGroup::latency_ms, 0.0, 1e6, "ms",
             "one-way latency between the device and the core")
-      .text("region", &DeviceGroup::region, "optional label, for the planner");
+      .text("region", &DeviceGroup::region, "optional label, for the planner")
+      .text("profile", &DeviceGroup::profile,
+            "compute profile file (`ravnest calibrate --out`): per-operation cost and efficiency "
+            "per kind and size of operation, at this device's tflops; \"\": every flop at tflops");
 }
 
 void add_model_and_data(Catalog& c) {

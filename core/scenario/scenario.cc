@@ -272,6 +272,20 @@ void check_pool(const Scenario& s) {
                             " clusters but the pool has " + std::to_string(pool) + " nodes");
 }
 
+// Reads each device group's compute profile file, if it names one.
+void read_profiles(Scenario& s) {
+  for (size_t i = 0; i < s.devices.size(); ++i) {
+    DeviceGroup& d = s.devices[i];
+    if (d.profile.empty()) continue;
+    const std::string key = "devices[" + std::to_string(i) + "].profile";
+    try {
+      d.compute = read_profile(d.profile);
+    } catch (const InputError& e) {
+      throw ScenarioError(s.where(key), key, e.what());
+    }
+  }
+}
+
 Scenario from_table(const toml::table& root, const std::string& source) {
   Scenario s;
   s.source = source;
@@ -280,6 +294,7 @@ Scenario from_table(const toml::table& root, const std::string& source) {
   check_model(s);
   check_planner_clusters(s);
   check_pool(s);
+  read_profiles(s);
   return s;
 }
 

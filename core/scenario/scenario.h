@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/compute/profile.h"
 #include "core/units.h"
 
 namespace rv {
@@ -26,8 +27,17 @@ struct DeviceGroup {
   double down_mbps = 100.0;  // Mbit/s, from the core
   double latency_ms = 10.0;  // ms, one way, between the device and the core
   std::string region;        // empty: none
+  std::string profile;       // compute profile file (`ravnest calibrate --out`); "": peak model
+  ComputeProfile compute;    // read from `profile` when the scenario is loaded
   // In the units the models use (core/units.h): one conversion, for every model and executor.
   double flops_per_s() const { return tflops * kTflopsToFlopsPerSecond; }
+  // The device's compute model (core/compute/profile.h): its profile's per-operation cost and
+  // efficiencies at this device's peak (tflops).
+  ComputeProfile compute_profile() const {
+    ComputeProfile p = compute;
+    p.peak_flops_per_s = flops_per_s();
+    return p;
+  }
   double ram_bytes() const { return ram_gb * kGbToBytes; }
   double up_bytes_per_s() const { return up_mbps * kMbpsToBytesPerSecond; }
   double down_bytes_per_s() const { return down_mbps * kMbpsToBytesPerSecond; }
