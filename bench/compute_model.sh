@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The calibrated compute model against real compute (not a test: wall-clock figures).
+#
+# 1. `ravnest calibrate` measures this host (LibTorch microbenchmark only) with the threads each
+#    node of a 2-node real run gets (cores / 2).
+# 2. For the MLP and the CNN, at two batch sizes, a 2-node scenario whose devices are this host
+#    (tflops = the profile's peak, devices.profile = the profile) runs for real with
+#    emulate_speed = false and no network emulation, and in the simulator.
+# 3. bench/compute_model.py compares each stage's median forward and backward time per micro-batch.
+#
+# Nothing is fitted to these scenarios: the profile comes from the microbenchmark alone.
+# Usage: bench/compute_model.sh [OUT_DIR]   (default bench/results/compute_model)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=$(realpath -m "${1:-bench/results/compute_model}")
+scripts/build.sh ravnest >/dev/null
+rm -rf "$out" && mkdir -p "$out"
+cores=$(nproc)
+threads=$(( cores / 2 > 0 ? cores / 2 : 1 ))
+build/ravnest calibrate --threads "$threads" --out "$out/host.toml" > "$out/calibrate.txt"
+peak=$(sed -n 's/^peak_tflops = //p' "$out/host.toml")
+
+for model in mlp cnn; do
+  for batch in 32 128; do
+    case=$model-$batch
+    if [ $model = mlp ]; then
+      model_toml=$'kind = "mlp"\nhidden = [512, 256]\n[data]\nkind = "fashion-mnist"'
+    else
+      model_toml=$'kind = "cnn"\nchannels = [16, 32]\nhidden = [64]\n[data]\nkind = "fashion-mnist"'
+    fi
+    cat > "$out/$case.toml" <<TOML
+name = "$case"
+seed = 3
+[model]
+head = "linear"
+$model_toml
+batch_size = $batch
+[training]
+algorithm = "ravnest"
+steps = 120
+eval_every = 0
+[planner]
+method = "manual"
+clusters = 1
+[network]
+model = "ideal"
+[real]
+emulate_network = false
+emulate_speed = false
+[[devices]]
+name = "host"
+count = 2
+tflops = $peak
+profile = "$out/host.toml"
+up_mbps = 1000
+down_mbps = 1000
+latency_ms = 0.1
+TOML
+    build/ravnest real "$out/$case.toml" --run-dir "$out/$case-real" --progress off > /dev/null
+    build/ravnest sim "$out/$case.toml" --run-dir "$out/$case-sim" --progress off > /dev/null
+  done
+done
+python3 bench/compute_model.py "$out" | tee "$out/summary.txt"
