@@ -80,9 +80,18 @@ std::string bits_per_s(double bytes_per_s) {
 
 std::string KernelNetwork::ip_tool() { return find_tool("ip"); }
 
-KernelNetwork::KernelNetwork(const Scenario& s) : ip_(find_tool("ip")), tc_(find_tool("tc")) {
-  if (ip_.empty() || tc_.empty())
-    throw InputError("real.shaper = \"kernel\" needs iproute2 (`ip` and `tc`), not found");
+std::vector<std::string> KernelNetwork::inside(const std::string& ns,
+                                              const std::vector<std::string>& argv) const {
+  std::vector<std::string> out = {nsenter_, "--net=/run/netns/" + ns, "--"};
+  out.insert(out.end(), argv.begin(), argv.end());
+  return out;
+}
+
+KernelNetwork::KernelNetwork(const Scenario& s)
+    : ip_(find_tool("ip")), tc_(find_tool("tc")), nsenter_(find_tool("nsenter")) {
+  if (ip_.empty() || tc_.empty() || nsenter_.empty())
+    throw InputError(
+        "real.shaper = \"kernel\" needs iproute2 (`ip`, `tc`) and util-linux (`nsenter`), not found");
   const int n = s.node_count();
   if (n > 65000) throw InputError("real.shaper = \"kernel\": at most 65,000 nodes");
   const std::string tag = "rv" + std::to_string(::getpid());
@@ -95,28 +104,28 @@ KernelNetwork::KernelNetwork(const Scenario& s) : ip_(find_tool("ip")), tc_(find
   };
   core_ns_ = tag + "-core";
   step({ip_, "netns", "add", core_ns_});
-  step({ip_, "-n", core_ns_, "link", "add", "br0", "type", "bridge"});
-  step({ip_, "-n", core_ns_, "link", "set", "br0", "up"});
+  step(inside(core_ns_, {ip_, "link", "add", "br0", "type", "bridge"}));
+  step(inside(core_ns_, {ip_, "link", "set", "br0", "up"}));
   for (int r = 0; r < n; ++r) {
     const DeviceGroup& d = s.device_of(r);
     const std::string ns = tag + "-" + std::to_string(r);
     step({ip_, "netns", "add", ns});
     node_ns_.push_back(ns);
     const std::string port = "n" + std::to_string(r);  // the node's port on the core's bridge
-    step({ip_, "-n", core_ns_, "link", "add", port, "type", "veth", "peer", "name", kInterface,
-          "netns", ns});
-    step({ip_, "-n", core_ns_, "link", "set", port, "master", "br0", "up"});
-    step({ip_, "-n", ns, "addr", "add", address_of(r) + "/16", "dev", kInterface});
-    step({ip_, "-n", ns, "link", "set", kInterface, "up"});
-    step({ip_, "-n", ns, "link", "set", "lo", "up"});
+    step(inside(core_ns_, {ip_, "link", "add", port, "type", "veth", "peer", "name", kInterface,
+                           "netns", ns}));
+    step(inside(core_ns_, {ip_, "link", "set", port, "master", "br0", "up"}));
+    step(inside(ns, {ip_, "addr", "add", address_of(r) + "/16", "dev", kInterface}));
+    step(inside(ns, {ip_, "link", "set", kInterface, "up"}));
+    step(inside(ns, {ip_, "link", "set", "lo", "up"}));
     // Uplink: what the node sends; downlink: what the core sends it.
     for (const auto& [where, dev, rate] :
          {std::tuple<std::string, std::string, double>{ns, kInterface, d.up_bytes_per_s()},
           {core_ns_, port, d.down_bytes_per_s()}}) {
-      step({tc_, "-n", where, "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default",
-            "1"});
-      step({tc_, "-n", where, "class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb",
-            "rate", bits_per_s(rate), "ceil", bits_per_s(rate)});
+      step(inside(where, {tc_, "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default",
+                         "1"}));
+      step(inside(where, {tc_, "class", "add", "dev", dev, "parent", "1:", "classid", "1:1",
+                          "htb", "rate", bits_per_s(rate), "ceil", bits_per_s(rate)}));
     }
   }
 }
@@ -137,9 +146,7 @@ std::string KernelNetwork::address_of(int rank) const {
 }
 
 std::vector<std::string> KernelNetwork::wrap(int rank, const std::vector<std::string>& argv) const {
-  std::vector<std::string> out = {ip_, "netns", "exec", namespace_of(rank)};
-  out.insert(out.end(), argv.begin(), argv.end());
-  return out;
+  return inside(namespace_of(rank), argv);
 }
 
 }  // namespace rv

@@ -6,9 +6,9 @@
 // emulator, which the launcher runs with latencies only). Every byte is shaped, c10d's own
 // collectives (training.allreduce = "gloo") included.
 //
-// Needs root (CAP_NET_ADMIN) and iproute2 (`ip`, `tc`). The namespaces are named
-// rv<launcher pid>-<rank> and rv<launcher pid>-core; the destructor removes them (their veths go
-// with them), whatever happened to the run.
+// Needs root (CAP_NET_ADMIN), iproute2 (`ip`, `tc`) and util-linux (`nsenter`). The namespaces
+// are named rv<launcher pid>-<rank> and rv<launcher pid>-core; the destructor removes them (their
+// veths go with them), whatever happened to the run.
 #pragma once
 
 #include <string>
@@ -31,7 +31,8 @@ class KernelNetwork {
 
   const std::string& namespace_of(int rank) const { return node_ns_.at(static_cast<size_t>(rank)); }
   std::string address_of(int rank) const;
-  // The command that runs argv inside `rank`'s namespace: {ip, "netns", "exec", ns, argv...}.
+  // The command that runs argv inside `rank`'s network namespace (nsenter --net: only the network
+  // namespace changes, which also works in a chroot, where `ip netns exec` cannot remount).
   std::vector<std::string> wrap(int rank, const std::vector<std::string>& argv) const;
 
   // The path of `ip`, or "" if it is not installed.
@@ -39,8 +40,9 @@ class KernelNetwork {
 
  private:
   void teardown();
+  std::vector<std::string> inside(const std::string& ns, const std::vector<std::string>& argv) const;
 
-  std::string ip_, tc_;
+  std::string ip_, tc_, nsenter_;
   std::string core_ns_;
   std::vector<std::string> node_ns_;
 };
