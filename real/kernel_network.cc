@@ -1,6 +1,7 @@
 #include "real/kernel_network.h"
 
 #include <fcntl.h>
+#include <sys/mount.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 #include <tuple>
 
 #include "core/error.h"
@@ -70,6 +72,20 @@ std::string run_tool(const std::vector<std::string>& argv) {
   return result;
 }
 
+constexpr const char* kNetnsDir = "/run/netns";
+
+// Whether `path` is a mount point (/proc/self/mountinfo's fifth field).
+bool is_mount_point(const std::string& path) {
+  std::ifstream in("/proc/self/mountinfo");
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream fields(line);
+    std::string f[5];
+    for (auto& x : f) fields >> x;
+    if (f[4] == path) return true;
+  }
+  return false;
+}
+
 std::string bits_per_s(double bytes_per_s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.0fbit", std::max(8.0, std::round(bytes_per_s * 8)));
@@ -88,7 +104,10 @@ std::vector<std::string> KernelNetwork::inside(const std::string& ns,
 }
 
 KernelNetwork::KernelNetwork(const Scenario& s)
-    : ip_(find_tool("ip")), tc_(find_tool("tc")), nsenter_(find_tool("nsenter")) {
+    : ip_(find_tool("ip")),
+      tc_(find_tool("tc")),
+      nsenter_(find_tool("nsenter")),
+      netns_mounted_before_(is_mount_point(kNetnsDir)) {
   if (ip_.empty() || tc_.empty() || nsenter_.empty())
     throw InputError(
         "real.shaper = \"kernel\" needs iproute2 (`ip`, `tc`) and util-linux (`nsenter`), not found");
@@ -138,6 +157,12 @@ void KernelNetwork::teardown() {
   if (!core_ns_.empty()) run_tool({ip_, "netns", "delete", core_ns_});
   node_ns_.clear();
   core_ns_.clear();
+  // `ip netns add` leaves /run/netns mounted on itself; undo that if this run made it and no
+  // namespace is left there (another run's would be).
+  std::error_code ec;
+  if (!netns_mounted_before_ && is_mount_point(kNetnsDir) &&
+      std::filesystem::is_empty(kNetnsDir, ec) && !ec)
+    ::umount2(kNetnsDir, MNT_DETACH);
 }
 
 std::string KernelNetwork::address_of(int rank) const {

@@ -8,7 +8,8 @@
 //
 // Needs root (CAP_NET_ADMIN), iproute2 (`ip`, `tc`) and util-linux (`nsenter`). The namespaces
 // are named rv<launcher pid>-<rank> and rv<launcher pid>-core; the destructor removes them (their
-// veths go with them), whatever happened to the run.
+// veths go with them), whatever happened to the run, and unmounts /run/netns if the run was the
+// one that mounted it and no namespace is left there.
 #pragma once
 
 #include <string>
@@ -43,6 +44,7 @@ class KernelNetwork {
   std::vector<std::string> inside(const std::string& ns, const std::vector<std::string>& argv) const;
 
   std::string ip_, tc_, nsenter_;
+  bool netns_mounted_before_ = false;  // /run/netns was a mount point before this run
   std::string core_ns_;
   std::vector<std::string> node_ns_;
 };

@@ -409,11 +409,19 @@ std::set<std::string> namespaces() {
   return out;
 }
 
-// Whether this machine lets a run make network namespaces (root, iproute2).
+bool netns_mounted() {
+  return std::system("grep -q ' /run/netns ' /proc/self/mountinfo") == 0;
+}
+
+// Whether this machine lets a run make network namespaces (root, iproute2). Leaves /run/netns as
+// it found it (`ip netns add` mounts it on itself).
 bool can_make_namespaces() {
+  const bool mounted = netns_mounted();
   const std::string probe = "rvprobe" + std::to_string(getpid());
   if (std::system(("ip netns add " + probe + " >/dev/null 2>&1").c_str()) != 0) return false;
-  return std::system(("ip netns delete " + probe + " >/dev/null 2>&1").c_str()) == 0;
+  const bool ok = std::system(("ip netns delete " + probe + " >/dev/null 2>&1").c_str()) == 0;
+  if (!mounted && netns_mounted()) std::system("umount /run/netns >/dev/null 2>&1");
+  return ok;
 }
 
 // c10d's all-reduce moves its bytes where only the kernel can shape them. With two ranks every sum
@@ -434,12 +442,14 @@ TEST_CASE("the kernel shaper runs each node in a namespace of its own, c10d's al
     return a;
   };
   const std::set<std::string> before = namespaces();
+  const bool mounted_before = netns_mounted();
   std::vector<std::string> real_args = args({"real", "s.toml"}, "gloo", "real");
   real_args.insert(real_args.end(), {"--set", "real.shaper=kernel"});
   Result real = ravnest(real_args, d);
   INFO(real.err);
   REQUIRE(real.status == 0);
   CHECK(namespaces() == before);  // the run removed what it made
+  CHECK(netns_mounted() == mounted_before);
   Result loop = ravnest(args({"sim", "s.toml", "--executor", "loopback"}, "multi-ring", "loop"), d);
   REQUIRE(loop.status == 0);
   const auto losses = values_of(d / "real", "loss");
