@@ -12,9 +12,6 @@
 //
 //   bench_allreduce --part sim|real [--out FILE]
 // (One SimGrid engine per process: each simulated case runs in a forked child.)
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -197,24 +194,11 @@ json part_sim_pipelines() {
   return rows;
 }
 
-int free_port() {
-  int s = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  const int port = ntohs(a.sin_port);
-  close(s);
-  return port;
-}
-
 // Runs `body` in `world` forked processes, each a rank with a GlooTransport on 127.0.0.1 (one
 // compute thread), and returns the `n` figures rank 0's body returns (NaN if a rank failed).
 std::vector<double> on_ranks(int world, size_t n, const std::function<std::vector<double>(GlooTransport&, int)>& body) {
   std::vector<double> out(n, std::nan(""));
-  const int port = free_port();
+  const int port = free_loopback_port();
   int fd[2];
   if (pipe(fd) != 0) return out;
   std::vector<pid_t> pids;

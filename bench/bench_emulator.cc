@@ -21,9 +21,6 @@
 //
 //   bench_emulator [--part all|bandwidth|latency|fairness] [--quick] [--out FILE]
 // (--quick drops 64 MB at 10 Mbit/s, ~54 s of the ~2 minutes.)
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -67,20 +64,6 @@ const NodeLinks kFastNode{kUnlimitedRate, kUnlimitedRate, 0};
 
 double mbps(double mbit_per_s) { return mbit_per_s * kMbpsToBytesPerSecond; }  // -> bytes/s
 
-// A port that was free a moment ago (bound to port 0, read back, released).
-int free_port() {
-  const int s = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  const int port = ntohs(a.sin_port);
-  close(s);
-  return port;
-}
-
 // Runs fn(0) .. fn(n - 1) on a thread each; rethrows the first exception once all have ended.
 void on_threads(int n, const std::function<void(int)>& fn) {
   std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
@@ -105,7 +88,7 @@ void on_threads(int n, const std::function<void(int)>& fn) {
 class Nodes {
  public:
   Nodes() : t_(kWorld) {
-    const int port = free_port();
+    const int port = free_loopback_port();
     on_threads(kWorld, [&](int r) {
       GlooOptions o;
       o.rank = r;

@@ -46,6 +46,10 @@ class ProcessGroupGloo;
 
 namespace rv {
 
+// A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, read back, released), for
+// a rendezvous on this machine. Throws rv::Error if no socket can be bound.
+int free_loopback_port();
+
 struct GlooOptions {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;

@@ -1,10 +1,7 @@
 #include "real/launcher.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,6 +23,7 @@
 #include "core/output/run_output.h"
 #include "emu/emulator_service.h"
 #include "exec/wall_env.h"
+#include "real/gloo_transport.h"
 #include "real/kernel_network.h"
 #include "real/node_process.h"
 
@@ -36,25 +34,6 @@ namespace {
 
 // Seconds granted beyond real.timeout_s to the ranks still running after one failed.
 constexpr double kGraceMargin = 2.0;
-
-// A free TCP port on 127.0.0.1 (bound to port 0, read back, released).
-int pick_free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) throw Error(std::string("cannot open a socket: ") + std::strerror(errno));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof addr;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    const std::string why = std::strerror(errno);
-    ::close(fd);
-    throw Error("cannot find a free port on 127.0.0.1: " + why);
-  }
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 std::string describe(int status) {
   if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
@@ -182,7 +161,7 @@ std::string seconds_str(double s) {
 std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
   const int world = scenario.node_count();
   if (world < 1) throw InputError(scenario.source + ": the scenario has no nodes");
-  const int port = scenario.real.master_port != 0 ? scenario.real.master_port : pick_free_port();
+  const int port = scenario.real.master_port != 0 ? scenario.real.master_port : free_loopback_port();
   const std::string run_path =
       options.run_path.empty() ? new_run_path(scenario, "real") : options.run_path;
   TempPath result(false);

@@ -7,30 +7,15 @@
 #include "emu/emulated_network.h"
 #include "exec/wall_env.h"
 #include "loopback/loopback.h"
+#include "emu_support.h"
 #include "test_support.h"
 
 using namespace rv;
 
 namespace {
 
-// A clock the test moves by hand.
-class ManualClock : public Clock {
- public:
-  Seconds now() const override { return t_; }
-  void sleep_for(Seconds s) override { t_ += s; }
-  void set(Seconds t) { t_ = t; }
-
- private:
-  Seconds t_ = 0;
-};
-
-Message sized(int64_t id, Bytes bytes) {
-  Message m;
-  m.kind = MsgKind::kForward;
-  m.id = id;
-  m.bytes = bytes;
-  return m;
-}
+using test::ManualClock;
+using test::sized;
 
 std::vector<int64_t> ids_at(LoopbackHub& hub, int node) {
   std::vector<int64_t> ids;

@@ -13,6 +13,8 @@
 #include "catch.h"
 #include "core/error.h"
 #include "emu/emulator_service.h"
+#include "emu_support.h"
+#include "exec/wall_env.h"
 #include "loopback/loopback.h"
 
 using namespace rv;
@@ -20,29 +22,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
-class ManualClock : public Clock {
- public:
-  Seconds now() const override { return t_.load(); }
-  void sleep_for(Seconds s) override { t_ = t_.load() + s; }
-  void set(Seconds t) { t_ = t; }
-
- private:
-  std::atomic<double> t_{0};
-};
+using test::ManualClock;
+using test::sized;
 
 const double kMb = kMbpsToBytesPerSecond;
 
 std::string socket_path(const std::string& name) {
   return (fs::temp_directory_path() / ("rv-emu-" + std::to_string(getpid()) + "-" + name + ".sock"))
       .string();
-}
-
-Message sized(int64_t id, Bytes bytes) {
-  Message m;
-  m.kind = MsgKind::kForward;
-  m.id = id;
-  m.bytes = bytes;
-  return m;
 }
 
 // Waits (up to 10 s of wall time: a bound against hanging, not a timing check) until `done`.
@@ -107,13 +94,7 @@ TEST_CASE("a message is received when the launcher's model delivers it, not when
 
 TEST_CASE("a receiver waiting in recv() gets each message on delivery, in order", "[emu]") {
   const std::vector<NodeLinks> links = {{800 * kMb, 800 * kMb, 0.001}, {800 * kMb, 800 * kMb, 0.001}};
-  struct Wall : Clock {
-    std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
-    Seconds now() const override {
-      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    }
-    void sleep_for(Seconds s) override { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
-  } clock;
+  WallClock clock;
   EmulatorServer server(socket_path("wall"), links, clock);
   server.start();
   LoopbackHub hub(2, 10.0);

@@ -5,9 +5,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
-#include <netinet/in.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -33,19 +31,6 @@ using rv::GlooTransport;
 using rv::Message;
 using rv::MsgKind;
 
-// A port that was free a moment ago (bound to port 0, read back, released).
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 // Child-side expectation: on failure, say where and leave with status 10.
 #define EXPECT_OR_EXIT(cond)                                                                       \
   do {                                                                                             \
@@ -60,7 +45,7 @@ constexpr int kKilled = -1000;  // status of a child killed at the deadline
 // Runs body(rank, port) in `world` child processes; returns each rank's exit status (or
 // -signal, or kKilled if it had not finished within `limit_s` seconds).
 std::vector<int> run_ranks(int world, double limit_s, const std::function<int(int, int)>& body) {
-  const int port = free_port();
+  const int port = rv::free_loopback_port();
   std::vector<pid_t> pids;
   for (int r = 0; r < world; ++r) {
     std::fflush(nullptr);
