@@ -18,6 +18,7 @@ PipelineWorker::PipelineWorker(NodeEnv& env, const RunSpec& spec, int node,
       average_rows_(1 + (training.average_optimizer_state ? Optimizer::slots(training) : 0)) {
   RV_CHECK(role_.stage >= 0, "node " + std::to_string(node) + " has no stage in the plan");
   cost_ = stage_cost(*spec.model, role_.layer_begin, role_.layer_end, training_, batch_, 1);
+  work_ = stage_work(*spec.model, role_.layer_begin, role_.layer_end, training_, batch_);
   if (numeric()) {
     RV_CHECK(spec.data != nullptr, "numeric mode needs a dataset");
     stage_ = std::make_unique<Stage>(*spec.model, role_.layer_begin, role_.layer_end, training_,
@@ -53,7 +54,7 @@ Message PipelineWorker::forward(int64_t mb, const Message* in) {
   out.bytes = kHeaderBytes + cost_.activation_out;
   Event e = event(EventKind::kForward);
   e.micro_batch = mb;
-  env_.compute.run(cost_.forward_work, [&] {
+  env_.compute.run(work_.forward, [&] {
     at::Tensor x = role_.first() ? spec_.data->inputs(sampler_->indices(mb), false) : in->payload.at(0);
     at::Tensor y = stage_->forward(mb, x);
     if (role_.last()) logits_[mb] = y;
@@ -92,7 +93,7 @@ std::optional<Message> PipelineWorker::backward(int64_t mb, const Message& grad,
   Event e = event(EventKind::kBackward);
   e.micro_batch = mb;
   int64_t fv = version_;
-  env_.compute.run(cost_.backward_work, [&] {
+  env_.compute.run(work_.backward, [&] {
     at::Tensor g = stage_->backward(mb, grad.payload.at(0), &fv);
     if (g.defined()) out.payload.push_back(g.contiguous());
   });
@@ -107,7 +108,7 @@ std::optional<Message> PipelineWorker::last_backward(int64_t mb, int64_t* stalen
   e.micro_batch = mb;
   double loss = kNaN;
   int64_t fv = version_;
-  env_.compute.run(cost_.backward_work, [&] {
+  env_.compute.run(work_.backward, [&] {
     auto it = logits_.find(mb);
     RV_CHECK(it != logits_.end(), "last backward without forward");
     LossResult r = spec_.data->task().loss_and_grad(it->second, spec_.data->targets(sampler_->indices(mb), false));
@@ -133,7 +134,7 @@ void PipelineWorker::update(int64_t mb, int64_t staleness) {
   Event e = event(EventKind::kUpdate);
   e.micro_batch = mb;
   e.staleness = staleness;
-  env_.compute.run(cost_.update_work, [&] { stage_->update(); });
+  env_.compute.run(work_.update, [&] { stage_->update(); });
   ++version_;
   e.step = version_;
   e.end = env_.clock.now();

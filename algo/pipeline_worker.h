@@ -82,6 +82,7 @@ class PipelineWorker {
   int64_t batch_;
   int64_t in_flight_cap_;
   StageCost cost_;
+  StageWork work_;  // the same stage's kernels, as the compute model charges them
   std::unique_ptr<Stage> stage_;  // numeric mode only
   std::unique_ptr<Sampler> sampler_;
   int64_t version_ = 0;

@@ -24,11 +24,26 @@ CostModel::CostModel(const Scenario& scenario, const ModelDesc& model)
   per_exchange_ = rv::micro_batches_per_exchange(*algorithm_, training_);
   const int n = scenario.node_count();
   pool_.reserve(n);
-  int r = 0;
-  for (const auto& g : scenario.devices)
-    for (int i = 0; i < g.count; ++i, ++r)
+  int group = 0;
+  for (const auto& g : scenario.devices) {
+    for (int i = 0; i < g.count; ++i)
       pool_.push_back({g.flops_per_s(), g.ram_bytes(), g.up_bytes_per_s(), g.down_bytes_per_s(),
-                       g.latency_s(), g.compute_profile()});
+                       g.latency_s(), g.compute_profile(), group});
+    ++group;
+  }
+  const size_t ranges = static_cast<size_t>(layers() + 1) * static_cast<size_t>(layers() + 1);
+  times_.assign(scenario.devices.size(), std::vector<Times>(ranges));
+}
+
+const CostModel::Times& CostModel::times(int node, int l, int r) const {
+  const PoolNode& p = pool_[static_cast<size_t>(node)];
+  Times& t = times_[static_cast<size_t>(p.group)][static_cast<size_t>(l * (layers() + 1) + r)];
+  if (t.compute < 0) {
+    const StageWork w = stage_work(*model_, l, r, training_, batch_);
+    t.compute = stage_compute_time(w, p.compute);
+    t.pass = time_of(w.forward, p.compute) + time_of(w.backward, p.compute);
+  }
+  return t;
 }
 
 int64_t CostModel::in_flight(int stages) const {
@@ -48,9 +63,9 @@ bool CostModel::fits(int node, int l, int r, int64_t in_flight) const {
   return memory(l, r, in_flight) <= pool_[node].ram;
 }
 
-double CostModel::compute_time(int node, int l, int r) const {
-  return stage_compute_time(stage_cost(*model_, l, r, training_, batch_, 1), pool_[node].compute);
-}
+double CostModel::compute_time(int node, int l, int r) const { return times(node, l, r).compute; }
+
+double CostModel::pass_time(int node, int l, int r) const { return times(node, l, r).pass; }
 
 double CostModel::stage_time(int node, int l, int r) const {
   const PoolNode& p = pool_[node];
@@ -81,13 +96,12 @@ double CostModel::cluster_period(const std::vector<int>& nodes, const std::vecto
   const double bw = factors_.bandwidth;
   for (int s = 0; s < k; ++s) {
     const int n = nodes[s];
-    StageCost c = stage_cost(*model_, cuts[s], cuts[s + 1], training_, batch_, 1);
-    const double compute = stage_compute_time(c, pool_[n].compute);
+    const double compute = compute_time(n, cuts[s], cuts[s + 1]);
     const double bytes = boundary_bytes(cuts[s]) + boundary_bytes(cuts[s + 1]);
     demand.insert(demand.end(), {compute, bytes / (pool_[n].up * bw), bytes / (pool_[n].down * bw)});
     fcfs.insert(fcfs.end(), {1, 0, 0});
     bottleneck = std::max({bottleneck, compute, bytes / (pool_[n].up * bw), bytes / (pool_[n].down * bw)});
-    rtt += time_of(c.forward_work, pool_[n].compute) + time_of(c.backward_work, pool_[n].compute);
+    rtt += pass_time(n, cuts[s], cuts[s + 1]);
     if (s + 1 < k) {
       const double a = boundary_bytes(cuts[s + 1]);
       for (auto [x, y] : {std::pair{n, nodes[s + 1]}, std::pair{nodes[s + 1], n}}) {

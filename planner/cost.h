@@ -42,6 +42,7 @@ struct PoolNode {
   double down = 0;     // bytes/s
   double latency = 0;  // s, one way to the core (before factors)
   ComputeProfile compute;  // the device's compute model, as the simulator charges it
+  int group = 0;           // its device group: nodes of one group compute alike
 };
 
 class CostModel {
@@ -68,8 +69,10 @@ class CostModel {
   // Modeled memory of layers [l, r) with `in_flight` micro-batches unfinished.
   double memory(int l, int r, int64_t in_flight) const;
   bool fits(int node, int l, int r, int64_t in_flight) const;
-  // Compute seconds of one micro-batch (forward + backward + update) of [l, r) on `node`.
+  // Compute seconds of one micro-batch (forward + backward + update) of [l, r) on `node`, and of
+  // its forward and backward alone (the part of a round trip).
   double compute_time(int node, int l, int r) const;
+  double pass_time(int node, int l, int r) const;
   // Per-micro-batch cost of `node` as a stage holding [l, r) (see the file comment).
   double stage_time(int node, int l, int r) const;
   // Effective bandwidth (bytes/s) and latency (s) of a transfer from `a` to `b`.
@@ -102,6 +105,14 @@ class CostModel {
   int64_t batch_;
   NetFactors factors_;
   std::vector<PoolNode> pool_;
+  // compute_time and pass_time by device group and layer range, computed on first use (the
+  // planners ask for the same ranges many times; one stage's work is O(layers)). Not
+  // thread-safe, like the planners that use it.
+  struct Times {
+    double compute = -1, pass = -1;  // -1: not computed yet
+  };
+  const Times& times(int node, int l, int r) const;
+  mutable std::vector<std::vector<Times>> times_;  // [group][l * (layers + 1) + r]
 };
 
 // The rings of cross-cluster averaging: the flat parameter space cut at every cluster's stage

@@ -228,7 +228,6 @@ class SubsetPipelines {
   // downlink), its averaging share; per hop: the flows' bottleneck and additive parts (GPipe:
   // latency + flow each way; otherwise: the pure delay, latency + what a window cap adds).
   void tables() {
-    const ModelDesc& model = cost_.model();
     const double bw = bandwidth_factor_;
     stage_.assign(static_cast<size_t>(nodes_) * n_ * n_, kInf);
     add_.assign(stage_.size(), kInf);
@@ -238,13 +237,12 @@ class SubsetPipelines {
         for (int j = i + 1; j < n_; ++j) {
           stage_[at(v, i, j)] = cost_.stage_time(v, pos_[i], pos_[j]);
           share_[at(v, i, j)] = shares_.share(v, pos_[i], pos_[j]);
-          const StageCost c = stage_cost(model, pos_[i], pos_[j], training_, cost_.batch(), 1);
           const PoolNode& p = cost_.node(v);
           if (flush_) {
-            add_[at(v, i, j)] = time_of(c.forward_work, p.compute) + time_of(c.backward_work, p.compute);
+            add_[at(v, i, j)] = cost_.pass_time(v, pos_[i], pos_[j]);
           } else {
             const double bytes = cost_.boundary_bytes(pos_[i]) + cost_.boundary_bytes(pos_[j]);
-            add_[at(v, i, j)] = stage_compute_time(c, p.compute) +
+            add_[at(v, i, j)] = cost_.compute_time(v, pos_[i], pos_[j]) +
                                 bytes / (p.up * bw) + bytes / (p.down * bw);
           }
         }

@@ -109,13 +109,14 @@ count = 1
   CHECK(conv_ops == 2);
   CHECK(matmul_ops == linears);
   CHECK(views == 1);  // the flatten
-  // The stage cost carries the same work, and its update charges every parameter.
+  // The stage's work carries the stage cost's flops, and its update charges every parameter.
   TrainingSpec tr = prep.scenario.training;
   tr.optimizer = "adam";
   const StageCost c = stage_cost(m, 0, n, tr, 16, 1);
-  CHECK(c.update_work.total_flops() == Approx(c.update).epsilon(1e-12));
-  CHECK(c.forward_work.total_flops() == Approx(c.forward).epsilon(1e-12));
-  CHECK(c.backward_work.total_flops() == Approx(c.backward).epsilon(1e-12));
+  const StageWork sw = stage_work(m, 0, n, tr, 16);
+  CHECK(sw.update.total_flops() == Approx(c.update).epsilon(1e-12));
+  CHECK(sw.forward.total_flops() == Approx(c.forward).epsilon(1e-12));
+  CHECK(sw.backward.total_flops() == Approx(c.backward).epsilon(1e-12));
 }
 
 TEST_CASE("profile files read back as written; bad ones name the key", "[compute]") {
@@ -186,18 +187,19 @@ TEST_CASE("a device's profile: the simulator and the planner charge time_of, not
   CHECK(device.op_overhead == Approx(20e-6).epsilon(1e-9));
   const int n = p.model.layer_count();
   const StageCost c = stage_cost(p.model, 0, n, p.scenario.training, 32, 1);
+  const StageWork w = stage_work(p.model, 0, n, p.scenario.training, 32);
   SimResult r = run_simulation(p.spec());
   int checked = 0;
   for (const Event& e : r.events) {
     if (e.kind != EventKind::kForward || e.node != 0 || e.micro_batch < 0) continue;  // not evals
-    CHECK(e.end - e.start == Approx(time_of(c.forward_work, device)).epsilon(1e-9));
+    CHECK(e.end - e.start == Approx(time_of(w.forward, device)).epsilon(1e-9));
     ++checked;
   }
   CHECK(checked == 5);
   // The planner predicts the same compute time per micro-batch.
   CostModel cost(p.scenario, p.model);
-  CHECK(cost.compute_time(0, 0, n) == Approx(stage_compute_time(c, device)).epsilon(1e-12));
-  CHECK(stage_compute_time(c, device) >
+  CHECK(cost.compute_time(0, 0, n) == Approx(stage_compute_time(w, device)).epsilon(1e-12));
+  CHECK(stage_compute_time(w, device) >
         (c.forward + c.backward + c.update) / device.peak_flops_per_s);
   fs::remove(file);
 }

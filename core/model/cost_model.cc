@@ -2,6 +2,15 @@
 
 namespace rv {
 
+namespace {
+
+// Modeled flops of an optimizer step per parameter.
+double update_flops_per_param(const TrainingSpec& training) {
+  return training.optimizer == "adam" ? 10.0 : 3.0;
+}
+
+}  // namespace
+
 int optimizer_state_floats(const TrainingSpec& training) {
   if (training.optimizer == "adam") return 2;
   return training.momentum > 0 ? 1 : 0;
@@ -16,14 +25,7 @@ StageCost stage_cost(const ModelDesc& model, int begin, int end, const TrainingS
   // stashing the forward is recomputed with the current weights first.
   c.backward = 2.0 * c.forward + (training.weight_stashing ? 0.0 : c.forward);
   const int64_t params = model.params(begin, end);
-  const double update_flops = training.optimizer == "adam" ? 10.0 : 3.0;
-  c.update = update_flops * static_cast<double>(params);
-  c.forward_work = model.forward_work(begin, end, batch);
-  c.backward_work = model.backward_work(begin, end, batch);
-  if (!training.weight_stashing) c.backward_work.add(c.forward_work);
-  // Kernels per parameter tensor: SGD one (two with momentum), Adam five (its fused step's parts).
-  const int ops_per_tensor = training.optimizer == "adam" ? 5 : (training.momentum > 0 ? 2 : 1);
-  c.update_work = model.update_work(begin, end, update_flops, ops_per_tensor);
+  c.update = update_flops_per_param(training) * static_cast<double>(params);
   c.activation_out = end < model.layer_count() ? kFloatBytes * batch * model.profile[end - 1].out_elems : 0;
   c.gradient_in = begin > 0 ? kFloatBytes * batch * model.input_elems_of(begin) : 0;
 
@@ -41,9 +43,20 @@ StageCost stage_cost(const ModelDesc& model, int begin, int end, const TrainingS
   return c;
 }
 
-Seconds stage_compute_time(const StageCost& c, const ComputeProfile& device) {
-  return time_of(c.forward_work, device) + time_of(c.backward_work, device) +
-         time_of(c.update_work, device);
+StageWork stage_work(const ModelDesc& model, int begin, int end, const TrainingSpec& training,
+                     int64_t batch) {
+  StageWork w;
+  w.forward = model.forward_work(begin, end, batch);
+  w.backward = model.backward_work(begin, end, batch);
+  if (!training.weight_stashing) w.backward.add(w.forward);
+  // Kernels per parameter tensor: SGD one (two with momentum), Adam five (its fused step's parts).
+  const int ops_per_tensor = training.optimizer == "adam" ? 5 : (training.momentum > 0 ? 2 : 1);
+  w.update = model.update_work(begin, end, update_flops_per_param(training), ops_per_tensor);
+  return w;
+}
+
+Seconds stage_compute_time(const StageWork& w, const ComputeProfile& device) {
+  return time_of(w.forward, device) + time_of(w.backward, device) + time_of(w.update, device);
 }
 
 }  // namespace rv

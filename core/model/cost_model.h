@@ -17,8 +17,6 @@ struct StageCost {
   Flops forward = 0;   // one micro-batch
   Flops backward = 0;  // one micro-batch; includes the recomputed forward without weight stashing
   Flops update = 0;    // one optimizer step
-  // The same, as kernels (core/compute/work.h): what the compute model charges.
-  Work forward_work, backward_work, update_work;
   Bytes activation_out = 0;  // message to the next stage (0 for the last stage)
   Bytes gradient_in = 0;     // message to the previous stage (0 for the first stage)
   Bytes memory = 0;          // modeled peak memory with `in_flight` unfinished micro-batches
@@ -31,8 +29,18 @@ StageCost stage_cost(const ModelDesc& model, int begin, int end, const TrainingS
 // Optimizer state per parameter, in floats (sgd: 0 or 1 for momentum; adam: 2).
 int optimizer_state_floats(const TrainingSpec& training);
 
+// The same stage's compute as kernels (core/compute/work.h), what the compute model charges; the
+// flops of StageCost, counted by kind and size. O(layers): callers compute it once per stage.
+struct StageWork {
+  Work forward;   // one micro-batch
+  Work backward;  // one micro-batch; includes the recomputed forward without weight stashing
+  Work update;    // one optimizer step
+};
+StageWork stage_work(const ModelDesc& model, int begin, int end, const TrainingSpec& training,
+                     int64_t batch);
+
 // The compute time of a micro-batch's forward, backward and the update on `device`, as the
 // simulator charges them (core/compute/profile.h time_of).
-Seconds stage_compute_time(const StageCost& c, const ComputeProfile& device);
+Seconds stage_compute_time(const StageWork& w, const ComputeProfile& device);
 
 }  // namespace rv
