@@ -21,7 +21,6 @@
 #include "core/output/run_output.h"
 #include "planner/planner.h"
 #include "real/launcher.h"
-#include "real/node_process.h"
 #include "loopback/loopback.h"
 #include "sim/sim_runner.h"
 
@@ -160,7 +159,6 @@ int cmd_sim(const CommonOptions& o, const std::string& executor, const std::stri
 
 int cmd_real(const CommonOptions& o, const std::string& self_exe, const std::string& run_path) {
   Prepared p = prepare(o);  // validate before starting any process
-  emulates_network(p.scenario, true);  // refuses what the emulator cannot honour (exit 2)
   if (!run_path.empty() && fs::exists(run_path)) throw InputError(run_path + ": run folder exists already");
   LaunchOptions lo{o.scenario, o.overrides, self_exe, run_path, o.progress};
   const std::string path = run_real(p.scenario, lo);

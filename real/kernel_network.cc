@@ -94,8 +94,6 @@ std::string bits_per_s(double bytes_per_s) {
 
 }  // namespace
 
-std::string KernelNetwork::ip_tool() { return find_tool("ip"); }
-
 std::vector<std::string> KernelNetwork::inside(const std::string& ns,
                                               const std::vector<std::string>& argv) const {
   std::vector<std::string> out = {nsenter_, "--net=/run/netns/" + ns, "--"};

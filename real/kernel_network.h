@@ -36,9 +36,6 @@ class KernelNetwork {
   // namespace changes, which also works in a chroot, where `ip netns exec` cannot remount).
   std::vector<std::string> wrap(int rank, const std::vector<std::string>& argv) const;
 
-  // The path of `ip`, or "" if it is not installed.
-  static std::string ip_tool();
-
  private:
   void teardown();
   std::vector<std::string> inside(const std::string& ns, const std::vector<std::string>& argv) const;
