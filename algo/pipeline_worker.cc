@@ -43,7 +43,15 @@ Event PipelineWorker::event(EventKind kind) const {
   e.stage = role_.stage;
   e.step = version_;
   e.start = e.end = env_.clock.now();
+  // Compute spans: the thread's CPU clock at the start, until finish() makes it the span's CPU time.
+  if (kind == EventKind::kForward || kind == EventKind::kBackward || kind == EventKind::kUpdate)
+    e.cpu = env_.clock.thread_cpu_now();
   return e;
+}
+
+void PipelineWorker::finish(Event& e) const {
+  e.end = env_.clock.now();
+  e.cpu = env_.clock.thread_cpu_now() - e.cpu;
 }
 
 Message PipelineWorker::forward(int64_t mb, const Message* in) {
@@ -61,7 +69,7 @@ Message PipelineWorker::forward(int64_t mb, const Message* in) {
     else out.payload.push_back(y.contiguous());
   });
   if (!numeric()) forward_version_[mb] = version_;
-  e.end = env_.clock.now();
+  finish(e);
   env_.metrics.record(e);
   record_memory();
   return out;
@@ -83,7 +91,7 @@ int64_t PipelineWorker::finish_backward(Event& e, int64_t mb, int64_t forward_ve
     forward_version = it->second;
     forward_version_.erase(it);
   }
-  e.end = env_.clock.now();
+  finish(e);
   env_.metrics.record(e);
   return version_ - forward_version;
 }
@@ -137,7 +145,7 @@ void PipelineWorker::update(int64_t mb, int64_t staleness) {
   env_.compute.run(work_.update, [&] { stage_->update(); });
   ++version_;
   e.step = version_;
-  e.end = env_.clock.now();
+  finish(e);
   env_.metrics.record(e);
 }
 
@@ -190,7 +198,7 @@ void PipelineWorker::eval(const Message& in) {
       out.payload.push_back(y.contiguous());
     }
   });
-  e.end = env_.clock.now();
+  finish(e);
   env_.metrics.record(e);
   if (!role_.last()) {
     send(role_.next, std::move(out));

@@ -69,6 +69,8 @@ class PipelineWorker {
 
  private:
   Event event(EventKind kind) const;
+  // Ends a compute span begun by event(): its end and the CPU time its thread spent in it.
+  void finish(Event& e) const;
   Message backward_message(int64_t mb) const;  // the (unsent, empty) gradient message
   // Records the backward span `e` and returns its staleness (updates since its forward).
   int64_t finish_backward(Event& e, int64_t mb, int64_t forward_version);

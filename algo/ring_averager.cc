@@ -187,7 +187,7 @@ bool RingAverager::collect() {
 
 void RingAverager::finish() {
   Work divide;  // one elementwise kernel per ring
-  for (const auto& r : rings_) divide.add(OpKind::kElementwise, static_cast<double>((r.hi - r.lo) * rows_));
+  for (const auto& r : rings_) divide.add_elementwise(static_cast<double>((r.hi - r.lo) * rows_));
   env_.compute.run(divide, [&] {
     for (const auto& r : rings_) state_.narrow(1, r.lo, r.hi - r.lo).div_(static_cast<double>(clusters_));
   });
@@ -222,7 +222,7 @@ bool RingAverager::progress() {
       const int seg = reduce ? mod(r.member - t_ - 1, r.members) : mod(r.member - t_, r.members);
       const int64_t a = r.seg_lo(seg), b = r.seg_lo(seg + 1);
       Work add;  // the reduce-scatter's addition; the all-gather's copy is not charged
-      if (reduce) add.add(OpKind::kElementwise, static_cast<double>((b - a) * rows_));
+      if (reduce) add.add_elementwise(static_cast<double>((b - a) * rows_), 2);
       env_.compute.run(add, [&] {
         RV_CHECK(m.payload.size() == 1 && m.payload[0].dim() == 2 && m.payload[0].size(0) == rows_ &&
                      m.payload[0].size(1) == b - a,

@@ -42,7 +42,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 METRICS_HEADER = ["kind", "node", "cluster", "stage", "step", "micro_batch", "start_s", "end_s",
-                  "loss", "accuracy", "staleness", "bytes", "peer", "samples"]
+                  "loss", "accuracy", "staleness", "bytes", "peer", "samples", "cpu_s"]
 EVAL_HEADER = ["time_s", "node", "cluster", "step", "train_samples", "test_loss", "test_accuracy"]
 SPAN_COLOURS = {"wait": "#e8e8e8", "forward": "tab:blue", "backward": "tab:orange",
                 "update": "tab:green", "eval forward": "tab:grey", "average": "tab:purple"}
@@ -135,6 +135,8 @@ class Run:
         self.label = (f"{self.scenario} {self.variant}"
                       f"{f', {clusters} clusters' if clusters and int(clusters) > 1 else ''} ({self.executor})")
         self.time_s = s.get("time_s") or self.span_end()
+        # The planner's one line on its plan (plan.json "reason"; older run folders have none).
+        self.plan_reason = read_json(os.path.join(folder, "plan.json")).get("reason") or ""
 
     def kind(self, name):
         return self.by_kind.get(name, {c: np.zeros(0) for c in METRICS_HEADER[1:]})
@@ -450,6 +452,11 @@ def write_markdown(runs, refused, title, out, images, written):
             f"| {fmt(float(np.mean(idle)) if idle else None, '.3f')} | {mem_text} | {avg_text} "
             f"| `{r.folder}` |")
     lines.append("")
+    reasons = [r for r in runs if r.plan_reason]
+    if reasons:
+        lines += ["## Plans", ""]
+        lines += [f"- {r.label}: {r.plan_reason}" for r in reasons]
+        lines.append("")
     if refused:
         lines += ["## Refused by the planner", "",
                   "Points of the sweep that this pool cannot run at all (for sync-dp: nodes that "

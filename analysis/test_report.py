@@ -11,7 +11,7 @@ import tempfile
 import unittest
 
 REPORT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "report.py")
-HEADER = "kind,node,cluster,stage,step,micro_batch,start_s,end_s,loss,accuracy,staleness,bytes,peer,samples"
+HEADER = "kind,node,cluster,stage,step,micro_batch,start_s,end_s,loss,accuracy,staleness,bytes,peer,samples,cpu_s"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -70,7 +70,7 @@ def make_run(folder, name="quick", algorithm="ravnest", executor="sim", with_los
         p["busy_fraction"] = p["busy_s"] / end_time
         p["idle_fraction"] = 1 - p["busy_fraction"]
     with open(os.path.join(folder, "metrics.csv"), "w") as f:
-        f.write("\n".join(rows) + "\n")
+        f.write("\n".join(rows[:1] + [r + "," for r in rows[1:]]) + "\n")  # cpu_s: none
     with open(os.path.join(folder, "eval.csv"), "w") as f:
         f.write("\n".join(evals) + "\n")
     summary = {"scenario": name, "executor": executor, "mode": "numeric", "algorithm": algorithm,
@@ -205,7 +205,7 @@ class ReportTest(unittest.TestCase):
         run = os.path.join(self.dir, "bare")
         os.makedirs(run)
         with open(os.path.join(run, "metrics.csv"), "w") as f:
-            f.write(HEADER + "\nforward,0,0,0,0,0,0.0,0.5,,,,,,\nbackward,0,0,0,0,0,0.5,1.5,,,,,,\n")
+            f.write(HEADER + "\nforward,0,0,0,0,0,0.0,0.5,,,,,,,\nbackward,0,0,0,0,0,0.5,1.5,,,,,,,\n")
         proc = run_report(run)
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assert_png(os.path.join(run, "report", "timeline_bare.png"))
@@ -229,7 +229,7 @@ class ReportTest(unittest.TestCase):
     def test_unparsable_number_names_line(self):
         run = make_run(os.path.join(self.dir, "badnum"))
         with open(os.path.join(run, "metrics.csv"), "a") as f:
-            f.write("forward,0,0,0,1,1,abc,0.2,,,,,,\n")
+            f.write("forward,0,0,0,1,1,abc,0.2,,,,,,,\n")
         with open(os.path.join(run, "metrics.csv")) as f:
             n_lines = len(f.read().splitlines())
         proc = run_report(run)

@@ -1,23 +1,26 @@
 #!/usr/bin/env bash
 # The calibrated compute model against real compute (not a test: wall-clock figures).
 #
-# 1. `ravnest calibrate` measures this host (LibTorch microbenchmark only) with the threads each
-#    node of a 2-node real run gets (cores / 2).
+# 1. `ravnest calibrate` measures this host (LibTorch microbenchmark only) as one of the 2 devices
+#    of a 2-node real run: with the threads each node gets (cores / 2), the other device's load
+#    running beside it (--share 2).
 # 2. For the MLP and the CNN, at two batch sizes, a 2-node scenario whose devices are this host
 #    (tflops = the profile's peak, devices.profile = the profile) runs for real with
 #    emulate_speed = false and no network emulation, and in the simulator.
-# 3. bench/compute_model.py compares each stage's median forward and backward time per micro-batch.
+# 3. bench_stage_compute runs each stage alone in one process (no pipeline, no other node).
+# 4. bench/compute_model.py compares each stage's median forward and backward time per micro-batch:
+#    simulated, real (CPU and wall time), and alone.
 #
 # Nothing is fitted to these scenarios: the profile comes from the microbenchmark alone.
 # Usage: bench/compute_model.sh [OUT_DIR]   (default bench/results/compute_model)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$(realpath -m "${1:-bench/results/compute_model}")
-scripts/build.sh ravnest >/dev/null
+scripts/build.sh ravnest bench_stage_compute >/dev/null
 rm -rf "$out" && mkdir -p "$out"
 cores=$(nproc)
 threads=$(( cores / 2 > 0 ? cores / 2 : 1 ))
-build/ravnest calibrate --threads "$threads" --out "$out/host.toml" > "$out/calibrate.txt"
+build/ravnest calibrate --threads "$threads" --share 2 --out "$out/host.toml" > "$out/calibrate.txt"
 peak=$(sed -n 's/^peak_tflops = //p' "$out/host.toml")
 
 for model in mlp cnn; do
@@ -58,6 +61,7 @@ latency_ms = 0.1
 TOML
     build/ravnest real "$out/$case.toml" --run-dir "$out/$case-real" --progress off > /dev/null
     build/ravnest sim "$out/$case.toml" --run-dir "$out/$case-sim" --progress off > /dev/null
+    build/bench/bench_stage_compute --scenario "$out/$case.toml" --out "$out/$case-isolated.json" > /dev/null
   done
 done
 python3 bench/compute_model.py "$out" | tee "$out/summary.txt"

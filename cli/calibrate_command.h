@@ -7,7 +7,8 @@
 namespace rv {
 
 // Writes the profile file to `out` when given (the format of core/compute/profile.h). `threads`
-// 0: every core. Returns the exit status (0).
-int run_calibrate_command(const std::string& out, int threads, bool quick);
+// 0: every core; `share`: devices sharing the host (exec/calibrate.h). With `load_parent` > 0 it
+// is a load process of a shared calibration instead, and prints nothing. Returns the exit status.
+int run_calibrate_command(const std::string& out, int threads, bool quick, int share, int load_parent);
 
 }  // namespace rv

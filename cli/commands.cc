@@ -115,6 +115,7 @@ int cmd_plan(const CommonOptions& o, const std::string& out_json) {
                                  : std::string("of the gradients, every step"));
   std::cout << fmt::format("predicted: {:.1f} samples/s overall; {} of {} nodes used\n", p.plan.throughput, used,
                            s.node_count());
+  std::cout << "why: " << p.plan.reason << "\n";
   if (!out_json.empty()) {
     std::ofstream out(out_json);
     out << to_json(p.plan).dump(2) << "\n";

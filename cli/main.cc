@@ -114,6 +114,13 @@ int main(int argc, char** argv) {
   calibrate->add_option("--threads", calibrate_threads, "LibTorch threads (default: every core)")
       ->check(CLI::Range(1, 4096));
   calibrate->add_flag("--quick", calibrate_quick, "fewer shapes and repeats");
+  int calibrate_share = 1, calibrate_load = 0;
+  calibrate->add_option("--share", calibrate_share,
+                        "devices sharing this host at once, as the nodes of a real run on it (default 1)")
+      ->check(CLI::Range(1, 256));
+  calibrate->add_option("--load", calibrate_load, "internal: be a load process of calibrate --share")
+      ->group("")
+      ->check(CLI::Range(1, 1 << 30));
 
   try {
     app.parse(argc, argv);
@@ -130,7 +137,8 @@ int main(int argc, char** argv) {
     if (*real) return rv::cmd_real(real_o, self_exe(argv[0]), real_run_path);
     if (*report) return rv::cmd_report(report_runs, report_out, report_title);
     if (*keys) return rv::run_keys_command(keys_markdown);
-    if (*calibrate) return rv::run_calibrate_command(calibrate_out, calibrate_threads, calibrate_quick);
+    if (*calibrate) return rv::run_calibrate_command(calibrate_out, calibrate_threads, calibrate_quick, calibrate_share,
+                                                      calibrate_load);
     if (*sweep) {
       // Every --set is an axis: "key=v1,v2" runs both values; "key=v" fixes it.
       std::vector<std::string> axes = sweep_o.overrides;

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -76,6 +77,9 @@ class Clock {
   virtual ~Clock() = default;
   virtual Seconds now() const = 0;
   virtual void sleep_for(Seconds s) = 0;
+  // CPU seconds the calling thread has used, on a real clock; NaN in simulated time (where a
+  // device computes exactly as long as its spans last).
+  virtual Seconds thread_cpu_now() const { return std::numeric_limits<double>::quiet_NaN(); }
 };
 
 // Runs a unit of work and charges its modeled cost.

@@ -32,6 +32,7 @@ nlohmann::json to_json(const Plan& plan) {
   j["nodes"] = plan.nodes;
   j["predicted_samples_per_s"] = plan.throughput;
   j["predicted_averaging_s"] = plan.averaging_time;
+  j["reason"] = plan.reason;
   j["clusters"] = nlohmann::json::array();
   for (const auto& c : plan.clusters) {
     nlohmann::json cj;
@@ -84,6 +85,7 @@ Plan plan_from_json(const nlohmann::json& j) {
       }
     p.throughput = j.value("predicted_samples_per_s", 0.0);
     p.averaging_time = j.value("predicted_averaging_s", 0.0);
+    p.reason = j.value("reason", std::string());
     return p;
   } catch (const nlohmann::json::exception& e) {
     throw InputError(std::string("plan.json: ") + e.what());

@@ -54,6 +54,7 @@ struct Plan {
   std::vector<Ring> rings;       // empty with one cluster
   Seconds averaging_time = 0;    // predicted seconds of one cross-cluster averaging
   double throughput = 0;         // predicted samples per second of the whole plan
+  std::string reason;            // one line: the bottleneck and what bounds it (CostModel::explain)
 
   NodeRole role_of(int node) const;
 };

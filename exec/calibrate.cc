@@ -6,27 +6,42 @@
 #include <functional>
 #include <thread>
 
+#include <csignal>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/autograd.h>
 
 #include "core/compute_threads.h"
 #include "core/error.h"
+#include "core/model/layers.h"
 
 namespace rv {
 namespace {
 
-// The median time of one call of `op`, in seconds: a warm-up, then repeats until `budget`
-// seconds have passed (at least 5, at most 200 repeats).
-Seconds median_time(const std::function<void()>& op, Seconds budget) {
+Seconds now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// The median time of `op`, in seconds, each call after its own untimed `setup`: a warm-up, then
+// repeats until `budget` seconds have passed, setups included (at least 5, at most 200 repeats).
+Seconds median_time(const std::function<void()>& setup, const std::function<void()>& op, Seconds budget) {
+  setup();
   op();
   std::vector<Seconds> t;
   Seconds spent = 0;
   while (t.size() < 5 || (spent < budget && t.size() < 200)) {
-    const auto a = std::chrono::steady_clock::now();
+    const Seconds s = now();
+    setup();
+    const Seconds a = now();
     op();
-    const Seconds d = std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
-    t.push_back(d);
-    spent += d;
+    const Seconds b = now();
+    t.push_back(b - a);
+    spent += b - s;
   }
   std::nth_element(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(t.size() / 2), t.end());
   return t[t.size() / 2];
@@ -39,114 +54,256 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-std::string dims(std::initializer_list<int64_t> d) {
+std::string dims(const std::vector<int64_t>& d) {
   std::string s;
   for (int64_t x : d) s += (s.empty() ? "" : "x") + std::to_string(x);
   return s;
 }
 
+// One layer on one input shape (with the batch first).
+struct LayerCase {
+  OpKind kind;
+  LayerPtr layer;
+  std::vector<int64_t> input;
+  std::string label;
+  bool fixed_cost = false;
+};
+
+// Times a layer's forward (autograd recording) and backward (to the weights and the input) and
+// adds both samples with the work.h conventions.
+void time_layer(const LayerCase& c, Seconds budget, std::vector<CalibrationSample>& out) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(1);
+  std::vector<at::Tensor> params = c.layer->init_params(gen);
+  std::vector<at::Tensor> buffers = c.layer->init_buffers();
+  const std::vector<int64_t> sample(c.input.begin() + 1, c.input.end());
+  const LayerProfile prof = c.layer->profile(sample);
+  const double batch = static_cast<double>(c.input[0]);
+  double in_elems = batch;
+  for (int64_t d : sample) in_elems *= static_cast<double>(d);
+  const double bytes = static_cast<double>(kFloatBytes) *
+                       (in_elems + batch * static_cast<double>(prof.out_elems) + static_cast<double>(prof.params));
+  // As in a stage, every call's input and incoming gradient are fresh tensors (just written by
+  // the layer before), not the same warm buffers again: that costs elementwise kinds up to 3x.
+  // Pooling follows a ReLU in a network: half its inputs are zeros, which its comparisons notice.
+  const at::Tensor source = c.kind == OpKind::kPool ? at::relu(at::randn(c.input)) : at::randn(c.input);
+  at::Tensor x, y, g;
+  ForwardContext ctx;
+  ctx.train = true;
+  ctx.update_buffers = true;
+  ctx.dropout_seed = 1;
+  // And, as in a stage, a call's outputs stay alive a while (a stage keeps them for the backward),
+  // so the next call writes to other memory rather than to the same warm block again.
+  std::vector<at::Tensor> kept(4);
+  size_t next = 0;
+  auto keep = [&](const at::Tensor& t) { kept[next++ % kept.size()] = t; };
+  auto fresh_input = [&] { x = source.clone().requires_grad_(true); };
+  auto forward = [&] {
+    c10::AutoGradMode grad(true);
+    y = c.layer->forward(x, params.data(), buffers.empty() ? nullptr : buffers.data(), ctx);
+    keep(y);
+  };
+  fresh_input();
+  forward();
+  const at::Tensor gradient = at::randn_like(y);
+  const Seconds tf = median_time(fresh_input, forward, budget);
+  const Seconds tb = median_time(
+      [&] {
+        fresh_input();
+        forward();
+        g = gradient.clone();
+      },
+      [&] {
+        std::vector<at::Tensor> inputs = params;
+        inputs.push_back(x);
+        for (const at::Tensor& t : torch::autograd::grad({y}, inputs, {g})) keep(t);
+      },
+      budget);
+  const double ops = prof.forward_ops;
+  const Flops flops = batch * prof.forward_flops;
+  const bool gemm = c.kind == OpKind::kMatmul || c.kind == OpKind::kConv;
+  out.push_back({Pass::kForward, c.kind, c.label, ops, flops, bytes, tf, c.fixed_cost});
+  out.push_back({Pass::kBackward, c.kind, c.label, gemm ? 2 * ops : ops, gemm ? 2 * flops : flops, bytes, tb,
+                 c.fixed_cost});
+}
+
+std::vector<LayerCase> layer_cases(bool quick) {
+  std::vector<LayerCase> cases;
+  auto add = [&](OpKind kind, LayerPtr layer, std::vector<int64_t> input, std::string label, bool fixed = false) {
+    cases.push_back({kind, std::move(layer), input, label + " " + dims(input), fixed});
+  };
+  // Fixed costs: layers on a handful of values, three batch sizes each. (A batch of one takes
+  // other code paths, matrix-vector products and the like: two at least.)
+  for (int64_t b : {2, 3, 4}) {
+    add(OpKind::kMatmul, make_linear(4, 4), {b, 4}, "linear", true);
+    add(OpKind::kConv, make_conv2d(1, 1, 3, 1), {b, 1, 4, 4}, "conv3x3", true);
+    add(OpKind::kNorm, make_batch_norm2d(2), {b, 2, 2, 2}, "batchnorm", true);
+    add(OpKind::kPool, make_max_pool2d(2), {b, 1, 4, 4}, "maxpool2", true);
+    add(OpKind::kElementwise, make_relu(), {b, 4}, "relu", true);
+  }
+
+  // Sizes avoid powers of two, whose allocations and cache sets some hosts handle pathologically.
+  const std::vector<int64_t> batches = quick ? std::vector<int64_t>{16}
+                                             : std::vector<int64_t>{16, 32, 64, 128, 256};
+  struct Wide {
+    int64_t in, out;
+  };
+  const std::vector<Wide> linears = quick ? std::vector<Wide>{{256, 16}, {512, 512}}
+                                          : std::vector<Wide>{{32, 32},   {256, 16},    {64, 2048},
+                                                              {512, 128}, {128, 512},   {2048, 256},
+                                                              {1024, 1024}};
+  for (int64_t b : batches)
+    for (const Wide& w : linears) add(OpKind::kMatmul, make_linear(w.in, w.out), {b, w.in}, "linear");
+
+  struct Conv {
+    int64_t cin, cout, side;
+  };
+  const std::vector<Conv> convs =
+      quick ? std::vector<Conv>{{1, 8, 20}, {16, 32, 6}}
+            : std::vector<Conv>{{1, 16, 30},  {1, 32, 20},  {3, 32, 30}, {8, 8, 30},   {8, 16, 24},
+                                {16, 16, 20}, {16, 32, 12}, {32, 64, 12}, {64, 64, 6}, {32, 16, 6}};
+  const std::vector<int64_t> image_batches = quick ? std::vector<int64_t>{8} : std::vector<int64_t>{8, 32, 128};
+  for (int64_t b : image_batches)
+    for (const Conv& c : convs)
+      add(OpKind::kConv, make_conv2d(c.cin, c.cout, 3, 1), {b, c.cin, c.side, c.side}, "conv3x3");
+
+  struct Map {
+    int64_t channels, side;
+  };
+  const std::vector<Map> maps =
+      quick ? std::vector<Map>{{8, 12}} : std::vector<Map>{{8, 30}, {16, 20}, {32, 12}, {64, 6}};
+  for (int64_t b : image_batches)
+    for (const Map& m : maps) {
+      add(OpKind::kNorm, make_batch_norm2d(m.channels), {b, m.channels, m.side, m.side}, "batchnorm");
+      add(OpKind::kPool, make_max_pool2d(2), {b, m.channels, m.side, m.side}, "maxpool2");
+    }
+  const std::vector<int64_t> sizes =
+      quick ? std::vector<int64_t>{12000, 300000}
+            : std::vector<int64_t>{3000, 12000, 50000, 100000, 200000, 400000, 800000, 1500000, 3000000};
+  for (int64_t n : sizes) add(OpKind::kElementwise, make_relu(), {n}, "relu");
+  return cases;
+}
+
+// The load processes of a shared calibration: started with it, stopped (and reaped) with it.
+class LoadProcesses {
+ public:
+  LoadProcesses(int count, int threads) {
+    const std::string parent = std::to_string(getpid()), t = std::to_string(threads);
+    for (int i = 0; i < count; ++i) {
+      std::vector<std::string> args{"rv-calibrate-load", "calibrate", "--threads", t, "--load", parent};
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      pid_t pid = 0;
+      if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ) != 0)
+        throw Error("calibrate: cannot start a load process (/proc/self/exe)");
+      pids_.push_back(pid);
+    }
+    if (count > 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));  // let them start
+  }
+  ~LoadProcesses() {
+    for (pid_t p : pids_) kill(p, SIGTERM);
+    for (pid_t p : pids_) waitpid(p, nullptr, 0);
+  }
+  LoadProcesses(const LoadProcesses&) = delete;
+  LoadProcesses& operator=(const LoadProcesses&) = delete;
+
+ private:
+  std::vector<pid_t> pids_;
+};
+
 }  // namespace
+
+void calibration_load(const CalibrateOptions& options, int parent) {
+  set_compute_threads(options.threads > 0 ? options.threads : 1);
+  const std::vector<LayerCase> cases = layer_cases(options.quick);
+  std::vector<CalibrationSample> discard;
+  for (;;)
+    for (const LayerCase& c : cases) {
+      if (getppid() != parent) return;
+      time_layer(c, 0.01, discard);
+      discard.clear();
+    }
+}
+
+double achieved_efficiency(const CalibrationSample& s, const ComputeProfile& p) {
+  const Seconds fixed = s.ops * p.of(s.pass, s.kind).overhead;
+  return s.flops / std::max(s.time - fixed, 0.1 * s.time) / p.peak_flops_per_s;
+}
 
 Calibration calibrate(const CalibrateOptions& options) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int threads = options.threads > 0 ? options.threads : cores;
   set_compute_threads(threads);
-  at::NoGradGuard no_grad;
   const Seconds budget = options.quick ? 0.01 : 0.1;
+  RV_CHECK(options.share >= 1, "calibrate: share must be 1 or more");
+  const LoadProcesses load(options.share - 1, threads);
   Calibration cal;
-  auto sample = [&](OpKind kind, const std::string& shape, Flops flops, const std::function<void()>& op) {
-    cal.samples.push_back({kind, shape, flops, median_time(op, budget)});
-  };
-
-  // Dispatch cost: operations on a handful of elements.
-  std::vector<Seconds> tiny;
-  {
-    at::Tensor a = at::rand({1, 1}), b = at::rand({1, 1}), e = at::rand({8});
-    tiny.push_back(median_time([&] { at::mm(a, b); }, budget));
-    tiny.push_back(median_time([&] { at::relu(e); }, budget));
-    tiny.push_back(median_time([&] { at::add(e, e); }, budget));
-  }
-  const Seconds overhead = median(tiny);
-
-  // Matmuls: a linear layer's forward (batch x in) * (in x out).
-  const std::vector<int64_t> batches = options.quick ? std::vector<int64_t>{16, 128}
-                                                     : std::vector<int64_t>{16, 64, 256};
-  const std::vector<int64_t> widths = options.quick ? std::vector<int64_t>{64, 512}
-                                                    : std::vector<int64_t>{64, 256, 1024, 2048};
-  for (int64_t b : batches)
-    for (int64_t in : widths)
-      for (int64_t out : widths) {
-        at::Tensor x = at::rand({b, in}), w = at::rand({in, out});
-        sample(OpKind::kMatmul, dims({b, in, out}), 2.0 * b * in * out, [&] { at::mm(x, w); });
-      }
-  // Convolutions: 3x3, padding 1, the image sizes and channel counts of small CNNs.
-  struct Conv {
-    int64_t cin, cout, side;
-  };
-  const std::vector<Conv> convs = options.quick
-                                      ? std::vector<Conv>{{1, 8, 28}, {16, 32, 8}}
-                                      : std::vector<Conv>{{1, 8, 28}, {8, 16, 28}, {16, 32, 14},
-                                                          {32, 64, 14}, {16, 32, 8}, {64, 64, 8}};
-  const std::vector<int64_t> conv_batches = options.quick ? std::vector<int64_t>{16}
-                                                          : std::vector<int64_t>{16, 64};
-  for (int64_t b : conv_batches)
-    for (const Conv& c : convs) {
-      at::Tensor x = at::rand({b, c.cin, c.side, c.side}), w = at::rand({c.cout, c.cin, 3, 3});
-      const Flops f = 2.0 * b * c.cin * 9 * c.cout * c.side * c.side;
-      sample(OpKind::kConv, dims({b, c.cin, c.side, c.side}) + "->" + std::to_string(c.cout), f,
-             [&] { at::conv2d(x, w, {}, 1, 1); });
-    }
-  // Elementwise: ReLU over activations of every size.
-  const std::vector<int64_t> sizes = options.quick ? std::vector<int64_t>{1 << 12, 1 << 20}
-                                                   : std::vector<int64_t>{1 << 10, 1 << 14, 1 << 18,
-                                                                          1 << 21, 1 << 24};
-  for (int64_t n : sizes) {
-    at::Tensor x = at::rand({n});
-    sample(OpKind::kElementwise, std::to_string(n), static_cast<Flops>(n), [&] { at::relu(x); });
-  }
-
-  // Fit. A sample's achieved rate counts its time beyond the fixed cost (at least a tenth of it,
-  // so that a noisy tiny sample cannot claim an absurd rate).
-  auto rate = [&](const CalibrationSample& s) {
-    return s.flops / std::max(s.time - overhead, 0.1 * s.time);
-  };
-  // The peak: the best large matmul (small ones are mostly overhead, and a noisy one must not
-  // define it); the best medium one on a host where no matmul was large.
-  double peak = 0;
-  for (int c = kSizeClasses - 1; c >= 0 && peak == 0; --c)
-    for (const auto& s : cal.samples)
-      if (s.kind == OpKind::kMatmul && size_class_of(s.flops) == c) peak = std::max(peak, rate(s));
-  RV_CHECK(peak > 0, "calibrate: no matmul was timed");
   ComputeProfile& p = cal.profile;
-  p.name = "host";
-  p.peak_flops_per_s = peak;
-  p.op_overhead = overhead;
+  p.name = options.share > 1 ? "host shared by " + std::to_string(options.share) : "host";
   p.threads = threads;
-  for (int k = 0; k < kOpKinds; ++k) {
-    std::array<std::vector<double>, kSizeClasses> by_class;
-    for (const auto& s : cal.samples)
-      if (static_cast<int>(s.kind) == k)
-        by_class[static_cast<size_t>(size_class_of(s.flops))].push_back(rate(s) / peak);
-    std::array<double, kSizeClasses> eff{};
-    for (int c = 0; c < kSizeClasses; ++c)
-      eff[static_cast<size_t>(c)] = by_class[static_cast<size_t>(c)].empty()
-                                        ? 0
-                                        : std::min(1.5, median(by_class[static_cast<size_t>(c)]));
-    // Classes without a sample take the nearest measured class's value.
-    for (int c = 0; c < kSizeClasses; ++c) {
-      if (eff[static_cast<size_t>(c)] > 0) continue;
-      for (int d = 1; d < kSizeClasses && eff[static_cast<size_t>(c)] == 0; ++d) {
-        if (c - d >= 0 && !by_class[static_cast<size_t>(c - d)].empty())
-          eff[static_cast<size_t>(c)] = eff[static_cast<size_t>(c - d)];
-        else if (c + d < kSizeClasses && !by_class[static_cast<size_t>(c + d)].empty())
-          eff[static_cast<size_t>(c)] = eff[static_cast<size_t>(c + d)];
-      }
+
+  // The peak: the best large plain matmul.
+  {
+    at::NoGradGuard no_grad;
+    const std::vector<int64_t> sides = options.quick ? std::vector<int64_t>{256} : std::vector<int64_t>{512, 1024};
+    double peak = 0;
+    for (int64_t n : sides) {
+      at::Tensor a = at::rand({n, n}), b = at::rand({n, n});
+      const Seconds t = median_time([] {}, [&] { at::mm(a, b); }, budget);
+      peak = std::max(peak, 2.0 * n * n * n / t);
     }
-    for (int c = 0; c < kSizeClasses; ++c) {
-      RV_CHECK(eff[static_cast<size_t>(c)] > 0, "calibrate: a kind with no sample");
-      p.efficiency[static_cast<size_t>(k)][static_cast<size_t>(c)] = eff[static_cast<size_t>(c)];
-    }
+    p.peak_flops_per_s = peak;
   }
+
+  // Rounds over the whole list, each case's time the median of its rounds: a host whose speed
+  // drifts for seconds at a time (a shared machine, a VM) slows one round of a case, not all.
+  const std::vector<LayerCase> cases = layer_cases(options.quick);
+  const int rounds = options.quick ? 1 : 5;
+  std::vector<std::vector<CalibrationSample>> by_round(static_cast<size_t>(rounds));
+  for (int r = 0; r < rounds; ++r)
+    for (const LayerCase& c : cases) time_layer(c, budget / rounds, by_round[static_cast<size_t>(r)]);
+  cal.samples = by_round[0];
+  for (size_t i = 0; i < cal.samples.size(); ++i) {
+    std::vector<double> t;
+    for (const auto& round : by_round) t.push_back(round[i].time);
+    cal.samples[i].time = median(t);
+  }
+
+  for (int q = 0; q < kPasses; ++q)
+    for (int k = 0; k < kOpKinds; ++k) {
+      const auto pass = static_cast<Pass>(q);
+      const auto kind = static_cast<OpKind>(k);
+      KindCost& cost = p.of(pass, kind);
+      std::vector<double> fixed;
+      for (const auto& s : cal.samples)
+        if (s.pass == pass && s.kind == kind && s.fixed_cost) fixed.push_back(s.time / s.ops);
+      RV_CHECK(!fixed.empty(), "calibrate: no fixed-cost case for a kind");
+      cost.overhead = median(fixed);
+      std::array<std::vector<double>, kOpClasses> by_class;
+      for (const auto& s : cal.samples)
+        if (s.pass == pass && s.kind == kind && !s.fixed_cost)
+          by_class[static_cast<size_t>(op_class_of(s.flops / s.ops, s.bytes))].push_back(achieved_efficiency(s, p));
+      std::array<double, kOpClasses> eff{};
+      for (size_t c = 0; c < eff.size(); ++c)
+        if (!by_class[c].empty()) eff[c] = std::clamp(median(by_class[c]), 1e-6, 1.5);
+      // A class without a case takes the nearest measured one: the same intensity of the other
+      // footprint before the next intensity.
+      const std::array<double, kOpClasses> measured = eff;
+      for (int c = 0; c < kOpClasses; ++c) {
+        double best = 1e9;
+        for (int d = 0; d < kOpClasses && measured[static_cast<size_t>(c)] == 0; ++d) {
+          if (measured[static_cast<size_t>(d)] == 0) continue;
+          const double distance = std::abs(c % kIntensities - d % kIntensities) +
+                                  0.5 * std::abs(c / kIntensities - d / kIntensities);
+          if (distance < best) {
+            best = distance;
+            eff[static_cast<size_t>(c)] = measured[static_cast<size_t>(d)];
+          }
+        }
+        RV_CHECK(eff[static_cast<size_t>(c)] > 0, "calibrate: a kind with no case");
+      }
+      cost.efficiency = eff;
+    }
   return cal;
 }
 

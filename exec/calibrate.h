@@ -1,12 +1,20 @@
 // `ravnest calibrate`: a microbenchmark of LibTorch on this host that yields its compute profile
-// (core/compute/profile.h). It times, with autograd off, matmuls, 2-D convolutions and elementwise
-// operations over a grid of shapes (batch sizes 16 to 256, layer widths 64 to 2048, images 8x8 to
-// 28x28), takes the median time of each, and fits:
-//   op_overhead  the median time of operations too small to cost anything but their dispatch
-//   peak         the best rate a large matmul achieved (flops / (time - overhead))
-//   efficiency   per kind and size class, the median of each sample's rate over the peak
-// A size class with no sample takes its nearest neighbour's value. Nothing is fitted to a
-// scenario: the profile describes the host, for any model.
+// (core/compute/profile.h). It runs the project's own layers (core/model/layers.h) the way a
+// pipeline stage does: the forward with autograd recording, the backward through autograd to the
+// weights and the input. Over a grid of generic shapes (batch 8 to 256, widths 16 to 2048,
+// 3x3 convolutions of 1 to 64 channels on 6x6 to 30x30 images, normalisation, pooling and ReLU
+// on 3 thousand to 3 million values) it takes each case's median time over 5 rounds of the whole
+// list (a drifting host slows one round, not all), and fits:
+//   peak       the best rate of a plain large matmul (autograd off)
+//   overhead   per pass and kind, the time per operation of a layer too small to cost anything
+//              but its fixed cost
+//   efficiency per pass, kind and operation class (work.h), the median over the class's cases of
+//              flops / (time - fixed costs) over the peak
+// A class with no case takes its nearest neighbour's value. Nothing is fitted to a scenario: the
+// profile describes the host, for any model made of these layers.
+//
+// With share = K the host is measured as one of K devices working at once (K - 1 load processes
+// beside the measuring one): a K-node real run on one host gets what each of its nodes achieves.
 #pragma once
 
 #include <string>
@@ -19,13 +27,21 @@ namespace rv {
 struct CalibrateOptions {
   int threads = 0;     // LibTorch threads to measure with; 0: every core
   bool quick = false;  // fewer shapes and repeats (tests)
+  // The host shared by this many devices at once, as in a real run of that many nodes on it: the
+  // other share - 1 run the same layers meanwhile, in processes of their own (calibration_load),
+  // so that the profile counts what they take of the cores, caches and memory bandwidth.
+  int share = 1;
 };
 
 struct CalibrationSample {
+  Pass pass = Pass::kForward;
   OpKind kind = OpKind::kMatmul;
-  std::string shape;  // "64x784x256"
-  Flops flops = 0;    // of one operation
-  Seconds time = 0;   // median of one operation
+  std::string shape;  // "linear 64x784->256"
+  double ops = 1;     // operations (work.h conventions)
+  Flops flops = 0;    // of all of them
+  double bytes = 0;   // moved by one operation
+  Seconds time = 0;   // median of the case
+  bool fixed_cost = false;  // a tiny case that measures the fixed cost
 };
 
 struct Calibration {
@@ -34,5 +50,12 @@ struct Calibration {
 };
 
 Calibration calibrate(const CalibrateOptions& options);
+
+// The load of one other device (CalibrateOptions::share): the calibration's layers over and over,
+// timing nothing, until process `parent` is gone. `ravnest calibrate --load PID` runs it.
+void calibration_load(const CalibrateOptions& options, int parent);
+
+// A case's achieved fraction of the profile's peak, after its fixed costs.
+double achieved_efficiency(const CalibrationSample& s, const ComputeProfile& p);
 
 }  // namespace rv

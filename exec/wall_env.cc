@@ -1,11 +1,20 @@
 #include "exec/wall_env.h"
 
+#include <ctime>
+#include <limits>
+
 #include <thread>
 
 namespace rv {
 
 Seconds WallClock::now() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+Seconds WallClock::thread_cpu_now() const {
+  timespec ts{};
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return std::numeric_limits<double>::quiet_NaN();
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 void WallClock::sleep_for(Seconds s) {

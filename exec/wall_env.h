@@ -26,6 +26,7 @@ class WallClock : public Clock {
   }
   Seconds now() const override;
   void sleep_for(Seconds s) override;
+  Seconds thread_cpu_now() const override;  // CLOCK_THREAD_CPUTIME_ID
 
  private:
   std::chrono::steady_clock::time_point start_;

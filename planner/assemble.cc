@@ -144,9 +144,10 @@ Plan plan_replicas(const Scenario& scenario, const ModelDesc& model) {
   return assemble_plan(cost.algorithm().name, cost, clusters);
 }
 
-Plan make_plan(const Scenario& scenario_in, const ModelDesc& model) {
-  if (algorithm_of(scenario_in).traits.layout == Layout::kReplicas) return plan_replicas(scenario_in, model);
-  const Scenario& scenario = scenario_in;
+namespace {
+
+Plan plan_with(const Scenario& scenario, const ModelDesc& model) {
+  if (algorithm_of(scenario).traits.layout == Layout::kReplicas) return plan_replicas(scenario, model);
   const std::string& m = scenario.planner.method;
   if (m == "manual") return plan_manual(scenario, model);
   if (m == "greedy") return plan_greedy(scenario, model);
@@ -154,6 +155,14 @@ Plan make_plan(const Scenario& scenario_in, const ModelDesc& model) {
   if (m == "ravnest-ga") return plan_ravnest_ga(scenario, model);
   if (m == "exhaustive") return plan_exhaustive(scenario, model);
   throw ScenarioError(scenario.source, "planner.method", "unknown planner method '" + m + "'");
+}
+
+}  // namespace
+
+Plan make_plan(const Scenario& scenario, const ModelDesc& model) {
+  Plan plan = plan_with(scenario, model);
+  plan.reason = CostModel(scenario, model).explain(plan);
+  return plan;
 }
 
 }  // namespace rv

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 
 #include "core/model/cost_model.h"
@@ -28,7 +29,7 @@ CostModel::CostModel(const Scenario& scenario, const ModelDesc& model)
   for (const auto& g : scenario.devices) {
     for (int i = 0; i < g.count; ++i)
       pool_.push_back({g.flops_per_s(), g.ram_bytes(), g.up_bytes_per_s(), g.down_bytes_per_s(),
-                       g.latency_s(), g.compute_profile(), group});
+                       g.latency_s(), g.compute_profile(), group, g.name});
     ++group;
   }
   const size_t ranges = static_cast<size_t>(layers() + 1) * static_cast<size_t>(layers() + 1);
@@ -220,6 +221,78 @@ void CostModel::annotate(Plan& plan) const {
   plan.rings = plan.clusters.size() > 1 ? make_rings(*model_, plan.clusters) : std::vector<Ring>{};
   plan.averaging_time = averaging_time(plan.clusters, plan.rings);
   plan.throughput = throughput(periods, plan.averaging_time);
+}
+
+std::string CostModel::explain(const Plan& plan) const {
+  if (plan.clusters.empty()) return "no cluster";
+  size_t slowest = 0;
+  for (size_t c = 1; c < plan.clusters.size(); ++c)
+    if (plan.clusters[c].period > plan.clusters[slowest].period) slowest = c;
+  const ClusterPlan& cl = plan.clusters[slowest];
+  const double bw = factors_.bandwidth;
+  // The station with the largest demand per micro-batch, as cluster_period sees them.
+  double most = -1;
+  std::string what;
+  auto consider = [&](double seconds, std::string text) {
+    if (seconds > most) {
+      most = seconds;
+      what = std::move(text);
+    }
+  };
+  auto ms = [](double s) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3g ms", s * 1e3);
+    return std::string(buf);
+  };
+  auto mbit = [](double bytes_per_s) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.4g Mbit/s", bytes_per_s / kMbpsToBytesPerSecond);
+    return std::string(buf);
+  };
+  auto node_name = [&](int n) { return "node " + std::to_string(n) + " (" + pool_[static_cast<size_t>(n)].device + ")"; };
+  for (size_t s = 0; s < cl.stages.size(); ++s) {
+    const StagePlan& st = cl.stages[s];
+    const PoolNode& p = pool_[static_cast<size_t>(st.node)];
+    consider(compute_time(st.node, st.layer_begin, st.layer_end),
+             "the compute of stage " + std::to_string(s) + " (layers " + std::to_string(st.layer_begin) + ".." +
+                 std::to_string(st.layer_end - 1) + ") on " + node_name(st.node));
+    const double bytes = boundary_bytes(st.layer_begin) + boundary_bytes(st.layer_end);
+    if (bytes > 0) {
+      consider(bytes / (p.up * bw), "the uplink of " + node_name(st.node) + " (" + mbit(p.up * bw) + ")");
+      consider(bytes / (p.down * bw), "the downlink of " + node_name(st.node) + " (" + mbit(p.down * bw) + ")");
+    }
+    if (s + 1 < cl.stages.size()) {
+      const int a = st.node, b = cl.stages[s + 1].node;
+      const double bytes_out = boundary_bytes(st.layer_end);
+      for (auto [x, y] : {std::pair{a, b}, std::pair{b, a}})
+        consider(bytes_out / path_bandwidth(x, y), "the flow from node " + std::to_string(x) + " to node " +
+                                                       std::to_string(y) + " (" + mbit(path_bandwidth(x, y)) +
+                                                       ", TCP window over the latency)");
+    }
+  }
+  std::string line;
+  const std::string where = plan.clusters.size() > 1 ? "cluster " + std::to_string(slowest) + "'s" : "the";
+  if (cl.period > 1.05 * most && algorithm_->traits.schedule == Schedule::kFlush) {
+    line = "bottleneck: " + what + ", " + ms(most) + " per micro-batch; the flush's fill and drain make " +
+           where + " period " + ms(cl.period);
+  } else if (cl.period > 1.05 * most) {
+    line = where + " pipeline is bound by its round trip: " + ms(cl.period) + " per micro-batch with " +
+           std::to_string(in_flight(static_cast<int>(cl.stages.size()))) +
+           " in flight, more than its slowest station, " + what + " (" + ms(most) + ")";
+  } else {
+    line = "bottleneck: " + what + ", " + ms(most) + " per micro-batch of " + where + " " + ms(cl.period) +
+           " period";
+  }
+  if (plan.clusters.size() > 1) {
+    const double per_update = cl.period + plan.averaging_time / static_cast<double>(per_exchange_);
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "; averaging takes %.0f%% of the time", 100.0 * (per_update - cl.period) / per_update);
+    line += buf;
+  }
+  int used = 0;
+  for (const auto& c : plan.clusters) used += static_cast<int>(c.stages.size());
+  line += "; " + std::to_string(used) + " of " + std::to_string(nodes()) + " nodes used";
+  return line;
 }
 
 std::vector<Ring> make_rings(const ModelDesc& model, const std::vector<ClusterPlan>& clusters) {

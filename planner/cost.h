@@ -15,6 +15,7 @@
 // and the latencies). Checked against the simulator in tests/test_planner_cost.cc.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "algo/registry.h"
@@ -43,6 +44,7 @@ struct PoolNode {
   double latency = 0;  // s, one way to the core (before factors)
   ComputeProfile compute;  // the device's compute model, as the simulator charges it
   int group = 0;           // its device group: nodes of one group compute alike
+  std::string device;      // the group's name
 };
 
 class CostModel {
@@ -91,6 +93,10 @@ class CostModel {
   // Samples per second of the whole plan: C clusters in step, averaging every average_every
   // updates (the slowest cluster gates each bulk-synchronous averaging).
   double throughput(const std::vector<double>& cluster_periods, double averaging) const;
+  // One line on an annotated plan: its slowest cluster's bottleneck (a stage's compute, a node's
+  // uplink or downlink, a link's flow, or the round trip when too few micro-batches are in
+  // flight), what bounds it, the averaging's share and the nodes used.
+  std::string explain(const Plan& plan) const;
 
   // Fills in every predicted figure of `plan` (stage memory and times, cluster periods and
   // throughputs, rings, averaging time, overall throughput).

@@ -294,7 +294,7 @@ Plan plan_ga(const Scenario& scenario, const ModelDesc& model) {
   std::stable_sort(seeds.begin(), seeds.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   const int n = cost.nodes();
   int population = scenario.planner.population, generations = scenario.planner.generations;
-  if (population <= 0) population = n <= 100 ? 40 : (n <= 1000 ? 20 : 10);
+  if (population <= 0) population = n <= 12 ? 80 : (n <= 100 ? 40 : (n <= 1000 ? 20 : 10));
   if (generations <= 0) generations = n <= 100 ? 200 : (n <= 1000 ? 60 : 15);
   std::vector<std::vector<Partition>> seed_clusters;
   for (size_t i = 0; i < seeds.size() && static_cast<int>(i) < population; ++i) seed_clusters.push_back(seeds[i].second);

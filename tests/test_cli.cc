@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -218,6 +219,37 @@ TEST_CASE("real processes, the simulator and the loopback agree on the plan and 
   CHECK(std::abs(ar - as) <= 0.05);
   // Every real node measured its own peak memory.
   for (const auto& n : rs["per_node"]) CHECK(n["measured_peak_memory_bytes"].get<int64_t>() > 0);
+  // Every real compute span carries its thread's CPU time, within the span; the simulator's none.
+  auto cpu_of_spans = [&](const std::string& run, int* with, int* spans) {
+    std::istringstream rows(slurp(d / run / "metrics.csv"));
+    std::string row;
+    std::getline(rows, row);
+    REQUIRE(row.size() > 6);
+    CHECK(row.substr(row.size() - 6) == ",cpu_s");
+    while (std::getline(rows, row)) {
+      std::vector<std::string> f;
+      std::stringstream ss(row);
+      for (std::string c; std::getline(ss, c, ',');) f.push_back(c);
+      if (!row.empty() && row.back() == ',') f.push_back("");
+      REQUIRE(f.size() == 15);
+      if (f[0] != "forward" && f[0] != "backward" && f[0] != "update") continue;
+      ++*spans;
+      if (f[14].empty()) continue;
+      ++*with;
+      const double cpu = std::stod(f[14]), wall = std::stod(f[7]) - std::stod(f[6]);
+      CHECK(cpu >= 0);
+      CHECK(cpu <= wall + 1e-3);  // one thread: no more CPU than wall time (clock ticks aside)
+    }
+  };
+  int real_with = 0, real_spans = 0, sim_with = 0, sim_spans = 0;
+  cpu_of_spans("real", &real_with, &real_spans);
+  cpu_of_spans("sim", &sim_with, &sim_spans);
+  CHECK(real_spans > 0);
+  CHECK(real_with == real_spans);
+  CHECK(sim_spans > 0);
+  CHECK(sim_with == 0);
+  // The plan says why, and the run folder keeps it.
+  CHECK(!json("real", "plan.json")["reason"].get<std::string>().empty());
   fs::remove_all(d);
 }
 

@@ -1,4 +1,5 @@
-// The calibrated compute model (core/compute/): work counted as kernels by kind and size class,
+// The calibrated compute model (core/compute/): work counted as operations by pass, kind and
+// intensity class,
 // a device's time for it (one function, time_of), profile files, and the simulator and the planner
 // charging exactly that time.
 #include <cmath>
@@ -24,9 +25,13 @@ ComputeProfile example_profile() {
   ComputeProfile p;
   p.name = "example";
   p.peak_flops_per_s = 2e11;
-  p.op_overhead = 20e-6;
   p.threads = 2;
-  p.efficiency = {{{{0.1, 0.5, 0.9}}, {{0.05, 0.3, 0.6}}, {{0.01, 0.02, 0.03}}}};
+  for (int q = 0; q < kPasses; ++q)
+    for (int k = 0; k < kOpKinds; ++k) {
+      KindCost& c = p.of(static_cast<Pass>(q), static_cast<OpKind>(k));
+      c.overhead = (20 + 10 * q + k) * 1e-6;
+      for (int e = 0; e < kOpClasses; ++e) c.efficiency[e] = 0.01 * (k + 1) * (e + 1) + 0.001 * q;
+    }
   return p;
 }
 
@@ -38,38 +43,49 @@ fs::path temp_file(const std::string& name, const std::string& text) {
 
 }  // namespace
 
-TEST_CASE("work counts kernels by kind and size class", "[compute]") {
+TEST_CASE("work counts operations by pass, kind and intensity class", "[compute]") {
   Work w;
-  w.add(OpKind::kMatmul, 1000);                 // small
-  w.add(OpKind::kMatmul, kSmallOpFlops, 3);     // medium (the class starts at its bound)
-  w.add(OpKind::kElementwise, kMediumOpFlops);  // large
-  CHECK(w.ops(OpKind::kMatmul, 0) == 1);
-  CHECK(w.flops(OpKind::kMatmul, 1) == 3 * kSmallOpFlops);
-  CHECK(w.ops(OpKind::kElementwise, 2) == 1);
-  CHECK(w.total_ops() == 5);
-  CHECK(w.total_flops() == 1000 + 3 * kSmallOpFlops + kMediumOpFlops);
+  w.add(OpKind::kMatmul, Pass::kForward, 1000, 1000);     // 1 flop/B: the first class
+  w.add(OpKind::kMatmul, Pass::kForward, 8000, 1000, 3);  // 8 flop/B: the third (from its bound)
+  w.add(OpKind::kMatmul, Pass::kBackward, 32000, 1000);   // 32 flop/B: the fifth
+  w.add_elementwise(500, 2, 2);                           // 2 ops of 500 elements, 12 B each
+  CHECK(w.ops(OpKind::kMatmul, Pass::kForward, 0) == 1);
+  CHECK(w.flops(OpKind::kMatmul, Pass::kForward, 2) == 24000);
+  CHECK(w.ops(OpKind::kMatmul, Pass::kBackward, 4) == 1);
+  CHECK(w.ops(OpKind::kMatmul, Pass::kForward, 4) == 0);
+  CHECK(w.ops(OpKind::kElementwise, Pass::kForward, 0) == 2);
+  CHECK(w.flops(OpKind::kElementwise, Pass::kForward, 0) == 1000);
+  CHECK(w.total_ops() == 7);
+  CHECK(w.total_flops() == 1000 + 24000 + 32000 + 1000);
   const Work twice = w.scaled(2);
-  CHECK(twice.total_ops() == 10);
-  CHECK(twice.flops(OpKind::kMatmul, 0) == 2000);
-  CHECK_THROWS_AS(w.add(OpKind::kConv, -1), Error);
+  CHECK(twice.total_ops() == 14);
+  CHECK(twice.flops(OpKind::kMatmul, Pass::kForward, 0) == 2000);
+  // No bytes: nothing bounds it but the flops.
+  CHECK(op_class_of(10, 0) == kIntensities - 1);
+  CHECK(op_class_of(1e8, 2e6) == kIntensities + 4);  // 50 flop/B beyond the cache
+  CHECK(op_class_name(kIntensities + 1) == "<8 flop/B, large");
+  CHECK(op_class_name(kIntensities - 1) == ">=64 flop/B");
+  CHECK_THROWS_AS(w.add(OpKind::kConv, Pass::kForward, -1, 1), Error);
+  CHECK_THROWS_AS(w.add(OpKind::kConv, Pass::kForward, 1, -1), Error);
 }
 
-TEST_CASE("a device's time: a fixed cost per kernel plus flops at its efficiency", "[compute]") {
+TEST_CASE("a device's time: a fixed cost per operation plus flops at its efficiency", "[compute]") {
   const ComputeProfile p = example_profile();
   Work w;
-  w.add(OpKind::kMatmul, 1e9, 2);     // large: 2 kernels of 1 GFLOP at 0.9 of the peak
-  w.add(OpKind::kConv, 1e5, 4);       // small convolutions at 0.05
-  w.add(OpKind::kElementwise, 2e6);   // medium elementwise at 0.02
-  const double expected = 7 * 20e-6 + 2e9 / (2e11 * 0.9) + 4e5 / (2e11 * 0.05) + 2e6 / (2e11 * 0.02);
+  w.add(OpKind::kMatmul, Pass::kForward, 1e9, 1e7, 2);  // 100 flop/B, 10 MB: the last class, 0.12
+  w.add(OpKind::kConv, Pass::kBackward, 1e5, 1e5, 4);   // 1 flop/B, cached: the first, 0.021
+  w.add(OpKind::kPool, Pass::kForward, 2e6, 2e5);       // 10 flop/B, cached: the third, 0.12
+  const double expected = 2 * 20e-6 + 2e9 / (2e11 * 0.12) + 4 * 31e-6 + 4e5 / (2e11 * 0.021) + 23e-6 +
+                          2e6 / (2e11 * 0.12);
   CHECK(time_of(w, p) == Approx(expected).epsilon(1e-12));
-  // The default profile is the peak model: flops over the peak, nothing per kernel.
+  // The default profile is the peak model: flops over the peak, nothing per operation.
   ComputeProfile peak;
   peak.peak_flops_per_s = 5e12;
   CHECK(time_of(w, peak) == Approx(w.total_flops() / 5e12).epsilon(1e-12));
   CHECK(time_of(Work(), p) == 0);
 }
 
-TEST_CASE("a model's work: its layers' kernels, the backward twice the forward", "[compute]") {
+TEST_CASE("a model's work: its layers' operations, the backward's gradients", "[compute]") {
   auto prep = test::prepare(R"(
 name = "w"
 [model]
@@ -92,31 +108,54 @@ count = 1
   const int n = m.layer_count();
   const Work f = m.forward_work(0, n, 16), b = m.backward_work(0, n, 16);
   CHECK(f.total_flops() == Approx(16 * m.forward_flops(0, n)).epsilon(1e-12));
-  CHECK(b.total_flops() == Approx(2 * f.total_flops()).epsilon(1e-12));
-  int convs = 0, linears = 0, views = 0;
+  int convs = 0, linears = 0, views = 0, norms = 0, pools = 0;
   for (const LayerProfile& p : m.profile) {
     convs += p.op_kind == OpKind::kConv;
     linears += p.op_kind == OpKind::kMatmul;
+    norms += p.op_kind == OpKind::kNorm;
+    pools += p.op_kind == OpKind::kPool;
     views += p.forward_ops == 0;
   }
-  double conv_ops = 0, matmul_ops = 0;
-  for (int c = 0; c < kSizeClasses; ++c) {
-    conv_ops += f.ops(OpKind::kConv, c);
-    matmul_ops += f.ops(OpKind::kMatmul, c);
-    CHECK(b.ops(OpKind::kConv, c) == 2 * f.ops(OpKind::kConv, c));
-  }
+  auto ops = [](const Work& w, OpKind k, Pass q) {
+    double o = 0;
+    for (int c = 0; c < kOpClasses; ++c) o += w.ops(k, q, c);
+    return o;
+  };
   CHECK(convs == 2);
-  CHECK(conv_ops == 2);
-  CHECK(matmul_ops == linears);
+  CHECK(norms == 2);
+  CHECK(pools == 2);
   CHECK(views == 1);  // the flatten
-  // The stage's work carries the stage cost's flops, and its update charges every parameter.
+  CHECK(ops(f, OpKind::kConv, Pass::kForward) == 2);
+  CHECK(ops(f, OpKind::kMatmul, Pass::kForward) == linears);
+  CHECK(ops(f, OpKind::kNorm, Pass::kForward) == 2);
+  CHECK(f.total_ops() == m.layer_count() - views);
+  // Backward: the first convolution computes its weights' gradient only (the model's input needs
+  // none); every later convolution and linear layer both gradients; the rest one operation each.
+  CHECK(ops(b, OpKind::kConv, Pass::kBackward) == 3);
+  CHECK(ops(b, OpKind::kMatmul, Pass::kBackward) == 2 * linears);
+  CHECK(ops(b, OpKind::kNorm, Pass::kBackward) == 2);
+  CHECK(ops(b, OpKind::kConv, Pass::kForward) == 0);
+  const Flops first_conv = 16 * m.profile[0].forward_flops;
+  double other_flops = 0;
+  for (int l = 0; l < n; ++l)
+    if (m.profile[l].op_kind != OpKind::kConv && m.profile[l].op_kind != OpKind::kMatmul)
+      other_flops += 16 * m.profile[l].forward_flops;
+  CHECK(b.total_flops() == Approx(2 * f.total_flops() - first_conv - other_flops).epsilon(1e-12));
+  // A later stage's backward also computes its input's gradient.
+  CHECK(ops(m.backward_work(1, n, 16), OpKind::kConv, Pass::kBackward) == 2);
+  // The stage adds the first stage's input preparation and the last stage's loss; its update
+  // charges every parameter.
   TrainingSpec tr = prep.scenario.training;
   tr.optimizer = "adam";
   const StageCost c = stage_cost(m, 0, n, tr, 16, 1);
   const StageWork sw = stage_work(m, 0, n, tr, 16);
   CHECK(sw.update.total_flops() == Approx(c.update).epsilon(1e-12));
-  CHECK(sw.forward.total_flops() == Approx(c.forward).epsilon(1e-12));
-  CHECK(sw.backward.total_flops() == Approx(c.backward).epsilon(1e-12));
+  CHECK(sw.forward.total_flops() == Approx(c.forward + 5.0 * 16 * m.input_elems).epsilon(1e-12));
+  CHECK(sw.forward.total_ops() == f.total_ops() + 5);
+  CHECK(sw.backward.total_ops() == b.total_ops() + 4);
+  const StageWork middle = stage_work(m, 1, n - 1, tr, 16);
+  CHECK(middle.forward.total_ops() == m.forward_work(1, n - 1, 16).total_ops());
+  CHECK(middle.backward.total_ops() == m.backward_work(1, n - 1, 16).total_ops());
 }
 
 TEST_CASE("profile files read back as written; bad ones name the key", "[compute]") {
@@ -124,26 +163,28 @@ TEST_CASE("profile files read back as written; bad ones name the key", "[compute
   const ComputeProfile q = parse_profile(profile_to_toml(p, "a comment"), "p.toml");
   CHECK(q.name == p.name);
   CHECK(q.peak_flops_per_s == Approx(p.peak_flops_per_s).epsilon(1e-6));
-  CHECK(q.op_overhead == Approx(p.op_overhead).epsilon(1e-6));
-  CHECK(q.threads == 2);
-  for (int k = 0; k < kOpKinds; ++k)
-    for (int c = 0; c < kSizeClasses; ++c)
-      CHECK(q.efficiency_of(static_cast<OpKind>(k), c) ==
-            Approx(p.efficiency_of(static_cast<OpKind>(k), c)).epsilon(1e-6));
+  for (int r = 0; r < kPasses; ++r)
+    for (int k = 0; k < kOpKinds; ++k) {
+      const KindCost& a = p.of(static_cast<Pass>(r), static_cast<OpKind>(k));
+      const KindCost& b = q.of(static_cast<Pass>(r), static_cast<OpKind>(k));
+      CHECK(b.overhead == Approx(a.overhead).epsilon(1e-6));
+      for (size_t c = 0; c < kOpClasses; ++c)
+        CHECK(b.efficiency[c] == Approx(a.efficiency[c]).epsilon(1e-6));
+    }
   const std::string good = profile_to_toml(p);
   struct Bad {
     std::string text, says;
   };
-  for (const Bad& bad : {Bad{"peak_tflops = 1\nop_overhead_us = 1\n", "key 'efficiency'"},
+  const std::string row = " = [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n";
+  const std::string kinds = "matmul" + row + "conv" + row + "norm" + row + "pool" + row + "elementwise" + row;
+  const std::string backward = "peak_tflops = 1\n[backward]\n" + kinds + "[forward]\n";
+  for (const Bad& bad : {Bad{"peak_tflops = 1\n[forward]\n" + kinds, "key 'backward'"},
                          Bad{"speed = 3\n" + good, "key 'speed': unknown key"},
-                         Bad{good + "attention = [1, 1, 1]\n", "key 'efficiency.attention': unknown key"},
-                         Bad{"peak_tflops = -1\nop_overhead_us = 1\n", "key 'peak_tflops'"},
-                         Bad{"peak_tflops = 1\nop_overhead_us = 1\n[efficiency]\nmatmul = [1, 1]\n"
-                             "conv = [1, 1, 1]\nelementwise = [1, 1, 1]\n",
-                             "key 'efficiency.matmul'"},
-                         Bad{"peak_tflops = 1\nop_overhead_us = 1\n[efficiency]\nmatmul = [1, 1, 0]\n"
-                             "conv = [1, 1, 1]\nelementwise = [1, 1, 1]\n",
-                             "(0, 1.5]"},
+                         Bad{good + "attention" + row, "key 'backward.attention': unknown kind"},
+                         Bad{"peak_tflops = -1\n", "key 'peak_tflops'"},
+                         Bad{backward + "matmul = [1, 1, 1, 1]\n" + kinds.substr(6 + row.size()), "key 'forward.matmul'"},
+                         Bad{backward + "matmul = [1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + kinds.substr(6 + row.size()), "(0, 1.5]"},
+                         Bad{backward + "matmul = [-1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + kinds.substr(6 + row.size()), "fixed cost"},
                          Bad{"peak_tflops = [", "p.toml:1"}}) {
     INFO(bad.text);
     try {
@@ -184,7 +225,7 @@ TEST_CASE("a device's profile: the simulator and the planner charge time_of, not
   auto p = test::prepare(kOneNode, {"devices.0.profile=\"" + file.string() + "\""}, false);
   const ComputeProfile device = p.scenario.devices[0].compute_profile();
   CHECK(device.peak_flops_per_s == 0.2e12);  // the device's peak, the profile's efficiencies
-  CHECK(device.op_overhead == Approx(20e-6).epsilon(1e-9));
+  CHECK(device.of(Pass::kForward, OpKind::kMatmul).overhead == Approx(20e-6).epsilon(1e-9));
   const int n = p.model.layer_count();
   const StageCost c = stage_cost(p.model, 0, n, p.scenario.training, 32, 1);
   const StageWork w = stage_work(p.model, 0, n, p.scenario.training, 32);

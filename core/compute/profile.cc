@@ -24,14 +24,18 @@ std::string number(double v) {
 
 Seconds time_of(const Work& work, const ComputeProfile& p) {
   Seconds t = 0;
-  for (int k = 0; k < kOpKinds; ++k) {
-    const auto kind = static_cast<OpKind>(k);
-    for (int c = 0; c < kSizeClasses; ++c) {
-      const double ops = work.ops(kind, c);
-      if (ops == 0) continue;
-      t += ops * p.op_overhead + work.flops(kind, c) / (p.peak_flops_per_s * p.efficiency_of(kind, c));
+  for (int q = 0; q < kPasses; ++q)
+    for (int k = 0; k < kOpKinds; ++k) {
+      const auto pass = static_cast<Pass>(q);
+      const auto kind = static_cast<OpKind>(k);
+      const KindCost& cost = p.of(pass, kind);
+      for (int c = 0; c < kOpClasses; ++c) {
+        const double ops = work.ops(kind, pass, c);
+        if (ops == 0) continue;
+        t += ops * cost.overhead +
+             work.flops(kind, pass, c) / (p.peak_flops_per_s * cost.efficiency[static_cast<size_t>(c)]);
+      }
     }
-  }
   return t;
 }
 
@@ -49,39 +53,43 @@ ComputeProfile parse_profile(const std::string& text, const std::string& source)
   };
   for (const auto& [k, v] : root) {
     const std::string key(k.str());
-    if (key != "name" && key != "peak_tflops" && key != "op_overhead_us" && key != "threads" &&
-        key != "efficiency")
-      fail(key, "unknown key");
+    if (key != "name" && key != "peak_tflops" && key != "threads" && key != "forward" && key != "backward")
+      fail(key, "unknown key (expected name, peak_tflops, threads, [forward], [backward])");
   }
   ComputeProfile p;
   p.name = root["name"].value_or(std::string("profile"));
   const auto peak = root["peak_tflops"].value<double>();
   if (!peak || !(*peak > 0) || *peak > 1e6) fail("peak_tflops", "expected a number in (0, 1e6]");
   p.peak_flops_per_s = *peak * kTflopsToFlopsPerSecond;
-  const auto overhead = root["op_overhead_us"].value<double>();
-  if (!overhead || !(*overhead >= 0) || *overhead > 1e6)
-    fail("op_overhead_us", "expected a number in [0, 1e6]");
-  p.op_overhead = *overhead * 1e-6;
   if (root.contains("threads")) {
     const auto threads = root["threads"].value<int64_t>();
     if (!threads || *threads < 0 || *threads > 4096) fail("threads", "expected an integer in [0, 4096]");
     p.threads = static_cast<int>(*threads);
   }
-  const toml::table* eff = root["efficiency"].as_table();
-  if (eff == nullptr) fail("efficiency", "expected a table of matmul, conv and elementwise");
-  for (const auto& [k, v] : *eff) {
-    const std::string key(k.str());
-    if (key != "matmul" && key != "conv" && key != "elementwise") fail("efficiency." + key, "unknown key");
-  }
-  for (int k = 0; k < kOpKinds; ++k) {
-    const std::string key = std::string("efficiency.") + op_kind_name(static_cast<OpKind>(k));
-    const toml::array* a = (*eff)[op_kind_name(static_cast<OpKind>(k))].as_array();
-    if (a == nullptr || a->size() != kSizeClasses)
-      fail(key, "expected an array of 3 numbers (small, medium, large operations)");
-    for (int c = 0; c < kSizeClasses; ++c) {
-      const auto e = (*a)[static_cast<size_t>(c)].value<double>();
-      if (!e || !(*e > 0) || *e > kMaxEfficiency) fail(key, "expected numbers in (0, 1.5]");
-      p.efficiency[static_cast<size_t>(k)][static_cast<size_t>(c)] = *e;
+  for (int q = 0; q < kPasses; ++q) {
+    const std::string pass = pass_name(static_cast<Pass>(q));
+    const toml::table* t = root[pass].as_table();
+    if (t == nullptr) fail(pass, "expected a table with matmul, conv, norm, pool and elementwise");
+    for (const auto& [k, v] : *t) {
+      bool known = false;
+      for (int i = 0; i < kOpKinds; ++i) known |= k.str() == op_kind_name(static_cast<OpKind>(i));
+      if (!known) fail(pass + "." + std::string(k.str()), "unknown kind");
+    }
+    for (int k = 0; k < kOpKinds; ++k) {
+      const std::string key = pass + "." + op_kind_name(static_cast<OpKind>(k));
+      const toml::array* a = (*t)[op_kind_name(static_cast<OpKind>(k))].as_array();
+      if (a == nullptr || a->size() != 1 + kOpClasses)
+        fail(key, "expected [fixed cost in us, then 12 efficiencies: intensity < 4, < 8, < 16, < 32, < 64, >= 64 flop/B within 1 MiB, the same beyond]");
+      KindCost& cost = p.of(static_cast<Pass>(q), static_cast<OpKind>(k));
+      const auto overhead = (*a)[0].value<double>();
+      if (!overhead || !(*overhead >= 0) || *overhead > 1e6)
+        fail(key, "expected a fixed cost in [0, 1e6] us first");
+      cost.overhead = *overhead * 1e-6;
+      for (int c = 0; c < kOpClasses; ++c) {
+        const auto e = (*a)[static_cast<size_t>(c + 1)].value<double>();
+        if (!e || !(*e > 0) || *e > kMaxEfficiency) fail(key, "expected efficiencies in (0, 1.5]");
+        cost.efficiency[static_cast<size_t>(c)] = *e;
+      }
     }
   }
   return p;
@@ -105,14 +113,18 @@ std::string profile_to_toml(const ComputeProfile& p, const std::string& comment)
   }
   os << "name = \"" << name << "\"\n";
   os << "peak_tflops = " << number(p.peak_flops_per_s / kTflopsToFlopsPerSecond) << "\n";
-  os << "op_overhead_us = " << number(p.op_overhead * 1e6) << "\n";
   os << "threads = " << p.threads << "\n";
-  os << "[efficiency]  # achieved / peak: small, medium, large operations\n";
-  for (int k = 0; k < kOpKinds; ++k) {
-    os << op_kind_name(static_cast<OpKind>(k)) << " = [";
-    for (int c = 0; c < kSizeClasses; ++c)
-      os << (c ? ", " : "") << number(p.efficiency_of(static_cast<OpKind>(k), c));
-    os << "]\n";
+  for (int q = 0; q < kPasses; ++q) {
+    os << "[" << pass_name(static_cast<Pass>(q)) << "]";
+    if (q == 0)
+      os << "  # per kind: [fixed cost in us, efficiency at intensity < 4, < 8, < 16, < 32, < 64, >= 64 flop/B within 1 MiB, the same beyond]";
+    os << "\n";
+    for (int k = 0; k < kOpKinds; ++k) {
+      const KindCost& cost = p.of(static_cast<Pass>(q), static_cast<OpKind>(k));
+      os << op_kind_name(static_cast<OpKind>(k)) << " = [" << number(cost.overhead * 1e6);
+      for (double e : cost.efficiency) os << ", " << number(e);
+      os << "]\n";
+    }
   }
   return os.str();
 }

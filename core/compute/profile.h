@@ -1,21 +1,27 @@
-// A device's compute as the calibrated model describes it: its peak, a fixed cost per operation
-// (kernel launch, dispatch, memory allocation), and the fraction of the peak each kind and size
-// class of operation achieves. time_of() is the model's one function: the simulator, the planner
-// and emulate_speed are to charge work through it and nothing else.
+// A device's compute as the calibrated model describes it: its peak, and per pass (forward,
+// backward) and kind of layer a fixed cost per operation (dispatch, autograd bookkeeping,
+// allocation) and the fraction of the peak it achieves in each operation class (arithmetic
+// intensity and footprint, work.h). time_of() is the model's one function: the simulator, the planner and
+// emulate_speed charge work through it and nothing else.
 //
-// Profiles come from `ravnest calibrate` (a microbenchmark of LibTorch on this host, written as a
-// profile file) or from published achieved/peak ratios; the file format (TOML):
+// Profiles come from `ravnest calibrate` (a microbenchmark of this host's LibTorch running the
+// project's own layers, forward and backward, written as a profile file) or from published
+// achieved/peak ratios (profiles/). The file format (TOML):
 //
 //   name = "host"
-//   peak_tflops = 0.21          # the best rate achieved (large matmuls), 1e12 flop/s
-//   op_overhead_us = 6.5        # fixed cost of one operation, microseconds
-//   threads = 2                 # LibTorch threads it was measured with
-//   [efficiency]                # achieved / peak, per kind: small, medium, large operations
-//   matmul = [0.12, 0.71, 1.0]
-//   conv = [0.05, 0.33, 0.52]
-//   elementwise = [0.004, 0.02, 0.03]
+//   peak_tflops = 0.073      # the best rate a large matmul achieved, 1e12 flop/s
+//   threads = 1              # LibTorch threads it was measured with
+//   [forward]    # per kind: fixed cost (us), then the efficiency of each operation class (work.h):
+//                # intensity < 4, < 8, < 16, < 32, < 64, >= 64 flop/B within 1 MiB; the same beyond
+//   matmul = [4.6, 0.41, 0.6, 0.88, 1.05, 1.1, 1.1, 0.41, 0.75, 0.8, 0.95, 1.1, 1.1]
+//   conv = [6.7, ...]
+//   norm = [5.9, ...]
+//   pool = [2.3, ...]
+//   elementwise = [1.9, ...]
+//   [backward]
+//   ... the same five kinds
 //
-// Units: seconds, flop/s; efficiencies are fractions of the peak (0, 1.5] (a kind may beat the
+// Units: seconds, flop/s; efficiencies are fractions of the peak in (0, 1.5] (a kind may beat the
 // matmul that defines the peak a little).
 #pragma once
 
@@ -27,19 +33,24 @@
 
 namespace rv {
 
+// One kind of operation in one pass on one device.
+struct KindCost {
+  Seconds overhead = 0;  // per operation
+  std::array<double, kOpClasses> efficiency{{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}};  // achieved / peak, by class
+};
+
 struct ComputeProfile {
   std::string name = "peak";
   double peak_flops_per_s = 1e12;  // flop/s
-  Seconds op_overhead = 0;         // per operation
   int threads = 0;                 // 0: not measured
-  // Achieved / peak by kind and size class; the default (all 1, no overhead) is the peak-FLOPS
-  // model: every flop at the device's peak.
-  std::array<std::array<double, kSizeClasses>, kOpKinds> efficiency{
-      {{{1, 1, 1}}, {{1, 1, 1}}, {{1, 1, 1}}}};
+  // By pass, then kind. The default (no fixed cost, every efficiency 1) is the peak-FLOPS model:
+  // every flop at the device's peak.
+  std::array<std::array<KindCost, kOpKinds>, kPasses> cost{};
 
-  double efficiency_of(OpKind k, int size_class) const {
-    return efficiency[static_cast<size_t>(k)][static_cast<size_t>(size_class)];
+  const KindCost& of(Pass p, OpKind k) const {
+    return cost[static_cast<size_t>(p)][static_cast<size_t>(k)];
   }
+  KindCost& of(Pass p, OpKind k) { return cost[static_cast<size_t>(p)][static_cast<size_t>(k)]; }
 };
 
 // How long `work` takes on a device of `profile`, in seconds.

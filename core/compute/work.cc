@@ -1,5 +1,7 @@
 #include "core/compute/work.h"
 
+#include <cstdio>
+
 #include "core/error.h"
 
 namespace rv {
@@ -10,62 +12,85 @@ const char* op_kind_name(OpKind k) {
       return "matmul";
     case OpKind::kConv:
       return "conv";
+    case OpKind::kNorm:
+      return "norm";
+    case OpKind::kPool:
+      return "pool";
     case OpKind::kElementwise:
       return "elementwise";
   }
   return "?";
 }
 
-int size_class_of(Flops op_flops) {
-  if (op_flops < kSmallOpFlops) return 0;
-  if (op_flops < kMediumOpFlops) return 1;
-  return 2;
+const char* pass_name(Pass p) { return p == Pass::kForward ? "forward" : "backward"; }
+
+int op_class_of(Flops op_flops, double op_bytes) {
+  const int footprint = op_bytes > kCachedBytes ? kIntensities : 0;
+  if (op_bytes <= 0) return kIntensities - 1;
+  const double intensity = op_flops / op_bytes;
+  int c = 0;
+  while (c < kIntensities - 1 && intensity >= kIntensityBounds[static_cast<size_t>(c)]) ++c;
+  return footprint + c;
 }
 
-const char* size_class_name(int c) {
-  static const char* const names[kSizeClasses] = {"small", "medium", "large"};
-  RV_CHECK(c >= 0 && c < kSizeClasses, "no such size class");
-  return names[c];
+std::string op_class_name(int c) {
+  RV_CHECK(c >= 0 && c < kOpClasses, "no such operation class");
+  const int i = c % kIntensities;
+  char buf[48];
+  if (i < kIntensities - 1)
+    std::snprintf(buf, sizeof buf, "<%g flop/B", kIntensityBounds[static_cast<size_t>(i)]);
+  else
+    std::snprintf(buf, sizeof buf, ">=%g flop/B", kIntensityBounds.back());
+  return std::string(buf) + (c >= kIntensities ? ", large" : "");
 }
 
-void Work::add(OpKind kind, Flops op_flops, double count) {
-  RV_CHECK(op_flops >= 0 && count >= 0, "work: negative flops or operations");
+void Work::add(OpKind kind, Pass pass, Flops op_flops, double op_bytes, double count) {
+  RV_CHECK(op_flops >= 0 && op_bytes >= 0 && count >= 0, "work: negative flops, bytes or operations");
   if (count == 0) return;
-  Bucket& b = b_[static_cast<size_t>(kind)][static_cast<size_t>(size_class_of(op_flops))];
+  Bucket& b = b_[static_cast<size_t>(pass)][static_cast<size_t>(kind)]
+                [static_cast<size_t>(op_class_of(op_flops, op_bytes))];
   b.ops += count;
   b.flops += count * op_flops;
 }
 
+void Work::add_elementwise(double elements, int reads, double count) {
+  add(OpKind::kElementwise, Pass::kForward, elements, static_cast<double>(kFloatBytes) * elements * (reads + 1), count);
+}
+
 void Work::add(const Work& other) {
-  for (size_t k = 0; k < b_.size(); ++k)
-    for (size_t c = 0; c < b_[k].size(); ++c) {
-      b_[k][c].ops += other.b_[k][c].ops;
-      b_[k][c].flops += other.b_[k][c].flops;
-    }
+  for (size_t p = 0; p < b_.size(); ++p)
+    for (size_t k = 0; k < b_[p].size(); ++k)
+      for (size_t c = 0; c < b_[p][k].size(); ++c) {
+        b_[p][k][c].ops += other.b_[p][k][c].ops;
+        b_[p][k][c].flops += other.b_[p][k][c].flops;
+      }
 }
 
 Work Work::scaled(double factor) const {
   RV_CHECK(factor >= 0, "work: negative factor");
   Work w = *this;
-  for (auto& kind : w.b_)
-    for (Bucket& b : kind) {
-      b.ops *= factor;
-      b.flops *= factor;
-    }
+  for (auto& pass : w.b_)
+    for (auto& kind : pass)
+      for (Bucket& b : kind) {
+        b.ops *= factor;
+        b.flops *= factor;
+      }
   return w;
 }
 
 Flops Work::total_flops() const {
   Flops f = 0;
-  for (const auto& kind : b_)
-    for (const Bucket& b : kind) f += b.flops;
+  for (const auto& pass : b_)
+    for (const auto& kind : pass)
+      for (const Bucket& b : kind) f += b.flops;
   return f;
 }
 
 double Work::total_ops() const {
   double n = 0;
-  for (const auto& kind : b_)
-    for (const Bucket& b : kind) n += b.ops;
+  for (const auto& pass : b_)
+    for (const auto& kind : pass)
+      for (const Bucket& b : kind) n += b.ops;
   return n;
 }
 

@@ -1,40 +1,67 @@
-// Work as the calibrated compute model counts it: kernels (operations) by kind and size class, and
-// their floating-point operations. A device does a unit of work in
-//   sum over buckets of  ops * op_overhead + flops / (peak * efficiency[kind][class])
-// (profile.h): every kernel has a fixed cost, and small kernels run far below the peak.
+// Work as the calibrated compute model counts it: operations (one layer's kernels in one pass) by
+// kind, pass and intensity class, and their floating-point operations. A device does a unit of
+// work in
+//   sum over buckets of  ops * overhead[pass][kind] + flops / (peak * efficiency[pass][kind][class])
+// (profile.h): every operation has a fixed cost (dispatch, autograd bookkeeping, allocation), and
+// operations that move many bytes per flop run far below the peak.
 //
-// Units: flops (floating-point operations), operations (kernel launches). Torch-free, so that the
-// planner and the simulator's timing mode can describe models of any size.
+// The class of an operation is its arithmetic intensity, flops per byte of the tensors it reads
+// and writes (float32), and its footprint, not its flops: a 3x3 convolution of 1 input channel
+// and one of 16 can have the same flops, yet the first does 4 flops per byte and runs at a third
+// of the second's rate; an elementwise kernel over 4 MB runs at a third of its rate over 64 kB.
+// Small operations are slow through their fixed cost.
+//
+// Flop conventions (the calibration uses the same ones, so efficiencies are comparable):
+//   forward            the layer's flops (2 per multiply-add; 1 per element for elementwise kinds)
+//   backward, matmul and conv: the forward's flops per gradient computed (input, weights)
+//   backward, others   the forward's flops
+//
+// Units: flops (floating-point operations), bytes, operations. Torch-free, so that the planner and
+// the simulator's timing mode can describe models of any size.
 #pragma once
 
 #include <array>
 #include <cstddef>
+#include <string>
 
 #include "core/units.h"
 
 namespace rv {
 
-// What kind of kernel an operation is; each has its own efficiency curve.
-enum class OpKind : int { kMatmul = 0, kConv = 1, kElementwise = 2 };
-constexpr int kOpKinds = 3;
-const char* op_kind_name(OpKind k);  // "matmul", "conv", "elementwise"
+// What kind of layer an operation belongs to; each has its own fixed cost and efficiency curve.
+// (attention comes with the transformer layers.)
+enum class OpKind : int { kMatmul = 0, kConv = 1, kNorm = 2, kPool = 3, kElementwise = 4 };
+constexpr int kOpKinds = 5;
+const char* op_kind_name(OpKind k);  // "matmul", "conv", "norm", "pool", "elementwise"
 
-// Size classes of one operation, by its flops: small kernels cannot fill a device.
-constexpr int kSizeClasses = 3;
-constexpr Flops kSmallOpFlops = 1 << 20;   // below: small (about a 64x64x128 matmul)
-constexpr Flops kMediumOpFlops = 1 << 27;  // below: medium; from here on: large
-int size_class_of(Flops op_flops);
-const char* size_class_name(int c);  // "small", "medium", "large"
+// Forward or backward (gradients) of a layer. Optimizer steps and averaging are forward
+// elementwise work.
+enum class Pass : int { kForward = 0, kBackward = 1 };
+constexpr int kPasses = 2;
+const char* pass_name(Pass p);  // "forward", "backward"
+
+// Operation classes: by arithmetic intensity (flops per byte moved: below 4, 8, 16, 32, 64, and
+// beyond) and by footprint (whether the bytes an operation moves fit a core's cache), 6 x 2.
+constexpr int kIntensities = 6;
+constexpr std::array<double, kIntensities - 1> kIntensityBounds{{4, 8, 16, 32, 64}};  // flop/B
+constexpr double kCachedBytes = 1 << 20;  // up to here an operation runs from the cache
+constexpr int kOpClasses = 2 * kIntensities;
+// intensity + kIntensities * (op_bytes > kCachedBytes)
+int op_class_of(Flops op_flops, double op_bytes);
+std::string op_class_name(int c);  // "<4 flop/B", ..., ">=64 flop/B, large"
 
 class Work {
  public:
-  // `count` operations of `kind`, each of `op_flops` flops.
-  void add(OpKind kind, Flops op_flops, double count = 1);
+  // `count` operations of `kind` in `pass`, each of `op_flops` flops moving `op_bytes` bytes.
+  void add(OpKind kind, Pass pass, Flops op_flops, double op_bytes, double count = 1);
+  // Elementwise forward work over `elements` float32 values read `reads` times and written once
+  // (an optimizer step, an averaging sum): one flop per element.
+  void add_elementwise(double elements, int reads = 1, double count = 1);
   void add(const Work& other);
   Work scaled(double factor) const;  // `factor` times as many of every operation
 
-  double ops(OpKind kind, int size_class) const { return at(kind, size_class).ops; }
-  Flops flops(OpKind kind, int size_class) const { return at(kind, size_class).flops; }
+  double ops(OpKind kind, Pass pass, int c) const { return at(kind, pass, c).ops; }
+  Flops flops(OpKind kind, Pass pass, int c) const { return at(kind, pass, c).flops; }
   Flops total_flops() const;
   double total_ops() const;
 
@@ -43,8 +70,10 @@ class Work {
     double ops = 0;
     Flops flops = 0;
   };
-  const Bucket& at(OpKind k, int c) const { return b_[static_cast<size_t>(k)][static_cast<size_t>(c)]; }
-  std::array<std::array<Bucket, kSizeClasses>, kOpKinds> b_{};
+  const Bucket& at(OpKind k, Pass p, int c) const {
+    return b_[static_cast<size_t>(p)][static_cast<size_t>(k)][static_cast<size_t>(c)];
+  }
+  std::array<std::array<std::array<Bucket, kOpClasses>, kOpKinds>, kPasses> b_{};
 };
 
 }  // namespace rv

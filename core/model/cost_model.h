@@ -11,8 +11,6 @@
 
 namespace rv {
 
-constexpr Bytes kFloatBytes = 4;
-
 struct StageCost {
   Flops forward = 0;   // one micro-batch
   Flops backward = 0;  // one micro-batch; includes the recomputed forward without weight stashing

@@ -99,7 +99,8 @@ class Dropout : public Layer {
     LayerProfile p;
     p.name = "dropout(" + std::to_string(p_).substr(0, 4) + ")";
     p.out_shape = in;
-    p.forward_flops = static_cast<Flops>(product(in));
+    p.forward_ops = 3;  // the mask, the product, the scaling
+    p.forward_flops = 3.0 * static_cast<double>(product(in));
     return finish(p);
   }
   at::Tensor forward(const at::Tensor& x, const at::Tensor*, const at::Tensor*,
@@ -158,6 +159,7 @@ class BatchNorm2d : public Layer {
     p.param_tensors = 2;
     p.buffers = 2 * c_;
     p.forward_flops = 4.0 * static_cast<double>(product(in));
+    p.op_kind = OpKind::kNorm;
     return finish(p);
   }
   std::vector<at::Tensor> init_params(at::Generator&) const override {
@@ -190,6 +192,7 @@ class MaxPool2d : public Layer {
     p.name = "maxpool" + std::to_string(kernel_);
     p.out_shape = {in[0], in[1] / kernel_, in[2] / kernel_};
     p.forward_flops = static_cast<Flops>(product(in));
+    p.op_kind = OpKind::kPool;
     return finish(p);
   }
   at::Tensor forward(const at::Tensor& x, const at::Tensor*, const at::Tensor*,

@@ -32,26 +32,48 @@ Flops ModelDesc::forward_flops(int begin, int end) const {
   return prefix_flops[end] - prefix_flops[begin];
 }
 
+namespace {
+
+// Bytes one operation of layer `l` moves for `batch` samples: its input, its output and its
+// parameters, in float32.
+double op_bytes(const ModelDesc& m, int l, int64_t batch) {
+  const LayerProfile& p = m.profile[static_cast<size_t>(l)];
+  return static_cast<double>(kFloatBytes) *
+         (static_cast<double>(batch) * static_cast<double>(m.input_elems_of(l) + p.out_elems) +
+          static_cast<double>(p.params));
+}
+
+}  // namespace
+
 Work ModelDesc::forward_work(int begin, int end, int64_t batch) const {
   Work w;
   for (int l = begin; l < end; ++l) {
     const LayerProfile& p = profile[static_cast<size_t>(l)];
     if (p.forward_ops > 0)
-      w.add(p.op_kind, static_cast<double>(batch) * p.forward_flops / p.forward_ops, p.forward_ops);
+      w.add(p.op_kind, Pass::kForward, static_cast<double>(batch) * p.forward_flops / p.forward_ops,
+            op_bytes(*this, l, batch), p.forward_ops);
   }
   return w;
 }
 
 Work ModelDesc::backward_work(int begin, int end, int64_t batch) const {
   Work w;
+  // Whether the gradient reaching layer l must go on to its input: the stage's input needs one
+  // unless it is the model's input, and so does anything computed from parameters.
+  bool input_grad = begin > 0;
   for (int l = begin; l < end; ++l) {
     const LayerProfile& p = profile[static_cast<size_t>(l)];
-    if (p.forward_ops == 0) continue;
-    const double op_flops = static_cast<double>(batch) * p.forward_flops / p.forward_ops;
-    if (p.op_kind == OpKind::kElementwise)
-      w.add(p.op_kind, 2.0 * op_flops, p.forward_ops);
-    else
-      w.add(p.op_kind, op_flops, 2.0 * p.forward_ops);
+    const bool has_params = p.params > 0;
+    if (p.forward_ops > 0 && (input_grad || has_params)) {
+      const double op_flops = static_cast<double>(batch) * p.forward_flops / p.forward_ops;
+      const double ops = p.forward_ops;
+      if (p.op_kind == OpKind::kMatmul || p.op_kind == OpKind::kConv)
+        w.add(p.op_kind, Pass::kBackward, op_flops, op_bytes(*this, l, batch),
+              ops * ((input_grad ? 1 : 0) + (has_params ? 1 : 0)));
+      else
+        w.add(p.op_kind, Pass::kBackward, op_flops, op_bytes(*this, l, batch), ops);
+    }
+    input_grad = input_grad || has_params;
   }
   return w;
 }
@@ -62,7 +84,10 @@ Work ModelDesc::update_work(int begin, int end, double flops_per_param, int ops_
     const LayerProfile& p = profile[static_cast<size_t>(l)];
     if (p.params == 0 || p.param_tensors == 0 || ops_per_tensor == 0) continue;
     const double ops = static_cast<double>(p.param_tensors) * ops_per_tensor;
-    w.add(OpKind::kElementwise, flops_per_param * static_cast<double>(p.params) / ops, ops);
+    const double elements = static_cast<double>(p.params) / p.param_tensors;
+    // Each kernel reads a parameter-sized tensor or two and writes one.
+    w.add(OpKind::kElementwise, Pass::kForward, flops_per_param * static_cast<double>(p.params) / ops,
+          3.0 * kFloatBytes * elements, ops);
   }
   return w;
 }

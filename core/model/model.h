@@ -40,11 +40,11 @@ struct ModelDesc {
   int layer_count() const { return static_cast<int>(layers.size()); }
   int64_t params(int begin, int end) const;
   Flops forward_flops(int begin, int end) const;  // per sample
-  // The kernels of layers [begin, end) for a micro-batch of `batch` samples (core/compute/work.h):
-  // the forward; the backward (each matmul and convolution twice, for the gradients of the input
-  // and of the weights, at the forward's flops each; each elementwise kernel once, at twice its
-  // flops: 2x the forward's flops in all); and an optimizer step (`flops_per_param` per parameter,
-  // `ops_per_tensor` kernels per parameter tensor).
+  // The operations of layers [begin, end) for a micro-batch of `batch` samples
+  // (core/compute/work.h): the forward; the backward (matmuls and convolutions once per gradient
+  // they compute, of the weights and, unless nothing before them needs it, of the input; other
+  // layers once); and an optimizer step (`flops_per_param` per parameter, `ops_per_tensor`
+  // kernels per parameter tensor).
   Work forward_work(int begin, int end, int64_t batch) const;
   Work backward_work(int begin, int end, int64_t batch) const;
   Work update_work(int begin, int end, double flops_per_param, int ops_per_tensor) const;

@@ -47,6 +47,9 @@ struct Event {
   Bytes bytes = 0;
   int peer = -1;
   int64_t samples = 0;       // samples this event covers (loss, eval: the batch or test-set size)
+  // Compute spans on a real clock: CPU seconds the node's thread spent in the span (below
+  // end - start when the host gave its core to others meanwhile); NaN where the clock has none.
+  Seconds cpu = kNaN;
 };
 
 class Metrics {

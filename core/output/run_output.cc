@@ -20,7 +20,7 @@ namespace rv {
 namespace {
 
 const char* kCsvHeader =
-    "kind,node,cluster,stage,step,micro_batch,start_s,end_s,loss,accuracy,staleness,bytes,peer,samples";
+    "kind,node,cluster,stage,step,micro_batch,start_s,end_s,loss,accuracy,staleness,bytes,peer,samples,cpu_s";
 
 std::string num(double v) {
   if (std::isnan(v)) return "";
@@ -83,7 +83,7 @@ void write_events_csv(const std::string& path, const std::vector<Event>& events)
     os << to_string(e.kind) << ',' << e.node << ',' << e.cluster << ',' << e.stage << ',' << e.step
        << ',' << e.micro_batch << ',' << time_str(e.start) << ',' << time_str(e.end) << ','
        << num(e.loss) << ',' << num(e.accuracy) << ',' << e.staleness << ',' << e.bytes << ','
-       << e.peer << ',' << e.samples << "\n";
+       << e.peer << ',' << e.samples << ',' << num(e.cpu) << "\n";
   }
   write_file(path, os.str());
 }
@@ -105,7 +105,7 @@ std::vector<Event> read_events_csv(const std::string& path) {
     std::stringstream ss(line);
     for (std::string c; std::getline(ss, c, ',');) f.push_back(c);
     if (!line.empty() && line.back() == ',') f.push_back("");
-    if (f.size() != 14) throw InputError(path + ":" + std::to_string(line_no) + ": expected 14 fields");
+    if (f.size() != 15) throw InputError(path + ":" + std::to_string(line_no) + ": expected 15 fields");
     try {
       Event e;
       auto k = kinds.find(f[0]);
@@ -124,6 +124,7 @@ std::vector<Event> read_events_csv(const std::string& path) {
       e.bytes = std::stoll(f[11]);
       e.peer = std::stoi(f[12]);
       e.samples = std::stoll(f[13]);
+      e.cpu = f[14].empty() ? kNaN : std::stod(f[14]);
       out.push_back(e);
     } catch (const std::logic_error& ex) {
       throw InputError(path + ":" + std::to_string(line_no) + ": bad field: " + ex.what());

@@ -207,8 +207,9 @@ void add_top_and_devices(Catalog& c) {
             "one-way latency between the device and the core")
       .text("region", &DeviceGroup::region, "optional label, for the planner")
       .text("profile", &DeviceGroup::profile,
-            "compute profile file (`ravnest calibrate --out`): per-operation cost and efficiency "
-            "per kind and size of operation, at this device's tflops; \"\": every flop at tflops");
+            "compute profile file (`ravnest calibrate --out`, or profiles/), relative to the scenario's "
+            "folder: fixed cost per operation and efficiency per pass, layer kind and operation class, "
+            "at this device's tflops; \"\": every flop at tflops");
 }
 
 void add_model_and_data(Catalog& c) {

@@ -1,5 +1,7 @@
 #include "core/scenario/scenario.h"
 
+#include <filesystem>
+
 #include <toml++/toml.h>
 
 #include <algorithm>
@@ -272,12 +274,19 @@ void check_pool(const Scenario& s) {
                             " clusters but the pool has " + std::to_string(pool) + " nodes");
 }
 
-// Reads each device group's compute profile file, if it names one.
+// Reads each device group's compute profile file, if it names one. A relative path is taken from
+// the scenario file's folder, and kept absolute (the resolved scenario a run folder holds names
+// the file that was read, wherever the run folder goes).
 void read_profiles(Scenario& s) {
   for (size_t i = 0; i < s.devices.size(); ++i) {
     DeviceGroup& d = s.devices[i];
     if (d.profile.empty()) continue;
     const std::string key = "devices[" + std::to_string(i) + "].profile";
+    std::filesystem::path path(d.profile);
+    if (path.is_relative()) path = std::filesystem::path(s.source).parent_path() / path;
+    std::error_code ec;
+    const std::filesystem::path absolute = std::filesystem::absolute(path, ec);
+    if (!ec) d.profile = absolute.lexically_normal().string();
     try {
       d.compute = read_profile(d.profile);
     } catch (const InputError& e) {

@@ -1,0 +1,128 @@
+// Stage compute in isolation against the calibrated model: each stage of cluster 0 of a scenario's
+// plan runs its micro-batches alone in this process (no pipeline, no network, one LibTorch thread
+// per the profile), and each layer's forward and backward is timed on its own; beside each figure,
+// what the model (core/compute/profile.h) predicts for the stage's device.
+//
+//   bench_stage_compute --scenario FILE [--micro-batches 60] [--out FILE]
+#include <ATen/ATen.h>
+#include <CLI/CLI.hpp>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <algorithm>
+
+#include "bench/bench_common.h"
+#include "core/compute_threads.h"
+#include "core/data/dataset.h"
+#include "core/model/cost_model.h"
+#include "core/model/model.h"
+#include "core/model/stage.h"
+#include "core/scenario/scenario.h"
+#include "planner/planner.h"
+
+using namespace rv;
+
+namespace {
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string path, out;
+  int64_t mbs = 60;
+  CLI::App app{"stage compute in isolation"};
+  app.add_option("--scenario", path)->required();
+  app.add_option("--micro-batches", mbs);
+  app.add_option("--out", out);
+  CLI11_PARSE(app, argc, argv);
+
+  Scenario s = load_scenario(path, {});
+  ModelDesc model = build_model(s);
+  Plan plan = make_plan(s, model);
+  Dataset data = load_dataset(s.data, s.seed);
+  const int64_t batch = s.data.batch_size;
+  nlohmann::json stages = nlohmann::json::array();
+  for (const auto& st : plan.clusters[0].stages) {
+    const DeviceGroup& dev = s.device_of(st.node);
+    const ComputeProfile prof = dev.compute_profile();
+    set_compute_threads(prof.threads > 0 ? prof.threads : 1);
+    Stage stage(model, st.layer_begin, st.layer_end, s.training, s.seed);
+    Sampler sampler(data.train_size(), batch, s.seed);
+    const bool first = st.layer_begin == 0, last = st.layer_end == model.layer_count();
+    std::vector<double> fw, bw;
+    for (int64_t mb = 0; mb < mbs; ++mb) {
+      at::Tensor x;
+      if (!first) {
+        std::vector<int64_t> shape{batch};
+        for (auto d : model.profile[st.layer_begin - 1].out_shape) shape.push_back(d);
+        x = at::randn(shape);
+      }
+      double t0 = bench::wall_now();
+      if (first) x = data.inputs(sampler.indices(mb), false);
+      at::Tensor y = stage.forward(mb, x);
+      if (!last) y = y.contiguous();
+      double t1 = bench::wall_now();
+      at::Tensor g;
+      if (last) {
+        LossResult r = data.task().loss_and_grad(y, data.targets(sampler.indices(mb), false));
+        g = r.grad_input;
+      } else {
+        g = at::randn_like(y);
+      }
+      double t2 = bench::wall_now();
+      if (last) t2 = t1;  // loss counts in the backward span, as the worker does
+      at::Tensor gi = stage.backward(mb, g, nullptr);
+      if (gi.defined()) gi = gi.contiguous();
+      double t3 = bench::wall_now();
+      stage.update();
+      if (mb >= 5) {
+        fw.push_back(t1 - t0);
+        bw.push_back(t3 - t2);
+      }
+    }
+    const StageWork w = stage_work(model, st.layer_begin, st.layer_end, s.training, batch);
+    nlohmann::json layers = nlohmann::json::array();
+    for (int l = st.layer_begin; l < st.layer_end; ++l) {
+      StageModule m(model, l, l + 1, s.seed);
+      std::vector<int64_t> shape{batch};
+      for (auto d : model.input_shape) shape.push_back(d);
+      if (l > 0) {
+        shape = {batch};
+        for (auto d : model.profile[l - 1].out_shape) shape.push_back(d);
+      }
+      std::vector<double> lf, lb;
+      for (int r = 0; r < 30; ++r) {
+        at::Tensor xi = at::randn(shape).requires_grad_(l != 0);
+        c10::AutoGradMode grad(true);
+        double t0 = bench::wall_now();
+        at::Tensor y = m.forward(xi, m.params(), true, 1, true);
+        double t1 = bench::wall_now();
+        std::vector<at::Tensor> ins = m.params();
+        if (l != 0) ins.push_back(xi);
+        at::Tensor gy = at::randn_like(y);
+        double t2 = bench::wall_now();
+        if (y.requires_grad()) torch::autograd::grad({y}, ins, {gy}, false, false, true);
+        double t3 = bench::wall_now();
+        if (r >= 3) {
+          lf.push_back(t1 - t0);
+          lb.push_back(t3 - t2);
+        }
+      }
+      const Work fwk = model.forward_work(l, l + 1, batch), bwk = model.backward_work(l, l + 1, batch);
+      layers.push_back({{"layer", model.profile[l].name},
+                        {"forward_ms", median(lf) * 1e3},
+                        {"model_forward_ms", time_of(fwk, prof) * 1e3},
+                        {"backward_ms", median(lb) * 1e3},
+                        {"model_backward_ms", time_of(bwk, prof) * 1e3}});
+    }
+    stages.push_back({{"stage", &st - plan.clusters[0].stages.data()},
+                      {"forward_ms", median(fw) * 1e3},
+                      {"model_forward_ms", time_of(w.forward, prof) * 1e3},
+                      {"backward_ms", median(bw) * 1e3},
+                      {"model_backward_ms", time_of(w.backward, prof) * 1e3},
+                      {"layers", layers}});
+  }
+  bench::emit({{"benchmark", "stage_compute"}, {"scenario", s.name}, {"batch", batch}, {"stages", stages}}, out);
+}
