@@ -86,34 +86,46 @@ double CostModel::path_bandwidth(int a, int b) const {
   return bw;
 }
 
-double CostModel::cluster_period(const std::vector<int>& nodes, const std::vector<int>& cuts) const {
-  RV_CHECK(cuts.size() == nodes.size() + 1, "cluster_period: cuts and nodes differ");
+template <class F>
+void CostModel::visit_stations(const std::vector<int>& nodes, const std::vector<int>& cuts, F&& f) const {
   const int k = static_cast<int>(nodes.size());
-  // Stations of the closed network one micro-batch cycles through: each node's compute, uplink
-  // and downlink (service demand per micro-batch), and pure delays (latencies, window caps).
-  std::vector<double> demand;
-  std::vector<char> fcfs;  // compute stations serve one micro-batch at a time
-  double delay = 0, rtt = 0, bottleneck = 0;
   const double bw = factors_.bandwidth;
+  using Kind = Station::Kind;
   for (int s = 0; s < k; ++s) {
     const int n = nodes[s];
-    const double compute = compute_time(n, cuts[s], cuts[s + 1]);
     const double bytes = boundary_bytes(cuts[s]) + boundary_bytes(cuts[s + 1]);
-    demand.insert(demand.end(), {compute, bytes / (pool_[n].up * bw), bytes / (pool_[n].down * bw)});
-    fcfs.insert(fcfs.end(), {1, 0, 0});
-    bottleneck = std::max({bottleneck, compute, bytes / (pool_[n].up * bw), bytes / (pool_[n].down * bw)});
-    rtt += pass_time(n, cuts[s], cuts[s + 1]);
+    f(Station{Kind::kCompute, s, n, -1, cuts[s], cuts[s + 1], compute_time(n, cuts[s], cuts[s + 1])});
+    f(Station{Kind::kUplink, s, n, -1, 0, 0, bytes / (pool_[n].up * bw)});
+    f(Station{Kind::kDownlink, s, n, -1, 0, 0, bytes / (pool_[n].down * bw)});
     if (s + 1 < k) {
       const double a = boundary_bytes(cuts[s + 1]);
       for (auto [x, y] : {std::pair{n, nodes[s + 1]}, std::pair{nodes[s + 1], n}}) {
         const double link = a / (std::min(pool_[x].up, pool_[y].down) * bw);
         const double flow = a / path_bandwidth(x, y);  // >= link when a window cap binds
-        delay += path_latency(x, y) + (flow - link);
-        rtt += path_latency(x, y) + flow;
-        bottleneck = std::max(bottleneck, flow);
+        f(Station{Kind::kFlow, s, x, y, 0, 0, flow, link});
       }
     }
   }
+}
+
+double CostModel::cluster_period(const std::vector<int>& nodes, const std::vector<int>& cuts) const {
+  RV_CHECK(cuts.size() == nodes.size() + 1, "cluster_period: cuts and nodes differ");
+  // Stations of the closed network one micro-batch cycles through: each node's compute, uplink
+  // and downlink (service demand per micro-batch), and pure delays (latencies, window caps).
+  std::vector<double> demand;
+  std::vector<char> fcfs;  // compute stations serve one micro-batch at a time
+  double delay = 0, rtt = 0, bottleneck = 0;
+  visit_stations(nodes, cuts, [&](const Station& st) {
+    bottleneck = std::max(bottleneck, st.seconds);
+    if (st.kind == Station::Kind::kFlow) {
+      delay += path_latency(st.node, st.peer) + (st.seconds - st.link);
+      rtt += path_latency(st.node, st.peer) + st.seconds;
+      return;
+    }
+    demand.push_back(st.seconds);
+    fcfs.push_back(st.kind == Station::Kind::kCompute);
+    if (st.kind == Station::Kind::kCompute) rtt += pass_time(st.node, st.begin, st.end);
+  });
   if (algorithm_->traits.schedule == Schedule::kFlush) {
     // A step: one micro-batch's round trip, plus m - 1 more through the slowest stage, then the
     // flush; with equal stages this is (m + p - 1)(tf + tb).
@@ -124,7 +136,7 @@ double CostModel::cluster_period(const std::vector<int>& nodes, const std::vecto
   // bandwidth among flows (processor sharing, as SimGrid does); a compute station serves one
   // micro-batch at a time for a fixed time, so an arrival waits for half, not all, of the work in
   // service there. Tends to 1 / bottleneck when enough micro-batches are in flight.
-  const int64_t population = in_flight(k);
+  const int64_t population = in_flight(static_cast<int>(nodes.size()));
   std::vector<double> queue(demand.size(), 0.0);
   double x = 0;
   for (int64_t m = 1; m <= population; ++m) {
@@ -229,16 +241,20 @@ std::string CostModel::explain(const Plan& plan) const {
   for (size_t c = 1; c < plan.clusters.size(); ++c)
     if (plan.clusters[c].period > plan.clusters[slowest].period) slowest = c;
   const ClusterPlan& cl = plan.clusters[slowest];
-  const double bw = factors_.bandwidth;
+  std::vector<int> nodes, cuts{cl.stages.front().layer_begin};
+  for (const StagePlan& st : cl.stages) {
+    nodes.push_back(st.node);
+    cuts.push_back(st.layer_end);
+  }
   // The station with the largest demand per micro-batch, as cluster_period sees them.
+  Station top{Station::Kind::kCompute};
   double most = -1;
-  std::string what;
-  auto consider = [&](double seconds, std::string text) {
-    if (seconds > most) {
-      most = seconds;
-      what = std::move(text);
+  visit_stations(nodes, cuts, [&](const Station& st) {
+    if (st.seconds > most) {
+      most = st.seconds;
+      top = st;
     }
-  };
+  });
   auto ms = [](double s) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%.3g ms", s * 1e3);
@@ -249,26 +265,27 @@ std::string CostModel::explain(const Plan& plan) const {
     std::snprintf(buf, sizeof buf, "%.4g Mbit/s", bytes_per_s / kMbpsToBytesPerSecond);
     return std::string(buf);
   };
-  auto node_name = [&](int n) { return "node " + std::to_string(n) + " (" + pool_[static_cast<size_t>(n)].device + ")"; };
-  for (size_t s = 0; s < cl.stages.size(); ++s) {
-    const StagePlan& st = cl.stages[s];
-    const PoolNode& p = pool_[static_cast<size_t>(st.node)];
-    consider(compute_time(st.node, st.layer_begin, st.layer_end),
-             "the compute of stage " + std::to_string(s) + " (layers " + std::to_string(st.layer_begin) + ".." +
-                 std::to_string(st.layer_end - 1) + ") on " + node_name(st.node));
-    const double bytes = boundary_bytes(st.layer_begin) + boundary_bytes(st.layer_end);
-    if (bytes > 0) {
-      consider(bytes / (p.up * bw), "the uplink of " + node_name(st.node) + " (" + mbit(p.up * bw) + ")");
-      consider(bytes / (p.down * bw), "the downlink of " + node_name(st.node) + " (" + mbit(p.down * bw) + ")");
-    }
-    if (s + 1 < cl.stages.size()) {
-      const int a = st.node, b = cl.stages[s + 1].node;
-      const double bytes_out = boundary_bytes(st.layer_end);
-      for (auto [x, y] : {std::pair{a, b}, std::pair{b, a}})
-        consider(bytes_out / path_bandwidth(x, y), "the flow from node " + std::to_string(x) + " to node " +
-                                                       std::to_string(y) + " (" + mbit(path_bandwidth(x, y)) +
-                                                       ", TCP window over the latency)");
-    }
+  auto node_name = [&](int n) {
+    return "node " + std::to_string(n) + " (" + pool_[static_cast<size_t>(n)].device + ")";
+  };
+  const PoolNode& p = pool_[static_cast<size_t>(top.node)];
+  std::string what;
+  switch (top.kind) {
+    case Station::Kind::kCompute:
+      what = "the compute of stage " + std::to_string(top.stage) + " (layers " + std::to_string(top.begin) +
+             ".." + std::to_string(top.end - 1) + ") on " + node_name(top.node);
+      break;
+    case Station::Kind::kUplink:
+      what = "the uplink of " + node_name(top.node) + " (" + mbit(p.up * factors_.bandwidth) + ")";
+      break;
+    case Station::Kind::kDownlink:
+      what = "the downlink of " + node_name(top.node) + " (" + mbit(p.down * factors_.bandwidth) + ")";
+      break;
+    case Station::Kind::kFlow:
+      what = "the flow from node " + std::to_string(top.node) + " to node " + std::to_string(top.peer) + " (" +
+             mbit(path_bandwidth(top.node, top.peer)) +
+             (top.seconds > top.link ? ", the TCP window over the latency)" : ")");
+      break;
   }
   std::string line;
   const std::string where = plan.clusters.size() > 1 ? "cluster " + std::to_string(slowest) + "'s" : "the";
@@ -291,7 +308,7 @@ std::string CostModel::explain(const Plan& plan) const {
   }
   int used = 0;
   for (const auto& c : plan.clusters) used += static_cast<int>(c.stages.size());
-  line += "; " + std::to_string(used) + " of " + std::to_string(nodes()) + " nodes used";
+  line += "; " + std::to_string(used) + " of " + std::to_string(this->nodes()) + " nodes used";
   return line;
 }
 

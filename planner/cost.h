@@ -103,6 +103,21 @@ class CostModel {
   void annotate(Plan& plan) const;
 
  private:
+  // A station of a cluster's closed network, as cluster_period and explain see it.
+  struct Station {
+    enum class Kind { kCompute, kUplink, kDownlink, kFlow } kind;
+    int stage = 0;            // its stage (a flow: the sender's)
+    int node = 0;             // its node (a flow: the sender)
+    int peer = -1;            // a flow's receiver
+    int begin = 0, end = 0;   // a compute station's layers
+    double seconds = 0;       // service demand per micro-batch (a flow: at its window-capped rate)
+    double link = 0;          // a flow: at its links' own rate
+  };
+  // Calls f(station) for every station of the pipeline `nodes` cut at `cuts`: per stage its
+  // compute, uplink and downlink, then both flows between it and the next stage.
+  template <class F>
+  void visit_stations(const std::vector<int>& nodes, const std::vector<int>& cuts, F&& f) const;
+
   const ModelDesc* model_;
   const Algorithm* algorithm_;  // the scenario's (algo/registry.h)
   const Allreduce* allreduce_;  // how its clusters average

@@ -47,8 +47,7 @@ std::string op_class_name(int c) {
 void Work::add(OpKind kind, Pass pass, Flops op_flops, double op_bytes, double count) {
   RV_CHECK(op_flops >= 0 && op_bytes >= 0 && count >= 0, "work: negative flops, bytes or operations");
   if (count == 0) return;
-  Bucket& b = b_[static_cast<size_t>(pass)][static_cast<size_t>(kind)]
-                [static_cast<size_t>(op_class_of(op_flops, op_bytes))];
+  Bucket& b = b_[index(kind, pass, op_class_of(op_flops, op_bytes))];
   b.ops += count;
   b.flops += count * op_flops;
 }
@@ -58,39 +57,31 @@ void Work::add_elementwise(double elements, int reads, double count) {
 }
 
 void Work::add(const Work& other) {
-  for (size_t p = 0; p < b_.size(); ++p)
-    for (size_t k = 0; k < b_[p].size(); ++k)
-      for (size_t c = 0; c < b_[p][k].size(); ++c) {
-        b_[p][k][c].ops += other.b_[p][k][c].ops;
-        b_[p][k][c].flops += other.b_[p][k][c].flops;
-      }
+  for (size_t i = 0; i < b_.size(); ++i) {
+    b_[i].ops += other.b_[i].ops;
+    b_[i].flops += other.b_[i].flops;
+  }
 }
 
 Work Work::scaled(double factor) const {
   RV_CHECK(factor >= 0, "work: negative factor");
   Work w = *this;
-  for (auto& pass : w.b_)
-    for (auto& kind : pass)
-      for (Bucket& b : kind) {
-        b.ops *= factor;
-        b.flops *= factor;
-      }
+  for (Bucket& b : w.b_) {
+    b.ops *= factor;
+    b.flops *= factor;
+  }
   return w;
 }
 
 Flops Work::total_flops() const {
   Flops f = 0;
-  for (const auto& pass : b_)
-    for (const auto& kind : pass)
-      for (const Bucket& b : kind) f += b.flops;
+  for (const Bucket& b : b_) f += b.flops;
   return f;
 }
 
 double Work::total_ops() const {
   double n = 0;
-  for (const auto& pass : b_)
-    for (const auto& kind : pass)
-      for (const Bucket& b : kind) n += b.ops;
+  for (const Bucket& b : b_) n += b.ops;
   return n;
 }
 

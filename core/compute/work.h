@@ -70,10 +70,11 @@ class Work {
     double ops = 0;
     Flops flops = 0;
   };
-  const Bucket& at(OpKind k, Pass p, int c) const {
-    return b_[static_cast<size_t>(p)][static_cast<size_t>(k)][static_cast<size_t>(c)];
+  static size_t index(OpKind k, Pass p, int c) {
+    return (static_cast<size_t>(p) * kOpKinds + static_cast<size_t>(k)) * kOpClasses + static_cast<size_t>(c);
   }
-  std::array<std::array<std::array<Bucket, kOpClasses>, kOpKinds>, kPasses> b_{};
+  const Bucket& at(OpKind k, Pass p, int c) const { return b_[index(k, p, c)]; }
+  std::array<Bucket, static_cast<size_t>(kPasses) * kOpKinds * kOpClasses> b_{};  // by pass, kind, class
 };
 
 }  // namespace rv
