@@ -258,3 +258,31 @@ TEST_CASE("a missing or bad profile file is a scenario error naming the device's
   }
   fs::remove(bad);
 }
+
+TEST_CASE("devices.efficiency replaces the profile's efficiencies and keeps its fixed costs",
+          "[compute]") {
+  auto peak = test::prepare(kOneNode, {"devices.0.efficiency=0.25"}, false);
+  const ComputeProfile uniform = peak.scenario.devices[0].compute_profile();
+  const int n = peak.model.layer_count();
+  const StageWork w = stage_work(peak.model, 0, n, peak.scenario.training, 32);
+  ComputeProfile at_peak = uniform;
+  for (auto& pass : at_peak.cost)
+    for (KindCost& k : pass) k.efficiency.fill(1.0);
+  // No profile: the peak model at a quarter of the peak, so exactly 4x the time.
+  CHECK(time_of(w.forward, uniform) == Approx(4 * time_of(w.forward, at_peak)).epsilon(1e-12));
+
+  const fs::path file = temp_file("eff.toml", profile_to_toml(example_profile()));
+  auto p = test::prepare(kOneNode, {"devices.0.profile=\"" + file.string() + "\"", "devices.0.efficiency=0.5"},
+                         false);
+  const ComputeProfile d = p.scenario.devices[0].compute_profile();
+  for (int q = 0; q < kPasses; ++q)
+    for (int k = 0; k < kOpKinds; ++k) {
+      const KindCost& c = d.of(static_cast<Pass>(q), static_cast<OpKind>(k));
+      CHECK(c.overhead == Approx(example_profile().of(static_cast<Pass>(q), static_cast<OpKind>(k)).overhead));
+      for (double e : c.efficiency) CHECK(e == 0.5);
+    }
+  // The resolved scenario keeps the key, so a run folder's scenario.toml reproduces the device.
+  CHECK(to_toml(p.scenario).find("efficiency = 0.5") != std::string::npos);
+  CHECK_THROWS_AS(parse_scenario(kOneNode, "one.toml", {"devices.0.efficiency=2"}), ScenarioError);
+  fs::remove(file);
+}

@@ -48,10 +48,12 @@ StageWork stage_work(const ModelDesc& model, int begin, int end, const TrainingS
   StageWork w;
   const double b = static_cast<double>(batch);
   w.forward = model.forward_work(begin, end, batch);
+  w.backward = model.backward_work(begin, end, batch);
+  // Without weight stashing the backward first recomputes the layers' forward (not the inputs).
+  if (!training.weight_stashing) w.backward.add(w.forward);
   // The first stage makes its inputs from the stored samples: a gather, a conversion to float and
   // the normalisation (scale, shift, divide).
   if (begin == 0) w.forward.add_elementwise(b * static_cast<double>(model.input_elems), 1, 5);
-  w.backward = model.backward_work(begin, end, batch);
   // The last stage's backward starts from the loss: its forward and backward, two kernels each
   // (log-softmax and the negative log-likelihood, or the squared error and its mean).
   if (end == model.layer_count()) {
@@ -59,7 +61,6 @@ StageWork stage_work(const ModelDesc& model, int begin, int end, const TrainingS
     w.backward.add_elementwise(outputs, 1, 2);
     w.backward.add(OpKind::kElementwise, Pass::kBackward, outputs, 2.0 * kFloatBytes * outputs, 2);
   }
-  if (!training.weight_stashing) w.backward.add(w.forward);
   // Kernels per parameter tensor: SGD one (two with momentum), Adam five (its fused step's parts).
   const int ops_per_tensor = training.optimizer == "adam" ? 5 : (training.momentum > 0 ? 2 : 1);
   w.update = model.update_work(begin, end, update_flops_per_param(training), ops_per_tensor);

@@ -209,7 +209,10 @@ void add_top_and_devices(Catalog& c) {
       .text("profile", &DeviceGroup::profile,
             "compute profile file (`ravnest calibrate --out`, or profiles/), relative to the scenario's "
             "folder: fixed cost per operation and efficiency per pass, layer kind and operation class, "
-            "at this device's tflops; \"\": every flop at tflops");
+            "at this device's tflops; \"\": every flop at tflops")
+      .real("efficiency", &DeviceGroup::efficiency, 0.0, 1.5, "",
+            "achieved fraction of tflops for every operation, replacing the profile's efficiencies "
+            "(its fixed costs stay), e.g. a published achieved/peak ratio; 0: the profile's");
 }
 
 void add_model_and_data(Catalog& c) {

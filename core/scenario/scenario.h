@@ -29,13 +29,18 @@ struct DeviceGroup {
   std::string region;        // empty: none
   std::string profile;       // compute profile file (`ravnest calibrate --out`); "": peak model
   ComputeProfile compute;    // read from `profile` when the scenario is loaded
+  double efficiency = 0;     // (0, 1.5]: every operation at this fraction of tflops; 0: the profile's
   // In the units the models use (core/units.h): one conversion, for every model and executor.
   double flops_per_s() const { return tflops * kTflopsToFlopsPerSecond; }
   // The device's compute model (core/compute/profile.h): its profile's per-operation cost and
-  // efficiencies at this device's peak (tflops).
+  // efficiencies at this device's peak (tflops); `efficiency`, where set, replaces every one of
+  // the profile's efficiencies and keeps its fixed costs.
   ComputeProfile compute_profile() const {
     ComputeProfile p = compute;
     p.peak_flops_per_s = flops_per_s();
+    if (efficiency > 0)
+      for (auto& pass : p.cost)
+        for (KindCost& kind : pass) kind.efficiency.fill(efficiency);
     return p;
   }
   double ram_bytes() const { return ram_gb * kGbToBytes; }
