@@ -8,7 +8,9 @@ A run folder is what `ravnest sim` / `ravnest real` writes: metrics.csv (require
 summary.json, eval.csv, scenario.toml and run.json (optional; missing values are derived
 from metrics.csv or shown as "-"). The report never asks which executor produced a run.
 A folder holding only refused.json is a sweep point the planner refused (e.g. sync-dp on
-nodes that cannot hold the model): report.md lists it with the planner's reason.
+nodes that cannot hold the model): report.md lists it with the planner's reason. A folder of
+`ravnest validate` (validate.json, sim/, real/) stands for its two runs, drawn on the same axes,
+and report.md opens with the validation's verdict and figures.
 
 Outputs, in --out (default: RUN/report for one run, ./report for several):
     loss_vs_time.png, loss_vs_samples.png       training loss (moving average; raw faint)
@@ -421,9 +423,39 @@ def read_refused(folder):
     return r
 
 
-def write_markdown(runs, refused, title, out, images, written):
-    """report.md: one summary row per run, the points the planner refused, then the figures."""
-    lines = [f"# {title}", "", "| run | executor | algorithm | nodes | time (s) | samples/s "
+def expand_validations(folders):
+    """Replaces each `ravnest validate` folder by its sim/ and real/ runs; returns (folders,
+    [(folder, validate.json)])."""
+    runs, validations = [], []
+    for f in folders:
+        path = os.path.join(f, "validate.json")
+        if os.path.isfile(path):
+            validations.append((f, read_json(path)))
+            runs += [os.path.join(f, "sim"), os.path.join(f, "real")]
+        else:
+            runs.append(f)
+    return runs, validations
+
+
+def validation_lines(validations):
+    """report.md's section of each validation: its verdict and its figures, sim against real."""
+    lines = []
+    for folder, v in validations:
+        lines += [f"## Validation: {v.get('scenario', '?')} ({v.get('algorithm', '?')}), "
+                  f"dilation {v.get('dilation', 1):g}", "", f"**{v.get('verdict', '')}**", "",
+                  "| figure | sim | real | error |", "|---|---:|---:|---:|"]
+        for f in v.get("figures", []):
+            err = "-" if f.get("error") is None else f"{100 * f['error']:.1f}%"
+            lines.append(f"| {f.get('label', f.get('figure'))} | {fmt(f.get('sim'), '.4g')} "
+                         f"| {fmt(f.get('real'), '.4g')} | {err} |")
+        lines += ["", f"Per node and the dilation's measurements: `{os.path.join(folder, 'validate.md')}`.", ""]
+    return lines
+
+
+def write_markdown(runs, refused, title, out, images, written, validations=()):
+    """report.md: the validations' verdicts, one summary row per run, the points the planner
+    refused, then the figures."""
+    lines = [f"# {title}", ""] + validation_lines(validations) + ["| run | executor | algorithm | nodes | time (s) | samples/s "
              "| final test accuracy | mean staleness | mean idle fraction "
              "| peak memory per node (MiB, max / mean) | averaging (s, busiest node) | folder |",
              "|" + "---|" * 12]
@@ -500,13 +532,19 @@ def main(argv=None):
                         help="accuracy for time_to_accuracy.png (default: the best that every run reaches)")
     args = parser.parse_args(argv)
     try:
-        refused = [read_refused(f) for f in args.runs
+        folders, validations = expand_validations(args.runs)
+        refused = [read_refused(f) for f in folders
                    if os.path.isfile(os.path.join(f, "refused.json"))
                    and not os.path.isfile(os.path.join(f, "metrics.csv"))]
-        runs = [Run(f) for f in args.runs if f not in {r["folder"] for r in refused}]
+        runs = [Run(f) for f in folders if f not in {r["folder"] for r in refused}]
         disambiguate(runs)
         out = args.out or (os.path.join(args.runs[0], "report") if len(args.runs) == 1 else "report")
-        title = args.title or (runs[0].scenario if len(runs) == 1 and not refused else "Ravnest testbed runs")
+        if args.title:
+            title = args.title
+        elif len(validations) == 1 and len(args.runs) == 1:
+            title = f"{runs[0].scenario}: simulated and emulated"
+        else:
+            title = runs[0].scenario if len(runs) == 1 and not refused else "Ravnest testbed runs"
         try:
             os.makedirs(out, exist_ok=True)
         except OSError as e:
@@ -519,7 +557,7 @@ def main(argv=None):
             plot_utilisation(runs, title, out, written)
             plot_speedup(runs, title, out, written)
             plot_time_to_accuracy(runs, title, out, written, args.target_accuracy)
-        write_markdown(runs, refused, title, out, list(written), written)
+        write_markdown(runs, refused, title, out, list(written), written, validations)
     except ReportError as e:
         print(f"report: error: {e}", file=sys.stderr)
         return 2

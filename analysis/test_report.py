@@ -201,6 +201,29 @@ class ReportTest(unittest.TestCase):
             json.dump({"algorithm": "sync-dp"}, f)
         self.assert_error(run_report(refused, "--out", out2), "refused.json: no 'reason'")
 
+    def test_validate_folder_draws_both_runs_and_its_verdict(self):
+        folder = os.path.join(self.dir, "v")
+        make_run(os.path.join(folder, "sim"), executor="sim")
+        make_run(os.path.join(folder, "real"), executor="real")
+        verdict = "agrees: steady samples/s 3.0% apart (target 10%) (dilation 4)"
+        with open(os.path.join(folder, "validate.json"), "w") as f:
+            json.dump({"scenario": "quick", "algorithm": "ravnest", "dilation": 4, "verdict": verdict,
+                       "figures": [{"figure": "steady_samples_per_s", "label": "steady-state samples/s",
+                                    "sim": 103.0, "real": 100.0, "error": 0.03}]}, f)
+        proc = run_report(folder)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        out = os.path.join(folder, "report")
+        self.assert_png(os.path.join(out, "loss_vs_time.png"))
+        self.assert_png(os.path.join(out, "utilisation.png"))
+        with open(os.path.join(out, "report.md")) as f:
+            md = f.read()
+        self.assertIn("# quick: simulated and emulated", md)
+        self.assertIn("## Validation: quick (ravnest), dilation 4", md)
+        self.assertIn(verdict, md)
+        self.assertIn("| steady-state samples/s | 103 | 100 | 3.0% |", md)
+        self.assertIn("quick ravnest, 2 clusters (sim)", md)
+        self.assertIn("quick ravnest, 2 clusters (real)", md)
+
     def test_minimal_folder_with_only_metrics(self):
         run = os.path.join(self.dir, "bare")
         os.makedirs(run)

@@ -27,15 +27,7 @@
 namespace fs = std::filesystem;
 
 namespace rv {
-namespace {
 
-struct Prepared {
-  Scenario scenario;
-  ModelDesc model;
-  Plan plan;
-};
-
-// Loads a scenario and checks the names that the registry, not the key table, knows.
 Scenario load_checked(const std::string& path, const std::vector<std::string>& overrides) {
   Scenario s = load_scenario(path, overrides);
   algorithm_of(s);
@@ -51,16 +43,11 @@ Prepared prepare(Scenario scenario) {
   return p;
 }
 
-Prepared prepare(const CommonOptions& o) { return prepare(load_checked(o.scenario, o.overrides)); }
-
-std::string human_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) {
-    b /= 1024;
-    ++u;
-  }
-  return fmt::format("{:.1f} {}", b, units[u]);
+void check_simulable(const Scenario& s, const std::string& executor) {
+  if (allreduce_of(s).executor_collectives)
+    throw ScenarioError(s.where("training.allreduce"), "training.allreduce",
+                        "\"" + s.training.allreduce + "\" runs on the executor's own collectives, which only "
+                        "the real executor has (ravnest real); the " + executor + " executor has none");
 }
 
 void print_summary(const std::string& path) {
@@ -75,6 +62,20 @@ void print_summary(const std::string& path) {
   if (!f["test_accuracy"].is_null())
     std::cout << fmt::format(", test accuracy {:.4f}", f["test_accuracy"].get<double>());
   std::cout << "\n";
+}
+
+namespace {
+
+Prepared prepare(const CommonOptions& o) { return prepare(load_checked(o.scenario, o.overrides)); }
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  return fmt::format("{:.1f} {}", b, units[u]);
 }
 
 }  // namespace
@@ -128,10 +129,7 @@ int cmd_plan(const CommonOptions& o, const std::string& out_json) {
 int cmd_sim(const CommonOptions& o, const std::string& executor, const std::string& run_path) {
   Prepared p = prepare(o);
   const Scenario& s = p.scenario;
-  if (allreduce_of(s).executor_collectives)
-    throw ScenarioError(s.where("training.allreduce"), "training.allreduce",
-                        "\"" + s.training.allreduce + "\" runs on the executor's own collectives, which only "
-                        "the real executor has (ravnest real); the " + executor + " executor has none");
+  check_simulable(s, executor);
   const bool numeric = executor == "loopback" || s.sim.mode == "numeric";
   Dataset data;
   if (numeric) data = load_dataset(s.data, s.seed);

@@ -5,7 +5,25 @@
 #include <string>
 #include <vector>
 
+#include "core/model/model.h"
+#include "core/plan.h"
+#include "core/scenario/scenario.h"
+
 namespace rv {
+
+// A scenario ready to run: the scenario, its model and its plan.
+struct Prepared {
+  Scenario scenario;
+  ModelDesc model;
+  Plan plan;
+};
+// Loads a scenario and checks the names that the registry, not the key table, knows.
+Scenario load_checked(const std::string& path, const std::vector<std::string>& overrides);
+Prepared prepare(Scenario scenario);
+// Refuses what only the real executor runs (an all-reduce on the executor's own collectives).
+void check_simulable(const Scenario& s, const std::string& executor);
+// Prints a run folder's summary.json in two lines.
+void print_summary(const std::string& path);
 
 struct CommonOptions {
   std::string scenario;
@@ -21,6 +39,10 @@ int cmd_real(const CommonOptions& o, const std::string& self_exe, const std::str
 // each in its own process, into run folders under `out`; prints a table of the results.
 int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid, const std::string& executor,
               const std::string& out, const std::string& self_exe);
+// Simulates the scenario and runs it for real, emulated and dilated (exec/dilation.h) so that this
+// host keeps up, with the same seed and plan; writes both run folders, validate.json and
+// validate.md (core/output/validation.h) into one folder. dilation 0: chosen by measurement.
+int cmd_validate(const CommonOptions& o, const std::string& self_exe, const std::string& run_path, double dilation);
 int cmd_report(const std::vector<std::string>& runs, const std::string& out, const std::string& title);
 
 }  // namespace rv

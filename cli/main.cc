@@ -94,6 +94,18 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"sim", "loopback", "real"}));
   sweep->add_option("--out", sweep_out, "folder of the runs (default: runs/<scenario>/sweep-<timestamp>)");
 
+  rv::CommonOptions validate_o;
+  std::string validate_run_path;
+  double validate_dilation = 0;
+  auto* validate = app.add_subcommand(
+      "validate", "simulate the scenario and run it for real, emulated (dilated so that this host keeps up), "
+                  "with the same seed and plan; compare them (validate.json, validate.md)");
+  add_common(validate, validate_o);
+  validate->add_option("--run-dir", validate_run_path, "write the folder here instead of under output.dir");
+  validate->add_option("--dilation", validate_dilation,
+                       "run both k times slower than modeled (default: the least this host keeps up with)")
+      ->check(CLI::Range(1.0, 1000.0));
+
   std::vector<std::string> report_runs;
   std::string report_out, report_title;
   auto* report = app.add_subcommand("report", "plot one or more run folders (matplotlib)");
@@ -135,6 +147,7 @@ int main(int argc, char** argv) {
     if (*plan) return rv::cmd_plan(plan_o, plan_out);
     if (*sim) return rv::cmd_sim(sim_o, sim_executor, sim_run_path);
     if (*real) return rv::cmd_real(real_o, self_exe(argv[0]), real_run_path);
+    if (*validate) return rv::cmd_validate(validate_o, self_exe(argv[0]), validate_run_path, validate_dilation);
     if (*report) return rv::cmd_report(report_runs, report_out, report_title);
     if (*keys) return rv::run_keys_command(keys_markdown);
     if (*calibrate) return rv::run_calibrate_command(calibrate_out, calibrate_threads, calibrate_quick, calibrate_share,

@@ -71,6 +71,10 @@ class Transport {
   virtual void flush() = 0;
 };
 
+// How long before a modeled instant a wall-clock wait stops sleeping and yields until it comes:
+// a timed sleep wakes late by up to milliseconds on a busy machine (executors on wall time).
+constexpr Seconds kSpinSeconds = 0.0005;
+
 // Time as the node sees it, in seconds since the start of the run.
 class Clock {
  public:

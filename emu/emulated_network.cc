@@ -6,13 +6,6 @@
 #include "core/error.h"
 
 namespace rv {
-namespace {
-
-// How long before a delivery the pumping thread stops sleeping and yields until it is due.
-constexpr Seconds kSpinSeconds = 0.0005;
-
-}  // namespace
-
 EmulatedNetwork::EmulatedNetwork(std::vector<NodeLinks> links, const Clock& clock)
     : clock_(clock), net_(links), in_flight_(links.size(), 0) {}
 
@@ -120,16 +113,18 @@ void EmulatedNetwork::drain(int src) {
 }
 
 std::vector<NodeLinks> latencies_of(const Scenario& s) {
-  std::vector<NodeLinks> links = links_of(s);
-  for (NodeLinks& l : links) l.up = l.down = kUnlimitedRate;
+  std::vector<NodeLinks> links;
+  for (int r = 0; r < s.node_count(); ++r)
+    links.push_back({kUnlimitedRate, kUnlimitedRate, s.device_of(r).latency_s(), 1.0});
   return links;
 }
 
 std::vector<NodeLinks> links_of(const Scenario& s) {
+  const NetFactors f = net_factors(s.network);
   std::vector<NodeLinks> links;
   for (int r = 0; r < s.node_count(); ++r) {
     const DeviceGroup& d = s.device_of(r);
-    links.push_back({d.up_bytes_per_s(), d.down_bytes_per_s(), d.latency_s()});
+    links.push_back({d.up_bytes_per_s() * f.bandwidth, d.down_bytes_per_s() * f.bandwidth, d.latency_s(), f.latency});
   }
   return links;
 }

@@ -17,7 +17,8 @@ double weight_of(Seconds route) { return 1.0 / (route > 0 ? route : 1.0); }
 
 StarNetwork::StarNetwork(std::vector<NodeLinks> links) : links_(std::move(links)) {
   for (const NodeLinks& l : links_)
-    RV_CHECK(l.up > 0 && l.down > 0 && l.latency >= 0, "star network: links need positive rates");
+    RV_CHECK(l.up > 0 && l.down > 0 && l.latency >= 0 && l.latency_factor > 0,
+             "star network: links need positive rates");
 }
 
 void StarNetwork::send(int src, int dst, Bytes bytes, uint64_t token, Seconds now) {
@@ -30,7 +31,7 @@ void StarNetwork::send(int src, int dst, Bytes bytes, uint64_t token, Seconds no
   f.src = src;
   f.dst = dst;
   f.left = static_cast<double>(std::max<Bytes>(bytes, 1));
-  f.starts = now + route(src, dst);
+  f.starts = now + delay(src, dst);
   f.weight = weight_of(route(src, dst));
   flows_[token] = f;
   pending_[{src, dst}].push_back({token, false});

@@ -5,7 +5,7 @@
 //
 // Every node reaches a common core through its own uplink (up_mbps) and downlink (down_mbps), each
 // with a one-way latency. A message from s to d is a flow over s's uplink and d's downlink: it
-// waits the route's latency (L_s + L_d), then its bytes flow through both links at once
+// waits the route's latency (L_s + L_d, each times the model's latency factor), then its bytes flow through both links at once
 // (cut-through), at a rate that changes whenever a flow starts or ends: weighted max-min fairness
 // over all links (progressive filling), each flow weighted by the inverse of its route's latency as
 // CM02 weights it (TCP's RTT unfairness; a route of zero latency weighs as one of 1 s, as there).
@@ -38,6 +38,9 @@ struct NodeLinks {
   double up = 0;        // bytes per second
   double down = 0;      // bytes per second
   Seconds latency = 0;  // one way, between the node and the core
+  // The network model's latency factor (net_factors): a message waits this times the latency,
+  // while CM02 still weighs flows by the latency as given.
+  double latency_factor = 1;
 };
 
 // A message that has passed the network model.
@@ -75,7 +78,11 @@ class StarNetwork {
   };
   void progress_to(Seconds t);
   void solve();  // weighted max-min rates of the started flows
+  // A route's latency as given (CM02's sharing weight), and as the model charges it.
   Seconds route(int src, int dst) const { return links_[src].latency + links_[dst].latency; }
+  Seconds delay(int src, int dst) const {
+    return links_[src].latency_factor * links_[src].latency + links_[dst].latency_factor * links_[dst].latency;
+  }
 
   std::vector<NodeLinks> links_;
   Seconds now_ = 0;

@@ -25,9 +25,14 @@ void WallCompute::run(const Work& work, const std::function<void()>& maths) {
   const auto t0 = std::chrono::steady_clock::now();
   maths();
   if (emulate_) {
-    const auto target = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+    using Clock = std::chrono::steady_clock;
+    const auto target = t0 + std::chrono::duration_cast<Clock::duration>(
                                  std::chrono::duration<double>(time_of(work, *emulate_)));
-    std::this_thread::sleep_until(target);
+    // A timed sleep wakes late by up to milliseconds on a busy machine, which would lengthen every
+    // emulated span: sleep until shortly before, then yield until the modeled time has passed.
+    const auto early = target - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kSpinSeconds));
+    if (Clock::now() < early) std::this_thread::sleep_until(early);
+    while (Clock::now() < target) std::this_thread::yield();
   }
 }
 

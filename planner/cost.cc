@@ -13,11 +13,6 @@
 
 namespace rv {
 
-NetFactors net_factors(const NetworkSpec& network) {
-  if (network.model == "lv08") return {13.01, 0.97, 4194304.0};
-  return {1.0, 1.0, 0.0};
-}
-
 CostModel::CostModel(const Scenario& scenario, const ModelDesc& model)
     : model_(&model), algorithm_(&algorithm_of(scenario)), allreduce_(&allreduce_of(scenario)),
       training_(effective_training(scenario)),

@@ -26,15 +26,6 @@
 
 namespace rv {
 
-// How the simulator's network model bends latency and bandwidth (SimGrid's LV08: latency x 13.01,
-// bandwidth x 0.97, TCP window gamma = 4 MiB caps a flow at gamma / (2 latency)).
-struct NetFactors {
-  double latency = 1.0;
-  double bandwidth = 1.0;
-  double tcp_gamma = 0.0;  // bytes; 0: no window cap
-};
-NetFactors net_factors(const NetworkSpec& network);
-
 // One node of the pool in SI units.
 struct PoolNode {
   double speed = 0;    // flop/s, the device's peak

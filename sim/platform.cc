@@ -1,5 +1,7 @@
 #include "sim/platform.h"
 
+#include <cstdio>
+
 #include <simgrid/s4u/Link.hpp>
 #include <simgrid/s4u/NetZone.hpp>
 
@@ -15,6 +17,13 @@ void configure_network(sg4::Engine& engine, const NetworkSpec& network) {
     engine.set_config("network/crosstraffic:0");
     engine.set_config("network/TCP-gamma:0");
   }
+  // The factors as net_factors() states them (for LV08 its own, unless a key replaces one).
+  const NetFactors f = net_factors(network);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "network/latency-factor:%.17g", f.latency);
+  engine.set_config(buf);
+  std::snprintf(buf, sizeof buf, "network/bandwidth-factor:%.17g", f.bandwidth);
+  engine.set_config(buf);
 }
 
 std::vector<sg4::Host*> build_platform(const Scenario& scenario) {

@@ -528,3 +528,87 @@ TEST_CASE("overlapped averaging is faster than bulk-synchronous in simulation", 
   CHECK(overlapped < bulk);
   fs::remove_all(d);
 }
+
+namespace {
+
+const char* kTiny = R"(name = "tiny"
+seed = 3
+[model]
+head = "linear"
+kind = "mlp"
+hidden = [64, 32]
+[data]
+kind = "digits"
+batch_size = 32
+[training]
+steps = 80
+eval_every = 40
+[planner]
+method = "manual"
+[network]
+model = "ideal"
+[real]
+timeout_s = 30
+[[devices]]
+count = 2
+tflops = 0.02
+up_mbps = 50
+down_mbps = 50
+latency_ms = 2
+)";
+
+double ratio_error(double a, double b) { return std::exp(std::abs(std::log(a / b))) - 1; }
+
+}  // namespace
+
+TEST_CASE("validate runs the scenario simulated and emulated, dilated, and compares them", "[cli][real][validate]") {
+  fs::path d = workdir("validate");
+  write(d / "s.toml", kTiny);
+  Result r = ravnest({"validate", "s.toml", "--dilation", "2", "--run-dir", "v", "--progress", "off"}, d);
+  INFO(r.out << r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("validate folder: ") != std::string::npos);
+  const auto v = nlohmann::json::parse(slurp(d / "v" / "validate.json"));
+  const auto sim = nlohmann::json::parse(slurp(d / "v" / "sim" / "summary.json"));
+  const auto real = nlohmann::json::parse(slurp(d / "v" / "real" / "summary.json"));
+  CHECK(v["dilation"].get<double>() == 2);
+  CHECK(slurp(d / "v" / "sim" / "scenario.toml").find("dilation = 2") != std::string::npos);
+  CHECK(slurp(d / "v" / "real" / "scenario.toml").find("emulate_speed = true") != std::string::npos);
+  CHECK(v["same_plan"].get<bool>());
+  // The host's demand was measured for both working nodes, whatever dilation was given.
+  REQUIRE(v["host"]["nodes"].size() == 2);
+  for (const auto& n : v["host"]["nodes"]) CHECK(n["host_ms"].get<double>() > 0);
+  // Each figure is the two summaries' own, with its error.
+  bool seen = false;
+  for (const auto& f : v["figures"])
+    if (f["figure"] == "steady_samples_per_s") {
+      seen = true;
+      CHECK(f["sim"].get<double>() == sim["steady_samples_per_s"].get<double>());
+      CHECK(f["real"].get<double>() == real["steady_samples_per_s"].get<double>());
+      CHECK(f["error"].get<double>() ==
+            Approx(ratio_error(sim["steady_samples_per_s"].get<double>(), real["steady_samples_per_s"].get<double>())));
+    }
+  CHECK(seen);
+  // Message sizes and counts do not depend on timing: both runs moved the same bytes.
+  for (size_t i = 0; i < 2; ++i) {
+    CHECK(v["per_node"][i]["bytes_sent"]["sim"] == v["per_node"][i]["bytes_sent"]["real"]);
+    CHECK(v["per_node"][i]["bytes_received"]["sim"] == v["per_node"][i]["bytes_received"]["real"]);
+  }
+  CHECK(slurp(d / "v" / "validate.md").rfind("# Validation: tiny (ravnest)", 0) == 0);
+  CHECK(v["verdict"].get<std::string>().find("(dilation 2)") != std::string::npos);
+  fs::remove_all(d);
+}
+
+TEST_CASE("validate refuses a run this host cannot keep up with, naming the --set that shrinks it", "[cli][validate]") {
+  fs::path d = workdir("validate_refused");
+  write(d / "s.toml", kTiny);
+  Result r = ravnest({"validate", "s.toml", "--set", "devices.0.tflops=1e5"}, d);
+  CHECK(r.status == 2);
+  CHECK(r.err.find("cannot keep up") != std::string::npos);
+  CHECK(r.err.find("--set devices.0.tflops=") != std::string::npos);
+  CHECK_FALSE(has_run_folder(d));
+  Result given = ravnest({"validate", "s.toml", "--set", "dilation=3"}, d);
+  CHECK(given.status == 2);
+  CHECK(given.err.find("--dilation") != std::string::npos);
+  fs::remove_all(d);
+}

@@ -211,6 +211,21 @@ TEST_CASE("the asynchronous pipeline's steady throughput is 1 / the slowest stag
   CHECK(best_busy > 0.95);
 }
 
+TEST_CASE("a pipeline's time per step is its period; dilated k times, k times longer", "[sim][analytic]") {
+  // The expectation from the undilated scenario; the simulation of the same dilated 2.5 times.
+  auto plain = test::prepare(pipeline_scenario("ravnest", "2,0.5"), {"training.steps=300"});
+  const StageTimes t = slowest(plain, plain.scenario.training);
+  auto p = test::prepare(pipeline_scenario("ravnest", "2,0.5"), {"training.steps=300", "dilation=2.5"});
+  SimResult r = run_simulation(p.spec());
+  auto summary = summarize(p.scenario, p.plan, r.events, RunInfo{"sim", "timing", 0});
+  CHECK(summary["steady_samples_per_s"].get<double>() ==
+        Approx(p.scenario.data.batch_size / (2.5 * t.period)).epsilon(0.01));
+  // Every stage updates once per micro-batch: one step per period.
+  CHECK(summary["time_per_step_s"].get<double>() == Approx(2.5 * t.period).epsilon(0.01));
+  const auto window = summary["steady_window_s"];
+  CHECK(window[0].get<double>() < window[1].get<double>());
+}
+
 TEST_CASE("every stage applies one update per micro-batch, on the LV08 model too", "[sim]") {
   auto p = test::prepare(pipeline_scenario("ravnest", "2,0.5"), {"training.steps=50", "network.model=\"lv08\""});
   SimResult a = run_simulation(p.spec());

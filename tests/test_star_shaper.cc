@@ -7,6 +7,7 @@
 #include <random>
 
 #include "catch.h"
+#include "emu/emulated_network.h"
 #include "emu/star_shaper.h"
 #include "sim/sim_runner.h"
 #include "test_support.h"
@@ -88,13 +89,15 @@ TEST_CASE("a flow held back by a slow receiver leaves the rest of the uplink to 
 // message per pair at time 0 that opens the pair's own mailbox in the simulator. SimGrid hands a
 // message over when it is through; the emulator also keeps a pair's order, so a message through
 // before an earlier one of its pair is expected when that one is.
-TEST_CASE("a trace through the emulator gets the simulator's delivery times (ideal network)",
-          "[emu][sim]") {
+namespace {
+
+// `network` is the scenario's [network] table; the emulator's links come from links_of(), as a real
+// run's do.
+void check_trace(const std::string& network) {
   // One simulation per process (SimGrid): one trace, with every kind of contention.
   const unsigned seed = 11;
   const int senders = 6, receivers = 4, n = senders + receivers;
-  std::string toml = "name = \"trace\"\n[network]\nmodel = \"ideal\"\n";
-  std::vector<NodeLinks> links;
+  std::string toml = "name = \"trace\"\n[network]\n" + network + "\n";
   std::mt19937 rng(seed);
   for (int i = 0; i < n; ++i) {
     // Mbit/s and ms; node 1 and receiver 7 have no latency at all.
@@ -103,8 +106,9 @@ TEST_CASE("a trace through the emulator gets the simulator's delivery times (ide
     toml += "[[devices]]\nup_mbps = " + std::to_string(up) +
             "\ndown_mbps = " + std::to_string(down) + "\nlatency_ms = " + std::to_string(lat) +
             "\n";
-    links.push_back(mbps(up, down, lat));
   }
+  const Scenario s = parse_scenario(toml, "trace.toml");
+  const std::vector<NodeLinks> links = links_of(s);
   std::vector<Send> sends;
   for (int a = 0; a < senders; ++a)
     for (int b = senders; b < n; ++b) sends.push_back({0, a, b, 1});
@@ -118,7 +122,6 @@ TEST_CASE("a trace through the emulator gets the simulator's delivery times (ide
                    [](const Send& a, const Send& b) { return a.at < b.at; });
   const std::vector<Seconds> emulated = emulate(links, sends);
 
-  const Scenario s = parse_scenario(toml, "trace.toml");
   std::vector<int> nodes(n);
   for (int i = 0; i < n; ++i) nodes[i] = i;
   std::vector<Seconds> simulated(sends.size(), -1);
@@ -171,4 +174,16 @@ TEST_CASE("a trace through the emulator gets the simulator's delivery times (ide
   CHECK(compared == static_cast<int>(sends.size() - opening));
   INFO("worst relative difference in transfer time: " << worst);
   CHECK(worst <= 1e-6);
+}
+
+}  // namespace
+
+TEST_CASE("a trace through the emulator gets the simulator's delivery times (ideal network)",
+          "[emu][sim]") {
+  check_trace("model = \"ideal\"");
+}
+
+TEST_CASE("a trace through the emulator gets the simulator's delivery times (factors of one's own)",
+          "[emu][sim]") {
+  check_trace("model = \"ideal\"\nbandwidth_factor = 0.9\nlatency_factor = 2.5");
 }

@@ -133,6 +133,17 @@ std::vector<Event> read_events_csv(const std::string& path) {
   return out;
 }
 
+SteadyWindow steady_window(std::vector<Seconds> completions) {
+  SteadyWindow w;
+  if (completions.size() < 4) return w;
+  std::sort(completions.begin(), completions.end());
+  const size_t k0 = completions.size() / 2, k1 = completions.size() - 1;
+  w.begin = completions[k0];
+  w.end = completions[k1];
+  w.micro_batches = static_cast<int64_t>(k1 - k0);
+  return w;
+}
+
 nlohmann::json summarize(const Scenario& s, const Plan& plan, const std::vector<Event>& events,
                          const RunInfo& info) {
   using nlohmann::json;
@@ -194,14 +205,27 @@ nlohmann::json summarize(const Scenario& s, const Plan& plan, const std::vector<
   j["time_s"] = t_end;
   j["train_samples"] = samples;
   j["samples_per_s"] = t_end > 0 ? samples / t_end : 0.0;
-  // Steady state: micro-batches completed in the second half of the run, per second.
-  double steady = 0;
-  if (last_stage_done.size() >= 4) {
-    size_t k0 = last_stage_done.size() / 2, k1 = last_stage_done.size() - 1;
-    double dt = last_stage_done[k1] - last_stage_done[k0];
-    if (dt > 0) steady = static_cast<double>(k1 - k0) * batch / dt;
+  // Steady state (steady_window): samples per second, and each working node's time per optimizer
+  // step (the window over the updates it made in it), averaged over the nodes.
+  const SteadyWindow window = steady_window(last_stage_done);
+  double steady = 0, step_sum = 0;
+  int step_nodes = 0;
+  if (!window.empty()) {
+    steady = static_cast<double>(window.micro_batches * batch) / (window.end - window.begin);
+    std::vector<int64_t> updates(static_cast<size_t>(plan.nodes), 0);
+    for (const auto& e : events)
+      if (e.kind == EventKind::kUpdate && e.node >= 0 && e.node < plan.nodes && e.end > window.begin &&
+          e.end <= window.end)
+        ++updates[static_cast<size_t>(e.node)];
+    for (int64_t u : updates)
+      if (u > 0) {
+        step_sum += (window.end - window.begin) / static_cast<double>(u);
+        ++step_nodes;
+      }
   }
   j["steady_samples_per_s"] = steady;
+  j["steady_window_s"] = {window.begin, window.end};
+  j["time_per_step_s"] = step_nodes ? step_sum / step_nodes : 0.0;
   j["staleness"] = {{"mean", stale_n ? static_cast<double>(stale_sum) / stale_n : 0.0},
                     {"max", stale_max}};
   json nodes = json::array();

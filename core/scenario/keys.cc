@@ -192,7 +192,10 @@ void add_top_and_devices(Catalog& c) {
             "`<output.dir>/<name>/`",
             Empty::kRefused)
       .integer("seed", &Scenario::seed, 0, kMaxInt64,
-               "random seed: data, initial weights, planner search");
+               "random seed: data, initial weights, planner search")
+      .real("dilation", &Scenario::dilation, 1.0, 1000.0, "",
+            "time dilation k: every device k times slower (tflops and bandwidths / k, latencies and "
+            "per-operation costs x k); `ravnest validate` sets it so that this host keeps up");
   c.array("devices", kRequired, &Scenario::devices)
       .text("name", &DeviceGroup::name, "the group's name, in plans and outputs")
       .indexed_default([](size_t i) { return KeyValue("device" + std::to_string(i)); },
@@ -318,7 +321,12 @@ void add_run_tables(Catalog& c) {
       .choice("topology", &NetworkSpec::topology, {"star"},
               "star: each device reaches a common core through its own links")
       .choice("model", &NetworkSpec::model, {"lv08", "ideal"},
-              "lv08: SimGrid's TCP-calibrated default; ideal: no TCP effects (CM02)");
+              "lv08: SimGrid's TCP-calibrated default; ideal: no TCP effects (CM02)")
+      .real("bandwidth_factor", &NetworkSpec::bandwidth_factor, 0.0, 10.0, "",
+            "every link's bandwidth times this, in the simulator, the planner and the user-space "
+            "emulator; 0: the model's own (lv08 0.97, ideal 1)")
+      .real("latency_factor", &NetworkSpec::latency_factor, 0.0, 1000.0, "",
+            "every link's latency times this, likewise; 0: the model's own (lv08 13.01, ideal 1)");
   c.table("sim", &Scenario::sim)
       .choice("mode", &SimSpec::mode, {"numeric", "timing"},
               "numeric: real maths, modeled time; timing: no maths");

@@ -304,6 +304,7 @@ Scenario from_table(const toml::table& root, const std::string& source) {
   check_planner_clusters(s);
   check_pool(s);
   read_profiles(s);
+  for (DeviceGroup& d : s.devices) d.dilation = s.dilation;
   return s;
 }
 
@@ -349,6 +350,14 @@ void apply_override(toml::table& root, const std::string& spec) {
 }
 
 }  // namespace
+
+NetFactors net_factors(const NetworkSpec& network) {
+  NetFactors f;
+  if (network.model == "lv08") f = {13.01, 0.97, 4194304.0};
+  if (network.latency_factor > 0) f.latency = network.latency_factor;
+  if (network.bandwidth_factor > 0) f.bandwidth = network.bandwidth_factor;
+  return f;
+}
 
 int Scenario::node_count() const {
   int n = 0;

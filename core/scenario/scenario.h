@@ -30,23 +30,27 @@ struct DeviceGroup {
   std::string profile;       // compute profile file (`ravnest calibrate --out`); "": peak model
   ComputeProfile compute;    // read from `profile` when the scenario is loaded
   double efficiency = 0;     // (0, 1.5]: every operation at this fraction of tflops; 0: the profile's
-  // In the units the models use (core/units.h): one conversion, for every model and executor.
-  double flops_per_s() const { return tflops * kTflopsToFlopsPerSecond; }
+  double dilation = 1;       // the scenario's time dilation (Scenario::dilation), set when loaded
+  // In the units the models use (core/units.h), dilated: one conversion, for every model and
+  // executor. Under a dilation k every rate is divided by k and every time multiplied by k.
+  double flops_per_s() const { return tflops * kTflopsToFlopsPerSecond / dilation; }
   // The device's compute model (core/compute/profile.h): its profile's per-operation cost and
   // efficiencies at this device's peak (tflops); `efficiency`, where set, replaces every one of
   // the profile's efficiencies and keeps its fixed costs.
   ComputeProfile compute_profile() const {
     ComputeProfile p = compute;
     p.peak_flops_per_s = flops_per_s();
-    if (efficiency > 0)
-      for (auto& pass : p.cost)
-        for (KindCost& kind : pass) kind.efficiency.fill(efficiency);
+    for (auto& pass : p.cost)
+      for (KindCost& kind : pass) {
+        kind.overhead *= dilation;
+        if (efficiency > 0) kind.efficiency.fill(efficiency);
+      }
     return p;
   }
   double ram_bytes() const { return ram_gb * kGbToBytes; }
-  double up_bytes_per_s() const { return up_mbps * kMbpsToBytesPerSecond; }
-  double down_bytes_per_s() const { return down_mbps * kMbpsToBytesPerSecond; }
-  Seconds latency_s() const { return latency_ms * kMsToSeconds; }
+  double up_bytes_per_s() const { return up_mbps * kMbpsToBytesPerSecond / dilation; }
+  double down_bytes_per_s() const { return down_mbps * kMbpsToBytesPerSecond / dilation; }
+  Seconds latency_s() const { return latency_ms * kMsToSeconds * dilation; }
 };
 
 struct ModelSpec {
@@ -107,7 +111,21 @@ struct PlannerSpec {
 struct NetworkSpec {
   std::string topology = "star";
   std::string model = "lv08";
+  double bandwidth_factor = 0;  // > 0: replaces the model's own
+  double latency_factor = 0;    // > 0: replaces the model's own
 };
+
+// How the network model bends each link's latency and bandwidth, the one definition the simulator
+// (SimGrid's network/latency-factor, network/bandwidth-factor, network/TCP-gamma), the planner's
+// cost model and the user-space emulator share. LV08, SimGrid's default: latency x 13.01,
+// bandwidth x 0.97, a flow capped at TCP-gamma / (2 latency) with gamma = 4 MiB. ideal: factors 1,
+// no cap. network.bandwidth_factor and network.latency_factor replace a model's factor.
+struct NetFactors {
+  double latency = 1.0;
+  double bandwidth = 1.0;
+  double tcp_gamma = 0.0;  // bytes; 0: no window cap
+};
+NetFactors net_factors(const NetworkSpec& network);
 
 struct SimSpec {
   std::string mode = "numeric";
@@ -147,6 +165,10 @@ struct FaultsSpec {
 struct Scenario {
   std::string name = "scenario";
   uint64_t seed = 1;
+  // Time dilation k >= 1: every device runs k times slower (rates / k, latencies and per-operation
+  // costs x k), so that a host too small for the scenario keeps up (ravnest validate). Loading
+  // copies it into every DeviceGroup, whose accessors apply it.
+  double dilation = 1;
   std::string source;  // the file it came from, for messages
   std::vector<DeviceGroup> devices;
   ModelSpec model;

@@ -1,0 +1,142 @@
+// `ravnest validate`: the simulator measured against an emulated real run of the same scenario.
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "algo/registry.h"
+#include "cli/commands.h"
+#include "core/data/dataset.h"
+#include "core/error.h"
+#include "core/model/cost_model.h"
+#include "core/output/run_output.h"
+#include "core/output/validation.h"
+#include "exec/dilation.h"
+#include "exec/progress.h"
+#include "real/launcher.h"
+#include "sim/sim_runner.h"
+
+namespace fs = std::filesystem;
+
+namespace rv {
+namespace {
+
+nlohmann::json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  if (!in) throw Error(p.string() + ": cannot read");
+  return nlohmann::json::parse(in);
+}
+
+// The share of the real run's compute spans (training forward, backward, update) that ran more than
+// kLateTolerance past their modeled time (and 1 ms, a scheduler's granularity): where the host did
+// not keep up.
+double late_fraction(const Prepared& p, const std::string& metrics) {
+  const Scenario& s = p.scenario;
+  std::vector<StageWork> work;
+  std::vector<ComputeProfile> device;
+  for (int i = 0; i < p.plan.nodes; ++i) {
+    const NodeRole r = p.plan.role_of(i);
+    work.push_back(r.stage >= 0 ? stage_work(p.model, r.layer_begin, r.layer_end, s.training, s.data.batch_size)
+                                : StageWork{});
+    device.push_back(s.device_of(i).compute_profile());
+  }
+  int64_t spans = 0, late = 0;
+  for (const Event& e : read_events_csv(metrics)) {
+    if (e.node < 0 || e.node >= p.plan.nodes) continue;
+    const StageWork& w = work[static_cast<size_t>(e.node)];
+    Seconds modeled = -1;
+    if (e.kind == EventKind::kForward && e.micro_batch >= 0) modeled = time_of(w.forward, device[e.node]);
+    if (e.kind == EventKind::kBackward && e.micro_batch >= 0) modeled = time_of(w.backward, device[e.node]);
+    if (modeled < 0) continue;
+    ++spans;
+    if (e.end - e.start > modeled * (1 + kLateTolerance) + 1e-3) ++late;
+  }
+  return spans ? static_cast<double>(late) / static_cast<double>(spans) : 0.0;
+}
+
+std::string dilation_text(double k) { return fmt::format("dilation={:.17g}", k); }
+
+}  // namespace
+
+int cmd_validate(const CommonOptions& o, const std::string& self_exe, const std::string& run_path, double dilation) {
+  // The scenario as given, planned once: what the host must keep up with.
+  const Prepared base = prepare(load_checked(o.scenario, o.overrides));
+  const Scenario& s = base.scenario;
+  check_simulable(s, "sim");
+  if (s.dilation != 1)
+    throw InputError(s.where("dilation") + ": ravnest validate chooses the dilation itself; give it as "
+                     "--dilation K instead of the scenario's dilation key");
+  if (!run_path.empty() && fs::exists(run_path)) throw InputError(run_path + ": folder exists already");
+
+  const DilationChoice choice =
+      choose_dilation(measure_demands(s, base.model, base.plan),
+                      static_cast<double>(std::max(1u, std::thread::hardware_concurrency())));
+  if (dilation <= 0 && choice.k > kMaxDilation) throw InputError(too_large_message(s, choice));
+  const double k = dilation > 0 ? dilation : choice.k;
+  nlohmann::json host{{"cores", choice.cores}, {"share", choice.share}, {"chosen", k}, {"needed", choice.k},
+                      {"headroom", kHeadroom}, {"nodes", nlohmann::json::array()}};
+  for (const NodeDemand& n : choice.nodes)
+    host["nodes"].push_back({{"node", n.node}, {"device", n.device}, {"host_ms", n.host_s * 1e3},
+                             {"modeled_ms", n.modeled_s * 1e3}, {"needs", n.needs}});
+  std::cout << fmt::format("dilation {:g} ({}; this host needs {:g})\n", k,
+                           dilation > 0 ? "given" : "chosen", choice.k);
+
+  const fs::path final_path = fs::absolute(run_path.empty() ? new_run_path(s, "validate") : run_path).lexically_normal();
+  fs::create_directories(final_path.parent_path());
+  const fs::path tmp = final_path.parent_path() / ("." + final_path.filename().string() + ".partial");
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  try {
+    std::vector<std::string> overrides = o.overrides;
+    overrides.push_back(dilation_text(k));
+    // The simulation of the dilated scenario.
+    const Prepared sim = prepare(load_checked(o.scenario, overrides));
+    {
+      const Scenario& ss = sim.scenario;
+      const bool numeric = ss.sim.mode == "numeric";
+      Dataset data;
+      if (numeric) data = load_dataset(ss.data, ss.seed);
+      RunSpec spec{&ss, &sim.plan, &sim.model, numeric ? &data : nullptr};
+      const auto t0 = std::chrono::steady_clock::now();
+      Progress progress(ss.training.steps, "simulated", Progress::enabled_for(o.progress));
+      std::vector<Event> events = run_simulation(spec, &progress).events;
+      progress.finish();
+      RunInfo info{"sim", ss.sim.mode, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                   variant_label(ss)};
+      write_run_folder((tmp / "sim").string(), ss, sim.plan, sim.model, events, info);
+    }
+    // The emulated real run of the same: every device's speed and every link emulated.
+    std::vector<std::string> real_overrides = overrides;
+    real_overrides.insert(real_overrides.end(), {"real.emulate_speed=true", "real.emulate_network=true"});
+    const Prepared real = prepare(load_checked(o.scenario, real_overrides));
+    LaunchOptions lo{o.scenario, real_overrides, self_exe, (tmp / "real").string(), o.progress};
+    run_real(real.scenario, lo);
+
+    ValidationContext ctx;
+    ctx.dilation = k;
+    ctx.host = host;
+    ctx.same_plan = read_json(tmp / "sim" / "plan.json") == read_json(tmp / "real" / "plan.json");
+    ctx.late_fraction = late_fraction(real, (tmp / "real" / "metrics.csv").string());
+    const nlohmann::json v =
+        compare_runs(read_json(tmp / "sim" / "summary.json"), read_json(tmp / "real" / "summary.json"), ctx);
+    std::ofstream(tmp / "validate.json") << v.dump(2) << "\n";
+    std::ofstream md(tmp / "validate.md");
+    md << validation_markdown(v);
+    if (!md) throw Error((tmp / "validate.md").string() + ": cannot write");
+    if (fs::exists(final_path)) throw InputError(final_path.string() + ": folder exists already");
+    fs::rename(tmp, final_path);
+    std::cout << fmt::format("validate folder: {}\n  {}\n", final_path.string(), v["verdict"].get<std::string>());
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+  return 0;
+}
+
+}  // namespace rv

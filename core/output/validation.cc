@@ -1,0 +1,184 @@
+#include "core/output/validation.h"
+
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <vector>
+
+#include <fmt/core.h>
+
+namespace rv {
+namespace {
+
+using nlohmann::json;
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// The number at a "/"-separated path of a summary, NaN where absent or not a number.
+double at(const json& j, const std::string& path) {
+  const json* p = &j;
+  std::stringstream ss(path);
+  for (std::string part; std::getline(ss, part, '/');) {
+    if (!p->is_object() || !p->contains(part)) return kNaN;
+    p = &(*p)[part];
+  }
+  return p->is_number() ? p->get<double>() : kNaN;
+}
+
+json num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
+struct Figure {
+  const char* path;   // in summary.json
+  const char* label;
+  const char* unit;
+  bool difference;    // also compared by difference (bounded quantities)
+};
+
+const Figure kFigures[] = {
+    {"steady_samples_per_s", "steady-state samples/s", "samples/s", false},
+    {"time_per_step_s", "time per step", "s", false},
+    {"time_s", "run time", "s", false},
+    {"averaging/mean_round_s", "averaging round", "s", false},
+    {"staleness/mean", "staleness, mean", "updates", false},
+    {"staleness/max", "staleness, max", "updates", false},
+    {"final/train_loss", "final train loss", "", false},
+    {"final/test_accuracy", "final test accuracy", "", true},
+};
+
+std::string show(const json& v, const char* spec = "{:.4g}") {
+  if (!v.is_number()) return "-";
+  return fmt::format(fmt::runtime(spec), v.get<double>());
+}
+
+std::string percent(const json& v) {
+  if (!v.is_number()) return "-";
+  return fmt::format("{:.1f}%", 100 * v.get<double>());
+}
+
+}  // namespace
+
+double ratio_error(double sim, double real) {
+  if (std::isnan(sim) || std::isnan(real) || sim < 0 || real < 0) return kNaN;
+  if (sim == 0 && real == 0) return 0;
+  if (sim == 0 || real == 0) return kNaN;
+  return std::exp(std::abs(std::log(sim / real))) - 1;
+}
+
+json compare_runs(const json& sim, const json& real, const ValidationContext& ctx) {
+  json v;
+  v["scenario"] = sim.value("scenario", "");
+  v["algorithm"] = sim.value("algorithm", "");
+  v["nodes"] = sim.value("nodes", 0);
+  v["clusters"] = sim.value("clusters", 0);
+  v["dilation"] = ctx.dilation;
+  v["host"] = ctx.host;
+  v["same_plan"] = ctx.same_plan;
+  v["late_fraction"] = ctx.late_fraction;
+  json figures = json::array();
+  for (const Figure& f : kFigures) {
+    const double s = at(sim, f.path), r = at(real, f.path);
+    if (std::isnan(s) && std::isnan(r)) continue;
+    json row{{"figure", f.path}, {"label", f.label}, {"unit", f.unit}, {"sim", num(s)}, {"real", num(r)},
+             {"error", num(ratio_error(s, r))}};
+    if (f.difference) row["difference"] = num(s - r);
+    figures.push_back(row);
+  }
+  v["figures"] = figures;
+
+  json nodes = json::array();
+  double busy_worst = 0;
+  const json& sn = sim.contains("per_node") ? sim["per_node"] : json::array();
+  const json& rn = real.contains("per_node") ? real["per_node"] : json::array();
+  for (size_t i = 0; i < sn.size() && i < rn.size(); ++i) {
+    const double sb = at(sn[i], "busy_fraction"), rb = at(rn[i], "busy_fraction");
+    const bool working = at(sn[i], "stage") >= 0;
+    if (working && std::isfinite(sb - rb)) busy_worst = std::max(busy_worst, std::abs(sb - rb));
+    nodes.push_back({{"node", i},
+                     {"device", sn[i].value("device", "")},
+                     {"stage", sn[i].value("stage", -1)},
+                     {"busy_fraction", {{"sim", num(sb)}, {"real", num(rb)}, {"difference", num(sb - rb)}}},
+                     {"bytes_sent",
+                      {{"sim", num(at(sn[i], "bytes_sent"))},
+                       {"real", num(at(rn[i], "bytes_sent"))},
+                       {"error", num(ratio_error(at(sn[i], "bytes_sent"), at(rn[i], "bytes_sent")))}}},
+                     {"bytes_received",
+                      {{"sim", num(at(sn[i], "bytes_received"))},
+                       {"real", num(at(rn[i], "bytes_received"))},
+                       {"error", num(ratio_error(at(sn[i], "bytes_received"), at(rn[i], "bytes_received")))}}}});
+  }
+  v["per_node"] = nodes;
+
+  // The verdict: each target met or missed, the missed ones first.
+  std::vector<std::string> met, missed;
+  auto judge = [&](bool ok, const std::string& what) { (ok ? met : missed).push_back(what); };
+  const double samples = ratio_error(at(sim, "steady_samples_per_s"), at(real, "steady_samples_per_s"));
+  judge(samples <= kTargetSamplesError,
+        std::isnan(samples) ? "steady samples/s not measured in both runs"
+                            : fmt::format("steady samples/s {:.1f}% apart (target {:.0f}%)", 100 * samples,
+                                          100 * kTargetSamplesError));
+  judge(busy_worst <= kTargetBusyDifference,
+        fmt::format("busy fractions within {:.3f} (target {:.1f})", busy_worst, kTargetBusyDifference));
+  const double acc = at(sim, "final/test_accuracy") - at(real, "final/test_accuracy");
+  if (std::isfinite(acc))
+    judge(std::abs(acc) * 100 <= kTargetAccuracyPoints,
+          fmt::format("test accuracy {:.2f} points apart (target {:.0f})", std::abs(acc) * 100, kTargetAccuracyPoints));
+  judge(ctx.late_fraction <= kLateTolerance,
+        fmt::format("{:.1f}% of the real run's compute spans late", 100 * ctx.late_fraction));
+  if (!ctx.same_plan) missed.push_back("the two runs' plans differ");
+  std::string verdict = missed.empty() ? "agrees: " : "differs: ";
+  bool first = true;
+  for (const auto* list : {&missed, &met})
+    for (const std::string& s : *list) {
+      verdict += (first ? "" : "; ") + s;
+      first = false;
+    }
+  v["agrees"] = missed.empty();
+  v["verdict"] = verdict + fmt::format(" (dilation {:g})", ctx.dilation);
+  return v;
+}
+
+std::string validation_markdown(const json& v) {
+  std::ostringstream md;
+  md << "# Validation: " << v.value("scenario", "") << " (" << v.value("algorithm", "") << ")\n\n";
+  md << "**" << v.value("verdict", "") << "**\n\n";
+  md << fmt::format("Simulation (`sim/`) against an emulated real run (`real/`) of the same scenario, seed and "
+                    "plan, both dilated {:g} times (every rate / {:g}, every time x {:g}). Error: "
+                    "exp(|ln(sim/real)|) - 1.\n\n",
+                    v.value("dilation", 1.0), v.value("dilation", 1.0), v.value("dilation", 1.0));
+  md << "| figure | sim | real | error |\n|---|---:|---:|---:|\n";
+  for (const auto& f : v["figures"]) {
+    std::string err = percent(f["error"]);
+    if (f.contains("difference") && f["difference"].is_number())
+      err += fmt::format(" ({:+.2f} points)", 100 * f["difference"].get<double>());
+    md << "| " << f["label"].get<std::string>()
+       << (f["unit"].get<std::string>().empty() ? "" : " (" + f["unit"].get<std::string>() + ")") << " | "
+       << show(f["sim"]) << " | " << show(f["real"]) << " | " << err << " |\n";
+  }
+  md << "\n| node | device | stage | busy sim | busy real | difference | sent sim | sent real | error | "
+        "received sim | received real | error |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (const auto& n : v["per_node"]) {
+    const auto& b = n["busy_fraction"];
+    const auto& s = n["bytes_sent"];
+    const auto& r = n["bytes_received"];
+    md << "| " << n["node"].get<int>() << " | " << n["device"].get<std::string>() << " | " << n["stage"].get<int>()
+       << " | " << show(b["sim"], "{:.3f}") << " | " << show(b["real"], "{:.3f}") << " | "
+       << show(b["difference"], "{:+.3f}") << " | " << show(s["sim"], "{:.0f}") << " | " << show(s["real"], "{:.0f}")
+       << " | " << percent(s["error"]) << " | " << show(r["sim"], "{:.0f}") << " | " << show(r["real"], "{:.0f}")
+       << " | " << percent(r["error"]) << " |\n";
+  }
+  const json& host = v["host"];
+  if (host.is_object() && host.contains("nodes")) {
+    md << fmt::format("\nDilation: this host has {:g} cores, {:.2g} of a core per working node; each node's "
+                      "stage (one micro-batch, forward, backward and step) here against its modeled time:\n\n",
+                      host.value("cores", 0.0), host.value("share", 0.0));
+    md << "| node | device | host ms | modeled ms | dilation it needs |\n|---:|---|---:|---:|---:|\n";
+    for (const auto& n : host["nodes"])
+      md << fmt::format("| {} | {} | {:.3f} | {:.3f} | {:.3g} |\n", n.value("node", -1), n.value("device", ""),
+                        n.value("host_ms", 0.0), n.value("modeled_ms", 0.0), n.value("needs", 0.0));
+  }
+  md << fmt::format("\nLate compute spans in the real run (more than {:.0f}% past their modeled time): {:.1f}%.\n",
+                    100 * kLateTolerance, 100 * v.value("late_fraction", 0.0));
+  if (!v.value("same_plan", true)) md << "\n**The two runs' plan.json differ**: they did not run the same plan.\n";
+  return md.str();
+}
+
+}  // namespace rv

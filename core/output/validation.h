@@ -1,0 +1,44 @@
+// ravnest validate's comparison of two runs of one scenario, a simulation and an emulated real run:
+// the figures of their summary.json side by side, the error of each, and one verdict.
+//
+// The error of a positive figure is exp(|ln(sim / real)|) - 1: 0.1 means one run is 10% above the
+// other, whichever it is, and a run twice as fast as the other is 1.0 off, as is one half as fast.
+// Busy fractions and test accuracy, bounded quantities, are compared by their difference too.
+//
+// Targets (the issue that asked for validation, and papers/validation/): steady samples/s within
+// 10% (25% at worst over a set of runs), every node's busy fraction within 0.1, final test
+// accuracy within 2 points.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace rv {
+
+constexpr double kTargetSamplesError = 0.10;
+constexpr double kTargetBusyDifference = 0.10;
+constexpr double kTargetAccuracyPoints = 2.0;
+// A real compute span counts as late when it ran this much past its modeled time: the host did
+// not keep up there, and the dilation was too small.
+constexpr double kLateTolerance = 0.05;
+
+// exp(|ln(sim / real)|) - 1; 0 when both are 0; NaN when either is NaN, negative, or only one is 0.
+double ratio_error(double sim, double real);
+
+// What the command knows beyond the two summaries.
+struct ValidationContext {
+  double dilation = 1;
+  nlohmann::json host;         // the dilation's inputs (cores, share, each node's host and modeled ms)
+  double late_fraction = 0;    // the real run's compute spans that were late (kLateTolerance)
+  bool same_plan = true;       // both runs' plan.json agree
+};
+
+// validate.json: both summaries' figures side by side with their errors, per node too, and the
+// verdict. `sim` and `real` are the two runs' summary.json.
+nlohmann::json compare_runs(const nlohmann::json& sim, const nlohmann::json& real, const ValidationContext& ctx);
+
+// validate.md: the same as a Markdown page (tables, verdict first).
+std::string validation_markdown(const nlohmann::json& v);
+
+}  // namespace rv

@@ -1,0 +1,145 @@
+// ravnest validate's parts that need no run: the error of a figure, the comparison of two summaries
+// and its verdict, the steady window, and the choice of a dilation from host and modeled times.
+#include "catch.h"
+
+#include <cmath>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+#include "core/output/run_output.h"
+#include "core/output/validation.h"
+#include "exec/dilation.h"
+#include "test_support.h"
+
+using namespace rv;
+using nlohmann::json;
+
+namespace {
+
+json summary(double samples, double busy0, double busy1, double accuracy, int64_t sent0) {
+  return json{{"scenario", "s"},
+              {"algorithm", "ravnest"},
+              {"nodes", 3},
+              {"clusters", 1},
+              {"time_s", 10.0},
+              {"steady_samples_per_s", samples},
+              {"time_per_step_s", 64.0 / samples},
+              {"staleness", {{"mean", 1.0}, {"max", 2}}},
+              {"averaging", {{"mean_round_s", 0.0}}},
+              {"final", {{"train_loss", 0.5}, {"test_loss", 0.6}, {"test_accuracy", accuracy}}},
+              {"per_node",
+               {{{"device", "a"}, {"stage", 0}, {"busy_fraction", busy0}, {"bytes_sent", sent0}, {"bytes_received", 10}},
+                {{"device", "b"}, {"stage", 1}, {"busy_fraction", busy1}, {"bytes_sent", 10}, {"bytes_received", sent0}},
+                {{"device", "c"}, {"stage", -1}, {"busy_fraction", 0.0}, {"bytes_sent", 0}, {"bytes_received", 0}}}}};
+}
+
+const json* figure(const json& v, const std::string& name) {
+  for (const auto& f : v["figures"])
+    if (f["figure"] == name) return &f;
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("a figure's error is exp(|ln(sim/real)|) - 1, symmetric", "[validate]") {
+  CHECK(ratio_error(110, 100) == Approx(0.1));
+  CHECK(ratio_error(100, 110) == Approx(0.1));
+  CHECK(ratio_error(200, 100) == Approx(1.0));
+  CHECK(ratio_error(50, 100) == Approx(1.0));
+  CHECK(ratio_error(0, 0) == 0);
+  CHECK(std::isnan(ratio_error(0, 1)));
+  CHECK(std::isnan(ratio_error(-1, 1)));
+  CHECK(std::isnan(ratio_error(std::numeric_limits<double>::quiet_NaN(), 1)));
+}
+
+TEST_CASE("two summaries side by side: errors, per-node differences and the verdict", "[validate]") {
+  ValidationContext ctx;
+  ctx.dilation = 4;
+  SECTION("within every target") {
+    const json v = compare_runs(summary(105, 0.5, 0.8, 0.851, 1000), summary(100, 0.45, 0.85, 0.85, 1000), ctx);
+    REQUIRE(figure(v, "steady_samples_per_s") != nullptr);
+    CHECK((*figure(v, "steady_samples_per_s"))["error"].get<double>() == Approx(0.05));
+    CHECK((*figure(v, "final/test_accuracy"))["difference"].get<double>() == Approx(0.001));
+    CHECK(v["per_node"][0]["busy_fraction"]["difference"].get<double>() == Approx(0.05));
+    CHECK(v["per_node"][1]["bytes_received"]["error"].get<double>() == 0);
+    CHECK(v["agrees"].get<bool>());
+    CHECK(v["verdict"].get<std::string>().rfind("agrees: steady samples/s 5.0% apart", 0) == 0);
+    CHECK(v["verdict"].get<std::string>().find("(dilation 4)") != std::string::npos);
+    const std::string md = validation_markdown(v);
+    CHECK(md.find("| steady-state samples/s (samples/s) | 105 | 100 | 5.0% |") != std::string::npos);
+  }
+  SECTION("each missed target is named first") {
+    json v = compare_runs(summary(130, 0.5, 0.8, 0.80, 1000), summary(100, 0.3, 0.8, 0.85, 1100), ctx);
+    CHECK_FALSE(v["agrees"].get<bool>());
+    const std::string verdict = v["verdict"].get<std::string>();
+    CHECK(verdict.rfind("differs: steady samples/s 30.0% apart", 0) == 0);
+    CHECK(verdict.find("busy fractions within 0.200") < verdict.find("late"));
+    CHECK(verdict.find("test accuracy 5.00 points apart") != std::string::npos);
+    CHECK(v["per_node"][0]["bytes_sent"]["error"].get<double>() == Approx(0.1));
+    ctx.late_fraction = 0.2;
+    ctx.same_plan = false;
+    v = compare_runs(summary(100, 0.5, 0.8, 0.85, 1000), summary(100, 0.5, 0.8, 0.85, 1000), ctx);
+    CHECK_FALSE(v["agrees"].get<bool>());
+    CHECK(v["verdict"].get<std::string>().find("20.0% of the real run's compute spans late") != std::string::npos);
+    CHECK(v["verdict"].get<std::string>().find("plans differ") != std::string::npos);
+  }
+  SECTION("an idle node's busy fraction does not count") {
+    json sim = summary(100, 0.5, 0.8, 0.85, 1000), real = sim;
+    sim["per_node"][2]["busy_fraction"] = 0.5;  // (an idle node is never busy; this checks the filter)
+    CHECK(compare_runs(sim, real, ctx)["agrees"].get<bool>());
+  }
+}
+
+TEST_CASE("the steady window is the second half of the run's micro-batches", "[validate][output]") {
+  CHECK(steady_window({1, 2, 3}).empty());
+  const SteadyWindow w = steady_window({8, 1, 2, 3, 4, 5, 6, 7});
+  CHECK(w.begin == 5);
+  CHECK(w.end == 8);
+  CHECK(w.micro_batches == 3);
+}
+
+TEST_CASE("the dilation is the largest need, rounded up to two figures, and at least 1", "[validate]") {
+  auto demand = [](int node, double host_ms, double modeled_ms) {
+    NodeDemand d;
+    d.node = node;
+    d.group = node;
+    d.device = "d" + std::to_string(node);
+    d.host_s = host_ms * 1e-3;
+    d.modeled_s = modeled_ms * 1e-3;
+    return d;
+  };
+  // Four nodes on two cores: half a core each. Node 1 needs 1.5 * 2 / (0.5 * 1) = 6.
+  DilationChoice c = choose_dilation({demand(0, 1, 1), demand(1, 2, 1), demand(2, 1, 2), demand(3, 0.5, 1)}, 2);
+  CHECK(c.share == 0.5);
+  CHECK(c.binding == 1);
+  CHECK(c.nodes[1].needs == Approx(6));
+  CHECK(c.k == Approx(6));
+  // Rounded up to two significant figures.
+  CHECK(choose_dilation({demand(0, 4.09, 1)}, 4, 1).k == Approx(4.1));
+  CHECK(choose_dilation({demand(0, 123.4, 1)}, 4, 1).k == Approx(130));
+  // A host faster than the devices needs none.
+  CHECK(choose_dilation({demand(0, 0.1, 1)}, 1).k == 1);
+  // Beyond the limit, the message names the node and the --set that shrinks the run.
+  auto p = test::prepare(R"(
+name = "big"
+[model]
+kind = "mlp"
+head = "linear"
+[data]
+kind = "synthetic"
+[[devices]]
+name = "fast"
+count = 1
+[[devices]]
+name = "faster"
+count = 1
+tflops = 500
+)", {});
+  DilationChoice big = choose_dilation({demand(0, 1, 1), demand(1, 300, 1)}, 2);
+  CHECK(big.k > kMaxDilation);
+  const std::string m = too_large_message(p.scenario, big);
+  CHECK(m.find("node 1, a d1 device") != std::string::npos);
+  CHECK(m.find("--set devices.1.tflops=111 ") != std::string::npos);  // 500 x 100 / 450
+  CHECK(m.find("--set devices.1.tflops=") != std::string::npos);
+}
