@@ -35,20 +35,30 @@ def links(run):
 
 
 def transfers(run):
-    """[(src, dst, bytes, seconds)] of every training message, from metrics.csv."""
-    sends, recvs = {}, {}
+    """[(src, dst, bytes, seconds)] of the training messages in metrics.csv: each pair's k-th send
+    with its k-th recv (one connection delivers in order), sent before the sender's last backward
+    ended (what follows is the end of the run, not training)."""
+    sends, recvs, last_backward = {}, {}, {}
     with open(os.path.join(run, "metrics.csv")) as f:
         for row in csv.DictReader(f):
-            if row["kind"] not in ("send", "recv") or int(row["micro_batch"]) < 0:
+            node = int(row["node"])
+            if row["kind"] == "backward" and int(row["micro_batch"]) >= 0:
+                last_backward[node] = max(last_backward.get(node, 0.0), float(row["end_s"]))
+            if row["kind"] not in ("send", "recv"):
                 continue
-            node, peer, mb = int(row["node"]), int(row["peer"]), int(row["micro_batch"])
-            t = float(row["start_s"])
+            peer, t, b = int(row["peer"]), float(row["start_s"]), int(row["bytes"])
             if row["kind"] == "send":
-                sends[(node, peer, mb)] = (t, int(row["bytes"]))
+                sends.setdefault((node, peer), []).append((t, b))
             else:
-                recvs[(peer, node, mb)] = t
-    return [(src, dst, b, recvs[(src, dst, mb)] - t) for (src, dst, mb), (t, b) in sends.items()
-            if (src, dst, mb) in recvs]
+                recvs.setdefault((peer, node), []).append(t)
+    out = []
+    for pair, ss in sends.items():
+        ss.sort()
+        rr = sorted(recvs.get(pair, []))
+        for (t, b), r in zip(ss, rr):
+            if t <= last_backward.get(pair[0], math.inf):
+                out.append((pair[0], pair[1], b, r - t))
+    return out
 
 
 def probe(runs):

@@ -49,6 +49,9 @@ struct Message {
   double scalar = 0.0;  // kind-specific: e.g. a loss value
   std::vector<at::Tensor> payload;  // contiguous CPU float32 tensors (empty in timing mode)
   Bytes bytes = 0;      // modeled size on the wire, in bytes (payload plus a header)
+  // Transports across processes: when the message's last byte arrived, on this machine's steady
+  // clock (CLOCK_MONOTONIC, seconds); -1 where unknown.
+  double arrived = -1;
 };
 
 // Size of the fixed header that precedes every message on the wire, in bytes.
@@ -81,6 +84,11 @@ class Clock {
   virtual ~Clock() = default;
   virtual Seconds now() const = 0;
   virtual void sleep_for(Seconds s) = 0;
+  // Returns once now() >= t (at once if it is). Wall clocks wake on time, not a timed sleep late.
+  virtual void wait_until(Seconds t) {
+    const Seconds left = t - now();
+    if (left > 0) sleep_for(left);
+  }
   // CPU seconds the calling thread has used, on a real clock; NaN in simulated time (where a
   // device computes exactly as long as its spans last).
   virtual Seconds thread_cpu_now() const { return std::numeric_limits<double>::quiet_NaN(); }

@@ -112,13 +112,6 @@ void EmulatedNetwork::drain(int src) {
   if (error_) std::rethrow_exception(error_);
 }
 
-std::vector<NodeLinks> latencies_of(const Scenario& s) {
-  std::vector<NodeLinks> links;
-  for (int r = 0; r < s.node_count(); ++r)
-    links.push_back({kUnlimitedRate, kUnlimitedRate, s.device_of(r).latency_s(), 1.0});
-  return links;
-}
-
 std::vector<NodeLinks> links_of(const Scenario& s) {
   const NetFactors f = net_factors(s.network);
   std::vector<NodeLinks> links;

@@ -108,8 +108,5 @@ class ShapedTransport : public Transport {
 // The links of the scenario's nodes, in bytes per second and seconds, with the network model's
 // factors (net_factors: bandwidth and latency; not LV08's TCP window cap).
 std::vector<NodeLinks> links_of(const Scenario& s);
-// The same nodes' latencies only, as given, with links too fast to matter: the kernel shapes the
-// bandwidth, and real TCP over it has its own behaviour, which the model's factors stand for.
-std::vector<NodeLinks> latencies_of(const Scenario& s);
 
 }  // namespace rv

@@ -21,6 +21,12 @@ void WallClock::sleep_for(Seconds s) {
   if (s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(s));
 }
 
+void WallClock::wait_until(Seconds t) {
+  const Seconds early = t - kSpinSeconds - now();
+  if (early > 0) sleep_for(early);
+  while (now() < t) std::this_thread::yield();
+}
+
 void WallCompute::run(const Work& work, const std::function<void()>& maths) {
   const auto t0 = std::chrono::steady_clock::now();
   maths();

@@ -26,6 +26,8 @@ class WallClock : public Clock {
   }
   Seconds now() const override;
   void sleep_for(Seconds s) override;
+  // Sleeps until kSpinSeconds before t, then yields until t.
+  void wait_until(Seconds t) override;
   Seconds thread_cpu_now() const override;  // CLOCK_THREAD_CPUTIME_ID
 
  private:

@@ -367,6 +367,8 @@ struct GlooTransport::Impl {
           for (const auto& shape : d.shapes) d.msg.payload.push_back(at::empty(shape, at::kFloat));
         }
         d.msg.src = peer;
+        d.msg.arrived =
+            std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
         deliver(std::move(d.msg));
       }
     } catch (const InputError&) {

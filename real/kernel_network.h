@@ -2,9 +2,9 @@
 // a star like the simulator's. Each node's namespace holds one end of a veth pair (interface
 // kInterface, address 10.213.x.y/16); the other end sits in the run's core namespace, on one
 // bridge. The node's end shapes what it sends to up_mbps and the core's end what it receives to
-// down_mbps, each with an htb class (this kernel has no netem: latency stays with the user-space
-// emulator, which the launcher runs with latencies only). Every byte is shaped, c10d's own
-// collectives (training.allreduce = "gloo") included.
+// down_mbps, each with an htb class (this kernel has no netem: each receiver adds the links'
+// latency after a message's arrival, emu/arrival_latency.h). Every byte is shaped, c10d's own
+// collectives (training.allreduce = "gloo") included; their latency is not added.
 //
 // Needs root (CAP_NET_ADMIN), iproute2 (`ip`, `tc`) and util-linux (`nsenter`). The namespaces
 // are named rv<launcher pid>-<rank> and rv<launcher pid>-core; the destructor removes them (their

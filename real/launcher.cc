@@ -172,11 +172,12 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
   const bool emulate = emulates_network(scenario, true);
   std::optional<KernelNetwork> kernel;
   if (emulate && scenario.real.shaper == kKernelShaper) kernel.emplace(scenario);
+  // (Under the kernel shaper each receiver adds the links' latency itself: emu/arrival_latency.h.)
   WallClock emulator_clock;
   std::optional<EmulatorServer> emulator;
-  if (emulate) {
+  if (emulate && !kernel) {
     emulator.emplace((std::filesystem::path(status_dir.path()) / "emulator.sock").string(),
-                     kernel ? latencies_of(scenario) : links_of(scenario), emulator_clock);
+                     links_of(scenario), emulator_clock);
     emulator->start();
   }
   const std::string master_addr = kernel ? kernel->address_of(0) : "127.0.0.1";

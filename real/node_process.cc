@@ -20,6 +20,7 @@
 #include <ATen/Parallel.h>
 
 #include "core/compute_threads.h"
+#include "emu/arrival_latency.h"
 #include "emu/emulator_service.h"
 #include "exec/env_assembly.h"
 #include "exec/progress.h"
@@ -151,8 +152,11 @@ int run(const NodeProcessOptions& options) {
   const char* launcher = std::getenv(kLauncherPidEnv);
   const bool launched_together = launcher != nullptr && *launcher != '\0';
   const bool emulate = emulates_network(scenario, launched_together);
+  // The kernel shaper's latency is added here, at the receiver; the user-space one is the
+  // launcher's emulator.
+  const bool kernel = emulate && scenario.real.shaper == kKernelShaper;
   const char* socket_path = std::getenv(kEmulatorSocketEnv);
-  if (emulate && (socket_path == nullptr || *socket_path == '\0'))
+  if (emulate && !kernel && (socket_path == nullptr || *socket_path == '\0'))
     throw Error("rank " + std::to_string(rank) + ": the launcher started no network emulator");
   const ModelDesc model = build_model(scenario);
   const Plan plan = make_plan(scenario, model);
@@ -199,9 +203,15 @@ int run(const NodeProcessOptions& options) {
   EventLog log;
   Progress progress(scenario.training.steps, "wall", rank == 0 && Progress::enabled_for(options.progress));
   GlooCollectives collectives(transport);  // for an all-reduce on the executor's collectives
-  // The launcher's network emulator, if the run has one (destroyed before the transport it uses).
-  std::unique_ptr<EmulatorClient> emulator;
-  if (emulate) emulator = std::make_unique<EmulatorClient>(socket_path, rank, gloo.timeout);
+  // The network emulator, if the run has one (destroyed before the transport it uses): the
+  // launcher's, or under the kernel shaper the links' latency after each message's arrival.
+  WallClock steady;
+  steady.set_origin_ns(0);  // the axis of Message::arrived
+  std::unique_ptr<NetworkEmulator> emulator;
+  if (kernel)
+    emulator = std::make_unique<ArrivalLatency>(rank, one_way_latencies(scenario), steady);
+  else if (emulate)
+    emulator = std::make_unique<EmulatorClient>(socket_path, rank, gloo.timeout);
   // The algorithm sees the scenario's wrappers (emulated links, injected faults); the gathering
   // below does not.
   NodeEnvStack stack(scenario, rank,

@@ -344,8 +344,9 @@ void add_run_tables(Catalog& c) {
               "machine), off for ranks started by hand (`ravnest node`) and the loopback executor")
       .choice("shaper", &RealSpec::shaper, {kUserShaper, kKernelShaper},
               "user: the launcher holds each message for its links' time (no root); kernel: "
-              "each node in a network namespace, links shaped by htb (root; latency in user "
-              "space; shapes allreduce = \"gloo\" too)");
+              "each node in a network namespace, links shaped by htb, real TCP over them (root; "
+              "the latency added by each receiver after a message's arrival; shapes allreduce = "
+              "\"gloo\" too)");
   c.table("output", &Scenario::output)
       .text("dir", &OutputSpec::dir, "run folders go to `<dir>/<name>/<executor>-<timestamp>/`",
             Empty::kRefused)
