@@ -13,15 +13,18 @@
 #    simulation under each model (lv08, ideal, ideal with the measured bandwidth factor), at the
 #    same dilation: steady samples/s, each model's error against each real run.
 #
-# Usage: bench/network_model.sh [OUT_DIR]   (default bench/results/network_model)
+# Usage: bench/network_model.sh [OUT_DIR [probe|scenarios|all]]
+#   (default bench/results/network_model, all; "scenarios" reuses OUT_DIR/probe.txt's factor)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$(realpath -m "${1:-bench/results/network_model}")
+part=${2:-all}
 scripts/build.sh ravnest >/dev/null
-rm -rf "$out" && mkdir -p "$out/probe"
 rv=$PWD/build/ravnest
 
 # ---- 1. probe ----
+if [ "$part" != scenarios ]; then
+rm -rf "$out" && mkdir -p "$out/probe"
 for shaper in kernel user; do
   rates="10 50 200"
   [ $shaper = user ] && rates=50  # the user-space shaper is the model itself: a check
@@ -75,6 +78,10 @@ PY
 )
 factor=$(echo "$factor" | tail -1)
 echo "measured bandwidth factor (kernel shaper, median over the probe runs): $factor" | tee -a "$out/probe.txt"
+fi
+[ "$part" = probe ] && exit 0
+factor=$(sed -n 's/^measured bandwidth factor.*: //p' "$out/probe.txt")
+rm -rf "$out/scenarios"
 
 # ---- 2. scenarios ----
 run_case() {  # name scenario steps [--set ...]
@@ -95,8 +102,8 @@ run_case() {  # name scenario steps [--set ...]
   "$rv" sim "$scenario" "${sets[@]}" --set "dilation=$k" --set "network.bandwidth_factor=$factor" \
     --run-dir "$base/sim-ideal-b$factor" --progress off >/dev/null
 }
-run_case quickstart scenarios/quickstart.toml 300 --set training.eval_every=0
-run_case heterogeneous scenarios/heterogeneous.toml 300 --set training.eval_every=0
-run_case memory-bound-c2 scenarios/memory-bound.toml 200 --set planner.clusters=2 --set training.eval_every=0
-run_case digits-cnn scenarios/digits-cnn.toml 300 --set training.eval_every=0
+run_case quickstart scenarios/quickstart.toml 200 --set training.eval_every=0
+run_case heterogeneous scenarios/heterogeneous.toml 200 --set training.eval_every=0
+run_case digits-cnn scenarios/digits-cnn.toml 200 --set training.eval_every=0
+run_case memory-bound-c2 scenarios/memory-bound.toml 100 --set planner.clusters=2 --set training.eval_every=0
 python3 bench/network_model.py compare "$out/scenarios" | tee "$out/scenarios.txt"

@@ -141,7 +141,7 @@ int cmd_sim(const CommonOptions& o, const std::string& executor, const std::stri
   const int64_t total = s.training.steps;
   if (executor == "loopback") {
     Progress progress(total, "wall", Progress::enabled_for(o.progress));
-    events = run_loopback(spec, s.real.timeout_s, -1, nullptr, &progress);
+    events = run_loopback(spec, s.peer_timeout_s(), -1, nullptr, &progress);
     progress.finish();
   } else {
     Progress progress(total, "simulated", Progress::enabled_for(o.progress));

@@ -122,6 +122,13 @@ int cmd_validate(const CommonOptions& o, const std::string& self_exe, const std:
     ctx.host = host;
     ctx.same_plan = read_json(tmp / "sim" / "plan.json") == read_json(tmp / "real" / "plan.json");
     ctx.late_fraction = late_fraction(real, (tmp / "real" / "metrics.csv").string());
+    if (real.scenario.network.model == "lv08" && real.scenario.real.shaper != kKernelShaper)
+      ctx.notes.push_back("network.model = \"lv08\": the emulator applies LV08's factors but not its "
+                          "cross-traffic, its weight-S or its TCP window cap; where those matter the two "
+                          "runs' networks differ by construction");
+    if (real.scenario.real.shaper == kKernelShaper)
+      ctx.notes.push_back("real.shaper = \"kernel\": the real run's bytes went over real TCP through htb, "
+                          "its latency added at each receiver; the simulation is the network model's");
     const nlohmann::json v =
         compare_runs(read_json(tmp / "sim" / "summary.json"), read_json(tmp / "real" / "summary.json"), ctx);
     std::ofstream(tmp / "validate.json") << v.dump(2) << "\n";

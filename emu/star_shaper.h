@@ -1,7 +1,8 @@
 // The emulator's network model: the simulator's star, computed in user space on times the caller
-// gives (an injected clock), so that an emulated run's messages take the time the simulator
-// (network.model = "ideal": SimGrid's CM02 with factors 1, no cross-traffic, no TCP window) gives
-// the same messages.
+// gives (an injected clock), so that an emulated run's messages take the time the simulator gives
+// the same messages under SimGrid's CM02 with no cross-traffic and no TCP window (network.model
+// "tcp" and "ideal", and any factors: links_of() applies them). Under "lv08" it applies LV08's
+// factors but not its cross-traffic, its weight-S or its window cap.
 //
 // Every node reaches a common core through its own uplink (up_mbps) and downlink (down_mbps), each
 // with a one-way latency. A message from s to d is a flow over s's uplink and d's downlink: it

@@ -86,6 +86,40 @@ std::optional<std::vector<int>> greedy(const CostModel& cost, const std::vector<
   return cuts;
 }
 
+// The cut minimises the bottleneck; the period (mean-value analysis) also counts the round trip,
+// which another cut of about the same bottleneck may shorten. Moves one cut at a time by one or
+// two boundaries while that shortens the period (small pipelines only: each move is an analysis).
+void polish(const CostModel& cost, const std::vector<int>& pos, Partition& p) {
+  const int k = static_cast<int>(p.order.size());
+  if (k < 2 || k > 16) return;
+  const int64_t f = cost.in_flight(k);
+  auto index_of = [&](int layer) {
+    return static_cast<int>(std::lower_bound(pos.begin(), pos.end(), layer) - pos.begin());
+  };
+  for (int round = 0; round < 8; ++round) {
+    bool improved = false;
+    for (int c = 1; c < k; ++c)
+      for (int step : {-2, -1, 1, 2}) {
+        const int j = index_of(p.cuts[c]) + step;
+        if (j <= index_of(p.cuts[c - 1]) || j >= index_of(p.cuts[c + 1])) continue;
+        std::vector<int> cuts = p.cuts;
+        cuts[c] = pos[j];
+        if (!cost.fits(p.order[c - 1], cuts[c - 1], cuts[c], f) || !cost.fits(p.order[c], cuts[c], cuts[c + 1], f))
+          continue;
+        const double period = cost.cluster_period(p.order, cuts);
+        if (period < p.period * (1 - 1e-12)) {
+          p.cuts = cuts;
+          p.period = period;
+          improved = true;
+        }
+      }
+    if (!improved) break;
+  }
+  p.bottleneck = 0;
+  for (int s = 0; s < k; ++s)
+    p.bottleneck = std::max(p.bottleneck, stage_cost_in(cost, p.order, s, p.cuts[s], p.cuts[s + 1]));
+}
+
 }  // namespace
 
 std::optional<Partition> best_partition(const CostModel& cost, const std::vector<int>& order,
@@ -117,7 +151,9 @@ std::optional<Partition> best_partition(const CostModel& cost, const std::vector
     for (int s = 0; s < k; ++s)
       p->bottleneck = std::max(p->bottleneck, stage_cost_in(cost, order, s, p->cuts[s], p->cuts[s + 1]));
   }
-  if (p) p->period = cost.cluster_period(p->order, p->cuts);
+  if (!p) return p;
+  p->period = cost.cluster_period(p->order, p->cuts);
+  polish(cost, pos, *p);
   return p;
 }
 

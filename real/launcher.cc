@@ -214,7 +214,7 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
     for (const auto& o : options.overrides) args.insert(args.end(), {"--set", o});
     args.insert(args.end(), {"--rank", std::to_string(rank), "--world-size", std::to_string(world),
                              "--master-addr", master_addr, "--master-port", std::to_string(port),
-                             "--timeout", seconds_str(scenario.real.timeout_s)});
+                             "--timeout", seconds_str(scenario.peer_timeout_s())});
     if (rank == 0)
       args.insert(args.end(), {"--run-path", run_path, "--result-file", result.path(),
                                "--progress", options.progress});
@@ -247,7 +247,7 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
       // timeout_s, plus a margin for the ranks' own timeouts, which began a little later.
       deadline = std::chrono::steady_clock::now() +
                  std::chrono::milliseconds(static_cast<int64_t>(
-                     (std::min(scenario.real.timeout_s, 1e7) + kGraceMargin) * 1000));
+                     (std::min(scenario.peer_timeout_s(), 1e7) + kGraceMargin) * 1000));
     }
     failures.push_back(r);
   }
@@ -282,7 +282,7 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
     }
     if (!killed.empty()) {
       what += "; rank(s) " + killed + " were killed after " +
-              seconds_str(scenario.real.timeout_s + kGraceMargin) + " s";
+              seconds_str(scenario.peer_timeout_s() + kGraceMargin) + " s";
     }
     if (reports[root].kind == "input" || (WIFEXITED(status) && WEXITSTATUS(status) == 2)) {
       throw InputError(what);

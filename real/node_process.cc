@@ -177,7 +177,7 @@ int run(const NodeProcessOptions& options) {
   const NodeRole role = plan.role_of(rank);
 
   GlooOptions gloo = options.gloo;
-  if (gloo.timeout <= 0) gloo.timeout = scenario.real.timeout_s;
+  if (gloo.timeout <= 0) gloo.timeout = scenario.peer_timeout_s();
   GlooTransport transport(gloo);
   transport.barrier();
   WallClock clock;  // origin: just after the start barrier, on every rank

@@ -12,7 +12,7 @@ namespace sg4 = simgrid::s4u;
 namespace rv {
 
 void configure_network(sg4::Engine& engine, const NetworkSpec& network) {
-  if (network.model == "ideal") {
+  if (network.model == "ideal" || network.model == "tcp") {
     engine.set_config("network/model:CM02");
     engine.set_config("network/crosstraffic:0");
     engine.set_config("network/TCP-gamma:0");

@@ -141,6 +141,37 @@ latency_ms = 5
   CHECK(arrival[0] == Approx(0.015 + S / (50e6 / 8)).epsilon(1e-9));
 }
 
+TEST_CASE("under the tcp model one transfer takes latency + bytes / (0.935 bandwidth), the default",
+          "[sim][analytic]") {
+  Scenario s = parse_scenario(R"(
+name = "transfer"
+[[devices]]
+up_mbps = 10
+down_mbps = 100
+latency_ms = 10
+[[devices]]
+up_mbps = 50
+down_mbps = 20
+latency_ms = 5
+)", "transfer.toml");
+  REQUIRE(s.network.model == "tcp");
+  const Bytes S = 1000000;
+  double arrival = 0;
+  simulate(s, {0, 1}, false, [&](NodeEnv& env, int r) {
+    if (r == 0) {
+      Message m;
+      m.kind = MsgKind::kForward;
+      m.bytes = S;
+      env.transport.send(1, m);
+      env.transport.flush();
+    } else {
+      env.transport.recv();
+      arrival = env.clock.now();
+    }
+  });
+  CHECK(arrival == Approx(0.015 + S / (kTcpBandwidthFactor * 10e6 / 8)).epsilon(1e-9));
+}
+
 // (SimGrid allows one engine per process, and ctest runs each test case in its own process.)
 TEST_CASE("messages from one sender arrive in the order sent, even a smaller one behind a larger",
           "[sim]") {

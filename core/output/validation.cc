@@ -73,6 +73,7 @@ json compare_runs(const json& sim, const json& real, const ValidationContext& ct
   v["host"] = ctx.host;
   v["same_plan"] = ctx.same_plan;
   v["late_fraction"] = ctx.late_fraction;
+  v["notes"] = ctx.notes;
   json figures = json::array();
   for (const Figure& f : kFigures) {
     const double s = at(sim, f.path), r = at(real, f.path);
@@ -178,6 +179,8 @@ std::string validation_markdown(const json& v) {
   md << fmt::format("\nLate compute spans in the real run (more than {:.0f}% past their modeled time): {:.1f}%.\n",
                     100 * kLateTolerance, 100 * v.value("late_fraction", 0.0));
   if (!v.value("same_plan", true)) md << "\n**The two runs' plan.json differ**: they did not run the same plan.\n";
+  if (v.contains("notes"))
+    for (const auto& n : v["notes"]) md << "\nNote: " << n.get<std::string>() << "\n";
   return md.str();
 }
 

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -32,6 +33,7 @@ struct ValidationContext {
   nlohmann::json host;         // the dilation's inputs (cores, share, each node's host and modeled ms)
   double late_fraction = 0;    // the real run's compute spans that were late (kLateTolerance)
   bool same_plan = true;       // both runs' plan.json agree
+  std::vector<std::string> notes;  // what the reader should know (e.g. a model the emulator approximates)
 };
 
 // validate.json: both summaries' figures side by side with their errors, per node too, and the

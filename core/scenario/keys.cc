@@ -320,19 +320,21 @@ void add_run_tables(Catalog& c) {
   c.table("network", &Scenario::network)
       .choice("topology", &NetworkSpec::topology, {"star"},
               "star: each device reaches a common core through its own links")
-      .choice("model", &NetworkSpec::model, {"lv08", "ideal"},
-              "lv08: SimGrid's TCP-calibrated default; ideal: no TCP effects (CM02)")
+      .choice("model", &NetworkSpec::model, {"tcp", "lv08", "ideal"},
+              "tcp: SimGrid's CM02 at TCP's goodput (bandwidth x 0.935, measured), one latency per "
+              "message (docs/network-model.md); lv08: SimGrid's calibration for LAN TCP (latency x "
+              "13.01, bandwidth x 0.97, window cap, cross-traffic); ideal: CM02, no TCP effects")
       .real("bandwidth_factor", &NetworkSpec::bandwidth_factor, 0.0, 10.0, "",
             "every link's bandwidth times this, in the simulator, the planner and the user-space "
-            "emulator; 0: the model's own (lv08 0.97, ideal 1)")
+            "emulator; 0: the model's own (tcp 0.935, lv08 0.97, ideal 1)")
       .real("latency_factor", &NetworkSpec::latency_factor, 0.0, 1000.0, "",
-            "every link's latency times this, likewise; 0: the model's own (lv08 13.01, ideal 1)");
+            "every link's latency times this, likewise; 0: the model's own (tcp 1, lv08 13.01, ideal 1)");
   c.table("sim", &Scenario::sim)
       .choice("mode", &SimSpec::mode, {"numeric", "timing"},
               "numeric: real maths, modeled time; timing: no maths");
   c.table("real", &Scenario::real)
       .positive("timeout_s", &RealSpec::timeout_s, 86400.0, "s",
-                "a peer silent for this long is considered dead")
+                "a peer silent for this long is considered dead (times the dilation)")
       .text("master_addr", &RealSpec::master_addr, "address of rank 0, where peers meet")
       .integer("master_port", &RealSpec::master_port, 0, 65535,
                "port of rank 0, where peers meet; 0: pick a free port")

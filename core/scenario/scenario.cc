@@ -354,6 +354,7 @@ void apply_override(toml::table& root, const std::string& spec) {
 NetFactors net_factors(const NetworkSpec& network) {
   NetFactors f;
   if (network.model == "lv08") f = {13.01, 0.97, 4194304.0};
+  if (network.model == "tcp") f = {1.0, kTcpBandwidthFactor, 0.0};
   if (network.latency_factor > 0) f.latency = network.latency_factor;
   if (network.bandwidth_factor > 0) f.bandwidth = network.bandwidth_factor;
   return f;

@@ -108,18 +108,24 @@ struct PlannerSpec {
   int generations = 0;  // 0: by pool size
 };
 
+// TCP's goodput over a link, as a share of the link's rate: measured through the kernel shaper
+// (real TCP through htb, Gloo's framing included; bench/network_model.sh, docs/network-model.md).
+constexpr double kTcpBandwidthFactor = 0.935;
+
 struct NetworkSpec {
   std::string topology = "star";
-  std::string model = "lv08";
+  std::string model = "tcp";
   double bandwidth_factor = 0;  // > 0: replaces the model's own
   double latency_factor = 0;    // > 0: replaces the model's own
 };
 
 // How the network model bends each link's latency and bandwidth, the one definition the simulator
 // (SimGrid's network/latency-factor, network/bandwidth-factor, network/TCP-gamma), the planner's
-// cost model and the user-space emulator share. LV08, SimGrid's default: latency x 13.01,
-// bandwidth x 0.97, a flow capped at TCP-gamma / (2 latency) with gamma = 4 MiB. ideal: factors 1,
-// no cap. network.bandwidth_factor and network.latency_factor replace a model's factor.
+// cost model and the user-space emulator share. tcp (the default): CM02 with TCP's goodput
+// (bandwidth x kTcpBandwidthFactor), one latency per message, no window cap. LV08, SimGrid's
+// calibration for LAN TCP: latency x 13.01, bandwidth x 0.97, a flow capped at TCP-gamma /
+// (2 latency) with gamma = 4 MiB. ideal: factors 1, no cap. network.bandwidth_factor and
+// network.latency_factor replace a model's factor.
 struct NetFactors {
   double latency = 1.0;
   double bandwidth = 1.0;
@@ -184,6 +190,8 @@ struct Scenario {
   // it was given. Keys that were defaulted or came from --set are absent.
   std::map<std::string, int> key_lines;
 
+  // real.timeout_s on the wall clock: dilated like every other time of the scenario.
+  Seconds peer_timeout_s() const { return real.timeout_s * dilation; }
   int node_count() const;
   // The device group of node `rank` (nodes are numbered group by group, in file order).
   const DeviceGroup& device_of(int rank) const;
