@@ -283,6 +283,16 @@ TEST_CASE("devices.efficiency replaces the profile's efficiencies and keeps its 
     }
   // The resolved scenario keeps the key, so a run folder's scenario.toml reproduces the device.
   CHECK(to_toml(p.scenario).find("efficiency = 0.5") != std::string::npos);
+  // Dilated k times, a device's fixed costs are k times longer (and its peak k times lower).
+  auto dilated = test::prepare(kOneNode, {"devices.0.profile=\"" + file.string() + "\"", "dilation=3"}, false);
+  const ComputeProfile slow = dilated.scenario.devices[0].compute_profile();
+  CHECK(slow.of(Pass::kBackward, OpKind::kConv).overhead ==
+        Approx(3 * example_profile().of(Pass::kBackward, OpKind::kConv).overhead));
+  CHECK(time_of(w.forward, slow) ==
+        Approx(3 * time_of(w.forward, test::prepare(kOneNode, {"devices.0.profile=\"" + file.string() + "\""}, false)
+                                          .scenario.devices[0]
+                                          .compute_profile()))
+            .epsilon(1e-12));
   CHECK_THROWS_AS(parse_scenario(kOneNode, "one.toml", {"devices.0.efficiency=2"}), ScenarioError);
   fs::remove(file);
 }

@@ -143,3 +143,36 @@ tflops = 500
   CHECK(m.find("--set devices.1.tflops=111 ") != std::string::npos);  // 500 x 100 / 450
   CHECK(m.find("--set devices.1.tflops=") != std::string::npos);
 }
+
+TEST_CASE("a dilated device is k times slower in every rate and time it gives", "[validate][scenario]") {
+  const std::string text = R"(
+name = "d"
+[model]
+kind = "mlp"
+head = "linear"
+[data]
+kind = "synthetic"
+[real]
+timeout_s = 10
+[[devices]]
+tflops = 2
+up_mbps = 80
+down_mbps = 40
+latency_ms = 5
+)";
+  const auto plain = test::prepare(text, {});
+  const auto slow = test::prepare(text, {"dilation=4"});
+  const DeviceGroup& a = plain.scenario.devices[0];
+  const DeviceGroup& b = slow.scenario.devices[0];
+  CHECK(b.flops_per_s() == Approx(a.flops_per_s() / 4));
+  CHECK(b.up_bytes_per_s() == Approx(a.up_bytes_per_s() / 4));
+  CHECK(b.down_bytes_per_s() == Approx(a.down_bytes_per_s() / 4));
+  CHECK(b.latency_s() == Approx(a.latency_s() * 4));
+  CHECK(b.ram_bytes() == a.ram_bytes());  // memory is not time
+  CHECK(b.compute_profile().peak_flops_per_s == Approx(a.compute_profile().peak_flops_per_s / 4));
+  CHECK(slow.scenario.peer_timeout_s() == Approx(40));
+  // The resolved scenario keeps the key and the devices as written, so a run folder reloads alike.
+  const std::string toml = to_toml(slow.scenario);
+  CHECK(toml.find("dilation = 4") != std::string::npos);
+  CHECK(toml.find("tflops = 2") != std::string::npos);
+}
