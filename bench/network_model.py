@@ -82,6 +82,9 @@ def probe(runs):
         print(f"{row['run']:<28} {shaper:<7} {row['mbps']:>7g} Mbit/s {row['latency_ms']:>5g} ms  k={row['dilation']:<5g}"
               f" {row['messages']:>4} messages  factor median {row['factor_median']:.4f}"
               f" (p10 {row['factor_p10']:.4f}, p90 {row['factor_p90']:.4f})")
+    kernel = [r["factor_median"] for r in rows if r["shaper"] == "kernel"]
+    if kernel:
+        print(f"measured bandwidth factor (kernel shaper, median over the probe runs): {statistics.median(kernel):.3f}")
     return rows
 
 
@@ -123,5 +126,7 @@ def compare(out):
 if __name__ == "__main__":
     if len(sys.argv) < 3 or sys.argv[1] not in ("probe", "compare"):
         sys.exit(__doc__)
-    result = probe(sys.argv[2:]) if sys.argv[1] == "probe" else compare(sys.argv[2])
-    print(json.dumps(result, indent=1), file=sys.stderr) if os.environ.get("RV_JSON") else None
+    if sys.argv[1] == "probe":
+        probe(sys.argv[2:])
+    else:
+        compare(sys.argv[2])

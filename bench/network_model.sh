@@ -67,17 +67,6 @@ TOML
   done
 done
 python3 bench/network_model.py probe "$out"/probe/*-*mbps-*ms | tee "$out/probe.txt"
-factor=$(python3 - "$out" <<'PY'
-import json, statistics, sys
-sys.path.insert(0, "bench")
-import network_model as nm
-import glob
-rows = nm.probe(sorted(glob.glob(sys.argv[1] + "/probe/kernel-*")))
-print(f"{statistics.median(r['factor_median'] for r in rows):.3f}")
-PY
-)
-factor=$(echo "$factor" | tail -1)
-echo "measured bandwidth factor (kernel shaper, median over the probe runs): $factor" | tee -a "$out/probe.txt"
 fi
 [ "$part" = probe ] && exit 0
 factor=$(sed -n 's/^measured bandwidth factor.*: //p' "$out/probe.txt")

@@ -126,8 +126,8 @@ int cmd_plan(const CommonOptions& o, const std::string& out_json) {
   return 0;
 }
 
-int cmd_sim(const CommonOptions& o, const std::string& executor, const std::string& run_path) {
-  Prepared p = prepare(o);
+std::string run_in_process(const Prepared& p, const std::string& executor, const std::string& run_path,
+                           const std::string& progress_mode) {
   const Scenario& s = p.scenario;
   check_simulable(s, executor);
   const bool numeric = executor == "loopback" || s.sim.mode == "numeric";
@@ -140,19 +140,22 @@ int cmd_sim(const CommonOptions& o, const std::string& executor, const std::stri
   std::vector<Event> events;
   const int64_t total = s.training.steps;
   if (executor == "loopback") {
-    Progress progress(total, "wall", Progress::enabled_for(o.progress));
+    Progress progress(total, "wall", Progress::enabled_for(progress_mode));
     events = run_loopback(spec, s.peer_timeout_s(), -1, nullptr, &progress);
     progress.finish();
   } else {
-    Progress progress(total, "simulated", Progress::enabled_for(o.progress));
+    Progress progress(total, "simulated", Progress::enabled_for(progress_mode));
     events = run_simulation(spec, &progress).events;
     progress.finish();
   }
   RunInfo info{executor, executor == "loopback" ? std::string("cpu") : s.sim.mode,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                variant_label(s)};
-  write_run_folder(path, s, p.plan, p.model, events, info);
-  print_summary(path);
+  return write_run_folder(path, s, p.plan, p.model, events, info);
+}
+
+int cmd_sim(const CommonOptions& o, const std::string& executor, const std::string& run_path) {
+  print_summary(run_in_process(prepare(o), executor, run_path, o.progress));
   return 0;
 }
 

@@ -22,6 +22,10 @@ Scenario load_checked(const std::string& path, const std::vector<std::string>& o
 Prepared prepare(Scenario scenario);
 // Refuses what only the real executor runs (an all-reduce on the executor's own collectives).
 void check_simulable(const Scenario& s, const std::string& executor);
+// Runs a prepared scenario in this process (executor: sim | loopback) and writes its run folder at
+// `run_path` ("" = a new one under output.dir); returns the folder.
+std::string run_in_process(const Prepared& p, const std::string& executor, const std::string& run_path,
+                           const std::string& progress);
 // Prints a run folder's summary.json in two lines.
 void print_summary(const std::string& path);
 

@@ -1,5 +1,4 @@
 // `ravnest validate`: the simulator measured against an emulated real run of the same scenario.
-#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -9,17 +8,13 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
-#include "algo/registry.h"
 #include "cli/commands.h"
-#include "core/data/dataset.h"
 #include "core/error.h"
 #include "core/model/cost_model.h"
 #include "core/output/run_output.h"
 #include "core/output/validation.h"
 #include "exec/dilation.h"
-#include "exec/progress.h"
 #include "real/launcher.h"
-#include "sim/sim_runner.h"
 
 namespace fs = std::filesystem;
 
@@ -95,21 +90,7 @@ int cmd_validate(const CommonOptions& o, const std::string& self_exe, const std:
     std::vector<std::string> overrides = o.overrides;
     overrides.push_back(dilation_text(k));
     // The simulation of the dilated scenario.
-    const Prepared sim = prepare(load_checked(o.scenario, overrides));
-    {
-      const Scenario& ss = sim.scenario;
-      const bool numeric = ss.sim.mode == "numeric";
-      Dataset data;
-      if (numeric) data = load_dataset(ss.data, ss.seed);
-      RunSpec spec{&ss, &sim.plan, &sim.model, numeric ? &data : nullptr};
-      const auto t0 = std::chrono::steady_clock::now();
-      Progress progress(ss.training.steps, "simulated", Progress::enabled_for(o.progress));
-      std::vector<Event> events = run_simulation(spec, &progress).events;
-      progress.finish();
-      RunInfo info{"sim", ss.sim.mode, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-                   variant_label(ss)};
-      write_run_folder((tmp / "sim").string(), ss, sim.plan, sim.model, events, info);
-    }
+    run_in_process(prepare(load_checked(o.scenario, overrides)), "sim", (tmp / "sim").string(), o.progress);
     // The emulated real run of the same: every device's speed and every link emulated.
     std::vector<std::string> real_overrides = overrides;
     real_overrides.insert(real_overrides.end(), {"real.emulate_speed=true", "real.emulate_network=true"});

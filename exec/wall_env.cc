@@ -28,18 +28,10 @@ void WallClock::wait_until(Seconds t) {
 }
 
 void WallCompute::run(const Work& work, const std::function<void()>& maths) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const Seconds t0 = clock_.now();
   maths();
-  if (emulate_) {
-    using Clock = std::chrono::steady_clock;
-    const auto target = t0 + std::chrono::duration_cast<Clock::duration>(
-                                 std::chrono::duration<double>(time_of(work, *emulate_)));
-    // A timed sleep wakes late by up to milliseconds on a busy machine, which would lengthen every
-    // emulated span: sleep until shortly before, then yield until the modeled time has passed.
-    const auto early = target - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kSpinSeconds));
-    if (Clock::now() < early) std::this_thread::sleep_until(early);
-    while (Clock::now() < target) std::this_thread::yield();
-  }
+  // On time, not a timed sleep's milliseconds late (which would lengthen every emulated span).
+  if (emulate_) clock_.wait_until(t0 + time_of(work, *emulate_));
 }
 
 }  // namespace rv

@@ -46,6 +46,7 @@ class WallCompute : public Compute {
 
  private:
   std::optional<ComputeProfile> emulate_;
+  WallClock clock_;
 };
 
 }  // namespace rv
