@@ -25,22 +25,25 @@ void StarNetwork::send(int src, int dst, Bytes bytes, uint64_t token, Seconds no
   const int n = static_cast<int>(links_.size());
   RV_CHECK(src >= 0 && src < n && dst >= 0 && dst < n && src != dst, "star network: bad route");
   RV_CHECK(now >= now_, "star network: a send in the past");
-  RV_CHECK(!flows_.count(token), "star network: a token in use");
+  RV_CHECK(tokens_.insert(token).second, "star network: a token in use");
   progress_to(now);
+  Pair& p = pairs_[{src, dst}];
+  if (p.queue.empty()) {
+    p.src = src;
+    p.dst = dst;
+    p.weight = weight_of(route(src, dst));
+  }
   Flow f;
-  f.src = src;
-  f.dst = dst;
+  f.token = token;
   f.left = static_cast<double>(std::max<Bytes>(bytes, 1));
   f.starts = now + delay(src, dst);
-  f.weight = weight_of(route(src, dst));
-  flows_[token] = f;
-  pending_[{src, dst}].push_back({token, false});
+  p.queue.push_back(f);
   solve();
 }
 
-// Weighted max-min fairness by progressive filling: raise a common level; a started flow's rate is
-// level * weight; the link whose capacity the level fills first fixes its flows' rates; repeat
-// with what the others leave.
+// Weighted max-min fairness by progressive filling: raise a common level; a flowing message's rate
+// is level * its pair's weight; the link whose capacity the level fills first fixes its flows'
+// rates; repeat with what the others leave.
 void StarNetwork::solve() {
   const size_t n = links_.size();
   std::vector<double> cap(2 * n);  // [0, n): uplinks; [n, 2n): downlinks
@@ -48,16 +51,16 @@ void StarNetwork::solve() {
     cap[i] = links_[i].up;
     cap[n + i] = links_[i].down;
   }
-  std::vector<Flow*> open;
-  for (auto& [token, f] : flows_) {
-    f.rate = 0;
-    if (f.starts <= now_) open.push_back(&f);
+  std::vector<Pair*> open;
+  for (auto& [key, p] : pairs_) {
+    for (Flow& f : p.queue) f.rate = 0;
+    if (p.flowing(now_)) open.push_back(&p);
   }
   while (!open.empty()) {
     std::vector<double> weight(2 * n, 0.0);
-    for (const Flow* f : open) {
-      weight[f->src] += f->weight;
-      weight[n + f->dst] += f->weight;
+    for (const Pair* p : open) {
+      weight[p->src] += p->weight;
+      weight[n + p->dst] += p->weight;
     }
     double level = kNever;
     for (size_t l = 0; l < 2 * n; ++l)
@@ -65,29 +68,32 @@ void StarNetwork::solve() {
     std::vector<char> full(2 * n, 0);
     for (size_t l = 0; l < 2 * n; ++l)
       full[l] = weight[l] > 0 && std::max(0.0, cap[l]) / weight[l] <= level * (1 + 1e-12);
-    std::vector<Flow*> rest;
-    for (Flow* f : open) {
-      if (!full[f->src] && !full[n + f->dst]) {
-        rest.push_back(f);
+    std::vector<Pair*> rest;
+    for (Pair* p : open) {
+      if (!full[p->src] && !full[n + p->dst]) {
+        rest.push_back(p);
         continue;
       }
-      f->rate = level * f->weight;
-      cap[f->src] -= f->rate;
-      cap[n + f->dst] -= f->rate;
+      Flow& f = p->queue.front();
+      f.rate = level * p->weight;
+      cap[p->src] -= f.rate;
+      cap[n + p->dst] -= f.rate;
     }
     open.swap(rest);
   }
 }
 
 void StarNetwork::progress_to(Seconds t) {
-  for (auto& [token, f] : flows_)
-    if (f.starts <= now_ && f.rate > 0) f.left -= f.rate * (t - now_);
+  for (auto& [key, p] : pairs_)
+    if (p.flowing(now_) && p.queue.front().rate > 0) p.queue.front().left -= p.queue.front().rate * (t - now_);
   now_ = std::max(now_, t);
 }
 
 Seconds StarNetwork::next_event() const {
   Seconds t = kNever;
-  for (const auto& [token, f] : flows_) {
+  for (const auto& [key, p] : pairs_) {
+    if (p.queue.empty()) continue;
+    const Flow& f = p.queue.front();
     if (f.starts > now_)
       t = std::min(t, f.starts);
     else if (f.rate > 0)
@@ -104,25 +110,22 @@ std::vector<Delivery> StarNetwork::advance(Seconds now) {
     // A flow due a rounding error after `now` (a clock set to a computed delivery time) is
     // through at `now` if what it has left is below kDoneBytes.
     progress_to(std::min(t, now));
-    // What is through leaves the links; each pair delivers its messages in send order.
-    std::vector<uint64_t> through;
-    for (const auto& [token, f] : flows_)
-      if (f.starts <= now_ && f.rate > 0 &&
-          (f.left <= kDoneBytes || now_ + f.left / f.rate <= now_))
-        through.push_back(token);
-    if (through.empty() && t > now) break;
-    for (uint64_t token : through) {
-      const Flow f = flows_[token];
-      flows_.erase(token);
-      std::deque<Sent>& q = pending_[{f.src, f.dst}];
-      for (Sent& m : q)
-        if (m.token == token) m.through = true;
-      while (!q.empty() && q.front().through) {
-        out.push_back({q.front().token, f.src, f.dst, now_});
-        q.pop_front();
+    // A message through is delivered; the next of its pair starts its bytes now (or when its own
+    // latency has passed, if later).
+    bool any = false;
+    for (auto it = pairs_.begin(); it != pairs_.end();) {
+      Pair& p = it->second;
+      const Flow& f = p.queue.front();
+      if (p.flowing(now_) && f.rate > 0 && (f.left <= kDoneBytes || now_ + f.left / f.rate <= now_)) {
+        out.push_back({f.token, p.src, p.dst, now_});
+        tokens_.erase(f.token);
+        p.queue.pop_front();
+        if (!p.queue.empty()) p.queue.front().starts = std::max(p.queue.front().starts, now_);
+        any = true;
       }
-      if (q.empty()) pending_.erase({f.src, f.dst});
+      it = p.queue.empty() ? pairs_.erase(it) : std::next(it);
     }
+    if (!any && t > now) break;
     solve();
   }
   if (now != kNever) progress_to(now);
@@ -131,7 +134,8 @@ std::vector<Delivery> StarNetwork::advance(Seconds now) {
 
 std::map<uint64_t, double> StarNetwork::rates() const {
   std::map<uint64_t, double> r;
-  for (const auto& [token, f] : flows_) r[token] = f.rate;
+  for (const auto& [key, p] : pairs_)
+    for (const Flow& f : p.queue) r[f.token] = f.rate;
   return r;
 }
 

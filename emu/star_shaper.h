@@ -5,16 +5,19 @@
 // factors but not its cross-traffic, its weight-S or its window cap.
 //
 // Every node reaches a common core through its own uplink (up_mbps) and downlink (down_mbps), each
-// with a one-way latency. A message from s to d is a flow over s's uplink and d's downlink: it
-// waits the route's latency (L_s + L_d, each times the model's latency factor), then its bytes flow through both links at once
-// (cut-through), at a rate that changes whenever a flow starts or ends: weighted max-min fairness
-// over all links (progressive filling), each flow weighted by the inverse of its route's latency as
-// CM02 weights it (TCP's RTT unfairness; a route of zero latency weighs as one of 1 s, as there).
-// So concurrent messages share a node's links fairly, those of one pair too (as SimGrid runs
-// them), and a flow held back elsewhere leaves the rest of a link to the others. A message is
-// delivered when its last byte is through, but never before the messages its sender sent earlier
-// to the same receiver (one connection delivers in order): a message through before an earlier
-// one of its pair is delivered with it.
+// with a one-way latency. Each ordered pair of nodes has one connection, as over TCP: a pair's
+// messages go in send order, the bytes of one after those of the one before, and the latency is
+// paid once for the stream, not per message. A message sent at a on a route of latency L (L_s +
+// L_d, each times the model's latency factor) starts its bytes at max(a + L, the time the pair's
+// previous message was through) and is delivered when its last byte is through: alone, it takes
+// L plus its bytes over the route; behind another, it follows that one's last byte at once (its
+// bytes entered the connection as soon as the earlier ones had, and travel the same latency).
+// Bytes flow through both links at once (cut-through), at a rate that changes whenever a flow
+// starts or ends: weighted max-min fairness over all links (progressive filling), each flow weighted
+// by the inverse of its route's latency as CM02 weights it (TCP's RTT unfairness; a route of zero
+// latency weighs as one of 1 s, as there). So the connections of different pairs share a node's
+// links fairly, and a flow held back elsewhere leaves the rest of a link to the others. The
+// simulator (sim/sim_network.h) runs the same model on SimGrid's links.
 //
 // Units: bytes, bytes per second, seconds. Thread-safety: none (one owner; callers serialise).
 #pragma once
@@ -23,6 +26,7 @@
 #include <deque>
 #include <limits>
 #include <map>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -66,19 +70,20 @@ class StarNetwork {
   std::map<uint64_t, double> rates() const;
 
  private:
-  struct Flow {  // a message whose bytes are not all through
-    int src = -1, dst = -1;
+  struct Flow {  // a message not yet delivered: its bytes are not all through
+    uint64_t token = 0;
     double left = 0;     // bytes
-    Seconds starts = 0;  // its bytes start to flow
-    double weight = 1;   // 1 / route latency, in 1/s
-    double rate = 0;     // bytes per second, while started
+    Seconds starts = 0;  // its bytes may start to flow (sent + route delay)
+    double rate = 0;     // bytes per second, while flowing
   };
-  struct Sent {  // a message not yet delivered, in its pair's send order
-    uint64_t token;
-    bool through;  // all its bytes are through
+  struct Pair {  // one connection: its messages in send order; only the front one flows
+    int src = -1, dst = -1;
+    double weight = 1;  // 1 / route latency, in 1/s
+    std::deque<Flow> queue;
+    bool flowing(Seconds now) const { return !queue.empty() && queue.front().starts <= now; }
   };
   void progress_to(Seconds t);
-  void solve();  // weighted max-min rates of the started flows
+  void solve();  // weighted max-min rates of the pairs' flowing messages
   // A route's latency as given (CM02's sharing weight), and as the model charges it.
   Seconds route(int src, int dst) const { return links_[src].latency + links_[dst].latency; }
   Seconds delay(int src, int dst) const {
@@ -87,8 +92,8 @@ class StarNetwork {
 
   std::vector<NodeLinks> links_;
   Seconds now_ = 0;
-  std::map<uint64_t, Flow> flows_;                           // by token, in send order
-  std::map<std::pair<int, int>, std::deque<Sent>> pending_;  // per pair, in send order
+  std::map<std::pair<int, int>, Pair> pairs_;  // the connections with messages not yet through
+  std::set<uint64_t> tokens_;                  // the tokens of messages not yet delivered
 };
 
 }  // namespace rv

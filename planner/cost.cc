@@ -1,5 +1,7 @@
 #include "planner/cost.h"
 
+#include <map>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -107,30 +109,56 @@ double CostModel::cluster_period(const std::vector<int>& nodes, const std::vecto
   RV_CHECK(cuts.size() == nodes.size() + 1, "cluster_period: cuts and nodes differ");
   // Stations of the closed network one micro-batch cycles through: each node's compute, uplink
   // and downlink (service demand per micro-batch), and pure delays (latencies, window caps).
+  std::vector<Station> stations;
+  visit_stations(nodes, cuts, [&](const Station& st) { stations.push_back(st); });
   std::vector<double> demand;
-  std::vector<char> fcfs;  // compute stations serve one micro-batch at a time
+  // Of each station's demand, what a micro-batch waits for when it finds the station idle: a
+  // compute's whole time; of a link, the transfers for which it is the slower of the two links
+  // (a transfer crosses the sender's uplink and the receiver's downlink at once, cut-through).
+  std::vector<double> own;
+  // Of the work in service at a station, the share an arrival does not wait for: 0.5 where one
+  // micro-batch is served at a time for a fixed time (compute; a link of one connection, whose
+  // messages go one after the other), 0 under processor sharing; a middle stage's links carry two
+  // connections (activations on, gradients back), each FIFO, sharing the rate: half of what an
+  // arrival finds is its own connection's (0.5 of it not waited for), half the other's (shared).
+  std::vector<double> residual_share;
+  std::map<std::pair<int, int>, size_t> link_of;  // (stage, kind) -> index in demand
   double delay = 0, rtt = 0, bottleneck = 0;
-  visit_stations(nodes, cuts, [&](const Station& st) {
+  for (const Station& st : stations) {
     bottleneck = std::max(bottleneck, st.seconds);
     if (st.kind == Station::Kind::kFlow) {
       delay += path_latency(st.node, st.peer) + (st.seconds - st.link);
       rtt += path_latency(st.node, st.peer) + st.seconds;
-      return;
+      continue;
     }
+    link_of[{st.stage, static_cast<int>(st.kind)}] = demand.size();
     demand.push_back(st.seconds);
-    fcfs.push_back(st.kind == Station::Kind::kCompute);
+    own.push_back(st.kind == Station::Kind::kCompute ? st.seconds : 0.0);
+    const bool one_connection = st.stage == 0 || st.stage + 1 == static_cast<int>(nodes.size());
+    residual_share.push_back(st.kind == Station::Kind::kCompute || one_connection ? 0.5 : 0.25);
     if (st.kind == Station::Kind::kCompute) rtt += pass_time(st.node, st.begin, st.end);
-  });
+  }
+  const double bw = factors_.bandwidth;
+  for (const Station& st : stations) {
+    if (st.kind != Station::Kind::kFlow) continue;
+    // The flow from stage s to its neighbour: sender's uplink, receiver's downlink.
+    const bool forward = st.node == nodes[static_cast<size_t>(st.stage)];
+    const int from = forward ? st.stage : st.stage + 1, to = forward ? st.stage + 1 : st.stage;
+    const double bytes = st.link * std::min(pool_[st.node].up, pool_[st.peer].down) * bw;
+    const double up = bytes / (pool_[st.node].up * bw), down = bytes / (pool_[st.peer].down * bw);
+    if (up >= down) own[link_of.at({from, static_cast<int>(Station::Kind::kUplink)})] += up;
+    else own[link_of.at({to, static_cast<int>(Station::Kind::kDownlink)})] += down;
+  }
   if (algorithm_->traits.schedule == Schedule::kFlush) {
     // A step: one micro-batch's round trip, plus m - 1 more through the slowest stage, then the
     // flush; with equal stages this is (m + p - 1)(tf + tb).
     const double m = static_cast<double>(training_.micro_batches);
     return (rtt + (m - 1) * bottleneck) / m;
   }
-  // Mean-value analysis of the closed network with max_in_flight micro-batches. Links share their
-  // bandwidth among flows (processor sharing, as SimGrid does); a compute station serves one
-  // micro-batch at a time for a fixed time, so an arrival waits for half, not all, of the work in
-  // service there. Tends to 1 / bottleneck when enough micro-batches are in flight.
+  // Mean-value analysis of the closed network with max_in_flight micro-batches: an arrival waits
+  // for the work queued at a station, less the share in service it does not wait for, then for its
+  // own service where the station is on its critical path. Tends to 1 / bottleneck when enough
+  // micro-batches are in flight.
   const int64_t population = in_flight(static_cast<int>(nodes.size()));
   std::vector<double> queue(demand.size(), 0.0);
   double x = 0;
@@ -138,8 +166,8 @@ double CostModel::cluster_period(const std::vector<int>& nodes, const std::vecto
     double r_total = delay;
     std::vector<double> r(demand.size());
     for (size_t i = 0; i < demand.size(); ++i) {
-      const double residual = fcfs[i] ? 0.5 * std::min(1.0, x * demand[i]) : 0.0;
-      r[i] = demand[i] * (1.0 + queue[i] - residual);
+      const double residual = residual_share[i] * std::min(1.0, x * demand[i]);
+      r[i] = own[i] + demand[i] * std::max(0.0, queue[i] - residual);
       r_total += r[i];
     }
     x = static_cast<double>(m) / r_total;

@@ -22,6 +22,14 @@ namespace rv {
 //          exactly latency + S / bandwidth (for analytic checks).
 void configure_network(simgrid::s4u::Engine& engine, const NetworkSpec& network);
 
+// The share of a route's latency that SimGrid itself charges a transfer; the simulated network
+// (sim/sim_network.h) charges the rest of latency x net_factors().latency before the transfer
+// starts, once per stream. Not 0: CM02 weighs a flow by its route's latency (TCP's RTT
+// unfairness) only when the flow has a latency phase of its own; with none it weighs every flow
+// as 1 (SimGrid's NetworkCm02Model::communicate). Its window cap (LV08) uses the latency as given
+// in either case.
+constexpr double kSimGridLatencyFactor = 1e-6;
+
 // Builds the hosts and links; returns the host of every node, by rank.
 std::vector<simgrid::s4u::Host*> build_platform(const Scenario& scenario);
 

@@ -6,7 +6,6 @@
 #include <ATen/Parallel.h>
 #include <simgrid/s4u/Actor.hpp>
 #include <simgrid/s4u/Engine.hpp>
-#include <simgrid/s4u/Mailbox.hpp>
 #include <simgrid/Exception.hpp>
 #include <xbt/log.h>
 
@@ -19,10 +18,6 @@
 namespace sg4 = simgrid::s4u;
 
 namespace rv {
-namespace {
-
-}  // namespace
-
 SimResult simulate(const Scenario& s, const std::vector<int>& nodes, bool numeric,
                    const NodeBody& body, Metrics* observer) {
   int argc = 1;
@@ -33,6 +28,9 @@ SimResult simulate(const Scenario& s, const std::vector<int>& nodes, bool numeri
   configure_network(engine, s.network);
   std::vector<sg4::Host*> hosts = build_platform(s);
   const int n = static_cast<int>(hosts.size());
+  std::vector<Seconds> latency(n);
+  for (int r = 0; r < n; ++r) latency[r] = s.device_of(r).latency_s();
+  SimNetwork network(hosts, latency, net_factors(s.network).latency);
   std::vector<sg4::ActorPtr> actors(n);
 
   EventLog log;  // shared: actors run one at a time, so no locks
@@ -44,7 +42,7 @@ SimResult simulate(const Scenario& s, const std::vector<int>& nodes, bool numeri
     finished[r] = 0;
     actors[r] = sg4::Actor::create("node" + std::to_string(r), hosts[r], [&, r] {
       try {
-        SimTransport transport(r, actors);
+        SimTransport transport(r, network);
         SimClock clock;
         SimCompute compute(numeric, s.device_of(r).compute_profile());
         NodeEnvStack stack(s, r, EnvParts{transport, clock, compute, log, nullptr, observer});

@@ -1,0 +1,79 @@
+// The simulator's network between nodes: the model of emu/star_shaper.h, run on SimGrid's links.
+//
+// Each ordered pair of nodes has one connection, as over TCP: a daemon actor on the sender's host
+// (started with the pair's first message) takes the pair's messages in send order. A message sent
+// at a waits until a + L (L: the route's latency, L_s + L_d, each times the network model's
+// latency factor), or until the message before it is through if that is later, then its bytes
+// cross the sender's uplink and the receiver's downlink as one SimGrid transfer (sendto), which
+// shares the links with every other transfer under the model SimGrid is configured with (CM02 or
+// LV08: their weights, bandwidth factor and window cap); when its last byte is through it is in
+// the receiver's inbox. So the latency is paid once per stream, not per message, and a message
+// queued behind another follows that one's last byte at once. SimGrid itself charges only a
+// sliver of the latency (kSimGridLatencyFactor, sim/platform.h), so that it weighs flows by their
+// route's latency as CM02 does; this class charges the rest (a message queued behind another
+// pays that sliver again: 1e-6 of its route's latency).
+//
+// Must be used from SimGrid actors of one engine (all calls run one at a time, so there are no
+// locks). Units: bytes, seconds.
+#pragma once
+
+#include <deque>
+#include <map>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include <simgrid/s4u/Host.hpp>
+#include <simgrid/s4u/Semaphore.hpp>
+
+#include "core/env.h"
+#include "core/units.h"
+
+namespace rv {
+
+class SimNetwork {
+ public:
+  // `hosts[r]` is node r's host; `latency[r]` its one-way latency, as the scenario gives it;
+  // `latency_factor` the network model's (net_factors).
+  SimNetwork(std::vector<simgrid::s4u::Host*> hosts, std::vector<Seconds> latency, double latency_factor);
+
+  int size() const { return static_cast<int>(hosts_.size()); }
+  // Queues `msg` (of msg.bytes modeled bytes) on the pair's connection; returns at once.
+  void send(int src, int dst, Message msg);
+  // The next message in dst's inbox, waiting for one if there is none.
+  Message recv(int dst);
+  std::optional<Message> try_recv(int dst);
+  // Until every message src has sent is in its receiver's inbox.
+  void flush(int src);
+
+ private:
+  struct Queued {
+    Seconds starts = 0;  // sent + the route's delay: its bytes may start
+    Message msg;
+  };
+  struct Pair {
+    std::deque<Queued> queue;
+    simgrid::s4u::SemaphorePtr ready;  // one count per queued message
+  };
+  struct Inbox {
+    std::deque<Message> queue;
+    simgrid::s4u::SemaphorePtr ready;  // one count per message in the queue
+  };
+  struct Sender {
+    int64_t in_flight = 0;                // messages sent and not yet in an inbox
+    simgrid::s4u::SemaphorePtr flushed;  // released when in_flight drops to 0 while flush() waits
+    bool waiting = false;
+  };
+  void carry(int src, int dst);  // the pair's actor
+  Inbox& inbox(int node);
+  Sender& sender(int node);
+
+  std::vector<simgrid::s4u::Host*> hosts_;
+  std::vector<Seconds> latency_;
+  double latency_factor_;
+  std::map<std::pair<int, int>, Pair> pairs_;
+  std::vector<Inbox> inboxes_;
+  std::vector<Sender> senders_;
+};
+
+}  // namespace rv
