@@ -322,7 +322,7 @@ void add_run_tables(Catalog& c) {
               "star: each device reaches a common core through its own links")
       .choice("model", &NetworkSpec::model, {"tcp", "lv08", "ideal"},
               "tcp: SimGrid's CM02 at TCP's goodput (bandwidth x 0.935, measured), one latency per "
-              "message (docs/network-model.md); lv08: SimGrid's calibration for LAN TCP (latency x "
+              "stream: one connection per pair of nodes (docs/network-model.md); lv08: SimGrid's calibration for LAN TCP (latency x "
               "13.01, bandwidth x 0.97, window cap, cross-traffic); ideal: CM02, no TCP effects")
       .real("bandwidth_factor", &NetworkSpec::bandwidth_factor, 0.0, 10.0, "",
             "every link's bandwidth times this, in the simulator, the planner and the user-space "

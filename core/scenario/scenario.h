@@ -122,7 +122,8 @@ struct NetworkSpec {
 // How the network model bends each link's latency and bandwidth, the one definition the simulator
 // (SimGrid's network/latency-factor, network/bandwidth-factor, network/TCP-gamma), the planner's
 // cost model and the user-space emulator share. tcp (the default): CM02 with TCP's goodput
-// (bandwidth x kTcpBandwidthFactor), one latency per message, no window cap. LV08, SimGrid's
+// (bandwidth x kTcpBandwidthFactor), no window cap. Every model runs one connection per pair of
+// nodes (a pair's messages one after the other, the latency paid once per stream). LV08, SimGrid's
 // calibration for LAN TCP: latency x 13.01, bandwidth x 0.97, a flow capped at TCP-gamma /
 // (2 latency) with gamma = 4 MiB. ideal: factors 1, no cap. network.bandwidth_factor and
 // network.latency_factor replace a model's factor.
