@@ -1,7 +1,5 @@
 #include "planner/cost.h"
 
-#include <map>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -109,46 +107,45 @@ double CostModel::cluster_period(const std::vector<int>& nodes, const std::vecto
   RV_CHECK(cuts.size() == nodes.size() + 1, "cluster_period: cuts and nodes differ");
   // Stations of the closed network one micro-batch cycles through: each node's compute, uplink
   // and downlink (service demand per micro-batch), and pure delays (latencies, window caps).
-  std::vector<Station> stations;
-  visit_stations(nodes, cuts, [&](const Station& st) { stations.push_back(st); });
-  std::vector<double> demand;
+  // visit_stations gives each stage's compute, uplink and downlink in that order: station
+  // `stage * 3 + kind` in the vectors below.
+  const size_t count = 3 * nodes.size();
+  auto index = [](int stage, Station::Kind kind) { return 3 * static_cast<size_t>(stage) + static_cast<size_t>(kind); };
+  std::vector<double> demand(count, 0.0);
   // Of each station's demand, what a micro-batch waits for when it finds the station idle: a
   // compute's whole time; of a link, the transfers for which it is the slower of the two links
   // (a transfer crosses the sender's uplink and the receiver's downlink at once, cut-through).
-  std::vector<double> own;
+  std::vector<double> own(count, 0.0);
   // Of the work in service at a station, the share an arrival does not wait for: 0.5 where one
   // micro-batch is served at a time for a fixed time (compute; a link of one connection, whose
   // messages go one after the other), 0 under processor sharing; a middle stage's links carry two
   // connections (activations on, gradients back), each FIFO, sharing the rate: half of what an
   // arrival finds is its own connection's (0.5 of it not waited for), half the other's (shared).
-  std::vector<double> residual_share;
-  std::map<std::pair<int, int>, size_t> link_of;  // (stage, kind) -> index in demand
+  std::vector<double> residual_share(count, 0.5);
+  const int last = static_cast<int>(nodes.size()) - 1;
   double delay = 0, rtt = 0, bottleneck = 0;
-  for (const Station& st : stations) {
+  visit_stations(nodes, cuts, [&](const Station& st) {
     bottleneck = std::max(bottleneck, st.seconds);
     if (st.kind == Station::Kind::kFlow) {
       delay += path_latency(st.node, st.peer) + (st.seconds - st.link);
       rtt += path_latency(st.node, st.peer) + st.seconds;
-      continue;
+      // Its transfer, st.link at the slower of the sender's uplink and the receiver's downlink
+      // (stage st.stage and its next, one each way).
+      const bool forward = st.node == nodes[static_cast<size_t>(st.stage)];
+      const int from = forward ? st.stage : st.stage + 1, to = forward ? st.stage + 1 : st.stage;
+      if (pool_[st.node].up <= pool_[st.peer].down) own[index(from, Station::Kind::kUplink)] += st.link;
+      else own[index(to, Station::Kind::kDownlink)] += st.link;
+      return;
     }
-    link_of[{st.stage, static_cast<int>(st.kind)}] = demand.size();
-    demand.push_back(st.seconds);
-    own.push_back(st.kind == Station::Kind::kCompute ? st.seconds : 0.0);
-    const bool one_connection = st.stage == 0 || st.stage + 1 == static_cast<int>(nodes.size());
-    residual_share.push_back(st.kind == Station::Kind::kCompute || one_connection ? 0.5 : 0.25);
-    if (st.kind == Station::Kind::kCompute) rtt += pass_time(st.node, st.begin, st.end);
-  }
-  const double bw = factors_.bandwidth;
-  for (const Station& st : stations) {
-    if (st.kind != Station::Kind::kFlow) continue;
-    // The flow from stage s to its neighbour: sender's uplink, receiver's downlink.
-    const bool forward = st.node == nodes[static_cast<size_t>(st.stage)];
-    const int from = forward ? st.stage : st.stage + 1, to = forward ? st.stage + 1 : st.stage;
-    const double bytes = st.link * std::min(pool_[st.node].up, pool_[st.peer].down) * bw;
-    const double up = bytes / (pool_[st.node].up * bw), down = bytes / (pool_[st.peer].down * bw);
-    if (up >= down) own[link_of.at({from, static_cast<int>(Station::Kind::kUplink)})] += up;
-    else own[link_of.at({to, static_cast<int>(Station::Kind::kDownlink)})] += down;
-  }
+    const size_t i = index(st.stage, st.kind);
+    demand[i] = st.seconds;
+    if (st.kind == Station::Kind::kCompute) {
+      own[i] = st.seconds;
+      rtt += pass_time(st.node, st.begin, st.end);
+    } else if (st.stage != 0 && st.stage != last) {
+      residual_share[i] = 0.25;
+    }
+  });
   if (algorithm_->traits.schedule == Schedule::kFlush) {
     // A step: one micro-batch's round trip, plus m - 1 more through the slowest stage, then the
     // flush; with equal stages this is (m + p - 1)(tf + tb).
@@ -161,10 +158,10 @@ double CostModel::cluster_period(const std::vector<int>& nodes, const std::vecto
   // micro-batches are in flight.
   const int64_t population = in_flight(static_cast<int>(nodes.size()));
   std::vector<double> queue(demand.size(), 0.0);
+  std::vector<double> r(demand.size());
   double x = 0;
   for (int64_t m = 1; m <= population; ++m) {
     double r_total = delay;
-    std::vector<double> r(demand.size());
     for (size_t i = 0; i < demand.size(); ++i) {
       const double residual = residual_share[i] * std::min(1.0, x * demand[i]);
       r[i] = own[i] + demand[i] * std::max(0.0, queue[i] - residual);

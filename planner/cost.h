@@ -96,6 +96,7 @@ class CostModel {
  private:
   // A station of a cluster's closed network, as cluster_period and explain see it.
   struct Station {
+    // (cluster_period indexes a stage's first three kinds by their value: keep this order.)
     enum class Kind { kCompute, kUplink, kDownlink, kFlow } kind;
     int stage = 0;            // its stage (a flow: the sender's)
     int node = 0;             // its node (a flow: the sender)
