@@ -13,12 +13,16 @@
 #    simulation under each model (lv08, ideal, ideal with the measured bandwidth factor), at the
 #    same dilation: steady samples/s, each model's error against each real run.
 #
-# Usage: bench/network_model.sh [OUT_DIR [probe|scenarios|all]]
-#   (default bench/results/network_model, all; "scenarios" reuses OUT_DIR/probe.txt's factor)
+# Usage: bench/network_model.sh [OUT_DIR [probe|scenarios|all [CASE...]]]
+#   (default bench/results/network_model, all; "scenarios" reuses OUT_DIR/probe.txt's factor;
+#   CASE names the scenario cases to run, default all: quickstart heterogeneous digits-cnn
+#   memory-bound-c2)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$(realpath -m "${1:-bench/results/network_model}")
 part=${2:-all}
+shift $(($# > 2 ? 2 : $#))
+cases=("$@")
 scripts/build.sh ravnest >/dev/null
 rv=$PWD/build/ravnest
 
@@ -70,12 +74,14 @@ python3 bench/network_model.py probe "$out"/probe/*-*mbps-*ms | tee "$out/probe.
 fi
 [ "$part" = probe ] && exit 0
 factor=$(sed -n 's/^measured bandwidth factor.*: //p' "$out/probe.txt")
-rm -rf "$out/scenarios"
+[ ${#cases[@]} -gt 0 ] || rm -rf "$out/scenarios"
 
 # ---- 2. scenarios ----
 run_case() {  # name scenario steps [--set ...]
   local name=$1 scenario=$2 steps=$3
   shift 3
+  if [ ${#cases[@]} -gt 0 ] && [[ " ${cases[*]} " != *" $name "* ]]; then return 0; fi
+  rm -rf "$out/scenarios/$name"
   local base="$out/scenarios/$name"
   mkdir -p "$(dirname "$base")"
   local sets=(--set "training.steps=$steps" --set 'network.model="ideal"' "$@")

@@ -15,6 +15,7 @@
 #include <deque>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -122,12 +123,12 @@ std::shared_ptr<::gloo::transport::Device> make_device(const std::string& master
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 
-// `inline_flat`, if defined, is the flat payload to carry inside the header.
+// `inline_flat`, if defined, is the flat payload to carry inside the header. The header is as
+// long as what it carries (Gloo lets a receiver post more room than a sender sends).
 at::Tensor encode_header(const Message& m, const std::vector<at::Tensor>& payload, int64_t elems,
                          const at::Tensor& inline_flat = at::Tensor()) {
-  // Only the fields are zeroed: the inline area (64 KB) is written when used and never read
-  // otherwise.
-  at::Tensor h = at::empty({kHeaderWords}, at::kLong);
+  const int64_t words = kWInlineData + (inline_flat.defined() ? (elems + 1) / 2 : 0);
+  at::Tensor h = at::empty({words}, at::kLong);
   int64_t* w = h.data_ptr<int64_t>();
   std::memset(w, 0, sizeof(int64_t) * kWInlineData);
   w[kWMagic] = kMagic;
@@ -146,6 +147,7 @@ at::Tensor encode_header(const Message& m, const std::vector<at::Tensor>& payloa
   }
   if (inline_flat.defined()) {
     w[kWInline] = 1;
+    w[words - 1] = 0;  // the odd float's other half
     std::memcpy(w + kWInlineData, inline_flat.data_ptr<float>(), sizeof(float) * elems);
   }
   return h;
@@ -246,7 +248,7 @@ struct GlooTransport::Impl {
   std::vector<PeerState> peers;  // per rank; this rank's entry is unused
   int open_peers = 0;
   std::exception_ptr failure;                 // first receive-side failure (sticky)
-  std::vector<WorkPtr> recv_work;             // per peer: the recv being waited for (to abort it)
+  std::vector<std::vector<WorkPtr>> recv_work;  // per peer: its posted recvs (to abort them)
   bool stopping = false;                      // receivers must not post new recvs
   std::deque<std::pair<int, WorkPtr>> sends;  // posted, not yet completed (front is waited)
   std::exception_ptr send_failure;            // first send-side failure (sticky)
@@ -308,35 +310,67 @@ struct GlooTransport::Impl {
     inbox_cv.notify_all();
   }
 
-  // Posts a recv from `peer` on `tag` and waits for it; false if aborted (shutdown).
-  bool recv_from(int peer, std::vector<at::Tensor>& tensors, int tag) {
-    WorkPtr w;
-    {
+  // A recv posted ahead of its message: its work and the tensor it fills.
+  struct Posted {
+    WorkPtr work;
+    std::vector<at::Tensor> tensors;
+  };
+
+  // Posts a recv from `peer` on `tag` into `tensors`; nothing once shutting down.
+  std::optional<Posted> post_recv(int peer, std::vector<at::Tensor> tensors, int tag) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (stopping) return std::nullopt;
+    Posted p{pg->recv(tensors, peer, tag), std::move(tensors)};
+    recv_work[peer].push_back(p.work);
+    return p;
+  }
+
+  // Waits for a posted recv; false if it was aborted (shutdown).
+  bool wait_recv(int peer, const WorkPtr& w) {
+    auto forget = [&] {
       std::lock_guard<std::mutex> lock(mu);
-      if (stopping) return false;
-      w = pg->recv(tensors, peer, tag);
-      recv_work[peer] = w;
-    }
+      auto& posted = recv_work[peer];
+      posted.erase(std::find(posted.begin(), posted.end(), w));
+      return !stopping;
+    };
     bool ok = false;
     try {
       ok = w->wait(kForever);
     } catch (...) {
-      std::lock_guard<std::mutex> lock(mu);
-      recv_work[peer].reset();
+      forget();
       throw;
     }
-    std::lock_guard<std::mutex> lock(mu);
-    recv_work[peer].reset();
-    return ok && !stopping;
+    return forget() && ok;
+  }
+
+  // Posts room for `peer`'s next header (the largest one), fields zeroed so that a header cut
+  // short reads as malformed rather than as an earlier message's fields in reused memory.
+  std::optional<Posted> post_header(int peer) {
+    std::vector<at::Tensor> h{at::empty({kHeaderWords}, at::kLong)};
+    std::memset(h[0].data_ptr<int64_t>(), 0, sizeof(int64_t) * kWInlineData);
+    return post_recv(peer, std::move(h), kHeaderTag);
   }
 
   // One per peer: that peer's messages, in order, until its bye, its failure or shutdown.
+  // kHeadersAhead header recvs stay posted, so that Gloo's notice that a recv is ready reaches
+  // the sender before its next messages rather than after it, behind this rank's own uploads.
   void receive_loop(int peer) {
+    std::deque<Posted> headers;  // oldest first; left posted at the end (shutdown aborts them)
+    auto fill = [&] {
+      while (headers.size() < kHeadersAhead) {
+        std::optional<Posted> p = post_header(peer);
+        if (!p) return false;
+        headers.push_back(std::move(*p));
+      }
+      return true;
+    };
     try {
       for (;;) {
-        std::vector<at::Tensor> header{at::empty({kHeaderWords}, at::kLong)};
-        if (!recv_from(peer, header, kHeaderTag)) return;
-        Decoded d = decode_header(header[0].data_ptr<int64_t>(), peer);
+        if (!fill()) return;
+        const Posted header = std::move(headers.front());
+        headers.pop_front();
+        if (!wait_recv(peer, header.work)) return;
+        Decoded d = decode_header(header.tensors[0].data_ptr<int64_t>(), peer);
         if (d.msg.kind == MsgKind::kControl && d.msg.id == kByeId) {
           {
             std::lock_guard<std::mutex> lock(mu);
@@ -348,19 +382,25 @@ struct GlooTransport::Impl {
           inbox_cv.notify_all();
           return;
         }
+        // Not a bye: the peer goes on, so the next header's room is posted now, before this
+        // message's payload. (After a bye the peer may close, and posting would fail.)
+        if (!fill()) return;
         if (d.elems > 0) {
-          std::vector<at::Tensor> flat{at::empty({d.elems}, at::kFloat)};
+          at::Tensor flat;
           if (d.inline_payload) {
-            std::memcpy(flat[0].data_ptr<float>(), header[0].data_ptr<int64_t>() + kWInlineData,
+            flat = at::empty({d.elems}, at::kFloat);
+            std::memcpy(flat.data_ptr<float>(), header.tensors[0].data_ptr<int64_t>() + kWInlineData,
                         sizeof(float) * d.elems);
-          } else if (!recv_from(peer, flat, kPayloadTag)) {
-            return;
+          } else {
+            std::optional<Posted> p = post_recv(peer, {at::empty({d.elems}, at::kFloat)}, kPayloadTag);
+            if (!p || !wait_recv(peer, p->work)) return;
+            flat = p->tensors[0];
           }
           int64_t offset = 0;
           for (const auto& shape : d.shapes) {
             int64_t n = 1;
             for (int64_t s : shape) n *= s;
-            d.msg.payload.push_back(flat[0].narrow(0, offset, n).view(shape));
+            d.msg.payload.push_back(flat.narrow(0, offset, n).view(shape));
             offset += n;
           }
         } else {
@@ -437,8 +477,8 @@ struct GlooTransport::Impl {
       closed = true;
       stopping = true;
       reaper_stop = true;
-      for (auto& w : recv_work) {
-        if (w) {
+      for (auto& posted : recv_work) {
+        for (auto& w : posted) {
           try {
             w->abort();
           } catch (...) {

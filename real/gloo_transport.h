@@ -2,15 +2,22 @@
 // with a c10d::TCPStore rendezvous (rank 0 hosts the store), configured like torchrun
 // (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE).
 //
-// Wire format: every message is a fixed-size int64 header tensor (tag 0) followed, when the
-// payload has any element, by one flat float32 tensor holding every payload tensor (tag 1) whose
-// count and shapes (at most kMaxPayloadTensors tensors of at most kMaxPayloadDims dimensions) are
-// in the header. One receiver thread per peer takes that peer's headers and payloads in order
-// (a per-source recv, so that a peer's death wakes it at once, which Gloo's recvAnysource does
-// not) and fills one inbox; recv()/try_recv() read the inbox. send() is asynchronous: a reaper
-// thread waits for the c10d work objects, which keep the tensors alive until sent; flush() waits.
-// Gloo sends are rendezvous (data moves once the receiver's thread posts its recv), which the
-// receiver threads always do, so a send never waits for the receiving algorithm.
+// Wire format: every message is an int64 header tensor (tag 0): its fields, the payload's tensor
+// count and shapes (at most kMaxPayloadTensors tensors of at most kMaxPayloadDims dimensions), and,
+// for a payload of at most kInlineFloats elements, the payload itself as float32; a larger payload
+// follows as one flat float32 tensor (tag 1). A header is as long as what it carries; receivers
+// post room for the longest. One receiver thread per peer takes that peer's headers and payloads
+// in order (a per-source recv, so that a peer's death wakes it at once, which Gloo's
+// recvAnysource does not) and fills one inbox; recv()/try_recv() read the inbox. send() is
+// asynchronous: a reaper thread waits for the c10d work objects, which keep the tensors alive until
+// sent; flush() waits.
+// Gloo sends are rendezvous: data moves once the receiver has posted its recv and its notice of
+// that has reached the sender. Each receiver thread keeps kHeadersAhead header recvs posted, so a
+// header (and an inline payload) goes at once; only a payload beyond kInlineFloats waits for the
+// receiver to read its header, a round trip that no application protocol over TCP pays (through
+// a shaped network its notice queues behind the receiver's own uploads). Memory: each receiver
+// thread holds kHeadersAhead buffers of kHeaderWords words (about 1 MiB each), touched only as
+// far as messages fill them.
 //
 // Local sockets: with MASTER_ADDR on the loopback (127.x, localhost) every rank binds 127.0.0.1;
 // otherwise GLOO_SOCKET_IFNAME names the interface to bind, as for PyTorch, and without it Gloo
@@ -62,10 +69,16 @@ class GlooTransport : public Transport {
  public:
   static constexpr int kMaxPayloadTensors = 8;
   static constexpr int kMaxPayloadDims = 6;
-  // Payloads of at most this many floats travel inside the header (one Gloo message instead of
-  // two: the second waits for the receiver to post it, a round trip per message).
-  static constexpr int64_t kInlineFloats = 16384;
-  // Size of the header tensor, int64 words (fields, shapes, then the inline payload).
+  // Payloads of at most this many floats (1 MiB) travel inside the header: one Gloo message
+  // instead of two, because the second can only go once the receiver has read the header and
+  // posted room for it, and the notice that it has crosses back behind the receiver's own
+  // uploads (a round trip per message that no application protocol has).
+  static constexpr int64_t kInlineFloats = 262144;
+  // Header recvs each receiving thread keeps posted ahead of its peer's messages.
+  static constexpr size_t kHeadersAhead = 2;
+  // The largest header, int64 words (fields, shapes, then the inline payload): what a receiver
+  // posts. A sender sends only the words it uses, so a message costs on the wire its fields and
+  // its payload, not the whole inline area.
   static constexpr int kHeaderWords = 10 + kMaxPayloadTensors * (1 + kMaxPayloadDims) + kInlineFloats / 2;
 
   // Blocks until every rank has joined (or throws rv::PeerError after `timeout`).

@@ -16,7 +16,7 @@ namespace rv {
 // Applies the scenario's network model to `engine` (before the platform is built), with the
 // factors net_factors() gives:
 //   tcp: CM02 with no cross-traffic and no TCP window cap, at TCP's goodput: a lone transfer of S
-//        bytes takes latency + S / (0.935 bandwidth);
+//        bytes takes latency + S / (0.962 bandwidth);
 //   lv08: SimGrid's default TCP-calibrated model (cross-traffic, window cap, RTT weighting);
 //   ideal: CM02 with no cross-traffic and no TCP window cap, so a lone transfer of S bytes takes
 //          exactly latency + S / bandwidth (for analytic checks).

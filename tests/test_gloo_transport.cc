@@ -109,10 +109,18 @@ bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
 
-const std::vector<std::vector<int64_t>> kShapes = {{},  {3},       {2, 5},     {4, 1, 3, 2},
-                                                   {0}, {7, 0, 2}, {300, 257}, {1, 2, 1, 2, 1, 2}};
+// {300, 257} travels inside the header, {513, 513} (beyond kInlineFloats) after it.
+const std::vector<std::vector<int64_t>> kShapes = {{},        {3},        {2, 5},
+                                                   {4, 1, 3, 2}, {0},     {7, 0, 2},
+                                                   {300, 257}, {1, 2, 1, 2, 1, 2}, {513, 513}};
 
 float value(int src, int i, int k) { return static_cast<float>(src * 100000 + i * 10 + k); }
+
+// Message i's size in the two-thread test: on both sides of the inline limit, odd and even.
+int64_t size_of(int i) {
+  if (i % 3 == 0) return GlooTransport::kInlineFloats + 1000 + i;
+  return i % 3 == 1 ? 1 + i : GlooTransport::kInlineFloats - i;
+}
 
 }  // namespace
 
@@ -367,6 +375,46 @@ TEST_CASE("gloo transport: a malformed header raises InputError", "[gloo]") {
   CHECK(status == std::vector<int>{0, 0});
 }
 
+TEST_CASE("gloo transport: a header cut short raises InputError, not an earlier message's fields",
+          "[gloo]") {
+  const auto status = run_ranks(2, 25, [](int rank, int port) -> int {
+    GlooTransport t(options(rank, 2, port, 10));
+    t.barrier();
+    if (rank == 1) {
+      // A whole message first, so that the next header may land in the memory this one used.
+      Message m;
+      m.kind = MsgKind::kForward;
+      m.id = 3;
+      m.payload = {at::ones({1000})};
+      t.send(0, std::move(m));
+      t.flush();
+      t.recv_for(5);  // rank 0's go-ahead
+      // Then only the magic word, straight through c10d: the fields after it never come.
+      std::vector<at::Tensor> h{at::full({1}, int64_t{0x52564e5401}, at::kLong)};
+      t.group().send(h, 0, 0)->wait();
+      try {
+        t.recv_for(2);
+      } catch (const rv::PeerError&) {
+      }
+      return 0;
+    }
+    const Message first = t.recv();
+    EXPECT_OR_EXIT(first.id == 3 && first.payload.size() == 1 && first.payload[0].numel() == 1000);
+    Message go;
+    go.kind = MsgKind::kForward;
+    t.send(1, std::move(go));
+    try {
+      t.recv();
+      return 11;
+    } catch (const rv::InputError& e) {
+      EXPECT_OR_EXIT(contains(e.what(), "malformed message header from peer 1"));
+      EXPECT_OR_EXIT(contains(e.what(), "kind 0"));
+    }
+    return 0;
+  });
+  CHECK(status == std::vector<int>{0, 0});
+}
+
 TEST_CASE("gloo transport: two threads sending at once deliver every message intact, each in order",
           "[gloo]") {
   constexpr int kWorld = 2, kEach = 150;
@@ -380,7 +428,7 @@ TEST_CASE("gloo transport: two threads sending at once deliver every message int
           Message m;
           m.kind = MsgKind::kForward;
           m.id = thread * 1000 + i;
-          m.payload = {at::full({(i % 3 == 0) ? 40000 : 1 + i}, static_cast<float>(m.id))};
+          m.payload = {at::full({size_of(i)}, static_cast<float>(m.id))};
           t.send(1, std::move(m));
         }
       };
@@ -397,7 +445,7 @@ TEST_CASE("gloo transport: two threads sending at once deliver every message int
         EXPECT_OR_EXIT(i > last[thread]);
         last[thread] = i;
         EXPECT_OR_EXIT(m.payload.size() == 1);
-        EXPECT_OR_EXIT(m.payload[0].numel() == ((i % 3 == 0) ? 40000 : 1 + i));
+        EXPECT_OR_EXIT(m.payload[0].numel() == size_of(i));
         EXPECT_OR_EXIT(m.payload[0].eq(static_cast<float>(m.id)).all().item<bool>());
       }
       EXPECT_OR_EXIT(last[0] == kEach - 1 && last[1] == kEach - 1);

@@ -141,7 +141,7 @@ latency_ms = 5
   CHECK(arrival[0] == Approx(0.015 + S / (50e6 / 8)).epsilon(1e-9));
 }
 
-TEST_CASE("under the tcp model one transfer takes latency + bytes / (0.935 bandwidth), the default",
+TEST_CASE("under the tcp model one transfer takes latency + bytes / (0.962 bandwidth), the default",
           "[sim][analytic]") {
   Scenario s = parse_scenario(R"(
 name = "transfer"

@@ -321,12 +321,12 @@ void add_run_tables(Catalog& c) {
       .choice("topology", &NetworkSpec::topology, {"star"},
               "star: each device reaches a common core through its own links")
       .choice("model", &NetworkSpec::model, {"tcp", "lv08", "ideal"},
-              "tcp: SimGrid's CM02 at TCP's goodput (bandwidth x 0.935, measured), one latency per "
+              "tcp: SimGrid's CM02 at TCP's goodput (bandwidth x 0.962, measured), one latency per "
               "stream: one connection per pair of nodes (docs/network-model.md); lv08: SimGrid's calibration for LAN TCP (latency x "
               "13.01, bandwidth x 0.97, window cap, cross-traffic); ideal: CM02, no TCP effects")
       .real("bandwidth_factor", &NetworkSpec::bandwidth_factor, 0.0, 10.0, "",
             "every link's bandwidth times this, in the simulator, the planner and the user-space "
-            "emulator; 0: the model's own (tcp 0.935, lv08 0.97, ideal 1)")
+            "emulator; 0: the model's own (tcp 0.962, lv08 0.97, ideal 1)")
       .real("latency_factor", &NetworkSpec::latency_factor, 0.0, 1000.0, "",
             "every link's latency times this, likewise; 0: the model's own (tcp 1, lv08 13.01, ideal 1)");
   c.table("sim", &Scenario::sim)

@@ -6,20 +6,30 @@
 # cores (sync-dp on the heterogeneous LAN needs a dilation of about 40); nothing is tuned to the
 # outcome. Not part of the tests (CI runs the validate CLI tests).
 #
-# Usage: papers/validation/run.sh [RUNS_DIR]   (default: runs/validation; the table lands here)
+# Usage: papers/validation/run.sh [RUNS_DIR [CASE...]]   (default: runs/validation, every case)
+#   With CASEs, only those run, and table.py merges them into results.json's other rows (each row
+#   names the commit it was measured at), so that the table can be completed a few cases at a time.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here/../.."
 runs=$(realpath -m "${1:-runs/validation}")
+shift $(($# > 0 ? 1 : 0))
+cases=("$@")
 scripts/build.sh ravnest >/dev/null
-rm -rf "$runs" && mkdir -p "$runs"
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+[ -z "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] || commit="$commit+changes"
+if [ ${#cases[@]} -eq 0 ]; then rm -rf "$runs"; fi
+mkdir -p "$runs"
 
 validate() {  # name scenario steps [--set ...]
   local name=$1 scenario=$2 steps=$3
   shift 3
+  if [ ${#cases[@]} -gt 0 ] && [[ " ${cases[*]} " != *" $name "* ]]; then return 0; fi
   echo "== $name" >&2
+  rm -rf "$runs/$name"
   build/ravnest validate "$scenario" --set "training.steps=$steps" --set "training.eval_every=$steps" "$@" \
     --run-dir "$runs/$name" --progress off | tail -1 >&2
+  printf '{"commit": "%s", "date": "%s"}\n' "$commit" "$(date -u +%Y-%m-%d)" > "$runs/$name/measured.json"
 }
 validate quickstart scenarios/quickstart.toml 400
 validate quickstart-gpipe scenarios/quickstart.toml 200 --set 'training.algorithm="gpipe"'
@@ -30,4 +40,9 @@ validate memory-bound-c2 scenarios/memory-bound.toml 60 --set planner.clusters=2
 validate memory-bound-c4 scenarios/memory-bound.toml 60 --set planner.clusters=4
 validate digits-cnn scenarios/digits-cnn.toml 200
 validate digits-cnn-gpipe scenarios/digits-cnn.toml 60 --set 'training.algorithm="gpipe"'
-/usr/bin/python3 "$here/table.py" "$runs" "$here"
+all=$(sed -n 's/^validate \([a-z0-9-]*\) .*/\1/p' "$0" | paste -sd, -)
+if [ ${#cases[@]} -eq 0 ]; then
+  /usr/bin/python3 "$here/table.py" --cases "$all" "$runs" "$here"
+else
+  /usr/bin/python3 "$here/table.py" --cases "$all" --merge "$runs" "$here"
+fi

@@ -1,18 +1,21 @@
 """The validation table: one row per `ravnest validate` folder, and the targets over all of them.
 
-    table.py RUNS_DIR OUT_DIR     reads RUNS_DIR/*/validate.json; writes OUT_DIR/table.md and
-                                  OUT_DIR/results.json
+    table.py [--cases A,B,...] [--merge] RUNS_DIR OUT_DIR
+        reads RUNS_DIR/*/validate.json (and measured.json: the commit and date of each run);
+        writes OUT_DIR/table.md and OUT_DIR/results.json. --merge keeps OUT_DIR/results.json's
+        rows for runs not in RUNS_DIR; --cases lists every case, so that the table names those
+        not measured yet.
 
 Targets (over the runs): the geometric mean of the steady samples/s errors at most 10% and the
 worst at most 25%; every working node's busy fraction within 0.1; final test accuracy within 2
 points. A run that misses one says why: the host not keeping up (late compute spans), the two runs'
 plans differing, or the figures furthest apart.
 """
+import argparse
 import json
 import math
 import os
 import platform
-import sys
 
 TARGET_GEOMEAN, TARGET_WORST, TARGET_BUSY, TARGET_POINTS, TARGET_LATE = 0.10, 0.25, 0.10, 2.0, 0.05
 
@@ -47,7 +50,7 @@ def why(v, samples_error, busy, points):
     return "; ".join(reasons)
 
 
-def main(runs_dir, out_dir):
+def main(runs_dir, out_dir, cases, merge):
     rows = []
     for name in sorted(os.listdir(runs_dir)):
         path = os.path.join(runs_dir, name, "validate.json")
@@ -61,18 +64,28 @@ def main(runs_dir, out_dir):
         err = s.get("error")
         err = math.nan if err is None else err
         busy = busy_worst(v)
-        rows.append({"run": name, "algorithm": v.get("algorithm"), "nodes": v.get("nodes"),
+        measured = {}
+        if os.path.isfile(os.path.join(runs_dir, name, "measured.json")):
+            with open(os.path.join(runs_dir, name, "measured.json")) as f:
+                measured = json.load(f)
+        rows.append({"commit": measured.get("commit", "-"), "date": measured.get("date", "-"),
+                     "run": name, "algorithm": v.get("algorithm"), "nodes": v.get("nodes"),
                      "clusters": v.get("clusters"), "dilation": v.get("dilation"),
                      "steady_sim": s.get("sim"), "steady_real": s.get("real"), "steady_error": err,
                      "busy_worst": busy, "accuracy_sim": acc.get("sim"), "accuracy_real": acc.get("real"),
                      "accuracy_points": points, "late_fraction": v.get("late_fraction"),
                      "agrees": v.get("agrees"), "why": why(v, err, busy, points)})
+    if merge and os.path.isfile(os.path.join(out_dir, "results.json")):
+        with open(os.path.join(out_dir, "results.json")) as f:
+            kept = [r for r in json.load(f)["rows"] if r["run"] not in {x["run"] for x in rows}]
+        rows = sorted(rows + kept, key=lambda r: r["run"])
+    missing = [c for c in cases if c not in {r["run"] for r in rows}]
     errors = [r["steady_error"] for r in rows if not math.isnan(r["steady_error"])]
     geomean = math.exp(sum(math.log1p(e) for e in errors) / len(errors)) - 1 if errors else math.nan
     worst = max(errors) if errors else math.nan
     busy_all = max((r["busy_worst"] for r in rows if not math.isnan(r["busy_worst"])), default=math.nan)
     points_all = max((r["accuracy_points"] for r in rows if not math.isnan(r["accuracy_points"])), default=math.nan)
-    summary = {"runs": len(rows), "steady_error_geomean": geomean, "steady_error_worst": worst,
+    summary = {"runs": len(rows), "not_measured": missing, "steady_error_geomean": geomean, "steady_error_worst": worst,
                "busy_worst": busy_all, "accuracy_points_worst": points_all,
                "targets": {"steady_error_geomean": TARGET_GEOMEAN, "steady_error_worst": TARGET_WORST,
                            "busy_worst": TARGET_BUSY, "accuracy_points_worst": TARGET_POINTS},
@@ -94,13 +107,17 @@ def main(runs_dir, out_dir):
              "each run is `ravnest validate` (simulation and emulated real run of the same scenario, seed and plan, "
              "both dilated k times so that the host keeps up). Error: exp(|ln(sim/real)|) - 1.", "",
              "| run | algorithm | nodes | clusters | k | steady samples/s sim | real | error | busy, worst difference "
-             "| test accuracy sim | real | points | late spans | why (where a target is missed) |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "| test accuracy sim | real | points | late spans | why (where a target is missed) | commit, date |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     for r in rows:
         lines.append(f"| {r['run']} | {r['algorithm']} | {r['nodes']} | {r['clusters']} | {num(r['dilation'], 'g')} "
                      f"| {num(r['steady_sim'], '.1f')} | {num(r['steady_real'], '.1f')} | {pct(r['steady_error'])} "
                      f"| {num(r['busy_worst'], '.3f')} | {num(r['accuracy_sim'], '.4f')} | {num(r['accuracy_real'], '.4f')} "
-                     f"| {num(r['accuracy_points'], '.2f')} | {pct(r['late_fraction'])} | {r['why'] or '-'} |")
+                     f"| {num(r['accuracy_points'], '.2f')} | {pct(r['late_fraction'])} | {r['why'] or '-'} "
+                     f"| {r.get('commit', '-')}, {r.get('date', '-')} |")
+    if missing:
+        lines += ["", "Not measured yet (`papers/validation/run.sh RUNS_DIR CASE...` adds them): " +
+                  ", ".join(missing) + ". The targets below are over the rows above only."]
     lines += ["", "| target | measured | goal | |", "|---|---:|---:|---|",
               f"| steady samples/s, geometric mean error | {pct(geomean)} | 10% | {ok(summary['met']['steady_error_geomean'])} |",
               f"| steady samples/s, worst error | {pct(worst)} | 25% | {ok(summary['met']['steady_error_worst'])} |",
@@ -116,6 +133,10 @@ def main(runs_dir, out_dir):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.exit(__doc__)
-    main(sys.argv[1], sys.argv[2])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", default="", help="every case's name, comma-separated")
+    ap.add_argument("--merge", action="store_true", help="keep results.json's rows of runs not in RUNS_DIR")
+    ap.add_argument("runs_dir")
+    ap.add_argument("out_dir")
+    a = ap.parse_args()
+    main(a.runs_dir, a.out_dir, [c for c in a.cases.split(",") if c], a.merge)
