@@ -1,19 +1,30 @@
 #include "cli/calibrate_command.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <unistd.h>
 
+#include <fmt/core.h>
+
+#include "core/error.h"
 #include "exec/calibrate.h"
 
 namespace rv {
 
-int run_calibrate_command(const std::string& out, int threads, bool quick, int share, int load_parent) {
-  if (load_parent > 0) {
-    calibration_load(CalibrateOptions{threads, quick, 1}, load_parent);
+int run_calibrate_command(const CalibrateCommand& c) {
+  if (c.load_parent > 0) {
+    calibration_load(CalibrateOptions{c.threads, c.quick, 1}, c.load_parent);
     return 0;
   }
-  const Calibration cal = calibrate(CalibrateOptions{threads, quick, share});
+  if (c.from.empty() && (c.peak_tflops > 0 || c.memory_gbps > 0))
+    throw InputError("calibrate: --peak-tflops and --memory-gbps go with --from");
+  if (!c.from.empty() && (c.quick || c.share > 1 || c.threads > 0))
+    throw InputError("calibrate --from fits published timings: --quick, --share and --threads measure this host");
+  const std::string stem = std::filesystem::path(c.from).stem().string();
+  const Calibration cal =
+      c.from.empty() ? calibrate(CalibrateOptions{c.threads, c.quick, c.share})
+                     : calibrate_published({c.from, stem, c.peak_tflops * 1e12, c.memory_gbps * 1e9});
   const ComputeProfile& p = cal.profile;
   std::printf("%-8s %-12s %-30s %12s %9s %11s %9s\n", "pass", "kind", "case", "flops", "flop/B",
               "time us", "of peak");
@@ -23,14 +34,18 @@ int run_calibrate_command(const std::string& out, int threads, bool quick, int s
                 achieved_efficiency(s, p), s.fixed_cost ? "  (fixed cost)" : "");
   char host[256] = "this host";
   gethostname(host, sizeof host - 1);
-  const std::string comment = "ravnest calibrate on " + std::string(host) + ", " +
-                              std::to_string(p.threads) + " LibTorch threads" +
-                              (share > 1 ? ", the host shared by " + std::to_string(share) + " devices" : "") +
-                              (quick ? " (--quick)" : "");
+  const std::string comment =
+      !c.from.empty()
+          ? fmt::format("ravnest calibrate --from {} --peak-tflops {:g} --memory-gbps {:g}: published timings, "
+                        "not this host; kinds without timings on the roofline at that bandwidth", std::filesystem::path(c.from).filename().string(), c.peak_tflops,
+                        c.memory_gbps)
+          : "ravnest calibrate on " + std::string(host) + ", " + std::to_string(p.threads) + " LibTorch threads" +
+                (c.share > 1 ? ", the host shared by " + std::to_string(c.share) + " devices" : "") +
+                (c.quick ? " (--quick)" : "");
   std::cout << "\n" << profile_to_toml(p, comment);
-  if (!out.empty()) {
-    write_profile(out, p, comment);
-    std::cout << "wrote " << out << "\n";
+  if (!c.out.empty()) {
+    write_profile(c.out, p, comment);
+    std::cout << "wrote " << c.out << "\n";
   }
   return 0;
 }

@@ -1,14 +1,24 @@
 // `ravnest calibrate`: measures this host's LibTorch compute (exec/calibrate.h) and prints its
-// profile: the fitted peak, per-operation overhead and efficiencies, and every timed sample.
+// profile: the fitted peak, per-operation overhead and efficiencies, and every timed sample. With
+// --from it fits a profile to a device's published kernel timings instead (calibrate_published).
 #pragma once
 
 #include <string>
 
 namespace rv {
 
-// Writes the profile file to `out` when given (the format of core/compute/profile.h). `threads`
-// 0: every core; `share`: devices sharing the host (exec/calibrate.h). With `load_parent` > 0 it
-// is a load process of a shared calibration instead, and prints nothing. Returns the exit status.
-int run_calibrate_command(const std::string& out, int threads, bool quick, int share, int load_parent);
+struct CalibrateCommand {
+  std::string out;      // write the profile file here (the format of core/compute/profile.h)
+  int threads = 0;      // 0: every core
+  bool quick = false;
+  int share = 1;        // devices sharing the host (exec/calibrate.h)
+  int load_parent = 0;  // > 0: be a load process of a shared calibration, print nothing
+  std::string from;     // a samples file of published timings: fit it instead of measuring
+  double peak_tflops = 0;  // with `from`: the device's published peak
+  double memory_gbps = 0;  // with `from`: its published memory bandwidth (GB/s), 0: none
+};
+
+// Returns the exit status.
+int run_calibrate_command(const CalibrateCommand& c);
 
 }  // namespace rv

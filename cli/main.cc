@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "cli/keys_command.h"
 #include "core/error.h"
+#include "exec/calibrate.h"
 #include "real/node_process.h"
 
 namespace {
@@ -117,22 +118,29 @@ int main(int argc, char** argv) {
   auto* keys = app.add_subcommand("keys", "list every scenario key: type, unit, default, range, help");
   keys->add_flag("--markdown", keys_markdown, "as the README's Markdown table");
 
-  std::string calibrate_out;
-  int calibrate_threads = 0;
-  bool calibrate_quick = false;
+  rv::CalibrateCommand cal;
   auto* calibrate = app.add_subcommand(
-      "calibrate", "measure this host's LibTorch compute: peak, per-operation cost, efficiencies");
-  calibrate->add_option("--out", calibrate_out, "write the profile file (TOML) here");
-  calibrate->add_option("--threads", calibrate_threads, "LibTorch threads (default: every core)")
+      "calibrate", "measure this host's LibTorch compute: peak, per-operation cost, efficiencies; or fit "
+                   "a device's published kernel timings (--from)");
+  calibrate->add_option("--out", cal.out, "write the profile file (TOML) here");
+  calibrate->add_option("--threads", cal.threads, "LibTorch threads (default: every core)")
       ->check(CLI::Range(1, 4096));
-  calibrate->add_flag("--quick", calibrate_quick, "fewer shapes and repeats");
-  int calibrate_share = 1, calibrate_load = 0;
-  calibrate->add_option("--share", calibrate_share,
+  calibrate->add_flag("--quick", cal.quick, "fewer shapes and repeats");
+  calibrate->add_option("--share", cal.share,
                         "devices sharing this host at once, as the nodes of a real run on it (default 1)")
       ->check(CLI::Range(1, 256));
-  calibrate->add_option("--load", calibrate_load, "internal: be a load process of calibrate --share")
+  calibrate->add_option("--load", cal.load_parent, "internal: be a load process of calibrate --share")
       ->group("")
       ->check(CLI::Range(1, 1 << 30));
+  calibrate->add_option("--from", cal.from,
+                        "fit this samples file of a device's published kernel timings instead of measuring "
+                        "(CSV: " + std::string(rv::kSamplesHeader) + "; profiles/published/)");
+  calibrate->add_option("--peak-tflops", cal.peak_tflops, "with --from: the device's published peak, TFLOPS")
+      ->check(CLI::Range(1e-6, 1e6));
+  calibrate->add_option("--memory-gbps", cal.memory_gbps,
+                        "with --from: its published memory bandwidth, GB/s, for the kinds the file has no "
+                        "timings of (modeled on the roofline)")
+      ->check(CLI::Range(1e-6, 1e6));
 
   try {
     app.parse(argc, argv);
@@ -150,8 +158,7 @@ int main(int argc, char** argv) {
     if (*validate) return rv::cmd_validate(validate_o, self_exe(argv[0]), validate_run_path, validate_dilation);
     if (*report) return rv::cmd_report(report_runs, report_out, report_title);
     if (*keys) return rv::run_keys_command(keys_markdown);
-    if (*calibrate) return rv::run_calibrate_command(calibrate_out, calibrate_threads, calibrate_quick, calibrate_share,
-                                                      calibrate_load);
+    if (*calibrate) return rv::run_calibrate_command(cal);
     if (*sweep) {
       // Every --set is an axis: "key=v1,v2" runs both values; "key=v" fixes it.
       std::vector<std::string> axes = sweep_o.overrides;

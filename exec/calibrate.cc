@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <functional>
+#include <sstream>
 #include <thread>
 
 #include <csignal>
@@ -69,12 +71,8 @@ struct LayerCase {
   bool fixed_cost = false;
 };
 
-// Times a layer's forward (autograd recording) and backward (to the weights and the input) and
-// adds both samples with the work.h conventions.
-void time_layer(const LayerCase& c, Seconds budget, std::vector<CalibrationSample>& out) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(1);
-  std::vector<at::Tensor> params = c.layer->init_params(gen);
-  std::vector<at::Tensor> buffers = c.layer->init_buffers();
+// A case's forward and backward samples with the work.h conventions, their times still 0.
+std::pair<CalibrationSample, CalibrationSample> describe(const LayerCase& c) {
   const std::vector<int64_t> sample(c.input.begin() + 1, c.input.end());
   const LayerProfile prof = c.layer->profile(sample);
   const double batch = static_cast<double>(c.input[0]);
@@ -82,6 +80,19 @@ void time_layer(const LayerCase& c, Seconds budget, std::vector<CalibrationSampl
   for (int64_t d : sample) in_elems *= static_cast<double>(d);
   const double bytes = static_cast<double>(kFloatBytes) *
                        (in_elems + batch * static_cast<double>(prof.out_elems) + static_cast<double>(prof.params));
+  const double ops = prof.forward_ops;
+  const Flops flops = batch * prof.forward_flops;
+  const bool gemm = c.kind == OpKind::kMatmul || c.kind == OpKind::kConv;
+  return {{Pass::kForward, c.kind, c.label, ops, flops, bytes, 0, c.fixed_cost},
+          {Pass::kBackward, c.kind, c.label, gemm ? 2 * ops : ops, gemm ? 2 * flops : flops, bytes, 0, c.fixed_cost}};
+}
+
+// Times a layer's forward (autograd recording) and backward (to the weights and the input) and
+// adds both samples.
+void time_layer(const LayerCase& c, Seconds budget, std::vector<CalibrationSample>& out) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(1);
+  std::vector<at::Tensor> params = c.layer->init_params(gen);
+  std::vector<at::Tensor> buffers = c.layer->init_buffers();
   // As in a stage, every call's input and incoming gradient are fresh tensors (just written by
   // the layer before), not the same warm buffers again: that costs elementwise kinds up to 3x.
   // Pooling follows a ReLU in a network: half its inputs are zeros, which its comparisons notice.
@@ -118,12 +129,11 @@ void time_layer(const LayerCase& c, Seconds budget, std::vector<CalibrationSampl
         for (const at::Tensor& t : torch::autograd::grad({y}, inputs, {g})) keep(t);
       },
       budget);
-  const double ops = prof.forward_ops;
-  const Flops flops = batch * prof.forward_flops;
-  const bool gemm = c.kind == OpKind::kMatmul || c.kind == OpKind::kConv;
-  out.push_back({Pass::kForward, c.kind, c.label, ops, flops, bytes, tf, c.fixed_cost});
-  out.push_back({Pass::kBackward, c.kind, c.label, gemm ? 2 * ops : ops, gemm ? 2 * flops : flops, bytes, tb,
-                 c.fixed_cost});
+  auto [f, b] = describe(c);
+  f.time = tf;
+  b.time = tb;
+  out.push_back(f);
+  out.push_back(b);
 }
 
 std::vector<LayerCase> layer_cases(bool quick) {
@@ -268,19 +278,33 @@ Calibration calibrate(const CalibrateOptions& options) {
     for (const auto& round : by_round) t.push_back(round[i].time);
     cal.samples[i].time = median(t);
   }
+  fit_profile(cal.samples, p);
+  return cal;
+}
 
+void fit_profile(const std::vector<CalibrationSample>& samples, ComputeProfile& p) {
+  // Fixed costs first: a kind without a fixed-cost case takes the median of its pass's others.
+  for (int q = 0; q < kPasses; ++q) {
+    const auto pass = static_cast<Pass>(q);
+    std::vector<double> all;
+    for (int k = 0; k < kOpKinds; ++k) {
+      std::vector<double> fixed;
+      for (const auto& s : samples)
+        if (s.pass == pass && s.kind == static_cast<OpKind>(k) && s.fixed_cost) fixed.push_back(s.time / s.ops);
+      p.of(pass, static_cast<OpKind>(k)).overhead = fixed.empty() ? -1 : median(fixed);
+      all.insert(all.end(), fixed.begin(), fixed.end());
+    }
+    if (all.empty()) throw InputError(std::string("calibration samples: no fixed-cost case in the ") + pass_name(pass) + " pass");
+    for (int k = 0; k < kOpKinds; ++k)
+      if (p.of(pass, static_cast<OpKind>(k)).overhead < 0) p.of(pass, static_cast<OpKind>(k)).overhead = median(all);
+  }
   for (int q = 0; q < kPasses; ++q)
     for (int k = 0; k < kOpKinds; ++k) {
       const auto pass = static_cast<Pass>(q);
       const auto kind = static_cast<OpKind>(k);
       KindCost& cost = p.of(pass, kind);
-      std::vector<double> fixed;
-      for (const auto& s : cal.samples)
-        if (s.pass == pass && s.kind == kind && s.fixed_cost) fixed.push_back(s.time / s.ops);
-      RV_CHECK(!fixed.empty(), "calibrate: no fixed-cost case for a kind");
-      cost.overhead = median(fixed);
       std::array<std::vector<double>, kOpClasses> by_class;
-      for (const auto& s : cal.samples)
+      for (const auto& s : samples)
         if (s.pass == pass && s.kind == kind && !s.fixed_cost)
           by_class[static_cast<size_t>(op_class_of(s.flops / s.ops, s.bytes))].push_back(achieved_efficiency(s, p));
       std::array<double, kOpClasses> eff{};
@@ -300,10 +324,127 @@ Calibration calibrate(const CalibrateOptions& options) {
             eff[static_cast<size_t>(c)] = measured[static_cast<size_t>(d)];
           }
         }
-        RV_CHECK(eff[static_cast<size_t>(c)] > 0, "calibrate: a kind with no case");
+        if (eff[static_cast<size_t>(c)] <= 0)
+          throw InputError(std::string("calibration samples: no case of kind ") + op_kind_name(kind) + " in the " +
+                           pass_name(pass) + " pass");
       }
       cost.efficiency = eff;
     }
+}
+
+namespace {
+
+// One field of a samples file's line, parsed; InputError naming the file, line and column.
+double number_field(const std::string& text, const std::string& where, const char* name) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || !std::isfinite(v) || v < 0)
+    throw InputError(where + ": " + name + " must be a number >= 0, not '" + text + "'");
+  return v;
+}
+
+}  // namespace
+
+std::vector<CalibrationSample> read_samples(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(path + ": cannot read the samples file");
+  std::vector<CalibrationSample> out;
+  std::string line;
+  bool header = false;
+  for (int number = 1; std::getline(in, line); ++number) {
+    if (line.empty() || line[0] == '#') continue;
+    const std::string where = path + ":" + std::to_string(number);
+    std::vector<std::string> f;
+    std::stringstream ss(line);
+    for (std::string x; std::getline(ss, x, ',');) f.push_back(x);
+    if (!header) {
+      if (line != kSamplesHeader) throw InputError(where + ": expected the header '" + std::string(kSamplesHeader) + "'");
+      header = true;
+      continue;
+    }
+    if (f.size() != 8) throw InputError(where + ": 8 fields expected (" + kSamplesHeader + "), found " + std::to_string(f.size()));
+    CalibrationSample s;
+    if (f[0] == "forward") s.pass = Pass::kForward;
+    else if (f[0] == "backward") s.pass = Pass::kBackward;
+    else throw InputError(where + ": pass must be forward or backward, not '" + f[0] + "'");
+    bool kind = false;
+    for (int k = 0; k < kOpKinds; ++k)
+      if (f[1] == op_kind_name(static_cast<OpKind>(k))) {
+        s.kind = static_cast<OpKind>(k);
+        kind = true;
+      }
+    if (!kind) throw InputError(where + ": unknown kind '" + f[1] + "' (matmul, conv, norm, pool, elementwise)");
+    s.shape = f[2];
+    s.ops = number_field(f[3], where, "ops");
+    s.flops = number_field(f[4], where, "flops");
+    s.bytes = number_field(f[5], where, "bytes");
+    s.time = number_field(f[6], where, "seconds");
+    if (s.ops <= 0 || s.bytes <= 0 || s.time <= 0) throw InputError(where + ": ops, bytes and seconds must be > 0");
+    if (f[7] != "0" && f[7] != "1") throw InputError(where + ": fixed_cost must be 0 or 1, not '" + f[7] + "'");
+    s.fixed_cost = f[7] == "1";
+    out.push_back(s);
+  }
+  if (!header) throw InputError(path + ": empty samples file (expected the header '" + std::string(kSamplesHeader) + "')");
+  return out;
+}
+
+std::vector<CalibrationSample> roofline_samples(OpKind kind, Pass pass, double memory_bytes_per_s, Seconds fixed) {
+  RV_CHECK(memory_bytes_per_s > 0, "roofline_samples: memory bandwidth must be > 0");
+  std::vector<CalibrationSample> out;
+  for (const LayerCase& c : layer_cases(false)) {
+    if (c.kind != kind) continue;
+    auto [f, b] = describe(c);
+    CalibrationSample s = pass == Pass::kForward ? f : b;
+    s.time = s.ops * fixed + (s.fixed_cost ? 0.0 : s.ops * s.bytes / memory_bytes_per_s);
+    out.push_back(s);
+  }
+  return out;
+}
+
+Calibration calibrate_published(const PublishedOptions& options) {
+  if (!(options.peak_flops_per_s > 0)) throw InputError("calibrate --from: --peak-tflops must be > 0");
+  Calibration cal;
+  cal.samples = read_samples(options.samples_path);
+  if (cal.samples.empty()) throw InputError(options.samples_path + ": no samples");
+  for (int q = 0; q < kPasses; ++q) {
+    const auto pass = static_cast<Pass>(q);
+    // Kernel benchmarks rarely time a kernel too small to cost anything but its fixed cost: then
+    // the pass's shortest kernel (per operation) is taken as one, the floor no kernel went below.
+    CalibrationSample* shortest = nullptr;
+    bool any_fixed = false;
+    for (auto& s : cal.samples) {
+      if (s.pass != pass) continue;
+      any_fixed = any_fixed || s.fixed_cost;
+      if (!shortest || s.time / s.ops < shortest->time / shortest->ops) shortest = &s;
+    }
+    if (!any_fixed && shortest) shortest->fixed_cost = true;
+    std::vector<double> fixed;
+    for (const auto& s : cal.samples)
+      if (s.pass == pass && s.fixed_cost) fixed.push_back(s.time / s.ops);
+    for (int k = 0; k < kOpKinds; ++k) {
+      const auto kind = static_cast<OpKind>(k);
+      const bool has = std::any_of(cal.samples.begin(), cal.samples.end(),
+                                   [&](const CalibrationSample& s) { return s.pass == pass && s.kind == kind; });
+      if (has) continue;
+      if (!(options.memory_bytes_per_s > 0))
+        throw InputError(options.samples_path + ": no " + op_kind_name(kind) + " case in the " + pass_name(pass) +
+                         " pass; give --memory-gbps to model it at the memory bandwidth");
+      if (fixed.empty())
+        throw InputError(options.samples_path + ": no fixed-cost case in the " + pass_name(pass) + " pass");
+      for (const auto& s : roofline_samples(kind, pass, options.memory_bytes_per_s, median(fixed)))
+        cal.samples.push_back(s);
+    }
+  }
+  ComputeProfile& p = cal.profile;
+  p.name = options.name;
+  p.threads = 0;
+  p.peak_flops_per_s = options.peak_flops_per_s;
+  fit_profile(cal.samples, p);
   return cal;
 }
 

@@ -58,4 +58,38 @@ void calibration_load(const CalibrateOptions& options, int parent);
 // A case's achieved fraction of the profile's peak, after its fixed costs.
 double achieved_efficiency(const CalibrationSample& s, const ComputeProfile& p);
 
+// Fits `p`'s fixed costs and efficiencies to `samples`, at `p.peak_flops_per_s` (the step of
+// calibrate() above): per pass and kind the median time per operation of its fixed-cost cases (a
+// kind with none: the median of its pass's other kinds'), per class the median achieved
+// efficiency, a class with no case its nearest neighbour's. rv::InputError if a pass has no
+// fixed-cost case or a kind no case at all.
+void fit_profile(const std::vector<CalibrationSample>& samples, ComputeProfile& p);
+
+// A profile from published measurements of a device rather than from this host: kernel timings
+// in a samples file (CSV, the header below, then one kernel a line; '#' lines are comments)
+//   pass,kind,case,ops,flops,bytes,seconds,fixed_cost
+//   forward,matmul,gemm 1760x128x1760 NN,1,7.93e8,1.4e7,0.000123,0
+// with the CalibrationSample conventions (flops of all `ops`, bytes of one, fixed_cost 1 for a
+// kernel too small to cost anything but its fixed cost; where a pass has none, its shortest kernel
+// per operation is taken as one: the floor no kernel went below), fitted by fit_profile at the
+// published peak. A pass and kind the file has no case of (kernel benchmarks time matmuls and convolutions,
+// rarely the memory-bound rest) is modeled on the roofline, if the memory bandwidth is given: the
+// calibration's own cases of that kind, each taking the file's median fixed cost per operation
+// plus its bytes over the bandwidth, an upper bound on what the device achieves.
+constexpr const char* kSamplesHeader = "pass,kind,case,ops,flops,bytes,seconds,fixed_cost";
+struct PublishedOptions {
+  std::string samples_path;
+  std::string name = "published";
+  double peak_flops_per_s = 0;    // the device's published peak, flop/s
+  double memory_bytes_per_s = 0;  // its published memory bandwidth, bytes/s; 0: none
+};
+Calibration calibrate_published(const PublishedOptions& options);
+
+// The samples file (above); rv::InputError naming the file and line of what is wrong.
+std::vector<CalibrationSample> read_samples(const std::string& path);
+
+// The roofline samples of `kind` in `pass` (above): the calibration's cases of that kind, each
+// taking `fixed` per operation plus its bytes at `memory_bytes_per_s`.
+std::vector<CalibrationSample> roofline_samples(OpKind kind, Pass pass, double memory_bytes_per_s, Seconds fixed);
+
 }  // namespace rv

@@ -514,6 +514,27 @@ TEST_CASE("calibrate writes this host's profile, which a device can then use", "
   fs::remove_all(d);
 }
 
+TEST_CASE("calibrate --from fits a device's published timings; bad input exits 2", "[cli][compute]") {
+  fs::path d = workdir("calibrate-from");
+  const std::string gpu = std::string(RV_SOURCE_DIR) + "/profiles/published/gtx-1080-ti.csv";
+  Result fit = ravnest({"calibrate", "--from", gpu, "--peak-tflops", "11.34", "--memory-gbps", "484", "--out", "gpu.toml"}, d);
+  INFO(fit.err);
+  REQUIRE(fit.status == 0);
+  const std::string profile = slurp(d / "gpu.toml");
+  CHECK(profile.find("peak_tflops = 11.34") != std::string::npos);
+  CHECK(profile.find("published timings, not this host") != std::string::npos);
+  // The shipped profile is what profiles/published/make.sh makes of the same file.
+  CHECK(profile == slurp(fs::path(RV_SOURCE_DIR) / "profiles" / "gtx-1080-ti.toml"));
+  write(d / "bad.csv", std::string("pass,kind,case,ops,flops,bytes,seconds,fixed_cost\nforward,matmul,g,1,x,1,1,0\n"));
+  Result bad = ravnest({"calibrate", "--from", "bad.csv", "--peak-tflops", "10"}, d);
+  CHECK(bad.status == 2);
+  CHECK(bad.err.find("bad.csv:2: flops must be a number") != std::string::npos);
+  Result stray = ravnest({"calibrate", "--peak-tflops", "10"}, d);
+  CHECK(stray.status == 2);
+  CHECK(stray.err.find("go with --from") != std::string::npos);
+  fs::remove_all(d);
+}
+
 TEST_CASE("overlapped averaging is faster than bulk-synchronous in simulation", "[cli][sim][rings]") {
   fs::path d = workdir("overlap");
   write(d / "s.toml", std::string(kSmall) + rv::test::kTwoClusters);
