@@ -334,7 +334,7 @@ void fit_profile(const std::vector<CalibrationSample>& samples, ComputeProfile& 
 
 namespace {
 
-// One field of a samples file's line, parsed; InputError naming the file, line and column.
+// One numeric field of a samples file's line; InputError naming the file, the line and the field.
 double number_field(const std::string& text, const std::string& where, const char* name) {
   size_t used = 0;
   double v = 0;
@@ -357,6 +357,7 @@ std::vector<CalibrationSample> read_samples(const std::string& path) {
   std::string line;
   bool header = false;
   for (int number = 1; std::getline(in, line); ++number) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();  // a file saved with CRLF ends
     if (line.empty() || line[0] == '#') continue;
     const std::string where = path + ":" + std::to_string(number);
     std::vector<std::string> f;

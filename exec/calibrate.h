@@ -66,7 +66,8 @@ double achieved_efficiency(const CalibrationSample& s, const ComputeProfile& p);
 void fit_profile(const std::vector<CalibrationSample>& samples, ComputeProfile& p);
 
 // A profile from published measurements of a device rather than from this host: kernel timings
-// in a samples file (CSV, the header below, then one kernel a line; '#' lines are comments)
+// in a samples file (CSV, the header below, then one kernel a line, its case name without a comma;
+// '#' lines are comments)
 //   pass,kind,case,ops,flops,bytes,seconds,fixed_cost
 //   forward,matmul,gemm 1760x128x1760 NN,1,7.93e8,1.4e7,0.000123,0
 // with the CalibrationSample conventions (flops of all `ops`, bytes of one, fixed_cost 1 for a
