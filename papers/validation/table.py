@@ -51,9 +51,13 @@ def why(v, samples_error, busy, points):
 
 
 def main(runs_dir, out_dir, cases, merge):
-    rows = []
+    rows, refused = [], {}
     for name in sorted(os.listdir(runs_dir)):
         path = os.path.join(runs_dir, name, "validate.json")
+        if os.path.isfile(os.path.join(runs_dir, name, "refused.txt")):
+            with open(os.path.join(runs_dir, name, "refused.txt")) as f:
+                refused[name] = " ".join(f.read().split()).removeprefix("ravnest: error: ")
+            continue
         if not os.path.isfile(path):
             continue
         with open(path) as f:
@@ -77,15 +81,19 @@ def main(runs_dir, out_dir, cases, merge):
                      "agrees": v.get("agrees"), "why": why(v, err, busy, points)})
     if merge and os.path.isfile(os.path.join(out_dir, "results.json")):
         with open(os.path.join(out_dir, "results.json")) as f:
-            kept = [r for r in json.load(f)["rows"] if r["run"] not in {x["run"] for x in rows}]
-        rows = sorted(rows + kept, key=lambda r: r["run"])
-    missing = [c for c in cases if c not in {r["run"] for r in rows}]
+            old = json.load(f)
+        fresh = {x["run"] for x in rows} | set(refused)
+        rows = sorted(rows + [r for r in old["rows"] if r["run"] not in fresh], key=lambda r: r["run"])
+        for name, reason in old.get("summary", {}).get("refused", {}).items():
+            if name not in fresh:
+                refused[name] = reason
+    missing = [c for c in cases if c not in {r["run"] for r in rows} and c not in refused]
     errors = [r["steady_error"] for r in rows if not math.isnan(r["steady_error"])]
     geomean = math.exp(sum(math.log1p(e) for e in errors) / len(errors)) - 1 if errors else math.nan
     worst = max(errors) if errors else math.nan
     busy_all = max((r["busy_worst"] for r in rows if not math.isnan(r["busy_worst"])), default=math.nan)
     points_all = max((r["accuracy_points"] for r in rows if not math.isnan(r["accuracy_points"])), default=math.nan)
-    summary = {"runs": len(rows), "not_measured": missing, "steady_error_geomean": geomean, "steady_error_worst": worst,
+    summary = {"runs": len(rows), "not_measured": missing, "refused": refused, "steady_error_geomean": geomean, "steady_error_worst": worst,
                "busy_worst": busy_all, "accuracy_points_worst": points_all,
                "targets": {"steady_error_geomean": TARGET_GEOMEAN, "steady_error_worst": TARGET_WORST,
                            "busy_worst": TARGET_BUSY, "accuracy_points_worst": TARGET_POINTS},
@@ -115,6 +123,9 @@ def main(runs_dir, out_dir, cases, merge):
                      f"| {num(r['busy_worst'], '.3f')} | {num(r['accuracy_sim'], '.4f')} | {num(r['accuracy_real'], '.4f')} "
                      f"| {num(r['accuracy_points'], '.2f')} | {pct(r['late_fraction'])} | {r['why'] or '-'} "
                      f"| {r.get('commit', '-')}, {r.get('date', '-')} |")
+    if refused:
+        lines += ["", "Refused on this host (`ravnest validate` exits 2 where even a dilation of 100 is too little):"]
+        lines += [f"- {name}: {reason}" for name, reason in sorted(refused.items())]
     if missing:
         lines += ["", "Not measured yet (`papers/validation/run.sh RUNS_DIR CASE...` adds them): " +
                   ", ".join(missing) + ". The targets below are over the rows above only."]
