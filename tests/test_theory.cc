@@ -11,19 +11,9 @@ using namespace rv;
 namespace {
 
 // Δ = 10, L = 2, sigma² = 4, N = 8, T = 3, C = 4, H = 5 (a = 2, κ = 4), eta = 0.01, K = 1000.
-BoundInputs four_clusters() {
-  BoundInputs in;
-  in.gap = 10;
-  in.smoothness = 2;
-  in.sigma2 = 4;
-  in.batch = 8;
-  in.staleness = 3;
-  in.clusters = 4;
-  in.average_every = 5;
-  in.lr = 0.01;
-  in.updates = 1000;
-  return in;
-}
+// Fields in BoundInputs' order: gap, smoothness, sigma2, batch, staleness, clusters, average_every,
+// lr, updates.
+BoundInputs four_clusters() { return BoundInputs{10, 2, 4, 8, 3, 4, 5, 0.01, 1000}; }
 
 }  // namespace
 
@@ -37,16 +27,7 @@ TEST_CASE("the bound's terms and condition, by hand", "[theory]") {
   CHECK(b.holds);
 
   // One cluster: a = 1, κ = 0 whatever H; here the condition fails.
-  BoundInputs one;
-  one.gap = 1;
-  one.smoothness = 1;
-  one.sigma2 = 1;
-  one.batch = 1;
-  one.staleness = 2;
-  one.clusters = 1;
-  one.average_every = 7;
-  one.lr = 0.5;
-  one.updates = 4;
+  BoundInputs one{1, 1, 1, 1, 2, 1, 7, 0.5, 4};
   const Bound c = convergence_bound(one);
   CHECK(c.optimisation == Approx(1.0).epsilon(1e-12));
   CHECK(c.noise == Approx(0.5).epsilon(1e-12));
