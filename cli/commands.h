@@ -46,7 +46,8 @@ int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid, cons
 // Simulates the scenario and runs it for real, emulated and dilated (exec/dilation.h) so that this
 // host keeps up, with the same seed and plan; writes both run folders, validate.json and
 // validate.md (core/output/validation.h) into one folder. dilation 0: chosen by measurement.
-int cmd_validate(const CommonOptions& o, const std::string& self_exe, const std::string& run_path, double dilation);
+int cmd_validate(const CommonOptions& o, const std::string& self_exe, const std::string& run_path, double dilation,
+                 double headroom);
 int cmd_report(const std::vector<std::string>& runs, const std::string& out, const std::string& title);
 
 }  // namespace rv

@@ -12,6 +12,7 @@
 #include "cli/keys_command.h"
 #include "core/error.h"
 #include "exec/calibrate.h"
+#include "exec/dilation.h"
 #include "real/node_process.h"
 
 namespace {
@@ -106,6 +107,11 @@ int main(int argc, char** argv) {
   validate->add_option("--dilation", validate_dilation,
                        "run both k times slower than modeled (default: the least this host keeps up with)")
       ->check(CLI::Range(1.0, 1000.0));
+  double validate_headroom = rv::kHeadroom;
+  validate->add_option("--headroom", validate_headroom,
+                       "choose the dilation with this much room over the host's measured time per micro-batch "
+                       "(default 1.5; a run that shows it too little is made again at what it measured)")
+      ->check(CLI::Range(1e-6, 100.0));
 
   std::vector<std::string> report_runs;
   std::string report_out, report_title;
@@ -155,7 +161,7 @@ int main(int argc, char** argv) {
     if (*plan) return rv::cmd_plan(plan_o, plan_out);
     if (*sim) return rv::cmd_sim(sim_o, sim_executor, sim_run_path);
     if (*real) return rv::cmd_real(real_o, self_exe(argv[0]), real_run_path);
-    if (*validate) return rv::cmd_validate(validate_o, self_exe(argv[0]), validate_run_path, validate_dilation);
+    if (*validate) return rv::cmd_validate(validate_o, self_exe(argv[0]), validate_run_path, validate_dilation, validate_headroom);
     if (*report) return rv::cmd_report(report_runs, report_out, report_title);
     if (*keys) return rv::run_keys_command(keys_markdown);
     if (*calibrate) return rv::run_calibrate_command(cal);

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/model/model.h"
+#include "core/output/validation.h"
 #include "core/plan.h"
 #include "core/scenario/scenario.h"
 #include "core/units.h"
@@ -28,6 +29,8 @@ namespace rv {
 
 constexpr double kHeadroom = 1.5;
 constexpr double kMaxDilation = 100;
+// The margin of a second attempt over the overrun the first one measured (redilation).
+constexpr double kRetryMargin = 1.2;
 
 // One working node's demand on the host.
 struct NodeDemand {
@@ -50,6 +53,17 @@ struct DilationChoice {
 // The dilation for these demands (host_s and modeled_s filled in): k = the largest need, rounded
 // up to two significant figures, and at least 1.
 DilationChoice choose_dilation(std::vector<NodeDemand> nodes, double cores, double headroom = kHeadroom);
+
+// The measurement before a run is one stage alone; in the run, every node computes beside the
+// others and beside its transport, and a small stage can cost this host 1.3 to 1.7 times as much
+// (papers/validation). So the run itself is the check: `overrun` holds, for each of a real run at
+// dilation k's training forwards and backwards, its duration over its modeled (dilated) time (1 or a
+// little more where the host kept up; the host's own time over the modeled one where it did not).
+// If more than kLateTolerance of them were late, the dilation that would have kept up is returned:
+// k x the overrun of the span at the (1 - kLateTolerance) quantile x kRetryMargin, rounded up to two
+// figures; otherwise k. (At a larger k every modeled time stretches while the host's work does
+// not, and a host less loaded does it no slower, so one attempt more is enough as a rule.)
+double redilation(const std::vector<double>& overrun, const std::vector<Seconds>& modeled, double k);
 
 // Measures every working node's stage on this host (each distinct layer range once, with the
 // LibTorch threads a real run gives a node, on random inputs) and fills host_s and modeled_s.

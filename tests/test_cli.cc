@@ -620,6 +620,42 @@ TEST_CASE("validate runs the scenario simulated and emulated, dilated, and compa
   fs::remove_all(d);
 }
 
+TEST_CASE("validate runs again, dilated more, when the real run did not keep up", "[cli][real][validate]") {
+  fs::path d = workdir("validate_retry");
+  write(d / "s.toml", kTiny);
+  // Stages of a few milliseconds here (longer than a late span's 1 ms of slack), on devices modeled
+  // 50 times faster than kTiny's (and links fast enough that the dilated run stays short), and
+  // almost no headroom: the first dilation is far too small for the host.
+  Result r = ravnest({"validate", "s.toml", "--set", "model.hidden=[1024, 1024, 1024]", "--set", "data.batch_size=128",
+                      "--set", "devices.0.tflops=1", "--set", "devices.0.up_mbps=10000", "--set", "devices.0.down_mbps=10000",
+                      "--set", "training.steps=30", "--headroom", "0.01",
+                      "--run-dir", "v", "--progress", "off"},
+                     d);
+  INFO(r.out << r.err);
+  REQUIRE(r.status == 0);
+  const auto v = nlohmann::json::parse(slurp(d / "v" / "validate.json"));
+  const auto& attempts = v["host"]["attempts"];
+  if (attempts.empty()) {
+    // A host so slow that keeping up would need more than kMaxDilation: the runs stay, and say so.
+    bool said = false;
+    for (const auto& n : v["notes"]) said = said || n.get<std::string>().find("above the limit") != std::string::npos;
+    CHECK(said);
+    CHECK(v["late_fraction"].get<double>() > 0.05);
+  } else {
+    REQUIRE(attempts.size() == 1);
+    CHECK(attempts[0]["late_fraction"].get<double>() > 0.05);
+    CHECK(v["dilation"].get<double>() > attempts[0]["dilation"].get<double>());
+    CHECK(v["host"]["chosen"].get<double>() == v["dilation"].get<double>());
+    CHECK(r.out.find("the real run again at") != std::string::npos);
+    // The folder holds the second attempt's runs only.
+    const std::string toml = slurp(d / "v" / "sim" / "scenario.toml");
+    const size_t at = toml.find("\ndilation = ");
+    REQUIRE(at != std::string::npos);
+    CHECK(std::stod(toml.substr(at + 12)) == Approx(v["dilation"].get<double>()));
+  }
+  fs::remove_all(d);
+}
+
 TEST_CASE("validate refuses a run this host cannot keep up with, naming the --set that shrinks it", "[cli][validate]") {
   fs::path d = workdir("validate_refused");
   write(d / "s.toml", kTiny);

@@ -20,9 +20,14 @@ namespace rv {
 constexpr double kTargetSamplesError = 0.10;
 constexpr double kTargetBusyDifference = 0.10;
 constexpr double kTargetAccuracyPoints = 2.0;
-// A real compute span counts as late when it ran this much past its modeled time: the host did
-// not keep up there, and the dilation was too small.
+// A real compute span counts as late when it ran this much past its modeled time (and 1 ms, a
+// scheduler's granularity): the host did not keep up there, and the dilation was too small. A run
+// kept up when at most this share of its spans were late.
 constexpr double kLateTolerance = 0.05;
+constexpr double kLateSlack = 1e-3;  // seconds
+inline bool is_late(double took_s, double modeled_s) {
+  return took_s > modeled_s * (1 + kLateTolerance) + kLateSlack;
+}
 
 // exp(|ln(sim / real)|) - 1; 0 when both are 0; NaN when either is NaN, negative, or only one is 0.
 double ratio_error(double sim, double real);
