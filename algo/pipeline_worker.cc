@@ -147,6 +147,15 @@ void PipelineWorker::update(int64_t mb, int64_t staleness) {
   e.step = version_;
   finish(e);
   env_.metrics.record(e);
+  // A problem's block model: the parameters after every update, for the exact gradient norm after
+  // the run (core/theory/measure.h); recorded, not computed, so no modeled time is charged.
+  if (numeric() && spec_.model->record_params) {
+    Event p = event(EventKind::kParams);
+    p.step = version_;
+    const at::Tensor flat = stage_->module().flat_state().contiguous();
+    p.values.assign(flat.data_ptr<float>(), flat.data_ptr<float>() + flat.numel());
+    env_.metrics.record(p);
+  }
 }
 
 int64_t PipelineWorker::eval_batches() const {

@@ -18,6 +18,9 @@ Outputs, in --out (default: RUN/report for one run, ./report for several):
     timeline_<label>.png                        per-node compute timeline (first window)
     utilisation.png                             per-node busy fraction, runs side by side
     speedup.png, time_to_accuracy.png           against clusters, per algorithm (sweeps)
+    theory.png                                  runs measured by `ravnest theory` (theory.csv):
+                                                the running average of the exact squared
+                                                gradient norm beside the convergence bound
     report.md                                   one table row per run, refused points,
                                                 plus the figures
 
@@ -45,6 +48,7 @@ import numpy as np  # noqa: E402
 
 METRICS_HEADER = ["kind", "node", "cluster", "stage", "step", "micro_batch", "start_s", "end_s",
                   "loss", "accuracy", "staleness", "bytes", "peer", "samples", "cpu_s"]
+THEORY_HEADER = ["k", "grad_norm2", "running_mean", "bound"]
 EVAL_HEADER = ["time_s", "node", "cluster", "step", "train_samples", "test_loss", "test_accuracy"]
 SPAN_COLOURS = {"wait": "#e8e8e8", "forward": "tab:blue", "backward": "tab:orange",
                 "update": "tab:green", "eval forward": "tab:grey", "average": "tab:purple"}
@@ -139,6 +143,11 @@ class Run:
         self.time_s = s.get("time_s") or self.span_end()
         # The planner's one line on its plan (plan.json "reason"; older run folders have none).
         self.plan_reason = read_json(os.path.join(folder, "plan.json")).get("reason") or ""
+        # `ravnest theory`'s measurement against the convergence bound, where it was made.
+        self.theory = read_json(os.path.join(folder, "theory.json"))
+        theory_csv = os.path.join(folder, "theory.csv")
+        self.theory_curve = (read_table(theory_csv, THEORY_HEADER)
+                             if self.theory and os.path.exists(theory_csv) else None)
 
     def kind(self, name):
         return self.by_kind.get(name, {c: np.zeros(0) for c in METRICS_HEADER[1:]})
@@ -267,6 +276,43 @@ def plot_curves(runs, title, out, written):
                         label=r.label)
         finish(ax, f"{title}: test accuracy vs {x_name}", x_label, "test accuracy")
         save(fig, os.path.join(out, f"accuracy_vs_{x_name}.png"), written)
+
+
+def plot_theory(runs, title, out, written):
+    """theory.png: per run, (1/K) sum_k ||grad f(w_k)||^2 against K (solid) and the bound at K
+    (dashed, drawn faint where the run breaks its conditions: then it is no guarantee)."""
+    measured = [r for r in runs if r.theory_curve is not None]
+    if not measured:
+        return
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for i, r in enumerate(measured):
+        c = r.theory_curve
+        colour = f"C{i % 10}"
+        k = c["k"] + 1
+        t = r.theory
+        ax.plot(k, c["running_mean"], color=colour,
+                label=f"{r.label}: measured (ratio {t.get('ratio', float('nan')):.2g} at K)")
+        applies = bool(t.get("applies"))
+        ax.plot(k, c["bound"], color=colour, linestyle="--", alpha=1.0 if applies else 0.4,
+                label=f"{r.label}: bound" + ("" if applies else " (conditions not met)"))
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    finish(ax, f"{title}: convergence against the bound", "updates K (per cluster)",
+           "(1/K) sum ||grad f(w_k)||^2")
+    save(fig, os.path.join(out, "theory.png"), written)
+
+
+def theory_lines(runs):
+    measured = [r for r in runs if r.theory]
+    if not measured:
+        return []
+    lines = ["## Convergence bound", "",
+             "The exact squared gradient norm at the clusters' average after each update, averaged over "
+             "the run's K updates, beside the bound of docs/theory.md with the run's own eta, T, C, H "
+             "and N (`ravnest theory`).", ""]
+    for r in measured:
+        lines.append(f"- {r.label}: {r.theory.get('verdict', '-')}")
+    return lines + [""]
 
 
 def finish(ax, title, xlabel, ylabel):
@@ -484,6 +530,7 @@ def write_markdown(runs, refused, title, out, images, written, validations=()):
             f"| {fmt(float(np.mean(idle)) if idle else None, '.3f')} | {mem_text} | {avg_text} "
             f"| `{r.folder}` |")
     lines.append("")
+    lines += theory_lines(runs)
     reasons = [r for r in runs if r.plan_reason]
     if reasons:
         lines += ["## Plans", ""]
@@ -528,6 +575,8 @@ def main(argv=None):
     parser.add_argument("--out", help="output folder (default: RUN/report for one run, "
                                       "./report for several)")
     parser.add_argument("--title", default=None, help="title prefix for every figure")
+    parser.add_argument("--theory", action="store_true",
+                        help="only theory.png and report.md (what `ravnest theory` draws)")
     parser.add_argument("--target-accuracy", type=float, default=None,
                         help="accuracy for time_to_accuracy.png (default: the best that every run reaches)")
     args = parser.parse_args(argv)
@@ -550,13 +599,16 @@ def main(argv=None):
         except OSError as e:
             raise ReportError(f"cannot create output folder {out}: {e}")
         written = []
-        if runs:
+        if runs and args.theory:
+            plot_theory(runs, title, out, written)
+        elif runs:
             plot_curves(runs, title, out, written)
             for r in runs:
                 plot_timeline(r, title, out, written)
             plot_utilisation(runs, title, out, written)
             plot_speedup(runs, title, out, written)
             plot_time_to_accuracy(runs, title, out, written, args.target_accuracy)
+            plot_theory(runs, title, out, written)
         write_markdown(runs, refused, title, out, list(written), written, validations)
     except ReportError as e:
         print(f"report: error: {e}", file=sys.stderr)

@@ -302,13 +302,15 @@ int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid, cons
   return failed == 0 ? 0 : 1;
 }
 
-int cmd_report(const std::vector<std::string>& runs, const std::string& out, const std::string& title) {
+int cmd_report(const std::vector<std::string>& runs, const std::string& out, const std::string& title,
+               const std::vector<std::string>& options) {
   fs::path script = fs::path(RV_SOURCE_DIR) / "analysis" / "report.py";
   if (!fs::exists(script)) throw Error(script.string() + ": report script not found");
   std::vector<std::string> args = {"/usr/bin/python3", script.string()};
   for (const auto& r : runs) args.push_back(r);
   if (!out.empty()) args.insert(args.end(), {"--out", out});
   if (!title.empty()) args.insert(args.end(), {"--title", title});
+  args.insert(args.end(), options.begin(), options.end());
   const int rc = run_child(args);
   if (rc == 127) throw Error("report: cannot run /usr/bin/python3");
   if (rc >= 128) throw Error("report: the report script was killed");

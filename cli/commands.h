@@ -48,6 +48,8 @@ int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid, cons
 // validate.md (core/output/validation.h) into one folder. dilation 0: chosen by measurement.
 int cmd_validate(const CommonOptions& o, const std::string& self_exe, const std::string& run_path, double dilation,
                  double headroom);
-int cmd_report(const std::vector<std::string>& runs, const std::string& out, const std::string& title);
+// analysis/report.py on the runs; `options` are passed on to the script as they are.
+int cmd_report(const std::vector<std::string>& runs, const std::string& out, const std::string& title,
+               const std::vector<std::string>& options = {});
 
 }  // namespace rv

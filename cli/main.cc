@@ -10,6 +10,7 @@
 #include "cli/calibrate_command.h"
 #include "cli/commands.h"
 #include "cli/keys_command.h"
+#include "cli/theory_command.h"
 #include "core/error.h"
 #include "exec/calibrate.h"
 #include "exec/dilation.h"
@@ -120,6 +121,16 @@ int main(int argc, char** argv) {
   report->add_option("--out", report_out, "output folder for the plots");
   report->add_option("--title", report_title, "title for the plots");
 
+  std::vector<std::string> theory_runs;
+  std::string theory_out;
+  bool theory_no_plot = false;
+  auto* theory = app.add_subcommand(
+      "theory", "measure runs on problems with known constants (data.kind quadratic or logistic) against the "
+                "convergence bound: theory.json, theory.csv, theory.png");
+  theory->add_option("runs", theory_runs, "run folders")->required();
+  theory->add_option("--out", theory_out, "output folder for the plot (default: RUN/report for one run, ./report for several)");
+  theory->add_flag("--no-plot", theory_no_plot, "write theory.json and theory.csv only");
+
   bool keys_markdown = false;
   auto* keys = app.add_subcommand("keys", "list every scenario key: type, unit, default, range, help");
   keys->add_flag("--markdown", keys_markdown, "as the README's Markdown table");
@@ -164,6 +175,7 @@ int main(int argc, char** argv) {
     if (*validate) return rv::cmd_validate(validate_o, self_exe(argv[0]), validate_run_path, validate_dilation, validate_headroom);
     if (*report) return rv::cmd_report(report_runs, report_out, report_title);
     if (*keys) return rv::run_keys_command(keys_markdown);
+    if (*theory) return rv::cmd_theory(theory_runs, theory_out, !theory_no_plot);
     if (*calibrate) return rv::run_calibrate_command(cal);
     if (*sweep) {
       // Every --set is an axis: "key=v1,v2" runs both values; "key=v" fixes it.

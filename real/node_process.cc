@@ -71,10 +71,11 @@ std::string temp_csv_path(int rank) {
       .string();
 }
 
-// Events <-> metrics.csv text (the format rank 0 writes anyway).
-std::string events_to_text(const std::vector<Event>& events, int rank) {
-  const std::string path = temp_csv_path(rank);
-  write_events_csv(path, events);
+// Events <-> metrics.csv text and params.csv text (the formats rank 0 writes anyway): the one
+// message carries both, the params after a line of their own.
+constexpr const char* kParamsMark = "#params\n";
+
+std::string file_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::error_code ec;
@@ -82,23 +83,42 @@ std::string events_to_text(const std::vector<Event>& events, int rank) {
   return text;
 }
 
+std::string events_to_text(const std::vector<Event>& events, int rank) {
+  const std::string path = temp_csv_path(rank);
+  write_events_csv(path, events);
+  std::string text = file_text(path);
+  if (std::any_of(events.begin(), events.end(), [](const Event& e) { return e.kind == EventKind::kParams; })) {
+    write_params_csv(path, events);
+    text += kParamsMark + file_text(path);
+  }
+  return text;
+}
+
 std::vector<Event> events_from_text(const std::string& text, int rank, int from) {
   const std::string path = temp_csv_path(rank) + "." + std::to_string(from);
-  {
-    std::ofstream out(path, std::ios::binary);
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    if (!out) throw Error(path + ": cannot write");
-  }
-  std::vector<Event> events;
-  try {
-    events = read_events_csv(path);
-  } catch (const InputError& e) {
+  const size_t mark = text.find(std::string("\n") + kParamsMark);
+  auto read = [&](const std::string& part, bool params) {
+    {
+      std::ofstream out(path, std::ios::binary);
+      out.write(part.data(), static_cast<std::streamsize>(part.size()));
+      if (!out) throw Error(path + ": cannot write");
+    }
+    std::vector<Event> events;
+    try {
+      events = params ? read_params_csv(path) : read_events_csv(path);
+    } catch (const InputError& e) {
+      std::error_code ec;
+      fs::remove(path, ec);
+      throw InputError("events from rank " + std::to_string(from) + ": " + e.what());
+    }
     std::error_code ec;
     fs::remove(path, ec);
-    throw InputError("events from rank " + std::to_string(from) + ": " + e.what());
-  }
-  std::error_code ec;
-  fs::remove(path, ec);
+    return events;
+  };
+  if (mark == std::string::npos) return read(text, false);
+  std::vector<Event> events = read(text.substr(0, mark + 1), false);
+  std::vector<Event> params = read(text.substr(mark + 1 + std::string(kParamsMark).size()), true);
+  events.insert(events.end(), std::make_move_iterator(params.begin()), std::make_move_iterator(params.end()));
   return events;
 }
 

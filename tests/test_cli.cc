@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -667,5 +668,95 @@ TEST_CASE("validate refuses a run this host cannot keep up with, naming the --se
   Result given = ravnest({"validate", "s.toml", "--set", "dilation=3"}, d);
   CHECK(given.status == 2);
   CHECK(given.err.find("--dilation") != std::string::npos);
+  fs::remove_all(d);
+}
+
+namespace {
+
+// A quadratic with known constants (d = 16, L = 1, sigma^2 = 1) on a 2-stage ravnest pipeline,
+// inside the bound's conditions: measured/bound about 0.3 (docs/theory.md), far enough under 1
+// that scheduling cannot flip it.
+const char* kQuadratic = R"(name = "quadratic"
+seed = 4
+[model]
+kind = "blocks"
+blocks = 4
+[data]
+kind = "quadratic"
+features = 16
+eig_min = 0.05
+eig_max = 1.0
+sigma2 = 1.0
+batch_size = 8
+[training]
+steps = 200
+lr = 0.2
+eval_every = 0
+[planner]
+method = "manual"
+[network]
+model = "ideal"
+[real]
+timeout_s = 30
+[[devices]]
+count = 2
+tflops = 0.01
+up_mbps = 1000
+down_mbps = 1000
+latency_ms = 0.1
+)";
+
+}  // namespace
+
+TEST_CASE("theory measures a quadratic run, simulated and real, under its bound", "[cli][theory][real]") {
+  fs::path d = workdir("theory");
+  write(d / "q.toml", kQuadratic);
+  for (const std::string executor : {"sim", "real"}) {
+    INFO(executor);
+    Result run = ravnest({executor, "q.toml", "--run-dir", executor, "--progress", "off"}, d);
+    INFO(run.out << run.err);
+    REQUIRE(run.status == 0);
+    CHECK(fs::exists(d / executor / "params.csv"));
+    Result r = ravnest({"theory", executor, "--no-plot"}, d);
+    INFO(r.out << r.err);
+    REQUIRE(r.status == 0);
+    const auto t = nlohmann::json::parse(slurp(d / executor / "theory.json"));
+    CHECK(t["applies"].get<bool>());
+    CHECK(t["inputs"]["updates"].get<int64_t>() == 200);
+    CHECK(t["inputs"]["clusters"].get<int64_t>() == 1);
+    CHECK(t["inputs"]["batch"].get<int64_t>() == 8);
+    CHECK(t["inputs"]["smoothness"].get<double>() == 1.0);
+    CHECK(t["inputs"]["staleness"].get<int64_t>() >= 1);  // two stages: the first one's updates lag
+    CHECK(t["ratio"].get<double>() > 0);
+    CHECK(t["ratio"].get<double>() <= 0.5);
+    CHECK(r.out.find("meet the condition") != std::string::npos);
+    // theory.csv: K rows, the running mean ending at the measured value.
+    const std::string csv = slurp(d / executor / "theory.csv");
+    CHECK(std::count(csv.begin(), csv.end(), '\n') == 201);
+  }
+  fs::remove_all(d);
+}
+
+TEST_CASE("theory flags a run outside the conditions and refuses a run it cannot measure", "[cli][theory]") {
+  fs::path d = workdir("theory_flags");
+  write(d / "q.toml", kQuadratic);
+  Result run = ravnest({"sim", "q.toml", "--set", "training.lr=1.5", "--set", "training.steps=40", "--run-dir", "big",
+                        "--progress", "off"},
+                       d);
+  REQUIRE(run.status == 0);
+  Result r = ravnest({"theory", "big", "--no-plot"}, d);
+  INFO(r.out << r.err);
+  REQUIRE(r.status == 0);
+  const auto t = nlohmann::json::parse(slurp(d / "big" / "theory.json"));
+  CHECK_FALSE(t["applies"].get<bool>());
+  CHECK_FALSE(t["bound"]["holds"].get<bool>());
+  CHECK(r.out.find("the bound does not apply: the step-size condition fails") != std::string::npos);
+  // A run of a neural network has no known constants: exit status 2, and why.
+  write(d / "tiny.toml", kTiny);
+  REQUIRE(ravnest({"sim", "tiny.toml", "--set", "training.steps=4", "--run-dir", "nn", "--progress", "off"}, d).status == 0);
+  Result nn = ravnest({"theory", "nn"}, d);
+  CHECK(nn.status == 2);
+  CHECK(nn.err.find("problems with known constants") != std::string::npos);
+  CHECK_FALSE(fs::exists(d / "nn" / "theory.json"));
   fs::remove_all(d);
 }

@@ -11,6 +11,7 @@
 #include <zlib.h>
 
 #include "core/error.h"
+#include "core/problem/problem.h"
 
 namespace rv {
 namespace {
@@ -70,6 +71,10 @@ DatasetShape dataset_shape(const DataSpec& spec) {
   if (spec.kind == "digits") return {{1, 8, 8}, 10};
   if (spec.kind == "synthetic") return {{1, spec.side, spec.side}, spec.classes};
   if (spec.kind == "regression") return {{spec.features}, spec.targets, TaskKind::kRegression};
+  // Problems (core/problem/problem.h): a sample is X, m rows of d features and the running sum's
+  // column, for the additive block model (model.kind = "blocks").
+  if (spec.kind == "quadratic") return {{spec.features, spec.features + 1}, spec.features, TaskKind::kRegression};
+  if (spec.kind == "logistic") return {{1, spec.features + 1}, 2};
   throw InputError("unknown dataset '" + spec.kind + "'");
 }
 
@@ -182,6 +187,40 @@ Dataset load_dataset(const DataSpec& spec, uint64_t seed) {
     };
     make(n_train, d.train_x, d.train_y);
     make(n_test, d.test_x, d.test_y);
+  } else if (spec.kind == "quadratic") {
+    // Every sample is X = [A | 0]; its targets b + e, e ~ N(0, tau^2 I) drawn from the run's seed
+    // (the problem itself comes from data.problem_seed).
+    const Problem p = make_problem(problem_spec(spec));
+    const int64_t dim = spec.features;
+    at::Tensor x = at::zeros({1, dim, dim + 1}, at::kFloat);
+    at::Tensor b = at::empty({dim}, at::kFloat);
+    for (int64_t r = 0; r < dim; ++r) {
+      for (int64_t c = 0; c < dim; ++c) x[0][r][c] = p.a(r, c);
+      b[r] = p.b(r);
+    }
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed ^ 0x9AD2A71CULL);
+    auto make = [&](int64_t n, at::Tensor& xs, at::Tensor& y) {
+      xs = x.expand({n, dim, dim + 1});
+      y = b.unsqueeze(0) + std::sqrt(p.tau2) * at::randn({n, dim}, gen, at::kFloat);
+    };
+    make(spec.train_samples > 0 ? spec.train_samples : 65536, d.train_x, d.train_y);
+    make(spec.test_samples > 0 ? spec.test_samples : 2048, d.test_x, d.test_y);
+  } else if (spec.kind == "logistic") {
+    // The problem's own samples: features, a zero running sum; labels 0 or 1.
+    const Problem p = make_problem(problem_spec(spec));
+    auto make = [&](const Eigen::MatrixXd& features, const Eigen::VectorXd& labels, at::Tensor& xs, at::Tensor& y) {
+      const int64_t n = features.rows(), dim = features.cols();
+      xs = at::zeros({n, 1, dim + 1}, at::kFloat);
+      y = at::empty({n}, at::kLong);
+      float* xp = xs.data_ptr<float>();
+      int64_t* yp = y.data_ptr<int64_t>();
+      for (int64_t j = 0; j < n; ++j) {
+        for (int64_t c = 0; c < dim; ++c) xp[j * (dim + 1) + c] = static_cast<float>(features(j, c));
+        yp[j] = labels(j) > 0.5 ? 1 : 0;
+      }
+    };
+    make(p.a, p.b, d.train_x, d.train_y);
+    make(p.test_x, p.test_y, d.test_x, d.test_y);
   } else {
     throw InputError("unknown dataset '" + spec.kind + "'");
   }
@@ -192,6 +231,21 @@ Dataset load_dataset(const DataSpec& spec, uint64_t seed) {
   if (d.train_size() < 1 || d.test_size() < 1) throw InputError(d.name + ": empty train or test set");
   return d;
 }
+
+ProblemSpec problem_spec(const DataSpec& spec) {
+  ProblemSpec p;
+  p.kind = spec.kind;
+  p.dim = spec.features;
+  p.eig_min = spec.eig_min;
+  p.eig_max = spec.eig_max;
+  p.sigma2 = spec.sigma2;
+  p.samples = spec.train_samples > 0 ? spec.train_samples : 4096;
+  p.test_samples = spec.test_samples > 0 ? spec.test_samples : 1024;
+  p.seed = spec.problem_seed;
+  return p;
+}
+
+bool is_problem(const DataSpec& spec) { return spec.kind == "quadratic" || spec.kind == "logistic"; }
 
 Sampler::Sampler(int64_t n, int64_t batch, uint64_t seed)
     : n_(n), batch_(std::min(batch, n)), per_epoch_(std::max<int64_t>(1, n / std::min(batch, n))),

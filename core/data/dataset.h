@@ -49,6 +49,13 @@ struct Dataset {
 // file. train_samples/test_samples > 0 keep only the first rows.
 Dataset load_dataset(const DataSpec& spec, uint64_t seed);
 
+// Problems with known constants (core/problem/problem.h) as data kinds: whether the data is one,
+// and its problem's spec (the problem's samples are the training set, data.train_samples of them,
+// 4096 by default; the quadratic's noisy targets are data.train_samples, 65536 by default).
+bool is_problem(const DataSpec& spec);
+struct ProblemSpec;
+ProblemSpec problem_spec(const DataSpec& spec);
+
 // Micro-batch id -> sample indices. Epoch e is a permutation of [0, n) drawn from (seed, e);
 // micro-batch m covers positions [(m mod E) * b, (m mod E) * b + b) of epoch m / E, E = n / b.
 class Sampler {

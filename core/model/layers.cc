@@ -204,6 +204,66 @@ class MaxPool2d : public Layer {
   int64_t kernel_;
 };
 
+// The additive block model's layers (model.kind = "blocks", core/problem/problem.h). A sample is
+// m rows of d features and a running sum: [m, d + 1].
+
+// Block [c0, c1) of the parameters: adds X[:, c0:c1] w to the running sum (the last column).
+// Starts at zero. Its backward gives w the columns' share of X^T r, r the running sum's gradient
+// (the residual), and passes r on unchanged.
+class Block : public Layer {
+ public:
+  Block(int64_t rows, int64_t dim, int64_t c0, int64_t c1) : rows_(rows), dim_(dim), c0_(c0), c1_(c1) {}
+  LayerProfile profile(const std::vector<int64_t>& in) const override {
+    expect(in == std::vector<int64_t>{rows_, dim_ + 1}, "block", in,
+           std::to_string(rows_) + "x" + std::to_string(dim_ + 1));
+    LayerProfile p;
+    p.name = "block(" + std::to_string(c0_) + ":" + std::to_string(c1_) + ")";
+    p.out_shape = in;
+    p.params = c1_ - c0_;
+    p.param_tensors = 1;
+    p.forward_flops = 2.0 * static_cast<double>(rows_ * (c1_ - c0_));
+    p.op_kind = OpKind::kMatmul;
+    return finish(p);
+  }
+  std::vector<at::Tensor> init_params(at::Generator&) const override {
+    return {at::zeros({c1_ - c0_}, at::kFloat).requires_grad_(true)};
+  }
+  at::Tensor forward(const at::Tensor& x, const at::Tensor* w, const at::Tensor*,
+                     const ForwardContext&) const override {
+    const at::Tensor sum = x.select(-1, dim_) + at::matmul(x.narrow(-1, c0_, c1_ - c0_), w[0]);
+    return at::cat({x.narrow(-1, 0, dim_), sum.unsqueeze(-1)}, -1);
+  }
+
+ private:
+  int64_t rows_, dim_, c0_, c1_;
+};
+
+// The running sum as the model's outputs: m values (regression), or, for one row, the logits
+// (0, s) of a two-class classification (logistic regression).
+class Readout : public Layer {
+ public:
+  Readout(int64_t rows, int64_t dim, bool logits) : rows_(rows), dim_(dim), logits_(logits) {}
+  LayerProfile profile(const std::vector<int64_t>& in) const override {
+    expect(in == std::vector<int64_t>{rows_, dim_ + 1}, "readout", in,
+           std::to_string(rows_) + "x" + std::to_string(dim_ + 1));
+    LayerProfile p;
+    p.name = logits_ ? "readout(logits)" : "readout";
+    p.out_shape = {logits_ ? 2 : rows_};
+    p.forward_ops = logits_ ? 2 : 0;
+    p.forward_flops = logits_ ? 2.0 : 0.0;
+    return finish(p);
+  }
+  at::Tensor forward(const at::Tensor& x, const at::Tensor*, const at::Tensor*,
+                     const ForwardContext&) const override {
+    const at::Tensor s = x.select(-1, dim_);  // [batch, m]
+    return logits_ ? at::cat({at::zeros_like(s), s}, -1) : s;
+  }
+
+ private:
+  int64_t rows_, dim_;
+  bool logits_;
+};
+
 }  // namespace
 
 std::vector<at::Tensor> Layer::init_params(at::Generator&) const { return {}; }
@@ -218,6 +278,10 @@ LayerPtr make_conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, 
 }
 LayerPtr make_batch_norm2d(int64_t channels) { return std::make_shared<BatchNorm2d>(channels); }
 LayerPtr make_max_pool2d(int64_t kernel) { return std::make_shared<MaxPool2d>(kernel); }
+LayerPtr make_block(int64_t rows, int64_t dim, int64_t c0, int64_t c1) {
+  return std::make_shared<Block>(rows, dim, c0, c1);
+}
+LayerPtr make_readout(int64_t rows, int64_t dim, bool logits) { return std::make_shared<Readout>(rows, dim, logits); }
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s;

@@ -71,6 +71,12 @@ LayerPtr make_dropout(double p);
 LayerPtr make_conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t padding);
 LayerPtr make_batch_norm2d(int64_t channels);
 LayerPtr make_max_pool2d(int64_t kernel);
+// The additive block model (model.kind = "blocks"; core/problem/problem.h): samples of `rows` rows,
+// `dim` features and a running sum. A block holds parameters [c0, c1) (starting at zero) and adds
+// X[:, c0:c1] w to the sum; the readout gives the sum (rows values), or with `logits` (one row)
+// the two-class logits (0, sum).
+LayerPtr make_block(int64_t rows, int64_t dim, int64_t c0, int64_t c1);
+LayerPtr make_readout(int64_t rows, int64_t dim, bool logits);
 
 // "1x28x28": a shape for messages and layer names.
 std::string shape_text(const std::vector<int64_t>& shape);

@@ -100,6 +100,22 @@ int64_t ModelDesc::input_elems_of(int layer) const {
   return layer == 0 ? input_elems : profile[layer - 1].out_elems;
 }
 
+namespace {
+// The prefix sums over a model's layers (ModelDesc).
+void add_prefix_sums(ModelDesc& m) {
+  m.prefix_params.assign(1, 0);
+  m.prefix_buffers.assign(1, 0);
+  m.prefix_out_elems.assign(1, 0);
+  m.prefix_flops.assign(1, 0.0);
+  for (const auto& p : m.profile) {
+    m.prefix_params.push_back(m.prefix_params.back() + p.params);
+    m.prefix_buffers.push_back(m.prefix_buffers.back() + p.buffers);
+    m.prefix_out_elems.push_back(m.prefix_out_elems.back() + p.out_elems);
+    m.prefix_flops.push_back(m.prefix_flops.back() + p.forward_flops);
+  }
+}
+}  // namespace
+
 ModelDesc build_model(const ModelSpec& spec, const std::vector<int64_t>& input_shape,
                       int64_t outputs) {
   ModelDesc m;
@@ -120,6 +136,21 @@ ModelDesc build_model(const ModelSpec& spec, const std::vector<int64_t>& input_s
       shape = add_layer(m, make_relu(), shape);
       if (shape[1] >= 2 && shape[2] >= 2) shape = add_layer(m, make_max_pool2d(2), shape);
     }
+  } else if (spec.kind == "blocks") {
+    // The additive block model: parameter blocks of near-equal column ranges, then the readout.
+    if (shape.size() != 2 || shape[1] < 2)
+      throw InputError("model.kind = \"blocks\" needs a problem's samples (data.kind = \"quadratic\" or \"logistic\")");
+    const int64_t rows = shape[0], dim = shape[1] - 1;
+    if (spec.blocks > dim) throw InputError("model.blocks: at most the problem's dimension, " + std::to_string(dim));
+    for (int64_t k = 0; k < spec.blocks; ++k)
+      shape = add_layer(m, make_block(rows, dim, dim * k / spec.blocks, dim * (k + 1) / spec.blocks), shape);
+    shape = add_layer(m, make_readout(rows, dim, outputs == 2 && rows == 1), shape);
+    m.record_params = true;
+    if (shape != std::vector<int64_t>{outputs})
+      throw InputError("model.kind = \"blocks\": the readout gives " + shape_text(shape) + " but the task needs " +
+                       std::to_string(outputs) + " outputs");
+    add_prefix_sums(m);
+    return m;
   } else if (spec.kind != "mlp") {
     throw InputError("unknown model kind '" + spec.kind + "'");
   }
@@ -141,16 +172,7 @@ ModelDesc build_model(const ModelSpec& spec, const std::vector<int64_t>& input_s
                      " per sample but the task needs " + std::to_string(outputs) +
                      " outputs: set model.head = \"linear\" (a final linear layer to the task's outputs) "
                      "or end the model with them");
-  m.prefix_params.assign(1, 0);
-  m.prefix_buffers.assign(1, 0);
-  m.prefix_out_elems.assign(1, 0);
-  m.prefix_flops.assign(1, 0.0);
-  for (const auto& p : m.profile) {
-    m.prefix_params.push_back(m.prefix_params.back() + p.params);
-    m.prefix_buffers.push_back(m.prefix_buffers.back() + p.buffers);
-    m.prefix_out_elems.push_back(m.prefix_out_elems.back() + p.out_elems);
-    m.prefix_flops.push_back(m.prefix_flops.back() + p.forward_flops);
-  }
+  add_prefix_sums(m);
   return m;
 }
 

@@ -32,6 +32,10 @@ struct ModelDesc {
   int64_t input_elems = 0;
   int64_t outputs = 0;  // features per sample of the last layer (the task's outputs)
   std::vector<LayerPtr> layers;
+  // Whether runs log every stage's parameters after each update (kParams events, params.csv): the
+  // block model of a problem with known constants, whose exact gradient norm is computed from them
+  // after the run (core/theory/measure.h).
+  bool record_params = false;
   std::vector<LayerProfile> profile;  // one per layer
   // Prefix sums over layers (size layer_count() + 1), so range queries are O(1).
   std::vector<int64_t> prefix_params, prefix_buffers, prefix_out_elems;

@@ -16,6 +16,7 @@ const char* to_string(EventKind kind) {
     case EventKind::kMeasuredMemory: return "measured_memory";
     case EventKind::kWait: return "wait";
     case EventKind::kFlush: return "flush";
+    case EventKind::kParams: return "params";
   }
   return "unknown";
 }

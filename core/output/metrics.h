@@ -26,6 +26,8 @@ enum class EventKind : int32_t {
   kMeasuredMemory = 10,  // instant: peak resident memory measured by the OS, `bytes`
   kWait = 11,     // span: blocked waiting for a message (idle)
   kFlush = 12,    // span: a synchronous pipeline's flush (gpipe update)
+  kParams = 13,   // instant: the stage's parameters after update `step` (`values`; models that
+                  // record them, ModelDesc::record_params), written to params.csv
 };
 
 const char* to_string(EventKind kind);
@@ -50,6 +52,7 @@ struct Event {
   // Compute spans on a real clock: CPU seconds the node's thread spent in the span (below
   // end - start when the host gave its core to others meanwhile); NaN where the clock has none.
   Seconds cpu = kNaN;
+  std::vector<float> values;  // kParams: the stage's flat parameters (StageModule::flat_state)
 };
 
 class Metrics {

@@ -80,6 +80,7 @@ void write_events_csv(const std::string& path, const std::vector<Event>& events)
   std::ostringstream os;
   os << kCsvHeader << "\n";
   for (const Event& e : events) {
+    if (e.kind == EventKind::kParams) continue;  // params.csv
     os << to_string(e.kind) << ',' << e.node << ',' << e.cluster << ',' << e.stage << ',' << e.step
        << ',' << e.micro_batch << ',' << time_str(e.start) << ',' << time_str(e.end) << ','
        << num(e.loss) << ',' << num(e.accuracy) << ',' << e.staleness << ',' << e.bytes << ','
@@ -126,6 +127,59 @@ std::vector<Event> read_events_csv(const std::string& path) {
       e.samples = std::stoll(f[13]);
       e.cpu = f[14].empty() ? kNaN : std::stod(f[14]);
       out.push_back(e);
+    } catch (const std::logic_error& ex) {
+      throw InputError(path + ":" + std::to_string(line_no) + ": bad field: " + ex.what());
+    }
+  }
+  return out;
+}
+
+constexpr const char* kParamsHeader = "node,cluster,stage,step,time_s,values";
+
+void write_params_csv(const std::string& path, const std::vector<Event>& events) {
+  std::ostringstream os;
+  os << kParamsHeader << "\n";
+  char buf[32];
+  for (const Event& e : events) {
+    if (e.kind != EventKind::kParams) continue;
+    os << e.node << ',' << e.cluster << ',' << e.stage << ',' << e.step << ',' << time_str(e.end) << ',';
+    for (size_t i = 0; i < e.values.size(); ++i) {
+      std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(e.values[i]));  // float32 exactly
+      os << (i ? " " : "") << buf;
+    }
+    os << "\n";
+  }
+  write_file(path, os.str());
+}
+
+std::vector<Event> read_params_csv(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(path + ": cannot open");
+  std::string line;
+  std::getline(in, line);
+  if (line != kParamsHeader) throw InputError(path + ":1: not a params.csv header");
+  std::vector<Event> out;
+  int line_no = 1;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.empty()) continue;
+    std::vector<std::string> f;
+    std::stringstream ss(line);
+    for (std::string c; f.size() < 5 && std::getline(ss, c, ',');) f.push_back(c);
+    std::string rest;
+    std::getline(ss, rest);
+    if (f.size() != 5) throw InputError(path + ":" + std::to_string(line_no) + ": expected 6 fields");
+    try {
+      Event e;
+      e.kind = EventKind::kParams;
+      e.node = std::stoi(f[0]);
+      e.cluster = std::stoi(f[1]);
+      e.stage = std::stoi(f[2]);
+      e.step = std::stoll(f[3]);
+      e.start = e.end = std::stod(f[4]);
+      std::istringstream vs(rest);
+      for (std::string v; vs >> v;) e.values.push_back(std::stof(v));
+      out.push_back(std::move(e));
     } catch (const std::logic_error& ex) {
       throw InputError(path + ":" + std::to_string(line_no) + ": bad field: " + ex.what());
     }
@@ -300,6 +354,8 @@ std::string write_run_folder(const std::string& path, const Scenario& s, const P
     write_file(tmp / "plan.json", pj.dump(2) + "\n");
 
     write_events_csv((tmp / "metrics.csv").string(), events);
+    if (std::any_of(events.begin(), events.end(), [](const Event& e) { return e.kind == EventKind::kParams; }))
+      write_params_csv((tmp / "params.csv").string(), events);
 
     std::ostringstream ev;
     ev << "time_s,node,cluster,step,train_samples,test_loss,test_accuracy\n";

@@ -9,6 +9,9 @@
 //     eval.csv       time_s,node,cluster,step,train_samples,test_loss,test_accuracy
 //     summary.json   totals, per-node busy/idle fractions, bytes, memory, staleness, accuracy
 //     trace.json     Chrome trace events (one row per node: forward, backward, update, wait)
+//     params.csv     models that record their parameters (ModelDesc::record_params): one row per
+//                    stage update, node,cluster,stage,step,time_s,values (the stage's flat
+//                    parameters after update `step`, space-separated)
 //
 // Contract: write_run_folder() writes into a hidden temporary folder beside the target and
 // renames it into place at the end, so a failed run leaves no half-written run folder.
@@ -59,8 +62,12 @@ std::string write_run_folder(const std::string& path, const Scenario& s, const P
                              const RunInfo& info);
 
 // metrics.csv, as used between a node process and the launcher.
+// metrics.csv (every event but kParams) and params.csv (the kParams events); the readers throw
+// rv::InputError naming the file and line of what is wrong.
 void write_events_csv(const std::string& path, const std::vector<Event>& events);
 std::vector<Event> read_events_csv(const std::string& path);
+void write_params_csv(const std::string& path, const std::vector<Event>& events);
+std::vector<Event> read_params_csv(const std::string& path);
 
 // Events sorted by (end, node, kind) for stable outputs.
 void sort_events(std::vector<Event>& events);

@@ -220,8 +220,10 @@ void add_top_and_devices(Catalog& c) {
 
 void add_model_and_data(Catalog& c) {
   c.table("model", &Scenario::model)
-      .choice("kind", &ModelSpec::kind, {"mlp", "cnn"},
-              "mlp: fully connected layers; cnn: convolution blocks, then fully connected layers")
+      .choice("kind", &ModelSpec::kind, {"mlp", "blocks", "cnn"},
+              "mlp: fully connected layers; cnn: convolution blocks, then fully connected layers; "
+              "blocks: the additive block model of a problem (data.kind quadratic or logistic): "
+              "model.blocks parameter blocks, each adding its columns' share of X w to a running sum")
       .integers("hidden", &ModelSpec::hidden, 1, kMaxWidth, Empty::kAllowed,
                 "mlp: widths of the hidden layers; cnn: widths of the hidden layers after the "
                 "convolutions")
@@ -234,11 +236,14 @@ void add_model_and_data(Catalog& c) {
             "dropout probability before each hidden linear layer")
       .choice("head", &ModelSpec::head, {"none", "linear"},
               "linear: a final linear layer to the task's outputs (classes, regression targets); "
-              "none: the model's last layer must already produce them");
+              "none: the model's last layer must already produce them")
+      .integer("blocks", &ModelSpec::blocks, 1, kMaxWidth,
+               "blocks: parameter blocks (layers), at most data.features; stages cut between them");
   c.table("data", &Scenario::data)
-      .choice("kind", &DataSpec::kind, {"synthetic", "fashion-mnist", "digits", "regression"},
+      .choice("kind", &DataSpec::kind, {"synthetic", "quadratic", "logistic", "fashion-mnist", "digits", "regression"},
               "synthetic: noisy images around one centre per class; fashion-mnist, digits: "
-              "Debian's files; regression: synthetic linear regression")
+              "Debian's files; regression: synthetic linear regression; quadratic, logistic: problems "
+              "with known constants for model.kind = \"blocks\" (docs/theory.md)")
       .integer("batch_size", &DataSpec::batch_size, 1, kMaxWidth, "samples per micro-batch")
       .integer("train_samples", &DataSpec::train_samples, 0, kMaxCount,
                "training samples used; 0: all (synthetic, regression: 8192)")
@@ -251,8 +256,19 @@ void add_model_and_data(Catalog& c) {
             "synthetic: standard deviation of the noise around each class centre; regression: "
             "of the noise added to each target")
       .integer("features", &DataSpec::features, 1, kMaxWidth,
-               "regression: input features per sample")
-      .integer("targets", &DataSpec::targets, 1, kMaxWidth, "regression: outputs per sample");
+               "regression: input features per sample; quadratic, logistic: the dimension d")
+      .integer("targets", &DataSpec::targets, 1, kMaxWidth, "regression: outputs per sample")
+      .positive("eig_min", &DataSpec::eig_min, 1e6, "",
+                "quadratic: the Hessian's smallest eigenvalue; logistic: the features' covariance's "
+                "(the spectrum is geometric up to eig_max)")
+      .positive("eig_max", &DataSpec::eig_max, 1e6, "",
+                "quadratic: the Hessian's largest eigenvalue, the smoothness L; logistic: the "
+                "features' covariance's")
+      .real("sigma2", &DataSpec::sigma2, 0.0, 1e6, "",
+            "quadratic: a sample's gradient noise E||n||^2 (a micro-batch of N samples: sigma2 / N)")
+      .integer("problem_seed", &DataSpec::problem_seed, 0, kMaxInt64,
+               "quadratic, logistic: the problem (its rotation, minimiser, samples), apart from the "
+               "run's seed (the noise and the sampling)");
 }
 
 // Algorithm and all-reduce names are not listed here: the registry (algo/registry.h) validates

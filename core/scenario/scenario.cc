@@ -246,6 +246,21 @@ void check_model(const Scenario& s) {
   if (s.model.kernel % 2 == 0)
     throw ScenarioError(s.where("model.kernel"), "model.kernel",
                         "must be odd (padding keeps the size)");
+  // Problems with known constants and the additive block model go together (docs/theory.md).
+  const bool problem = s.data.kind == "quadratic" || s.data.kind == "logistic";
+  if (s.model.kind == "blocks" && !problem)
+    throw ScenarioError(s.where("model.kind"), "model.kind",
+                        "\"blocks\" is the model of a problem: set data.kind = \"quadratic\" or \"logistic\"");
+  if (problem && s.model.kind != "blocks")
+    throw ScenarioError(s.where("data.kind"), "data.kind",
+                        "\"" + s.data.kind + "\" is fitted by the additive block model: set model.kind = \"blocks\"");
+  if (problem && s.model.blocks > s.data.features)
+    throw ScenarioError(s.where("model.blocks"), "model.blocks",
+                        "at most data.features (" + std::to_string(s.data.features) + "): every block holds a column at least");
+  if (problem && s.data.eig_min > s.data.eig_max)
+    throw ScenarioError(s.where("data.eig_min"), "data.eig_min", "must be at most data.eig_max");
+  if (problem && s.model.head != "none")
+    throw ScenarioError(s.where("model.head"), "model.head", "the block model has its own readout: leave it \"none\"");
 }
 
 void check_planner_clusters(const Scenario& s) {

@@ -61,6 +61,7 @@ struct ModelSpec {
   bool batch_norm = true;
   double dropout = 0.0;
   std::string head = "none";
+  int64_t blocks = 4;  // blocks: parameter blocks (one layer each)
 };
 
 struct DataSpec {
@@ -72,8 +73,13 @@ struct DataSpec {
   int64_t side = 8;           // synthetic: images are 1 x side x side
   int64_t classes = 10;
   double noise = 1.0;
-  int64_t features = 16;  // regression
+  int64_t features = 16;  // regression; quadratic, logistic: the dimension d
   int64_t targets = 1;    // regression
+  // Problems (quadratic, logistic; core/problem/problem.h)
+  double eig_min = 0.1;   // the spectrum, geometric from eig_min to eig_max
+  double eig_max = 1.0;
+  double sigma2 = 1.0;    // quadratic: a sample's gradient noise, E||n||^2
+  uint64_t problem_seed = 1;
 };
 
 struct TrainingSpec {

@@ -1,0 +1,15 @@
+// `ravnest theory RUN...`: runs on problems with known constants measured against the convergence
+// bound (core/theory/measure.h): writes theory.json and theory.csv into each run folder, prints
+// one line per run (measured, bound, their ratio, whether eta, T and C meet the condition), and
+// draws the measured running average beside the bound (theory.png, by analysis/report.py).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace rv {
+
+// Exit status 0; rv::InputError (status 2) for a folder that is not such a run.
+int cmd_theory(const std::vector<std::string>& runs, const std::string& out, bool plot);
+
+}  // namespace rv

@@ -1,0 +1,144 @@
+#include "core/problem/problem.h"
+
+#include <cmath>
+#include <random>
+
+#include "core/error.h"
+
+namespace rv {
+namespace {
+
+// Normal draws from a seeded 64-bit Mersenne twister by Box-Muller: the same numbers with every
+// standard library (std::normal_distribution's algorithm is the library's choice).
+class Normal {
+ public:
+  explicit Normal(uint64_t seed) : gen_(seed) {}
+  double uniform() { return (static_cast<double>(gen_() >> 11) + 0.5) * 0x1.0p-53; }  // (0, 1)
+  double operator()() {
+    if (has_spare_) {
+      has_spare_ = false;
+      return spare_;
+    }
+    const double r = std::sqrt(-2 * std::log(uniform())), t = 2 * M_PI * uniform();
+    spare_ = r * std::sin(t);
+    has_spare_ = true;
+    return r * std::cos(t);
+  }
+
+ private:
+  std::mt19937_64 gen_;
+  double spare_ = 0;
+  bool has_spare_ = false;
+};
+
+double softplus(double s) { return s > 0 ? s + std::log1p(std::exp(-s)) : std::log1p(std::exp(s)); }
+double sigmoid(double s) { return s >= 0 ? 1 / (1 + std::exp(-s)) : std::exp(s) / (1 + std::exp(s)); }
+
+Eigen::MatrixXd gaussian(Normal& n, int64_t rows, int64_t cols) {
+  Eigen::MatrixXd m(rows, cols);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) m(i, j) = n();
+  return m;
+}
+
+// Logistic regression's minimum over the training set by damped Newton steps.
+Eigen::VectorXd newton_minimum(const Problem& p) {
+  const Eigen::Index d = p.a.cols();
+  Eigen::VectorXd w = Eigen::VectorXd::Zero(d);
+  double f = p.value(w);
+  for (int it = 0; it < 200; ++it) {
+    const Eigen::VectorXd g = p.gradient(w);
+    if (g.norm() < 1e-13) break;
+    const Eigen::VectorXd s = p.a * w;
+    Eigen::VectorXd weight(s.size());
+    for (Eigen::Index j = 0; j < s.size(); ++j) weight(j) = sigmoid(s(j)) * (1 - sigmoid(s(j)));
+    const Eigen::MatrixXd h = p.a.transpose() * weight.asDiagonal() * p.a / static_cast<double>(s.size());
+    const Eigen::VectorXd step = h.ldlt().solve(g);
+    double t = 1;
+    Eigen::VectorXd next = w - step;
+    double fn = p.value(next);
+    while (fn > f && t > 1e-8) {
+      t /= 2;
+      next = w - t * step;
+      fn = p.value(next);
+    }
+    if (fn > f) break;
+    w = next;
+    f = fn;
+  }
+  return w;
+}
+
+}  // namespace
+
+double Problem::value(const Eigen::VectorXd& w) const {
+  RV_CHECK(w.size() == spec.dim, "problem: a point of the wrong dimension");
+  if (spec.kind == "quadratic") {
+    const Eigen::VectorXd r = w - w_star;
+    return 0.5 * r.dot(q * eigenvalues.asDiagonal() * q.transpose() * r) + tau2;
+  }
+  const Eigen::VectorXd s = a * w;
+  double sum = 0;
+  for (Eigen::Index j = 0; j < s.size(); ++j) sum += softplus(s(j)) - b(j) * s(j);
+  return sum / static_cast<double>(s.size());
+}
+
+Eigen::VectorXd Problem::gradient(const Eigen::VectorXd& w) const {
+  RV_CHECK(w.size() == spec.dim, "problem: a point of the wrong dimension");
+  if (spec.kind == "quadratic") return q * (eigenvalues.asDiagonal() * (q.transpose() * (w - w_star)));
+  const Eigen::VectorXd s = a * w;
+  Eigen::VectorXd r(s.size());
+  for (Eigen::Index j = 0; j < s.size(); ++j) r(j) = sigmoid(s(j)) - b(j);
+  return a.transpose() * r / static_cast<double>(s.size());
+}
+
+Problem make_problem(const ProblemSpec& spec) {
+  if (spec.kind != "quadratic" && spec.kind != "logistic")
+    throw InputError("unknown problem '" + spec.kind + "' (quadratic, logistic)");
+  if (!(spec.eig_min > 0 && spec.eig_min <= spec.eig_max))
+    throw InputError("the problem's spectrum needs 0 < eig_min <= eig_max");
+  RV_CHECK(spec.dim >= 1, "problem: dimension below 1");
+  Problem p;
+  p.spec = spec;
+  const int64_t d = spec.dim;
+  Normal normal(spec.seed * 0x9E3779B97F4A7C15ULL + 0x5EED);
+  p.eigenvalues.resize(d);
+  for (int64_t i = 0; i < d; ++i)
+    p.eigenvalues(i) = d == 1 ? spec.eig_max
+                              : spec.eig_min * std::pow(spec.eig_max / spec.eig_min, static_cast<double>(i) / static_cast<double>(d - 1));
+  p.q = Eigen::HouseholderQR<Eigen::MatrixXd>(gaussian(normal, d, d)).householderQ();
+  const Eigen::VectorXd u = gaussian(normal, d, 1);
+  if (spec.kind == "quadratic") {
+    p.rows = d;
+    p.w_star = u;
+    p.a = std::sqrt(static_cast<double>(d) / 2) * p.eigenvalues.cwiseSqrt().asDiagonal() * p.q.transpose();
+    p.b = p.a * p.w_star;
+    p.sigma2 = spec.sigma2;
+    p.tau2 = spec.sigma2 * static_cast<double>(d) / (2 * p.eigenvalues.sum());
+    p.smoothness = spec.eig_max;
+    p.f_star = p.tau2;
+    p.f_star_exact = true;
+    return p;
+  }
+  // Logistic: the generator scaled so that x^T w* has standard deviation 2.
+  const Eigen::MatrixXd cov = p.q * p.eigenvalues.asDiagonal() * p.q.transpose();
+  p.w_star = 2 * u / std::sqrt(u.dot(cov * u));
+  const Eigen::MatrixXd root = p.q * p.eigenvalues.cwiseSqrt().asDiagonal();  // x = Q Lambda^(1/2) z
+  auto draw = [&](int64_t n, Eigen::MatrixXd& x, Eigen::VectorXd& y) {
+    x = gaussian(normal, n, d) * root.transpose();
+    y.resize(n);
+    for (int64_t j = 0; j < n; ++j) y(j) = normal.uniform() < sigmoid(x.row(j).dot(p.w_star)) ? 1.0 : 0.0;
+  };
+  RV_CHECK(spec.samples >= 1 && spec.test_samples >= 1, "problem: no samples");
+  draw(spec.samples, p.a, p.b);
+  draw(spec.test_samples, p.test_x, p.test_y);
+  const double n = static_cast<double>(spec.samples);
+  Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> gram(p.a.transpose() * p.a / n, Eigen::EigenvaluesOnly);
+  p.smoothness = gram.eigenvalues().maxCoeff() / 4;
+  p.sigma2 = p.a.rowwise().squaredNorm().mean();
+  p.f_star = p.value(newton_minimum(p));
+  p.f_star_exact = false;
+  return p;
+}
+
+}  // namespace rv

@@ -1,0 +1,55 @@
+// A run on a problem with known constants (data.kind = "quadratic" | "logistic", model.kind =
+// "blocks") measured against the convergence bound (bound.h, docs/theory.md), after the run:
+// from params.csv (every stage's parameters after each of its updates) the clusters' average
+// w̄_k after update k is rebuilt, block by block, and its exact gradient norm ||grad f(w̄_k)||²
+// computed with the problem (core/problem/problem.h) in double precision. Nothing of this is
+// done, or charged, during the run.
+//
+// The bound's inputs come from the run itself: L, sigma², Δ = f(0) - f* from the problem; eta =
+// training.lr; C the plan's clusters; H = training.average_every; N = batch_size x the training
+// micro-batches per update (gpipe accumulates several); T the largest staleness any update
+// recorded (the delay the proof's assumption 4 needs); K the updates every stage of every cluster
+// made. The bound covers plain SGD (no momentum, no weight decay): a run outside that, or outside
+// the step-size condition, is flagged, and its bound is drawn for comparison only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/theory/bound.h"
+
+namespace rv {
+
+struct TheoryMeasure {
+  std::string run;           // the run folder
+  std::string problem;       // "quadratic" | "logistic"
+  BoundInputs inputs;        // as the run had them (updates = K)
+  Bound bound;               // at K
+  int64_t staleness_configured = -1;  // training.max_in_flight - 1 where given, else -1
+  double staleness_mean = 0;          // over the run's updates
+  std::vector<double> grad_norm2;     // ||grad f(w̄_k)||², k = 0 .. K - 1
+  std::vector<double> running_mean;   // (1 / (k + 1)) sum_{j <= k} grad_norm2[j]
+  std::vector<double> bound_at;       // the bound with K = k + 1
+  double measured = 0;                // running_mean at K: the bound's left side
+  double ratio = 0;                   // measured / bound
+  bool plain_sgd = true;              // sgd without momentum or weight decay
+  bool applies = false;               // plain_sgd and the condition holds
+  std::vector<std::string> notes;     // why the bound does not apply, where it does not
+};
+
+// Measures the run in folder `run` (scenario.toml, plan.json, metrics.csv, params.csv).
+// rv::InputError naming the file and what is missing (a run of another model kind has no
+// params.csv and is refused with a message that says so).
+TheoryMeasure measure_run(const std::string& run);
+
+// theory.json (the inputs, the bound's terms, measured and ratio, the verdict) and theory.csv
+// (k, grad_norm2, running_mean, bound).
+nlohmann::json theory_json(const TheoryMeasure& m);
+std::string theory_csv(const TheoryMeasure& m);
+// One line: "measured M, bound B (M/B = r); eta, T and C meet the condition (c <= 1)" or why not.
+std::string theory_line(const TheoryMeasure& m);
+
+}  // namespace rv

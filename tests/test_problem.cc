@@ -1,0 +1,192 @@
+// Problems with known constants (core/problem/problem.h) and the additive block model that fits
+// them (model.kind = "blocks"): the quadratic's exact gradient, f*, L and noise; the logistic's
+// bounds; the block model's stochastic gradient against the problem's exact one.
+#include <cmath>
+
+#include <ATen/ATen.h>
+
+#include "catch.h"
+#include "core/data/dataset.h"
+#include "core/error.h"
+#include "core/model/stage.h"
+#include "core/problem/problem.h"
+#include "test_support.h"
+
+using namespace rv;
+
+namespace {
+
+ProblemSpec quadratic(int64_t dim) {
+  ProblemSpec s;
+  s.kind = "quadratic";
+  s.dim = dim;
+  s.eig_min = 0.05;
+  s.eig_max = 2;
+  s.sigma2 = 3;
+  s.seed = 7;
+  return s;
+}
+
+const char* kQuadraticScenario = R"(
+name = "q"
+seed = 5
+[model]
+kind = "blocks"
+blocks = 3
+[data]
+kind = "quadratic"
+features = 6
+eig_min = 0.2
+eig_max = 1.5
+sigma2 = 2
+batch_size = 4
+[training]
+steps = 10
+[planner]
+method = "manual"
+[[devices]]
+count = 1
+)";
+
+Eigen::VectorXd from_tensor(const at::Tensor& t) {
+  const at::Tensor c = t.to(at::kDouble).contiguous();
+  Eigen::VectorXd v(c.numel());
+  for (int64_t i = 0; i < c.numel(); ++i) v(i) = c.data_ptr<double>()[i];
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("the quadratic's Hessian has the chosen spectrum, and its gradient, f* and noise are exact", "[problem]") {
+  const Problem p = make_problem(quadratic(8));
+  // Geometric spectrum from eig_min to eig_max; L is the largest.
+  CHECK(p.eigenvalues(0) == Approx(0.05).epsilon(1e-12));
+  CHECK(p.eigenvalues(7) == Approx(2).epsilon(1e-12));
+  CHECK(p.eigenvalues(3) / p.eigenvalues(2) == Approx(std::pow(40.0, 1.0 / 7)).epsilon(1e-12));
+  CHECK(p.smoothness == 2);
+  // The Hessian, column by column from the gradient (which is linear), is symmetric with those
+  // eigenvalues.
+  Eigen::MatrixXd h(8, 8);
+  const Eigen::VectorXd g0 = p.gradient(Eigen::VectorXd::Zero(8));
+  for (int i = 0; i < 8; ++i) h.col(i) = p.gradient(Eigen::VectorXd::Unit(8, i)) - g0;
+  CHECK((h - h.transpose()).norm() < 1e-12);
+  Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eig(h);
+  for (int i = 0; i < 8; ++i) CHECK(eig.eigenvalues()(i) == Approx(p.eigenvalues(i)).epsilon(1e-10));
+  // The minimum: gradient 0 and f = f* = tau^2 at w*, and f - f* = (w - w*)^T H (w - w*) / 2.
+  CHECK(p.gradient(p.w_star).norm() < 1e-12);
+  CHECK(p.value(p.w_star) == Approx(p.f_star).epsilon(1e-12));
+  CHECK(p.f_star == Approx(p.tau2));
+  const Eigen::VectorXd w = Eigen::VectorXd::LinSpaced(8, -1, 2);
+  CHECK(p.value(w) - p.f_star == Approx(0.5 * (w - p.w_star).dot(h * (w - p.w_star))).epsilon(1e-10));
+  // The quadratic as least squares: f(w) = (1/d)||A w - b||^2 + tau^2, A^T A (2/d) = H.
+  CHECK(p.value(w) == Approx((p.a * w - p.b).squaredNorm() / 8 + p.tau2).epsilon(1e-12));
+  CHECK(((2.0 / 8) * p.a.transpose() * p.a - h).norm() < 1e-10);
+  // A sample's gradient noise -(2/d) A^T e, e ~ N(0, tau^2 I): E||n||^2 = (4/d^2) tau^2 tr(A A^T) = sigma^2.
+  CHECK((4.0 / 64) * p.tau2 * (p.a * p.a.transpose()).trace() == Approx(3).epsilon(1e-12));
+  CHECK(p.delta() == Approx(0.5 * p.w_star.dot(h * p.w_star)).epsilon(1e-10));
+  // Deterministic from the problem's seed.
+  CHECK(make_problem(quadratic(8)).w_star == p.w_star);
+  ProblemSpec other = quadratic(8);
+  other.seed = 8;
+  CHECK(make_problem(other).w_star != p.w_star);
+}
+
+TEST_CASE("logistic regression's L and sigma^2 bound what they bound, and f* is its minimum", "[problem]") {
+  ProblemSpec s;
+  s.kind = "logistic";
+  s.dim = 5;
+  s.eig_min = 0.3;
+  s.eig_max = 2;
+  s.samples = 600;
+  s.test_samples = 100;
+  s.seed = 3;
+  const Problem p = make_problem(s);
+  REQUIRE(p.a.rows() == 600);
+  REQUIRE(p.test_x.rows() == 100);
+  // Labels 0 or 1, both present.
+  CHECK(p.b.minCoeff() == 0);
+  CHECK(p.b.maxCoeff() == 1);
+  // f* at a stationary point, below f anywhere else tried.
+  const double f0 = p.value(Eigen::VectorXd::Zero(5));
+  CHECK(f0 == Approx(std::log(2.0)).epsilon(1e-12));
+  CHECK(p.f_star < f0);
+  for (double t : {-1.0, 0.5, 2.0}) CHECK(p.value(t * p.w_star) >= p.f_star - 1e-12);
+  // L bounds the Hessian X^T D X / n (D = sigmoid'(x^T w) <= 1/4) at a few points: by finite
+  // differences of the gradient along the top direction, nothing exceeds L.
+  for (double t : {0.0, 1.0, -2.0}) {
+    const Eigen::VectorXd w = t * p.w_star;
+    for (int i = 0; i < 5; ++i) {
+      const Eigen::VectorXd e = Eigen::VectorXd::Unit(5, i);
+      CHECK((p.gradient(w + 1e-5 * e) - p.gradient(w)).norm() / 1e-5 <= p.smoothness * (1 + 1e-6));
+    }
+  }
+  // sigma^2 bounds the spread of the per-sample gradients around the full one.
+  for (double t : {0.0, 1.0}) {
+    const Eigen::VectorXd w = t * p.w_star;
+    const Eigen::VectorXd g = p.gradient(w);
+    double spread = 0;
+    for (Eigen::Index j = 0; j < p.a.rows(); ++j) {
+      const double s_j = p.a.row(j).dot(w);
+      const double r = 1 / (1 + std::exp(-s_j)) - p.b(j);
+      spread += (p.a.row(j).transpose() * r - g).squaredNorm();
+    }
+    CHECK(spread / static_cast<double>(p.a.rows()) <= p.sigma2);
+  }
+}
+
+TEST_CASE("a problem's spec is checked", "[problem]") {
+  ProblemSpec s = quadratic(4);
+  s.kind = "cubic";
+  CHECK_THROWS_AS(make_problem(s), InputError);
+  s = quadratic(4);
+  s.eig_min = 3;
+  CHECK_THROWS_AS(make_problem(s), InputError);
+  // The scenario refuses a block model without a problem, a problem without the block model,
+  // and more blocks than columns.
+  CHECK_THROWS_AS(test::prepare(kQuadraticScenario, {"data.kind=\"digits\""}), InputError);
+  CHECK_THROWS_AS(test::prepare(kQuadraticScenario, {"model.kind=\"mlp\""}), InputError);
+  CHECK_THROWS_AS(test::prepare(kQuadraticScenario, {"model.blocks=7"}), InputError);
+}
+
+TEST_CASE("the block model's micro-batch gradient is the quadratic's exact gradient plus noise of variance sigma^2 / N",
+          "[problem][model]") {
+  test::Prepared t = test::prepare(kQuadraticScenario);
+  const ModelDesc& m = t.model;
+  REQUIRE(m.layer_count() == 4);  // 3 blocks and the readout
+  CHECK(m.record_params);
+  CHECK(m.total_params() == 6);
+  const Problem p = make_problem(problem_spec(t.scenario.data));
+  // A point w: the three blocks' parameters set to it.
+  Stage stage(m, 0, m.layer_count(), t.scenario.training, 1);
+  const Eigen::VectorXd w = Eigen::VectorXd::LinSpaced(6, 0.5, -0.7);
+  at::Tensor flat = at::empty({6}, at::kFloat);
+  for (int i = 0; i < 6; ++i) flat[i] = static_cast<float>(w(i));
+  stage.module().set_flat_state(flat);
+  const Eigen::VectorXd exact = p.gradient(w);
+  // Micro-batches of N = 4 samples: the mean gradient over many is the exact one, the mean squared
+  // deviation sigma^2 / N = 0.5 (each estimate within its sampling error: 2000 draws).
+  Sampler sampler(t.data.train_size(), 4, 11);
+  const int draws = 2000;
+  Eigen::VectorXd mean = Eigen::VectorXd::Zero(6);
+  double deviation = 0;
+  for (int mb = 0; mb < draws; ++mb) {
+    const std::vector<int64_t> rows = sampler.indices(mb);
+    const at::Tensor y = stage.forward(mb, t.data.inputs(rows, false));
+    const LossResult r = t.data.task().loss_and_grad(y, t.data.targets(rows, false));
+    stage.backward(mb, r.grad_input);
+    // The micro-batch's gradient, in the flat layout (the blocks hold no buffers), then the point
+    // restored for the next draw.
+    at::Tensor grad;
+    stage.exchange_gradients([&](const at::Tensor& g) {
+      grad = g.clone();
+      return g;
+    });
+    stage.update();
+    stage.module().set_flat_state(flat);
+    const Eigen::VectorXd g = from_tensor(grad);
+    mean += g / draws;
+    deviation += (g - exact).squaredNorm() / draws;
+  }
+  CHECK((mean - exact).norm() < 4 * std::sqrt(0.5 / draws));
+  CHECK(deviation == Approx(0.5).epsilon(0.1));
+}
