@@ -43,15 +43,17 @@ Event PipelineWorker::event(EventKind kind) const {
   e.stage = role_.stage;
   e.step = version_;
   e.start = e.end = env_.clock.now();
-  // Compute spans: the thread's CPU clock at the start, until finish() makes it the span's CPU time.
-  if (kind == EventKind::kForward || kind == EventKind::kBackward || kind == EventKind::kUpdate)
-    e.cpu = env_.clock.thread_cpu_now();
   return e;
 }
 
-void PipelineWorker::finish(Event& e) const {
-  e.end = env_.clock.now();
-  e.cpu = env_.clock.thread_cpu_now() - e.cpu;
+void PipelineWorker::finish(Event& e) const { e.end = env_.clock.now(); }
+
+void PipelineWorker::compute(Event& e, const Work& work, const std::function<void()>& maths) {
+  env_.compute.run(work, [&] {
+    const Seconds cpu = env_.clock.thread_cpu_now();
+    maths();
+    e.cpu = env_.clock.thread_cpu_now() - cpu;
+  });
 }
 
 Message PipelineWorker::forward(int64_t mb, const Message* in) {
@@ -62,7 +64,7 @@ Message PipelineWorker::forward(int64_t mb, const Message* in) {
   out.bytes = kHeaderBytes + cost_.activation_out;
   Event e = event(EventKind::kForward);
   e.micro_batch = mb;
-  env_.compute.run(work_.forward, [&] {
+  compute(e, work_.forward, [&] {
     at::Tensor x = role_.first() ? spec_.data->inputs(sampler_->indices(mb), false) : in->payload.at(0);
     at::Tensor y = stage_->forward(mb, x);
     if (role_.last()) logits_[mb] = y;
@@ -101,7 +103,7 @@ std::optional<Message> PipelineWorker::backward(int64_t mb, const Message& grad,
   Event e = event(EventKind::kBackward);
   e.micro_batch = mb;
   int64_t fv = version_;
-  env_.compute.run(work_.backward, [&] {
+  compute(e, work_.backward, [&] {
     at::Tensor g = stage_->backward(mb, grad.payload.at(0), &fv);
     if (g.defined()) out.payload.push_back(g.contiguous());
   });
@@ -116,7 +118,7 @@ std::optional<Message> PipelineWorker::last_backward(int64_t mb, int64_t* stalen
   e.micro_batch = mb;
   double loss = kNaN;
   int64_t fv = version_;
-  env_.compute.run(work_.backward, [&] {
+  compute(e, work_.backward, [&] {
     auto it = logits_.find(mb);
     RV_CHECK(it != logits_.end(), "last backward without forward");
     LossResult r = spec_.data->task().loss_and_grad(it->second, spec_.data->targets(sampler_->indices(mb), false));
@@ -142,7 +144,7 @@ void PipelineWorker::update(int64_t mb, int64_t staleness) {
   Event e = event(EventKind::kUpdate);
   e.micro_batch = mb;
   e.staleness = staleness;
-  env_.compute.run(work_.update, [&] { stage_->update(); });
+  compute(e, work_.update, [&] { stage_->update(); });
   ++version_;
   e.step = version_;
   finish(e);
@@ -193,7 +195,7 @@ void PipelineWorker::eval(const Message& in) {
       spec_.model->forward_work(role_.layer_begin, role_.layer_end, in.payload.at(0).size(0));
   double loss_sum = 0;
   int64_t correct = 0, count = 0;
-  env_.compute.run(eval_work, [&] {
+  compute(e, eval_work, [&] {
     at::Tensor y = stage_->eval_forward(in.payload.at(0));
     if (role_.last()) {
       const int64_t start = in.id * batch_;

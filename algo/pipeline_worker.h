@@ -69,8 +69,11 @@ class PipelineWorker {
 
  private:
   Event event(EventKind kind) const;
-  // Ends a compute span begun by event(): its end and the CPU time its thread spent in it.
+  // Ends a span begun by event() (its end).
   void finish(Event& e) const;
+  // Runs `maths` as `work` (env.compute.run) for span `e`, and sets e.cpu to the CPU seconds the
+  // maths took on this thread: the host's own work, without the wait that emulates a slower device.
+  void compute(Event& e, const Work& work, const std::function<void()>& maths);
   Message backward_message(int64_t mb) const;  // the (unsent, empty) gradient message
   // Records the backward span `e` and returns its staleness (updates since its forward).
   int64_t finish_backward(Event& e, int64_t mb, int64_t forward_version);

@@ -78,16 +78,15 @@ DilationChoice choose_dilation(std::vector<NodeDemand> nodes, double cores, doub
   return c;
 }
 
-double redilation(const std::vector<double>& overrun, const std::vector<Seconds>& modeled, double k) {
-  RV_CHECK(overrun.size() == modeled.size(), "redilation: one modeled time per span");
-  if (overrun.empty()) return k;
-  size_t late = 0;
-  for (size_t i = 0; i < overrun.size(); ++i) late += is_late(overrun[i] * modeled[i], modeled[i]) ? 1 : 0;
-  if (static_cast<double>(late) <= kLateTolerance * static_cast<double>(overrun.size())) return k;
-  std::vector<double> sorted = overrun;
+double redilation(const std::vector<double>& demand, double k) {
+  if (demand.empty()) return k;
+  size_t over = 0;
+  for (double d : demand) over += d > 1 + kLateTolerance ? 1 : 0;
+  if (static_cast<double>(over) <= kLateTolerance * static_cast<double>(demand.size())) return k;
+  std::vector<double> sorted = demand;
   std::sort(sorted.begin(), sorted.end());
   const auto at = static_cast<size_t>(std::floor((1 - kLateTolerance) * static_cast<double>(sorted.size() - 1)));
-  return round_up_2(k * std::max(1.0, sorted[at]) * kRetryMargin);
+  return round_up_2(k * sorted[at] * kRetryMargin);
 }
 
 std::vector<NodeDemand> measure_demands(const Scenario& s, const ModelDesc& model, const Plan& plan) {

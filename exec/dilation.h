@@ -56,14 +56,16 @@ DilationChoice choose_dilation(std::vector<NodeDemand> nodes, double cores, doub
 
 // The measurement before a run is one stage alone; in the run, every node computes beside the
 // others and beside its transport, and a small stage can cost this host 1.3 to 1.7 times as much
-// (papers/validation). So the run itself is the check: `overrun` holds, for each of a real run at
-// dilation k's training forwards and backwards, its duration over its modeled (dilated) time (1 or a
-// little more where the host kept up; the host's own time over the modeled one where it did not).
-// If more than kLateTolerance of them were late, the dilation that would have kept up is returned:
-// k x the overrun of the span at the (1 - kLateTolerance) quantile x kRetryMargin, rounded up to two
-// figures; otherwise k. (At a larger k every modeled time stretches while the host's work does
-// not, and a host less loaded does it no slower, so one attempt more is enough as a rule.)
-double redilation(const std::vector<double>& overrun, const std::vector<Seconds>& modeled, double k);
+// (papers/validation). So the run itself is the check. `demand` holds, for each of a real run at
+// dilation k's training forwards and backwards, the CPU time its maths took (Event::cpu) over its
+// share of a core (DilationChoice::share) times its modeled (dilated) time: above 1 where the
+// host's own work did not fit. If more than kLateTolerance of them exceed 1 + kLateTolerance, the
+// dilation that would have kept up is returned: k x the demand at the (1 - kLateTolerance)
+// quantile x kRetryMargin, rounded up to two figures; otherwise k. (At a larger k every modeled
+// time stretches while the host's work does not, so one attempt more is enough as a rule.) A span
+// can also be late with its work within its share: its wait for the modeled time woke late, which
+// no dilation mends (validate reports those apart).
+double redilation(const std::vector<double>& demand, double k);
 
 // Measures every working node's stage on this host (each distinct layer range once, with the
 // LibTorch threads a real run gives a node, on random inputs) and fills host_s and modeled_s.

@@ -49,8 +49,9 @@ struct Event {
   Bytes bytes = 0;
   int peer = -1;
   int64_t samples = 0;       // samples this event covers (loss, eval: the batch or test-set size)
-  // Compute spans on a real clock: CPU seconds the node's thread spent in the span (below
-  // end - start when the host gave its core to others meanwhile); NaN where the clock has none.
+  // Compute spans on a real clock: CPU seconds the node's thread spent on the span's maths, the
+  // host's own work (below end - start where the host gave its core to others meanwhile, or where
+  // the span waited out an emulated device's modeled time); NaN where the clock has none.
   Seconds cpu = kNaN;
   std::vector<float> values;  // kParams: the stage's flat parameters (StageModule::flat_state)
 };
