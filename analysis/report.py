@@ -47,7 +47,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 METRICS_HEADER = ["kind", "node", "cluster", "stage", "step", "micro_batch", "start_s", "end_s",
-                  "loss", "accuracy", "staleness", "bytes", "peer", "samples", "cpu_s"]
+                  "loss", "accuracy", "staleness", "bytes", "peer", "samples", "cpu_s", "grad_norm2"]
 THEORY_HEADER = ["k", "grad_norm2", "running_mean", "bound"]
 EVAL_HEADER = ["time_s", "node", "cluster", "step", "train_samples", "test_loss", "test_accuracy"]
 SPAN_COLOURS = {"wait": "#e8e8e8", "forward": "tab:blue", "backward": "tab:orange",
@@ -280,7 +280,8 @@ def plot_curves(runs, title, out, written):
 
 def plot_theory(runs, title, out, written):
     """theory.png: per run, (1/K) sum_k ||grad f(w_k)||^2 against K (solid) and the bound at K
-    (dashed, drawn faint where the run breaks its conditions: then it is no guarantee)."""
+    (dashed, drawn faint where the run breaks its conditions: then it is no guarantee). A network's
+    run (theory.json "estimated") is drawn with its estimates, dotted, and labelled as such."""
     measured = [r for r in runs if r.theory_curve is not None]
     if not measured:
         return
@@ -290,6 +291,12 @@ def plot_theory(runs, title, out, written):
         colour = f"C{i % 10}"
         k = c["k"] + 1
         t = r.theory
+        if t.get("estimated"):
+            ax.plot(k, c["running_mean"], color=colour,
+                    label=f"{r.label}: estimated (stochastic norm less sigma^2/N)")
+            ax.plot(k, c["bound"], color=colour, linestyle=":",
+                    label=f"{r.label}: the bound's shape with estimated L, sigma^2 (not a guarantee)")
+            continue
         ax.plot(k, c["running_mean"], color=colour,
                 label=f"{r.label}: measured (ratio {t.get('ratio', float('nan')):.2g} at K)")
         applies = bool(t.get("applies"))
@@ -309,7 +316,9 @@ def theory_lines(runs):
     lines = ["## Convergence bound", "",
              "The exact squared gradient norm at the clusters' average after each update, averaged over "
              "the run's K updates, beside the bound of docs/theory.md with the run's own eta, T, C, H "
-             "and N (`ravnest theory`).", ""]
+             "and N (`ravnest theory`). For a neural network, whose L, sigma^2 and f* are unknown, they "
+             "are estimated at w_0 and the measured side is each update's stochastic gradient norm less "
+             "its expected noise: a shape to compare with, never a guarantee.", ""]
     for r in measured:
         lines.append(f"- {r.label}: {r.theory.get('verdict', '-')}")
     return lines + [""]

@@ -11,7 +11,7 @@ import tempfile
 import unittest
 
 REPORT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "report.py")
-HEADER = "kind,node,cluster,stage,step,micro_batch,start_s,end_s,loss,accuracy,staleness,bytes,peer,samples,cpu_s"
+HEADER = "kind,node,cluster,stage,step,micro_batch,start_s,end_s,loss,accuracy,staleness,bytes,peer,samples,cpu_s,grad_norm2"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -70,7 +70,7 @@ def make_run(folder, name="quick", algorithm="ravnest", executor="sim", with_los
         p["busy_fraction"] = p["busy_s"] / end_time
         p["idle_fraction"] = 1 - p["busy_fraction"]
     with open(os.path.join(folder, "metrics.csv"), "w") as f:
-        f.write("\n".join(rows[:1] + [r + "," for r in rows[1:]]) + "\n")  # cpu_s: none
+        f.write("\n".join(rows[:1] + [r + ",," for r in rows[1:]]) + "\n")  # cpu_s, grad_norm2: none
     with open(os.path.join(folder, "eval.csv"), "w") as f:
         f.write("\n".join(evals) + "\n")
     summary = {"scenario": name, "executor": executor, "mode": "numeric", "algorithm": algorithm,
@@ -224,11 +224,36 @@ class ReportTest(unittest.TestCase):
         self.assertIn("quick ravnest, 2 clusters (sim)", md)
         self.assertIn("quick ravnest, 2 clusters (real)", md)
 
+    def test_theory_draws_the_measured_average_beside_the_bound(self):
+        run = make_run(os.path.join(self.dir, "q"))
+        with open(os.path.join(run, "theory.json"), "w") as f:
+            json.dump({"ratio": 0.41, "applies": True,
+                       "verdict": "measured 0.036, bound 0.088 (measured/bound 0.41) over 3 updates"}, f)
+        with open(os.path.join(run, "theory.csv"), "w") as f:
+            f.write("k,grad_norm2,running_mean,bound\n0,1,1,10\n1,0.5,0.75,5\n2,0.1,0.533,3.3\n")
+        # --theory: only theory.png and report.md, which says where the run stands.
+        proc = run_report(run, "--theory", "--out", os.path.join(self.dir, "t"))
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assert_png(os.path.join(self.dir, "t", "theory.png"))
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "t", "loss_vs_time.png")))
+        with open(os.path.join(self.dir, "t", "report.md")) as f:
+            md = f.read()
+        self.assertIn("## Convergence bound", md)
+        self.assertIn("measured/bound 0.41", md)
+        # The full report draws it too; a run without theory.csv draws no theory.png.
+        proc = run_report(run, "--out", os.path.join(self.dir, "full"))
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assert_png(os.path.join(self.dir, "full", "theory.png"))
+        other = make_run(os.path.join(self.dir, "nn"))
+        proc = run_report(other, "--out", os.path.join(self.dir, "nn-report"))
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "nn-report", "theory.png")))
+
     def test_minimal_folder_with_only_metrics(self):
         run = os.path.join(self.dir, "bare")
         os.makedirs(run)
         with open(os.path.join(run, "metrics.csv"), "w") as f:
-            f.write(HEADER + "\nforward,0,0,0,0,0,0.0,0.5,,,,,,,\nbackward,0,0,0,0,0,0.5,1.5,,,,,,,\n")
+            f.write(HEADER + "\nforward,0,0,0,0,0,0.0,0.5,,,,,,,,\nbackward,0,0,0,0,0,0.5,1.5,,,,,,,,\n")
         proc = run_report(run)
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assert_png(os.path.join(run, "report", "timeline_bare.png"))
@@ -252,7 +277,7 @@ class ReportTest(unittest.TestCase):
     def test_unparsable_number_names_line(self):
         run = make_run(os.path.join(self.dir, "badnum"))
         with open(os.path.join(run, "metrics.csv"), "a") as f:
-            f.write("forward,0,0,0,1,1,abc,0.2,,,,,,,\n")
+            f.write("forward,0,0,0,1,1,abc,0.2,,,,,,,,\n")
         with open(os.path.join(run, "metrics.csv")) as f:
             n_lines = len(f.read().splitlines())
         proc = run_report(run)

@@ -221,18 +221,24 @@ TEST_CASE("real processes, the simulator and the loopback agree on the plan and 
   // Every real node measured its own peak memory.
   for (const auto& n : rs["per_node"]) CHECK(n["measured_peak_memory_bytes"].get<int64_t>() > 0);
   // Every real compute span carries its thread's CPU time, within the span; the simulator's none.
+  // Every update of both (numeric) carries the squared norm of the gradient it applied.
   auto cpu_of_spans = [&](const std::string& run, int* with, int* spans) {
     std::istringstream rows(slurp(d / run / "metrics.csv"));
     std::string row;
     std::getline(rows, row);
-    REQUIRE(row.size() > 6);
-    CHECK(row.substr(row.size() - 6) == ",cpu_s");
+    REQUIRE(row.size() > 17);
+    CHECK(row.substr(row.size() - 17) == ",cpu_s,grad_norm2");
     while (std::getline(rows, row)) {
       std::vector<std::string> f;
       std::stringstream ss(row);
       for (std::string c; std::getline(ss, c, ',');) f.push_back(c);
       if (!row.empty() && row.back() == ',') f.push_back("");
-      REQUIRE(f.size() == 15);
+      REQUIRE(f.size() == 16);
+      if (f[0] == "update") {  // stage 1 holds no parameters (ReLU, pooling): its norm is 0
+        REQUIRE_FALSE(f[15].empty());
+        CHECK(std::stod(f[15]) >= 0);
+        if (f[3] != "1") CHECK(std::stod(f[15]) > 0);
+      }
       if (f[0] != "forward" && f[0] != "backward" && f[0] != "update") continue;
       ++*spans;
       if (f[14].empty()) continue;
@@ -600,6 +606,7 @@ TEST_CASE("validate runs the scenario simulated and emulated, dilated, and compa
   // The host's demand was measured for both working nodes, whatever dilation was given.
   REQUIRE(v["host"]["nodes"].size() == 2);
   for (const auto& n : v["host"]["nodes"]) CHECK(n["host_ms"].get<double>() > 0);
+  CHECK(v["host"]["late_within_share"].get<double>() >= 0);
   // Each figure is the two summaries' own, with its error.
   bool seen = false;
   for (const auto& f : v["figures"])
@@ -708,12 +715,16 @@ latency_ms = 0.1
 
 }  // namespace
 
-TEST_CASE("theory measures a quadratic run, simulated and real, under its bound", "[cli][theory][real]") {
+TEST_CASE("theory measures a quadratic run on every executor under its bound", "[cli][theory][real]") {
   fs::path d = workdir("theory");
   write(d / "q.toml", kQuadratic);
-  for (const std::string executor : {"sim", "real"}) {
+  for (const std::string executor : {"sim", "loopback", "real"}) {
     INFO(executor);
-    Result run = ravnest({executor, "q.toml", "--run-dir", executor, "--progress", "off"}, d);
+    const std::vector<std::string> args =
+        executor == "loopback"
+            ? std::vector<std::string>{"sim", "q.toml", "--executor", "loopback", "--run-dir", executor, "--progress", "off"}
+            : std::vector<std::string>{executor, "q.toml", "--run-dir", executor, "--progress", "off"};
+    Result run = ravnest(args, d);
     INFO(run.out << run.err);
     REQUIRE(run.status == 0);
     CHECK(fs::exists(d / executor / "params.csv"));
@@ -751,12 +762,49 @@ TEST_CASE("theory flags a run outside the conditions and refuses a run it cannot
   CHECK_FALSE(t["applies"].get<bool>());
   CHECK_FALSE(t["bound"]["holds"].get<bool>());
   CHECK(r.out.find("the bound does not apply: the step-size condition fails") != std::string::npos);
-  // A run of a neural network has no known constants: exit status 2, and why.
+  // A timing-mode run computes no gradients: exit status 2, and why.
   write(d / "tiny.toml", kTiny);
-  REQUIRE(ravnest({"sim", "tiny.toml", "--set", "training.steps=4", "--run-dir", "nn", "--progress", "off"}, d).status == 0);
+  REQUIRE(ravnest({"sim", "tiny.toml", "--set", "training.steps=4", "--set", "sim.mode=\"timing\"", "--run-dir", "nn",
+                   "--progress", "off"},
+                  d)
+              .status == 0);
   Result nn = ravnest({"theory", "nn"}, d);
   CHECK(nn.status == 2);
-  CHECK(nn.err.find("problems with known constants") != std::string::npos);
+  CHECK(nn.err.find("numeric mode") != std::string::npos);
   CHECK_FALSE(fs::exists(d / "nn" / "theory.json"));
+  fs::remove_all(d);
+}
+
+TEST_CASE("theory estimates a neural network's constants and labels its bound a shape", "[cli][theory]") {
+  fs::path d = workdir("theory_nn");
+  write(d / "tiny.toml", kTiny);
+  REQUIRE(ravnest({"sim", "tiny.toml", "--set", "training.steps=30", "--set", "training.eval_every=0", "--set",
+                   "training.momentum=0", "--run-dir", "nn", "--progress", "off"},
+                  d)
+              .status == 0);
+  Result r = ravnest({"theory", "nn", "--out", "nn/report"}, d);
+  INFO(r.out << r.err);
+  REQUIRE(r.status == 0);
+  const auto t = nlohmann::json::parse(slurp(d / "nn" / "theory.json"));
+  CHECK(t["estimated"].get<bool>());
+  CHECK_FALSE(t["applies"].get<bool>());  // estimates are never a guarantee
+  CHECK(t["estimates"]["smoothness"].get<double>() > 0);
+  CHECK(t["estimates"]["sigma2"].get<double>() > 0);
+  CHECK(t["estimates"]["gap"].get<double>() > 0);
+  CHECK(t["estimates"]["batch"].get<int64_t>() == 32);
+  CHECK(t["inputs"]["smoothness"].get<double>() == t["estimates"]["smoothness"].get<double>());
+  CHECK(t["inputs"]["updates"].get<int64_t>() == 30);
+  // The measured side: each update's applied gradient norm less sigma^2 / N (sigma^2 between the
+  // checkpoints' values), K rows.
+  CHECK(t["estimates"]["noise_removed"].get<double>() > 0);
+  CHECK(t["estimates"]["noise_removed"].get<double>() <=
+        t["estimates"]["sigma2"].get<double>() / t["inputs"]["batch"].get<double>());
+  const std::string csv = slurp(d / "nn" / "theory.csv");
+  CHECK(std::count(csv.begin(), csv.end(), '\n') == 31);
+  CHECK(r.out.find("estimates (the largest over an SGD replay of 30 updates)") != std::string::npos);
+  CHECK(t["estimates"]["points"].size() == 5);  // updates 0, 7, 15, 22, 30
+  CHECK(t["estimates"]["points"][4]["update"].get<int64_t>() == 30);
+  CHECK(r.out.find("not a guarantee") != std::string::npos);
+  CHECK(fs::exists(d / "nn" / "report" / "theory.png"));
   fs::remove_all(d);
 }

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/model/stage.h"
 #include "core/problem/problem.h"
+#include "core/theory/estimate.h"
 #include "test_support.h"
 
 using namespace rv;
@@ -189,4 +190,30 @@ TEST_CASE("the block model's micro-batch gradient is the quadratic's exact gradi
   }
   CHECK((mean - exact).norm() < 4 * std::sqrt(0.5 / draws));
   CHECK(deviation == Approx(0.5).epsilon(0.1));
+}
+
+TEST_CASE("the estimates made for a network recover the quadratic's L, sigma^2 and f(w_0)", "[problem][theory]") {
+  // The quadratic's Hessian is constant and its gradient noise independent of w, so the estimator
+  // (core/theory/estimate.h) has exact answers here: L = eig_max, sigma^2, f(0) = Δ + f*.
+  test::Prepared t = test::prepare(kQuadraticScenario);
+  const Problem p = make_problem(problem_spec(t.scenario.data));
+  // Along a replay of 40 SGD updates, at 3 checkpoints: the same everywhere on this problem.
+  EstimateOptions o;
+  o.micro_batches = 256;
+  o.updates = 40;
+  o.checkpoints = 3;
+  const ConstantEstimates e = estimate_constants(t.scenario, t.model, t.data, o);
+  CHECK(e.batch == 4);
+  CHECK(e.converged);
+  REQUIRE(e.points.size() == 3);
+  CHECK(e.points[1].update == 20);
+  CHECK(e.points[2].update == 40);
+  CHECK(e.points[2].loss < e.points[0].loss);  // the replay descends
+  for (const EstimatePoint& q : e.points) CHECK(q.smoothness == Approx(p.smoothness).epsilon(0.02));
+  CHECK(e.smoothness == Approx(p.smoothness).epsilon(0.02));
+  // sigma^2 from 256 micro-batches: about 4% sampling error each, their largest checked at 20%.
+  CHECK(e.sigma2 == Approx(p.sigma2).epsilon(0.2));
+  CHECK(e.gap == Approx(p.delta() + p.f_star).epsilon(0.1));
+  o.micro_batches = 1;
+  CHECK_THROWS_AS(estimate_constants(t.scenario, t.model, t.data, o), InputError);
 }

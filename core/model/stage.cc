@@ -4,6 +4,8 @@
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <limits>
+
 #include "core/error.h"
 
 namespace rv {
@@ -81,9 +83,24 @@ void Stage::update() {
     for (auto& g : grad_sum_)
       if (g.defined()) g.div_(static_cast<double>(grad_count_));
   module_.set_params(optimizer_.step(module_.params(), grad_sum_));
+  applied_ = std::move(grad_sum_);
+  applied_valid_ = true;
   grad_sum_.clear();
   grad_count_ = 0;
   ++version_;
+}
+
+double Stage::take_applied_norm2() {
+  double sum = 0;  // a stage without parameters applied a gradient of norm 0
+  for (const at::Tensor& g : applied_)
+    if (g.defined()) {
+      const double n = g.norm().item<double>();  // one pass, no copy
+      sum += n * n;
+    }
+  const bool valid = applied_valid_;
+  applied_.clear();
+  applied_valid_ = false;
+  return valid ? sum : std::numeric_limits<double>::quiet_NaN();
 }
 
 void Stage::exchange_gradients(const std::function<at::Tensor(const at::Tensor&)>& exchange) {

@@ -37,6 +37,10 @@ class Stage {
   at::Tensor backward(int64_t mb, const at::Tensor& grad_out, int64_t* forward_version = nullptr);
   // Applies the accumulated gradients, divided by the number of backwards since the last update.
   void update();
+  // The squared norm of the gradient the last update() applied (the mean over its micro-batches;
+  // 0 for a stage without parameters), NaN if no update applied one since the last call; releases
+  // that gradient. Call after update(), outside its timing.
+  double take_applied_norm2();
   // Data parallelism: the accumulated gradients (averaged over this node's backwards) in the flat
   // state layout, the buffers in their places, go through `exchange` (an all-reduce mean), and
   // come back as this node's gradients and buffers. Call before update().
@@ -69,6 +73,8 @@ class Stage {
   int64_t version_ = 0;
   std::map<int64_t, Saved> saved_;
   std::vector<at::Tensor> grad_sum_;
+  std::vector<at::Tensor> applied_;  // the last update's gradient, until take_applied_norm2()
+  bool applied_valid_ = false;       // an update applied it (possibly no tensors: no parameters)
   int64_t grad_count_ = 0;
 };
 

@@ -53,6 +53,9 @@ struct Event {
   // host's own work (below end - start where the host gave its core to others meanwhile, or where
   // the span waited out an emulated device's modeled time); NaN where the clock has none.
   Seconds cpu = kNaN;
+  // kUpdate in numeric runs: the squared norm of the gradient the stage's update applied (its mean
+  // over the update's micro-batches), computed after the span, not charged to it; NaN elsewhere.
+  double grad_norm2 = kNaN;
   std::vector<float> values;  // kParams: the stage's flat parameters (StageModule::flat_state)
 };
 

@@ -20,7 +20,7 @@ namespace rv {
 namespace {
 
 const char* kCsvHeader =
-    "kind,node,cluster,stage,step,micro_batch,start_s,end_s,loss,accuracy,staleness,bytes,peer,samples,cpu_s";
+    "kind,node,cluster,stage,step,micro_batch,start_s,end_s,loss,accuracy,staleness,bytes,peer,samples,cpu_s,grad_norm2";
 
 std::string num(double v) {
   if (std::isnan(v)) return "";
@@ -84,7 +84,7 @@ void write_events_csv(const std::string& path, const std::vector<Event>& events)
     os << to_string(e.kind) << ',' << e.node << ',' << e.cluster << ',' << e.stage << ',' << e.step
        << ',' << e.micro_batch << ',' << time_str(e.start) << ',' << time_str(e.end) << ','
        << num(e.loss) << ',' << num(e.accuracy) << ',' << e.staleness << ',' << e.bytes << ','
-       << e.peer << ',' << e.samples << ',' << num(e.cpu) << "\n";
+       << e.peer << ',' << e.samples << ',' << num(e.cpu) << ',' << num(e.grad_norm2) << "\n";
   }
   write_file(path, os.str());
 }
@@ -106,7 +106,7 @@ std::vector<Event> read_events_csv(const std::string& path) {
     std::stringstream ss(line);
     for (std::string c; std::getline(ss, c, ',');) f.push_back(c);
     if (!line.empty() && line.back() == ',') f.push_back("");
-    if (f.size() != 15) throw InputError(path + ":" + std::to_string(line_no) + ": expected 15 fields");
+    if (f.size() != 16) throw InputError(path + ":" + std::to_string(line_no) + ": expected 16 fields");
     try {
       Event e;
       auto k = kinds.find(f[0]);
@@ -126,6 +126,7 @@ std::vector<Event> read_events_csv(const std::string& path) {
       e.peer = std::stoi(f[12]);
       e.samples = std::stoll(f[13]);
       e.cpu = f[14].empty() ? kNaN : std::stod(f[14]);
+      e.grad_norm2 = f[15].empty() ? kNaN : std::stod(f[15]);
       out.push_back(e);
     } catch (const std::logic_error& ex) {
       throw InputError(path + ":" + std::to_string(line_no) + ": bad field: " + ex.what());

@@ -4,9 +4,11 @@
 //     scenario.toml  resolved scenario (every key)
 //     plan.json      clusters, stages, layer ranges, predicted stage times, model profile
 //     metrics.csv    one row per event: kind,node,cluster,stage,step,micro_batch,start_s,end_s,
-//                    loss,accuracy,staleness,bytes,peer,samples,cpu_s   (times in seconds from the
-//                    start; cpu_s: a real run's compute spans, the CPU time the node's thread spent
-//                    on the maths, without the wait that emulates a slower device)
+//                    loss,accuracy,staleness,bytes,peer,samples,cpu_s,grad_norm2   (times in
+//                    seconds from the start; cpu_s: a real run's compute spans, the CPU time the
+//                    node's thread spent on the maths, without the wait that emulates a slower
+//                    device; grad_norm2: a numeric run's updates, the squared norm of the gradient
+//                    the stage applied)
 //     eval.csv       time_s,node,cluster,step,train_samples,test_loss,test_accuracy
 //     summary.json   totals, per-node busy/idle fractions, bytes, memory, staleness, accuracy
 //     trace.json     Chrome trace events (one row per node: forward, backward, update, wait)

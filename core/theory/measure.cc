@@ -8,6 +8,7 @@
 
 #include <fmt/core.h>
 
+#include "algo/registry.h"
 #include "core/data/dataset.h"
 #include "core/error.h"
 #include "core/model/model.h"
@@ -15,6 +16,7 @@
 #include "core/plan.h"
 #include "core/problem/problem.h"
 #include "core/scenario/scenario.h"
+#include "core/theory/estimate.h"
 
 namespace fs = std::filesystem;
 
@@ -33,34 +35,104 @@ nlohmann::json read_json(const fs::path& p) {
 
 }  // namespace
 
-TheoryMeasure measure_run(const std::string& run) {
+namespace {
+
+// The run's own inputs of the bound (all but L, sigma² and Δ), from plan.json and metrics.csv.
+struct RunInputs {
+  Scenario scenario;
+  ModelDesc model;
+  Plan plan;
+  std::vector<Event> events;
+  BoundInputs in;
+  double staleness_mean = 0;
+};
+
+RunInputs read_run(const std::string& run) {
   const fs::path dir(run);
   for (const char* f : {"scenario.toml", "plan.json", "metrics.csv"})
     if (!fs::exists(dir / f)) throw InputError(run + ": not a run folder (no " + f + ")");
-  const Scenario s = load_scenario((dir / "scenario.toml").string());
-  if (!is_problem(s.data))
-    throw InputError(run + ": a run of data.kind = \"" + s.data.kind + "\"; the bound is measured on problems with "
-                     "known constants (data.kind = \"quadratic\" or \"logistic\", model.kind = \"blocks\")");
+  RunInputs r{load_scenario((dir / "scenario.toml").string()), {}, {}, {}, {}, 0};
+  r.model = build_model(r.scenario);
+  r.plan = plan_from_json(read_json(dir / "plan.json"));
+  if (r.plan.clusters.empty()) throw InputError(run + "/plan.json: no clusters");
+  r.events = read_events_csv((dir / "metrics.csv").string());
+  // Staleness, and the samples per update.
+  int64_t stale_max = 0, stale_n = 0, backwards = 0, first_updates = 0;
+  double stale_sum = 0;
+  for (const Event& e : r.events) {
+    if (e.kind == EventKind::kUpdate && e.staleness >= 0) {
+      stale_max = std::max(stale_max, e.staleness);
+      stale_sum += static_cast<double>(e.staleness);
+      ++stale_n;
+    }
+    if (e.stage == 0 && e.micro_batch >= 0 && e.kind == EventKind::kBackward) ++backwards;
+    if (e.stage == 0 && e.kind == EventKind::kUpdate) ++first_updates;
+  }
+  r.staleness_mean = stale_n ? stale_sum / static_cast<double>(stale_n) : 0;
+  const int64_t per_update = first_updates > 0 ? std::max<int64_t>(1, backwards / first_updates) : 1;
+  const Scenario& s = r.scenario;
+  r.in.batch = s.data.batch_size * per_update;
+  r.in.staleness = stale_max;
+  r.in.clusters = static_cast<int64_t>(r.plan.clusters.size());
+  r.in.average_every = s.training.average_every;
+  r.in.lr = s.training.lr;
+  return r;
+}
+
+// Each cluster's stages: where their parameters sit in the whole model's flat parameters.
+std::map<std::pair<int, int>, int64_t> stage_offsets(const RunInputs& r) {
+  std::map<std::pair<int, int>, int64_t> offset;  // (cluster, stage) -> first parameter
+  for (size_t c = 0; c < r.plan.clusters.size(); ++c)
+    for (size_t st = 0; st < r.plan.clusters[c].stages.size(); ++st)
+      offset[{static_cast<int>(c), static_cast<int>(st)}] =
+          r.model.prefix_params[static_cast<size_t>(r.plan.clusters[c].stages[st].layer_begin)];
+  return offset;
+}
+
+// The common verdict: plain SGD, the condition, the averaging.
+void judge(TheoryMeasure& m, const Scenario& s) {
+  m.bound = convergence_bound(m.inputs);
+  m.measured = m.running_mean.back();
+  m.ratio = m.bound.value > 0 ? m.measured / m.bound.value : 0;
+  m.plain_sgd = s.training.optimizer == "sgd" && s.training.momentum == 0 && s.training.weight_decay == 0;
+  const BoundInputs& in = m.inputs;
+  if (m.estimated)
+    m.notes.push_back("L, sigma^2 and f(w_0) - f* are estimates (a neural network's constants are unknown): the "
+                      "bound's shape, for comparison, not a guarantee");
+  if (!m.plain_sgd)
+    m.notes.push_back("the bound is for plain SGD; this run used " + s.training.optimizer +
+                      (s.training.momentum != 0 ? " with momentum" : "") +
+                      (s.training.weight_decay != 0 ? " with weight decay" : ""));
+  if (!m.bound.holds)
+    m.notes.push_back(fmt::format("the step-size condition fails: L eta + L^2 eta^2 (a T^2 + 4 kappa^2) = {:.4g} > 1 "
+                                  "(eta = {:g}, L = {:g}, T = {}, C = {}, H = {})",
+                                  m.bound.condition, in.lr, in.smoothness, in.staleness, in.clusters, in.average_every));
+  if (s.training.averaging != "bulk-sync" && in.clusters > 1)
+    m.notes.push_back("averaging = \"" + s.training.averaging + "\": the analysis covers bulk-synchronous averaging");
+  m.applies = !m.estimated && m.plain_sgd && m.bound.holds && (s.training.averaging == "bulk-sync" || in.clusters == 1);
+}
+
+void push_point(TheoryMeasure& m, double g2, double* total) {
+  *total += g2;
+  m.grad_norm2.push_back(g2);
+  const int64_t k = static_cast<int64_t>(m.grad_norm2.size());
+  m.running_mean.push_back(*total / static_cast<double>(k));
+  BoundInputs at = m.inputs;
+  at.updates = k;
+  m.bound_at.push_back(convergence_bound(at).value);
+}
+
+// A problem with known constants: the exact gradient norm at the clusters' average, from params.csv.
+TheoryMeasure measure_problem(const std::string& run, RunInputs r) {
+  const fs::path dir(run);
+  const Scenario& s = r.scenario;
   if (s.sim.mode != "numeric" && !fs::exists(dir / "params.csv"))
     throw InputError(run + ": a timing-mode run computes no parameters; run it in numeric mode");
   if (!fs::exists(dir / "params.csv")) throw InputError(run + ": no params.csv (the run recorded no parameters)");
-  const ModelDesc model = build_model(s);
-  const Plan plan = plan_from_json(read_json(dir / "plan.json"));
   const Problem problem = make_problem(problem_spec(s.data));
   const int64_t dim = problem.spec.dim;
-  const int clusters = static_cast<int>(plan.clusters.size());
-  if (clusters < 1) throw InputError(run + "/plan.json: no clusters");
-
-  TheoryMeasure m;
-  m.run = run;
-  m.problem = s.data.kind;
-
-  // Each cluster's stages: where their parameters sit in w.
-  std::map<std::pair<int, int>, int64_t> offset;  // (cluster, stage) -> first parameter
-  for (int c = 0; c < clusters; ++c)
-    for (size_t st = 0; st < plan.clusters[static_cast<size_t>(c)].stages.size(); ++st)
-      offset[{c, static_cast<int>(st)}] = model.prefix_params[static_cast<size_t>(
-          plan.clusters[static_cast<size_t>(c)].stages[st].layer_begin)];
+  const int clusters = static_cast<int>(r.plan.clusters.size());
+  const auto offset = stage_offsets(r);
 
   // The parameters after each update, by (cluster, stage), in update order.
   std::map<std::pair<int, int>, std::vector<std::vector<float>>> after;
@@ -79,31 +151,15 @@ TheoryMeasure measure_run(const std::string& run) {
   }
   if (updates < 1) throw InputError(run + "/params.csv: a stage made no update");
 
-  // Staleness, and the samples per update, from metrics.csv.
-  int64_t stale_max = 0, stale_n = 0, backwards = 0, first_updates = 0;
-  double stale_sum = 0;
-  for (const Event& e : read_events_csv((dir / "metrics.csv").string())) {
-    if (e.kind == EventKind::kUpdate && e.staleness >= 0) {
-      stale_max = std::max(stale_max, e.staleness);
-      stale_sum += static_cast<double>(e.staleness);
-      ++stale_n;
-    }
-    if (e.stage == 0 && e.micro_batch >= 0 && e.kind == EventKind::kBackward) ++backwards;
-    if (e.stage == 0 && e.kind == EventKind::kUpdate) ++first_updates;
-  }
-  m.staleness_mean = stale_n ? stale_sum / static_cast<double>(stale_n) : 0;
-  const int64_t per_update = first_updates > 0 ? std::max<int64_t>(1, backwards / first_updates) : 1;
-
-  BoundInputs& in = m.inputs;
-  in.gap = problem.delta();
-  in.smoothness = problem.smoothness;
-  in.sigma2 = problem.sigma2;
-  in.batch = s.data.batch_size * per_update;
-  in.staleness = stale_max;
-  in.clusters = clusters;
-  in.average_every = s.training.average_every;
-  in.lr = s.training.lr;
-  in.updates = updates;
+  TheoryMeasure m;
+  m.run = run;
+  m.problem = s.data.kind;
+  m.inputs = r.in;
+  m.inputs.gap = problem.delta();
+  m.inputs.smoothness = problem.smoothness;
+  m.inputs.sigma2 = problem.sigma2;
+  m.inputs.updates = updates;
+  m.staleness_mean = r.staleness_mean;
   m.staleness_configured = s.training.max_in_flight > 0 ? s.training.max_in_flight - 1 : -1;
 
   // w̄_k: w_0 = 0 (the blocks start at zero), then each cluster's stages after update k, averaged.
@@ -117,31 +173,97 @@ TheoryMeasure measure_run(const std::string& run) {
           throw InputError(run + "/params.csv: a stage's parameters run past the problem's dimension");
         for (size_t i = 0; i < v.size(); ++i) w(o + static_cast<int64_t>(i)) += static_cast<double>(v[i]) / clusters;
       }
-    const double g2 = problem.gradient(w).squaredNorm();
-    total += g2;
-    m.grad_norm2.push_back(g2);
-    m.running_mean.push_back(total / static_cast<double>(k + 1));
-    BoundInputs at = in;
-    at.updates = k + 1;
-    m.bound_at.push_back(convergence_bound(at).value);
+    push_point(m, problem.gradient(w).squaredNorm(), &total);
   }
-  m.bound = convergence_bound(in);
-  m.measured = m.running_mean.back();
-  m.ratio = m.bound.value > 0 ? m.measured / m.bound.value : 0;
-  m.plain_sgd = s.training.optimizer == "sgd" && s.training.momentum == 0 && s.training.weight_decay == 0;
-  if (!m.plain_sgd)
-    m.notes.push_back("the bound is for plain SGD; this run used " + s.training.optimizer +
-                      (s.training.momentum != 0 ? " with momentum" : "") +
-                      (s.training.weight_decay != 0 ? " with weight decay" : ""));
-  if (!m.bound.holds)
-    m.notes.push_back(fmt::format("the step-size condition fails: L eta + L^2 eta^2 (a T^2 + 4 kappa^2) = {:.4g} > 1 "
-                                  "(eta = {:g}, L = {:g}, T = {}, C = {}, H = {})",
-                                  m.bound.condition, in.lr, in.smoothness, in.staleness, in.clusters, in.average_every));
-  if (s.training.averaging != "bulk-sync" && clusters > 1)
-    m.notes.push_back("averaging = \"" + s.training.averaging + "\": the analysis covers bulk-synchronous averaging");
+  judge(m, s);
   if (!problem.f_star_exact) m.notes.push_back("f* by Newton's method (to its tolerance), not in closed form");
-  m.applies = m.plain_sgd && m.bound.holds && (s.training.averaging == "bulk-sync" || clusters == 1);
   return m;
+}
+
+// A model with unknown constants: estimates at w_0 (estimate.h), and the squared norm of each
+// update's applied gradient (metrics.csv grad_norm2) less its expected noise.
+TheoryMeasure measure_network(const std::string& run, RunInputs r) {
+  const Scenario& s = r.scenario;
+  const auto offset = stage_offsets(r);
+  std::map<std::pair<int, int>, std::vector<double>> norms;  // (cluster, stage) -> per update
+  for (const Event& e : r.events)
+    if (e.kind == EventKind::kUpdate && e.step >= 1) {
+      if (std::isnan(e.grad_norm2))
+        throw InputError(run + "/metrics.csv: its updates carry no grad_norm2 (a timing-mode run, or a run made "
+                         "before ravnest recorded it); run it in numeric mode");
+      auto& list = norms[{e.cluster, e.stage}];
+      if (e.step != static_cast<int64_t>(list.size()) + 1)
+        throw InputError(run + "/metrics.csv: node " + std::to_string(e.node) + "'s update " +
+                         std::to_string(e.step) + " follows update " + std::to_string(list.size()));
+      list.push_back(e.grad_norm2);
+    }
+  int64_t updates = -1;
+  for (const auto& [key, o] : offset) {
+    auto it = norms.find(key);
+    const int64_t n = it == norms.end() ? 0 : static_cast<int64_t>(it->second.size());
+    updates = updates < 0 ? n : std::min(updates, n);
+  }
+  if (updates < 1) throw InputError(run + "/metrics.csv: a stage made no update");
+
+  const Dataset data = load_dataset(s.data, s.seed);
+  EstimateOptions options;
+  options.updates = updates;
+  const ConstantEstimates est = estimate_constants(s, r.model, data, options);
+  TheoryMeasure m;
+  m.run = run;
+  m.problem = s.data.kind;
+  m.estimated = true;
+  m.estimates = est;
+  m.inputs = r.in;
+  m.inputs.gap = est.gap;
+  m.inputs.smoothness = est.smoothness;
+  m.inputs.sigma2 = est.sigma2;
+  m.inputs.updates = updates;
+  m.staleness_mean = r.staleness_mean;
+  m.staleness_configured = s.training.max_in_flight > 0 ? s.training.max_in_flight - 1 : -1;
+  // A gradient over N samples carries sigma² / N of noise on average (one exchanged between the
+  // clusters before the update, as sync-dp's: over C N samples),
+  // with sigma² at update k interpolated between the replay's checkpoints.
+  const bool exchanged = algorithm_of(s).traits.exchange == Exchange::kGradients;
+  const double replicas = exchanged ? static_cast<double>(r.in.clusters) : 1.0;
+  auto sigma2_at = [&](int64_t k) {
+    const auto& p = est.points;
+    if (p.size() == 1 || k <= p.front().update) return p.front().sigma2;
+    for (size_t i = 1; i < p.size(); ++i)
+      if (k <= p[i].update) {
+        const double f = static_cast<double>(k - p[i - 1].update) / static_cast<double>(p[i].update - p[i - 1].update);
+        return p[i - 1].sigma2 + f * (p[i].sigma2 - p[i - 1].sigma2);
+      }
+    return p.back().sigma2;
+  };
+  const int clusters = static_cast<int>(r.plan.clusters.size());
+  double total = 0, removed = 0;
+  for (int64_t k = 0; k < updates; ++k) {
+    double sum = 0;
+    for (const auto& [key, o] : offset) sum += norms.at(key)[static_cast<size_t>(k)] / clusters;
+    const double noise = sigma2_at(k) / (static_cast<double>(r.in.batch) * replicas);
+    removed += noise;
+    push_point(m, sum - noise, &total);
+  }
+  m.noise_removed = removed / static_cast<double>(updates);
+  judge(m, s);
+  return m;
+}
+
+}  // namespace
+
+TheoryMeasure measure_run(const std::string& run) {
+  RunInputs r = read_run(run);
+  if (is_problem(r.scenario.data)) return measure_problem(run, std::move(r));
+  return measure_network(run, std::move(r));
+}
+
+static nlohmann::json points_json(const ConstantEstimates& e) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const EstimatePoint& p : e.points)
+    a.push_back({{"update", p.update}, {"smoothness", p.smoothness}, {"sigma2", p.sigma2}, {"loss", p.loss},
+                 {"iterations", p.iterations}, {"converged", p.converged}});
+  return a;
 }
 
 nlohmann::json theory_json(const TheoryMeasure& m) {
@@ -156,6 +278,18 @@ nlohmann::json theory_json(const TheoryMeasure& m) {
           {"bound",
            {{"optimisation", m.bound.optimisation}, {"noise", m.bound.noise}, {"delay", m.bound.delay},
             {"value", m.bound.value}, {"condition", m.bound.condition}, {"holds", m.bound.holds}}},
+          {"estimated", m.estimated},
+          {"estimates", m.estimated ? nlohmann::json{{"smoothness", m.estimates.smoothness},
+                                                     {"sigma2", m.estimates.sigma2},
+                                                     {"gap", m.estimates.gap},
+                                                     {"batch", m.estimates.batch},
+                                                     {"micro_batches", m.estimates.micro_batches},
+                                                     {"hessian_micro_batches", m.estimates.hessian_micro_batches},
+                                                     {"replay_updates", m.estimates.replay_updates},
+                                                     {"converged", m.estimates.converged},
+                                                     {"points", points_json(m.estimates)},
+                                                     {"noise_removed", m.noise_removed}}
+                                   : nlohmann::json()},
           {"measured", m.measured},
           {"ratio", m.ratio},
           {"plain_sgd", m.plain_sgd},
@@ -175,6 +309,12 @@ std::string theory_csv(const TheoryMeasure& m) {
 std::string theory_line(const TheoryMeasure& m) {
   std::string line = fmt::format("measured {:.4g}, bound {:.4g} (measured/bound {:.3g}) over {} updates; ", m.measured,
                                  m.bound.value, m.ratio, m.inputs.updates);
+  if (m.estimated)
+    return fmt::format("estimates (the largest over an SGD replay of {} updates): L ~ {:.4g}, sigma^2 ~ {:.4g}, "
+                       "f(w_0) - f* <= {:.4g}; ",
+                       m.estimates.replay_updates, m.inputs.smoothness, m.inputs.sigma2, m.inputs.gap) +
+           line + "a shape to compare with, not a guarantee" +
+           (m.bound.holds ? "" : fmt::format(" (with these estimates the condition fails: {:.3g} > 1)", m.bound.condition));
   if (m.applies)
     return line + fmt::format("eta, T and C meet the condition ({:.3g} <= 1)", m.bound.condition);
   return line + "the bound does not apply: " + m.notes.front();

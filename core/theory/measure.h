@@ -11,6 +11,14 @@
 // recorded (the delay the proof's assumption 4 needs); K the updates every stage of every cluster
 // made. The bound covers plain SGD (no momentum, no weight decay): a run outside that, or outside
 // the step-size condition, is flagged, and its bound is drawn for comparison only.
+//
+// A run of any other model (a neural network, whose constants are unknown) is measured with
+// estimates instead (estimate.h: L as the Hessian's largest eigenvalue at w_0, sigma² from the
+// spread of micro-batch gradients at w_0, Δ = f(w_0)), and its measured side is each update's
+// applied stochastic gradient (metrics.csv grad_norm2, summed over a cluster's stages, averaged over
+// the clusters) less the noise it carries on average (sigma² / N, sigma² at update k interpolated
+// between the estimate's checkpoints): an estimate of ||grad f||² at
+// the clusters' weights. Such a measure is labelled an estimate and never "applies".
 #pragma once
 
 #include <cstdint>
@@ -20,17 +28,21 @@
 #include <nlohmann/json.hpp>
 
 #include "core/theory/bound.h"
+#include "core/theory/estimate.h"
 
 namespace rv {
 
 struct TheoryMeasure {
   std::string run;           // the run folder
-  std::string problem;       // "quadratic" | "logistic"
+  std::string problem;       // the data kind: "quadratic" | "logistic", or a network's data
+  bool estimated = false;    // L, sigma² and Δ are estimates (a network's run)
+  ConstantEstimates estimates;        // where estimated
+  double noise_removed = 0;           // where estimated: the mean of sigma²(k) / N taken off the norms
   BoundInputs inputs;        // as the run had them (updates = K)
   Bound bound;               // at K
   int64_t staleness_configured = -1;  // training.max_in_flight - 1 where given, else -1
   double staleness_mean = 0;          // over the run's updates
-  std::vector<double> grad_norm2;     // ||grad f(w̄_k)||², k = 0 .. K - 1
+  std::vector<double> grad_norm2;     // ||grad f(w̄_k)||², k = 0 .. K - 1 (estimated: see above)
   std::vector<double> running_mean;   // (1 / (k + 1)) sum_{j <= k} grad_norm2[j]
   std::vector<double> bound_at;       // the bound with K = k + 1
   double measured = 0;                // running_mean at K: the bound's left side
@@ -40,9 +52,9 @@ struct TheoryMeasure {
   std::vector<std::string> notes;     // why the bound does not apply, where it does not
 };
 
-// Measures the run in folder `run` (scenario.toml, plan.json, metrics.csv, params.csv).
-// rv::InputError naming the file and what is missing (a run of another model kind has no
-// params.csv and is refused with a message that says so).
+// Measures the run in folder `run` (scenario.toml, plan.json, metrics.csv; params.csv for a
+// problem). rv::InputError naming the file and what is missing (a timing-mode run, which computes
+// no gradients, is refused with a message that says so).
 TheoryMeasure measure_run(const std::string& run);
 
 // theory.json (the inputs, the bound's terms, measured and ratio, the verdict) and theory.csv
