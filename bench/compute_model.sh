@@ -7,7 +7,8 @@
 # 2. For the MLP and the CNN, at two batch sizes, a 2-node scenario whose devices are this host
 #    (tflops = the profile's peak, devices.profile = the profile) runs for real with
 #    emulate_speed = false and no network emulation, and in the simulator.
-# 3. bench_stage_compute runs each stage alone in one process (no pipeline, no other node).
+# 3. bench_stage_compute runs each stage alone in one process (no pipeline, no other node), on the
+#    activations the stages before it make of the data.
 # 4. bench/compute_model.py compares each stage's median forward and backward time per micro-batch:
 #    simulated, real (CPU and wall time), and alone.
 #

@@ -157,6 +157,7 @@ int cmd_validate(const CommonOptions& o, const std::string& self_exe, const std:
     // The simulation of the same dilated scenario.
     run_in_process(prepare(load_checked(o.scenario, overrides)), "sim", (tmp / "sim").string(), o.progress);
     host["chosen"] = k;
+    host["late_within_share"] = late_waking;
     host["attempts"] = attempts;
 
     ValidationContext ctx;
@@ -171,7 +172,6 @@ int cmd_validate(const CommonOptions& o, const std::string& self_exe, const std:
           "late in all): their wait for the modeled time woke late, as this host scheduled it; a larger dilation "
           "does not mend that",
           100 * late_waking, 100 * late));
-    host["late_within_share"] = late_waking;
     if (!attempts.empty())
       ctx.notes.push_back(fmt::format("dilation {:g} was chosen first, and the host's work of {:.0f}% of that real "
                                       "run's compute spans did not fit their share of a core; these runs are at {:g}, "
