@@ -148,12 +148,12 @@ void PipelineWorker::update(int64_t mb, int64_t staleness) {
   ++version_;
   e.step = version_;
   finish(e);
-  // After the span: the theory's estimate for a model with unknown constants (core/theory/estimate.h)
+  // After the span: the theory's estimate for a model with unknown constants (theory/estimate.h)
   // reads it; not charged to the device.
   if (numeric()) e.grad_norm2 = stage_->take_applied_norm2();
   env_.metrics.record(e);
   // A problem's block model: the parameters after every update, for the exact gradient norm after
-  // the run (core/theory/measure.h); recorded, not computed, so no modeled time is charged.
+  // the run (theory/measure.h); recorded, not computed, so no modeled time is charged.
   if (numeric() && spec_.model->record_params) {
     Event p = event(EventKind::kParams);
     p.step = version_;

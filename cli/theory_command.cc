@@ -6,7 +6,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
-#include "core/theory/measure.h"
+#include "theory/measure.h"
 
 namespace fs = std::filesystem;
 

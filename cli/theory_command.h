@@ -1,5 +1,5 @@
 // `ravnest theory RUN...`: runs on problems with known constants measured against the convergence
-// bound (core/theory/measure.h): writes theory.json and theory.csv into each run folder, prints
+// bound (theory/measure.h): writes theory.json and theory.csv into each run folder, prints
 // one line per run (measured, bound, their ratio, whether eta, T and C meet the condition), and
 // draws the measured running average beside the bound (theory.png, by analysis/report.py).
 #pragma once

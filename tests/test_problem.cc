@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "core/model/stage.h"
 #include "core/problem/problem.h"
-#include "core/theory/estimate.h"
+#include "theory/estimate.h"
 #include "test_support.h"
 
 using namespace rv;
@@ -194,7 +194,7 @@ TEST_CASE("the block model's micro-batch gradient is the quadratic's exact gradi
 
 TEST_CASE("the estimates made for a network recover the quadratic's L, sigma^2 and f(w_0)", "[problem][theory]") {
   // The quadratic's Hessian is constant and its gradient noise independent of w, so the estimator
-  // (core/theory/estimate.h) has exact answers here: L = eig_max, sigma^2, f(0) = Δ + f*.
+  // (theory/estimate.h) has exact answers here: L = eig_max, sigma^2, f(0) = Δ + f*.
   test::Prepared t = test::prepare(kQuadraticScenario);
   const Problem p = make_problem(problem_spec(t.scenario.data));
   // Along a replay of 40 SGD updates, at 3 checkpoints: the same everywhere on this problem.

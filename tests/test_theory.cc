@@ -1,10 +1,10 @@
-// The convergence bound (core/theory/bound.h, docs/theory.md) against hand-computed values: its
+// The convergence bound (theory/bound.h, docs/theory.md) against hand-computed values: its
 // three terms, its condition, the step sizes it implies and the linear-speedup regime.
 #include <cmath>
 
 #include "catch.h"
 #include "core/error.h"
-#include "core/theory/bound.h"
+#include "theory/bound.h"
 
 using namespace rv;
 

@@ -34,7 +34,7 @@ struct ModelDesc {
   std::vector<LayerPtr> layers;
   // Whether runs log every stage's parameters after each update (kParams events, params.csv): the
   // block model of a problem with known constants, whose exact gradient norm is computed from them
-  // after the run (core/theory/measure.h).
+  // after the run (theory/measure.h).
   bool record_params = false;
   std::vector<LayerProfile> profile;  // one per layer
   // Prefix sums over layers (size layer_count() + 1), so range queries are O(1).

@@ -1,10 +1,10 @@
 // Problems with known constants (data.kind = "quadratic" | "logistic"), for measuring runs against
-// the convergence bound (docs/theory.md, core/theory/bound.h): everything the bound needs (the
+// the convergence bound (docs/theory.md, theory/bound.h): everything the bound needs (the
 // smoothness L, f*, the gradient noise sigma^2, f(w_0) - f*) is computed here, exactly or as a
 // proven upper bound, and so is the exact full gradient at any point. Computed with Eigen in double
 // precision, deterministic from the problem's seed. Torch-free: the dataset (core/data) turns a
 // problem into samples, the model kind "blocks" (core/model) into an additive block model, and the
-// theory (core/theory/measure.h) evaluates logged parameters with it.
+// theory (theory/measure.h) evaluates logged parameters with it.
 //
 // Both are fitted by the additive block model: a sample is a matrix X of m rows and d feature
 // columns, the model's prediction is X w (m values), and w = (w_1, ..., w_S) in blocks of columns,

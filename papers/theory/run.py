@@ -9,7 +9,7 @@ batch 8), then `ravnest theory` on its folder: the exact squared gradient norm a
 average after each update, and the bound with the run's own eta, T (the largest staleness any
 update recorded), C, H, N and K. The staleness is set by the pipeline's micro-batches in flight
 (training.max_in_flight = T + 1). Nothing here is fitted: the bound is the code's formula
-(core/theory/bound.h) with no slack, and every run's constants come from the problem.
+(theory/bound.h) with no slack, and every run's constants come from the problem.
 
 Writes into papers/theory/: results.json, table.md and four figures:
   (a) claims_a.png    seed-averaged measured/bound for C in {1,2,4,8} x T in {1,2,4,8} x two step
@@ -253,7 +253,7 @@ def table(results):
     lines = ["# The convergence bound, measured", "",
              "`papers/theory/run.py` (a quadratic with L = 1, sigma^2 = 1 unless said, d = 16 in 4 blocks, "
              "two stages per cluster; `ravnest sim`, then `ravnest theory`). The bound is "
-             "core/theory/bound.h's formula (docs/theory.md) with no slack.", ""]
+             "theory/bound.h's formula (docs/theory.md) with no slack.", ""]
     if a:
         lines += [f"## (a) measured / bound, {a['runs']} runs (10 seeds per row)", "",
                   "| C | T set | T measured | eta | of the largest | measured | bound | measured / bound | worst seed |",

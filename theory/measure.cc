@@ -1,4 +1,4 @@
-#include "core/theory/measure.h"
+#include "theory/measure.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -16,7 +16,7 @@
 #include "core/plan.h"
 #include "core/problem/problem.h"
 #include "core/scenario/scenario.h"
-#include "core/theory/estimate.h"
+#include "theory/estimate.h"
 
 namespace fs = std::filesystem;
 
@@ -32,10 +32,6 @@ nlohmann::json read_json(const fs::path& p) {
     throw InputError(p.string() + ": not JSON: " + e.what());
   }
 }
-
-}  // namespace
-
-namespace {
 
 // The run's own inputs of the bound (all but L, sigma² and Δ), from plan.json and metrics.csv.
 struct RunInputs {

@@ -1,4 +1,4 @@
-#include "core/theory/estimate.h"
+#include "theory/estimate.h"
 
 #include <cmath>
 #include <string>

@@ -27,8 +27,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/theory/bound.h"
-#include "core/theory/estimate.h"
+#include "theory/bound.h"
+#include "theory/estimate.h"
 
 namespace rv {
 

@@ -1,4 +1,4 @@
-#include "core/theory/bound.h"
+#include "theory/bound.h"
 
 #include <cmath>
 
