@@ -317,8 +317,9 @@ def theory_lines(runs):
              "The exact squared gradient norm at the clusters' average after each update, averaged over "
              "the run's K updates, beside the bound of docs/theory.md with the run's own eta, T, C, H "
              "and N (`ravnest theory`). For a neural network, whose L, sigma^2 and f* are unknown, they "
-             "are estimated at w_0 and the measured side is each update's stochastic gradient norm less "
-             "its expected noise: a shape to compare with, never a guarantee.", ""]
+             "are estimated along a plain-SGD replay of the run and the measured side is each update's "
+             "stochastic gradient norm less its expected noise: a shape to compare with, never a "
+             "guarantee.", ""]
     for r in measured:
         lines.append(f"- {r.label}: {r.theory.get('verdict', '-')}")
     return lines + [""]

@@ -5,9 +5,10 @@
 // layers before make of the scenario's data (pooling and ReLU cost depends on the values: random
 // inputs of the CNN's first max-pool, batch 128, took 11.4 ms against 8.3 ms on its real input).
 // --evict-mib N writes N MiB before each span, so that the stage finds its weights out of the
-// caches, as it may in a pipeline (between two spans its node's transport and the other nodes run).
+// caches, as it may in a pipeline (between two spans its node's transport and the other nodes run);
+// --sleep-us N sleeps that long before each span, as a stage waits for its next message.
 //
-//   bench_stage_compute --scenario FILE [--micro-batches 60] [--evict-mib 0] [--out FILE]
+//   bench_stage_compute --scenario FILE [--micro-batches 60] [--evict-mib 0] [--sleep-us 0] [--out FILE]
 #include <ATen/ATen.h>
 #include <CLI/CLI.hpp>
 #include <c10/core/GradMode.h>

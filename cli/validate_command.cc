@@ -139,10 +139,7 @@ int cmd_validate(const CommonOptions& o, const std::string& self_exe, const std:
       const std::vector<double> demand = spans.demand(choice.share);
       const double next = redilation(demand, k);
       if (dilation > 0 || attempt > 0 || next == k) break;
-      const double over = demand.empty() ? 0.0
-                                         : static_cast<double>(std::count_if(demand.begin(), demand.end(), [](double d) {
-                                             return d > 1 + kLateTolerance;
-                                           })) / static_cast<double>(demand.size());
+      const double over = over_share(demand);
       if (next > kMaxDilation) {
         notes.push_back(fmt::format("at dilation {:g} the host's work of {:.1f}% of the real run's compute spans did not "
                                     "fit their share of a core; keeping up would need {:g}, above the limit of {:g}",

@@ -78,11 +78,14 @@ DilationChoice choose_dilation(std::vector<NodeDemand> nodes, double cores, doub
   return c;
 }
 
+double over_share(const std::vector<double>& demand) {
+  if (demand.empty()) return 0;
+  const auto over = std::count_if(demand.begin(), demand.end(), [](double d) { return d > 1 + kLateTolerance; });
+  return static_cast<double>(over) / static_cast<double>(demand.size());
+}
+
 double redilation(const std::vector<double>& demand, double k) {
-  if (demand.empty()) return k;
-  size_t over = 0;
-  for (double d : demand) over += d > 1 + kLateTolerance ? 1 : 0;
-  if (static_cast<double>(over) <= kLateTolerance * static_cast<double>(demand.size())) return k;
+  if (over_share(demand) <= kLateTolerance) return k;
   std::vector<double> sorted = demand;
   std::sort(sorted.begin(), sorted.end());
   const auto at = static_cast<size_t>(std::floor((1 - kLateTolerance) * static_cast<double>(sorted.size() - 1)));

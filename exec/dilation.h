@@ -66,6 +66,8 @@ DilationChoice choose_dilation(std::vector<NodeDemand> nodes, double cores, doub
 // can also be late with its work within its share: its wait for the modeled time woke late, which
 // no dilation mends (validate reports those apart).
 double redilation(const std::vector<double>& demand, double k);
+// The share of `demand` above 1 + kLateTolerance: spans whose maths did not fit (0 for none).
+double over_share(const std::vector<double>& demand);
 
 // Measures every working node's stage on this host (each distinct layer range once, with the
 // LibTorch threads a real run gives a node, on random inputs) and fills host_s and modeled_s.

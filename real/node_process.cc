@@ -14,6 +14,7 @@
 #include <iterator>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <thread>
 
 #include <ATen/ATen.h>
@@ -65,60 +66,26 @@ Bytes peak_rss_bytes() {
   return static_cast<Bytes>(u.ru_maxrss) * 1024;  // Linux: KiB
 }
 
-std::string temp_csv_path(int rank) {
-  return (fs::temp_directory_path() /
-          ("ravnest-events-" + std::to_string(getpid()) + "-" + std::to_string(rank) + ".csv"))
-      .string();
-}
-
 // Events <-> metrics.csv text and params.csv text (the formats rank 0 writes anyway): the one
 // message carries both, the params after a line of their own.
 constexpr const char* kParamsMark = "#params\n";
 
-std::string file_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::error_code ec;
-  fs::remove(path, ec);
+std::string events_to_text(const std::vector<Event>& events) {
+  std::string text = events_csv(events);
+  if (std::any_of(events.begin(), events.end(), [](const Event& e) { return e.kind == EventKind::kParams; }))
+    text += kParamsMark + params_csv(events);
   return text;
 }
 
-std::string events_to_text(const std::vector<Event>& events, int rank) {
-  const std::string path = temp_csv_path(rank);
-  write_events_csv(path, events);
-  std::string text = file_text(path);
-  if (std::any_of(events.begin(), events.end(), [](const Event& e) { return e.kind == EventKind::kParams; })) {
-    write_params_csv(path, events);
-    text += kParamsMark + file_text(path);
-  }
-  return text;
-}
-
-std::vector<Event> events_from_text(const std::string& text, int rank, int from) {
-  const std::string path = temp_csv_path(rank) + "." + std::to_string(from);
+std::vector<Event> events_from_text(const std::string& text, int from) {
   const size_t mark = text.find(std::string("\n") + kParamsMark);
-  auto read = [&](const std::string& part, bool params) {
-    {
-      std::ofstream out(path, std::ios::binary);
-      out.write(part.data(), static_cast<std::streamsize>(part.size()));
-      if (!out) throw Error(path + ": cannot write");
-    }
-    std::vector<Event> events;
-    try {
-      events = params ? read_params_csv(path) : read_events_csv(path);
-    } catch (const InputError& e) {
-      std::error_code ec;
-      fs::remove(path, ec);
-      throw InputError("events from rank " + std::to_string(from) + ": " + e.what());
-    }
-    std::error_code ec;
-    fs::remove(path, ec);
-    return events;
-  };
-  if (mark == std::string::npos) return read(text, false);
-  std::vector<Event> events = read(text.substr(0, mark + 1), false);
-  std::vector<Event> params = read(text.substr(mark + 1 + std::string(kParamsMark).size()), true);
-  events.insert(events.end(), std::make_move_iterator(params.begin()), std::make_move_iterator(params.end()));
+  const std::string where = "events from rank " + std::to_string(from);
+  std::istringstream metrics(mark == std::string::npos ? text : text.substr(0, mark + 1));
+  std::vector<Event> events = parse_events_csv(metrics, where + ": metrics.csv");
+  if (mark == std::string::npos) return events;
+  std::istringstream params(text.substr(mark + 1 + std::string(kParamsMark).size()));
+  std::vector<Event> values = parse_params_csv(params, where + ": params.csv");
+  events.insert(events.end(), std::make_move_iterator(values.begin()), std::make_move_iterator(values.end()));
   return events;
 }
 
@@ -252,7 +219,7 @@ int run(const NodeProcessOptions& options) {
   log.record(mem);
 
   if (rank != 0) {
-    transport.send(0, bytes_message(kEventsId, events_to_text(log.events(), rank)));
+    transport.send(0, bytes_message(kEventsId, events_to_text(log.events())));
     transport.flush();
     wait_control(transport, kDoneId);
     transport.close();
@@ -262,7 +229,7 @@ int run(const NodeProcessOptions& options) {
   std::vector<Event> events = log.events();
   for (int k = 1; k < world; ++k) {
     const Message m = wait_control(transport, kEventsId);
-    std::vector<Event> theirs = events_from_text(message_bytes(m), rank, m.src);
+    std::vector<Event> theirs = events_from_text(message_bytes(m), m.src);
     events.insert(events.end(), theirs.begin(), theirs.end());
   }
   const Seconds wall = clock.now();

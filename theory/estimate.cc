@@ -83,21 +83,22 @@ EstimatePoint estimate_at(const Probe& probe, const at::Tensor& w, int64_t updat
                           const EstimateOptions& o, uint64_t seed) {
   EstimatePoint e;
   e.update = update;
-  // sigma² and the loss.
-  std::vector<at::Tensor> g;
-  double loss_sum = 0;
-  for (size_t i = 0; i < static_cast<size_t>(o.micro_batches); ++i) {
+  // sigma² and the loss, streamed (one gradient alive at a time): sum_i ||g_i - mean||² =
+  // sum_i ||g_i||² - M ||mean||², in double.
+  const auto m = static_cast<size_t>(o.micro_batches);
+  at::Tensor sum;
+  double squares = 0, loss_sum = 0;
+  for (size_t i = 0; i < m; ++i) {
     double loss = 0;
-    g.push_back(probe.gradient(w, i, &loss));
+    const at::Tensor g = probe.gradient(w, i, &loss);
+    squares += g.square().sum().item<double>();
+    sum = sum.defined() ? sum + g : g;
     loss_sum += loss;
   }
-  at::Tensor mean = at::zeros_like(g.front());
-  for (const at::Tensor& gi : g) mean += gi;
-  mean /= static_cast<double>(g.size());
-  double spread = 0;
-  for (const at::Tensor& gi : g) spread += (gi - mean).pow(2).sum().item<double>();
-  e.sigma2 = static_cast<double>(batch) * spread / static_cast<double>(g.size() - 1);
-  e.loss = loss_sum / static_cast<double>(g.size());
+  const double n = static_cast<double>(m);
+  const double spread = std::max(0.0, squares - sum.square().sum().item<double>() / n);
+  e.sigma2 = static_cast<double>(batch) * spread / (n - 1);
+  e.loss = loss_sum / n;
 
   // The Hessian's eigenvalue of largest magnitude: power iteration, H v by central differences
   // with a step of 1e-3 of max(1, ||w||) (float32 gradients: small enough to stay local, large

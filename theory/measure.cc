@@ -33,6 +33,8 @@ nlohmann::json read_json(const fs::path& p) {
   }
 }
 
+using StageKey = std::pair<int, int>;  // (cluster, stage)
+
 // The run's own inputs of the bound (all but L, sigma² and Δ), from plan.json and metrics.csv.
 struct RunInputs {
   Scenario scenario;
@@ -76,8 +78,8 @@ RunInputs read_run(const std::string& run) {
 }
 
 // Each cluster's stages: where their parameters sit in the whole model's flat parameters.
-std::map<std::pair<int, int>, int64_t> stage_offsets(const RunInputs& r) {
-  std::map<std::pair<int, int>, int64_t> offset;  // (cluster, stage) -> first parameter
+std::map<StageKey, int64_t> stage_offsets(const RunInputs& r) {
+  std::map<StageKey, int64_t> offset;  // (cluster, stage) -> first parameter
   for (size_t c = 0; c < r.plan.clusters.size(); ++c)
     for (size_t st = 0; st < r.plan.clusters[c].stages.size(); ++st)
       offset[{static_cast<int>(c), static_cast<int>(st)}] =
@@ -118,6 +120,36 @@ void push_point(TheoryMeasure& m, double g2, double* total) {
   m.bound_at.push_back(convergence_bound(at).value);
 }
 
+// Per (cluster, stage), what each of its updates recorded, in update order; and the updates every
+// stage of every cluster made. rv::InputError naming `file` where a node's updates are out of order
+// or a stage made none.
+template <typename T>
+struct PerUpdate {
+  std::map<StageKey, std::vector<T>> of;
+  int64_t updates = 0;
+};
+
+template <typename T>
+void append_update(PerUpdate<T>& p, const Event& e, T value, const std::string& file) {
+  auto& list = p.of[{e.cluster, e.stage}];
+  if (e.step != static_cast<int64_t>(list.size()) + 1)
+    throw InputError(file + ": node " + std::to_string(e.node) + "'s update " + std::to_string(e.step) +
+                     " follows update " + std::to_string(list.size()));
+  list.push_back(std::move(value));
+}
+
+template <typename T>
+void count_updates(PerUpdate<T>& p, const std::map<StageKey, int64_t>& offset, const std::string& file) {
+  int64_t updates = -1;
+  for (const auto& [key, o] : offset) {
+    auto it = p.of.find(key);
+    const int64_t n = it == p.of.end() ? 0 : static_cast<int64_t>(it->second.size());
+    updates = updates < 0 ? n : std::min(updates, n);
+  }
+  if (updates < 1) throw InputError(file + ": a stage made no update");
+  p.updates = updates;
+}
+
 // A problem with known constants: the exact gradient norm at the clusters' average, from params.csv.
 TheoryMeasure measure_problem(const std::string& run, RunInputs r) {
   const fs::path dir(run);
@@ -131,21 +163,11 @@ TheoryMeasure measure_problem(const std::string& run, RunInputs r) {
   const auto offset = stage_offsets(r);
 
   // The parameters after each update, by (cluster, stage), in update order.
-  std::map<std::pair<int, int>, std::vector<std::vector<float>>> after;
-  for (Event& e : read_params_csv((dir / "params.csv").string())) {
-    auto& list = after[{e.cluster, e.stage}];
-    if (e.step != static_cast<int64_t>(list.size()) + 1)
-      throw InputError(run + "/params.csv: node " + std::to_string(e.node) + "'s update " + std::to_string(e.step) +
-                       " follows update " + std::to_string(list.size()));
-    list.push_back(std::move(e.values));
-  }
-  int64_t updates = -1;
-  for (const auto& [key, o] : offset) {
-    auto it = after.find(key);
-    const int64_t n = it == after.end() ? 0 : static_cast<int64_t>(it->second.size());
-    updates = updates < 0 ? n : std::min(updates, n);
-  }
-  if (updates < 1) throw InputError(run + "/params.csv: a stage made no update");
+  const std::string file = run + "/params.csv";
+  PerUpdate<std::vector<float>> after;
+  for (Event& e : read_params_csv((dir / "params.csv").string())) append_update(after, e, std::move(e.values), file);
+  count_updates(after, offset, file);
+  const int64_t updates = after.updates;
 
   TheoryMeasure m;
   m.run = run;
@@ -164,7 +186,7 @@ TheoryMeasure measure_problem(const std::string& run, RunInputs r) {
     Eigen::VectorXd w = Eigen::VectorXd::Zero(dim);
     if (k > 0)
       for (const auto& [key, o] : offset) {
-        const std::vector<float>& v = after.at(key)[static_cast<size_t>(k - 1)];
+        const std::vector<float>& v = after.of.at(key)[static_cast<size_t>(k - 1)];
         if (o + static_cast<int64_t>(v.size()) > dim)
           throw InputError(run + "/params.csv: a stage's parameters run past the problem's dimension");
         for (size_t i = 0; i < v.size(); ++i) w(o + static_cast<int64_t>(i)) += static_cast<double>(v[i]) / clusters;
@@ -176,30 +198,22 @@ TheoryMeasure measure_problem(const std::string& run, RunInputs r) {
   return m;
 }
 
-// A model with unknown constants: estimates at w_0 (estimate.h), and the squared norm of each
+// A model with unknown constants: estimates along a replay (estimate.h), and the squared norm of each
 // update's applied gradient (metrics.csv grad_norm2) less its expected noise.
 TheoryMeasure measure_network(const std::string& run, RunInputs r) {
   const Scenario& s = r.scenario;
   const auto offset = stage_offsets(r);
-  std::map<std::pair<int, int>, std::vector<double>> norms;  // (cluster, stage) -> per update
+  const std::string file = run + "/metrics.csv";
+  PerUpdate<double> norms;  // (cluster, stage) -> per update
   for (const Event& e : r.events)
     if (e.kind == EventKind::kUpdate && e.step >= 1) {
       if (std::isnan(e.grad_norm2))
-        throw InputError(run + "/metrics.csv: its updates carry no grad_norm2 (a timing-mode run, or a run made "
+        throw InputError(file + ": its updates carry no grad_norm2 (a timing-mode run, or a run made "
                          "before ravnest recorded it); run it in numeric mode");
-      auto& list = norms[{e.cluster, e.stage}];
-      if (e.step != static_cast<int64_t>(list.size()) + 1)
-        throw InputError(run + "/metrics.csv: node " + std::to_string(e.node) + "'s update " +
-                         std::to_string(e.step) + " follows update " + std::to_string(list.size()));
-      list.push_back(e.grad_norm2);
+      append_update(norms, e, e.grad_norm2, file);
     }
-  int64_t updates = -1;
-  for (const auto& [key, o] : offset) {
-    auto it = norms.find(key);
-    const int64_t n = it == norms.end() ? 0 : static_cast<int64_t>(it->second.size());
-    updates = updates < 0 ? n : std::min(updates, n);
-  }
-  if (updates < 1) throw InputError(run + "/metrics.csv: a stage made no update");
+  count_updates(norms, offset, file);
+  const int64_t updates = norms.updates;
 
   const Dataset data = load_dataset(s.data, s.seed);
   EstimateOptions options;
@@ -236,7 +250,7 @@ TheoryMeasure measure_network(const std::string& run, RunInputs r) {
   double total = 0, removed = 0;
   for (int64_t k = 0; k < updates; ++k) {
     double sum = 0;
-    for (const auto& [key, o] : offset) sum += norms.at(key)[static_cast<size_t>(k)] / clusters;
+    for (const auto& [key, o] : offset) sum += norms.of.at(key)[static_cast<size_t>(k)] / clusters;
     const double noise = sigma2_at(k) / (static_cast<double>(r.in.batch) * replicas);
     removed += noise;
     push_point(m, sum - noise, &total);

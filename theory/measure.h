@@ -13,12 +13,13 @@
 // the step-size condition, is flagged, and its bound is drawn for comparison only.
 //
 // A run of any other model (a neural network, whose constants are unknown) is measured with
-// estimates instead (estimate.h: L as the Hessian's largest eigenvalue at w_0, sigma² from the
-// spread of micro-batch gradients at w_0, Δ = f(w_0)), and its measured side is each update's
-// applied stochastic gradient (metrics.csv grad_norm2, summed over a cluster's stages, averaged over
-// the clusters) less the noise it carries on average (sigma² / N, sigma² at update k interpolated
-// between the estimate's checkpoints): an estimate of ||grad f||² at
-// the clusters' weights. Such a measure is labelled an estimate and never "applies".
+// estimates instead (estimate.h, the largest over checkpoints of a plain-SGD replay of the run: L
+// as the Hessian's largest |eigenvalue|, sigma² from the spread of micro-batch gradients; Δ =
+// f(w_0)), and its measured side is each update's applied stochastic gradient (metrics.csv
+// grad_norm2, summed over a cluster's stages, averaged over the clusters) less the noise it carries
+// on average (sigma² / N, sigma² at update k interpolated between the estimate's checkpoints): an
+// estimate of ||grad f||² at the clusters' weights. Such a measure is labelled an estimate and
+// never "applies".
 #pragma once
 
 #include <cstdint>

@@ -194,9 +194,11 @@ Dataset load_dataset(const DataSpec& spec, uint64_t seed) {
     const int64_t dim = spec.features;
     at::Tensor x = at::zeros({1, dim, dim + 1}, at::kFloat);
     at::Tensor b = at::empty({dim}, at::kFloat);
+    float* xp = x.data_ptr<float>();  // through the pointer: one indexing op per element is slow
+    float* bp = b.data_ptr<float>();
     for (int64_t r = 0; r < dim; ++r) {
-      for (int64_t c = 0; c < dim; ++c) x[0][r][c] = p.a(r, c);
-      b[r] = p.b(r);
+      for (int64_t c = 0; c < dim; ++c) xp[r * (dim + 1) + c] = static_cast<float>(p.a(r, c));
+      bp[r] = static_cast<float>(p.b(r));
     }
     auto gen = at::make_generator<at::CPUGeneratorImpl>(seed ^ 0x9AD2A71CULL);
     auto make = [&](int64_t n, at::Tensor& xs, at::Tensor& y) {

@@ -91,12 +91,12 @@ void Stage::update() {
 }
 
 double Stage::take_applied_norm2() {
-  double sum = 0;  // a stage without parameters applied a gradient of norm 0
+  // One pass over each gradient, one reduction and one read back (a single device sync); a stage
+  // without parameters applied a gradient of norm 0.
+  std::vector<at::Tensor> norms;
   for (const at::Tensor& g : applied_)
-    if (g.defined()) {
-      const double n = g.norm().item<double>();  // one pass, no copy
-      sum += n * n;
-    }
+    if (g.defined()) norms.push_back(g.norm().to(at::kDouble));
+  const double sum = norms.empty() ? 0.0 : at::stack(norms).square().sum().item<double>();
   const bool valid = applied_valid_;
   applied_.clear();
   applied_valid_ = false;

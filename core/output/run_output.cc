@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -76,7 +77,39 @@ std::string new_run_path(const Scenario& s, const std::string& executor) {
   return p.string();
 }
 
-void write_events_csv(const std::string& path, const std::vector<Event>& events) {
+namespace {
+
+// The rows of a CSV text with `header` first: `row(line)` for each non-empty line after it, and
+// any std::logic_error it throws (std::stoi and the like) as rv::InputError naming `where` and the
+// line.
+void for_each_row(std::istream& in, const std::string& where, const char* header, const char* what,
+                  const std::function<void(const std::string&, int)>& row) {
+  std::string line;
+  std::getline(in, line);
+  if (line != header) throw InputError(where + ":1: not a " + what + " header");
+  int line_no = 1;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.empty()) continue;
+    try {
+      row(line, line_no);
+    } catch (const std::logic_error& ex) {
+      throw InputError(where + ":" + std::to_string(line_no) + ": bad field: " + ex.what());
+    }
+  }
+}
+
+std::ifstream open_csv(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(path + ": cannot open");
+  return in;
+}
+
+constexpr const char* kParamsHeader = "node,cluster,stage,step,time_s,values";
+
+}  // namespace
+
+std::string events_csv(const std::vector<Event>& events) {
   std::ostringstream os;
   os << kCsvHeader << "\n";
   for (const Event& e : events) {
@@ -86,58 +119,44 @@ void write_events_csv(const std::string& path, const std::vector<Event>& events)
        << num(e.loss) << ',' << num(e.accuracy) << ',' << e.staleness << ',' << e.bytes << ','
        << e.peer << ',' << e.samples << ',' << num(e.cpu) << ',' << num(e.grad_norm2) << "\n";
   }
-  write_file(path, os.str());
+  return os.str();
 }
 
-std::vector<Event> read_events_csv(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError(path + ": cannot open");
-  std::string line;
-  std::getline(in, line);
-  if (line != kCsvHeader) throw InputError(path + ":1: not a metrics.csv header");
+std::vector<Event> parse_events_csv(std::istream& in, const std::string& where) {
   std::map<std::string, EventKind> kinds;
   for (int k = 1; k <= 12; ++k) kinds[to_string(static_cast<EventKind>(k))] = static_cast<EventKind>(k);
   std::vector<Event> out;
-  int line_no = 1;
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (line.empty()) continue;
+  for_each_row(in, where, kCsvHeader, "metrics.csv", [&](const std::string& line, int line_no) {
     std::vector<std::string> f;
     std::stringstream ss(line);
     for (std::string c; std::getline(ss, c, ',');) f.push_back(c);
-    if (!line.empty() && line.back() == ',') f.push_back("");
-    if (f.size() != 16) throw InputError(path + ":" + std::to_string(line_no) + ": expected 16 fields");
-    try {
-      Event e;
-      auto k = kinds.find(f[0]);
-      if (k == kinds.end()) throw InputError("unknown event kind '" + f[0] + "'");
-      e.kind = k->second;
-      e.node = std::stoi(f[1]);
-      e.cluster = std::stoi(f[2]);
-      e.stage = std::stoi(f[3]);
-      e.step = std::stoll(f[4]);
-      e.micro_batch = std::stoll(f[5]);
-      e.start = std::stod(f[6]);
-      e.end = std::stod(f[7]);
-      e.loss = f[8].empty() ? kNaN : std::stod(f[8]);
-      e.accuracy = f[9].empty() ? kNaN : std::stod(f[9]);
-      e.staleness = std::stoll(f[10]);
-      e.bytes = std::stoll(f[11]);
-      e.peer = std::stoi(f[12]);
-      e.samples = std::stoll(f[13]);
-      e.cpu = f[14].empty() ? kNaN : std::stod(f[14]);
-      e.grad_norm2 = f[15].empty() ? kNaN : std::stod(f[15]);
-      out.push_back(e);
-    } catch (const std::logic_error& ex) {
-      throw InputError(path + ":" + std::to_string(line_no) + ": bad field: " + ex.what());
-    }
-  }
+    if (line.back() == ',') f.push_back("");
+    if (f.size() != 16) throw InputError(where + ":" + std::to_string(line_no) + ": expected 16 fields");
+    Event e;
+    auto k = kinds.find(f[0]);
+    if (k == kinds.end()) throw InputError("unknown event kind '" + f[0] + "'");
+    e.kind = k->second;
+    e.node = std::stoi(f[1]);
+    e.cluster = std::stoi(f[2]);
+    e.stage = std::stoi(f[3]);
+    e.step = std::stoll(f[4]);
+    e.micro_batch = std::stoll(f[5]);
+    e.start = std::stod(f[6]);
+    e.end = std::stod(f[7]);
+    e.loss = f[8].empty() ? kNaN : std::stod(f[8]);
+    e.accuracy = f[9].empty() ? kNaN : std::stod(f[9]);
+    e.staleness = std::stoll(f[10]);
+    e.bytes = std::stoll(f[11]);
+    e.peer = std::stoi(f[12]);
+    e.samples = std::stoll(f[13]);
+    e.cpu = f[14].empty() ? kNaN : std::stod(f[14]);
+    e.grad_norm2 = f[15].empty() ? kNaN : std::stod(f[15]);
+    out.push_back(e);
+  });
   return out;
 }
 
-constexpr const char* kParamsHeader = "node,cluster,stage,step,time_s,values";
-
-void write_params_csv(const std::string& path, const std::vector<Event>& events) {
+std::string params_csv(const std::vector<Event>& events) {
   std::ostringstream os;
   os << kParamsHeader << "\n";
   char buf[32];
@@ -150,42 +169,48 @@ void write_params_csv(const std::string& path, const std::vector<Event>& events)
     }
     os << "\n";
   }
-  write_file(path, os.str());
+  return os.str();
 }
 
-std::vector<Event> read_params_csv(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError(path + ": cannot open");
-  std::string line;
-  std::getline(in, line);
-  if (line != kParamsHeader) throw InputError(path + ":1: not a params.csv header");
+std::vector<Event> parse_params_csv(std::istream& in, const std::string& where) {
   std::vector<Event> out;
-  int line_no = 1;
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (line.empty()) continue;
+  for_each_row(in, where, kParamsHeader, "params.csv", [&](const std::string& line, int line_no) {
     std::vector<std::string> f;
     std::stringstream ss(line);
     for (std::string c; f.size() < 5 && std::getline(ss, c, ',');) f.push_back(c);
     std::string rest;
     std::getline(ss, rest);
-    if (f.size() != 5) throw InputError(path + ":" + std::to_string(line_no) + ": expected 6 fields");
-    try {
-      Event e;
-      e.kind = EventKind::kParams;
-      e.node = std::stoi(f[0]);
-      e.cluster = std::stoi(f[1]);
-      e.stage = std::stoi(f[2]);
-      e.step = std::stoll(f[3]);
-      e.start = e.end = std::stod(f[4]);
-      std::istringstream vs(rest);
-      for (std::string v; vs >> v;) e.values.push_back(std::stof(v));
-      out.push_back(std::move(e));
-    } catch (const std::logic_error& ex) {
-      throw InputError(path + ":" + std::to_string(line_no) + ": bad field: " + ex.what());
-    }
-  }
+    if (f.size() != 5) throw InputError(where + ":" + std::to_string(line_no) + ": expected 6 fields");
+    Event e;
+    e.kind = EventKind::kParams;
+    e.node = std::stoi(f[0]);
+    e.cluster = std::stoi(f[1]);
+    e.stage = std::stoi(f[2]);
+    e.step = std::stoll(f[3]);
+    e.start = e.end = std::stod(f[4]);
+    std::istringstream vs(rest);
+    for (std::string v; vs >> v;) e.values.push_back(std::stof(v));
+    out.push_back(std::move(e));
+  });
   return out;
+}
+
+void write_events_csv(const std::string& path, const std::vector<Event>& events) {
+  write_file(path, events_csv(events));
+}
+
+std::vector<Event> read_events_csv(const std::string& path) {
+  std::ifstream in = open_csv(path);
+  return parse_events_csv(in, path);
+}
+
+void write_params_csv(const std::string& path, const std::vector<Event>& events) {
+  write_file(path, params_csv(events));
+}
+
+std::vector<Event> read_params_csv(const std::string& path) {
+  std::ifstream in = open_csv(path);
+  return parse_params_csv(in, path);
 }
 
 SteadyWindow steady_window(std::vector<Seconds> completions) {

@@ -20,6 +20,7 @@
 // renames it into place at the end, so a failed run leaves no half-written run folder.
 #pragma once
 
+#include <iosfwd>
 #include <string>
 #include <vector>
 
@@ -64,9 +65,13 @@ std::string write_run_folder(const std::string& path, const Scenario& s, const P
                              const ModelDesc& model, const std::vector<Event>& events,
                              const RunInfo& info);
 
-// metrics.csv, as used between a node process and the launcher.
-// metrics.csv (every event but kParams) and params.csv (the kParams events); the readers throw
-// rv::InputError naming the file and line of what is wrong.
+// metrics.csv (every event but kParams) and params.csv (the kParams events), as text and as files
+// (a node process sends the launcher the text); the parsers throw rv::InputError naming `where`
+// (the readers: the file) and the line of what is wrong.
+std::string events_csv(const std::vector<Event>& events);
+std::vector<Event> parse_events_csv(std::istream& in, const std::string& where);
+std::string params_csv(const std::vector<Event>& events);
+std::vector<Event> parse_params_csv(std::istream& in, const std::string& where);
 void write_events_csv(const std::string& path, const std::vector<Event>& events);
 std::vector<Event> read_events_csv(const std::string& path);
 void write_params_csv(const std::string& path, const std::vector<Event>& events);
