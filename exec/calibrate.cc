@@ -1,10 +1,13 @@
 #include "exec/calibrate.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <sstream>
 #include <thread>
 
@@ -87,53 +90,106 @@ std::pair<CalibrationSample, CalibrationSample> describe(const LayerCase& c) {
           {Pass::kBackward, c.kind, c.label, gemm ? 2 * ops : ops, gemm ? 2 * flops : flops, bytes, 0, c.fixed_cost}};
 }
 
-// Times a layer's forward (autograd recording) and backward (to the weights and the input) and
-// adds both samples.
-void time_layer(const LayerCase& c, Seconds budget, std::vector<CalibrationSample>& out) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(1);
-  std::vector<at::Tensor> params = c.layer->init_params(gen);
-  std::vector<at::Tensor> buffers = c.layer->init_buffers();
-  // As in a stage, every call's input and incoming gradient are fresh tensors (just written by
-  // the layer before), not the same warm buffers again: that costs elementwise kinds up to 3x.
-  // Pooling follows a ReLU in a network: half its inputs are zeros, which its comparisons notice.
-  const at::Tensor source = c.kind == OpKind::kPool ? at::relu(at::randn(c.input)) : at::randn(c.input);
-  at::Tensor x, y, g;
-  ForwardContext ctx;
-  ctx.train = true;
-  ctx.update_buffers = true;
-  ctx.dropout_seed = 1;
-  // And, as in a stage, a call's outputs stay alive a while (a stage keeps them for the backward),
-  // so the next call writes to other memory rather than to the same warm block again.
-  std::vector<at::Tensor> kept(4);
-  size_t next = 0;
-  auto keep = [&](const at::Tensor& t) { kept[next++ % kept.size()] = t; };
-  auto fresh_input = [&] { x = source.clone().requires_grad_(true); };
-  auto forward = [&] {
+// One case's layer, input and gradient, ready to run its forward (autograd recording) and its
+// backward (to the weights and the input) again and again.
+class LayerRun {
+ public:
+  explicit LayerRun(const LayerCase& c) : c_(c) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(1);
+    params_ = c.layer->init_params(gen);
+    buffers_ = c.layer->init_buffers();
+    // As in a stage, every call's input and incoming gradient are fresh tensors (just written by
+    // the layer before), not the same warm buffers again: that costs elementwise kinds up to 3x.
+    // Pooling follows a convolution and a ReLU in a network, and its comparisons notice the
+    // values: its input is image-like, a random field smooth over 4 pixels (bilinear from a
+    // quarter of the side), through a ReLU. (Independent random values cost it 40% more than a
+    // real network's activations; this stand-in was chosen before any comparison, not tuned.)
+    if (c.kind == OpKind::kPool) {
+      const int64_t h = c.input[2], w = c.input[3];
+      const at::Tensor coarse =
+          at::randn({c.input[0], c.input[1], std::max<int64_t>(1, h / 4), std::max<int64_t>(1, w / 4)});
+      source_ = at::relu(at::upsample_bilinear2d(coarse, {h, w}, false)).contiguous();
+    } else {
+      source_ = at::randn(c.input);
+    }
+    ctx_.train = true;
+    ctx_.update_buffers = true;
+    ctx_.dropout_seed = 1;
+    fresh_input();
+    forward();
+    gradient_ = at::randn_like(y_);
+  }
+  void fresh_input() { x_ = source_.clone().requires_grad_(true); }
+  void forward() {
     c10::AutoGradMode grad(true);
-    y = c.layer->forward(x, params.data(), buffers.empty() ? nullptr : buffers.data(), ctx);
-    keep(y);
-  };
-  fresh_input();
-  forward();
-  const at::Tensor gradient = at::randn_like(y);
-  const Seconds tf = median_time(fresh_input, forward, budget);
-  const Seconds tb = median_time(
-      [&] {
-        fresh_input();
-        forward();
-        g = gradient.clone();
-      },
-      [&] {
-        std::vector<at::Tensor> inputs = params;
-        inputs.push_back(x);
-        for (const at::Tensor& t : torch::autograd::grad({y}, inputs, {g})) keep(t);
-      },
-      budget);
+    y_ = c_.layer->forward(x_, params_.data(), buffers_.empty() ? nullptr : buffers_.data(), ctx_);
+    keep(y_);
+  }
+  void before_backward() {
+    fresh_input();
+    forward();
+    g_ = gradient_.clone();
+  }
+  void backward() {
+    std::vector<at::Tensor> inputs = params_;
+    inputs.push_back(x_);
+    for (const at::Tensor& t : torch::autograd::grad({y_}, inputs, {g_})) keep(t);
+  }
+
+ private:
+  // As in a stage, a call's outputs stay alive a while (a stage keeps them for the backward), so
+  // the next call writes to other memory rather than to the same warm block again.
+  void keep(const at::Tensor& t) { kept_[next_++ % kept_.size()] = t; }
+
+  const LayerCase& c_;
+  std::vector<at::Tensor> params_, buffers_;
+  at::Tensor source_, gradient_, x_, y_, g_;
+  ForwardContext ctx_;
+  std::array<at::Tensor, 4> kept_;
+  size_t next_ = 0;
+};
+
+// Times a layer's forward and backward, each over and over, and adds both samples.
+void time_layer(const LayerCase& c, Seconds budget, std::vector<CalibrationSample>& out) {
+  LayerRun run(c);
+  const Seconds tf = median_time([&] { run.fresh_input(); }, [&] { run.forward(); }, budget);
+  const Seconds tb = median_time([&] { run.before_backward(); }, [&] { run.backward(); }, budget);
   auto [f, b] = describe(c);
   f.time = tf;
   b.time = tb;
   out.push_back(f);
   out.push_back(b);
+}
+
+// Times the fixed-cost cases as a network runs its layers: one after the other, each call
+// between calls of the others, never the same operation twice in a row (whose code, dispatch
+// path and allocations a tight loop keeps warm: a third of what a layer costs in a network).
+// Adds each case's forward and backward samples, the median of `repeats` rounds.
+void time_chain(const std::vector<const LayerCase*>& cases, int repeats, std::vector<CalibrationSample>& out) {
+  std::vector<std::unique_ptr<LayerRun>> runs;
+  for (const LayerCase* c : cases) runs.push_back(std::make_unique<LayerRun>(*c));
+  std::vector<std::vector<Seconds>> tf(cases.size()), tb(cases.size());
+  for (int r = 0; r < repeats; ++r) {
+    for (size_t i = 0; i < runs.size(); ++i) {
+      runs[i]->fresh_input();
+      const Seconds a = now();
+      runs[i]->forward();
+      tf[i].push_back(now() - a);
+    }
+    for (size_t i = runs.size(); i-- > 0;) {  // backward in the reverse order, as a network's
+      runs[i]->before_backward();
+      const Seconds a = now();
+      runs[i]->backward();
+      tb[i].push_back(now() - a);
+    }
+  }
+  for (size_t i = 0; i < cases.size(); ++i) {
+    auto [f, b] = describe(*cases[i]);
+    f.time = median(tf[i]);
+    b.time = median(tb[i]);
+    out.push_back(f);
+    out.push_back(b);
+  }
 }
 
 std::vector<LayerCase> layer_cases(bool quick) {
@@ -221,6 +277,28 @@ class LoadProcesses {
   std::vector<pid_t> pids_;
 };
 
+// The largest cache of cpu0, as the kernel describes it (/sys/devices/system/cpu/cpu0/cache), or
+// as the C library reports it; 0 if neither knows.
+double last_level_cache_bytes() {
+  double best = 0;
+  for (int i = 0; i < 8; ++i) {
+    std::ifstream in("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/size");
+    std::string size;
+    if (!(in >> size) || size.empty()) continue;
+    double v = std::atof(size.c_str());
+    const char unit = size.back();
+    if (unit == 'K') v *= 1024;
+    if (unit == 'M') v *= 1048576;
+    best = std::max(best, v);
+  }
+  if (best > 0) return best;
+  for (int name : {_SC_LEVEL3_CACHE_SIZE, _SC_LEVEL2_CACHE_SIZE}) {
+    const long v = sysconf(name);
+    if (v > 0) return static_cast<double>(v);
+  }
+  return 0;
+}
+
 }  // namespace
 
 void calibration_load(const CalibrateOptions& options, int parent) {
@@ -265,20 +343,51 @@ Calibration calibrate(const CalibrateOptions& options) {
     p.peak_flops_per_s = peak;
   }
 
+  // The cold-memory term (work.h): the bandwidth of a read of 64 MiB (far beyond any cache here),
+  // with the other devices' load running, and this device's share of the last-level cache.
+  {
+    at::NoGradGuard no_grad;
+    const at::Tensor big = at::rand({int64_t{16} << 20});
+    const Seconds t = median_time([] {}, [&] { at::sum(big); }, budget);
+    p.memory_bytes_per_s = static_cast<double>(big.numel()) * kFloatBytes / t;
+    p.cache_bytes = last_level_cache_bytes() / options.share;
+  }
+
   // Rounds over the whole list, each case's time the median of its rounds: a host whose speed
   // drifts for seconds at a time (a shared machine, a VM) slows one round of a case, not all.
   const std::vector<LayerCase> cases = layer_cases(options.quick);
   const int rounds = options.quick ? 1 : 5;
   std::vector<std::vector<CalibrationSample>> by_round(static_cast<size_t>(rounds));
-  for (int r = 0; r < rounds; ++r)
+  std::vector<const LayerCase*> fixed;
+  for (const LayerCase& c : cases)
+    if (c.fixed_cost) fixed.push_back(&c);
+  std::vector<std::vector<CalibrationSample>> chain_by_round(static_cast<size_t>(rounds));
+  for (int r = 0; r < rounds; ++r) {
     for (const LayerCase& c : cases) time_layer(c, budget / rounds, by_round[static_cast<size_t>(r)]);
-  cal.samples = by_round[0];
-  for (size_t i = 0; i < cal.samples.size(); ++i) {
-    std::vector<double> t;
-    for (const auto& round : by_round) t.push_back(round[i].time);
-    cal.samples[i].time = median(t);
+    time_chain(fixed, options.quick ? 5 : 40, chain_by_round[static_cast<size_t>(r)]);
   }
+  auto median_of_rounds = [](const std::vector<std::vector<CalibrationSample>>& rounds_of) {
+    std::vector<CalibrationSample> out = rounds_of[0];
+    for (size_t i = 0; i < out.size(); ++i) {
+      std::vector<double> t;
+      for (const auto& round : rounds_of) t.push_back(round[i].time);
+      out[i].time = median(t);
+    }
+    return out;
+  };
+  cal.samples = median_of_rounds(by_round);
+  cal.network_fixed = median_of_rounds(chain_by_round);
+  // Efficiencies against the loops' own fixed costs (what a loop's time holds beyond its flops);
+  // then the fixed costs a network pays, per pass and kind.
   fit_profile(cal.samples, p);
+  cal.loops = p;
+  for (int q = 0; q < kPasses; ++q)
+    for (int k = 0; k < kOpKinds; ++k) {
+      std::vector<double> per_op;
+      for (const auto& s : cal.network_fixed)
+        if (s.pass == static_cast<Pass>(q) && s.kind == static_cast<OpKind>(k)) per_op.push_back(s.time / s.ops);
+      if (!per_op.empty()) p.of(static_cast<Pass>(q), static_cast<OpKind>(k)).overhead = median(per_op);
+    }
   return cal;
 }
 
@@ -446,6 +555,7 @@ Calibration calibrate_published(const PublishedOptions& options) {
   p.threads = 0;
   p.peak_flops_per_s = options.peak_flops_per_s;
   fit_profile(cal.samples, p);
+  cal.loops = p;
   return cal;
 }
 

@@ -46,7 +46,12 @@ struct CalibrationSample {
 
 struct Calibration {
   ComputeProfile profile;
-  std::vector<CalibrationSample> samples;
+  std::vector<CalibrationSample> samples;  // each case timed over and over (a loop)
+  // This host only: the fixed-cost cases timed as a network runs them, each between the others
+  // (time_chain in calibrate.cc); the profile's fixed costs are these, its efficiencies are
+  // against the loops' fixed costs.
+  std::vector<CalibrationSample> network_fixed;
+  ComputeProfile loops;  // fitted to the loops alone (a published profile: the same as profile)
 };
 
 Calibration calibrate(const CalibrateOptions& options);

@@ -508,6 +508,40 @@ TEST_CASE("calibrate writes this host's profile, which a device can then use", "
   const std::string profile = slurp(d / "host.toml");
   CHECK(profile.find("peak_tflops = ") != std::string::npos);
   CHECK(profile.find("threads = 1") != std::string::npos);
+  // Its fixed costs are the ones measured as a network runs its layers (each between the others),
+  // the median per pass and kind of the printed cases; its memory bandwidth and cache go together.
+  std::map<std::string, std::vector<double>> network;
+  {
+    std::istringstream out(cal.out);
+    for (std::string line; std::getline(out, line);) {
+      if (line.find("(fixed cost, in a network)") == std::string::npos) continue;
+      std::istringstream f(line);
+      std::string pass, kind, layer, dims;  // a case is named by its layer and its input's dimensions
+      double flops = 0, intensity = 0, us = 0;
+      f >> pass >> kind >> layer >> dims >> flops >> intensity >> us;
+      // Per operation: a backward of a matmul or a convolution is two (work.h: input and weights).
+      const bool two = pass == "backward" && (kind == "matmul" || kind == "conv");
+      network[pass + "." + kind].push_back(two ? us / 2 : us);
+    }
+  }
+  CHECK(network.size() == 10);
+  {
+    std::istringstream in(profile);
+    std::string pass;
+    int compared = 0;
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("[", 0) == 0) pass = line.substr(1, line.find(']') - 1);
+      const size_t eq = line.find(" = [");
+      if (pass.empty() || eq == std::string::npos) continue;
+      std::vector<double> v = network[pass + "." + line.substr(0, eq)];
+      REQUIRE(v.size() == 3);
+      std::sort(v.begin(), v.end());
+      CHECK(std::stod(line.substr(eq + 4)) == Approx(v[1]).epsilon(1e-3));
+      ++compared;
+    }
+    CHECK(compared == 10);
+  }
+  CHECK((profile.find("memory_gbps = ") != std::string::npos) == (profile.find("cache_mib = ") != std::string::npos));
   // A device described by it: the plan's stage times change, and a bad path is refused (exit 2).
   Result peak = ravnest({"plan", "s.toml"}, d);
   Result calibrated = ravnest({"plan", "s.toml", "--set", "devices.0.profile=\"host.toml\""}, d);

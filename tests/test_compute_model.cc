@@ -85,6 +85,45 @@ TEST_CASE("a device's time: a fixed cost per operation plus flops at its efficie
   CHECK(time_of(Work(), p) == 0);
 }
 
+TEST_CASE("cold memory: a span whose stage outgrows the cache reads its cold bytes at the bandwidth",
+          "[compute]") {
+  ComputeProfile p = example_profile();
+  Work w;
+  w.add(OpKind::kMatmul, Pass::kForward, 1e9, 1e7, 2);
+  const Seconds warm = time_of(w, p);
+  w.add_cold(4e6, 9e6);  // 4 MB to read once; the stage touches 9 MB between spans
+  CHECK(w.cold_bytes() == 4e6);
+  CHECK(w.resident_bytes() == 9e6);
+  CHECK(time_of(w, p) == warm);  // no bandwidth or cache in the profile: the term is off
+  p.memory_bytes_per_s = 2e9;
+  p.cache_bytes = 8e6;
+  CHECK(time_of(w, p) == Approx(warm + 4e6 / 2e9).epsilon(1e-12));
+  p.cache_bytes = 9e6;  // fits: nothing read cold
+  CHECK(time_of(w, p) == warm);
+  // Adding works sums the cold bytes and keeps the larger stage; scaling scales the reads.
+  Work v;
+  v.add_cold(1e6, 20e6);
+  v.add(w);
+  CHECK(v.cold_bytes() == 5e6);
+  CHECK(v.resident_bytes() == 20e6);
+  CHECK(v.scaled(3).cold_bytes() == 15e6);
+  CHECK(v.scaled(3).resident_bytes() == 20e6);
+  CHECK_THROWS_AS(v.add_cold(-1, 0), Error);
+  // The profile file carries both or neither.
+  const ComputeProfile q = parse_profile(profile_to_toml(p), "p.toml");
+  CHECK(q.memory_bytes_per_s == Approx(2e9).epsilon(1e-6));
+  CHECK(q.cache_bytes == Approx(9e6).epsilon(1e-6));
+  CHECK(profile_to_toml(example_profile()).find("memory_gbps") == std::string::npos);
+  for (const std::string& one : {std::string("memory_gbps = 3\n"), std::string("cache_mib = 3\n")}) {
+    try {
+      parse_profile(one + profile_to_toml(example_profile()), "p.toml");
+      FAIL("accepted " << one);
+    } catch (const InputError& e) {
+      CHECK(std::string(e.what()).find(one.find("memory") == 0 ? "cache_mib" : "memory_gbps") != std::string::npos);
+    }
+  }
+}
+
 TEST_CASE("a model's work: its layers' operations, the backward's gradients", "[compute]") {
   auto prep = test::prepare(R"(
 name = "w"
@@ -156,6 +195,19 @@ count = 1
   const StageWork middle = stage_work(m, 1, n - 1, tr, 16);
   CHECK(middle.forward.total_ops() == m.forward_work(1, n - 1, 16).total_ops());
   CHECK(middle.backward.total_ops() == m.backward_work(1, n - 1, 16).total_ops());
+  // Cold memory: the forward reads the weights, the backward writes their gradients (and reads
+  // them again where its input needs a gradient); the stage touches its weights, gradients, a
+  // fresh gradient, Adam's two moments, its buffers and a micro-batch's saved activations.
+  const double weights = kFloatBytes * static_cast<double>(m.params(0, n));
+  CHECK(sw.forward.cold_bytes() == weights);
+  CHECK(sw.backward.cold_bytes() == weights);
+  const double later = kFloatBytes * static_cast<double>(m.params(1, n - 1));
+  CHECK(middle.backward.cold_bytes() == 2 * later);
+  CHECK(sw.forward.resident_bytes() ==
+        Approx(5 * weights + kFloatBytes * (static_cast<double>(m.buffers(0, n)) + 16.0 * m.activation_elems(0, n)))
+            .epsilon(1e-12));
+  CHECK(sw.backward.resident_bytes() == sw.forward.resident_bytes());
+  CHECK(sw.update.cold_bytes() == 0);
 }
 
 TEST_CASE("profile files read back as written; bad ones name the key", "[compute]") {
@@ -288,6 +340,16 @@ TEST_CASE("devices.efficiency replaces the profile's efficiencies and keeps its 
   const ComputeProfile slow = dilated.scenario.devices[0].compute_profile();
   CHECK(slow.of(Pass::kBackward, OpKind::kConv).overhead ==
         Approx(3 * example_profile().of(Pass::kBackward, OpKind::kConv).overhead));
+  // The memory bandwidth keeps its ratio to the peak: the device's peak over the profile's, dilated.
+  ComputeProfile banded = example_profile();
+  banded.memory_bytes_per_s = 1e9;
+  banded.cache_bytes = 1e6;
+  const fs::path band_file = temp_file("band.toml", profile_to_toml(banded));
+  auto band = test::prepare(kOneNode, {"devices.0.profile=\"" + band_file.string() + "\"", "dilation=2"}, false);
+  const ComputeProfile b = band.scenario.devices[0].compute_profile();
+  CHECK(b.memory_bytes_per_s == Approx(1e9 * (0.2e12 / 2) / banded.peak_flops_per_s).epsilon(1e-9));
+  CHECK(b.cache_bytes == Approx(1e6).epsilon(1e-6));
+  fs::remove(band_file);
   CHECK(time_of(w.forward, slow) ==
         Approx(3 * time_of(w.forward, test::prepare(kOneNode, {"devices.0.profile=\"" + file.string() + "\""}, false)
                                           .scenario.devices[0]

@@ -36,6 +36,8 @@ Seconds time_of(const Work& work, const ComputeProfile& p) {
              work.flops(kind, pass, c) / (p.peak_flops_per_s * cost.efficiency[static_cast<size_t>(c)]);
       }
     }
+  if (p.memory_bytes_per_s > 0 && p.cache_bytes > 0 && work.resident_bytes() > p.cache_bytes)
+    t += work.cold_bytes() / p.memory_bytes_per_s;
   return t;
 }
 
@@ -53,8 +55,9 @@ ComputeProfile parse_profile(const std::string& text, const std::string& source)
   };
   for (const auto& [k, v] : root) {
     const std::string key(k.str());
-    if (key != "name" && key != "peak_tflops" && key != "threads" && key != "forward" && key != "backward")
-      fail(key, "unknown key (expected name, peak_tflops, threads, [forward], [backward])");
+    if (key != "name" && key != "peak_tflops" && key != "threads" && key != "memory_gbps" && key != "cache_mib" &&
+        key != "forward" && key != "backward")
+      fail(key, "unknown key (expected name, peak_tflops, threads, memory_gbps, cache_mib, [forward], [backward])");
   }
   ComputeProfile p;
   p.name = root["name"].value_or(std::string("profile"));
@@ -65,6 +68,14 @@ ComputeProfile parse_profile(const std::string& text, const std::string& source)
     const auto threads = root["threads"].value<int64_t>();
     if (!threads || *threads < 0 || *threads > 4096) fail("threads", "expected an integer in [0, 4096]");
     p.threads = static_cast<int>(*threads);
+  }
+  if (root.contains("memory_gbps") || root.contains("cache_mib")) {
+    const auto gbps = root["memory_gbps"].value<double>();
+    const auto mib = root["cache_mib"].value<double>();
+    if (!gbps || !(*gbps > 0) || *gbps > 1e6) fail("memory_gbps", "expected a number in (0, 1e6] (with cache_mib)");
+    if (!mib || !(*mib > 0) || *mib > 1e6) fail("cache_mib", "expected a number in (0, 1e6] (with memory_gbps)");
+    p.memory_bytes_per_s = *gbps * 1e9;
+    p.cache_bytes = *mib * 1048576.0;
   }
   for (int q = 0; q < kPasses; ++q) {
     const std::string pass = pass_name(static_cast<Pass>(q));
@@ -114,6 +125,10 @@ std::string profile_to_toml(const ComputeProfile& p, const std::string& comment)
   os << "name = \"" << name << "\"\n";
   os << "peak_tflops = " << number(p.peak_flops_per_s / kTflopsToFlopsPerSecond) << "\n";
   os << "threads = " << p.threads << "\n";
+  if (p.memory_bytes_per_s > 0 && p.cache_bytes > 0) {
+    os << "memory_gbps = " << number(p.memory_bytes_per_s / 1e9) << "\n";
+    os << "cache_mib = " << number(p.cache_bytes / 1048576.0) << "\n";
+  }
   for (int q = 0; q < kPasses; ++q) {
     os << "[" << pass_name(static_cast<Pass>(q)) << "]";
     if (q == 0)

@@ -11,6 +11,8 @@
 //   name = "host"
 //   peak_tflops = 0.073      # the best rate a large matmul achieved, 1e12 flop/s
 //   threads = 1              # LibTorch threads it was measured with
+//   memory_gbps = 12.0       # optional: memory read bandwidth, 1e9 B/s (the cold-memory term)
+//   cache_mib = 4            # optional: the cache the device has to itself, MiB
 //   [forward]    # per kind: fixed cost (us), then the efficiency of each operation class (work.h):
 //                # intensity < 4, < 8, < 16, < 32, < 64, >= 64 flop/B within 1 MiB; the same beyond
 //   matmul = [4.6, 0.41, 0.6, 0.88, 1.05, 1.1, 1.1, 0.41, 0.75, 0.8, 0.95, 1.1, 1.1]
@@ -43,6 +45,9 @@ struct ComputeProfile {
   std::string name = "peak";
   double peak_flops_per_s = 1e12;  // flop/s
   int threads = 0;                 // 0: not measured
+  // The cold-memory term (work.h): 0 in either turns it off.
+  double memory_bytes_per_s = 0;  // B/s
+  double cache_bytes = 0;         // B
   // By pass, then kind. The default (no fixed cost, every efficiency 1) is the peak-FLOPS model:
   // every flop at the device's peak.
   std::array<std::array<KindCost, kOpKinds>, kPasses> cost{};
@@ -53,7 +58,8 @@ struct ComputeProfile {
   KindCost& of(Pass p, OpKind k) { return cost[static_cast<size_t>(p)][static_cast<size_t>(k)]; }
 };
 
-// How long `work` takes on a device of `profile`, in seconds.
+// How long `work` takes on a device of `profile`, in seconds: its operations, plus its cold bytes
+// at the memory bandwidth where its resident bytes exceed the cache.
 Seconds time_of(const Work& work, const ComputeProfile& profile);
 
 // The profile file (above). read_profile throws rv::InputError naming the file, the key and what

@@ -1,5 +1,6 @@
 #include "core/compute/work.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "core/error.h"
@@ -56,11 +57,19 @@ void Work::add_elementwise(double elements, int reads, double count) {
   add(OpKind::kElementwise, Pass::kForward, elements, static_cast<double>(kFloatBytes) * elements * (reads + 1), count);
 }
 
+void Work::add_cold(double cold, double resident) {
+  RV_CHECK(cold >= 0 && resident >= 0, "work: negative cold or resident bytes");
+  cold_ += cold;
+  resident_ = std::max(resident_, resident);
+}
+
 void Work::add(const Work& other) {
   for (size_t i = 0; i < b_.size(); ++i) {
     b_[i].ops += other.b_[i].ops;
     b_[i].flops += other.b_[i].flops;
   }
+  cold_ += other.cold_;
+  resident_ = std::max(resident_, other.resident_);
 }
 
 Work Work::scaled(double factor) const {
@@ -70,6 +79,7 @@ Work Work::scaled(double factor) const {
     b.ops *= factor;
     b.flops *= factor;
   }
+  w.cold_ *= factor;
   return w;
 }
 

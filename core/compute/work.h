@@ -11,6 +11,12 @@
 // of the second's rate; an elementwise kernel over 4 MB runs at a third of its rate over 64 kB.
 // Small operations are slow through their fixed cost.
 //
+// Cold memory: the efficiencies are measured with an operation's tensors in the cache (the
+// calibration repeats it). A stage whose resident bytes (weights, gradients, optimizer state, one
+// micro-batch's saved activations) exceed the device's cache finds its weights gone from it at
+// every span (its own optimizer step and backward pushed them out): such a span also reads its
+// `cold` bytes once from memory, at the device's memory bandwidth (profile.h).
+//
 // Flop conventions (the calibration uses the same ones, so efficiencies are comparable):
 //   forward            the layer's flops (2 per multiply-add; 1 per element for elementwise kinds)
 //   backward, matmul and conv: the forward's flops per gradient computed (input, weights)
@@ -57,8 +63,15 @@ class Work {
   // Elementwise forward work over `elements` float32 values read `reads` times and written once
   // (an optimizer step, an averaging sum): one flop per element.
   void add_elementwise(double elements, int reads = 1, double count = 1);
-  void add(const Work& other);
-  Work scaled(double factor) const;  // `factor` times as many of every operation
+  // Bytes this work reads from memory once if `resident` bytes (what its stage keeps between
+  // spans) do not fit the device's cache. Adds to the cold bytes; the resident bytes are the
+  // largest given.
+  void add_cold(double cold, double resident);
+  void add(const Work& other);       // cold bytes add; resident bytes: the larger
+  Work scaled(double factor) const;  // `factor` times as many of every operation and cold bytes
+
+  double cold_bytes() const { return cold_; }
+  double resident_bytes() const { return resident_; }
 
   double ops(OpKind kind, Pass pass, int c) const { return at(kind, pass, c).ops; }
   Flops flops(OpKind kind, Pass pass, int c) const { return at(kind, pass, c).flops; }
@@ -75,6 +88,8 @@ class Work {
   }
   const Bucket& at(OpKind k, Pass p, int c) const { return b_[index(k, p, c)]; }
   std::array<Bucket, static_cast<size_t>(kPasses) * kOpKinds * kOpClasses> b_{};  // by pass, kind, class
+  double cold_ = 0;      // bytes
+  double resident_ = 0;  // bytes
 };
 
 }  // namespace rv

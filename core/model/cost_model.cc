@@ -64,6 +64,19 @@ StageWork stage_work(const ModelDesc& model, int begin, int end, const TrainingS
   // Kernels per parameter tensor: SGD one (two with momentum), Adam five (its fused step's parts).
   const int ops_per_tensor = training.optimizer == "adam" ? 5 : (training.momentum > 0 ? 2 : 1);
   w.update = model.update_work(begin, end, update_flops_per_param(training), ops_per_tensor);
+  // Cold memory (work.h): the bytes the stage touches between two spans of a kind (its weights,
+  // the accumulated gradients, the fresh gradients of each backward, the optimizer state, the
+  // buffers and one micro-batch's saved activations), and what a span must fetch once if they do
+  // not fit the cache: the forward reads the weights; the backward writes the weights' gradients
+  // and, where the stage's input needs a gradient (or the forward is recomputed), reads the
+  // weights again. The optimizer step's elementwise efficiencies already stream.
+  const double weights = static_cast<double>(kFloatBytes) * static_cast<double>(model.params(begin, end));
+  const double resident =
+      weights * (3 + optimizer_state_floats(training)) +
+      static_cast<double>(kFloatBytes) * static_cast<double>(model.buffers(begin, end)) +
+      static_cast<double>(kFloatBytes) * b * static_cast<double>(model.activation_elems(begin, end));
+  w.forward.add_cold(weights, resident);
+  w.backward.add_cold(weights * ((begin > 0 || !training.weight_stashing) ? 2 : 1), resident);
   return w;
 }
 

@@ -35,10 +35,14 @@ struct DeviceGroup {
   // executor. Under a dilation k every rate is divided by k and every time multiplied by k.
   double flops_per_s() const { return tflops * kTflopsToFlopsPerSecond / dilation; }
   // The device's compute model (core/compute/profile.h): its profile's per-operation cost and
-  // efficiencies at this device's peak (tflops); `efficiency`, where set, replaces every one of
-  // the profile's efficiencies and keeps its fixed costs.
+  // efficiencies at this device's peak (tflops), its memory bandwidth scaled with the peak;
+  // `efficiency`, where set, replaces every one of the profile's efficiencies and keeps its fixed
+  // costs.
   ComputeProfile compute_profile() const {
     ComputeProfile p = compute;
+    // The memory bandwidth keeps its ratio to the peak (the profile's host, scaled): a device
+    // twice as fast reads its weights twice as fast.
+    if (compute.peak_flops_per_s > 0) p.memory_bytes_per_s *= flops_per_s() / compute.peak_flops_per_s;
     p.peak_flops_per_s = flops_per_s();
     for (auto& pass : p.cost)
       for (KindCost& kind : pass) {
