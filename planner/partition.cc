@@ -157,6 +157,39 @@ std::optional<Partition> best_partition(const CostModel& cost, const std::vector
   return p;
 }
 
+void merge_stateless_stages(const CostModel& cost, Partition& p) {
+  const ModelDesc& model = cost.model();
+  if (p.period <= 0) p.period = cost.cluster_period(p.order, p.cuts);
+  for (bool merged = true; merged && p.order.size() > 1;) {
+    merged = false;
+    for (size_t s = 0; s < p.order.size() && !merged; ++s) {
+      if (model.state_offset(p.cuts[s + 1]) != model.state_offset(p.cuts[s])) continue;
+      // Into the stage before or the one after, whichever gives the shorter period.
+      std::optional<Partition> best;
+      for (const bool into_next : {false, true}) {
+        if (into_next ? s + 1 >= p.order.size() : s == 0) continue;
+        Partition q = p;
+        q.order.erase(q.order.begin() + static_cast<std::ptrdiff_t>(s));
+        q.cuts.erase(q.cuts.begin() + static_cast<std::ptrdiff_t>(into_next ? s + 1 : s));
+        const int k = static_cast<int>(q.order.size());
+        bool fits = true;  // fewer stages keep fewer micro-batches in flight: every stage checked
+        for (int u = 0; u < k && fits; ++u) fits = cost.fits(q.order[u], q.cuts[u], q.cuts[u + 1], cost.in_flight(k));
+        if (!fits) continue;
+        q.period = cost.cluster_period(q.order, q.cuts);
+        if (q.period > p.period * (1 + 1e-12) || (best && q.period >= best->period)) continue;
+        q.bottleneck = 0;
+        for (int u = 0; u < k; ++u)
+          q.bottleneck = std::max(q.bottleneck, stage_cost_in(cost, q.order, u, q.cuts[u], q.cuts[u + 1]));
+        best = q;
+      }
+      if (best) {
+        p = *best;
+        merged = true;
+      }
+    }
+  }
+}
+
 std::optional<Partition> best_pipeline(const CostModel& cost, const std::vector<int>& nodes,
                                        const std::vector<char>& cuttable) {
   std::vector<std::vector<int>> orders{nodes};
@@ -182,6 +215,7 @@ std::optional<Partition> best_pipeline(const CostModel& cost, const std::vector<
     std::sort(o.begin(), o.end());
     do consider(o);
     while (std::next_permutation(o.begin(), o.end()));
+    if (best) merge_stateless_stages(cost, *best);
     return best;
   }
   for (const auto& o : orders) consider(o);
@@ -199,6 +233,7 @@ std::optional<Partition> best_pipeline(const CostModel& cost, const std::vector<
       if (!improved) break;
     }
   }
+  if (best) merge_stateless_stages(cost, *best);
   return best;
 }
 

@@ -363,3 +363,84 @@ TEST_CASE("every method refuses a node too small for any layer, naming it", "[pl
     if (method != "manual") CHECK_THAT(e.what(), Catch::Contains("too little for any layer"));
   }
 }
+
+TEST_CASE("no planner leaves a stage without state alone on a node when merging it is no slower",
+          "[planner][methods]") {
+  // The consumer pool of scenarios/consumer-pool-1024.toml at 8 nodes, a 67-million-parameter MLP:
+  // cut without the merge, greedy puts the flatten alone on every laptop (a hop over its
+  // 20 Mbit/s uplink that computes nothing). And seeded random pools.
+  std::string consumer = R"(
+name = "consumer"
+seed = 5
+[model]
+head = "linear"
+kind = "mlp"
+hidden = [4096, 4096, 4096, 4096, 4096]
+[data]
+kind = "synthetic"
+batch_size = 16
+[training]
+optimizer = "adam"
+average_every = 100
+[network]
+model = "ideal"
+[[devices]]
+count = 4
+tflops = 2
+ram_gb = 8
+up_mbps = 20
+down_mbps = 100
+latency_ms = 30
+[[devices]]
+count = 3
+tflops = 10
+ram_gb = 16
+up_mbps = 50
+down_mbps = 300
+latency_ms = 15
+[[devices]]
+count = 1
+tflops = 40
+ram_gb = 32
+up_mbps = 100
+down_mbps = 500
+latency_ms = 10
+)";
+  const std::string method = GENERATE("greedy", "ga", "exhaustive");
+  // (manual and ravnest-ga keep their layouts: the user's, the reference's.)
+  for (const std::string& text : {consumer + planner_section(method), toml_of(random_pool(3, 8), planner_section(method)),
+                                  toml_of(random_pool(8, 10, 0.02, 0.2), planner_section(method))}) {
+    test::Prepared p;
+    try {
+      p = test::prepare(text, {}, false);
+    } catch (const ScenarioError& e) {
+      FAIL(method << " refused a pool: " << e.what());
+    }
+    check_valid(p);
+    CostModel cost(p.scenario, p.model);
+    const ModelDesc& m = p.model;
+    for (const ClusterPlan& c : p.plan.clusters) {
+      std::vector<int> order, cuts{0};
+      for (const StagePlan& s : c.stages) {
+        order.push_back(s.node);
+        cuts.push_back(s.layer_end);
+      }
+      const double period = cost.cluster_period(order, cuts);
+      for (size_t s = 0; s < order.size() && order.size() > 1; ++s) {
+        if (m.state_offset(cuts[s]) != m.state_offset(cuts[s + 1])) continue;
+        // A stage without state: merging it into either neighbour must be slower or not fit.
+        for (const bool into_next : {false, true}) {
+          if (into_next ? s + 1 >= order.size() : s == 0) continue;
+          std::vector<int> o = order, k = cuts;
+          o.erase(o.begin() + static_cast<std::ptrdiff_t>(s));
+          k.erase(k.begin() + static_cast<std::ptrdiff_t>(into_next ? s + 1 : s));
+          bool fits = true;
+          for (size_t u = 0; u < o.size(); ++u)
+            fits = fits && cost.fits(o[u], k[u], k[u + 1], cost.in_flight(static_cast<int>(o.size())));
+          INFO(method << ": " << to_json(p.plan).dump() << ", stage " << s);
+          CHECK((!fits || cost.cluster_period(o, k) > period * (1 + 1e-12)));
+        }
+      }
+    }
+  }
+}
