@@ -19,6 +19,12 @@ std::string format_gib(double bytes) {
   return os.str();
 }
 
+std::string stashing_hint(const CostModel& cost) {
+  if (!cost.training().weight_stashing) return "";
+  return "; with weight stashing a stage keeps an older copy of its weights for each micro-batch in flight "
+         "but one (as many micro-batches as stages): training.weight_stashing = false keeps none";
+}
+
 std::vector<int> nodes_by_speed(const CostModel& cost) {
   std::vector<int> nodes(cost.nodes());
   std::iota(nodes.begin(), nodes.end(), 0);

@@ -642,7 +642,7 @@ Plan plan_exhaustive(const Scenario& scenario, const ModelDesc& model) {
         "exhaustive: no assignment of the nodes to " +
             (scenario.planner.clusters > 0 ? std::to_string(scenario.planner.clusters) + " clusters"
                                            : std::string("clusters")) +
-            " gives every cluster enough RAM for the model");
+            " gives every cluster enough RAM for the model" + stashing_hint(cost));
   return assemble_plan("exhaustive", cost, search.best());
 }
 

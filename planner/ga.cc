@@ -302,7 +302,7 @@ Plan plan_ga(const Scenario& scenario, const ModelDesc& model) {
   Individual best = search.run(seed_clusters, population, generations);
   if (best.score <= 0)
     throw PlanRefused(scenario.source, "devices",
-                        "ga: found no assignment in which every cluster can hold the model");
+                        "ga: found no assignment in which every cluster can hold the model" + stashing_hint(cost));
   return assemble_plan("ga", cost, best.clusters);
 }
 

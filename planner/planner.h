@@ -46,6 +46,9 @@ void check_pool(const Scenario& scenario, const ModelDesc& model, const CostMode
 
 // "1.5 GiB": bytes for messages.
 std::string format_gib(double bytes);
+// What a refusal for want of RAM adds when weight stashing is on (its older weight copies are
+// often what does not fit), else "".
+std::string stashing_hint(const CostModel& cost);
 
 // Every node of the pool, fastest first (ties in pool order).
 std::vector<int> nodes_by_speed(const CostModel& cost);

@@ -350,6 +350,24 @@ TEST_CASE("every method refuses a pool whose RAM is below the model, saying how 
   }
 }
 
+TEST_CASE("a refusal for want of RAM names weight stashing when its copies are what does not fit",
+          "[planner][methods]") {
+  // 8 nodes of 21 MB: the model's weights and gradients (32 MB with SGD) need a pipeline, which
+  // fits them without weight stashing and not with it (an older copy of a stage's weights per
+  // micro-batch in flight but one).
+  const std::string method = GENERATE("greedy", "ga", "exhaustive");
+  const std::string text = toml_of(std::vector<Node>(8, Node{0.01, 0.02, 50, 100, 10}),
+                                   "[planner]\nmethod = \"" + method + "\"\n");
+  try {
+    auto p = test::prepare(text, {}, false);
+    FAIL(method << " accepted " << to_json(p.plan).dump());
+  } catch (const ScenarioError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("training.weight_stashing = false"));
+  }
+  auto p = test::prepare(text, {"training.weight_stashing=false"}, false);
+  check_valid(p);
+}
+
 TEST_CASE("every method refuses a node too small for any layer, naming it", "[planner][methods]") {
   const std::string method = GENERATE("greedy", "ga", "ravnest-ga", "exhaustive", "manual");
   auto pool = fixed_pool();
