@@ -51,8 +51,7 @@ void check_simulable(const Scenario& s, const std::string& executor) {
 }
 
 void print_summary(const std::string& path) {
-  std::ifstream in(fs::path(path) / "summary.json");
-  nlohmann::json j = nlohmann::json::parse(in);
+  const nlohmann::json j = read_json_file((fs::path(path) / "summary.json").string());
   std::cout << fmt::format("run folder: {}\n", path);
   std::cout << fmt::format("  {} on {} ({}), {} nodes: time {:.3f} s, {} samples, {:.1f} samples/s",
                            j["algorithm"].get<std::string>(), j["executor"].get<std::string>(),
@@ -290,8 +289,7 @@ int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid, cons
   }
   std::cout << fmt::format("\n{:<48} {:>12} {:>12} {:>10}\n", "run", "time (s)", "samples/s", "accuracy");
   for (const auto& [name, path] : done) {
-    std::ifstream in(fs::path(path) / "summary.json");
-    nlohmann::json j = nlohmann::json::parse(in);
+    const nlohmann::json j = read_json_file((fs::path(path) / "summary.json").string());
     const auto& acc = j["final"]["test_accuracy"];
     std::cout << fmt::format("{:<48} {:>12.3f} {:>12.1f} {:>10}\n", name, j["time_s"].get<double>(),
                              j["samples_per_s"].get<double>(),

@@ -22,12 +22,6 @@ namespace fs = std::filesystem;
 namespace rv {
 namespace {
 
-nlohmann::json read_json(const fs::path& p) {
-  std::ifstream in(p);
-  if (!in) throw Error(p.string() + ": cannot read");
-  return nlohmann::json::parse(in);
-}
-
 // The real run's training forwards and backwards: how long each took, how much CPU its maths
 // took, and its modeled time.
 struct SpanTimes {
@@ -161,7 +155,8 @@ int cmd_validate(const CommonOptions& o, const std::string& self_exe, const std:
     ctx.dilation = k;
     ctx.host = host;
     ctx.notes = notes;
-    ctx.same_plan = read_json(tmp / "sim" / "plan.json") == read_json(tmp / "real" / "plan.json");
+    ctx.same_plan = read_json_file((tmp / "sim" / "plan.json").string()) ==
+                    read_json_file((tmp / "real" / "plan.json").string());
     ctx.late_fraction = late;
     if (late > kLateTolerance && late_waking > 0.5 * late)
       ctx.notes.push_back(fmt::format(
@@ -183,7 +178,8 @@ int cmd_validate(const CommonOptions& o, const std::string& self_exe, const std:
       ctx.notes.push_back("real.shaper = \"kernel\": the real run's bytes went over real TCP through htb, "
                           "its latency added at each receiver; the simulation is the network model's");
     const nlohmann::json v =
-        compare_runs(read_json(tmp / "sim" / "summary.json"), read_json(tmp / "real" / "summary.json"), ctx);
+        compare_runs(read_json_file((tmp / "sim" / "summary.json").string()),
+                     read_json_file((tmp / "real" / "summary.json").string()), ctx);
     std::ofstream(tmp / "validate.json") << v.dump(2) << "\n";
     std::ofstream md(tmp / "validate.md");
     md << validation_markdown(v);

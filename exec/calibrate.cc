@@ -299,6 +299,25 @@ double last_level_cache_bytes() {
   return 0;
 }
 
+// Per pass and kind, the median time per operation of `samples`' fixed-cost cases; a kind without
+// one takes the median of its pass's others. rv::InputError if a pass has none.
+void fit_fixed_costs(const std::vector<CalibrationSample>& samples, ComputeProfile& p) {
+  for (int q = 0; q < kPasses; ++q) {
+    const auto pass = static_cast<Pass>(q);
+    std::vector<double> all;
+    for (int k = 0; k < kOpKinds; ++k) {
+      std::vector<double> fixed;
+      for (const auto& s : samples)
+        if (s.pass == pass && s.kind == static_cast<OpKind>(k) && s.fixed_cost) fixed.push_back(s.time / s.ops);
+      p.of(pass, static_cast<OpKind>(k)).overhead = fixed.empty() ? -1 : median(fixed);
+      all.insert(all.end(), fixed.begin(), fixed.end());
+    }
+    if (all.empty()) throw InputError(std::string("calibration samples: no fixed-cost case in the ") + pass_name(pass) + " pass");
+    for (int k = 0; k < kOpKinds; ++k)
+      if (p.of(pass, static_cast<OpKind>(k)).overhead < 0) p.of(pass, static_cast<OpKind>(k)).overhead = median(all);
+  }
+}
+
 }  // namespace
 
 void calibration_load(const CalibrateOptions& options, int parent) {
@@ -381,32 +400,12 @@ Calibration calibrate(const CalibrateOptions& options) {
   // then the fixed costs a network pays, per pass and kind.
   fit_profile(cal.samples, p);
   cal.loops = p;
-  for (int q = 0; q < kPasses; ++q)
-    for (int k = 0; k < kOpKinds; ++k) {
-      std::vector<double> per_op;
-      for (const auto& s : cal.network_fixed)
-        if (s.pass == static_cast<Pass>(q) && s.kind == static_cast<OpKind>(k)) per_op.push_back(s.time / s.ops);
-      if (!per_op.empty()) p.of(static_cast<Pass>(q), static_cast<OpKind>(k)).overhead = median(per_op);
-    }
+  fit_fixed_costs(cal.network_fixed, p);
   return cal;
 }
 
 void fit_profile(const std::vector<CalibrationSample>& samples, ComputeProfile& p) {
-  // Fixed costs first: a kind without a fixed-cost case takes the median of its pass's others.
-  for (int q = 0; q < kPasses; ++q) {
-    const auto pass = static_cast<Pass>(q);
-    std::vector<double> all;
-    for (int k = 0; k < kOpKinds; ++k) {
-      std::vector<double> fixed;
-      for (const auto& s : samples)
-        if (s.pass == pass && s.kind == static_cast<OpKind>(k) && s.fixed_cost) fixed.push_back(s.time / s.ops);
-      p.of(pass, static_cast<OpKind>(k)).overhead = fixed.empty() ? -1 : median(fixed);
-      all.insert(all.end(), fixed.begin(), fixed.end());
-    }
-    if (all.empty()) throw InputError(std::string("calibration samples: no fixed-cost case in the ") + pass_name(pass) + " pass");
-    for (int k = 0; k < kOpKinds; ++k)
-      if (p.of(pass, static_cast<OpKind>(k)).overhead < 0) p.of(pass, static_cast<OpKind>(k)).overhead = median(all);
-  }
+  fit_fixed_costs(samples, p);
   for (int q = 0; q < kPasses; ++q)
     for (int k = 0; k < kOpKinds; ++k) {
       const auto pass = static_cast<Pass>(q);

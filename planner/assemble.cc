@@ -7,7 +7,6 @@
 
 #include "core/error.h"
 #include "planner/layer_graph.h"
-#include "planner/partition.h"
 #include "planner/planner.h"
 
 namespace rv {
@@ -62,13 +61,10 @@ void check_pool(const Scenario& scenario, const ModelDesc& model, const CostMode
   }
 }
 
-Plan assemble_plan(const std::string& method, const CostModel& cost, const std::vector<Partition>& given) {
+Plan assemble_plan(const std::string& method, const CostModel& cost, const std::vector<Partition>& clusters) {
   Plan plan;
   plan.method = method;
   plan.nodes = cost.nodes();
-  std::vector<Partition> clusters = given;
-  if (method != "manual" && method != "ravnest-ga")  // their layouts: the user's, the reference's
-    for (Partition& p : clusters) merge_stateless_stages(cost, p);
   for (const auto& p : clusters) {
     ClusterPlan c;
     for (size_t s = 0; s < p.order.size(); ++s) {

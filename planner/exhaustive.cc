@@ -643,7 +643,10 @@ Plan plan_exhaustive(const Scenario& scenario, const ModelDesc& model) {
             (scenario.planner.clusters > 0 ? std::to_string(scenario.planner.clusters) + " clusters"
                                            : std::string("clusters")) +
             " gives every cluster enough RAM for the model" + stashing_hint(cost));
-  return assemble_plan("exhaustive", cost, search.best());
+  // Its own search enumerates every cut, a stage without state alone on a node included.
+  std::vector<Partition> best = search.best();
+  for (Partition& p : best) merge_stateless_stages(cost, p);
+  return assemble_plan("exhaustive", cost, best);
 }
 
 }  // namespace rv

@@ -28,9 +28,9 @@ std::optional<Partition> best_partition(const CostModel& cost, const std::vector
 // Stages that hold no state to average (no parameters, no buffers: a flatten, a ReLU) are merged
 // into a neighbouring stage, their node left idle, wherever that fits the neighbour's memory and
 // does not lengthen the pipeline's period: a node that holds only a reshape adds a hop and a link
-// and helps nothing. best_pipeline applies it, and so does assemble_plan for greedy, ga and
-// exhaustive; manual and ravnest-ga keep their layouts (the user's; the reference's, which
-// ravnest-ga exists to reproduce).
+// and helps nothing. best_pipeline applies it (greedy and ga cut every cluster with it), and so
+// does exhaustive to its optimum; manual and ravnest-ga keep their layouts (the user's; the
+// reference's, which ravnest-ga exists to reproduce).
 void merge_stateless_stages(const CostModel& cost, Partition& p);
 
 // The best pipeline over `nodes`: every order for up to 4 nodes; else orders as given, by speed,

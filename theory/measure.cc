@@ -23,16 +23,6 @@ namespace fs = std::filesystem;
 namespace rv {
 namespace {
 
-nlohmann::json read_json(const fs::path& p) {
-  std::ifstream in(p);
-  if (!in) throw InputError(p.string() + ": cannot read");
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(p.string() + ": not JSON: " + e.what());
-  }
-}
-
 using StageKey = std::pair<int, int>;  // (cluster, stage)
 
 // The run's own inputs of the bound (all but L, sigma² and Δ), from plan.json and metrics.csv.
@@ -51,7 +41,7 @@ RunInputs read_run(const std::string& run) {
     if (!fs::exists(dir / f)) throw InputError(run + ": not a run folder (no " + f + ")");
   RunInputs r{load_scenario((dir / "scenario.toml").string()), {}, {}, {}, {}, 0};
   r.model = build_model(r.scenario);
-  r.plan = plan_from_json(read_json(dir / "plan.json"));
+  r.plan = plan_from_json(read_json_file((dir / "plan.json").string()));
   if (r.plan.clusters.empty()) throw InputError(run + "/plan.json: no clusters");
   r.events = read_events_csv((dir / "metrics.csv").string());
   // Staleness, and the samples per update.

@@ -134,7 +134,8 @@ std::vector<Event> parse_events_csv(std::istream& in, const std::string& where) 
     if (f.size() != 16) throw InputError(where + ":" + std::to_string(line_no) + ": expected 16 fields");
     Event e;
     auto k = kinds.find(f[0]);
-    if (k == kinds.end()) throw InputError("unknown event kind '" + f[0] + "'");
+    if (k == kinds.end())
+      throw InputError(where + ":" + std::to_string(line_no) + ": unknown event kind '" + f[0] + "'");
     e.kind = k->second;
     e.node = std::stoi(f[1]);
     e.cluster = std::stoi(f[2]);
@@ -206,6 +207,16 @@ std::vector<Event> read_events_csv(const std::string& path) {
 
 void write_params_csv(const std::string& path, const std::vector<Event>& events) {
   write_file(path, params_csv(events));
+}
+
+nlohmann::json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(path + ": cannot read");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(path + ": not JSON: " + e.what());
+  }
 }
 
 std::vector<Event> read_params_csv(const std::string& path) {

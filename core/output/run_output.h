@@ -77,6 +77,10 @@ std::vector<Event> read_events_csv(const std::string& path);
 void write_params_csv(const std::string& path, const std::vector<Event>& events);
 std::vector<Event> read_params_csv(const std::string& path);
 
+// A run folder's JSON file (plan.json, summary.json); rv::InputError naming it if it cannot be
+// read or is not JSON.
+nlohmann::json read_json_file(const std::string& path);
+
 // Events sorted by (end, node, kind) for stable outputs.
 void sort_events(std::vector<Event>& events);
 
