@@ -111,6 +111,10 @@ class Run:
         self.folder = folder
         metrics_path = os.path.join(folder, "metrics.csv")
         if not os.path.isfile(metrics_path):
+            if os.path.isfile(os.path.join(folder, "node_metrics.csv")):
+                raise ReportError(f"no metrics.csv in run folder {folder}: the run kept one row per node "
+                                  "(output.metrics = \"summary\"); run it again with output.metrics = "
+                                  "\"events\" to plot it")
             raise ReportError(f"no metrics.csv in run folder {folder}")
         table = read_table(metrics_path, METRICS_HEADER)
         kinds = np.array(table["kind"], dtype=object)

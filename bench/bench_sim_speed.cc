@@ -1,19 +1,94 @@
-// Simulator speed in timing mode: simulated micro-batch events (forward and backward passes) per
-// wall second, for one pipeline of N nodes over a model of about N linear layers of width W
-// (W = 1448 and N = 1000 is a 1.05-billion-parameter model on 1,000 nodes).
+// Simulator speed in timing mode: simulated micro-batch events (forward and backward passes) and
+// messages per wall second, for one pipeline of N nodes over a model of about N linear layers of
+// width W (W = 1448 and N = 1000 is a 1.05-billion-parameter model on 1,000 nodes); beside it, the
+// limit on this machine: bare SimGrid's message rate between N actors on the same platform (each
+// actor takes a message from its predecessor and puts one to its successor, of the project's mean
+// message size, as many messages as the project's run sent), in a child process (SimGrid allows
+// one engine per process). `activities_per_bare_message` is the project's compute spans plus
+// messages per wall second over bare SimGrid's messages per wall second.
 //
 //   bench_sim_speed --nodes 1000 --steps 20 [--width 1448] [--out FILE]
-// One simulation per process (SimGrid allows one engine per process): bench/run.sh loops over N.
+// bench/run.sh loops over N.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <simgrid/s4u/Actor.hpp>
+#include <simgrid/s4u/Engine.hpp>
+#include <simgrid/s4u/Mailbox.hpp>
+#include <xbt/log.h>
 
 #include "bench/bench_common.h"
 #include "core/data/dataset.h"
 #include "core/model/model.h"
 #include "core/scenario/scenario.h"
 #include "planner/planner.h"
+#include "sim/platform.h"
 #include "sim/sim_runner.h"
 
 using namespace rv;
+namespace sg4 = simgrid::s4u;
+
+namespace {
+
+// Bare SimGrid on `s`'s platform: actor r gets a message from r - 1 and puts one of `bytes` to
+// r + 1, `per_actor` times. Returns messages per wall second of engine.run().
+double bare_rate(const Scenario& s, int64_t per_actor, uint64_t bytes) {
+  int argc = 1;
+  char arg0[] = "bare";
+  char* argv[] = {arg0, nullptr};
+  sg4::Engine engine(&argc, argv);
+  xbt_log_control_set("root.thresh:critical");
+  configure_network(engine, s.network);
+  engine.set_config("contexts/guard-size:0");  // as the project's timing runs
+  const std::vector<sg4::Host*> hosts = build_platform(s);
+  const int n = static_cast<int>(hosts.size());
+  static char token;
+  for (int r = 0; r < n; ++r)
+    sg4::Actor::create("a" + std::to_string(r), hosts[r], [r, n, per_actor, bytes] {
+      sg4::Mailbox* in = sg4::Mailbox::by_name("m" + std::to_string(r));
+      sg4::Mailbox* out = sg4::Mailbox::by_name("m" + std::to_string(r + 1));
+      for (int64_t k = 0; k < per_actor; ++k) {
+        if (r > 0) in->get<char>();
+        if (r < n - 1) out->put(&token, bytes);
+      }
+    });
+  const double t0 = bench::wall_now();
+  engine.run();
+  return static_cast<double>(per_actor) * (n - 1) / (bench::wall_now() - t0);
+}
+
+// bare_rate() in a child process forked before the project's engine exists (SimGrid allows one
+// engine per process): start() forks it waiting for its arguments, rate() sends them and reads
+// the result (NaN if the child failed).
+class BareChild {
+ public:
+  explicit BareChild(const Scenario& s) {
+    if (pipe(args_) != 0 || pipe(result_) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      int64_t a[2] = {0, 0};
+      if (read(args_[0], a, sizeof a) != static_cast<ssize_t>(sizeof a)) _exit(1);
+      const double rate = bare_rate(s, a[0], static_cast<uint64_t>(a[1]));
+      _exit(write(result_[1], &rate, sizeof rate) == static_cast<ssize_t>(sizeof rate) ? 0 : 1);
+    }
+  }
+  double rate(int64_t per_actor, int64_t bytes) {
+    double rate = std::nan("");
+    const int64_t a[2] = {per_actor, bytes};
+    if (pid_ > 0 && write(args_[1], a, sizeof a) == static_cast<ssize_t>(sizeof a) &&
+        read(result_[0], &rate, sizeof rate) != static_cast<ssize_t>(sizeof rate))
+      rate = std::nan("");
+    if (pid_ > 0) waitpid(pid_, nullptr, 0);
+    return rate;
+  }
+
+ private:
+  int args_[2] = {-1, -1}, result_[2] = {-1, -1};
+  pid_t pid_ = -1;
+};
+
+}  // namespace
 
 int main(int argc, char** argv) {
   int nodes = 10, steps = 20, width = 1448;
@@ -41,14 +116,23 @@ int main(int argc, char** argv) {
   Plan plan = make_plan(s, model);
   double t_plan = bench::wall_now() - t0;
   RunSpec spec{&s, &plan, &model, nullptr};
+  BareChild bare_child(s);
   t0 = bench::wall_now();
   SimResult r = run_simulation(spec);
   const double wall = bench::wall_now() - t0;
   int64_t compute_events = 0, messages = 0;
+  Bytes sent = 0;
   for (const auto& e : r.events) {
     compute_events += e.kind == EventKind::kForward || e.kind == EventKind::kBackward;
-    messages += e.kind == EventKind::kSend;
+    if (e.kind == EventKind::kSend) {
+      ++messages;
+      sent += e.bytes;
+    }
   }
+  // The same number of messages between the same number of actors, of the same mean size.
+  const int64_t per_actor = std::max<int64_t>(1, messages / std::max(1, nodes - 1));
+  const double bare = bare_child.rate(per_actor, sent / std::max<int64_t>(messages, 1));
+  const double project = static_cast<double>(compute_events + messages) / wall;
   nlohmann::json j = {{"benchmark", "sim_speed"},
                       {"nodes", nodes},
                       {"stages", plan.clusters[0].stages.size()},
@@ -60,6 +144,9 @@ int main(int argc, char** argv) {
                       {"micro_batch_events", compute_events},
                       {"messages", messages},
                       {"events_per_wall_s", compute_events / wall},
-                      {"messages_per_wall_s", messages / wall}};
+                      {"messages_per_wall_s", messages / wall},
+                      {"activities_per_wall_s", project},
+                      {"bare_simgrid_messages_per_wall_s", bare},
+                      {"activities_per_bare_message", project / bare}};
   bench::emit(j, out);
 }

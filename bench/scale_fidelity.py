@@ -39,7 +39,7 @@ def run_cases(out):
     for net in ("ideal", "tcp"):
         for n in (64, 256, 1024):
             case = f"n{n}-{net}"
-            sets = [f'network.model="{net}"', "output.trace=false", f"devices.0.count={n // 2}",
+            sets = [f'network.model="{net}"', "output.trace=false", "output.metrics=events", f"devices.0.count={n // 2}",
                     f"devices.1.count={n * 3 // 8}", f"devices.2.count={n // 8}"]
             if n == 64:
                 sets.append("planner.clusters=16")

@@ -150,7 +150,7 @@ std::string run_in_process(const Prepared& p, const std::string& executor, const
   RunInfo info{executor, executor == "loopback" ? std::string("cpu") : s.sim.mode,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                variant_label(s)};
-  return write_run_folder(path, s, p.plan, p.model, events, info);
+  return write_run_folder(path, s, p.plan, p.model, std::move(events), info);
 }
 
 int cmd_sim(const CommonOptions& o, const std::string& executor, const std::string& run_path) {

@@ -245,7 +245,7 @@ int run(const NodeProcessOptions& options) {
 
   const std::string path =
       options.run_path.empty() ? new_run_path(scenario, "real") : options.run_path;
-  write_run_folder(path, scenario, plan, model, events, RunInfo{"real", "cpu", wall, variant_label(scenario)});
+  write_run_folder(path, scenario, plan, model, std::move(events), RunInfo{"real", "cpu", wall, variant_label(scenario)});
   if (!options.result_file.empty()) {
     std::ofstream out(options.result_file, std::ios::trunc);
     out << path << "\n";

@@ -6,6 +6,8 @@
 #include <simgrid/s4u/Actor.hpp>
 #include <simgrid/s4u/Comm.hpp>
 #include <simgrid/s4u/Engine.hpp>
+#include <simgrid/kernel/Timer.hpp>
+#include <simgrid/simix.hpp>
 
 #include "core/error.h"
 #include "sim/platform.h"
@@ -19,6 +21,7 @@ SimNetwork::SimNetwork(std::vector<sg4::Host*> hosts, std::vector<Seconds> laten
       latency_(std::move(latency)),
       latency_factor_(latency_factor),
       inboxes_(hosts_.size()),
+      receivers_(hosts_.size()),
       senders_(hosts_.size()) {
   RV_CHECK(latency_.size() == hosts_.size(), "simulated network: a latency per host");
 }
@@ -27,7 +30,7 @@ SimNetwork::SimNetwork(std::vector<sg4::Host*> hosts, std::vector<Seconds> laten
 // the running simulation).
 SimNetwork::Inbox& SimNetwork::inbox(int node) {
   Inbox& in = inboxes_.at(static_cast<size_t>(node));
-  if (!in.ready) in.ready = sg4::Semaphore::create(0);
+  if (!in.wake) in.wake = sg4::Semaphore::create(0);
   return in;
 }
 
@@ -40,36 +43,56 @@ SimNetwork::Sender& SimNetwork::sender(int node) {
 void SimNetwork::send(int src, int dst, Message msg) {
   RV_CHECK(src >= 0 && src < size() && dst >= 0 && dst < size() && src != dst,
            "send to an invalid node " + std::to_string(dst));
-  Pair& p = pairs_[{src, dst}];
-  const bool first = !p.ready;
-  if (first) p.ready = sg4::Semaphore::create(0);
+  Pair& p = pair(src, dst);
+  const bool first = !p.wake;
+  if (first) p.wake = sg4::Semaphore::create(0);
   // The same sum as the emulator's (StarNetwork::delay), so that both give the same times, less
   // the sliver SimGrid charges itself.
   const Seconds delay = std::max(0.0, latency_factor_ * latency_[src] + latency_factor_ * latency_[dst] -
                                           kSimGridLatencyFactor * (latency_[src] + latency_[dst]));
-  p.queue.push_back({sg4::Engine::get_clock() + delay, std::move(msg)});
+  const Seconds starts = sg4::Engine::get_clock() + delay;
+  p.queue.push_back({starts, std::move(msg)});
   ++sender(src).in_flight;
-  p.ready->release();
+  if (p.idle) {
+    // The carrier is woken when the message may start, by a timer of SimGrid's kernel, rather than
+    // woken now to sleep until then: one blocking call fewer per message.
+    p.idle = false;
+    simgrid::kernel::actor::simcall_answered([wake = p.wake, starts] {
+      simgrid::kernel::timer::Timer::set(starts, [wake] { wake->release(); });
+    });
+  }
   if (first) {
-    sg4::ActorPtr a = sg4::Actor::create("n" + std::to_string(src) + ">n" + std::to_string(dst), hosts_[src],
-                                         [this, src, dst] { carry(src, dst); });
-    a->daemonize();
+    const std::string name = "n" + std::to_string(src) + ">n" + std::to_string(dst);
+    p.wire = sg4::Mailbox::by_name(name);
+    p.wire->set_receiver(receiver(dst));
+    // Both run only SimGrid calls: a small stack each, so that tens of thousands of them fit.
+    constexpr unsigned kStack = 256 * 1024;
+    sg4::Actor::init(name, hosts_[src])->set_stacksize(kStack)->start([this, src, dst] { carry(src, dst); })->daemonize();
   }
 }
 
 void SimNetwork::carry(int src, int dst) {
-  Pair& p = pairs_.at({src, dst});
+  Pair& p = pair(src, dst);
   for (;;) {
-    p.ready->acquire();
+    while (p.queue.empty()) {
+      p.idle = true;
+      p.wake->acquire();
+    }
     Queued q = std::move(p.queue.front());
     p.queue.pop_front();
+    // Still to wait: a message that was queued behind another, or the pair's first.
     const Seconds wait = q.starts - sg4::Engine::get_clock();
     if (wait > 0) sg4::this_actor::sleep_for(wait);
     const auto bytes = static_cast<uint64_t>(std::max<Bytes>(q.msg.bytes, 1));
-    sg4::Comm::sendto(hosts_[src], hosts_[dst], bytes);
+    static char token;  // a transfer carries no data here: the message goes to the inbox below
+    p.wire->put(&token, bytes);
+    p.wire->get<char>();  // takes the finished transfer off the mailbox's list (no simulated time)
     Inbox& in = inbox(dst);
     in.queue.push_back(std::move(q.msg));
-    in.ready->release();
+    if (in.waiting) {
+      in.waiting = false;
+      in.wake->release();
+    }
     Sender& s = sender(src);
     if (--s.in_flight == 0 && s.waiting) {
       s.waiting = false;
@@ -78,9 +101,23 @@ void SimNetwork::carry(int src, int dst) {
   }
 }
 
+sg4::ActorPtr SimNetwork::receiver(int dst) {
+  sg4::ActorPtr& a = receivers_.at(static_cast<size_t>(dst));
+  if (!a) {
+    a = sg4::Actor::init("n" + std::to_string(dst) + "<", hosts_[dst])
+            ->set_stacksize(64 * 1024)
+            ->start([] { sg4::Semaphore::create(0)->acquire(); });  // never runs again
+    a->daemonize();
+  }
+  return a;
+}
+
 Message SimNetwork::recv(int dst) {
   Inbox& in = inbox(dst);
-  in.ready->acquire();
+  while (in.queue.empty()) {
+    in.waiting = true;
+    in.wake->acquire();
+  }
   Message m = std::move(in.queue.front());
   in.queue.pop_front();
   return m;
@@ -88,7 +125,7 @@ Message SimNetwork::recv(int dst) {
 
 std::optional<Message> SimNetwork::try_recv(int dst) {
   Inbox& in = inbox(dst);
-  if (in.ready->would_block()) return std::nullopt;
+  if (in.queue.empty()) return std::nullopt;
   return recv(dst);
 }
 

@@ -4,7 +4,7 @@
 // (started with the pair's first message) takes the pair's messages in send order. A message sent
 // at a waits until a + L (L: the route's latency, L_s + L_d, each times the network model's
 // latency factor), or until the message before it is through if that is later, then its bytes
-// cross the sender's uplink and the receiver's downlink as one SimGrid transfer (sendto), which
+// cross the sender's uplink and the receiver's downlink as one SimGrid transfer, which
 // shares the links with every other transfer under the model SimGrid is configured with (CM02 or
 // LV08: their weights, bandwidth factor and window cap); when its last byte is through it is in
 // the receiver's inbox. So the latency is paid once per stream, not per message, and a message
@@ -13,17 +13,28 @@
 // route's latency as CM02 does; this class charges the rest (a message queued behind another
 // pays that sliver again: 1e-6 of its route's latency).
 //
+// Cost, as SimGrid calls per message (timing mode at 1,024 or 10,000 nodes sends millions): the
+// transfer is a put on the pair's own mailbox, whose permanent receiver (an actor on the
+// receiver's host that never runs) lets it start at once, and the carrier then takes it off the
+// mailbox's list of finished transfers. Not Comm::sendto: SimGrid 3.32 keeps every detached
+// transfer in one list and removes each, when it ends, by a linear search, so a round in which
+// 1,024 nodes send at once spent a fifth of the 1,024-node scenario's wall time there. An idle
+// carrier is woken by a kernel timer when its next message may start (not woken at once to sleep
+// until then); carriers and receivers block only when they have nothing to do, and are released
+// only then.
+//
 // Must be used from SimGrid actors of one engine (all calls run one at a time, so there are no
 // locks). Units: bytes, seconds.
 #pragma once
 
 #include <deque>
-#include <map>
 #include <optional>
-#include <utility>
+#include <unordered_map>
 #include <vector>
 
+#include <simgrid/s4u/Actor.hpp>
 #include <simgrid/s4u/Host.hpp>
+#include <simgrid/s4u/Mailbox.hpp>
 #include <simgrid/s4u/Semaphore.hpp>
 
 #include "core/env.h"
@@ -51,29 +62,40 @@ class SimNetwork {
     Seconds starts = 0;  // sent + the route's delay: its bytes may start
     Message msg;
   };
+  // A daemon or a node blocks on its semaphore only while it has nothing to do (`idle`), and is
+  // released only then: a message that finds it busy costs no SimGrid call.
   struct Pair {
     std::deque<Queued> queue;
-    simgrid::s4u::SemaphorePtr ready;  // one count per queued message
+    simgrid::s4u::SemaphorePtr wake;  // released when a message comes while carry() is idle
+    bool idle = false;
+    simgrid::s4u::Mailbox* wire = nullptr;  // the pair's transfers: put by carry(), taken by drain()
   };
   struct Inbox {
     std::deque<Message> queue;
-    simgrid::s4u::SemaphorePtr ready;  // one count per message in the queue
+    simgrid::s4u::SemaphorePtr wake;  // released when a message comes while recv() waits
+    bool waiting = false;
   };
   struct Sender {
     int64_t in_flight = 0;                // messages sent and not yet in an inbox
     simgrid::s4u::SemaphorePtr flushed;  // released when in_flight drops to 0 while flush() waits
     bool waiting = false;
   };
-  void carry(int src, int dst);  // the pair's actor
+  void carry(int src, int dst);  // the pair's actor on the sender's host
+  // The receiver's host's actor that the pairs into `dst` name as their mailboxes' permanent
+  // receiver, so that a put starts its transfer at once; it never runs.
+  simgrid::s4u::ActorPtr receiver(int dst);
   Inbox& inbox(int node);
   Sender& sender(int node);
 
   std::vector<simgrid::s4u::Host*> hosts_;
   std::vector<Seconds> latency_;
   double latency_factor_;
-  std::map<std::pair<int, int>, Pair> pairs_;
+  // By src * size() + dst; elements never move (carry() keeps a reference to its pair).
+  std::unordered_map<int64_t, Pair> pairs_;
+  Pair& pair(int src, int dst) { return pairs_[static_cast<int64_t>(src) * size() + dst]; }
   std::vector<Inbox> inboxes_;
   std::vector<Sender> senders_;
+  std::vector<simgrid::s4u::ActorPtr> receivers_;
 };
 
 }  // namespace rv

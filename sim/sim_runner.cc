@@ -11,6 +11,7 @@
 
 #include "core/compute_threads.h"
 #include "core/error.h"
+#include "core/output/run_output.h"
 #include "exec/env_assembly.h"
 #include "sim/platform.h"
 #include "sim/sim_env.h"
@@ -19,13 +20,18 @@ namespace sg4 = simgrid::s4u;
 
 namespace rv {
 SimResult simulate(const Scenario& s, const std::vector<int>& nodes, bool numeric,
-                   const NodeBody& body, Metrics* observer) {
+                   const NodeBody& body, Metrics* observer, std::vector<char> fold) {
   int argc = 1;
   char arg0[] = "ravnest-sim";  // SimGrid's argv[0]
   char* argv[] = {arg0, nullptr};
   sg4::Engine engine(&argc, argv);
   xbt_log_control_set("root.thresh:critical");
   configure_network(engine, s.network);
+  // Without guard pages an actor's stack is one plain allocation, so a 10,000-node run's ~60,000
+  // actors (nodes, and two per connection) stay under Linux's 65,530 memory mappings per process
+  // (with guards, two each). Timing runs only: a numeric node runs LibTorch on its stack, where an
+  // overflow must stop at a guard page.
+  if (!numeric) engine.set_config("contexts/guard-size:0");
   std::vector<sg4::Host*> hosts = build_platform(s);
   const int n = static_cast<int>(hosts.size());
   std::vector<Seconds> latency(n);
@@ -34,6 +40,7 @@ SimResult simulate(const Scenario& s, const std::vector<int>& nodes, bool numeri
   std::vector<sg4::ActorPtr> actors(n);
 
   EventLog log;  // shared: actors run one at a time, so no locks
+  if (!fold.empty()) log.fold(std::move(fold));
   std::exception_ptr first_error;
   int first_error_node = -1;
   std::vector<char> finished(n, 1);
@@ -77,7 +84,7 @@ SimResult simulate(const Scenario& s, const std::vector<int>& nodes, bool numeri
     if (!finished[r]) stuck += (stuck.empty() ? "" : ", ") + std::to_string(r);
   if (!stuck.empty()) throw Error("simulation deadlocked: nodes " + stuck + " never finished");
   SimResult res;
-  res.events = std::move(log.events());
+  res.events = log.take();
   res.simulated_time = sg4::Engine::get_clock();
   return res;
 }
@@ -90,7 +97,18 @@ SimResult run_simulation(const RunSpec& spec, Metrics* observer) {
   std::vector<int> nodes;
   for (int r = 0; r < spec.plan->nodes; ++r)
     if (spec.plan->role_of(r).stage >= 0) nodes.push_back(r);
-  return simulate(s, nodes, numeric, [&spec](NodeEnv& env, int r) { run_node(env, spec, r); }, observer);
+  // output.metrics = "summary": the nodes outside the trace keep their messages and waits as
+  // totals only (all that node_metrics.csv and summary.json need).
+  std::vector<char> fold;
+  if (s.output.metrics == "summary") {
+    fold.assign(static_cast<size_t>(spec.plan->nodes), 1);
+    if (s.output.trace) {
+      const std::vector<char> traced = traced_nodes(*spec.plan, s.output.trace_nodes);
+      for (size_t i = 0; i < fold.size(); ++i) fold[i] = !traced[i];
+    }
+  }
+  return simulate(s, nodes, numeric, [&spec](NodeEnv& env, int r) { run_node(env, spec, r); }, observer,
+                  std::move(fold));
 }
 
 }  // namespace rv

@@ -11,7 +11,7 @@
 namespace rv {
 
 struct SimResult {
-  std::vector<Event> events;  // every node's events
+  std::vector<Event> events;  // every node's events (with output.metrics = "summary", folded)
   Seconds simulated_time = 0;
 };
 
@@ -20,8 +20,9 @@ using NodeBody = std::function<void(NodeEnv& env, int node)>;
 
 // Runs `body` for each of `nodes` as an actor on the scenario's platform (network model, hosts and
 // links from the scenario), until every actor is done. The building block of run_simulation().
+// Nodes i with fold[i] != 0 keep their send, recv and wait events as totals (EventLog::fold).
 SimResult simulate(const Scenario& scenario, const std::vector<int>& nodes, bool numeric,
-                   const NodeBody& body, Metrics* observer = nullptr);
+                   const NodeBody& body, Metrics* observer = nullptr, std::vector<char> fold = {});
 
 // Runs the simulation. `spec.data` must be set in numeric mode and may be null in timing mode.
 // `observer`, if given, sees every event as it is recorded (progress display).

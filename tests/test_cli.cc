@@ -194,6 +194,141 @@ TEST_CASE("the same scenario and seed give byte-identical simulation outputs", "
   fs::remove_all(d);
 }
 
+// Rows of a CSV file as maps from its header's names to the cells.
+std::vector<std::map<std::string, std::string>> csv_rows(const fs::path& file) {
+  std::stringstream lines(slurp(file));
+  std::vector<std::string> header;
+  std::vector<std::map<std::string, std::string>> rows;
+  for (std::string line; std::getline(lines, line);) {
+    std::vector<std::string> f;
+    std::stringstream ss(line);
+    for (std::string c; std::getline(ss, c, ',');) f.push_back(c);
+    if (header.empty()) {
+      header = f;
+      continue;
+    }
+    std::map<std::string, std::string> row;
+    for (size_t i = 0; i < header.size() && i < f.size(); ++i) row[header[i]] = f[i];
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+TEST_CASE("output.metrics = summary writes per-node totals equal to the events', and trace_nodes keeps whole clusters",
+          "[cli][sim]") {
+  fs::path d = workdir("summary_metrics");
+  write(d / "s.toml", R"(name = "pool"
+seed = 3
+[model]
+head = "linear"
+kind = "mlp"
+hidden = [256, 256, 256]
+[data]
+kind = "synthetic"
+batch_size = 16
+[training]
+steps = 40
+average_every = 10
+eval_every = 0
+[planner]
+method = "greedy"
+clusters = 3
+[sim]
+mode = "timing"
+[[devices]]
+name = "laptop"
+count = 6
+tflops = 0.05
+ram_gb = 0.0018
+up_mbps = 20
+down_mbps = 100
+latency_ms = 20
+)");
+  Result ev = ravnest({"sim", "s.toml", "--run-dir", "events"}, d);
+  REQUIRE(ev.status == 0);
+  Result su = ravnest({"sim", "s.toml", "--run-dir", "summary", "--set", "output.metrics=summary", "--set",
+                       "output.trace_nodes=3"}, d);
+  REQUIRE(su.status == 0);
+  CHECK(fs::exists(d / "events" / "metrics.csv"));
+  CHECK(!fs::exists(d / "events" / "node_metrics.csv"));
+  CHECK(fs::exists(d / "summary" / "node_metrics.csv"));
+  CHECK(!fs::exists(d / "summary" / "metrics.csv"));
+
+  // The plan has several clusters of several stages, or the folding and the sampling test nothing.
+  const auto plan = nlohmann::json::parse(slurp(d / "events" / "plan.json"));
+  REQUIRE(plan["clusters"].size() >= 3);
+  std::map<int, int> cluster_of;
+  for (size_t c = 0; c < plan["clusters"].size(); ++c)
+    for (const auto& st : plan["clusters"][c]["stages"]) cluster_of[st["node"].get<int>()] = static_cast<int>(c);
+  REQUIRE(cluster_of.size() >= 6);
+
+  // Totals from every event of the events run against node_metrics.csv of the summary run (whose
+  // untraced nodes kept their messages and waits as one total each).
+  struct Totals {
+    int64_t sends = 0, recvs = 0, forwards = 0, waits = 0;
+    int64_t sent = 0;
+    double wait_s = 0;
+  };
+  std::map<int, Totals> want;
+  for (const auto& r : csv_rows(d / "events" / "metrics.csv")) {
+    Totals& t = want[std::stoi(r.at("node"))];
+    const std::string& k = r.at("kind");
+    if (k == "send") {
+      ++t.sends;
+      t.sent += std::stoll(r.at("bytes"));
+    }
+    if (k == "recv") ++t.recvs;
+    if (k == "forward") ++t.forwards;
+    if (k == "wait") {
+      ++t.waits;
+      t.wait_s += std::stod(r.at("end_s")) - std::stod(r.at("start_s"));
+    }
+  }
+  int rows = 0;
+  for (const auto& r : csv_rows(d / "summary" / "node_metrics.csv")) {
+    const int node = std::stoi(r.at("node"));
+    INFO("node " << node);
+    const Totals& t = want[node];
+    CHECK(std::stoll(r.at("send_n")) == t.sends);
+    CHECK(std::stoll(r.at("send_bytes")) == t.sent);
+    CHECK(std::stoll(r.at("recv_n")) == t.recvs);
+    CHECK(std::stoll(r.at("forward_n")) == t.forwards);
+    CHECK(std::stoll(r.at("wait_n")) == t.waits);
+    CHECK(std::fabs(std::stod(r.at("wait_s")) - t.wait_s) <= 1e-6 * (1 + t.waits));
+    ++rows;
+  }
+  CHECK(rows == plan["nodes"].get<int>());
+  CHECK(want[plan["clusters"][0]["stages"][0]["node"].get<int>()].sends > 0);
+
+  // summary.json does not depend on what the run kept.
+  auto summary = [&](const char* run) {
+    auto j = nlohmann::json::parse(slurp(d / run / "summary.json"));
+    j.erase("wall_seconds");
+    return j.dump();
+  };
+  CHECK(summary("events") == summary("summary"));
+
+  // trace.json: every node in the events run; in the summary run, whole clusters of at most 3 nodes.
+  auto traced = [&](const char* run) {
+    std::set<int> nodes;
+    const auto trace = nlohmann::json::parse(slurp(d / run / "trace.json"));
+    for (const auto& e : trace["traceEvents"])
+      if (e["ph"] == "X") nodes.insert(e["tid"].get<int>());
+    return nodes;
+  };
+  CHECK(traced("events").size() == cluster_of.size());
+  const std::set<int> sampled = traced("summary");
+  REQUIRE(!sampled.empty());
+  CHECK(sampled.size() <= 3);
+  for (const auto& [node, cluster] : cluster_of) {  // a node is shown exactly when its cluster is
+    bool cluster_shown = false;
+    for (int n : sampled) cluster_shown |= cluster_of.at(n) == cluster;
+    INFO("node " << node << " cluster " << cluster);
+    CHECK(cluster_shown == (sampled.count(node) == 1));
+  }
+  fs::remove_all(d);
+}
+
 TEST_CASE("real processes, the simulator and the loopback agree on the plan and reach comparable loss",
           "[cli][real][conformance]") {
   fs::path d = workdir("real");

@@ -1,5 +1,7 @@
 #include "core/output/metrics.h"
 
+#include <algorithm>
+
 namespace rv {
 
 const char* to_string(EventKind kind) {
@@ -19,6 +21,49 @@ const char* to_string(EventKind kind) {
     case EventKind::kParams: return "params";
   }
   return "unknown";
+}
+
+namespace {
+int total_slot(EventKind k) { return k == EventKind::kSend ? 0 : k == EventKind::kRecv ? 1 : 2; }
+}  // namespace
+
+void EventLog::fold(std::vector<char> folded) {
+  folded_ = std::move(folded);
+  totals_.assign(folded_.size() * 3, Event{});
+  for (size_t i = 0; i < totals_.size(); ++i) totals_[i].count = 0;
+}
+
+void EventLog::record(const Event& e) {
+  if (!is_message_kind(e.kind) || e.node < 0 || static_cast<size_t>(e.node) >= folded_.size() ||
+      !folded_[static_cast<size_t>(e.node)]) {
+    events_.push_back(e);
+    return;
+  }
+  Event& t = totals_[static_cast<size_t>(e.node) * 3 + total_slot(e.kind)];
+  if (t.count == 0) {
+    t = e;
+    t.count = 1;
+    t.peer = -1;
+    t.micro_batch = -1;
+    return;
+  }
+  // Seconds summed into a span that ends at the last one's end.
+  const Seconds busy = (t.end - t.start) + (e.end - e.start);
+  t.end = std::max(t.end, e.end);
+  t.start = t.end - busy;
+  t.step = e.step;
+  t.bytes += e.bytes;
+  t.count += e.count;
+}
+
+std::vector<Event> EventLog::take() {
+  std::vector<Event> out = std::move(events_);
+  for (auto& t : totals_)
+    if (t.count > 0) out.push_back(std::move(t));
+  events_.clear();
+  totals_.clear();
+  folded_.clear();
+  return out;
 }
 
 }  // namespace rv

@@ -57,7 +57,15 @@ struct Event {
   // over the update's micro-batches), computed after the span, not charged to it; NaN elsewhere.
   double grad_norm2 = kNaN;
   std::vector<float> values;  // kParams: the stage's flat parameters (StageModule::flat_state)
+  // How many events this one stands for: 1, or, where a log folds (EventLog::fold), all of a
+  // node's send, recv or wait events (`bytes` and end - start summed, `end` the last one's).
+  int64_t count = 1;
 };
+
+// Send, recv and wait: the kinds EventLog::fold keeps as one total per node.
+inline bool is_message_kind(EventKind k) {
+  return k == EventKind::kSend || k == EventKind::kRecv || k == EventKind::kWait;
+}
 
 class Metrics {
  public:
@@ -65,15 +73,23 @@ class Metrics {
   virtual void record(const Event& e) = 0;
 };
 
-// Keeps every event in memory (one node, or all nodes of a simulation).
+// Keeps every event in memory (one node, or all nodes of a simulation), or, for the nodes fold()
+// names, their send, recv and wait events as one total each (output.metrics = "summary": a
+// 10,000-node run records tens of millions of them).
 class EventLog : public Metrics {
  public:
-  void record(const Event& e) override { events_.push_back(e); }
+  // Nodes i with folded[i] != 0 keep one event per message kind (count: how many it stands for).
+  void fold(std::vector<char> folded);
+  void record(const Event& e) override;
   const std::vector<Event>& events() const { return events_; }
   std::vector<Event>& events() { return events_; }
+  // Every event kept, the folded totals (in node order) after them; the log is left empty.
+  std::vector<Event> take();
 
  private:
   std::vector<Event> events_;
+  std::vector<char> folded_;
+  std::vector<Event> totals_;  // per folded node: send, recv, wait (count 0 until one comes)
 };
 
 }  // namespace rv

@@ -367,9 +367,83 @@ nlohmann::json summarize(const Scenario& s, const Plan& plan, const std::vector<
   return j;
 }
 
+std::vector<char> traced_nodes(const Plan& plan, int limit) {
+  std::vector<char> traced(static_cast<size_t>(std::max(plan.nodes, 0)), 0);
+  auto show = [&](const ClusterPlan& c) {
+    for (const auto& st : c.stages) traced.at(static_cast<size_t>(st.node)) = 1;
+  };
+  const size_t clusters = plan.clusters.size();
+  if (limit <= 0) {
+    for (const auto& c : plan.clusters) show(c);
+    return traced;
+  }
+  // Clusters 0, k, 2k, ... with k = clusters / wanted, where wanted is how many of the mean size
+  // fit in `limit`; a cluster that would pass the limit is skipped (the first is always shown).
+  int64_t nodes_in_clusters = 0;
+  for (const auto& c : plan.clusters) nodes_in_clusters += static_cast<int64_t>(c.stages.size());
+  if (clusters == 0) return traced;
+  const double mean = static_cast<double>(nodes_in_clusters) / static_cast<double>(clusters);
+  const size_t wanted = std::clamp<size_t>(static_cast<size_t>(limit / std::max(mean, 1.0)), 1, clusters);
+  const double stride = static_cast<double>(clusters) / static_cast<double>(wanted);
+  int64_t shown = 0;
+  for (size_t k = 0; k < wanted; ++k) {
+    const ClusterPlan& c = plan.clusters[static_cast<size_t>(static_cast<double>(k) * stride)];
+    const auto size = static_cast<int64_t>(c.stages.size());
+    if (shown > 0 && shown + size > limit) continue;
+    show(c);
+    shown += size;
+  }
+  return traced;
+}
+
+std::string node_metrics_csv(const Scenario& s, const Plan& plan, const std::vector<Event>& events) {
+  // Span kinds and message kinds, in column order.
+  static const EventKind kSpans[] = {EventKind::kForward, EventKind::kBackward, EventKind::kUpdate,
+                                     EventKind::kAverage, EventKind::kFlush,    EventKind::kWait};
+  struct Row {
+    int64_t n[6] = {};
+    double seconds[6] = {};
+    int64_t sends = 0, recvs = 0;
+    Bytes sent = 0, received = 0, peak = 0;
+    Seconds last = 0;
+  };
+  std::vector<Row> rows(static_cast<size_t>(std::max(plan.nodes, 0)));
+  for (const auto& e : events) {
+    if (e.node < 0 || e.node >= plan.nodes) continue;
+    Row& r = rows[static_cast<size_t>(e.node)];
+    r.last = std::max(r.last, e.end);
+    for (int k = 0; k < 6; ++k)
+      if (e.kind == kSpans[k]) {
+        r.n[k] += e.count;
+        r.seconds[k] += e.end - e.start;
+      }
+    if (e.kind == EventKind::kSend) {
+      r.sends += e.count;
+      r.sent += e.bytes;
+    }
+    if (e.kind == EventKind::kRecv) {
+      r.recvs += e.count;
+      r.received += e.bytes;
+    }
+    if (e.kind == EventKind::kMemory) r.peak = std::max(r.peak, e.bytes);
+  }
+  std::ostringstream out;
+  out << "node,cluster,stage,device";
+  for (EventKind k : kSpans) out << ',' << to_string(k) << "_n," << to_string(k) << "_s";
+  out << ",send_n,send_bytes,recv_n,recv_bytes,peak_memory_bytes,last_s\n";
+  for (int i = 0; i < plan.nodes; ++i) {
+    const Row& r = rows[static_cast<size_t>(i)];
+    const NodeRole role = plan.role_of(i);
+    out << i << ',' << role.cluster << ',' << role.stage << ',' << s.device_of(i).name;
+    for (int k = 0; k < 6; ++k) out << ',' << r.n[k] << ',' << time_str(r.seconds[k]);
+    out << ',' << r.sends << ',' << r.sent << ',' << r.recvs << ',' << r.received << ',' << r.peak << ','
+        << time_str(r.last) << "\n";
+  }
+  return out.str();
+}
+
 std::string write_run_folder(const std::string& path, const Scenario& s, const Plan& plan,
-                             const ModelDesc& model, const std::vector<Event>& events_in,
-                             const RunInfo& info) {
+                             const ModelDesc& model, std::vector<Event> events, const RunInfo& info) {
   using nlohmann::json;
   fs::path final_path = fs::absolute(fs::path(path)).lexically_normal();
   if (fs::exists(final_path)) throw Error(path + ": run folder exists already");
@@ -378,7 +452,6 @@ std::string write_run_folder(const std::string& path, const Scenario& s, const P
   fs::remove_all(tmp);
   fs::create_directories(tmp);
   try {
-    std::vector<Event> events = events_in;
     sort_events(events);
     write_file(tmp / "scenario.toml", to_toml(s));
 
@@ -390,7 +463,10 @@ std::string write_run_folder(const std::string& path, const Scenario& s, const P
     pj["model"] = {{"name", model.name}, {"params", model.total_params()}, {"layers", layers}};
     write_file(tmp / "plan.json", pj.dump(2) + "\n");
 
-    write_events_csv((tmp / "metrics.csv").string(), events);
+    if (s.output.metrics == "summary")
+      write_file(tmp / "node_metrics.csv", node_metrics_csv(s, plan, events));
+    else
+      write_events_csv((tmp / "metrics.csv").string(), events);
     if (std::any_of(events.begin(), events.end(), [](const Event& e) { return e.kind == EventKind::kParams; }))
       write_params_csv((tmp / "params.csv").string(), events);
 
@@ -415,7 +491,9 @@ std::string write_run_folder(const std::string& path, const Scenario& s, const P
         tr << (first ? "" : ",\n") << e.dump();
         first = false;
       };
+      const std::vector<char> traced = traced_nodes(plan, s.output.trace_nodes);
       for (int i = 0; i < plan.nodes; ++i) {
+        if (!traced[static_cast<size_t>(i)]) continue;
         NodeRole r = plan.role_of(i);
         emit({{"ph", "M"}, {"name", "thread_name"}, {"pid", r.cluster + 1}, {"tid", i},
               {"args", {{"name", "node " + std::to_string(i) + " stage " + std::to_string(r.stage) +
@@ -427,7 +505,8 @@ std::string write_run_folder(const std::string& path, const Scenario& s, const P
         emit({{"ph", "M"}, {"name", "process_name"}, {"pid", c},
               {"args", {{"name", c == 0 ? std::string("idle nodes") : "cluster " + std::to_string(c - 1)}}}});
       for (const auto& e : events) {
-        if (!is_span(e.kind)) continue;
+        if (!is_span(e.kind) || e.node < 0 || e.node >= plan.nodes || !traced[static_cast<size_t>(e.node)])
+          continue;
         std::string name = to_string(e.kind);
         if (e.kind == EventKind::kForward && e.micro_batch < 0) name = "eval";
         emit({{"ph", "X"}, {"name", name}, {"cat", name}, {"pid", e.cluster + 1}, {"tid", e.node},

@@ -10,8 +10,11 @@
 //                    device; grad_norm2: a numeric run's updates, the squared norm of the gradient
 //                    the stage applied)
 //     eval.csv       time_s,node,cluster,step,train_samples,test_loss,test_accuracy
+//     node_metrics.csv  instead of metrics.csv where output.metrics = "summary": one row per node
+//                    (node_metrics_csv)
 //     summary.json   totals, per-node busy/idle fractions, bytes, memory, staleness, accuracy
-//     trace.json     Chrome trace events (one row per node: forward, backward, update, wait)
+//     trace.json     Chrome trace events (one row per node: forward, backward, update, wait); only
+//                    the nodes of traced_nodes() where output.trace_nodes > 0
 //     params.csv     models that record their parameters (ModelDesc::record_params): one row per
 //                    stage update, node,cluster,stage,step,time_s,values (the stage's flat
 //                    parameters after update `step`, space-separated)
@@ -60,10 +63,20 @@ SteadyWindow steady_window(std::vector<Seconds> completions);
 nlohmann::json summarize(const Scenario& s, const Plan& plan, const std::vector<Event>& events,
                          const RunInfo& info);
 
-// Writes every output file to `path` (which must not exist yet); returns `path`.
+// Writes every output file to `path` (which must not exist yet); returns `path`. `events` is
+// taken by value: callers that are done with theirs move them in (a 1,024-node run holds 5 million).
 std::string write_run_folder(const std::string& path, const Scenario& s, const Plan& plan,
-                             const ModelDesc& model, const std::vector<Event>& events,
-                             const RunInfo& info);
+                             const ModelDesc& model, std::vector<Event> events, const RunInfo& info);
+
+// The nodes trace.json shows (output.trace_nodes = `limit`): every node for 0; otherwise whole
+// clusters, taken evenly spaced over the plan's clusters until `limit` nodes (at least one
+// cluster). traced[i] != 0 for node i shown; idle nodes are never shown.
+std::vector<char> traced_nodes(const Plan& plan, int limit);
+
+// node_metrics.csv (output.metrics = "summary"): one row per node of the plan, its count and
+// seconds of each span kind, its messages and bytes each way, its peak modeled memory and the end
+// of its last event (count: Event::count, so folded totals count every message).
+std::string node_metrics_csv(const Scenario& s, const Plan& plan, const std::vector<Event>& events);
 
 // metrics.csv (every event but kParams) and params.csv (the kParams events), as text and as files
 // (a node process sends the launcher the text); the parsers throw rv::InputError naming `where`

@@ -368,7 +368,15 @@ void add_run_tables(Catalog& c) {
   c.table("output", &Scenario::output)
       .text("dir", &OutputSpec::dir, "run folders go to `<dir>/<name>/<executor>-<timestamp>/`",
             Empty::kRefused)
-      .flag("trace", &OutputSpec::trace, "write trace.json (Chrome trace)");
+      .flag("trace", &OutputSpec::trace, "write trace.json (Chrome trace)")
+      .integer("trace_nodes", &OutputSpec::trace_nodes, 0, kMaxNodes,
+               "0: trace.json holds every node; n: whole clusters spread evenly over the plan, "
+               "up to n nodes (at least one cluster), for runs of thousands of nodes")
+      .choice("metrics", &OutputSpec::metrics, {"events", "summary"},
+              "events: metrics.csv, one row per event; summary: node_metrics.csv instead, one row "
+              "per node (count and seconds of each span kind, messages and bytes each way), and "
+              "the simulator keeps an untraced node's sends, receives and waits as totals only "
+              "(reports and validate need events)");
   c.table("faults", &Scenario::faults)
       .integer("node", &FaultsSpec::node, -1, kMaxNodes, "the node that misbehaves; -1: none")
       .integer("crash_after_sends", &FaultsSpec::crash_after_sends, -1, kMaxCount,

@@ -170,6 +170,11 @@ struct RealSpec {
 struct OutputSpec {
   std::string dir = "runs";  // never empty
   bool trace = true;
+  // trace.json's nodes: 0, all of them; n > 0, whole clusters spread over the plan, up to n nodes
+  // (at least one cluster): a readable timeline of a run of thousands of nodes.
+  int trace_nodes = 0;
+  // "events": metrics.csv, one row per event; "summary": node_metrics.csv, one row per node.
+  std::string metrics = "events";
 };
 
 // Injected faults (every executor honours them), for studying and testing failure handling.
