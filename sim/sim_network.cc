@@ -6,7 +6,6 @@
 #include <simgrid/s4u/Actor.hpp>
 #include <simgrid/s4u/Comm.hpp>
 #include <simgrid/s4u/Engine.hpp>
-#include <simgrid/kernel/Timer.hpp>
 #include <simgrid/simix.hpp>
 
 #include "core/error.h"
@@ -24,6 +23,11 @@ SimNetwork::SimNetwork(std::vector<sg4::Host*> hosts, std::vector<Seconds> laten
       receivers_(hosts_.size()),
       senders_(hosts_.size()) {
   RV_CHECK(latency_.size() == hosts_.size(), "simulated network: a latency per host");
+}
+
+SimNetwork::~SimNetwork() {
+  for (auto& [key, p] : pairs_)
+    if (p.timer != nullptr) p.timer->remove();
 }
 
 // Semaphores are made on first use, from an actor (SimGrid's synchronisation objects belong to
@@ -57,15 +61,18 @@ void SimNetwork::send(int src, int dst, Message msg) {
     // The carrier is woken when the message may start, by a timer of SimGrid's kernel, rather than
     // woken now to sleep until then: one blocking call fewer per message.
     p.idle = false;
-    simgrid::kernel::actor::simcall_answered([wake = p.wake, starts] {
-      simgrid::kernel::timer::Timer::set(starts, [wake] { wake->release(); });
+    simgrid::kernel::actor::simcall_answered([&p, starts] {
+      p.timer = simgrid::kernel::timer::Timer::set(starts, [&p] {
+        p.timer = nullptr;  // the kernel deletes a timer once it has run
+        p.wake->release();
+      });
     });
   }
   if (first) {
     const std::string name = "n" + std::to_string(src) + ">n" + std::to_string(dst);
     p.wire = sg4::Mailbox::by_name(name);
     p.wire->set_receiver(receiver(dst));
-    // Both run only SimGrid calls: a small stack each, so that tens of thousands of them fit.
+    // A carrier runs only SimGrid calls: a small stack, so that tens of thousands of them fit.
     constexpr unsigned kStack = 256 * 1024;
     sg4::Actor::init(name, hosts_[src])->set_stacksize(kStack)->start([this, src, dst] { carry(src, dst); })->daemonize();
   }

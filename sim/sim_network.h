@@ -32,6 +32,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include <simgrid/kernel/Timer.hpp>
 #include <simgrid/s4u/Actor.hpp>
 #include <simgrid/s4u/Host.hpp>
 #include <simgrid/s4u/Mailbox.hpp>
@@ -47,6 +48,11 @@ class SimNetwork {
   // `hosts[r]` is node r's host; `latency[r]` its one-way latency, as the scenario gives it;
   // `latency_factor` the network model's (net_factors).
   SimNetwork(std::vector<simgrid::s4u::Host*> hosts, std::vector<Seconds> latency, double latency_factor);
+  // Removes the timers still pending (a run that ended before a message it sent could start):
+  // SimGrid's kernel keeps them across engines of one process.
+  ~SimNetwork();
+  SimNetwork(const SimNetwork&) = delete;
+  SimNetwork& operator=(const SimNetwork&) = delete;
 
   int size() const { return static_cast<int>(hosts_.size()); }
   // Queues `msg` (of msg.bytes modeled bytes) on the pair's connection; returns at once.
@@ -68,6 +74,7 @@ class SimNetwork {
     std::deque<Queued> queue;
     simgrid::s4u::SemaphorePtr wake;  // released when a message comes while carry() is idle
     bool idle = false;
+    simgrid::kernel::timer::Timer* timer = nullptr;  // set while a timer is to wake the carrier
     simgrid::s4u::Mailbox* wire = nullptr;  // the pair's transfers: put by carry(), taken by drain()
   };
   struct Inbox {
