@@ -21,6 +21,14 @@ double stage_cost_in(const CostModel& cost, const std::vector<int>& order, int s
   return t;
 }
 
+// The largest stage cost of a cut pipeline.
+double bottleneck_of(const CostModel& cost, const std::vector<int>& order, const std::vector<int>& cuts) {
+  double b = 0;
+  for (int s = 0; s < static_cast<int>(order.size()); ++s)
+    b = std::max(b, stage_cost_in(cost, order, s, cuts[s], cuts[s + 1]));
+  return b;
+}
+
 std::vector<int> boundaries(const std::vector<char>& cuttable) {
   std::vector<int> p;
   for (int b = 0; b < static_cast<int>(cuttable.size()); ++b)
@@ -115,9 +123,7 @@ void polish(const CostModel& cost, const std::vector<int>& pos, Partition& p) {
       }
     if (!improved) break;
   }
-  p.bottleneck = 0;
-  for (int s = 0; s < k; ++s)
-    p.bottleneck = std::max(p.bottleneck, stage_cost_in(cost, p.order, s, p.cuts[s], p.cuts[s + 1]));
+  p.bottleneck = bottleneck_of(cost, p.order, p.cuts);
 }
 
 }  // namespace
@@ -147,9 +153,7 @@ std::optional<Partition> best_partition(const CostModel& cost, const std::vector
         lo = mid;
       }
     }
-    p = Partition{order, *best, 0, 0};
-    for (int s = 0; s < k; ++s)
-      p->bottleneck = std::max(p->bottleneck, stage_cost_in(cost, order, s, p->cuts[s], p->cuts[s + 1]));
+    p = Partition{order, *best, 0, 0};  // polish() sets the bottleneck of its final cuts
   }
   if (!p) return p;
   p->period = cost.cluster_period(p->order, p->cuts);
@@ -172,14 +176,13 @@ void merge_stateless_stages(const CostModel& cost, Partition& p) {
         q.order.erase(q.order.begin() + static_cast<std::ptrdiff_t>(s));
         q.cuts.erase(q.cuts.begin() + static_cast<std::ptrdiff_t>(into_next ? s + 1 : s));
         const int k = static_cast<int>(q.order.size());
+        const int64_t f = cost.in_flight(k);
         bool fits = true;  // fewer stages keep fewer micro-batches in flight: every stage checked
-        for (int u = 0; u < k && fits; ++u) fits = cost.fits(q.order[u], q.cuts[u], q.cuts[u + 1], cost.in_flight(k));
+        for (int u = 0; u < k && fits; ++u) fits = cost.fits(q.order[u], q.cuts[u], q.cuts[u + 1], f);
         if (!fits) continue;
         q.period = cost.cluster_period(q.order, q.cuts);
         if (q.period > p.period * (1 + 1e-12) || (best && q.period >= best->period)) continue;
-        q.bottleneck = 0;
-        for (int u = 0; u < k; ++u)
-          q.bottleneck = std::max(q.bottleneck, stage_cost_in(cost, q.order, u, q.cuts[u], q.cuts[u + 1]));
+        q.bottleneck = bottleneck_of(cost, q.order, q.cuts);
         best = q;
       }
       if (best) {

@@ -68,14 +68,14 @@ class SimNetwork {
     Seconds starts = 0;  // sent + the route's delay: its bytes may start
     Message msg;
   };
-  // A daemon or a node blocks on its semaphore only while it has nothing to do (`idle`), and is
-  // released only then: a message that finds it busy costs no SimGrid call.
+  // A carrier or a node blocks on its semaphore only while it has nothing to do (`idle`,
+  // `waiting`), and is released only then: a message that finds it busy costs no SimGrid call.
   struct Pair {
     std::deque<Queued> queue;
     simgrid::s4u::SemaphorePtr wake;  // released when a message comes while carry() is idle
     bool idle = false;
     simgrid::kernel::timer::Timer* timer = nullptr;  // set while a timer is to wake the carrier
-    simgrid::s4u::Mailbox* wire = nullptr;  // the pair's transfers: put by carry(), taken by drain()
+    simgrid::s4u::Mailbox* wire = nullptr;  // the pair's transfers: put, then taken, by carry()
   };
   struct Inbox {
     std::deque<Message> queue;

@@ -27,9 +27,9 @@ SimResult simulate(const Scenario& s, const std::vector<int>& nodes, bool numeri
   sg4::Engine engine(&argc, argv);
   xbt_log_control_set("root.thresh:critical");
   configure_network(engine, s.network);
-  // Without guard pages an actor's stack is one plain allocation, so a 10,000-node run's ~60,000
-  // actors (nodes, and two per connection) stay under Linux's 65,530 memory mappings per process
-  // (with guards, two each). Timing runs only: a numeric node runs LibTorch on its stack, where an
+  // Without guard pages an actor's stack is one plain allocation, so a 10,000-node run's tens of
+  // thousands of actors (a node and a receiver per node, a carrier per connection) stay under
+  // Linux's 65,530 memory mappings per process (with guards, two each). Timing runs only: a numeric node runs LibTorch on its stack, where an
   // overflow must stop at a guard page.
   if (!numeric) engine.set_config("contexts/guard-size:0");
   std::vector<sg4::Host*> hosts = build_platform(s);
