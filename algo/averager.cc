@@ -13,14 +13,27 @@ void Averager::wait(const std::function<Message()>& recv, const std::function<vo
   }
 }
 
-at::Tensor Averager::average(const at::Tensor& state, int64_t rows, int64_t round,
+at::Tensor Averager::average(at::Tensor state, int64_t rows, int64_t round,
                              const std::function<Message()>& recv, const std::function<void(Message)>& other) {
-  if (!participates()) return state;
-  start(state, rows, round);
+  if (!participates() || !state.defined()) {  // timing mode: only the modeled transfers
+    if (participates()) {
+      start(at::Tensor(), rows, round);
+      wait(recv, other);
+      clear();
+    }
+    return state;
+  }
+  start(std::move(state), rows, round);
   wait(recv, other);
   at::Tensor mean = result();
   clear();
-  return mean.defined() ? mean : state;
+  return mean;
+}
+
+at::Tensor Averager::take_over(at::Tensor state) {
+  const bool alone = state.use_count() == 1 && state.storage().use_count() == 1 && state.is_contiguous();
+  at::Tensor rows = state.dim() == 1 ? state.unsqueeze(0) : state;
+  return alone ? rows : rows.clone();
 }
 
 Event Averager::event_now(NodeEnv& env, const NodeRole& role, EventKind kind) {

@@ -37,8 +37,10 @@ class Averager {
   // Whether this node takes part in averaging at all (false with one cluster, or for a stage
   // that holds no state where the topology needs none from it).
   virtual bool participates() const = 0;
-  // Starts averaging `state` (see above) as averaging number `round`.
-  virtual void start(const at::Tensor& state, int64_t rows, int64_t round) = 0;
+  // Starts averaging `state` (see above) as averaging number `round`. An averager may work in
+  // `state`'s memory when the caller hands over the only reference (std::move); otherwise it
+  // copies it first. It never writes a tensor that someone else still holds.
+  virtual void start(at::Tensor state, int64_t rows, int64_t round) = 0;
   // Keeps a message of this or a later averaging; returns false (and leaves `m`) for any other.
   virtual bool hold(Message& m) = 0;
   // Does whatever can be done without waiting; true once the mean is ready.
@@ -47,17 +49,22 @@ class Averager {
   // messages that are not the averaging's go to `other`, in arrival order.
   virtual void wait(const std::function<Message()>& recv, const std::function<void(Message)>& other);
   virtual bool active() const = 0;        // started and not yet cleared
-  virtual at::Tensor result() const = 0;  // the mean, once progress() returned true (numeric mode)
+  // The mean, once progress() returned true (numeric mode). Read-only: parts of it may still be on
+  // their way to peers.
+  virtual at::Tensor result() const = 0;
   virtual void clear() = 0;               // back to idle after a finished averaging
 
-  // start() then wait(); returns the mean (or `state` itself in timing mode or if this node does
-  // not take part).
-  at::Tensor average(const at::Tensor& state, int64_t rows, int64_t round,
+  // start() then wait(); returns the mean (read-only, as result()), or `state` itself in timing
+  // mode or if this node does not take part. Hand `state` over with std::move to spare a copy.
+  at::Tensor average(at::Tensor state, int64_t rows, int64_t round,
                      const std::function<Message()>& recv, const std::function<void(Message)>& other);
 
  protected:
   // An event of `kind` of the node in `role` (no micro-batch), starting and ending now.
   static Event event_now(NodeEnv& env, const NodeRole& role, EventKind kind);
+  // `state` as [rows, n] in memory the averager may write: its own if the caller handed over the
+  // only reference to a contiguous tensor, else a copy.
+  static at::Tensor take_over(at::Tensor state);
 };
 
 // The averager for the all-reduce `kind` (training.allreduce, algo/registry.h). Throws

@@ -33,11 +33,11 @@ CollectiveAverager::CollectiveAverager(NodeEnv& env, const Plan& plan, const Mod
   for (const auto& c : chunks_) env.collectives->join(c.group);
 }
 
-void CollectiveAverager::start(const at::Tensor& state, int64_t rows, int64_t round) {
+void CollectiveAverager::start(at::Tensor state, int64_t rows, int64_t round) {
   RV_CHECK(!active_, "an averaging is already in progress");
   RV_CHECK(env_.compute.numeric() && state.defined(), "the executor's all-reduce needs numeric mode");
   was_1d_ = state.dim() == 1;
-  state_ = (was_1d_ ? state.unsqueeze(0) : state).clone();
+  state_ = take_over(std::move(state));
   RV_CHECK(state_.dim() == 2 && state_.size(0) == rows && state_.size(1) == own_,
            "averaging: a state of the wrong shape on node " + std::to_string(node_));
   active_ = true;

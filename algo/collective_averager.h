@@ -21,7 +21,7 @@ class CollectiveAverager : public Averager {
   CollectiveAverager(NodeEnv& env, const Plan& plan, const ModelDesc& model, int node);
 
   bool participates() const override { return !chunks_.empty(); }
-  void start(const at::Tensor& state, int64_t rows, int64_t round) override;
+  void start(at::Tensor state, int64_t rows, int64_t round) override;
   bool hold(Message&) override { return false; }  // nothing travels through the transport
   bool progress() override;
   void wait(const std::function<Message()>& recv, const std::function<void(Message)>& other) override;

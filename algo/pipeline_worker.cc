@@ -335,7 +335,7 @@ void PipelineWorker::average(const std::function<void(Message)>& defer) {
   const int64_t round = averagings_++;
   if (!averager_->participates()) return;
   at::Tensor state = numeric() ? stage_->averaged_state(average_optimizer_) : at::Tensor();
-  at::Tensor mean = averager_->average(state, average_rows_, round, raw_recv(), other(defer));
+  at::Tensor mean = averager_->average(std::move(state), average_rows_, round, raw_recv(), other(defer));
   if (numeric()) stage_->set_averaged_state(mean);
 }
 

@@ -77,7 +77,7 @@ int mod(int a, int c) { return ((a % c) + c) % c; }
 
 }  // namespace
 
-void RingAverager::start(const at::Tensor& state, int64_t rows, int64_t round) {
+void RingAverager::start(at::Tensor state, int64_t rows, int64_t round) {
   RV_CHECK(phase_ == Phase::kIdle, "an averaging is already in progress");
   RV_CHECK(rows >= 1, "averaging: rows must be at least 1");
   rows_ = rows;
@@ -88,10 +88,10 @@ void RingAverager::start(const at::Tensor& state, int64_t rows, int64_t round) {
   was_1d_ = false;
   if (env_.compute.numeric() && state.defined()) {
     was_1d_ = state.dim() == 1;
-    at::Tensor s = was_1d_ ? state.unsqueeze(0) : state;
-    RV_CHECK(s.dim() == 2 && s.size(0) == rows && s.size(1) == own_,
-             "averaging: a state of the wrong shape on node " + std::to_string(node_));
-    state_ = s.clone();
+    const bool shape_ok = state.dim() <= 2 && (state.dim() == 1 ? rows == 1 && state.size(0) == own_
+                                                                : state.size(0) == rows && state.size(1) == own_);
+    RV_CHECK(shape_ok, "averaging: a state of the wrong shape on node " + std::to_string(node_));
+    state_ = take_over(std::move(state));
   }
   span_ = event_now(env_, role_, EventKind::kAverage);
   span_.step = round;
@@ -128,7 +128,13 @@ void RingAverager::send(int dst, MsgKind kind, int64_t step, int64_t aux, int64_
   m.id = round_;
   m.step = step;
   m.aux = aux;
-  if (state_.defined()) m.payload.push_back(state_.narrow(1, lo, hi - lo).contiguous().clone());
+  // A slice of the state, as it is: a ring writes each slice again only after the peer it went to
+  // has taken it (each write waits for a message that follows from that), and the result is
+  // read-only. A slice of several rows is not contiguous, and goes as a copy.
+  if (state_.defined()) {
+    m.payload.push_back(state_.narrow(1, lo, hi - lo).contiguous());
+    m.payload_frozen = true;
+  }
   m.bytes = kHeaderBytes + kFloatBytes * rows_ * (hi - lo);
   note(EventKind::kSend, dst, m.bytes);
   env_.transport.send(dst, std::move(m));
@@ -185,12 +191,23 @@ bool RingAverager::collect() {
   return true;
 }
 
-void RingAverager::finish() {
+void RingAverager::divide_reduced() {
+  // After the reduce-scatter, segment (i + 1) of each ring holds the sum over the clusters here:
+  // the mean is made once, by its owner, and the all-gather hands it on.
   Work divide;  // one elementwise kernel per ring
-  for (const auto& r : rings_) divide.add_elementwise(static_cast<double>((r.hi - r.lo) * rows_));
+  for (const auto& r : rings_) {
+    const int seg = mod(r.member + 1, r.members);
+    divide.add_elementwise(static_cast<double>((r.seg_lo(seg + 1) - r.seg_lo(seg)) * rows_));
+  }
   env_.compute.run(divide, [&] {
-    for (const auto& r : rings_) state_.narrow(1, r.lo, r.hi - r.lo).div_(static_cast<double>(clusters_));
+    for (const auto& r : rings_) {
+      const int seg = mod(r.member + 1, r.members);
+      state_.narrow(1, r.seg_lo(seg), r.seg_lo(seg + 1) - r.seg_lo(seg)).div_(static_cast<double>(clusters_));
+    }
   });
+}
+
+void RingAverager::finish() {
   if (topology_ == RingTopology::kSingle) {
     for (const auto& mb : members_) send(mb.node, MsgKind::kDistribute, 0, mb.node, mb.lo, mb.hi);
     if (state_.defined()) state_ = state_.narrow(1, 0, own_);
@@ -236,6 +253,7 @@ bool RingAverager::progress() {
     if (++t_ < clusters_ - 1) continue;
     t_ = 0;
     if (reduce) {
+      divide_reduced();
       phase_ = Phase::kGather;
       continue;
     }

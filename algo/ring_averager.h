@@ -10,7 +10,14 @@
 // cluster's other stages, the leaders run one ring over the whole model, and each leader hands its
 // stages their slices of the mean. Every byte of the model crosses the leaders' links.
 //
-// After either, every cluster holds the exact mean (up to float rounding).
+// After either, every cluster holds the exact mean (up to float rounding): the owner of each
+// reduced segment divides it by C before the all-gather hands it on.
+//
+// Memory: a state handed over (std::move) is averaged in its own memory, else in a copy. Slices go
+// to the peers as they are (Message::payload_frozen), with no copy: a ring writes a slice again
+// only after a message that follows from the peer having taken it (reduce-scatter round t sends
+// segment i - t, which the all-gather overwrites in its round t, after a chain of messages that
+// starts with the next node's round t), and the result is read-only.
 #pragma once
 
 #include <map>
@@ -28,7 +35,7 @@ class RingAverager : public Averager {
   RingAverager(NodeEnv& env, const Plan& plan, const ModelDesc& model, int node, RingTopology topology);
 
   bool participates() const override { return takes_part_; }
-  void start(const at::Tensor& state, int64_t rows, int64_t round) override;
+  void start(at::Tensor state, int64_t rows, int64_t round) override;
   bool hold(Message& m) override;
   bool progress() override;
   bool active() const override { return phase_ != Phase::kIdle; }
@@ -52,7 +59,8 @@ class RingAverager : public Averager {
   void send(int dst, MsgKind kind, int64_t step, int64_t aux, int64_t lo, int64_t hi);
   void send_round();
   bool collect();   // single ring: the leader has every stage's state, or a member its mean
-  void finish();    // divides by C, hands out the slices (single-ring leader), records the span
+  void divide_reduced();  // after the reduce-scatter: this node's reduced segments, divided by C
+  void finish();          // hands out the slices (single-ring leader), records the span
   void note(EventKind kind, int peer, Bytes bytes);  // a send or receive event
   Message take(MsgKind kind, int64_t aux, int64_t step);
 

@@ -65,30 +65,6 @@ Case make_case(int c, double bytes, const std::vector<double>& mbps, double late
   return k;
 }
 
-// Runs `fn` in a forked child and returns what it wrote to the pipe (a double), NaN on failure.
-double in_child(const std::function<double()>& fn) {
-  int fd[2];
-  if (pipe(fd) != 0) return std::nan("");
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(fd[0]);
-    double v = std::nan("");
-    try {
-      v = fn();
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "child: %s\n", e.what());
-    }
-    if (write(fd[1], &v, sizeof v) != sizeof v) _exit(1);
-    _exit(0);
-  }
-  close(fd[1]);
-  double v = std::nan("");
-  if (read(fd[0], &v, sizeof v) != sizeof v) v = std::nan("");
-  close(fd[0]);
-  waitpid(pid, nullptr, 0);
-  return v;
-}
-
 // C clusters of p stages each (p >= 2), every stage one linear layer of h x h (4h^2 bytes), so
 // the state S = p * 4h^2 bytes is split in p equal chunks; links per node alike.
 Case make_pipeline_case(int c, int p, int64_t h, double mbps, double latency_ms) {
@@ -139,7 +115,7 @@ json part_sim() {
       Case k = make_case(c, mb * 1e6, std::vector<double>(c, mbps), latency_ms);
       const double s = 4.0 * k.model.state_offset(k.model.layer_count());
       const double b = mbps * 1e6 / 8;
-      const double t = in_child([&] { return simulate_average(k); });
+      const double t = bench::in_child([&] { return simulate_average(k); });
       const double alpha_beta = 2.0 * (c - 1) * (2 * latency_ms * 1e-3 + s / c / b);
       const double busbw = s / t * 2.0 * (c - 1) / c;
       rows.push_back({{"clusters", c}, {"state_mb", s / 1e6}, {"simulated_s", t}, {"alpha_beta_s", alpha_beta},
@@ -157,7 +133,7 @@ json part_sim() {
     Case k = make_case(c, 64e6, mbps, latency_ms);
     const double s = 4.0 * k.model.state_offset(k.model.layer_count());
     const double slowest = *std::min_element(mbps.begin(), mbps.end()) * 1e6 / 8;
-    const double t = in_child([&] { return simulate_average(k); });
+    const double t = bench::in_child([&] { return simulate_average(k); });
     const double bound = 2.0 * (c - 1) * (2 * latency_ms * 1e-3 + s / c / slowest);
     rows.push_back({{"clusters", c}, {"state_mb", s / 1e6}, {"unequal_links_mbps", mbps}, {"simulated_s", t},
                     {"slowest_link_bound_s", bound}, {"ratio_to_bound", t / bound},
@@ -178,8 +154,8 @@ json part_sim_pipelines() {
     for (int p : {2, 4}) {
       Case k = make_pipeline_case(c, p, 1024, mbps, latency_ms);
       const double s = 4.0 * k.model.state_offset(k.model.layer_count());
-      const double multi = in_child([&] { return simulate_average(k, RingTopology::kMulti); });
-      const double single = in_child([&] { return simulate_average(k, RingTopology::kSingle); });
+      const double multi = bench::in_child([&] { return simulate_average(k, RingTopology::kMulti); });
+      const double single = bench::in_child([&] { return simulate_average(k, RingTopology::kSingle); });
       const double multi_ab = 2.0 * (c - 1) * (lat + s / p / c / b);
       const double single_ab = 2 * (lat + (s - s / p) / b) + 2.0 * (c - 1) * (lat + s / c / b);
       rows.push_back({{"clusters", c}, {"stages", p}, {"state_mb", s / 1e6}, {"multi_ring_s", multi},
@@ -234,11 +210,13 @@ std::vector<double> on_ranks(int world, size_t n, const std::function<std::vecto
   return out;
 }
 
-// Seconds of `fn` (between barriers), best of 3.
-double best_of_3(GlooTransport& t, const std::function<void(int)>& fn) {
+// Seconds of `fn` (between barriers), best of 3; `prepare` runs before each, untimed.
+double best_of_3(GlooTransport& t, const std::function<void(int)>& fn,
+                 const std::function<void(int)>& prepare = nullptr) {
   double best = 0;
   WallClock clock;
   for (int rep = 0; rep < 3; ++rep) {
+    if (prepare) prepare(rep);
     t.barrier();
     const double t0 = clock.now();
     fn(rep);
@@ -261,12 +239,22 @@ json part_real() {
         EventLog log;
         NodeEnv env{t, clock, compute, log};
         at::Tensor x = at::full({k.model.state_offset(k.model.layer_count())}, static_cast<float>(r));
+        // Both work in place on a tensor made before the timing: c10d's allreduce sums into it,
+        // the ring averages in the tensor handed over to it (std::move).
         RingAverager avg(env, k.plan, k.model, r, RingTopology::kMulti);
-        const double ring = best_of_3(t, [&](int rep) {
-          avg.average(x, 1, rep, [&] { return env.transport.recv(); }, [](Message) { throw Error("unexpected message"); });
-        });
-        std::vector<at::Tensor> v{x.clone()};  // summed in place again each time: only the time counts
-        const double gloo = best_of_3(t, [&](int) { t.group().allreduce(v)->wait(); });
+        at::Tensor y, mean;  // the mean is kept until the next preparation, as c10d's sum is
+        const double ring = best_of_3(
+            t,
+            [&](int rep) {
+              mean = avg.average(std::move(y), 1, rep, [&] { return env.transport.recv(); },
+                                 [](Message) { throw Error("unexpected message"); });
+            },
+            [&](int) {
+              mean = at::Tensor();
+              y = x.clone();
+            });
+        std::vector<at::Tensor> v;
+        const double gloo = best_of_3(t, [&](int) { t.group().allreduce(v)->wait(); }, [&](int) { v = {x.clone()}; });
         return std::vector<double>{ring, gloo};
       });
       const double s = 4.0 * k.model.state_offset(k.model.layer_count());
@@ -301,10 +289,17 @@ json part_real_pipelines() {
         std::vector<double> best;
         for (const Allreduce& kind : allreduces()) {  // multi-ring, single-ring, gloo
           auto avg = make_averager(env, k.plan, k.model, r, kind);
-          best.push_back(best_of_3(t, [&](int rep) {
-            avg->average(x, 1, rep, [&] { return env.transport.recv(); },
-                         [](Message) { throw Error("unexpected message"); });
-          }));
+          at::Tensor y, mean;
+          best.push_back(best_of_3(
+              t,
+              [&](int rep) {
+                mean = avg->average(std::move(y), 1, rep, [&] { return env.transport.recv(); },
+                                    [](Message) { throw Error("unexpected message"); });
+              },
+              [&](int) {
+                mean = at::Tensor();
+                y = x.clone();
+              }));
         }
         return best;
       });

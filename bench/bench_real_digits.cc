@@ -100,14 +100,7 @@ int main(int argc, char** argv) {
   t0 = bench::wall_now();
   StageModule whole = bench::train_plain(s, model, data, steps);
   const double plain_wall = bench::wall_now() - t0;
-  double plain_acc;
-  {
-    c10::NoGradGuard ng;
-    std::vector<int64_t> rows;
-    for (int64_t i = 0; i < data.test_size(); ++i) rows.push_back(i);
-    at::Tensor logits = whole.forward(data.inputs(rows, true), whole.params(), false, 0, false);
-    plain_acc = logits.argmax(1).eq(data.targets(rows, true)).to(at::kDouble).mean().item<double>();
-  }
+  const double plain_acc = bench::evaluate_plain(s, whole, data);
 
   const double real_epoch = summary["time_s"].get<double>() / epochs;
   nlohmann::json j = {{"benchmark", "real_digits"},

@@ -1,10 +1,15 @@
 // The baseline every benchmark compares with: the whole model trained in one plain LibTorch loop
-// (forward, loss, backward, optimizer step), on the same samples as the pipeline's cluster 0.
+// (forward, loss, backward, optimizer step), on the same samples as the pipeline's cluster 0, and
+// evaluated as a pipeline run's final evaluation is.
 #pragma once
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
+
+#include <algorithm>
+#include <limits>
+#include <vector>
 
 #include "core/data/dataset.h"
 #include "core/model/model.h"
@@ -28,6 +33,25 @@ inline StageModule train_plain(const Scenario& s, const ModelDesc& model, const 
     whole.set_params(opt.step(whole.params(), grads));
   }
   return whole;
+}
+
+// The final evaluation a pipeline run makes: the test set (the first `training.eval_samples`
+// samples, or all) forward in micro-batches, no graph. Returns the accuracy (NaN for a task
+// without one).
+inline double evaluate_plain(const Scenario& s, const StageModule& whole, const Dataset& data) {
+  c10::NoGradGuard no_grad;
+  const int64_t n = s.training.eval_samples > 0 ? std::min(s.training.eval_samples, data.test_size())
+                                                : data.test_size();
+  const int64_t batch = s.data.batch_size;
+  int64_t correct = 0;
+  for (int64_t start = 0; start < n; start += batch) {
+    std::vector<int64_t> rows;
+    for (int64_t r = start; r < std::min(n, start + batch); ++r) rows.push_back(r);
+    at::Tensor y = whole.forward(data.inputs(rows, true), whole.params(), false, 0, false);
+    correct += data.task().score(y, data.targets(rows, true)).correct;
+  }
+  return data.task().has_accuracy() && n > 0 ? static_cast<double>(correct) / static_cast<double>(n)
+                                             : std::numeric_limits<double>::quiet_NaN();
 }
 
 }  // namespace rv::bench

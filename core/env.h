@@ -48,6 +48,10 @@ struct Message {
   int64_t aux = 0;      // kind-specific: version, ring id, ...
   double scalar = 0.0;  // kind-specific: e.g. a loss value
   std::vector<at::Tensor> payload;  // contiguous CPU float32 tensors (empty in timing mode)
+  // The sender will never write these payload tensors again (nor will anyone it hands them to), so
+  // a transport may send them as they are; otherwise a transport that sends after send() returns
+  // copies any tensor the message does not hold alone.
+  bool payload_frozen = false;
   Bytes bytes = 0;      // modeled size on the wire, in bytes (payload plus a header)
   // Transports across processes: when the message's last byte arrived, on this machine's steady
   // clock (CLOCK_MONOTONIC, seconds); -1 where unknown.
@@ -60,6 +64,8 @@ constexpr Bytes kHeaderBytes = 64;
 // Point-to-point transport. send() never blocks on the receiver; messages from one sender to one
 // receiver arrive in the order they were sent (FIFO per pair); recv() takes the next message from
 // any peer. Errors (a peer that died, a timeout) are thrown as rv::PeerError.
+// Received payload tensors are read-only: a transport within one process (the simulator's) hands
+// the receiver the sender's own tensors.
 class Transport {
  public:
   virtual ~Transport() = default;

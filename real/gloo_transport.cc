@@ -28,6 +28,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "core/error.h"
+#include "real/buffer_pool.h"
 
 namespace rv {
 
@@ -236,6 +237,8 @@ struct GlooTransport::Impl {
   GlooOptions opt;
   c10::intrusive_ptr<c10d::TCPStore> store;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
+  // Memory of received headers and payloads, reused (buffer_pool.h): at most this many bytes kept.
+  BufferPool buffers{size_t{256} << 20};
 
   std::mutex post_mu;  // serialises post_send() between sending threads
 
@@ -346,7 +349,7 @@ struct GlooTransport::Impl {
   // Posts room for `peer`'s next header (the largest one), fields zeroed so that a header cut
   // short reads as malformed rather than as an earlier message's fields in reused memory.
   std::optional<Posted> post_header(int peer) {
-    std::vector<at::Tensor> h{at::empty({kHeaderWords}, at::kLong)};
+    std::vector<at::Tensor> h{buffers.take(kHeaderWords, at::kLong)};
     std::memset(h[0].data_ptr<int64_t>(), 0, sizeof(int64_t) * kWInlineData);
     return post_recv(peer, std::move(h), kHeaderTag);
   }
@@ -388,11 +391,11 @@ struct GlooTransport::Impl {
         if (d.elems > 0) {
           at::Tensor flat;
           if (d.inline_payload) {
-            flat = at::empty({d.elems}, at::kFloat);
+            flat = buffers.take(d.elems, at::kFloat);
             std::memcpy(flat.data_ptr<float>(), header.tensors[0].data_ptr<int64_t>() + kWInlineData,
                         sizeof(float) * d.elems);
           } else {
-            std::optional<Posted> p = post_recv(peer, {at::empty({d.elems}, at::kFloat)}, kPayloadTag);
+            std::optional<Posted> p = post_recv(peer, {buffers.take(d.elems, at::kFloat)}, kPayloadTag);
             if (!p || !wait_recv(peer, p->work)) return;
             flat = p->tensors[0];
           }
@@ -596,10 +599,13 @@ void GlooTransport::send(int dst, Message msg) {
   at::Tensor flat;
   if (elems > 0) {
     at::Tensor& t0 = msg.payload[0];
-    // Zero copy when this message held the only reference to a contiguous CPU tensor; otherwise
-    // copy, so that the sender may reuse its tensors while the send is in flight.
-    if (msg.payload.size() == 1 && t0.is_cpu() && t0.is_contiguous() && t0.use_count() == 1 &&
-        t0.storage().use_count() == 1) {
+    // Zero copy when this message held the only reference to a contiguous CPU tensor, or its
+    // sender will never write it again (payload_frozen); otherwise copy, so that the sender may
+    // reuse its tensors while the send is in flight.
+    // An inline payload is copied into the header right here, so it needs no copy of its own.
+    const bool alone = t0.use_count() == 1 && t0.storage().use_count() == 1;
+    const bool now = elems <= kInlineFloats;
+    if (msg.payload.size() == 1 && t0.is_cpu() && t0.is_contiguous() && (alone || msg.payload_frozen || now)) {
       flat = t0.detach().view({-1});
     } else if (msg.payload.size() == 1) {
       flat = flat_copy(t0);

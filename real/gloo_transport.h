@@ -89,7 +89,8 @@ class GlooTransport : public Transport {
   int size() const override;
   // Payload: at most kMaxPayloadTensors defined float32 CPU tensors of at most kMaxPayloadDims
   // dimensions (rv::Error otherwise). The tensors are copied unless the message held the only
-  // reference. Sending to oneself puts the message in one's own inbox.
+  // reference or they are frozen (Message::payload_frozen). Sending to oneself puts the message
+  // in one's own inbox.
   void send(int dst, Message msg) override;
   Message recv() override;
   std::optional<Message> try_recv() override;

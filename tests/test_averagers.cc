@@ -73,12 +73,16 @@ method = "manual"
         at::Tensor mine = full[r.cluster].slice(1, lo, hi).clone();
         if (rows == 1) mine = mine.squeeze(0);
         // Two averagings in a row: the second averages the first's means again (a no-op on the
-        // values) and checks that rounds do not mix.
-        for (int64_t round = 0; round < 2; ++round) {
-          mine = avg.average(mine, rows, round, [&] { return t.recv(); }, [](Message) {
-            throw Error("unexpected message during averaging");
-          });
-        }
+        // values) and checks that rounds do not mix. The first gets a state its caller still
+        // holds, which must come back unchanged; the second is handed over (the averager may
+        // work in its memory).
+        auto fail = [](Message) { throw Error("unexpected message during averaging"); };
+        const at::Tensor before = mine.clone();
+        at::Tensor held = mine;
+        mine = avg.average(held, rows, 0, [&] { return t.recv(); }, fail);
+        if (!at::equal(held, before)) throw Error("the averager wrote into a state its caller holds");
+        held = at::Tensor();
+        mine = avg.average(std::move(mine), rows, 1, [&] { return t.recv(); }, fail);
         result[n] = rows == 1 ? mine.unsqueeze(0) : mine;
       } catch (const std::exception& e) {
         errors[n] = e.what();
@@ -123,4 +127,53 @@ TEST_CASE("single ring: first stages without parameters still lead their cluster
 TEST_CASE("multi-ring and single ring average several rows (state and optimizer slots)", "[rings]") {
   check_mean({{1, 2, 3, 6}, {6, 6}, {12}}, RingTopology::kMulti, 3);
   check_mean({{1, 2, 3, 6}, {6, 6}, {12}}, RingTopology::kSingle, 2);
+}
+
+// Handed over with std::move, a one-row state is averaged in its own memory (no copy of the
+// state; its slices go to the peers as they are).
+TEST_CASE("multi-ring: a state handed over is averaged in place", "[rings]") {
+  auto p = test::prepare(R"(
+name = "in-place"
+[model]
+head = "linear"
+kind = "mlp"
+hidden = [32]
+[data]
+kind = "synthetic"
+side = 4
+[planner]
+method = "manual"
+[[planner.cluster]]
+nodes = [0]
+[[planner.cluster]]
+nodes = [1]
+[[devices]]
+count = 2
+)",
+                         {}, false);
+  const int64_t total = p.model.state_offset(p.model.layer_count());
+  LoopbackHub hub(2, 20);
+  std::vector<const void*> before(2), after(2);
+  std::vector<float> first(2);
+  std::vector<std::thread> threads;
+  for (int n = 0; n < 2; ++n) {
+    threads.emplace_back([&, n] {
+      LoopbackTransport t(hub, n);
+      WallClock clock;
+      WallCompute compute;
+      EventLog log;
+      NodeEnv env{t, clock, compute, log};
+      RingAverager avg(env, p.plan, p.model, n, RingTopology::kMulti);
+      at::Tensor state = at::full({total}, static_cast<float>(2 * n));
+      before[n] = state.data_ptr();
+      at::Tensor mean = avg.average(std::move(state), 1, 0, [&] { return t.recv(); }, [](Message) {});
+      after[n] = mean.data_ptr();
+      first[n] = mean[0].item<float>();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int n = 0; n < 2; ++n) {
+    CHECK(after[n] == before[n]);
+    CHECK(first[n] == 1.0f);
+  }
 }
