@@ -8,9 +8,12 @@
 //   real  the same rings over c10d/Gloo point-to-point (GlooTransport) between C processes on
 //         127.0.0.1 against c10d's own ProcessGroupGloo::allreduce on the same data; and on
 //         pipeline clusters, the three averagings a run can select (training.allreduce):
-//         multi-ring, single ring and c10d allreduce over the multi-ring's chunks.
+//         multi-ring, single ring and c10d allreduce over the multi-ring's chunks. Both sides
+//         work in place on a state made before the timing (the ring is handed it with std::move).
+//   breakdown  where a ring step's time goes on 2 ranks: a segment's exchange through GlooTransport
+//         and through c10d send/recv, and the addition and copy after it.
 //
-//   bench_allreduce --part sim|real [--out FILE]
+//   bench_allreduce [--part all|sim|real|breakdown] [--reps 9] [--out FILE]
 // (One SimGrid engine per process: each simulated case runs in a forked child.)
 #include <sys/wait.h>
 #include <unistd.h>
@@ -210,12 +213,12 @@ std::vector<double> on_ranks(int world, size_t n, const std::function<std::vecto
   return out;
 }
 
-// Seconds of `fn` (between barriers), best of 3; `prepare` runs before each, untimed.
-double best_of_3(GlooTransport& t, const std::function<void(int)>& fn,
-                 const std::function<void(int)>& prepare = nullptr) {
+// Seconds of `fn` (between barriers), the best of `reps`; `prepare` runs before each, untimed.
+double best_of(GlooTransport& t, int reps, const std::function<void(int)>& fn,
+               const std::function<void(int)>& prepare = nullptr) {
   double best = 0;
   WallClock clock;
-  for (int rep = 0; rep < 3; ++rep) {
+  for (int rep = 0; rep < reps; ++rep) {
     if (prepare) prepare(rep);
     t.barrier();
     const double t0 = clock.now();
@@ -228,7 +231,7 @@ double best_of_3(GlooTransport& t, const std::function<void(int)>& fn,
 }
 
 // C one-node clusters: our multi-ring (over GlooTransport) against c10d's allreduce on one group.
-json part_real() {
+json part_real(int reps) {
   json rows = json::array();
   for (int c : {2, 3}) {
     for (double mb : {4.0, 64.0}) {
@@ -243,8 +246,8 @@ json part_real() {
         // the ring averages in the tensor handed over to it (std::move).
         RingAverager avg(env, k.plan, k.model, r, RingTopology::kMulti);
         at::Tensor y, mean;  // the mean is kept until the next preparation, as c10d's sum is
-        const double ring = best_of_3(
-            t,
+        const double ring = best_of(
+            t, reps,
             [&](int rep) {
               mean = avg.average(std::move(y), 1, rep, [&] { return env.transport.recv(); },
                                  [](Message) { throw Error("unexpected message"); });
@@ -254,7 +257,7 @@ json part_real() {
               y = x.clone();
             });
         std::vector<at::Tensor> v;
-        const double gloo = best_of_3(t, [&](int) { t.group().allreduce(v)->wait(); }, [&](int) { v = {x.clone()}; });
+        const double gloo = best_of(t, reps, [&](int) { t.group().allreduce(v)->wait(); }, [&](int) { v = {x.clone()}; });
         return std::vector<double>{ring, gloo};
       });
       const double s = 4.0 * k.model.state_offset(k.model.layer_count());
@@ -271,7 +274,7 @@ json part_real() {
 // multi-ring, by the single ring, and by c10d allreduce (ProcessGroupGloo) over the same chunks
 // (training.allreduce = multi-ring, single-ring, gloo). Best of 3 each, rank 0's barrier-to-barrier
 // wall time.
-json part_real_pipelines() {
+json part_real_pipelines(int reps) {
   json rows = json::array();
   for (int c : {2, 3}) {
     for (int64_t h : {1024, 2048}) {
@@ -290,8 +293,8 @@ json part_real_pipelines() {
         for (const Allreduce& kind : allreduces()) {  // multi-ring, single-ring, gloo
           auto avg = make_averager(env, k.plan, k.model, r, kind);
           at::Tensor y, mean;
-          best.push_back(best_of_3(
-              t,
+          best.push_back(best_of(
+              t, reps,
               [&](int rep) {
                 mean = avg->average(std::move(y), 1, rep, [&] { return env.transport.recv(); },
                                     [](Message) { throw Error("unexpected message"); });
@@ -316,12 +319,53 @@ json part_real_pipelines() {
   return rows;
 }
 
+// Where a ring step's time goes, on 2 ranks: one exchange of a segment (each rank sends its
+// segment to the other and receives the other's) through GlooTransport and through c10d's own
+// send/recv into a buffer posted beforehand, and the addition and the copy a step makes after it.
+// Best of --reps each.
+json part_breakdown(int reps) {
+  json rows = json::array();
+  for (double mb : {2.0, 32.0}) {
+    const int64_t n = static_cast<int64_t>(mb * 1e6 / 4);
+    auto out = on_ranks(2, 4, [&](GlooTransport& t, int r) {
+      const int peer = 1 - r;
+      at::Tensor x = at::full({n}, 1.0f), buf = at::empty({n}), y = at::full({n}, 2.0f);
+      const double transport = best_of(t, reps, [&](int) {
+        Message m;
+        m.kind = MsgKind::kReduce;
+        m.payload.push_back(x);
+        m.payload_frozen = true;
+        m.bytes = kFloatBytes * n;
+        t.send(peer, std::move(m));
+        t.recv();
+      });
+      const double c10d = best_of(t, reps, [&](int) {
+        std::vector<at::Tensor> rb{buf}, sb{x};
+        auto rw = t.group().recv(rb, peer, 7);
+        auto sw = t.group().send(sb, peer, 7);
+        rw->wait();
+        sw->wait();
+      });
+      const double add = best_of(t, reps, [&](int) { y.add_(x); });
+      const double copy = best_of(t, reps, [&](int) { buf.copy_(x); });
+      return std::vector<double>{transport, c10d, add, copy};
+    });
+    rows.push_back({{"segment_mb", mb}, {"transport_exchange_s", out[0]}, {"c10d_send_recv_s", out[1]},
+                    {"add_s", out[2]}, {"copy_s", out[3]}});
+    std::fprintf(stderr, "breakdown %.0f MB: GlooTransport exchange %.4f s, c10d send/recv %.4f s, add %.4f s, copy %.4f s\n",
+                 mb, out[0], out[1], out[2], out[3]);
+  }
+  return rows;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string part = "all", out;
+  int reps = 9;
   CLI::App app{"cross-cluster averaging: simulation against alpha-beta, real rings against c10d"};
-  app.add_option("--part", part)->check(CLI::IsMember({"all", "sim", "real"}));
+  app.add_option("--part", part)->check(CLI::IsMember({"all", "sim", "real", "breakdown"}));
+  app.add_option("--reps", reps, "real parts: timed runs of each, the best is reported")->check(CLI::PositiveNumber);
   app.add_option("--out", out);
   CLI11_PARSE(app, argc, argv);
   json j = {{"benchmark", "allreduce"}};
@@ -330,8 +374,9 @@ int main(int argc, char** argv) {
     j["sim_pipelines"] = part_sim_pipelines();
   }
   if (part == "all" || part == "real") {
-    j["real"] = part_real();
-    j["real_pipelines"] = part_real_pipelines();
+    j["real"] = part_real(reps);
+    j["real_pipelines"] = part_real_pipelines(reps);
   }
+  if (part == "all" || part == "breakdown") j["breakdown"] = part_breakdown(reps);
   bench::emit(j, out);
 }
