@@ -54,8 +54,9 @@ class Averager {
   virtual at::Tensor result() const = 0;
   virtual void clear() = 0;               // back to idle after a finished averaging
 
-  // start() then wait(); returns the mean (read-only, as result()), or `state` itself in timing
-  // mode or if this node does not take part. Hand `state` over with std::move to spare a copy.
+  // start() then wait(); returns the mean (read-only, as result()), `state` itself if this node
+  // does not take part, an undefined tensor in timing mode (where `state` is undefined too). Hand
+  // `state` over with std::move to spare a copy.
   at::Tensor average(at::Tensor state, int64_t rows, int64_t round,
                      const std::function<Message()>& recv, const std::function<void(Message)>& other);
 

@@ -1,5 +1,8 @@
 #include "algo/ring_averager.h"
 
+#include <utility>
+#include <vector>
+
 #include <ATen/ATen.h>
 
 #include "core/model/cost_model.h"
@@ -88,10 +91,9 @@ void RingAverager::start(at::Tensor state, int64_t rows, int64_t round) {
   was_1d_ = false;
   if (env_.compute.numeric() && state.defined()) {
     was_1d_ = state.dim() == 1;
-    const bool shape_ok = state.dim() <= 2 && (state.dim() == 1 ? rows == 1 && state.size(0) == own_
-                                                                : state.size(0) == rows && state.size(1) == own_);
-    RV_CHECK(shape_ok, "averaging: a state of the wrong shape on node " + std::to_string(node_));
     state_ = take_over(std::move(state));
+    RV_CHECK(state_.dim() == 2 && state_.size(0) == rows && state_.size(1) == own_,
+             "averaging: a state of the wrong shape on node " + std::to_string(node_));
   }
   span_ = event_now(env_, role_, EventKind::kAverage);
   span_.step = round;
@@ -194,16 +196,15 @@ bool RingAverager::collect() {
 void RingAverager::divide_reduced() {
   // After the reduce-scatter, segment (i + 1) of each ring holds the sum over the clusters here:
   // the mean is made once, by its owner, and the all-gather hands it on.
-  Work divide;  // one elementwise kernel per ring
+  std::vector<std::pair<int64_t, int64_t>> reduced;  // per ring: [lo, hi) of segment (i + 1)
+  Work divide;                                       // one elementwise kernel per ring
   for (const auto& r : rings_) {
     const int seg = mod(r.member + 1, r.members);
-    divide.add_elementwise(static_cast<double>((r.seg_lo(seg + 1) - r.seg_lo(seg)) * rows_));
+    reduced.emplace_back(r.seg_lo(seg), r.seg_lo(seg + 1));
+    divide.add_elementwise(static_cast<double>((reduced.back().second - reduced.back().first) * rows_));
   }
   env_.compute.run(divide, [&] {
-    for (const auto& r : rings_) {
-      const int seg = mod(r.member + 1, r.members);
-      state_.narrow(1, r.seg_lo(seg), r.seg_lo(seg + 1) - r.seg_lo(seg)).div_(static_cast<double>(clusters_));
-    }
+    for (const auto& [lo, hi] : reduced) state_.narrow(1, lo, hi - lo).div_(static_cast<double>(clusters_));
   });
 }
 

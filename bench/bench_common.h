@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include <fstream>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -27,35 +29,40 @@ inline void emit(const nlohmann::json& j, const std::string& path) {
   if (!path.empty()) std::ofstream(path) << j.dump(2) << "\n";
 }
 
-// Runs `fn` in a forked child and returns what it wrote to the pipe (a double), NaN on failure.
-// SimGrid keeps global state across engines (its network model cannot change after the first), so
-// each simulation a benchmark times runs in its own child.
-inline double in_child(const std::function<double()>& fn) {
+// Runs `fn` in a forked child and returns the `n` figures it returned (all NaN if it failed or
+// returned another count). SimGrid keeps global state across engines (its network model cannot
+// change after the first), so each simulation a benchmark times runs in its own child.
+inline std::vector<double> in_child(size_t n, const std::function<std::vector<double>()>& fn) {
+  std::vector<double> v(n, std::nan(""));
+  const auto bytes = static_cast<ssize_t>(n * sizeof(double));
   int fd[2];
-  if (pipe(fd) != 0) return std::nan("");
+  if (pipe(fd) != 0) return v;
   const pid_t pid = fork();
   if (pid < 0) {
     close(fd[0]);
     close(fd[1]);
-    return std::nan("");
+    return v;
   }
   if (pid == 0) {
     close(fd[0]);
-    double v = std::nan("");
     try {
-      v = fn();
+      const std::vector<double> got = fn();
+      if (got.size() == n) v = got;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "child: %s\n", e.what());
     }
-    if (write(fd[1], &v, sizeof v) != sizeof v) _exit(1);
-    _exit(0);
+    _exit(write(fd[1], v.data(), n * sizeof(double)) == bytes ? 0 : 1);
   }
   close(fd[1]);
-  double v = std::nan("");
-  if (read(fd[0], &v, sizeof v) != sizeof v) v = std::nan("");
+  if (read(fd[0], v.data(), n * sizeof(double)) != bytes) std::fill(v.begin(), v.end(), std::nan(""));
   close(fd[0]);
   waitpid(pid, nullptr, 0);
   return v;
+}
+
+// One figure.
+inline double in_child(const std::function<double()>& fn) {
+  return in_child(1, [&] { return std::vector<double>{fn()}; })[0];
 }
 
 }  // namespace rv::bench

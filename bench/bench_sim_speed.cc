@@ -3,15 +3,12 @@
 // width W (W = 1448 and N = 1000 is a 1.05-billion-parameter model on 1,000 nodes); beside it, the
 // limit on this machine: bare SimGrid's message rate between N actors on the same platform (each
 // actor takes a message from its predecessor and puts one to its successor, of the project's mean
-// message size, as many messages as the project's run sent), in a child process (SimGrid allows
-// one engine per process). `activities_per_bare_message` is the project's compute spans plus
+// message size, as many messages as the project's run sent). Each runs in a child process (SimGrid
+// allows one engine per process). `activities_per_bare_message` is the project's compute spans plus
 // messages per wall second over bare SimGrid's messages per wall second.
 //
 //   bench_sim_speed --nodes 1000 --steps 20 [--width 1448] [--out FILE]
 // bench/run.sh loops over N.
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <CLI/CLI.hpp>
 #include <simgrid/s4u/Actor.hpp>
 #include <simgrid/s4u/Engine.hpp>
@@ -58,36 +55,6 @@ double bare_rate(const Scenario& s, int64_t per_actor, uint64_t bytes) {
   return static_cast<double>(per_actor) * (n - 1) / (bench::wall_now() - t0);
 }
 
-// bare_rate() in a child process forked before the project's engine exists (SimGrid allows one
-// engine per process): start() forks it waiting for its arguments, rate() sends them and reads
-// the result (NaN if the child failed).
-class BareChild {
- public:
-  explicit BareChild(const Scenario& s) {
-    if (pipe(args_) != 0 || pipe(result_) != 0) return;
-    pid_ = fork();
-    if (pid_ == 0) {
-      int64_t a[2] = {0, 0};
-      if (read(args_[0], a, sizeof a) != static_cast<ssize_t>(sizeof a)) _exit(1);
-      const double rate = bare_rate(s, a[0], static_cast<uint64_t>(a[1]));
-      _exit(write(result_[1], &rate, sizeof rate) == static_cast<ssize_t>(sizeof rate) ? 0 : 1);
-    }
-  }
-  double rate(int64_t per_actor, int64_t bytes) {
-    double rate = std::nan("");
-    const int64_t a[2] = {per_actor, bytes};
-    if (pid_ > 0 && write(args_[1], a, sizeof a) == static_cast<ssize_t>(sizeof a) &&
-        read(result_[0], &rate, sizeof rate) != static_cast<ssize_t>(sizeof rate))
-      rate = std::nan("");
-    if (pid_ > 0) waitpid(pid_, nullptr, 0);
-    return rate;
-  }
-
- private:
-  int args_[2] = {-1, -1}, result_[2] = {-1, -1};
-  pid_t pid_ = -1;
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -115,30 +82,37 @@ int main(int argc, char** argv) {
   ModelDesc model = build_model(s);
   Plan plan = make_plan(s, model);
   double t_plan = bench::wall_now() - t0;
-  RunSpec spec{&s, &plan, &model, nullptr};
-  BareChild bare_child(s);
-  t0 = bench::wall_now();
-  SimResult r = run_simulation(spec);
-  const double wall = bench::wall_now() - t0;
-  int64_t compute_events = 0, messages = 0;
-  Bytes sent = 0;
-  for (const auto& e : r.events) {
-    compute_events += e.kind == EventKind::kForward || e.kind == EventKind::kBackward;
-    if (e.kind == EventKind::kSend) {
-      ++messages;
-      sent += e.bytes;
+  // The project's run, then bare SimGrid's, each in its own child (one engine per process).
+  const std::vector<double> run = bench::in_child(5, [&] {
+    RunSpec spec{&s, &plan, &model, nullptr};
+    const double start = bench::wall_now();
+    SimResult r = run_simulation(spec);
+    const double wall = bench::wall_now() - start;
+    double compute_events = 0, messages = 0, sent = 0;
+    for (const auto& e : r.events) {
+      compute_events += e.kind == EventKind::kForward || e.kind == EventKind::kBackward;
+      if (e.kind == EventKind::kSend) {
+        ++messages;
+        sent += static_cast<double>(e.bytes);
+      }
     }
-  }
+    return std::vector<double>{wall, r.simulated_time, compute_events, messages, sent};
+  });
+  const double wall = run[0];
+  const auto compute_events = static_cast<int64_t>(run[2]);
+  const auto messages = static_cast<int64_t>(run[3]);
+  const auto sent = static_cast<Bytes>(run[4]);
   // The same number of messages between the same number of actors, of the same mean size.
   const int64_t per_actor = std::max<int64_t>(1, messages / std::max(1, nodes - 1));
-  const double bare = bare_child.rate(per_actor, sent / std::max<int64_t>(messages, 1));
+  const Bytes mean_bytes = sent / std::max<int64_t>(messages, 1);
+  const double bare = bench::in_child([&] { return bare_rate(s, per_actor, static_cast<uint64_t>(mean_bytes)); });
   const double project = static_cast<double>(compute_events + messages) / wall;
   nlohmann::json j = {{"benchmark", "sim_speed"},
                       {"nodes", nodes},
                       {"stages", plan.clusters[0].stages.size()},
                       {"parameters", model.total_params()},
                       {"micro_batches", steps},
-                      {"simulated_s", r.simulated_time},
+                      {"simulated_s", run[1]},
                       {"wall_s", wall},
                       {"plan_wall_s", t_plan},
                       {"micro_batch_events", compute_events},

@@ -5,7 +5,10 @@
 // optimizer slots).
 #include "catch.h"
 
+#include <functional>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include <ATen/ATen.h>
 
@@ -18,10 +21,37 @@ using namespace rv;
 
 namespace {
 
-// A CNN of 12 layers with BatchNorm (buffers are averaged too) over `clusters` (each a list of layer counts per
-// stage, nodes numbered in order).
-void check_mean(const std::vector<std::vector<int>>& clusters, RingTopology topology = RingTopology::kMulti,
-                int64_t rows = 1) {
+// Runs body(env, transport, node) for nodes 0 .. n - 1, each on its own thread over one loopback
+// hub; returns each node's error ("" if none). A node that fails fails the hub, so none waits on
+// it.
+std::vector<std::string> on_loopback(
+    int n, const std::function<void(NodeEnv&, LoopbackTransport&, int)>& body) {
+  LoopbackHub hub(n, 20);
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int node = 0; node < n; ++node) {
+    threads.emplace_back([&, node] {
+      try {
+        LoopbackTransport t(hub, node);
+        WallClock clock;
+        WallCompute compute;
+        EventLog log;
+        NodeEnv env{t, clock, compute, log};
+        body(env, t, node);
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(node)] = e.what();
+        hub.fail(e.what());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+// A CNN of 12 layers with BatchNorm (buffers are averaged too) over `clusters` (each a list of
+// layer counts per stage, nodes numbered in order).
+void check_mean(const std::vector<std::vector<int>>& clusters,
+                RingTopology topology = RingTopology::kMulti, int64_t rows = 1) {
   std::string toml = R"(
 name = "rings"
 [model]
@@ -55,18 +85,9 @@ method = "manual"
   for (int c = 0; c < C; ++c) full.push_back(at::randn({rows, total}) * (c + 1) + c);
   at::Tensor mean = at::stack(full).mean(0);
 
-  LoopbackHub hub(node, 20);
   std::vector<at::Tensor> result(node);
-  std::vector<std::string> errors(node);
-  std::vector<std::thread> threads;
-  for (int n = 0; n < node; ++n) {
-    threads.emplace_back([&, n] {
-      try {
-        LoopbackTransport t(hub, n);
-        WallClock clock;
-        WallCompute compute;
-        EventLog log;
-        NodeEnv env{t, clock, compute, log};
+  const std::vector<std::string> errors =
+      on_loopback(node, [&](NodeEnv& env, LoopbackTransport& t, int n) {
         NodeRole r = p.plan.role_of(n);
         const int64_t lo = m.state_offset(r.layer_begin), hi = m.state_offset(r.layer_end);
         RingAverager avg(env, p.plan, m, n, topology);
@@ -84,13 +105,7 @@ method = "manual"
         held = at::Tensor();
         mine = avg.average(std::move(mine), rows, 1, [&] { return t.recv(); }, fail);
         result[n] = rows == 1 ? mine.unsqueeze(0) : mine;
-      } catch (const std::exception& e) {
-        errors[n] = e.what();
-        hub.fail(e.what());
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+      });
   for (int n = 0; n < node; ++n) {
     INFO("node " << n << ": " << errors[n]);
     REQUIRE(errors[n].empty());
@@ -152,27 +167,19 @@ count = 2
 )",
                          {}, false);
   const int64_t total = p.model.state_offset(p.model.layer_count());
-  LoopbackHub hub(2, 20);
   std::vector<const void*> before(2), after(2);
   std::vector<float> first(2);
-  std::vector<std::thread> threads;
+  const std::vector<std::string> errors = on_loopback(2, [&](NodeEnv& env, LoopbackTransport& t, int n) {
+    RingAverager avg(env, p.plan, p.model, n, RingTopology::kMulti);
+    at::Tensor state = at::full({total}, static_cast<float>(2 * n));
+    before[n] = state.data_ptr();
+    at::Tensor mean = avg.average(std::move(state), 1, 0, [&] { return t.recv(); }, [](Message) {});
+    after[n] = mean.data_ptr();
+    first[n] = mean[0].item<float>();
+  });
   for (int n = 0; n < 2; ++n) {
-    threads.emplace_back([&, n] {
-      LoopbackTransport t(hub, n);
-      WallClock clock;
-      WallCompute compute;
-      EventLog log;
-      NodeEnv env{t, clock, compute, log};
-      RingAverager avg(env, p.plan, p.model, n, RingTopology::kMulti);
-      at::Tensor state = at::full({total}, static_cast<float>(2 * n));
-      before[n] = state.data_ptr();
-      at::Tensor mean = avg.average(std::move(state), 1, 0, [&] { return t.recv(); }, [](Message) {});
-      after[n] = mean.data_ptr();
-      first[n] = mean[0].item<float>();
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int n = 0; n < 2; ++n) {
+    INFO("node " << n << ": " << errors[n]);
+    REQUIRE(errors[n].empty());
     CHECK(after[n] == before[n]);
     CHECK(first[n] == 1.0f);
   }
