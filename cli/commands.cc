@@ -19,6 +19,7 @@
 #include "core/data/dataset.h"
 #include "core/error.h"
 #include "core/output/run_output.h"
+#include "core/output/whole_file.h"
 #include "planner/planner.h"
 #include "real/launcher.h"
 #include "loopback/loopback.h"
@@ -116,10 +117,12 @@ int cmd_plan(const CommonOptions& o, const std::string& out_json) {
   std::cout << fmt::format("predicted: {:.1f} samples/s overall; {} of {} nodes used\n", p.plan.throughput, used,
                            s.node_count());
   std::cout << "why: " << p.plan.reason << "\n";
+  if (p.plan.search_timed_out)
+    std::cout << fmt::format("search: ended by planner.time_limit_s after {} of {} evaluations: this plan "
+                             "depends on this machine's speed\n",
+                             p.plan.search_evaluations, p.plan.search_budget);
   if (!out_json.empty()) {
-    std::ofstream out(out_json);
-    out << to_json(p.plan).dump(2) << "\n";
-    if (!out) throw InputError(out_json + ": cannot write");
+    write_whole_file(out_json, to_json(p.plan).dump(2) + "\n");
     std::cout << "wrote " << out_json << "\n";
   }
   return 0;
@@ -261,15 +264,8 @@ int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid, cons
       nlohmann::json r = {{"scenario", sc.name},           {"algorithm", sc.training.algorithm},
                           {"clusters", sc.planner.clusters}, {"nodes", sc.node_count()},
                           {"overrides", c},                  {"reason", e.what()}};
-      // Written aside and renamed: a refused.json is whole or absent.
       fs::create_directories(dir / name);
-      const fs::path partial = dir / name / ".refused.json.partial";
-      {
-        std::ofstream f(partial);
-        f << r.dump(2) << "\n";
-        if (!f) throw InputError(partial.string() + ": cannot write");
-      }
-      fs::rename(partial, dir / name / "refused.json");
+      write_whole_file((dir / name / "refused.json").string(), r.dump(2) + "\n");
       refused.emplace_back(name, e.what());
       std::cout << fmt::format("  {}: refused by the planner\n", name);
       continue;

@@ -12,6 +12,7 @@
 #include "cli/keys_command.h"
 #include "cli/theory_command.h"
 #include "core/error.h"
+#include "core/input/integer.h"
 #include "exec/calibrate.h"
 #include "exec/dilation.h"
 #include "real/node_process.h"
@@ -30,13 +31,11 @@ std::string env_or(const char* name, const std::string& fallback) {
   return v && *v ? v : fallback;
 }
 
-int env_int(const char* name, int fallback) {
+// An integer environment variable in [lo, hi], strictly (core/input/integer.h); `fallback` if unset.
+int env_int(const char* name, int fallback, int lo, int hi) {
   const char* v = std::getenv(name);
   if (!v || !*v) return fallback;
-  char* end = nullptr;
-  long x = std::strtol(v, &end, 10);
-  if (*end) throw rv::InputError(std::string("environment variable ") + name + "='" + v + "' is not an integer");
-  return static_cast<int>(x);
+  return static_cast<int>(rv::parse_integer(v, lo, hi, std::string("environment variable ") + name));
 }
 
 void add_common(CLI::App* app, rv::CommonOptions& o) {
@@ -79,10 +78,13 @@ int main(int argc, char** argv) {
   auto* node = app.add_subcommand(
       "node", "run one rank of a real run (torchrun-style: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE)");
   add_common(node, node_o);
-  node->add_option("--rank", rank, "this process's rank (default: $RANK)");
-  node->add_option("--world-size", world, "number of ranks (default: $WORLD_SIZE)");
-  node->add_option("--master-addr", master, "address of rank 0's store (default: $MASTER_ADDR)");
-  node->add_option("--master-port", port, "port of rank 0's store (default: $MASTER_PORT)");
+  node->add_option("--rank", rank, "this process's rank (default: $RANK)")->check(CLI::Range(0, 99999));
+  node->add_option("--world-size", world, "number of ranks (default: $WORLD_SIZE)")->check(CLI::Range(1, 100000));
+  node->add_option("--master-addr", master,
+                   "address of rank 0's store (default: $MASTER_ADDR, else the scenario's real.master_addr)");
+  node->add_option("--master-port", port,
+                   "port of rank 0's store (default: $MASTER_PORT, else the scenario's real.master_port)")
+      ->check(CLI::Range(1, 65535));
   node->add_option("--timeout", timeout, "seconds before a silent peer counts as dead");
   node->add_option("--run-path", node_opts.run_path, "rank 0: the run folder to write");
   node->add_option("--result-file", node_opts.result_file, "rank 0: write the run folder's path here");
@@ -189,10 +191,12 @@ int main(int argc, char** argv) {
       node_opts.scenario_path = node_o.scenario;
       node_opts.overrides = node_o.overrides;
       node_opts.progress = node_o.progress;
-      node_opts.gloo.rank = rank >= 0 ? rank : env_int("RANK", -1);
-      node_opts.gloo.world_size = world >= 0 ? world : env_int("WORLD_SIZE", -1);
-      node_opts.gloo.master_addr = !master.empty() ? master : env_or("MASTER_ADDR", "127.0.0.1");
-      node_opts.gloo.master_port = port >= 0 ? port : env_int("MASTER_PORT", 29500);
+      // Flags first, then torchrun's variables, then (address and port) the scenario's real table.
+      constexpr int kMaxRanks = 100000;  // the most nodes a scenario has
+      node_opts.gloo.rank = rank >= 0 ? rank : env_int("RANK", -1, 0, kMaxRanks - 1);
+      node_opts.gloo.world_size = world >= 0 ? world : env_int("WORLD_SIZE", -1, 1, kMaxRanks);
+      node_opts.gloo.master_addr = !master.empty() ? master : env_or("MASTER_ADDR", "");
+      node_opts.gloo.master_port = port >= 0 ? port : env_int("MASTER_PORT", 0, 1, 65535);
       if (node_opts.gloo.rank < 0 || node_opts.gloo.world_size < 1 ||
           node_opts.gloo.rank >= node_opts.gloo.world_size)
         throw rv::InputError("ravnest node: need 0 <= --rank (or RANK) < --world-size (or WORLD_SIZE)");

@@ -37,6 +37,21 @@ class ScenarioError : public InputError {
   std::string key_;
 };
 
+// Bad input found by code that knows the scenario key at fault but not the file (building a model
+// from its keys): whoever holds the Scenario rethrows it as a ScenarioError with the key's line
+// (Scenario::at_key).
+class KeyError : public InputError {
+ public:
+  KeyError(const std::string& key, const std::string& what)
+      : InputError("key '" + key + "': " + what), key_(key), what_(what) {}
+  const std::string& key() const { return key_; }
+  const std::string& problem() const { return what_; }
+
+ private:
+  std::string key_;
+  std::string what_;
+};
+
 // The planner refuses a scenario whose pool cannot run it (sync-dp on nodes that cannot hold the
 // model, clusters without enough RAM): bad input for one run, and a result for a sweep, which
 // records it (refused.json) for the report.

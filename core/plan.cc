@@ -33,6 +33,10 @@ nlohmann::json to_json(const Plan& plan) {
   j["predicted_samples_per_s"] = plan.throughput;
   j["predicted_averaging_s"] = plan.averaging_time;
   j["reason"] = plan.reason;
+  if (plan.search_evaluations > 0)
+    j["search"] = {{"evaluations", plan.search_evaluations},
+                   {"budget", plan.search_budget},
+                   {"stopped_by_time_limit", plan.search_timed_out}};
   j["clusters"] = nlohmann::json::array();
   for (const auto& c : plan.clusters) {
     nlohmann::json cj;
@@ -86,6 +90,12 @@ Plan plan_from_json(const nlohmann::json& j) {
     p.throughput = j.value("predicted_samples_per_s", 0.0);
     p.averaging_time = j.value("predicted_averaging_s", 0.0);
     p.reason = j.value("reason", std::string());
+    if (j.contains("search")) {
+      const auto& sj = j.at("search");
+      p.search_evaluations = sj.at("evaluations").get<int64_t>();
+      p.search_budget = sj.at("budget").get<int64_t>();
+      p.search_timed_out = sj.at("stopped_by_time_limit").get<bool>();
+    }
     return p;
   } catch (const nlohmann::json::exception& e) {
     throw InputError(std::string("plan.json: ") + e.what());

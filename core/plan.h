@@ -55,6 +55,10 @@ struct Plan {
   Seconds averaging_time = 0;    // predicted seconds of one cross-cluster averaging
   double throughput = 0;         // predicted samples per second of the whole plan
   std::string reason;            // one line: the bottleneck and what bounds it (CostModel::explain)
+  // A search's use of its budget (planner/search_budget.h); 0 evaluations: no search.
+  int64_t search_evaluations = 0;
+  int64_t search_budget = 0;
+  bool search_timed_out = false;  // ended by planner.time_limit_s: the plan depends on the machine
 
   NodeRole role_of(int node) const;
 };

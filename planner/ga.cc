@@ -11,13 +11,21 @@
 #include <numeric>
 #include <random>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/error.h"
 #include "planner/layer_graph.h"
 #include "planner/planner.h"
+#include "planner/search_budget.h"
 
 namespace rv {
 namespace {
+
+// The default budget (search_budget.h): 20,000 individuals, or 2e7 / nodes where fewer (an
+// individual's decoding passes over every node): 2,000 at 10,000 nodes, 200 at 100,000. The
+// pool-size defaults of population x generations stay inside it.
+constexpr int64_t kMostEvaluations = 20000;
+constexpr double kWorkPerNode = 2e7;
 
 struct Individual {
   std::vector<int> assign;  // per node: cluster label, or -1 (idle)
@@ -80,13 +88,27 @@ void normalise(std::vector<int>& a) {
   }
 }
 
+// A hash of an assignment, for the set of distinct individuals.
+struct AssignHash {
+  size_t operator()(const std::vector<int>& a) const {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (int x : a) h = (h ^ static_cast<uint32_t>(x)) * 0x100000001b3ULL;
+    return static_cast<size_t>(h);
+  }
+};
+
 class Search {
  public:
   Search(const Scenario& s, const CostModel& cost, const std::vector<char>& cuttable)
       : scenario_(s), cost_(cost), eval_(cost, cuttable), rng_(s.seed * 0x9E3779B97F4A7C15ULL + 0xA11CE),
         n_(cost.nodes()) {}
 
-  Individual run(const std::vector<std::vector<Partition>>& seeds, int population, int generations) {
+  // At most `generations` generations of `population`, as far as `budget` allows (the first
+  // population always: it is clamped to the budget).
+  Individual run(const std::vector<std::vector<Partition>>& seeds, int population, int generations,
+                 SearchBudget& budget) {
+    population = static_cast<int>(std::min<int64_t>(population, budget.limit()));
+    budget.spend(population);
     std::vector<Individual> pop;
     for (const auto& clusters : seeds) pop.push_back(from_clusters(clusters));
     if (pop.empty()) pop.push_back(random_individual(std::max(1, scenario_.planner.clusters)));
@@ -96,7 +118,7 @@ class Search {
       pop.push_back(std::move(child));
     }
     for (auto& ind : pop) eval_.evaluate(ind);
-    for (int g = 0; g < generations; ++g) {
+    for (int g = 0; g < generations && budget.spend(population); ++g) {
       std::vector<Individual> next = pop;
       for (int k = 0; k < population; ++k) {
         Individual child = tournament(pop);
@@ -108,10 +130,9 @@ class Search {
       // Elitist selection of distinct individuals.
       std::stable_sort(next.begin(), next.end(), [](const Individual& a, const Individual& b) { return a.score > b.score; });
       pop.clear();
+      std::unordered_set<std::vector<int>, AssignHash> kept;
       for (auto& ind : next) {
-        bool dup = false;
-        for (const auto& p : pop) dup = dup || p.assign == ind.assign;
-        if (!dup) pop.push_back(std::move(ind));
+        if (kept.insert(ind.assign).second) pop.push_back(std::move(ind));
         if (static_cast<int>(pop.size()) == population) break;
       }
     }
@@ -275,9 +296,12 @@ Plan plan_ga(const Scenario& scenario, const ModelDesc& model) {
   // Seeds: the greedy dealing of every node for every number of clusters worth trying, and of
   // only the m fastest nodes (m = 1, 2, 4, ...: one pipeline, or one cluster per node, or
   // between), since leaving slow nodes out can win. Best first.
+  const int n = cost.nodes();
+  SearchBudget budget(scenario, n, kMostEvaluations, kWorkPerNode);
   std::vector<std::pair<double, std::vector<Partition>>> seeds;
   auto seed = [&](const std::vector<int>& pool, int c) {
     if (scenario.planner.clusters > 0 && c != scenario.planner.clusters) return;
+    if (!seeds.empty() && budget.out_of_time()) return;
     if (auto clusters = snake_clusters(cost, pool, c, graph.cuttable()))
       seeds.emplace_back(score_clusters(cost, *clusters), std::move(*clusters));
   };
@@ -292,18 +316,20 @@ Plan plan_ga(const Scenario& scenario, const ModelDesc& model) {
       if (c <= m) seed(fastest, c);
   }
   std::stable_sort(seeds.begin(), seeds.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  const int n = cost.nodes();
   int population = scenario.planner.population, generations = scenario.planner.generations;
   if (population <= 0) population = n <= 12 ? 80 : (n <= 100 ? 40 : (n <= 1000 ? 20 : 10));
   if (generations <= 0) generations = n <= 100 ? 200 : (n <= 1000 ? 60 : 15);
   std::vector<std::vector<Partition>> seed_clusters;
   for (size_t i = 0; i < seeds.size() && static_cast<int>(i) < population; ++i) seed_clusters.push_back(seeds[i].second);
+  SearchBudget::check_population(scenario, std::min<int64_t>(population, budget.limit()), n);
   Search search(scenario, cost, graph.cuttable());
-  Individual best = search.run(seed_clusters, population, generations);
+  Individual best = search.run(seed_clusters, population, generations, budget);
   if (best.score <= 0)
     throw PlanRefused(scenario.source, "devices",
                         "ga: found no assignment in which every cluster can hold the model" + stashing_hint(cost));
-  return assemble_plan("ga", cost, best.clusters);
+  Plan plan = assemble_plan("ga", cost, best.clusters);
+  budget.record(plan);
+  return plan;
 }
 
 }  // namespace rv

@@ -33,6 +33,7 @@
 #include "core/error.h"
 #include "planner/layer_graph.h"
 #include "planner/planner.h"
+#include "planner/search_budget.h"
 
 namespace rv {
 namespace {
@@ -40,6 +41,10 @@ namespace {
 constexpr int kDefaultMaxClusters = 5;
 constexpr int kPopulation = 200;
 constexpr int kGenerations = 500;
+// The default budget (search_budget.h): the 100,000 individuals of the default population x
+// generations, or 2e8 / nodes where fewer (fitness passes over every node): 2,000 at 100,000.
+constexpr int64_t kMostEvaluations = int64_t{kPopulation} * kGenerations;
+constexpr double kWorkPerNode = 2e8;
 constexpr int kTournament = 5;
 constexpr double kMutation = 0.01;
 
@@ -80,14 +85,17 @@ class ReferenceGa {
     return 100.0 * penalty + (hi - lo);
   }
 
-  std::vector<int> run(int population, int generations) {
+  // At most `generations` generations of `population` (clamped to the budget), as far as `budget`
+  // allows.
+  std::vector<int> run(int population, int generations, SearchBudget& budget) {
+    population = static_cast<int>(std::min<int64_t>(population, budget.limit()));
     std::vector<std::vector<int>> pop(population, std::vector<int>(n_));
     for (auto& ind : pop)
       for (int& g : ind) g = gene();
     std::vector<int> best;
     double best_fitness = std::numeric_limits<double>::infinity();
     std::vector<double> fit(population);
-    for (int gen = 0; gen < generations; ++gen) {
+    for (int gen = 0; gen < generations && budget.spend(population); ++gen) {
       for (int i = 0; i < population; ++i) {
         fit[i] = fitness(pop[i]);
         if (fit[i] < best_fitness) {
@@ -189,8 +197,10 @@ Plan plan_ravnest_ga(const Scenario& scenario, const ModelDesc& model) {
       scenario.planner.population > 0 ? scenario.planner.population : kPopulation;
   const int generations =
       scenario.planner.generations > 0 ? scenario.planner.generations : kGenerations;
+  SearchBudget budget(scenario, n, kMostEvaluations, kWorkPerNode);
+  SearchBudget::check_population(scenario, std::min<int64_t>(population, budget.limit()), n);
   ReferenceGa ga(ram_mb, speed, l, max_clusters, scenario.seed);
-  const std::vector<int> genes = ga.run(population, generations);
+  const std::vector<int> genes = ga.run(population, generations, budget);
 
   LayerGraph graph(model);
   std::vector<int> pos;
@@ -244,7 +254,9 @@ Plan plan_ravnest_ga(const Scenario& scenario, const ModelDesc& model) {
     p.period = cost.cluster_period(p.order, p.cuts);
     clusters.push_back(std::move(p));
   }
-  return assemble_plan("ravnest-ga", cost, clusters);
+  Plan plan = assemble_plan("ravnest-ga", cost, clusters);
+  budget.record(plan);
+  return plan;
 }
 
 }  // namespace rv

@@ -29,6 +29,7 @@
 
 #include "core/error.h"
 #include "real/buffer_pool.h"
+#include "real/wire_format.h"
 
 namespace rv {
 
@@ -52,39 +53,15 @@ int free_loopback_port() {
 namespace {
 
 using SteadyClock = std::chrono::steady_clock;
+using namespace wire;
 using WorkPtr = c10::intrusive_ptr<c10d::Work>;
 
 constexpr int kHeaderTag = 0;             // Gloo slot of headers (collectives use prefixed slots)
 constexpr int kPayloadTag = 1;            // Gloo slot of payloads
-constexpr int64_t kMagic = 0x52564e5401;  // "RVNT", wire format version 1
-constexpr int64_t kByeId = -1;            // kControl with this id: the sender closes
-constexpr int kMaxTensors = GlooTransport::kMaxPayloadTensors;
-constexpr int kMaxDims = GlooTransport::kMaxPayloadDims;
-// A payload beyond 2^34 float32 elements (64 GiB) is taken for a corrupt header.
-constexpr int64_t kMaxPayloadElems = int64_t{1} << 34;
 // Gloo turns a timed-out wait into a failure of the whole context, so its waits are "forever"
 // (30 days, which stays far from overflowing steady_clock arithmetic) and are aborted instead;
 // the timeouts the user sees are kept by the inbox and flush() waits.
 constexpr std::chrono::milliseconds kForever = std::chrono::hours(24 * 30);
-
-// Header layout: int64 words.
-enum HeaderWord : int {
-  kWMagic = 0,
-  kWKind,
-  kWId,
-  kWStep,
-  kWAux,
-  kWScalar,  // bits of a double
-  kWBytes,   // modeled size, bytes
-  kWCount,   // payload tensors
-  kWElems,   // float32 elements in the payload, all tensors together
-  kWInline,  // 1: the payload follows the shapes, inside the header
-  kWShapes,  // per tensor: rank, then kMaxDims sizes (unused ones 0)
-};
-constexpr int kWordsPerShape = 1 + kMaxDims;
-constexpr int kWInlineData = kWShapes + kMaxTensors * kWordsPerShape;
-constexpr int kHeaderWords = GlooTransport::kHeaderWords;
-static_assert(kHeaderWords == kWInlineData + GlooTransport::kInlineFloats / 2, "header layout");
 
 // The first line of an exception's message, without c10's backtrace.
 std::string short_what(const std::exception& e) {
@@ -124,109 +101,12 @@ std::shared_ptr<::gloo::transport::Device> make_device(const std::string& master
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 
-// `inline_flat`, if defined, is the flat payload to carry inside the header. The header is as
-// long as what it carries (Gloo lets a receiver post more room than a sender sends).
-at::Tensor encode_header(const Message& m, const std::vector<at::Tensor>& payload, int64_t elems,
-                         const at::Tensor& inline_flat = at::Tensor()) {
-  const int64_t words = kWInlineData + (inline_flat.defined() ? (elems + 1) / 2 : 0);
-  at::Tensor h = at::empty({words}, at::kLong);
-  int64_t* w = h.data_ptr<int64_t>();
-  std::memset(w, 0, sizeof(int64_t) * kWInlineData);
-  w[kWMagic] = kMagic;
-  w[kWKind] = static_cast<int64_t>(m.kind);
-  w[kWId] = m.id;
-  w[kWStep] = m.step;
-  w[kWAux] = m.aux;
-  std::memcpy(&w[kWScalar], &m.scalar, sizeof(double));
-  w[kWBytes] = m.bytes;
-  w[kWCount] = static_cast<int64_t>(payload.size());
-  w[kWElems] = elems;
-  for (size_t i = 0; i < payload.size(); ++i) {
-    int64_t* s = w + kWShapes + i * kWordsPerShape;
-    s[0] = payload[i].dim();
-    for (int64_t d = 0; d < payload[i].dim(); ++d) s[1 + d] = payload[i].size(d);
-  }
-  if (inline_flat.defined()) {
-    w[kWInline] = 1;
-    w[words - 1] = 0;  // the odd float's other half
-    std::memcpy(w + kWInlineData, inline_flat.data_ptr<float>(), sizeof(float) * elems);
-  }
-  return h;
-}
-
 // A flat CPU copy of `t` that shares no storage with it.
 at::Tensor flat_copy(const at::Tensor& t) {
   at::Tensor c = t.detach();
   if (!c.is_cpu()) return c.to(at::kCPU).reshape({-1});
   if (!c.is_contiguous()) return c.contiguous().view({-1});
   return c.reshape({-1}).clone();
-}
-
-struct Decoded {
-  Message msg;
-  std::vector<std::vector<int64_t>> shapes;
-  int64_t elems = 0;
-  bool inline_payload = false;
-};
-
-// Validates a received header; throws rv::InputError that names the peer and the problem.
-Decoded decode_header(const int64_t* w, int peer) {
-  auto bad = [peer](const std::string& what) {
-    return InputError("malformed message header from peer " + std::to_string(peer) + ": " + what);
-  };
-  if (w[kWMagic] != kMagic) {
-    throw bad("magic word " + std::to_string(w[kWMagic]) + " is not " + std::to_string(kMagic) +
-              " (not a ravnest peer, or another wire-format version)");
-  }
-  Decoded d;
-  const int64_t kind = w[kWKind];
-  if (kind < static_cast<int64_t>(MsgKind::kForward) ||
-      kind > static_cast<int64_t>(MsgKind::kDistribute)) {
-    throw bad("kind " + std::to_string(kind) + " is not a message kind (1.." + std::to_string(static_cast<int>(MsgKind::kDistribute)) + ")");
-  }
-  d.msg.kind = static_cast<MsgKind>(kind);
-  d.msg.id = w[kWId];
-  d.msg.step = w[kWStep];
-  d.msg.aux = w[kWAux];
-  std::memcpy(&d.msg.scalar, &w[kWScalar], sizeof(double));
-  d.msg.bytes = w[kWBytes];
-  if (d.msg.bytes < 0) throw bad("negative size of " + std::to_string(d.msg.bytes) + " bytes");
-  const int64_t count = w[kWCount];
-  if (count < 0 || count > kMaxTensors) {
-    throw bad(std::to_string(count) + " payload tensors (0.." + std::to_string(kMaxTensors) + ")");
-  }
-  int64_t total = 0;
-  for (int64_t i = 0; i < count; ++i) {
-    const int64_t* s = w + kWShapes + i * kWordsPerShape;
-    if (s[0] < 0 || s[0] > kMaxDims) {
-      throw bad("tensor " + std::to_string(i) + " has " + std::to_string(s[0]) +
-                " dimensions (0.." + std::to_string(kMaxDims) + ")");
-    }
-    std::vector<int64_t> shape(s + 1, s + 1 + s[0]);
-    int64_t n = 1;
-    for (int64_t size : shape) {
-      if (size < 0 || size > kMaxPayloadElems) {
-        throw bad("tensor " + std::to_string(i) + " has a dimension of size " +
-                  std::to_string(size));
-      }
-      if (size != 0 && n > kMaxPayloadElems / size) {
-        throw bad("tensor " + std::to_string(i) + " has more than 2^34 elements");
-      }
-      n *= size;
-    }
-    total += n;
-    if (total > kMaxPayloadElems) throw bad("payload has more than 2^34 elements");
-    d.shapes.push_back(std::move(shape));
-  }
-  if (w[kWElems] != total) {
-    throw bad("payload size of " + std::to_string(w[kWElems]) +
-              " elements does not match its shapes (" + std::to_string(total) + " elements)");
-  }
-  d.elems = total;
-  if (w[kWInline] != 0 && (w[kWInline] != 1 || total > GlooTransport::kInlineFloats))
-    throw bad("inline payload flag " + std::to_string(w[kWInline]) + " for " + std::to_string(total) + " elements");
-  d.inline_payload = w[kWInline] == 1;
-  return d;
 }
 
 }  // namespace
@@ -373,7 +253,7 @@ struct GlooTransport::Impl {
         const Posted header = std::move(headers.front());
         headers.pop_front();
         if (!wait_recv(peer, header.work)) return;
-        Decoded d = decode_header(header.tensors[0].data_ptr<int64_t>(), peer);
+        Decoded d = decode_header(header.tensors[0].data_ptr<int64_t>(), static_cast<size_t>(header.tensors[0].numel()), peer);
         if (d.msg.kind == MsgKind::kControl && d.msg.id == kByeId) {
           {
             std::lock_guard<std::mutex> lock(mu);

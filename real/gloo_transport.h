@@ -2,10 +2,14 @@
 // with a c10d::TCPStore rendezvous (rank 0 hosts the store), configured like torchrun
 // (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE).
 //
-// Wire format: every message is an int64 header tensor (tag 0): its fields, the payload's tensor
-// count and shapes (at most kMaxPayloadTensors tensors of at most kMaxPayloadDims dimensions), and,
-// for a payload of at most kInlineFloats elements, the payload itself as float32; a larger payload
-// follows as one flat float32 tensor (tag 1). A header is as long as what it carries; receivers
+// Wire format (real/wire_format.h): every message is an int64 header tensor (tag 0): its fields,
+// the payload's tensor count and shapes (at most kMaxPayloadTensors tensors of at most
+// kMaxPayloadDims dimensions), and, for a payload of at most kInlineFloats elements, the payload
+// itself as float32; a larger payload follows as one flat float32 tensor (tag 1). Payloads of at
+// most kInlineFloats travel inside the header: one Gloo message instead of two, because the second
+// can only go once the receiver has read the header and posted room for it, and the notice that it
+// has crosses back behind the receiver's own uploads (a round trip per message that no application
+// protocol has). A header is as long as what it carries; receivers
 // post room for the longest. One receiver thread per peer takes that peer's headers and payloads
 // in order (a per-source recv, so that a peer's death wakes it at once, which Gloo's
 // recvAnysource does not) and fills one inbox; recv()/try_recv() read the inbox. send() is
@@ -46,6 +50,7 @@
 #include <c10/util/intrusive_ptr.h>
 
 #include "core/env.h"
+#include "real/wire_format.h"
 
 namespace c10d {
 class ProcessGroupGloo;
@@ -67,19 +72,13 @@ struct GlooOptions {
 
 class GlooTransport : public Transport {
  public:
-  static constexpr int kMaxPayloadTensors = 8;
-  static constexpr int kMaxPayloadDims = 6;
-  // Payloads of at most this many floats (1 MiB) travel inside the header: one Gloo message
-  // instead of two, because the second can only go once the receiver has read the header and
-  // posted room for it, and the notice that it has crosses back behind the receiver's own
-  // uploads (a round trip per message that no application protocol has).
-  static constexpr int64_t kInlineFloats = 262144;
+  // The wire format's limits (real/wire_format.h).
+  static constexpr int kMaxPayloadTensors = wire::kMaxTensors;
+  static constexpr int kMaxPayloadDims = wire::kMaxDims;
+  static constexpr int64_t kInlineFloats = wire::kInlineFloats;
+  static constexpr int kHeaderWords = wire::kHeaderWords;
   // Header recvs each receiving thread keeps posted ahead of its peer's messages.
   static constexpr size_t kHeadersAhead = 2;
-  // The largest header, int64 words (fields, shapes, then the inline payload): what a receiver
-  // posts. A sender sends only the words it uses, so a message costs on the wire its fields and
-  // its payload, not the whole inline area.
-  static constexpr int kHeaderWords = 10 + kMaxPayloadTensors * (1 + kMaxPayloadDims) + kInlineFloats / 2;
 
   // Blocks until every rank has joined (or throws rv::PeerError after `timeout`).
   explicit GlooTransport(const GlooOptions& options);

@@ -180,7 +180,9 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
                      links_of(scenario), emulator_clock);
     emulator->start();
   }
-  const std::string master_addr = kernel ? kernel->address_of(0) : "127.0.0.1";
+  // Every rank is on this machine: the scenario's address (127.0.0.1 by default) must be one of
+  // its own, or the store cannot bind it.
+  const std::string master_addr = kernel ? kernel->address_of(0) : scenario.real.master_addr;
 
   // The children's environment: ours, plus the launcher's pid (they die with it).
   std::vector<std::string> env_strings;
@@ -284,6 +286,11 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
       what += "; rank(s) " + killed + " were killed after " +
               seconds_str(scenario.peer_timeout_s() + kGraceMargin) + " s";
     }
+    // A run that finished before the failure keeps its folder (rank 0 wrote it, and marked it).
+    std::string finished;
+    std::getline(std::ifstream(result.path()) >> std::ws, finished);
+    if (!finished.empty() && std::filesystem::exists(finished))
+      what += "; the run had finished: its folder is kept, marked with " + std::string(kShutdownMark) + ": " + finished;
     if (reports[root].kind == "input" || (WIFEXITED(status) && WEXITSTATUS(status) == 2)) {
       throw InputError(what);
     }

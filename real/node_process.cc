@@ -33,6 +33,7 @@
 #include "core/output/metrics.h"
 #include "core/model/model.h"
 #include "core/output/run_output.h"
+#include "core/output/whole_file.h"
 #include "core/scenario/scenario.h"
 #include "planner/planner.h"
 #include "real/gloo_collectives.h"
@@ -165,6 +166,15 @@ int run(const NodeProcessOptions& options) {
 
   GlooOptions gloo = options.gloo;
   if (gloo.timeout <= 0) gloo.timeout = scenario.peer_timeout_s();
+  // Unset by flag and environment: the scenario's rendezvous address and port.
+  if (gloo.master_addr.empty()) gloo.master_addr = scenario.real.master_addr;
+  if (gloo.master_port == 0) {
+    if (scenario.real.master_port == 0)
+      throw ScenarioError(scenario.where("real.master_port"), "real.master_port",
+                          "0 (a free port) is chosen by `ravnest real` only: give this rank --master-port or "
+                          "MASTER_PORT, or set the port here");
+    gloo.master_port = scenario.real.master_port;
+  }
   GlooTransport transport(gloo);
   transport.barrier();
   WallClock clock;  // origin: just after the start barrier, on every rank
@@ -233,25 +243,31 @@ int run(const NodeProcessOptions& options) {
     events.insert(events.end(), theirs.begin(), theirs.end());
   }
   const Seconds wall = clock.now();
-  for (int r = 1; r < world; ++r) {
-    Message done;
-    done.kind = MsgKind::kControl;
-    done.id = kDoneId;
-    done.bytes = kHeaderBytes;
-    transport.send(r, std::move(done));
-  }
-  transport.flush();
-  transport.close();
-
+  // Every rank's events are here: the run is finished, and its folder is written before the
+  // goodbyes, so that a peer failing during them cannot lose it (the folder is then marked).
   const std::string path =
       options.run_path.empty() ? new_run_path(scenario, "real") : options.run_path;
   write_run_folder(path, scenario, plan, model, std::move(events), RunInfo{"real", "cpu", wall, variant_label(scenario)});
   if (!options.result_file.empty()) {
-    std::ofstream out(options.result_file, std::ios::trunc);
-    out << path << "\n";
-    if (!out) throw Error(options.result_file + ": cannot write the result file");
+    write_whole_file(options.result_file, path + "\n");
   } else {
     std::cout << "ravnest node (rank 0): wrote " << path << "\n";
+  }
+  try {
+    for (int r = 1; r < world; ++r) {
+      Message done;
+      done.kind = MsgKind::kControl;
+      done.id = kDoneId;
+      done.bytes = kHeaderBytes;
+      transport.send(r, std::move(done));
+    }
+    transport.flush();
+    transport.close();
+  } catch (const Error& e) {
+    write_whole_file((fs::path(path) / kShutdownMark).string(),
+                     std::string("The run finished: rank 0 had every rank's events and wrote this folder. "
+                                 "Then the shutdown failed:\n") + e.what() + "\n");
+    throw;
   }
   return 0;
 }

@@ -26,6 +26,10 @@ struct NodeProcessOptions {
 //                         ("input", "peer" for rv::PeerError, "error") on the first line, then its
 //                         message, so that the launcher can name the root cause of a failed run
 //                         rather than the first of the ranks that stopped because of it.
+// In a real run's folder: the run finished (rank 0 wrote the folder with every rank's events) but
+// the shutdown after it failed; the file says how. The launcher keeps such a folder and names it.
+constexpr const char* kShutdownMark = "shutdown-failed.txt";
+
 constexpr const char* kLauncherPidEnv = "RAVNEST_LAUNCHER_PID";
 constexpr const char* kStatusDirEnv = "RAVNEST_STATUS_DIR";
 

@@ -977,3 +977,55 @@ TEST_CASE("theory estimates a neural network's constants and labels its bound a 
   CHECK(fs::exists(d / "nn" / "report" / "theory.png"));
   fs::remove_all(d);
 }
+
+TEST_CASE("ranks, world sizes and ports from the environment are parsed strictly", "[cli][input]") {
+  fs::path d = workdir("strict_env");
+  write(d / "s.toml", kSmall);
+  struct Case {
+    const char* var;
+    const char* value;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {"RANK", "4294967297", "environment variable RANK='4294967297' is out of range"},
+      {"RANK", "1x", "environment variable RANK='1x' is not a decimal integer"},
+      {"WORLD_SIZE", "-3", "environment variable WORLD_SIZE='-3' is out of range"},
+      {"MASTER_PORT", "70000", "environment variable MASTER_PORT='70000' is out of range"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.var << "=" << c.value);
+    ::setenv("RANK", "0", 1);
+    ::setenv("WORLD_SIZE", "2", 1);
+    ::setenv(c.var, c.value, 1);
+    Result r = ravnest({"node", "s.toml"}, d);
+    ::unsetenv("RANK");
+    ::unsetenv("WORLD_SIZE");
+    ::unsetenv("MASTER_PORT");
+    CHECK(r.status == 2);
+    CHECK(r.err.find(c.says) != std::string::npos);
+  }
+  fs::remove_all(d);
+}
+
+TEST_CASE("plan --out replaces a plan whole or leaves the older one", "[cli][input]") {
+  fs::path d = workdir("plan_out");
+  write(d / "s.toml", kSmall);
+  Result r = ravnest({"plan", "s.toml", "--out", "p.json"}, d);
+  REQUIRE(r.status == 0);
+  const std::string first = slurp(d / "p.json");
+  CHECK(first.find("\"clusters\"") != std::string::npos);
+  // The temporary name taken: the write fails (exit 1), the older plan stays, nothing is left.
+  write(d / "p.json", "older\n");
+  fs::create_directories(d / "sub");
+  r = ravnest({"plan", "s.toml", "--out", "sub/missing/p.json"}, d);
+  CHECK(r.status == 1);
+  CHECK(r.err.find("sub/missing/p.json: cannot write") != std::string::npos);
+  CHECK(slurp(d / "p.json") == "older\n");
+  CHECK(fs::is_empty(d / "sub"));
+  // A name that would leave output.dir is refused before anything is written.
+  r = ravnest({"sim", "s.toml", "--set", "name=..", "--set", "output.dir=out"}, d);
+  CHECK(r.status == 2);
+  CHECK(r.err.find("key 'name'") != std::string::npos);
+  CHECK_FALSE(fs::exists(d / "out"));
+  fs::remove_all(d);
+}

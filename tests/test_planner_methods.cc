@@ -462,3 +462,31 @@ latency_ms = 10
     }
   }
 }
+
+TEST_CASE("the genetic algorithms stop at their budget of evaluations and record it",
+          "[planner][methods]") {
+  const std::string method = GENERATE("ga", "ravnest-ga");
+  INFO(method);
+  const auto pool = fixed_pool();
+  // Defaults: the whole search fits the default budget, and plan.json says how much it used.
+  const Plan full = plan_of(pool, planner_section(method));
+  CHECK(full.search_evaluations > 0);
+  CHECK(full.search_evaluations <= full.search_budget);
+  CHECK_FALSE(full.search_timed_out);
+  CHECK(plan_from_json(to_json(full)).search_evaluations == full.search_evaluations);
+  // A million generations asked, 300 evaluations allowed: the search ends there, and the same
+  // way every time (the plan depends on the scenario only).
+  const std::string capped = planner_section(method, "generations = 1000000\nevaluations = 300\npopulation = 20\n");
+  const Plan a = plan_of(pool, capped), b = plan_of(pool, capped);
+  CHECK(a.search_budget == 300);
+  CHECK(a.search_evaluations <= 300);
+  CHECK(a.search_evaluations >= 280);  // 20 per generation: 15 generations, nothing left unspent
+  CHECK(to_json(a).dump() == to_json(b).dump());
+  // A population whose genes would not fit in memory is refused, naming the key.
+  try {
+    plan_of(random_pool(3, 2000, 1, 2), planner_section(method, "population = 100000\nevaluations = 1000000\n"));
+    FAIL("accepted");
+  } catch (const ScenarioError& e) {
+    CHECK(e.key() == "planner.population");
+  }
+}

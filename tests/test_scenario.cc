@@ -6,6 +6,7 @@
 
 #include "core/data/dataset.h"
 #include "core/error.h"
+#include "core/model/cost_model.h"
 #include "core/model/model.h"
 #include "core/scenario/scenario.h"
 #include "scenario_errors.h"
@@ -131,4 +132,37 @@ TEST_CASE("a model that does not fit the cluster's RAM is refused with what is m
     CHECK(w.find("does not fit") != std::string::npos);
     CHECK(w.find("GiB") != std::string::npos);
   }
+}
+
+TEST_CASE("a model past 2^40 parameters is refused at its key's line", "[scenario][model]") {
+  // 2^20 x 2^20 in one linear layer: 2^40 weights (and its bias) in a layer.
+  Scenario s = parse_scenario("name = \"huge\"\n[model]\nhidden = [1048576, 1048576]\nhead = \"linear\"\n[[devices]]\ncount = 2\n",
+                              "huge.toml");
+  try {
+    build_model(s);
+    FAIL("no error");
+  } catch (const ScenarioError& e) {
+    CHECK(std::string(e.what()).find("huge.toml:3: key 'model.hidden': ") == 0);
+    CHECK(std::string(e.what()).find("2^40") != std::string::npos);
+  }
+  // The model's own mistakes name their keys too.
+  Scenario none = parse_scenario("name = \"none\"\n[model]\nhidden = []\nhead = \"none\"\n[[devices]]\ncount = 1\n",
+                                 "none.toml");
+  CHECK_THROWS_WITH(build_model(none), Catch::StartsWith("none.toml:3: key 'model.hidden': no layers"));
+}
+
+TEST_CASE("memory sizes saturate instead of wrapping around", "[scenario][model]") {
+  CHECK(sat_mul(int64_t{1} << 40, int64_t{1} << 40) == kBytesMax);
+  CHECK(sat_add(kBytesMax - 1, 2) == kBytesMax);
+  CHECK(sat_mul(3, 4) == 12);
+  // A batch of 2^20 samples of a 32x32 CNN with 65536 channels, 10^6 micro-batches in flight:
+  // its memory is far beyond 64 bits; the stage reports the largest size, never a negative one.
+  Scenario s = parse_scenario(
+      "name = \"wide\"\n[model]\nkind = \"cnn\"\nchannels = [65536]\nhidden = []\nhead = \"linear\"\n"
+      "[data]\nkind = \"synthetic\"\nside = 1024\nbatch_size = 1048576\n[[devices]]\ncount = 1\n",
+      "wide.toml");
+  const ModelDesc m = build_model(s);
+  const StageCost c = stage_cost(m, 0, m.layer_count(), s.training, s.data.batch_size, 1000000);
+  CHECK(c.memory == kBytesMax);
+  CHECK(c.activation_out == 0);
 }

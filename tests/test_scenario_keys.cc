@@ -246,9 +246,31 @@ TEST_CASE("bad tables and names are reported with their key", "[scenario][keys]"
             .find("bad.toml:2: key 'model': expected a table [model]") == 0);
   CHECK(error_of("name = \"x\"\n").find("key 'devices': missing") != std::string::npos);
   CHECK(error_of("name = \"x\"\ndevices = []\n").find("bad.toml:2: key 'devices'") == 0);
-  CHECK(error_of(kMinimal, {"devices.0.count=0"}).find("bad.toml: key 'devices[0].count'") == 0);
+  CHECK(error_of(kMinimal, {"devices.0.count=0"}).find("bad.toml (--set): key 'devices[0].count'") == 0);
+  CHECK(error_of(kMinimal, {"name=x y"}).find("bad.toml (--set): key 'name': must be") == 0);
+  // The name is one folder under output.dir: never a path, ".." or a hidden or option-like name.
+  for (const char* bad : {"..", ".", ".hidden", "-x", "a/b", "a\\b", "caf\u00e9", "a\tb", ""}) {
+    INFO(bad);
+    CHECK(error_of(std::string("name = \"") + bad + "\"\n[[devices]]\n").find("bad.toml:1: key 'name': ") == 0);
+  }
+  CHECK(error_of("name = \"" + std::string(129, 'n') + "\"\n[[devices]]\n").find("bad.toml:1: key 'name'") == 0);
+  CHECK_NOTHROW(parse_scenario("name = \"" + std::string(128, 'n') + "\"\n[[devices]]\n", "ok.toml"));
+  CHECK_NOTHROW(parse_scenario("name = \"A.b_c-9\"\n[[devices]]\n", "ok.toml"));
   CHECK(error_of(std::string(kMinimal) + "[planner]\ncluster = 3\n")
             .find("bad.toml:5: key 'planner.cluster': expected [[planner.cluster]] tables") == 0);
+}
+
+TEST_CASE("input past the TOML limits is refused before the parser, naming the line", "[scenario][keys]") {
+  // toml++ recursed once per key part and overflowed the stack on these (exit 139).
+  std::string deep_header = "[a";
+  for (int i = 0; i < 40000; ++i) deep_header += ".a";
+  CHECK(error_of(std::string(kMinimal) + deep_header + "]\n").find("bad.toml:4: a key of more than 16 parts") == 0);
+  std::string deep_key = "a";
+  for (int i = 0; i < 100000; ++i) deep_key += ".a";
+  CHECK(error_of(deep_key + " = 1\n" + kMinimal).find("bad.toml:1: a key of more than 16 parts") == 0);
+  // And through --set: its path and its value.
+  CHECK(error_of(kMinimal, {deep_key + "=1"}).find("--set: key 'a.a.a") == 0);
+  CHECK(error_of(kMinimal, {"training.lr=" + std::string(100, '[')}).find("--set training.lr:1: arrays and inline tables nested") == 0);
 }
 
 TEST_CASE("an unknown key is rejected in every table", "[scenario][keys]") {
@@ -293,7 +315,7 @@ nodes = [0, 1]
   CHECK(s.where("devices[1].up_mbps") == "w.toml:5");
   CHECK(s.where("training.algorithm") == "w.toml:7");
   CHECK(s.where("planner.cluster[0].nodes") == "w.toml:10");
-  CHECK(s.where("training.lr") == "w.toml");  // from --set
+  CHECK(s.where("training.lr") == "w.toml (--set)");
   CHECK(s.training.lr == 0.25);
   CHECK(s.where("training.steps") == "w.toml");  // defaulted
   CHECK(s.where("devices[1].count") == "w.toml");

@@ -8,6 +8,7 @@
 #include <toml++/toml.h>
 
 #include "core/error.h"
+#include "core/input/toml_input.h"
 
 namespace rv {
 namespace {
@@ -42,14 +43,7 @@ Seconds time_of(const Work& work, const ComputeProfile& p) {
 }
 
 ComputeProfile parse_profile(const std::string& text, const std::string& source) {
-  toml::table root;
-  try {
-    root = toml::parse(text, std::string_view(source));
-  } catch (const toml::parse_error& e) {
-    std::ostringstream os;
-    os << source << ":" << e.source().begin.line << ": " << e.description();
-    throw InputError(os.str());
-  }
+  const toml::table root = parse_toml(text, source);
   auto fail = [&](const std::string& key, const std::string& what) -> void {
     throw InputError(source + ": key '" + key + "': " + what);
   };

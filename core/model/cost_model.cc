@@ -26,19 +26,21 @@ StageCost stage_cost(const ModelDesc& model, int begin, int end, const TrainingS
   c.backward = 2.0 * c.forward + (training.weight_stashing ? 0.0 : c.forward);
   const int64_t params = model.params(begin, end);
   c.update = update_flops_per_param(training) * static_cast<double>(params);
-  c.activation_out = end < model.layer_count() ? kFloatBytes * batch * model.profile[end - 1].out_elems : 0;
-  c.gradient_in = begin > 0 ? kFloatBytes * batch * model.input_elems_of(begin) : 0;
+  // Sizes saturate (units.h): the planner then finds them too large for every device and link.
+  const Bytes batch_bytes = sat_mul(kFloatBytes, batch);
+  c.activation_out = end < model.layer_count() ? sat_mul(batch_bytes, model.profile[end - 1].out_elems) : 0;
+  c.gradient_in = begin > 0 ? sat_mul(batch_bytes, model.input_elems_of(begin)) : 0;
 
   const Bytes buffers = model.buffers(begin, end);
   // Weights, gradients, optimizer state and buffers.
-  Bytes m = kFloatBytes * (params * (2 + optimizer_state_floats(training)) + buffers);
+  Bytes m = sat_mul(kFloatBytes, sat_add(sat_mul(params, 2 + optimizer_state_floats(training)), buffers));
   // Per unfinished micro-batch: with stashing the saved activations of every layer and, in the
   // worst case, one older version of the weights; without, only the stage's input.
-  const Bytes saved = training.weight_stashing
-                          ? kFloatBytes * batch * model.activation_elems(begin, end)
-                          : kFloatBytes * batch * model.input_elems_of(begin);
-  const Bytes stash = training.weight_stashing ? kFloatBytes * params : 0;
-  m += in_flight * saved + (in_flight > 1 ? (in_flight - 1) * stash : 0);
+  const Bytes saved = sat_mul(batch_bytes, training.weight_stashing ? model.activation_elems(begin, end)
+                                                                    : model.input_elems_of(begin));
+  const Bytes stash = training.weight_stashing ? sat_mul(kFloatBytes, params) : 0;
+  m = sat_add(m, sat_mul(in_flight, saved));
+  if (in_flight > 1) m = sat_add(m, sat_mul(in_flight - 1, stash));
   c.memory = m;
   return c;
 }

@@ -114,6 +114,26 @@ void add_prefix_sums(ModelDesc& m) {
     m.prefix_flops.push_back(m.prefix_flops.back() + p.forward_flops);
   }
 }
+// Models beyond these sizes are refused, so that every size computed from them (a stage's bytes,
+// a batch's activations, a plan's memory) stays far inside 64 bits: 2^40 parameters (a thousand
+// times the largest shipped scenario's 10^10) and 2^40 floats per sample entering or leaving any
+// layer.
+constexpr int64_t kMaxModelParams = int64_t{1} << 40;
+constexpr int64_t kMaxSampleElems = int64_t{1} << 40;
+
+void check_size(const ModelDesc& m, const ModelSpec& spec) {
+  const char* key = spec.kind == "cnn" ? "model.channels" : spec.kind == "blocks" ? "model.blocks" : "model.hidden";
+  int64_t params = 0;
+  for (const LayerProfile& p : m.profile) {
+    if (p.out_elems > kMaxSampleElems || p.params > kMaxModelParams)
+      throw KeyError(key, "a layer of " + std::to_string(p.params) + " parameters and " +
+                              std::to_string(p.out_elems) + " outputs per sample: more than 2^40");
+    params += p.params;  // at most (layers) x 2^40: no overflow below 2^23 layers
+    if (params > kMaxModelParams)
+      throw KeyError(key, "the model has more than 2^40 parameters");
+  }
+}
+
 }  // namespace
 
 ModelDesc build_model(const ModelSpec& spec, const std::vector<int64_t>& input_shape,
@@ -129,7 +149,7 @@ ModelDesc build_model(const ModelSpec& spec, const std::vector<int64_t>& input_s
     if (spec.dropout > 0) shape = add_layer(m, make_dropout(spec.dropout), shape);
   };
   if (spec.kind == "cnn") {
-    if (shape.size() != 3) throw InputError("model.kind = \"cnn\" needs image inputs (C x H x W)");
+    if (shape.size() != 3) throw KeyError("model.kind", "\"cnn\" needs image inputs (C x H x W)");
     for (int64_t c : spec.channels) {
       shape = add_layer(m, make_conv2d(shape[0], c, spec.kernel, spec.kernel / 2), shape);
       if (spec.batch_norm) shape = add_layer(m, make_batch_norm2d(c), shape);
@@ -139,20 +159,20 @@ ModelDesc build_model(const ModelSpec& spec, const std::vector<int64_t>& input_s
   } else if (spec.kind == "blocks") {
     // The additive block model: parameter blocks of near-equal column ranges, then the readout.
     if (shape.size() != 2 || shape[1] < 2)
-      throw InputError("model.kind = \"blocks\" needs a problem's samples (data.kind = \"quadratic\" or \"logistic\")");
+      throw KeyError("model.kind", "\"blocks\" needs a problem's samples (data.kind = \"quadratic\" or \"logistic\")");
     const int64_t rows = shape[0], dim = shape[1] - 1;
-    if (spec.blocks > dim) throw InputError("model.blocks: at most the problem's dimension, " + std::to_string(dim));
+    if (spec.blocks > dim) throw KeyError("model.blocks", "at most the problem's dimension, " + std::to_string(dim));
     for (int64_t k = 0; k < spec.blocks; ++k)
       shape = add_layer(m, make_block(rows, dim, dim * k / spec.blocks, dim * (k + 1) / spec.blocks), shape);
     shape = add_layer(m, make_readout(rows, dim, outputs == 2 && rows == 1), shape);
     m.record_params = true;
     if (shape != std::vector<int64_t>{outputs})
-      throw InputError("model.kind = \"blocks\": the readout gives " + shape_text(shape) + " but the task needs " +
+      throw KeyError("model.kind", "\"blocks\": the readout gives " + shape_text(shape) + " but the task needs " +
                        std::to_string(outputs) + " outputs");
     add_prefix_sums(m);
     return m;
   } else if (spec.kind != "mlp") {
-    throw InputError("unknown model kind '" + spec.kind + "'");
+    throw KeyError("model.kind", "unknown model kind '" + spec.kind + "'");
   }
   const bool head = spec.head == "linear";
   // Linear layers take flat inputs: flatten only where one follows.
@@ -166,19 +186,22 @@ ModelDesc build_model(const ModelSpec& spec, const std::vector<int64_t>& input_s
     dropout();
     shape = add_layer(m, make_linear(shape[0], outputs), shape);
   }
-  if (m.layers.empty()) throw InputError("model: no layers (give model.hidden or model.head = \"linear\")");
+  if (m.layers.empty()) throw KeyError("model.hidden", "no layers (give model.hidden or model.head = \"linear\")");
   if (shape != std::vector<int64_t>{outputs})
-    throw InputError("model.head: the model's last layer gives " + shape_text(shape) +
+    throw KeyError("model.head", "the model's last layer gives " + shape_text(shape) +
                      " per sample but the task needs " + std::to_string(outputs) +
                      " outputs: set model.head = \"linear\" (a final linear layer to the task's outputs) "
                      "or end the model with them");
   add_prefix_sums(m);
+  check_size(m, spec);
   return m;
 }
 
 ModelDesc build_model(const Scenario& s) {
-  const DatasetShape shape = dataset_shape(s.data);
-  return build_model(s.model, shape.sample_shape, shape.outputs);
+  return s.at_key([&] {
+    const DatasetShape shape = dataset_shape(s.data);
+    return build_model(s.model, shape.sample_shape, shape.outputs);
+  });
 }
 
 StageModule::StageModule(const ModelDesc& model, int begin, int end, uint64_t seed)

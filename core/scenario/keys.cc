@@ -188,8 +188,8 @@ constexpr bool kOptional = false;
 void add_top_and_devices(Catalog& c) {
   c.top()
       .text("name", &Scenario::name,
-            "the scenario's name, without `/`, `\\` or spaces: run folders go to "
-            "`<output.dir>/<name>/`",
+            "the scenario's name, at most 128 letters, digits, `.`, `_` and `-`, not starting "
+            "with `.` or `-`: run folders go to `<output.dir>/<name>/`",
             Empty::kRefused)
       .integer("seed", &Scenario::seed, 0, kMaxInt64,
                "random seed: data, initial weights, planner search")
@@ -324,7 +324,16 @@ void add_planner(Catalog& c) {
       .integer("population", &PlannerSpec::population, 0, kMaxNodes,
                "ga: individuals; 0: by pool size")
       .integer("generations", &PlannerSpec::generations, 0, 1000000,
-               "ga: generations; 0: by pool size");
+               "ga: generations; 0: by pool size")
+      .integer("evaluations", &PlannerSpec::evaluations, 0, kMaxCount,
+               "ga, ravnest-ga: the search's budget of scored individuals, which ends it after fewer "
+               "generations where population x generations is more; 0: by pool size (ga: 20,000 or "
+               "2e7 / nodes, ravnest-ga: 100,000 or 2e8 / nodes, whichever is fewer, at least 200; "
+               "plans stay deterministic)")
+      .positive("time_limit_s", &PlannerSpec::time_limit_s, 86400.0, "s",
+                "ga, ravnest-ga: a safety net: the search ends after this many wall seconds with "
+                "the best plan so far, recorded in plan.json (\"search\": the plan then depends on "
+                "the machine's speed)");
   c.array("planner.cluster", kOptional, &Scenario::planner, &PlannerSpec::cluster)
       .integers("nodes", &PlannerSpec::Cluster::nodes, 0, kMaxNodes, Empty::kRefused,
                 "manual: the cluster's nodes in pipeline order (required)")

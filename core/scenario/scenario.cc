@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/input/toml_input.h"
 #include "core/scenario/keys.h"
 
 namespace rv {
@@ -26,7 +27,15 @@ int line_of(const toml::node* node, const std::string& source) {
   return static_cast<int>(node->source().begin.line);
 }
 
+constexpr const char* kOverrideSource = "--set";
+
+// Whether `node` came from a --set override rather than the file.
+bool from_override(const toml::node* node) {
+  return node && node->source().path && *node->source().path == kOverrideSource;
+}
+
 std::string where_of(const std::string& source, const toml::node* node) {
+  if (from_override(node)) return source + " (--set)";
   const int line = line_of(node, source);
   return line > 0 ? source + ":" + std::to_string(line) : source;
 }
@@ -226,8 +235,10 @@ class Reader {
   }
 
   void remember(const std::string& key, const toml::node* n) {
+    if (key.empty()) return;
     const int line = line_of(n, s_.source);
-    if (line > 0 && !key.empty()) s_.key_lines[key] = line;
+    if (line > 0) s_.key_lines[key] = line;
+    if (from_override(n)) s_.key_lines[key] = 0;
   }
 
   const toml::table& root_;
@@ -236,10 +247,19 @@ class Reader {
 
 // ---- checks across keys, after reading ----
 
+// The name is one folder under output.dir: never "." or "..", a hidden folder, an option-like
+// "-x", a path or a character a shell or another file system would read otherwise.
 void check_name(const Scenario& s) {
-  if (s.name.find_first_of("/\\ ") != std::string::npos)
+  const auto plain = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == '-';
+  };
+  const bool ok = !s.name.empty() && s.name.size() <= 128 && s.name[0] != '.' && s.name[0] != '-' &&
+                  std::all_of(s.name.begin(), s.name.end(), plain);
+  if (!ok)
     throw ScenarioError(s.where("name"), "name",
-                        "must be a non-empty name without '/', '\\' or spaces");
+                        "must be 1 to 128 letters, digits, '.', '_' or '-', not starting with '.' or '-' "
+                        "(it names the run folders' folder under output.dir)");
 }
 
 void check_model(const Scenario& s) {
@@ -334,6 +354,9 @@ void apply_override(toml::table& root, const std::string& spec) {
   for (std::string p; std::getline(ss, p, '.');) {
     if (p.empty()) throw ScenarioError("--set", path, "empty component in key");
     parts.push_back(p);
+    if (parts.size() > static_cast<size_t>(TomlLimits().max_key_parts))
+      throw ScenarioError("--set", path.substr(0, 40) + "...",
+                          "more than " + std::to_string(TomlLimits().max_key_parts) + " parts");
   }
   toml::node* cur = &root;
   for (size_t i = 0; i + 1 < parts.size(); ++i) {
@@ -353,13 +376,21 @@ void apply_override(toml::table& root, const std::string& spec) {
   auto* t = cur->as_table();
   if (!t) throw ScenarioError("--set", path, "the parent of the last component is not a table");
   // The value is TOML (1, 0.5, true, "text", [1, 2]); anything else is taken as a bare string.
-  try {
-    toml::table parsed = toml::parse("v = " + value, std::string_view("--set"));
-    if (const toml::node* v = parsed.get("v")) {
-      t->insert_or_assign(parts.back(), *v);
-      return;
+  const std::string assignment = "v = " + value;
+  check_toml_limits(assignment, "--set " + path);
+  // Parsed with the source "--set", so that messages say where the value came from; a bare
+  // string is parsed as a literal string where it can be one.
+  const bool literal = value.find_first_of("'\n\r") == std::string::npos;
+  for (const std::string& text : {assignment, literal ? "v = '" + value + "'" : std::string()}) {
+    if (text.empty()) continue;
+    try {
+      toml::table parsed = toml::parse(text, std::string_view(kOverrideSource));
+      if (toml::node* v = parsed.get("v")) {
+        t->insert_or_assign(parts.back(), std::move(*v));  // moved: keeps its source
+        return;
+      }
+    } catch (const toml::parse_error&) {
     }
-  } catch (const toml::parse_error&) {
   }
   t->insert_or_assign(parts.back(), value);
 }
@@ -392,13 +423,7 @@ const DeviceGroup& Scenario::device_of(int rank) const {
 
 Scenario parse_scenario(const std::string& text, const std::string& source,
                         const std::vector<std::string>& overrides) {
-  toml::table root;
-  try {
-    root = toml::parse(text, std::string_view(source));
-  } catch (const toml::parse_error& e) {
-    throw ScenarioError(source + ":" + std::to_string(e.source().begin.line), "",
-                        "TOML syntax error: " + std::string(e.description()));
-  }
+  toml::table root = parse_toml(text, source);
   for (const auto& o : overrides) apply_override(root, o);
   return from_table(root, source);
 }
@@ -413,7 +438,8 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
 
 std::string Scenario::where(const std::string& dotted_key) const {
   auto it = key_lines.find(dotted_key);
-  return it == key_lines.end() ? source : source + ":" + std::to_string(it->second);
+  if (it == key_lines.end()) return source;
+  return it->second == 0 ? source + " (--set)" : source + ":" + std::to_string(it->second);
 }
 
 std::string to_toml(const Scenario& s) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/compute/profile.h"
+#include "core/error.h"
 #include "core/units.h"
 
 namespace rv {
@@ -116,6 +117,8 @@ struct PlannerSpec {
   std::vector<Cluster> cluster;
   int population = 0;   // 0: by pool size
   int generations = 0;  // 0: by pool size
+  int64_t evaluations = 0;     // the GA's budget of scored individuals; 0: by pool size
+  double time_limit_s = 300;   // wall seconds a GA may search (a safety net: see planner/search_budget.h)
 };
 
 // TCP's goodput over a link, as a share of the link's rate: measured through the kernel shaper
@@ -205,7 +208,7 @@ struct Scenario {
   FaultsSpec faults;
   // Dotted key ("training.algorithm", "devices[1].up_mbps", "model") -> the line of `source` where
   // it was given. Keys that were defaulted or came from --set are absent.
-  std::map<std::string, int> key_lines;
+  std::map<std::string, int> key_lines;  // the line of each key given; 0: given by --set
 
   // real.timeout_s on the wall clock: dilated like every other time of the scenario.
   Seconds peer_timeout_s() const { return real.timeout_s * dilation; }
@@ -216,6 +219,16 @@ struct Scenario {
   // defaulted or came from --set. Checks outside the scenario module throw
   // ScenarioError(s.where(key), key, what).
   std::string where(const std::string& dotted_key) const;
+  // Runs `f`, rethrowing a KeyError (bad input found from the keys alone) as a ScenarioError at
+  // the key's line in this scenario.
+  template <class F>
+  auto at_key(F&& f) const -> decltype(f()) {
+    try {
+      return f();
+    } catch (const KeyError& e) {
+      throw ScenarioError(where(e.key()), e.key(), e.problem());
+    }
+  }
 };
 
 // Loads and validates `path`, applying `overrides` ("training.lr=0.1") first.

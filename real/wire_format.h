@@ -1,0 +1,65 @@
+// The real executor's wire format: the header every GlooTransport message begins with (an int64
+// tensor), its encoding and its validation. A header carries a Message's fields, its payload's
+// tensor count and shapes and, for a payload of at most kInlineFloats elements, the payload itself
+// as float32; a larger payload follows as one flat float32 tensor.
+//
+// Contract: decode_header() accepts exactly what encode_header() writes (within the limits below)
+// and throws rv::InputError naming the peer and the problem for anything else; it reads no word
+// beyond the `words` it is given and allocates nothing sized by the header.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "core/env.h"
+
+namespace rv::wire {
+
+constexpr int kMaxTensors = 8;  // payload tensors per message
+constexpr int kMaxDims = 6;     // dimensions per payload tensor
+// Payloads of at most this many floats (1 MiB) travel inside the header (gloo_transport.h: why).
+constexpr int64_t kInlineFloats = 262144;
+constexpr int64_t kMagic = 0x52564e5401;  // "RVNT", wire format version 1
+constexpr int64_t kByeId = -1;            // kControl with this id: the sender closes
+// A payload beyond 2^34 float32 elements (64 GiB) is taken for a corrupt header.
+constexpr int64_t kMaxPayloadElems = int64_t{1} << 34;
+
+// Header layout: int64 words.
+enum HeaderWord : int {
+  kWMagic = 0,
+  kWKind,
+  kWId,
+  kWStep,
+  kWAux,
+  kWScalar,  // bits of a double
+  kWBytes,   // modeled size, bytes
+  kWCount,   // payload tensors
+  kWElems,   // float32 elements in the payload, all tensors together
+  kWInline,  // 1: the payload follows the shapes, inside the header
+  kWShapes,  // per tensor: rank, then kMaxDims sizes (unused ones 0)
+};
+constexpr int kWordsPerShape = 1 + kMaxDims;
+constexpr int kWInlineData = kWShapes + kMaxTensors * kWordsPerShape;  // words before an inline payload
+// The largest header, int64 words: what a receiver posts. A sender sends only the words it uses.
+constexpr int kHeaderWords = kWInlineData + kInlineFloats / 2;
+
+// The header of `m` with `payload` (at most kMaxTensors tensors of at most kMaxDims dimensions,
+// `elems` elements together). `inline_flat`, if defined, is the flat payload to carry inside the
+// header (elems <= kInlineFloats). The header is as long as what it carries.
+at::Tensor encode_header(const Message& m, const std::vector<at::Tensor>& payload, int64_t elems,
+                         const at::Tensor& inline_flat = at::Tensor());
+
+struct Decoded {
+  Message msg;  // its fields; no payload yet
+  std::vector<std::vector<int64_t>> shapes;
+  int64_t elems = 0;
+  bool inline_payload = false;  // the payload's floats are at word kWInlineData
+};
+
+// Validates a received header of `words` words (the room posted for it) from `peer`.
+Decoded decode_header(const int64_t* w, size_t words, int peer);
+
+}  // namespace rv::wire
