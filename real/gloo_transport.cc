@@ -29,6 +29,7 @@
 
 #include "core/error.h"
 #include "real/buffer_pool.h"
+#include "real/liveness.h"
 #include "real/wire_format.h"
 
 namespace rv {
@@ -140,14 +141,29 @@ struct GlooTransport::Impl {
 
   std::vector<std::thread> receivers;
   std::thread reaper;
+  // Heartbeats (liveness.h): the beater sends one to every open peer each beat interval; `live`
+  // (guarded by mu) knows when each peer was last heard from.
+  std::optional<Liveness> live;
+  std::thread beater;
+  std::condition_variable beat_cv;
+  bool beat_stop = false;
 
   std::string who() const { return "rank " + std::to_string(opt.rank); }
 
+  static Seconds now_s() {
+    return std::chrono::duration<double>(SteadyClock::now().time_since_epoch()).count();
+  }
+  static SteadyClock::time_point at_s(Seconds t) {
+    return SteadyClock::time_point(std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(t)));
+  }
+
   void start_threads() {
+    live.emplace(opt.world_size, opt.rank, opt.timeout, now_s());
     for (int p = 0; p < opt.world_size; ++p) {
       if (p != opt.rank) receivers.emplace_back([this, p] { receive_loop(p); });
     }
     reaper = std::thread([this] { reap_loop(); });
+    if (opt.world_size > 1) beater = std::thread([this] { beat_loop(); });
   }
 
   void deliver(Message m) {
@@ -173,8 +189,24 @@ struct GlooTransport::Impl {
       if (open_peers == 0) {
         throw PeerError(who() + ": recv() with no peer left to send (every peer said bye)");
       }
-      if (inbox_cv.wait_until(lock, deadline) == std::cv_status::timeout && queue.empty() &&
-          !failure) {
+      const Seconds now = now_s();
+      if (const std::optional<int> p = live->silent(now)) {
+        const std::string what = who() + ": peer " + std::to_string(*p) + " silent for " +
+                                 seconds_str(std::round(live->silent_for(*p, now) * 10) / 10) +
+                                 " s: no message or heartbeat (every " + seconds_str(live->beat_interval()) +
+                                 " s) within the timeout of " + seconds_str(opt.timeout) +
+                                 " s; it is stopped, hung or cut off";
+        failure = std::make_exception_ptr(PeerError(what));
+        if (peers[*p] == PeerState::kOpen) {
+          peers[*p] = PeerState::kFailed;
+          --open_peers;
+        }
+        live->forget(*p);
+        std::rethrow_exception(failure);
+      }
+      const auto wake = std::min(deadline, at_s(live->next_check(now)));
+      if (inbox_cv.wait_until(lock, wake) == std::cv_status::timeout && queue.empty() && !failure &&
+          SteadyClock::now() >= deadline) {
         return std::nullopt;
       }
     }
@@ -187,6 +219,7 @@ struct GlooTransport::Impl {
         peers[peer] = PeerState::kFailed;
         --open_peers;
       }
+      live->forget(peer);
       // An error seen while shutting down is the shutdown itself, not a failure.
       if (!failure && !stopping) failure = e;
     }
@@ -254,9 +287,15 @@ struct GlooTransport::Impl {
         headers.pop_front();
         if (!wait_recv(peer, header.work)) return;
         Decoded d = decode_header(header.tensors[0].data_ptr<int64_t>(), static_cast<size_t>(header.tensors[0].numel()), peer);
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          live->heard(peer, now_s(), d.inline_payload ? 0 : kFloatBytes * d.elems);
+        }
+        if (d.msg.kind == MsgKind::kControl && d.msg.id == kBeatId) continue;
         if (d.msg.kind == MsgKind::kControl && d.msg.id == kByeId) {
           {
             std::lock_guard<std::mutex> lock(mu);
+            live->forget(peer);
             if (peers[peer] == PeerState::kOpen) {
               peers[peer] = PeerState::kBye;
               --open_peers;
@@ -326,6 +365,40 @@ struct GlooTransport::Impl {
     }
   }
 
+  // Every beat interval, a heartbeat to every open peer, until stopped.
+  void beat_loop() {
+    Message beat;
+    beat.kind = MsgKind::kControl;
+    beat.id = kBeatId;
+    const at::Tensor header = encode_header(beat, {}, 0);
+    std::unique_lock<std::mutex> lock(mu);
+    for (;;) {
+      beat_cv.wait_for(lock, to_ms(live->beat_interval()), [&] { return beat_stop; });
+      if (beat_stop) return;
+      std::vector<int> open;
+      for (int p = 0; p < opt.world_size; ++p)
+        if (p != opt.rank && peers[p] == PeerState::kOpen) open.push_back(p);
+      lock.unlock();
+      for (int p : open) {
+        try {
+          post_send(p, header, at::Tensor());
+        } catch (const std::exception&) {
+          // That peer's receiver reports its loss.
+        }
+      }
+      lock.lock();
+    }
+  }
+
+  void stop_beating() noexcept {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      beat_stop = true;
+    }
+    beat_cv.notify_all();
+    if (beater.joinable()) beater.join();
+  }
+
   void post_send(int dst, const at::Tensor& header, const at::Tensor& flat) {
     std::vector<at::Tensor> h{header};
     std::vector<WorkPtr> posted;
@@ -355,6 +428,7 @@ struct GlooTransport::Impl {
 
   // Stops every thread (aborting pending Gloo waits) and drops the process group. Never throws.
   void shutdown() noexcept {
+    stop_beating();
     {
       std::lock_guard<std::mutex> lock(mu);
       closed = true;
@@ -564,6 +638,7 @@ void GlooTransport::close() {
   Impl& s = *impl_;
   if (s.closed) return;
   const auto deadline = SteadyClock::now() + to_ms(s.opt.timeout);
+  s.stop_beating();  // no heartbeat may follow a bye
   // Byes to every peer still there (a failed peer is left out: sending to it would fail).
   for (int p = 0; p < s.opt.world_size; ++p) {
     if (p == s.opt.rank) continue;

@@ -24,6 +24,7 @@ constexpr int kMaxDims = 6;     // dimensions per payload tensor
 constexpr int64_t kInlineFloats = 262144;
 constexpr int64_t kMagic = 0x52564e5401;  // "RVNT", wire format version 1
 constexpr int64_t kByeId = -1;            // kControl with this id: the sender closes
+constexpr int64_t kBeatId = -2;           // kControl with this id: a heartbeat (real/liveness.h)
 // A payload beyond 2^34 float32 elements (64 GiB) is taken for a corrupt header.
 constexpr int64_t kMaxPayloadElems = int64_t{1} << 34;
 

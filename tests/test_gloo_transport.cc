@@ -501,3 +501,49 @@ TEST_CASE("c10d all-reduce sums within the float error bound of any summation or
     CHECK(status[r] == 0);
   }
 }
+
+TEST_CASE("gloo transport: a stopped peer is reported within the timeout, named, even by a long wait",
+          "[gloo]") {
+  // Rank 2 stops after 3 s (SIGSTOP: its connections stay open, so no socket error tells the
+  // others) while rank 0 waits as the final gather does, for an hour, and rank 1 computes without
+  // a word for longer than the 2 s timeout first. Heartbeats keep rank 1 alive and name rank 2
+  // within the timeout; before them, rank 0 waited for good.
+  constexpr int kWorld = 3;
+  const auto status = run_ranks(kWorld, 15, [](int rank, int port) -> int {
+    GlooTransport t(options(rank, kWorld, port, 2));
+    t.barrier();
+    if (rank == 2) {
+      std::this_thread::sleep_for(std::chrono::seconds(3));
+      raise(SIGSTOP);
+      return 0;
+    }
+    if (rank == 1) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2500);
+      while (std::chrono::steady_clock::now() < until) {
+      }
+      Message m;
+      m.kind = MsgKind::kControl;
+      m.id = 7;
+      t.send(0, std::move(m));
+      t.flush();
+    }
+    bool got = false;
+    try {
+      while (true) {
+        const std::optional<Message> m = t.recv_control(3600);
+        EXPECT_OR_EXIT(rank == 0 && m && m->id == 7 && !got);  // rank 1's message, then the failure
+        got = true;
+      }
+    } catch (const rv::PeerError& e) {
+      EXPECT_OR_EXIT(contains(e.what(), "peer 2 silent for"));
+    }
+    EXPECT_OR_EXIT(got || rank == 1);
+    // Both survivors see it at about the same moment; leaving at once could make the other see
+    // this rank's exit first.
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    return 0;
+  });
+  CHECK(status[0] == 0);
+  CHECK(status[1] == 0);
+  CHECK(status[2] == kKilled);  // stopped to the end
+}
