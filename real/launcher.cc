@@ -228,9 +228,13 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
     }
   }
 
-  // Wait for all; after the first failure, the others get timeout_s to notice and stop.
+  // Wait for all; after the first failure, the others get timeout_s to notice and stop, and
+  // those still running a while after the last one ended (half the timeout, at least the grace
+  // margin: ranks that lost a peer end at about the same moment) are taken for stopped or hung.
   std::vector<std::pair<int, int>> failures;  // (rank, wait status), in the order they ended
-  std::chrono::steady_clock::time_point deadline;
+  std::chrono::steady_clock::time_point deadline, last_end;
+  const auto settle = std::chrono::milliseconds(
+      static_cast<int64_t>(std::max(kGraceMargin, std::min(scenario.peer_timeout_s(), 1e7) / 2) * 1000));
   while (!children.empty()) {
     std::pair<int, int> r;
     if (failures.empty()) {
@@ -238,12 +242,14 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
     } else {
       r = children.reap(false);
       if (r.first < 0) {
-        if (std::chrono::steady_clock::now() >= deadline) break;
+        const auto now = std::chrono::steady_clock::now();
+        if (now >= deadline || now >= last_end + settle) break;
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
         continue;
       }
     }
     if (r.first < 0) break;
+    last_end = std::chrono::steady_clock::now();
     if (!failed(r.second)) continue;
     if (failures.empty()) {
       // timeout_s, plus a margin for the ranks' own timeouts, which began a little later.
@@ -272,7 +278,17 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
       }
     }
     const auto [rank, status] = failures[root];
-    std::string what = "real run failed: rank " + std::to_string(rank) + " " + describe(status);
+    std::string what;
+    if (reports[root].kind == "peer" && !killed.empty()) {
+      // Every rank that ended lost a peer, and some never ended: those are the cause (stopped or
+      // hung), not the first rank to notice.
+      what = "real run failed: rank(s) " + killed + " stopped answering (stopped or hung; killed); the "
+             "others lost them: rank " +
+             std::to_string(rank) + " " + describe(status);
+      killed.clear();
+    } else {
+      what = "real run failed: rank " + std::to_string(rank) + " " + describe(status);
+    }
     if (!reports[root].message.empty()) what += ": " + reports[root].message;
     if (emulator && !emulator->error().empty()) what += " (" + emulator->error() + ")";
     if (failures.size() > 1) {
@@ -282,10 +298,7 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
       }
       what += " (rank(s) " + others + " stopped as well)";
     }
-    if (!killed.empty()) {
-      what += "; rank(s) " + killed + " were killed after " +
-              seconds_str(scenario.peer_timeout_s() + kGraceMargin) + " s";
-    }
+    if (!killed.empty()) what += "; rank(s) " + killed + " were still running and were killed";
     // A run that finished before the failure keeps its folder (rank 0 wrote it, and marked it).
     std::string finished;
     std::getline(std::ifstream(result.path()) >> std::ws, finished);

@@ -360,7 +360,10 @@ void add_run_tables(Catalog& c) {
   c.table("real", &Scenario::real)
       .positive("timeout_s", &RealSpec::timeout_s, 86400.0, "s",
                 "a peer silent for this long is considered dead (times the dilation)")
-      .text("master_addr", &RealSpec::master_addr, "address of rank 0, where peers meet")
+      .text("master_addr", &RealSpec::master_addr,
+            "address of rank 0, where peers meet (a rank started by hand uses it without "
+            "MASTER_ADDR or --master-addr)",
+            Empty::kRefused)
       .integer("master_port", &RealSpec::master_port, 0, 65535,
                "port of rank 0, where peers meet; 0: pick a free port")
       .flag("emulate_speed", &RealSpec::emulate_speed,
