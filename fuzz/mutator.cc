@@ -118,8 +118,12 @@ void set_value(std::mt19937_64& rng, toml::table& t, const std::string& name, co
     case static_cast<int>(KeyType::kInteger):
     case static_cast<int>(KeyType::kIntegerOrWord):
       if (k && chance(rng, 0.4)) {
+        // A bound, or one past it (where 64 bits have room: one past INT64_MAX is no integer).
         const int64_t x = chance(rng, 0.5) ? k->lo : k->hi;
-        t.insert_or_assign(name, chance(rng, 0.5) ? x : x + (chance(rng, 0.5) ? 1 : -1));
+        int64_t past = x;
+        if (x == k->lo && x > std::numeric_limits<int64_t>::min()) past = x - 1;
+        if (x == k->hi && x < std::numeric_limits<int64_t>::max()) past = x + 1;
+        t.insert_or_assign(name, chance(rng, 0.5) ? x : past);
         return;
       }
       t.insert_or_assign(name, pick(rng, edge_integers()));
