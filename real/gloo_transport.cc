@@ -601,15 +601,9 @@ Message GlooTransport::recv() {
   std::string quiet;
   {
     std::lock_guard<std::mutex> lock(s.mu);
-    const Seconds now = Impl::now_s();
-    int worst = -1;
-    for (int p = 0; p < s.opt.world_size; ++p)
-      if (p != s.opt.rank && s.peers[p] == Impl::PeerState::kOpen &&
-          (worst < 0 || s.live->silent_for(p, now) > s.live->silent_for(worst, now)))
-        worst = p;
-    if (worst >= 0)
-      quiet = "; heard from least recently: peer " + std::to_string(worst) + ", " +
-              seconds_str(std::round(s.live->silent_for(worst, now) * 10) / 10) + " s ago";
+    if (const std::optional<int> q = s.live->quietest())
+      quiet = "; heard from least recently: peer " + std::to_string(*q) + ", " +
+              seconds_str(std::round(s.live->silent_for(*q, Impl::now_s()) * 10) / 10) + " s ago";
   }
   throw PeerError(s.who() + ": no message from any peer within " + seconds_str(s.opt.timeout) +
                   " s (timeout); still connected: peer(s) " + open + quiet);

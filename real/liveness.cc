@@ -16,13 +16,17 @@ void Liveness::heard(int peer, Seconds now, Bytes bytes) {
 
 void Liveness::forget(int peer) { expected_[static_cast<size_t>(peer)] = false; }
 
-std::optional<int> Liveness::silent(Seconds now) const {
+std::optional<int> Liveness::quietest() const {
   std::optional<int> worst;
-  for (size_t p = 0; p < last_.size(); ++p) {
-    if (!expected_[p] || now - last_[p] <= timeout_) continue;
-    if (!worst || last_[p] < last_[static_cast<size_t>(*worst)]) worst = static_cast<int>(p);
-  }
+  for (size_t p = 0; p < last_.size(); ++p)
+    if (expected_[p] && (!worst || last_[p] < last_[static_cast<size_t>(*worst)])) worst = static_cast<int>(p);
   return worst;
+}
+
+std::optional<int> Liveness::silent(Seconds now) const {
+  const std::optional<int> q = quietest();
+  if (q && silent_for(*q, now) > timeout_) return q;
+  return std::nullopt;
 }
 
 Seconds Liveness::next_check(Seconds now) const {

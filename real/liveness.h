@@ -27,8 +27,10 @@ class Liveness {
   static constexpr double kFloorBytesPerSecond = 1e6;
   // `peer` left (said bye, or failed): no longer expected to beat.
   void forget(int peer);
-  // The peer silent longest, if it has been silent for more than the timeout at `now` (the lowest
-  // rank among equals).
+  // The expected peer heard from least recently (the lowest rank among equals); none if no peer
+  // is expected.
+  std::optional<int> quietest() const;
+  // quietest(), if it has been silent for more than the timeout at `now`.
   std::optional<int> silent(Seconds now) const;
   Seconds silent_for(int peer, Seconds now) const { return now - last_[static_cast<size_t>(peer)]; }
   // When silent() can next change its answer, at the latest (a wait should wake by then).

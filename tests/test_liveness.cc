@@ -9,6 +9,7 @@ using rv::Liveness;
 TEST_CASE("a peer is silent only after the timeout without a word") {
   Liveness l(3, 0, 10.0, 100.0);
   CHECK(l.beat_interval() == 2.5);
+  CHECK(l.quietest() == 1);
   CHECK_FALSE(l.silent(110.0));  // exactly the timeout: not yet
   CHECK(l.silent(110.5) == 1);   // both silent as long: the lowest rank
   l.heard(1, 105.0);
