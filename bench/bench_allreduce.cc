@@ -188,6 +188,7 @@ std::vector<double> on_ranks(int world, size_t n, const std::function<std::vecto
       try {
         set_compute_threads(1);
         GlooOptions o;
+        o.secret = "a bench secret of 32 bytes, fixed";
         o.rank = r;
         o.world_size = world;
         o.master_port = port;

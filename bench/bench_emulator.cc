@@ -91,6 +91,7 @@ class Nodes {
     const int port = free_loopback_port();
     on_threads(kWorld, [&](int r) {
       GlooOptions o;
+      o.secret = "a bench secret of 32 bytes, fixed";
       o.rank = r;
       o.world_size = kWorld;
       o.master_port = port;

@@ -1,5 +1,6 @@
 // ravnest: plan, simulate, run for real and report decentralized training experiments.
 // Exit status: 0 success, 1 runtime failure (a peer died, a deadlock), 2 bad input.
+#include <csignal>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -203,6 +204,11 @@ int main(int argc, char** argv) {
       node_opts.gloo.timeout = timeout > 0 ? timeout : -1;  // -1: the scenario's real.timeout_s
       return rv::run_node_process(node_opts);
     }
+  } catch (const rv::Interrupted& e) {
+    std::cerr << "ravnest: " << e.what() << std::endl;
+    std::signal(e.signal(), SIG_DFL);
+    std::raise(e.signal());
+    return 128 + e.signal();
   } catch (const rv::InputError& e) {
     std::cerr << "ravnest: error: " << e.what() << "\n";
     return 2;

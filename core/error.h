@@ -16,6 +16,20 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
 
+// A command stopped by the user (SIGINT, SIGTERM, SIGHUP) after cleaning up on the way out (the
+// launcher's children killed, temporary folders removed). `main` prints the message, then
+// re-raises the signal with its default action, so the caller sees the usual status.
+class Interrupted : public Error {
+ public:
+  explicit Interrupted(int sig)
+      : Error("interrupted by signal " + std::to_string(sig) + ": the run was stopped and its temporary files removed"),
+        signal_(sig) {}
+  int signal() const { return signal_; }
+
+ private:
+  int signal_;
+};
+
 // Bad input from a user or a peer: the run did not start (or stopped) and nothing was written.
 class InputError : public Error {
  public:

@@ -25,9 +25,10 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "core/error.h"
+#include "real/auth.h"
+#include "real/auth_store.h"
 #include "real/buffer_pool.h"
 #include "real/liveness.h"
 #include "real/wire_format.h"
@@ -116,7 +117,10 @@ struct GlooTransport::Impl {
   enum class PeerState { kOpen, kBye, kFailed };
 
   GlooOptions opt;
-  c10::intrusive_ptr<c10d::TCPStore> store;
+  std::optional<AuthStoreServer> server;  // rank 0, when it hosts the store
+  c10::intrusive_ptr<AuthStore> store;
+  std::string nonce;  // this rank's, in the store: peers prove the secret over it
+  std::vector<std::string> nonces;  // every rank's (this one's included), read by authenticate()
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
   // Memory of received headers and payloads, reused (buffer_pool.h): at most this many bytes kept.
   BufferPool buffers{size_t{256} << 20};
@@ -134,7 +138,18 @@ struct GlooTransport::Impl {
   std::exception_ptr failure;                 // first receive-side failure (sticky)
   std::vector<std::vector<WorkPtr>> recv_work;  // per peer: its posted recvs (to abort them)
   bool stopping = false;                      // receivers must not post new recvs
-  std::deque<std::pair<int, WorkPtr>> sends;  // posted, not yet completed (front is waited)
+  struct Sent {
+    int dst;
+    WorkPtr work;
+    size_t bytes;   // counted in send_bytes
+  };
+  std::deque<Sent> sends;  // posted, not yet completed (front is waited)
+  size_t send_bytes = 0;   // of the bounded sends among them (opt.queue_bytes)
+  size_t inbox_bytes = 0;  // payload bytes in inbox and control (opt.queue_bytes)
+  std::condition_variable room_cv;  // inbox_bytes fell (receivers held back wait on it)
+  std::vector<bool> held;           // per peer: its receiver waits for room
+  std::vector<bool> authed;         // per peer: its hello proved the run's secret
+  int authed_peers = 0;
   std::exception_ptr send_failure;            // first send-side failure (sticky)
   bool reaper_stop = false;
   bool closed = false;  // close() or shutdown() began
@@ -163,15 +178,103 @@ struct GlooTransport::Impl {
       if (p != opt.rank) receivers.emplace_back([this, p] { receive_loop(p); });
     }
     reaper = std::thread([this] { reap_loop(); });
+  }
+
+  // The proof that `from` holds the run's secret, for `to`, over `to`'s nonce.
+  auth::Mac hello_mac(const std::string& to_nonce, int from, int to) const {
+    return auth::mac(opt.secret, {"peer-hello", to_nonce, auth::be32(static_cast<uint32_t>(from)),
+                                  auth::be32(static_cast<uint32_t>(to))});
+  }
+
+  // Sends every peer this rank's hello (the first message on each connection: the beater starts
+  // after), then waits until every peer's hello has been checked. rv::PeerError if one fails or
+  // does not come within the timeout.
+  void authenticate() {
+    nonces.assign(opt.world_size, std::string());
+    nonces[opt.rank] = nonce;
+    for (int p = 0; p < opt.world_size; ++p) {
+      if (p == opt.rank) continue;
+      std::vector<uint8_t> theirs;
+      try {
+        theirs = store->get("rv/nonce/" + std::to_string(p));
+      } catch (const std::exception& e) {
+        throw PeerError(who() + ": cannot read peer " + std::to_string(p) + "'s nonce from the store: " + short_what(e));
+      }
+      nonces[p].assign(theirs.begin(), theirs.end());
+      const auth::Mac m = hello_mac(nonces[p], opt.rank, p);
+      Message hello;
+      hello.kind = MsgKind::kControl;
+      hello.id = kHelloId;
+      at::Tensor proof = at::empty({static_cast<int64_t>(auth::kMacBytes / sizeof(float))}, at::kFloat);
+      std::memcpy(proof.data_ptr<float>(), m.data(), m.size());  // raw bits; no arithmetic
+      post_send(p, encode_header(hello, {proof}, proof.numel(), proof), at::Tensor(), false);
+    }
+    std::unique_lock<std::mutex> lock(mu);
+    inbox_cv.wait_until(lock, SteadyClock::now() + to_ms(opt.timeout),
+                        [&] { return failure || authed_peers == opt.world_size - 1; });
+    if (failure) std::rethrow_exception(failure);
+    if (authed_peers != opt.world_size - 1) {
+      std::string missing;
+      for (int p = 0; p < opt.world_size; ++p)
+        if (p != opt.rank && !authed[p]) missing += (missing.empty() ? "" : ", ") + std::to_string(p);
+      throw PeerError(who() + ": no proof of the run secret from peer(s) " + missing + " within " +
+                      seconds_str(opt.timeout) + " s");
+    }
     if (opt.world_size > 1) beater = std::thread([this] { beat_loop(); });
+  }
+
+  // Checks a peer's first message, its hello; throws rv::PeerError if it is not a valid one.
+  void check_hello(int peer, const Decoded& d, const int64_t* words) {
+    const bool shaped = d.msg.kind == MsgKind::kControl && d.msg.id == kHelloId && d.inline_payload &&
+                        d.elems == static_cast<int64_t>(auth::kMacBytes / sizeof(float));
+    if (!shaped || !auth::same_mac(hello_mac(nonce, peer, opt.rank),
+                                   std::string_view(reinterpret_cast<const char*>(words + kWInlineData), auth::kMacBytes))) {
+      throw PeerError(who() + ": the connection of peer " + std::to_string(peer) +
+                      " did not prove the run's secret (" + (shaped ? "a wrong proof" : "no hello first") +
+                      "): an impostor, a process of another run, or ranks given different secrets");
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      authed[peer] = true;
+      ++authed_peers;
+    }
+    inbox_cv.notify_all();
+  }
+
+  static size_t payload_bytes(const Message& m) {
+    size_t b = 0;
+    for (const auto& t : m.payload) b += static_cast<size_t>(t.numel()) * kFloatBytes;
+    return b;
   }
 
   void deliver(Message m) {
     {
       std::lock_guard<std::mutex> lock(mu);
+      inbox_bytes += payload_bytes(m);
       (m.kind == MsgKind::kControl ? control : inbox).push_back(std::move(m));
     }
     inbox_cv.notify_all();
+  }
+
+  // Takes the front of `queue` (lock held), releasing its bytes.
+  Message pop(std::deque<Message>& queue) {
+    Message m = std::move(queue.front());
+    queue.pop_front();
+    inbox_bytes -= std::min(inbox_bytes, payload_bytes(m));
+    room_cv.notify_all();
+    return m;
+  }
+
+  // Holds `peer`'s receiver while the inbox is full (back-pressure); false once shutting down.
+  bool wait_for_room(int peer) {
+    std::unique_lock<std::mutex> lock(mu);
+    if (inbox_bytes < opt.queue_bytes) return !stopping;
+    held[peer] = true;
+    room_cv.wait(lock, [&] { return inbox_bytes < opt.queue_bytes || stopping; });
+    held[peer] = false;
+    // Not reading is not the peer's silence: it counts as heard from now.
+    live->heard(peer, now_s());
+    return !stopping;
   }
 
   // The next message of `queue` (inbox or control), waiting until `deadline`; nothing on timeout.
@@ -179,17 +282,15 @@ struct GlooTransport::Impl {
   std::optional<Message> take(std::deque<Message>& queue, SteadyClock::time_point deadline) {
     std::unique_lock<std::mutex> lock(mu);
     for (;;) {
-      if (!queue.empty()) {
-        Message m = std::move(queue.front());
-        queue.pop_front();
-        return m;
-      }
+      if (!queue.empty()) return pop(queue);
       if (failure) std::rethrow_exception(failure);
       if (closed) throw PeerError(who() + ": recv() after close()");
       if (open_peers == 0) {
         throw PeerError(who() + ": recv() with no peer left to send (every peer said bye)");
       }
       const Seconds now = now_s();
+      for (int p = 0; p < opt.world_size; ++p)
+        if (held[p]) live->heard(p, now);  // held back by this rank, not silent
       if (const std::optional<int> p = live->silent(now)) {
         const std::string what = who() + ": peer " + std::to_string(*p) + " silent for " +
                                  seconds_str(std::round(live->silent_for(*p, now) * 10) / 10) +
@@ -281,12 +382,19 @@ struct GlooTransport::Impl {
       return true;
     };
     try {
-      for (;;) {
-        if (!fill()) return;
+      for (bool first = true;; first = false) {
+        if (!fill() || !wait_for_room(peer)) return;
         const Posted header = std::move(headers.front());
         headers.pop_front();
         if (!wait_recv(peer, header.work)) return;
-        Decoded d = decode_header(header.tensors[0].data_ptr<int64_t>(), static_cast<size_t>(header.tensors[0].numel()), peer);
+        Decoded d = decode_header(header.tensors[0].data_ptr<int64_t>(), static_cast<size_t>(header.tensors[0].numel()),
+                                  peer, opt.max_payload_elems);
+        if (first) {
+          check_hello(peer, d, header.tensors[0].data_ptr<int64_t>());
+          std::lock_guard<std::mutex> lock(mu);
+          live->heard(peer, now_s());
+          continue;
+        }
         {
           std::lock_guard<std::mutex> lock(mu);
           live->heard(peer, now_s(), d.inline_payload ? 0 : kFloatBytes * d.elems);
@@ -335,6 +443,8 @@ struct GlooTransport::Impl {
       }
     } catch (const InputError&) {
       peer_failed(peer, std::current_exception());
+    } catch (const PeerError&) {
+      peer_failed(peer, std::current_exception());
     } catch (const std::exception& e) {
       const std::string what = who() + ": lost peer " + std::to_string(peer) +
                                " (its process ended or the network failed): " + short_what(e);
@@ -348,8 +458,8 @@ struct GlooTransport::Impl {
     for (;;) {
       send_cv.wait(lock, [&] { return !sends.empty() || reaper_stop; });
       if (sends.empty()) return;
-      const int dst = sends.front().first;
-      WorkPtr w = sends.front().second;
+      const int dst = sends.front().dst;
+      WorkPtr w = sends.front().work;
       lock.unlock();
       std::exception_ptr err;
       try {
@@ -359,6 +469,7 @@ struct GlooTransport::Impl {
                                                 " failed: " + short_what(e)));
       }
       lock.lock();
+      send_bytes -= std::min(send_bytes, sends.front().bytes);
       sends.pop_front();
       if (err && !send_failure && !stopping) send_failure = err;
       send_cv.notify_all();
@@ -381,7 +492,7 @@ struct GlooTransport::Impl {
       lock.unlock();
       for (int p : open) {
         try {
-          post_send(p, header, at::Tensor());
+          post_send(p, header, at::Tensor(), false);
         } catch (const std::exception&) {
           // That peer's receiver reports its loss.
         }
@@ -399,7 +510,24 @@ struct GlooTransport::Impl {
     if (beater.joinable()) beater.join();
   }
 
-  void post_send(int dst, const at::Tensor& header, const at::Tensor& flat) {
+  // `bounded`: waits (up to the timeout) while opt.queue_bytes of bounded sends are in flight;
+  // heartbeats, hellos and byes are not bounded (they are small, and must not wait).
+  void post_send(int dst, const at::Tensor& header, const at::Tensor& flat, bool bounded = true) {
+    const size_t bytes = static_cast<size_t>(header.numel()) * sizeof(int64_t) +
+                         (flat.defined() ? static_cast<size_t>(flat.numel()) * kFloatBytes : 0);
+    if (bounded) {
+      std::unique_lock<std::mutex> lock(mu);
+      const bool room = send_cv.wait_until(lock, SteadyClock::now() + to_ms(opt.timeout), [&] {
+        return send_bytes == 0 || send_bytes + bytes <= opt.queue_bytes || send_failure || stopping;
+      });
+      if (send_failure) std::rethrow_exception(send_failure);
+      if (!room) {
+        throw PeerError(who() + ": send to peer " + std::to_string(dst) + " found no room within " +
+                        seconds_str(opt.timeout) + " s: " + std::to_string(send_bytes >> 20) +
+                        " MiB of sends are still in flight (the peers do not take them)");
+      }
+      send_bytes += bytes;
+    }
     std::vector<at::Tensor> h{header};
     std::vector<WorkPtr> posted;
     // A message's header and payload go out back to back: the receiver pairs them in order.
@@ -411,12 +539,22 @@ struct GlooTransport::Impl {
         posted.push_back(pg->send(p, dst, kPayloadTag));
       }
     } catch (const std::exception& e) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (bounded) send_bytes -= std::min(send_bytes, bytes);
+      }
+      if (!posted.empty()) {
+        // The header went without its payload; the peer's receiver will report the loss.
+        std::lock_guard<std::mutex> lock(mu);
+        sends.push_back(Sent{dst, std::move(posted[0]), 0});
+      }
       throw PeerError(who() + ": send to peer " + std::to_string(dst) +
                       " failed: " + short_what(e));
     }
     {
       std::lock_guard<std::mutex> lock(mu);
-      for (auto& w : posted) sends.emplace_back(dst, std::move(w));
+      for (size_t i = 0; i < posted.size(); ++i)
+        sends.push_back(Sent{dst, std::move(posted[i]), bounded && i + 1 == posted.size() ? bytes : 0});
     }
     send_cv.notify_all();
   }
@@ -444,13 +582,14 @@ struct GlooTransport::Impl {
       }
       for (auto& s : sends) {
         try {
-          s.second->abort();
+          s.work->abort();
         } catch (...) {
         }
       }
     }
     send_cv.notify_all();
     inbox_cv.notify_all();
+    room_cv.notify_all();
     for (auto& t : receivers) {
       if (t.joinable()) t.join();
     }
@@ -461,6 +600,7 @@ struct GlooTransport::Impl {
       sends.clear();
       pg.reset();
       store.reset();
+      server.reset();
     } catch (...) {
     }
   }
@@ -482,20 +622,33 @@ GlooTransport::GlooTransport(const GlooOptions& options) : impl_(std::make_uniqu
   if (!(options.timeout > 0)) {
     throw InputError("timeout must be positive, not " + seconds_str(options.timeout) + " s");
   }
+  if (options.secret.size() < auth::kMinSecretBytes) {
+    throw InputError(s.who() + ": no run secret (at least " + std::to_string(auth::kMinSecretBytes) +
+                     " bytes; real/auth.h)");
+  }
+  if (options.max_payload_elems < 1 || options.max_payload_elems > kMaxPayloadElems) {
+    throw InputError(s.who() + ": max_payload_elems " + std::to_string(options.max_payload_elems) +
+                     " is not in 1..2^34");
+  }
   const std::string where = options.master_addr + ":" + std::to_string(options.master_port);
   const auto timeout = to_ms(options.timeout);
+  if (options.rank == 0 && options.host_store) {
+    try {
+      s.server.emplace(options.secret, options.master_addr, options.master_port);
+    } catch (const InputError&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw PeerError(s.who() + ": cannot host the rendezvous store: " + short_what(e));
+    }
+  }
   try {
-    c10d::TCPStoreOptions so;
-    so.port = static_cast<uint16_t>(options.master_port);
-    so.isServer = options.rank == 0;
-    so.numWorkers = options.world_size;
-    so.waitWorkers = false;
-    so.timeout = timeout;
-    s.store = c10::make_intrusive<c10d::TCPStore>(options.master_addr, so);
+    s.store = c10::make_intrusive<AuthStore>(options.secret, options.master_addr, options.master_port, timeout);
+    s.nonce = auth::random_bytes(auth::kNonceBytes);
+    s.store->set("rv/nonce/" + std::to_string(options.rank), std::vector<uint8_t>(s.nonce.begin(), s.nonce.end()));
+  } catch (const InputError& e) {
+    throw InputError(s.who() + ": " + e.what());
   } catch (const std::exception& e) {
-    throw PeerError(s.who() + ": cannot " + (options.rank == 0 ? "host" : "reach") +
-                    " the rendezvous store at " + where + " within " +
-                    seconds_str(options.timeout) + " s: " + short_what(e));
+    throw PeerError(s.who() + ": " + short_what(e));
   }
   try {
     auto go = c10d::ProcessGroupGloo::Options::create(timeout);
@@ -510,8 +663,16 @@ GlooTransport::GlooTransport(const GlooOptions& options) : impl_(std::make_uniqu
   }
   s.peers.assign(options.world_size, Impl::PeerState::kOpen);
   s.recv_work.resize(options.world_size);
+  s.held.assign(options.world_size, false);
+  s.authed.assign(options.world_size, false);
   s.open_peers = options.world_size - 1;
   s.start_threads();
+  try {
+    s.authenticate();
+  } catch (...) {
+    s.shutdown();  // (no destructor runs for a constructor that throws)
+    throw;
+  }
 }
 
 GlooTransport::~GlooTransport() {
@@ -550,6 +711,9 @@ void GlooTransport::send(int dst, Message msg) {
     std::lock_guard<std::mutex> lock(s.mu);
     if (s.send_failure) std::rethrow_exception(s.send_failure);
   }
+  RV_CHECK(elems <= s.opt.max_payload_elems,
+           s.who() + ": a message of " + std::to_string(elems) + " elements, more than the " +
+               std::to_string(s.opt.max_payload_elems) + " a peer accepts (GlooOptions::max_payload_elems)");
   at::Tensor flat;
   if (elems > 0) {
     at::Tensor& t0 = msg.payload[0];
@@ -612,11 +776,7 @@ Message GlooTransport::recv() {
 std::optional<Message> GlooTransport::try_recv() {
   Impl& s = *impl_;
   std::lock_guard<std::mutex> lock(s.mu);
-  if (!s.inbox.empty()) {
-    Message m = std::move(s.inbox.front());
-    s.inbox.pop_front();
-    return m;
-  }
+  if (!s.inbox.empty()) return s.pop(s.inbox);
   if (s.failure) std::rethrow_exception(s.failure);
   return std::nullopt;
 }
@@ -627,9 +787,14 @@ void GlooTransport::flush() {
   if (!s.wait_sends(lock, SteadyClock::now() + to_ms(s.opt.timeout))) {
     throw PeerError(s.who() + ": " + std::to_string(s.sends.size()) +
                     " sends not delivered within " + seconds_str(s.opt.timeout) +
-                    " s (first to peer " + std::to_string(s.sends.front().first) + ")");
+                    " s (first to peer " + std::to_string(s.sends.front().dst) + ")");
   }
   if (s.send_failure) std::rethrow_exception(s.send_failure);
+}
+
+size_t GlooTransport::inbox_bytes() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->inbox_bytes;
 }
 
 void GlooTransport::barrier() {
@@ -658,7 +823,7 @@ void GlooTransport::close() {
     bye.kind = MsgKind::kControl;
     bye.id = kByeId;
     try {
-      s.post_send(p, encode_header(bye, {}, 0), at::Tensor());
+      s.post_send(p, encode_header(bye, {}, 0), at::Tensor(), false);
     } catch (const std::exception&) {
       // The receiver thread of that peer reports it.
     }
@@ -715,8 +880,38 @@ c10::intrusive_ptr<c10d::ProcessGroupGloo> GlooTransport::make_group(const std::
     auto go = c10d::ProcessGroupGloo::Options::create(to_ms(s.opt.timeout));
     go->devices.push_back(make_device(s.opt.master_addr));
     auto store = c10::make_intrusive<c10d::PrefixStore>(name, s.store);
-    return c10::make_intrusive<c10d::ProcessGroupGloo>(store, static_cast<int>(me - ranks.begin()),
-                                                      static_cast<int>(ranks.size()), go);
+    auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, static_cast<int>(me - ranks.begin()),
+                                                            static_cast<int>(ranks.size()), go);
+    // Its connections are new: each member proves the run's secret to each other member over the
+    // receiver's nonce, as on the transport's own connections.
+    auto proof = [&](int from, int to) {
+      const auth::Mac m = auth::mac(s.opt.secret, {"group-hello", name, s.nonces[to], auth::be32(static_cast<uint32_t>(from)),
+                                                   auth::be32(static_cast<uint32_t>(to))});
+      at::Tensor t = at::empty({static_cast<int64_t>(auth::kMacBytes / sizeof(int64_t))}, at::kLong);
+      std::memcpy(t.data_ptr<int64_t>(), m.data(), m.size());
+      return t;
+    };
+    std::vector<std::vector<at::Tensor>> outs, ins;
+    std::vector<WorkPtr> works;
+    for (size_t j = 0; j < ranks.size(); ++j) {
+      if (ranks[j] == s.opt.rank) continue;
+      outs.push_back({proof(s.opt.rank, ranks[j])});
+      works.push_back(group->send(outs.back(), static_cast<int>(j), kHeaderTag));
+      ins.push_back({at::zeros({static_cast<int64_t>(auth::kMacBytes / sizeof(int64_t))}, at::kLong)});
+      works.push_back(group->recv(ins.back(), static_cast<int>(j), kHeaderTag));
+    }
+    for (auto& w : works) w->wait(to_ms(s.opt.timeout));
+    size_t k = 0;
+    for (size_t j = 0; j < ranks.size(); ++j) {
+      if (ranks[j] == s.opt.rank) continue;
+      const at::Tensor want = proof(ranks[j], s.opt.rank);
+      auth::Mac w{};
+      std::memcpy(w.data(), want.data_ptr<int64_t>(), w.size());
+      if (!auth::same_mac(w, std::string_view(reinterpret_cast<const char*>(ins[k++][0].data_ptr<int64_t>()), w.size())))
+        throw PeerError("member " + std::to_string(ranks[j]) + " of the group did not prove the run's secret "
+                        "(an impostor, or ranks given different secrets)");
+    }
+    return group;
   } catch (const std::exception& e) {
     throw PeerError(s.who() + ": cannot make the process group " + name + " within " +
                     seconds_str(s.opt.timeout) + " s: " + short_what(e));

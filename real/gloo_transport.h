@@ -1,6 +1,19 @@
 // GlooTransport: rv::Transport over PyTorch's distributed engine, c10d::ProcessGroupGloo over TCP,
-// with a c10d::TCPStore rendezvous (rank 0 hosts the store), configured like torchrun
-// (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE).
+// with an authenticated rendezvous store (real/auth_store.h; rank 0 hosts it unless another
+// process does), configured like torchrun (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE).
+//
+// Authentication: every rank holds the run's secret (real/auth.h). The store refuses a client
+// that cannot prove it. Each rank publishes a fresh nonce in the store; the first message on each
+// peer connection (a kControl with id kHelloId) carries MAC(secret; "peer-hello", the receiver's
+// nonce, sender, receiver), and the constructor returns only once every peer's has been checked:
+// a process that got between two ranks (guessing Gloo's ports) is refused with rv::PeerError. The
+// process groups of make_group() check the same proof on their own connections.
+//
+// Bounds: a header that announces more than `max_payload_elems` (what the plan can send) is
+// malformed (rv::InputError naming the peer). Received messages wait in the inbox up to
+// `queue_bytes`; beyond that this rank reads no more until recv() takes some (the peers' sends
+// wait: back-pressure, not memory). Sends in flight are bounded the same way: send() waits for
+// room, and a send that finds none within `timeout` raises rv::PeerError.
 //
 // Wire format (real/wire_format.h): every message is an int64 header tensor (tag 0): its fields,
 // the payload's tensor count and shapes (at most kMaxPayloadTensors tensors of at most
@@ -68,6 +81,17 @@ struct GlooOptions {
   int rank = 0;
   int world_size = 1;
   Seconds timeout = 60;  // rendezvous, and silence before a waiting recv() gives up
+  // The run's secret (real/auth.h), at least auth::kMinSecretBytes; rv::InputError without it.
+  std::string secret;
+  // Rank 0 serves the rendezvous store at master_addr:master_port (true), or another process
+  // does (`ravnest real`'s launcher, which binds its port before the ranks start).
+  bool host_store = true;
+  // The largest payload, in float32 elements, that a peer may announce (node_process.cc gives
+  // what the plan can send); more is a malformed header.
+  int64_t max_payload_elems = wire::kMaxPayloadElems;
+  // Bytes of received messages the inbox holds before this rank stops reading (and of sends in
+  // flight before send() waits); one message larger than this still passes, alone.
+  size_t queue_bytes = size_t{256} << 20;
 };
 
 class GlooTransport : public Transport {
@@ -103,6 +127,10 @@ class GlooTransport : public Transport {
   std::optional<Message> recv_control(Seconds wait);
   // Throws rv::PeerError if a send failed or did not complete within `timeout`.
   void flush() override;
+
+  // Payload bytes received and not yet taken by recv(), try_recv() or recv_control(): at most
+  // GlooOptions::queue_bytes plus the messages that had arrived when it was reached.
+  size_t inbox_bytes() const;
 
   // Blocks until every rank has called barrier() (c10d barrier).
   void barrier();

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <array>
 #include <map>
 #include <optional>
 #include <string>
@@ -23,7 +24,8 @@
 #include "core/output/run_output.h"
 #include "emu/emulator_service.h"
 #include "exec/wall_env.h"
-#include "real/gloo_transport.h"
+#include "real/auth.h"
+#include "real/auth_store.h"
 #include "real/kernel_network.h"
 #include "real/node_process.h"
 
@@ -48,6 +50,47 @@ std::string describe(int status) {
 
 bool failed(int status) { return !WIFEXITED(status) || WEXITSTATUS(status) != 0; }
 
+// SIGINT, SIGTERM and SIGHUP while a run is under way: the handler only notes the signal; the
+// wait loop sees it, and the run ends by an exception (rv::Interrupted), so that every destructor
+// runs: children killed, temporary folders removed, network namespaces deleted.
+volatile sig_atomic_t g_signal = 0;
+extern "C" void note_signal(int sig) { g_signal = sig; }
+
+class SignalGuard {
+ public:
+  SignalGuard() {
+    g_signal = 0;
+    struct sigaction sa {};
+    sa.sa_handler = note_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0;  // no SA_RESTART: a blocking call returns EINTR
+    for (size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &sa, &old_[i]);
+  }
+  ~SignalGuard() {
+    for (size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &old_[i], nullptr);
+  }
+  SignalGuard(const SignalGuard&) = delete;
+  SignalGuard& operator=(const SignalGuard&) = delete;
+  static void check() {
+    if (const int sig = g_signal; sig != 0) throw Interrupted(sig);
+  }
+
+ private:
+  static constexpr std::array<int, 3> kSignals = {SIGINT, SIGTERM, SIGHUP};
+  std::array<struct sigaction, 3> old_{};
+};
+
+// Whether process `pid` is stopped (SIGSTOP, SIGTSTP; or traced), from /proc/<pid>/stat.
+bool is_stopped(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return false;
+  const size_t paren = line.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= line.size()) return false;
+  const char state = line[paren + 2];
+  return state == 'T' || state == 't';
+}
+
 // The children of one run. The destructor kills and reaps whatever still runs, so no child outlives
 // the launcher's scope, whatever is thrown.
 class Children {
@@ -68,6 +111,13 @@ class Children {
   }
 
   bool empty() const { return running_.empty(); }
+  // The running ranks whose processes are stopped now.
+  std::vector<int> stopped_ranks() const {
+    std::vector<int> r;
+    for (const auto& [pid, rank] : running_)
+      if (is_stopped(pid)) r.push_back(rank);
+    return r;
+  }
   std::vector<int> running_ranks() const {
     std::vector<int> r;
     for (const auto& [pid, rank] : running_) r.push_back(rank);
@@ -161,7 +211,7 @@ std::string seconds_str(double s) {
 std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
   const int world = scenario.node_count();
   if (world < 1) throw InputError(scenario.source + ": the scenario has no nodes");
-  const int port = scenario.real.master_port != 0 ? scenario.real.master_port : free_loopback_port();
+  SignalGuard signals;
   const std::string run_path =
       options.run_path.empty() ? new_run_path(scenario, "real") : options.run_path;
   TempPath result(false);
@@ -183,19 +233,36 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
   // Every rank is on this machine: the scenario's address (127.0.0.1 by default) must be one of
   // its own, or the store cannot bind it.
   const std::string master_addr = kernel ? kernel->address_of(0) : scenario.real.master_addr;
+  // The run's secret (real/auth.h), new for this run, in a file only this user can read (the
+  // status folder is private too: mkdtemp makes it 0700).
+  const std::string secret = auth::new_secret();
+  const std::string secret_file = (std::filesystem::path(status_dir.path()) / "secret").string();
+  auth::write_secret_file(secret_file, secret);
+  // The rendezvous store: served here, on a port bound before any rank starts (0: whatever the
+  // system gives), so that no other process can take it in between. Under the kernel shaper,
+  // rank 0 hosts it in its own network namespace, where no other process runs, at the scenario's
+  // port (29500 for 0).
+  std::optional<AuthStoreServer> store;
+  int port = scenario.real.master_port != 0 ? scenario.real.master_port : 29500;
+  if (!kernel) {
+    store.emplace(secret, master_addr, scenario.real.master_port);
+    port = store->port();
+  }
 
   // The children's environment: ours, plus the launcher's pid (they die with it).
   std::vector<std::string> env_strings;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     const std::string var(*e);
-    if (var.rfind(std::string(kLauncherPidEnv) + "=", 0) != 0 &&
-        var.rfind(std::string(kStatusDirEnv) + "=", 0) != 0 &&
-        var.rfind(std::string(kEmulatorSocketEnv) + "=", 0) != 0) {
+    auto is = [&](const char* name) { return var.rfind(std::string(name) + "=", 0) == 0; };
+    if (!is(kLauncherPidEnv) && !is(kStatusDirEnv) && !is(kEmulatorSocketEnv) && !is(kStoreHostedEnv) &&
+        !is(auth::kSecretEnv) && !is(auth::kSecretFileEnv)) {
       env_strings.push_back(var);
     }
   }
   env_strings.push_back(std::string(kLauncherPidEnv) + "=" + std::to_string(getpid()));
   env_strings.push_back(std::string(kStatusDirEnv) + "=" + status_dir.path());
+  env_strings.push_back(std::string(auth::kSecretFileEnv) + "=" + secret_file);
+  if (store) env_strings.push_back(std::string(kStoreHostedEnv) + "=1");
   if (emulator) env_strings.push_back(std::string(kEmulatorSocketEnv) + "=" + emulator->path());
   if (kernel) {
     // Gloo binds each node's own interface (one name in every namespace).
@@ -235,20 +302,35 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
   std::chrono::steady_clock::time_point deadline, last_end;
   const auto settle = std::chrono::milliseconds(
       static_cast<int64_t>(std::max(kGraceMargin, std::min(scenario.peer_timeout_s(), 1e7) / 2) * 1000));
+  // A rank stopped (SIGSTOP, SIGTSTP) for longer than the timeout is taken for gone even when no
+  // rank can notice (all of them stopped): the launcher never waits forever.
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(std::min(scenario.peer_timeout_s(), 1e7) * 1000));
+  std::map<int, std::chrono::steady_clock::time_point> stopped_since;
+  std::vector<int> stopped;  // ranks stopped for longer than the timeout
+  auto next_probe = std::chrono::steady_clock::now();
   while (!children.empty()) {
-    std::pair<int, int> r;
-    if (failures.empty()) {
-      r = children.reap(true);
-    } else {
-      r = children.reap(false);
-      if (r.first < 0) {
-        const auto now = std::chrono::steady_clock::now();
-        if (now >= deadline || now >= last_end + settle) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        continue;
+    SignalGuard::check();
+    const std::pair<int, int> r = children.reap(false);
+    if (r.first < 0) {
+      if (children.empty()) break;
+      const auto now = std::chrono::steady_clock::now();
+      if (!failures.empty() && (now >= deadline || now >= last_end + settle)) break;
+      if (now >= next_probe) {
+        next_probe = now + std::chrono::milliseconds(250);
+        const std::vector<int> now_stopped = children.stopped_ranks();
+        for (auto it = stopped_since.begin(); it != stopped_since.end();) {
+          if (std::find(now_stopped.begin(), now_stopped.end(), it->first) == now_stopped.end()) it = stopped_since.erase(it);
+          else ++it;
+        }
+        for (int rank : now_stopped) {
+          const auto since = stopped_since.emplace(rank, now).first->second;
+          if (now - since >= timeout) stopped.push_back(rank);
+        }
+        if (!stopped.empty()) break;
       }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
     }
-    if (r.first < 0) break;
     last_end = std::chrono::steady_clock::now();
     if (!failed(r.second)) continue;
     if (failures.empty()) {
@@ -265,6 +347,12 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
   }
   children.kill_all();
 
+  if (failures.empty() && !stopped.empty()) {
+    std::string which;
+    for (int rank : stopped) which += (which.empty() ? "" : ", ") + std::to_string(rank);
+    throw PeerError("real run failed: rank(s) " + which + " stayed stopped (a stop signal) for more than the timeout of " +
+                    seconds_str(scenario.peer_timeout_s()) + " s, and no rank ended; every rank was killed");
+  }
   if (!failures.empty()) {
     // The root cause: the first rank to fail on its own (not with a PeerError, which a lost or
     // silent peer causes); if every rank failed with one, the first to end.

@@ -36,6 +36,8 @@
 #include "core/output/whole_file.h"
 #include "core/scenario/scenario.h"
 #include "planner/planner.h"
+#include "core/units.h"
+#include "real/auth.h"
 #include "real/gloo_collectives.h"
 #include "exec/wall_env.h"
 
@@ -45,9 +47,15 @@ namespace rv {
 namespace {
 
 // kControl ids between node processes (non-negative: negative ids belong to the transport).
-constexpr int64_t kEventsId = 1;  // rank r -> 0: metrics.csv text of rank r's events
+constexpr int64_t kEventsId = 1;  // rank r -> 0: a piece of the metrics.csv text of rank r's events
+                                  // (step: how many pieces there are in all)
 constexpr int64_t kDoneId = 2;    // rank 0 -> r: every rank's events arrived; close now
 constexpr int64_t kClockId = 3;   // rank 0 -> r: rank 0's clock origin (same machine only)
+
+bool env_set(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0';
+}
 
 // Children of `ravnest real` die with it (PR_SET_PDEATHSIG) instead of training on alone.
 void die_with_launcher() {
@@ -117,6 +125,35 @@ std::string message_bytes(const Message& m) {
   return s;
 }
 
+// Events text travels in pieces of at most this many bytes, so that no message is longer than
+// what the plan sends anyway plus kControlSlackElems.
+constexpr size_t kEventsPieceBytes = size_t{4} << 20;
+constexpr int64_t kControlSlackElems = int64_t{1} << 21;
+
+// The largest payload, in float32 elements, that a message of this run can carry: the model's
+// parameters and buffers twice over (stage state, averaging, optimizer state), plus the widest
+// per-sample activation (or gradient, or output) times the largest batch the run moves (a
+// training batch, or the whole test set at evaluation), plus room for the executor's own control
+// messages. A peer's header announcing more is malformed (GlooOptions::max_payload_elems).
+int64_t largest_payload(const ModelDesc& model, const Dataset& data, const Scenario& s) {
+  int64_t width = std::max<int64_t>({model.outputs, model.input_elems, 1});
+  for (int l = 0; l < model.layer_count(); ++l) width = std::max(width, model.input_elems_of(l));
+  const int64_t samples = std::max<int64_t>({s.data.batch_size, data.test_size(), int64_t{1}});
+  const Bytes state = sat_mul(2, model.total_params() + model.buffers(0, model.layer_count()));
+  const Bytes total = sat_add(sat_add(state, sat_mul(width, samples)), kControlSlackElems);
+  return std::min<int64_t>(total, wire::kMaxPayloadElems);
+}
+
+// Sends rank `r`'s events text to rank 0 in pieces of kEventsPieceBytes.
+void send_events(GlooTransport& t, const std::string& text) {
+  const int64_t pieces = std::max<int64_t>(1, static_cast<int64_t>((text.size() + kEventsPieceBytes - 1) / kEventsPieceBytes));
+  for (int64_t i = 0; i < pieces; ++i) {
+    Message m = bytes_message(kEventsId, text.substr(static_cast<size_t>(i) * kEventsPieceBytes, kEventsPieceBytes));
+    m.step = pieces;
+    t.send(0, std::move(m));
+  }
+}
+
 // Waits for the kControl message `id`, however long: peers may still be training. A dead peer
 // still ends the wait (the transport reports it), and every other wait of a node has a timeout,
 // so this cannot hang for good.
@@ -166,6 +203,9 @@ int run(const NodeProcessOptions& options) {
 
   GlooOptions gloo = options.gloo;
   if (gloo.timeout <= 0) gloo.timeout = scenario.peer_timeout_s();
+  gloo.secret = auth::secret_from_environment();
+  gloo.host_store = !(rank == 0 && launched_together && env_set(kStoreHostedEnv));
+  gloo.max_payload_elems = largest_payload(model, data, scenario);
   // Unset by flag and environment: the scenario's rendezvous address and port.
   if (gloo.master_addr.empty()) gloo.master_addr = scenario.real.master_addr;
   if (gloo.master_port == 0) {
@@ -229,7 +269,7 @@ int run(const NodeProcessOptions& options) {
   log.record(mem);
 
   if (rank != 0) {
-    transport.send(0, bytes_message(kEventsId, events_to_text(log.events())));
+    send_events(transport, events_to_text(log.events()));
     transport.flush();
     wait_control(transport, kDoneId);
     transport.close();
@@ -237,10 +277,21 @@ int run(const NodeProcessOptions& options) {
   }
 
   std::vector<Event> events = log.events();
-  for (int k = 1; k < world; ++k) {
+  std::vector<std::string> texts(static_cast<size_t>(world));
+  std::vector<int64_t> pieces(static_cast<size_t>(world), 0), got(static_cast<size_t>(world), 0);
+  for (int complete = 1; complete < world;) {
     const Message m = wait_control(transport, kEventsId);
-    std::vector<Event> theirs = events_from_text(message_bytes(m), m.src);
+    const auto src = static_cast<size_t>(m.src);
+    if (m.step < 1 || (pieces[src] != 0 && (m.step != pieces[src] || got[src] == pieces[src])))
+      throw InputError("rank " + std::to_string(m.src) + " sent a piece of its events out of turn (" +
+                       std::to_string(m.step) + " pieces)");
+    pieces[src] = m.step;
+    texts[src] += message_bytes(m);
+    if (++got[src] < pieces[src]) continue;
+    std::vector<Event> theirs = events_from_text(texts[src], m.src);
+    std::string().swap(texts[src]);
     events.insert(events.end(), theirs.begin(), theirs.end());
+    ++complete;
   }
   const Seconds wall = clock.now();
   // Every rank's events are here: the run is finished, and its folder is written before the

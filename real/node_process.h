@@ -22,6 +22,9 @@ struct NodeProcessOptions {
 
 // Set by `ravnest real` in its children's environment (internal, not for users):
 //   RAVNEST_LAUNCHER_PID  the launcher's process id: the child dies with it (PR_SET_PDEATHSIG).
+//   RAVNEST_STORE_HOSTED  set: the launcher serves the rendezvous store (it bound the port), so
+//                         rank 0 connects to it like every other rank instead of hosting one.
+//   RAVNEST_SECRET_FILE   the run's secret (real/auth.h), new for each run, in the status folder.
 //   RAVNEST_STATUS_DIR    a folder where a failing child writes the file rank-<R>: its error class
 //                         ("input", "peer" for rv::PeerError, "error") on the first line, then its
 //                         message, so that the launcher can name the root cause of a failed run
@@ -32,6 +35,7 @@ constexpr const char* kShutdownMark = "shutdown-failed.txt";
 
 constexpr const char* kLauncherPidEnv = "RAVNEST_LAUNCHER_PID";
 constexpr const char* kStatusDirEnv = "RAVNEST_STATUS_DIR";
+constexpr const char* kStoreHostedEnv = "RAVNEST_STORE_HOSTED";
 
 // Runs one rank to completion. Returns the process exit status: 0 ok, 1 a peer or runtime
 // failure, 2 bad input; prints a one-line error on stderr that names the rank.

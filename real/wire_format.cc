@@ -37,7 +37,7 @@ at::Tensor encode_header(const Message& m, const std::vector<at::Tensor>& payloa
   return h;
 }
 
-Decoded decode_header(const int64_t* w, size_t words, int peer) {
+Decoded decode_header(const int64_t* w, size_t words, int peer, int64_t max_elems) {
   auto bad = [peer](const std::string& what) {
     return InputError("malformed message header from peer " + std::to_string(peer) + ": " + what);
   };
@@ -84,7 +84,10 @@ Decoded decode_header(const int64_t* w, size_t words, int peer) {
       n *= size;
     }
     total += n;
-    if (total > kMaxPayloadElems) throw bad("payload has more than 2^34 elements");
+    if (total > max_elems) {
+      throw bad("a payload of more than " + std::to_string(max_elems) + " elements" +
+                (max_elems == kMaxPayloadElems ? std::string(" (2^34)") : std::string(", the most this run's plan can send")));
+    }
     d.shapes.push_back(std::move(shape));
   }
   if (w[kWElems] != total) {

@@ -25,6 +25,7 @@ constexpr int64_t kInlineFloats = 262144;
 constexpr int64_t kMagic = 0x52564e5401;  // "RVNT", wire format version 1
 constexpr int64_t kByeId = -1;            // kControl with this id: the sender closes
 constexpr int64_t kBeatId = -2;           // kControl with this id: a heartbeat (real/liveness.h)
+constexpr int64_t kHelloId = -3;          // kControl with this id: the first message, a proof (gloo_transport.h)
 // A payload beyond 2^34 float32 elements (64 GiB) is taken for a corrupt header.
 constexpr int64_t kMaxPayloadElems = int64_t{1} << 34;
 
@@ -60,7 +61,8 @@ struct Decoded {
   bool inline_payload = false;  // the payload's floats are at word kWInlineData
 };
 
-// Validates a received header of `words` words (the room posted for it) from `peer`.
-Decoded decode_header(const int64_t* w, size_t words, int peer);
+// Validates a received header of `words` words (the room posted for it) from `peer`, whose
+// payload may be at most `max_elems` (<= kMaxPayloadElems) elements.
+Decoded decode_header(const int64_t* w, size_t words, int peer, int64_t max_elems = kMaxPayloadElems);
 
 }  // namespace rv::wire

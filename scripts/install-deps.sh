@@ -11,6 +11,7 @@ packages=(
   catch2 libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libfmt-dev zlib1g-dev
   python3 python3-matplotlib python3-numpy        # reports
   iproute2                                        # real.shaper = "kernel": ip netns, tc htb
+  libssl-dev                                      # HMAC-SHA256: real runs' authentication
   dataset-fashion-mnist python3-sklearn           # Fashion-MNIST; the 8x8 digits
 )
 

@@ -4,7 +4,11 @@
 #include "catch.h"
 #include "snippets.h"
 
+#include <signal.h>
 #include <sys/wait.h>
+#include <cerrno>
+#include <chrono>
+#include <thread>
 #include <unistd.h>
 
 #include <algorithm>
@@ -61,6 +65,58 @@ Result ravnest(const std::vector<std::string>& args, const fs::path& cwd) {
   r.out = slurp(out);
   r.err = slurp(err);
   return r;
+}
+
+// Starts build/ravnest with `args` in `cwd` with TMPDIR set to `tmpdir`, without waiting; stdout
+// and stderr go to cwd/.stdout and cwd/.stderr.
+pid_t start_ravnest(const std::vector<std::string>& args, const fs::path& cwd, const fs::path& tmpdir) {
+  fs::path out = cwd / ".stdout", err = cwd / ".stderr";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (chdir(cwd.c_str()) != 0) _exit(126);
+    ::setenv("TMPDIR", tmpdir.c_str(), 1);
+    FILE* o = freopen(out.c_str(), "w", stdout);
+    FILE* e = freopen(err.c_str(), "w", stderr);
+    (void)o;
+    (void)e;
+    std::vector<std::string> a = {std::string(RV_BINARY_DIR) + "/ravnest"};
+    a.insert(a.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& s : a) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// Waits for a process started by start_ravnest.
+Result finish_ravnest(pid_t pid, const fs::path& cwd) {
+  int st = 0;
+  waitpid(pid, &st, 0);
+  Result r;
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  r.out = slurp(cwd / ".stdout");
+  r.err = slurp(cwd / ".stderr");
+  return r;
+}
+
+// The child processes of `pid` (Linux: /proc/<pid>/task/<pid>/children).
+std::vector<pid_t> children_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+  std::vector<pid_t> out;
+  for (pid_t c; in >> c;) out.push_back(c);
+  return out;
+}
+
+// Waits (up to 60 s) until `pid` has `n` children that have run for `settle_ms` more.
+std::vector<pid_t> wait_for_children(pid_t pid, size_t n, int settle_ms) {
+  for (int i = 0; i < 3000; ++i) {
+    if (children_of(pid).size() >= n) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(settle_ms));
+  return children_of(pid);
 }
 
 // A fresh, empty working folder per test.
@@ -1027,5 +1083,57 @@ TEST_CASE("plan --out replaces a plan whole or leaves the older one", "[cli][inp
   CHECK(r.status == 2);
   CHECK(r.err.find("key 'name'") != std::string::npos);
   CHECK_FALSE(fs::exists(d / "out"));
+  fs::remove_all(d);
+}
+
+TEST_CASE("real: SIGTERM or SIGINT ends a run with its ranks and its temporary files", "[cli][real][signal]") {
+  for (const int sig : {SIGTERM, SIGINT}) {
+    INFO("signal " << sig);
+    fs::path d = workdir("signal");
+    fs::path tmp = d / "tmp";
+    fs::create_directories(tmp);
+    write(d / "s.toml", std::string(kSmall) + rv::test::kTwoClusters);
+    const pid_t pid = start_ravnest({"real", "s.toml", "--set", "training.steps=100000", "--progress", "off"}, d, tmp);
+    const std::vector<pid_t> ranks = wait_for_children(pid, 3, 1500);
+    REQUIRE(ranks.size() == 3);
+    REQUIRE(!fs::is_empty(tmp));  // the launcher's status folder (the secret, the emulator socket)
+    kill(pid, sig);
+    const Result r = finish_ravnest(pid, d);
+    CHECK(r.status == 128 + sig);  // the signal's own status, after the clean-up
+    CHECK(r.err.find("interrupted by signal " + std::to_string(sig)) != std::string::npos);
+    CHECK(fs::is_empty(tmp));
+    for (pid_t c : ranks) CHECK((kill(c, 0) != 0 && errno == ESRCH));
+    CHECK_FALSE(has_run_folder(d));
+    fs::remove_all(d);
+  }
+}
+
+TEST_CASE("real: ranks all stopped at once are found by the launcher within the timeout", "[cli][real][signal]") {
+  fs::path d = workdir("allstopped");
+  fs::path tmp = d / "tmp";
+  fs::create_directories(tmp);
+  write(d / "s.toml", std::string(kSmall) + rv::test::kTwoClusters);
+  const pid_t pid = start_ravnest(
+      {"real", "s.toml", "--set", "training.steps=100000", "--set", "real.timeout_s=3", "--progress", "off"}, d, tmp);
+  const std::vector<pid_t> ranks = wait_for_children(pid, 3, 1500);
+  REQUIRE(ranks.size() == 3);
+  for (pid_t c : ranks) kill(c, SIGSTOP);  // no rank can notice: only the launcher can
+  const Result r = finish_ravnest(pid, d);
+  CHECK(r.status == 1);
+  CHECK(r.err.find("stayed stopped") != std::string::npos);
+  CHECK(r.err.find("rank(s) 0, 1, 2") != std::string::npos);
+  CHECK(fs::is_empty(tmp));
+  fs::remove_all(d);
+}
+
+TEST_CASE("node: a rank started by hand without the run's secret is refused (exit 2)", "[cli][real][auth]") {
+  fs::path d = workdir("nosecret");
+  write(d / "s.toml", std::string(kSmall) + rv::test::kTwoClusters);
+  ::unsetenv("RAVNEST_SECRET");
+  ::unsetenv("RAVNEST_SECRET_FILE");
+  const Result r = ravnest({"node", "s.toml", "--rank", "0", "--world-size", "3", "--master-port", "29999"}, d);
+  CHECK(r.status == 2);
+  CHECK(r.err.find("no run secret") != std::string::npos);
+  CHECK(r.err.find("RAVNEST_SECRET_FILE") != std::string::npos);
   fs::remove_all(d);
 }

@@ -94,6 +94,7 @@ GlooOptions options(int rank, int world, int port, double timeout_s) {
   o.world_size = world;
   o.master_port = port;
   o.timeout = timeout_s;
+  o.secret = "a test secret of 32 bytes, fixed";
   return o;
 }
 
@@ -546,4 +547,101 @@ TEST_CASE("gloo transport: a stopped peer is reported within the timeout, named,
   CHECK(status[0] == 0);
   CHECK(status[1] == 0);
   CHECK(status[2] == kKilled);  // stopped to the end
+}
+
+TEST_CASE("gloo transport: a rank without the run's secret is refused, with a message", "[gloo][auth]") {
+  const auto status = run_ranks(2, 25, [](int rank, int port) -> int {
+    GlooOptions o = options(rank, 2, port, 3.0);
+    if (rank == 1) o.secret = "another run's secret, 32 bytes!!";
+    try {
+      GlooTransport t(o);
+      return 11;
+    } catch (const rv::InputError& e) {
+      // The impostor: the store refused its proof.
+      EXPECT_OR_EXIT(rank == 1 && contains(e.what(), "refused this rank"));
+      return 0;
+    } catch (const rv::PeerError& e) {
+      // Rank 0: nobody with the secret joined within the timeout.
+      EXPECT_OR_EXIT(rank == 0 && contains(e.what(), "rank 0"));
+      return 0;
+    }
+  });
+  CHECK(status == std::vector<int>{0, 0});
+}
+
+TEST_CASE("gloo transport: a header announcing more than the plan can send is malformed", "[gloo]") {
+  const auto status = run_ranks(2, 25, [](int rank, int port) -> int {
+    GlooOptions o = options(rank, 2, port, 10);
+    o.max_payload_elems = rank == 1 ? 1000 : 1 << 20;
+    GlooTransport t(o);
+    t.barrier();
+    if (rank == 0) {
+      Message m;
+      m.kind = MsgKind::kForward;
+      m.payload = {at::ones({1001})};
+      t.send(1, std::move(m));
+      t.flush();
+      // Rank 1 leaves without a bye; this rank sees it go.
+      try {
+        t.recv();
+      } catch (const rv::PeerError&) {
+      }
+      return 0;
+    }
+    try {
+      t.recv();
+      return 11;
+    } catch (const rv::InputError& e) {
+      EXPECT_OR_EXIT(contains(e.what(), "peer 0") && contains(e.what(), "more than 1000 elements"));
+    }
+    // And a sender refuses to send what its own bound forbids.
+    try {
+      Message m;
+      m.kind = MsgKind::kForward;
+      m.payload = {at::ones({1001})};
+      t.send(0, std::move(m));
+      return 12;
+    } catch (const rv::Error& e) {
+      EXPECT_OR_EXIT(contains(e.what(), "more than the 1000"));
+    }
+    return 0;
+  });
+  CHECK(status == std::vector<int>{0, 0});
+}
+
+TEST_CASE("gloo transport: a full inbox holds back its peers (bounded queues), and nothing is lost",
+          "[gloo]") {
+  constexpr int kMessages = 24;
+  constexpr int64_t kFloats = GlooTransport::kInlineFloats + 4096;  // 1 MiB and a bit: not inline
+  const auto status = run_ranks(2, 60, [](int rank, int port) -> int {
+    GlooOptions o = options(rank, 2, port, 20);
+    o.queue_bytes = size_t{4} << 20;  // 4 MiB: about 3 of the messages
+    GlooTransport t(o);
+    t.barrier();
+    if (rank == 0) {
+      for (int i = 0; i < kMessages; ++i) {
+        Message m;
+        m.kind = MsgKind::kForward;
+        m.id = i;
+        m.payload = {at::full({kFloats}, static_cast<float>(i))};
+        t.send(1, std::move(m));  // waits for room once 4 MiB are in flight
+      }
+      t.flush();
+    } else {
+      // Rank 1 reads nothing for 2 s: its inbox fills to the bound and stays there.
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+      const size_t held = t.inbox_bytes();
+      EXPECT_OR_EXIT(held > 0);
+      EXPECT_OR_EXIT(held <= o.queue_bytes + 2 * sizeof(float) * kFloats);
+      for (int i = 0; i < kMessages; ++i) {
+        const Message m = t.recv();
+        EXPECT_OR_EXIT(m.id == i && m.payload.size() == 1 && m.payload[0].numel() == kFloats);
+        EXPECT_OR_EXIT(m.payload[0][kFloats - 1].item<float>() == static_cast<float>(i));
+        EXPECT_OR_EXIT(t.inbox_bytes() <= o.queue_bytes + 2 * sizeof(float) * kFloats);
+      }
+    }
+    t.close();
+    return 0;
+  });
+  CHECK(status == std::vector<int>{0, 0});
 }

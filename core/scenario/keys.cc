@@ -365,7 +365,7 @@ void add_run_tables(Catalog& c) {
             "MASTER_ADDR or --master-addr)",
             Empty::kRefused)
       .integer("master_port", &RealSpec::master_port, 0, 65535,
-               "port of rank 0, where peers meet; 0: pick a free port")
+               "port of the rendezvous store, where peers meet; 0: the system picks a free one (ravnest real)")
       .flag("emulate_speed", &RealSpec::emulate_speed,
             "stretch compute to the modeled time of each device")
       .toggle("emulate_network", &RealSpec::emulate_network,
