@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <chrono>
 #include <limits>
 #include <cstring>
@@ -49,13 +50,15 @@ bool put(int fd, const Record& r) {
   }
 }
 
-// Receives one record: 1 a record, 0 the peer closed, -1 a packet of the wrong size or an error.
+// Receives one record: 1 a record, 0 the peer closed (or its process died: a reset), -1 a packet
+// of the wrong size or another error.
 int take(int fd, Record& r) {
   for (;;) {
     const ssize_t n = ::recv(fd, &r, sizeof r, MSG_TRUNC);
     if (n == static_cast<ssize_t>(sizeof r)) return 1;
     if (n == 0) return 0;
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == ECONNRESET || errno == EPIPE)) return 0;
     return -1;
   }
 }
@@ -329,9 +332,11 @@ Message EmulatorClient::recv(Transport& inner) {
         // Nothing delivered yet: wait for the server, looking at the transport now and then.
         changed_.wait_for(lock, std::chrono::duration<double>(kPollSeconds),
                           [&] { return !delivered_.empty() || error_; });
-        if (delivered_.empty() && !error_ && Clock::now() > deadline)
-          throw PeerError("rank " + std::to_string(rank_) + ": no message delivered within " +
-                          std::to_string(timeout_) + " s");
+        if (delivered_.empty() && !error_ && Clock::now() > deadline) {
+          char secs[32];
+          std::snprintf(secs, sizeof secs, "%g", timeout_);
+          throw PeerError("rank " + std::to_string(rank_) + ": no message delivered within " + secs + " s");
+        }
         continue;
       }
     }

@@ -99,8 +99,8 @@ std::vector<int> cluster_counts(const Scenario& scenario, int nodes, int most) {
   return out;
 }
 
-std::optional<std::vector<Partition>> snake_clusters(const CostModel& cost, const std::vector<int>& nodes,
-                                                     int c, const std::vector<char>& cuttable) {
+std::optional<std::vector<Partition>> snake_clusters(PipelineMemo& memo, const std::vector<int>& nodes, int c) {
+  const std::vector<char>& cuttable = memo.cuttable();
   if (c < 1 || c > static_cast<int>(nodes.size())) return std::nullopt;
   std::vector<std::vector<int>> groups(c);
   for (size_t i = 0; i < nodes.size(); ++i) {
@@ -112,12 +112,12 @@ std::optional<std::vector<Partition>> snake_clusters(const CostModel& cost, cons
     // A cluster larger than the model's cut points leaves its slowest nodes idle.
     const int room = static_cast<int>(std::count(cuttable.begin(), cuttable.end(), 1)) - 1;
     if (static_cast<int>(g.size()) > room) g.resize(room);
-    auto p = best_pipeline(cost, g, cuttable);
+    auto p = memo.best(g);
     if (!p) {
       // Fewer, stronger stages may fit where all of them do not: drop the slowest until it does.
       while (!p && g.size() > 1) {
         g.pop_back();
-        p = best_pipeline(cost, g, cuttable);
+        p = memo.best(g);
       }
       if (!p) return std::nullopt;
     }

@@ -52,7 +52,12 @@ double CostModel::boundary_bytes(int b) const {
 }
 
 double CostModel::memory(int l, int r, int64_t in_flight) const {
-  return static_cast<double>(stage_cost(*model_, l, r, training_, batch_, in_flight).memory);
+  std::vector<double>& m = memory_[in_flight];
+  const size_t side = static_cast<size_t>(layers() + 1);
+  if (m.empty()) m.assign(side * side, -1.0);
+  double& v = m[static_cast<size_t>(l) * side + static_cast<size_t>(r)];
+  if (v < 0) v = static_cast<double>(stage_cost(*model_, l, r, training_, batch_, in_flight).memory);
+  return v;
 }
 
 bool CostModel::fits(int node, int l, int r, int64_t in_flight) const {

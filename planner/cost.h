@@ -16,6 +16,7 @@
 #pragma once
 
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "algo/registry.h"
@@ -126,6 +127,8 @@ class CostModel {
   };
   const Times& times(int node, int l, int r) const;
   mutable std::vector<std::vector<Times>> times_;  // [group][l * (layers + 1) + r]
+  // memory() by micro-batches in flight and layer range, computed on first use (-1: not yet).
+  mutable std::unordered_map<int64_t, std::vector<double>> memory_;
 };
 
 // The rings of cross-cluster averaging: the flat parameter space cut at every cluster's stage

@@ -624,8 +624,9 @@ Plan plan_exhaustive(const Scenario& scenario, const ModelDesc& model) {
 
   // Incumbent: greedy's plan (it lies in the search space), so the bound cuts from the start.
   const std::vector<int> by_speed = nodes_by_speed(cost);
+  PipelineMemo memo(cost, graph.cuttable());
   for (int c : cluster_counts(scenario, n, n))
-    if (auto clusters = snake_clusters(cost, by_speed, c, graph.cuttable())) {
+    if (auto clusters = snake_clusters(memo, by_speed, c)) {
       const double s = score_clusters(cost, *clusters);
       if (search.best().empty() || s > search.best_score())
         search.incumbent(std::move(*clusters), s);

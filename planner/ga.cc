@@ -8,6 +8,7 @@
 // deterministic; clusters are evaluated once and cached by their members.
 #include <algorithm>
 #include <map>
+#include <set>
 #include <numeric>
 #include <random>
 #include <unordered_map>
@@ -36,14 +37,14 @@ struct Individual {
 
 class Evaluator {
  public:
-  Evaluator(const CostModel& cost, const std::vector<char>& cuttable) : cost_(cost), cuttable_(cuttable) {}
+  Evaluator(const CostModel& cost, PipelineMemo& memo) : cost_(cost), memo_(memo) {}
 
   const std::optional<Partition>& cluster(std::vector<int> members) {
     std::sort(members.begin(), members.end());
     auto it = cache_.find(members);
     if (it != cache_.end()) return it->second;
     ++evaluations_;
-    return cache_.emplace(members, best_pipeline(cost_, members, cuttable_)).first->second;
+    return cache_.emplace(members, memo_.best(members)).first->second;
   }
 
   // Decodes and scores `ind` in place.
@@ -72,7 +73,7 @@ class Evaluator {
 
  private:
   const CostModel& cost_;
-  const std::vector<char>& cuttable_;
+  PipelineMemo& memo_;
   std::map<std::vector<int>, std::optional<Partition>> cache_;
   int64_t evaluations_ = 0;
 };
@@ -99,8 +100,8 @@ struct AssignHash {
 
 class Search {
  public:
-  Search(const Scenario& s, const CostModel& cost, const std::vector<char>& cuttable)
-      : scenario_(s), cost_(cost), eval_(cost, cuttable), rng_(s.seed * 0x9E3779B97F4A7C15ULL + 0xA11CE),
+  Search(const Scenario& s, const CostModel& cost, PipelineMemo& memo)
+      : scenario_(s), cost_(cost), eval_(cost, memo), rng_(s.seed * 0x9E3779B97F4A7C15ULL + 0xA11CE),
         n_(cost.nodes()) {}
 
   // At most `generations` generations of `population`, as far as `budget` allows (the first
@@ -184,26 +185,35 @@ class Search {
       if (a.assign[n] >= 0 && keep[a.assign[n]]) out[n] = a.assign[n];
     for (int n = 0; n < n_; ++n)
       if (out[n] == -2 && b.assign[n] >= 0) out[n] = ca + b.assign[n];
+    // The weakest label by total speed, kept up to date as nodes join it (one pass over the
+    // nodes, not one per node placed).
+    // (Ties go to the lowest label.)
+    std::map<int, double> speed;
     for (int n = 0; n < n_; ++n)
-      if (out[n] == -2) out[n] = (a.assign[n] < 0 && b.assign[n] < 0) ? -1 : weakest(out);
+      if (out[n] >= 0) speed[out[n]] += cost_.node(n).speed;
+    std::set<std::pair<double, int>> by_speed;
+    for (const auto& [label, sum] : speed) by_speed.emplace(sum, label);
+    for (int n = 0; n < n_; ++n) {
+      if (out[n] != -2) continue;
+      if (a.assign[n] < 0 && b.assign[n] < 0) {
+        out[n] = -1;
+        continue;
+      }
+      if (by_speed.empty()) {
+        out[n] = 0;  // nothing assigned yet: label 0, as before any cluster exists
+        const double v = (speed[0] += cost_.node(n).speed);
+        by_speed.emplace(v, 0);
+        continue;
+      }
+      const auto [least, label] = *by_speed.begin();
+      out[n] = label;
+      by_speed.erase(by_speed.begin());
+      const double v = (speed[label] += cost_.node(n).speed);
+      by_speed.emplace(v, label);
+    }
     normalise(out);
     if (fixed_count() && clusters_of(out) != scenario_.planner.clusters) return;  // keep `a`
     a.assign = std::move(out);
-  }
-
-  // The label with the least total speed among the assigned (0 if none).
-  int weakest(const std::vector<int>& a) {
-    std::map<int, double> speed;
-    for (int n = 0; n < n_; ++n)
-      if (a[n] >= 0) speed[a[n]] += cost_.node(n).speed;
-    int best = 0;
-    double least = 1e300;
-    for (auto& [label, s] : speed)
-      if (s < least) {
-        least = s;
-        best = label;
-      }
-    return best;
   }
 
   // The labels of the slowest and fastest clusters of `ind` (by predicted period), if decoded.
@@ -298,11 +308,12 @@ Plan plan_ga(const Scenario& scenario, const ModelDesc& model) {
   // between), since leaving slow nodes out can win. Best first.
   const int n = cost.nodes();
   SearchBudget budget(scenario, n, kMostEvaluations, kWorkPerNode);
+  PipelineMemo memo(cost, graph.cuttable());
   std::vector<std::pair<double, std::vector<Partition>>> seeds;
   auto seed = [&](const std::vector<int>& pool, int c) {
     if (scenario.planner.clusters > 0 && c != scenario.planner.clusters) return;
     if (!seeds.empty() && budget.out_of_time()) return;
-    if (auto clusters = snake_clusters(cost, pool, c, graph.cuttable()))
+    if (auto clusters = snake_clusters(memo, pool, c))
       seeds.emplace_back(score_clusters(cost, *clusters), std::move(*clusters));
   };
   for (int c : cluster_counts(scenario, cost.nodes(), cost.nodes())) seed(nodes, c);
@@ -322,7 +333,7 @@ Plan plan_ga(const Scenario& scenario, const ModelDesc& model) {
   std::vector<std::vector<Partition>> seed_clusters;
   for (size_t i = 0; i < seeds.size() && static_cast<int>(i) < population; ++i) seed_clusters.push_back(seeds[i].second);
   SearchBudget::check_population(scenario, std::min<int64_t>(population, budget.limit()), n);
-  Search search(scenario, cost, graph.cuttable());
+  Search search(scenario, cost, memo);
   Individual best = search.run(seed_clusters, population, generations, budget);
   if (best.score <= 0)
     throw PlanRefused(scenario.source, "devices",

@@ -16,8 +16,9 @@ Plan plan_greedy(const Scenario& scenario, const ModelDesc& model) {
   const std::vector<int> nodes = nodes_by_speed(cost);
   std::optional<std::vector<Partition>> best;
   double best_score = -1;
+  PipelineMemo memo(cost, graph.cuttable());
   for (int c : cluster_counts(scenario, cost.nodes(), cost.nodes())) {
-    auto clusters = snake_clusters(cost, nodes, c, graph.cuttable());
+    auto clusters = snake_clusters(memo, nodes, c);
     if (!clusters) continue;
     const double s = score_clusters(cost, *clusters);
     if (s > best_score) {

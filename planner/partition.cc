@@ -1,5 +1,7 @@
 #include "planner/partition.h"
 
+#include <cstring>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -238,6 +240,39 @@ std::optional<Partition> best_pipeline(const CostModel& cost, const std::vector<
   }
   if (best) merge_stateless_stages(cost, *best);
   return best;
+}
+
+}  // namespace rv
+
+namespace rv {
+
+std::optional<Partition> PipelineMemo::best(const std::vector<int>& nodes) {
+  // The list best_pipeline() reads places from: up to 4 nodes, id order; else the order given.
+  std::vector<int> ref = nodes;
+  if (ref.size() <= 4) std::sort(ref.begin(), ref.end());
+  std::string key(ref.size() * sizeof(int32_t) + 1, '\0');
+  key[0] = nodes.size() <= 4 ? 'S' : 'G';
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const int32_t g = cost_.node(ref[i]).group;
+    std::memcpy(key.data() + 1 + i * sizeof g, &g, sizeof g);
+  }
+  auto it = memo_.find(key);
+  if (it == memo_.end()) {
+    ++misses_;
+    std::optional<Partition> p = best_pipeline(cost_, nodes, cuttable_);
+    if (p) {
+      for (int& n : p->order) n = static_cast<int>(std::find(ref.begin(), ref.end(), n) - ref.begin());
+    }
+    if (memo_.size() >= kMaxEntries) memo_.clear();
+    it = memo_.emplace(std::move(key), std::move(p)).first;
+  } else {
+    ++hits_;
+  }
+  std::optional<Partition> out = it->second;
+  if (out) {
+    for (int& n : out->order) n = ref[static_cast<size_t>(n)];
+  }
+  return out;
 }
 
 }  // namespace rv

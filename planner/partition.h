@@ -3,7 +3,10 @@
 // with every stage within its node's memory; and the node order that does best.
 #pragma once
 
+#include <cstdint>
 #include <optional>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "planner/cost.h"
@@ -38,5 +41,31 @@ void merge_stateless_stages(const CostModel& cost, Partition& p);
 // nodes). Nothing if none fits. Deterministic.
 std::optional<Partition> best_pipeline(const CostModel& cost, const std::vector<int>& nodes,
                                        const std::vector<char>& cuttable);
+
+// best_pipeline() for many clusters of one pool, remembered. Nodes of one device group are alike
+// to the cost model (same speed, memory, links and compute profile), and best_pipeline() looks at
+// a node only through them and at its place in the list (its place in id order, for 4 nodes or
+// fewer, where it tries every order from the sorted one). So its answer for one list serves
+// every list whose groups stand in the same places: the remembered pipeline, its nodes replaced
+// place for place. Answers are exactly best_pipeline()'s; a pool of a few device groups has few
+// distinct lists (the ga's clusters list their members in id order, and ids run group by group),
+// which is what lets the planners scale to 100,000 nodes. Remembers at most kMaxEntries lists.
+// Not thread-safe.
+class PipelineMemo {
+ public:
+  static constexpr size_t kMaxEntries = 1 << 20;
+  PipelineMemo(const CostModel& cost, const std::vector<char>& cuttable) : cost_(cost), cuttable_(cuttable) {}
+  std::optional<Partition> best(const std::vector<int>& nodes);
+  const std::vector<char>& cuttable() const { return cuttable_; }
+  int64_t hits() const { return hits_; }
+  int64_t misses() const { return misses_; }
+
+ private:
+  const CostModel& cost_;
+  const std::vector<char>& cuttable_;
+  // Key: the groups in their places; value: the pipeline with each node given by its place.
+  std::unordered_map<std::string, std::optional<Partition>> memo_;
+  int64_t hits_ = 0, misses_ = 0;
+};
 
 }  // namespace rv

@@ -490,3 +490,43 @@ TEST_CASE("the genetic algorithms stop at their budget of evaluations and record
     CHECK(e.key() == "planner.population");
   }
 }
+
+TEST_CASE("PipelineMemo answers exactly what best_pipeline() does, for any list of a pool's nodes",
+          "[planner][methods]") {
+  // Three device groups of six alike nodes: lists with the same groups in the same places share
+  // one remembered answer, their own nodes put in.
+  std::ostringstream os;
+  os << "name = \"memo\"\nseed = 3\n" << kModel << "\n";
+  const std::vector<Node> kinds = {{0.05, 0.04, 100, 400, 5}, {0.01, 0.03, 20, 100, 20}, {0.002, 0.09, 10, 50, 40}};
+  for (size_t g = 0; g < kinds.size(); ++g) {
+    const Node& n = kinds[g];
+    os << "[[devices]]\nname = \"g" << g << "\"\ncount = 6\ntflops = " << n.tflops << "\nram_gb = " << n.ram_gb
+       << "\nup_mbps = " << n.up << "\ndown_mbps = " << n.down << "\nlatency_ms = " << n.latency << "\n";
+  }
+  const Scenario s = parse_scenario(os.str(), "memo.toml");
+  const ModelDesc model = build_model(s);
+  const CostModel cost(s, model);
+  const LayerGraph graph(model);
+  PipelineMemo memo(cost, graph.cuttable());
+  std::mt19937_64 rng(7);
+  int answered = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    std::vector<int> all(18);
+    std::iota(all.begin(), all.end(), 0);
+    std::shuffle(all.begin(), all.end(), rng);
+    std::vector<int> nodes(all.begin(), all.begin() + 1 + static_cast<int>(rng() % 9));
+    if (trial % 2 == 0) std::sort(nodes.begin(), nodes.end());  // as the ga lists members
+    INFO("trial " << trial);
+    const std::optional<Partition> want = best_pipeline(cost, nodes, graph.cuttable());
+    const std::optional<Partition> got = memo.best(nodes);
+    REQUIRE(want.has_value() == got.has_value());
+    if (!want) continue;
+    ++answered;
+    CHECK(got->order == want->order);
+    CHECK(got->cuts == want->cuts);
+    CHECK(got->bottleneck == want->bottleneck);
+    CHECK(got->period == want->period);
+  }
+  CHECK(answered > 100);
+  CHECK(memo.hits() > 50);  // the point of it: lists of alike nodes answered without a search
+}
