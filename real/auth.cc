@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -66,6 +67,10 @@ std::string secret_from_environment() {
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
       ::close(fd);
       throw InputError(what + ": not a regular file");
+    }
+    if (st.st_uid != ::geteuid()) {
+      ::close(fd);
+      throw InputError(what + ": owned by another user (uid " + std::to_string(st.st_uid) + ")");
     }
     if ((st.st_mode & 077) != 0) {
       ::close(fd);

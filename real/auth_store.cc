@@ -43,6 +43,7 @@ enum Reply : char {
 };
 
 constexpr size_t kHandshakeFrameMax = 64;
+constexpr size_t kMaxBuffered = size_t{8} << 20;  // per connection, in and out
 constexpr const char* kServerHello = "RVS1";
 constexpr const char* kClientHello = "RVC1";
 
@@ -154,8 +155,11 @@ struct AuthStoreServer::Impl {
       ++refused;
       last_refusal = why;
     }
-    std::cerr << "ravnest: the rendezvous store (port " << port << ") refused a connection from " << c.name
-              << ": " << why << std::endl;
+    // Printed up to 10 times, then every 1,000th (a flood of strangers must not stall the store).
+    const int64_t k = refused;
+    if (k <= 10 || k % 1000 == 0)
+      std::cerr << "ravnest: the rendezvous store (port " << port << ") refused a connection from " << c.name << ": "
+                << why << (k == 10 ? " (further refusals: every 1,000th is shown)" : "") << std::endl;
     c.out += framed("NO" + why);
     c.closing = true;
   }
@@ -354,7 +358,7 @@ struct AuthStoreServer::Impl {
       try {
         if (c.authed) serve(c, frame);
         else handshake(c, frame);
-      } catch (const InputError& e) {
+      } catch (const std::exception& e) {  // a malformed frame; or no memory, no randomness
         if (c.authed) {
           reply(c, kFail, e.what());
           c.closing = true;
@@ -378,6 +382,10 @@ struct AuthStoreServer::Impl {
     }
   }
 
+  int unauthenticated() const {
+    return static_cast<int>(std::count_if(conns.begin(), conns.end(), [](const Conn& x) { return !x.authed; }));
+  }
+
   void accept_one() {
     sockaddr_storage a{};
     socklen_t len = sizeof a;
@@ -386,8 +394,8 @@ struct AuthStoreServer::Impl {
     Conn c;
     c.fd = fd;
     c.name = peer_name(a);
-    const int unauth = static_cast<int>(std::count_if(conns.begin(), conns.end(), [](const Conn& x) { return !x.authed; }));
-    if (unauth >= limits.max_unauthenticated || static_cast<int>(conns.size()) - unauth >= limits.max_clients) {
+    const int unauth = unauthenticated();
+    if (static_cast<int>(conns.size()) - unauth >= limits.max_clients) {
       refuse(c, "too many connections at once");
       const std::string& out = c.out;
       (void)!::send(fd, out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -396,7 +404,12 @@ struct AuthStoreServer::Impl {
     }
     const int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    c.nonce = auth::random_bytes(auth::kNonceBytes);
+    try {
+      c.nonce = auth::random_bytes(auth::kNonceBytes);
+    } catch (const std::exception&) {
+      ::close(fd);
+      return;
+    }
     c.handshake_deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(limits.handshake_s * 1000));
     c.out = framed(kServerHello + c.nonce);
     conns.push_back(std::move(c));
@@ -411,9 +424,15 @@ struct AuthStoreServer::Impl {
         if (!c.authed) next = std::min(next, c.handshake_deadline);
         if (!c.wait_keys.empty()) next = std::min(next, c.wait_deadline);
       }
-      fds.assign({pollfd{wake[0], POLLIN, 0}, pollfd{listen_fd, POLLIN, 0}});
-      for (const Conn& c : conns)
-        fds.push_back(pollfd{c.fd, static_cast<short>(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
+      // At the limit of unauthenticated connections, new ones wait in the listen backlog (they
+      // are not refused: a large world's ranks all connect at once).
+      const bool accepting = unauthenticated() < limits.max_unauthenticated;
+      fds.assign({pollfd{wake[0], POLLIN, 0}, pollfd{listen_fd, static_cast<short>(accepting ? POLLIN : 0), 0}});
+      // A client is read from only while its buffers are small: pipelined requests wait in TCP.
+      for (const Conn& c : conns) {
+        const bool read = c.in.size() < kMaxBuffered && c.out.size() < kMaxBuffered;
+        fds.push_back(pollfd{c.fd, static_cast<short>((read ? POLLIN : 0) | (c.out.empty() ? 0 : POLLOUT)), 0});
+      }
       const auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count();
       const int n = ::poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(0, wait_ms) + 1));
       if (n < 0 && errno != EINTR) return;
@@ -422,6 +441,10 @@ struct AuthStoreServer::Impl {
       for (size_t i = 0; i < conns.size(); ++i) {
         Conn& c = conns[i];
         const short ev = fds[i + 2].revents;
+        if ((ev & (POLLHUP | POLLERR)) != 0 && (fds[i + 2].events & POLLIN) == 0) {
+          drop[i] = true;  // gone while not being read
+          continue;
+        }
         if ((ev & (POLLIN | POLLHUP | POLLERR)) != 0) {
           char buf[65536];
           const ssize_t r = ::recv(c.fd, buf, sizeof buf, 0);
@@ -591,9 +614,25 @@ AuthStore::AuthStore(const std::string& secret, const std::string& addr, int por
   for (;;) {
     addrinfo* res = resolve(addr, port, false);
     for (addrinfo* a = res; a != nullptr && fd_ < 0; a = a->ai_next) {
-      const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+      // Non-blocking, so that an address that drops the connection request costs no more than
+      // the timeout.
+      const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
       if (fd < 0) continue;
-      if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+      int rc = ::connect(fd, a->ai_addr, a->ai_addrlen);
+      if (rc != 0 && errno == EINPROGRESS) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+        pollfd p{fd, POLLOUT, 0};
+        if (::poll(&p, 1, static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(left, 1 << 30)))) == 1) {
+          int err = 0;
+          socklen_t len = sizeof err;
+          ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+          rc = err == 0 ? 0 : -1;
+          errno = err;
+        } else {
+          errno = ETIMEDOUT;
+        }
+      }
+      if (rc == 0) {
         fd_ = fd;
       } else {
         why = errno_str();
@@ -624,6 +663,8 @@ AuthStore::AuthStore(const std::string& secret, const std::string& addr, int por
   };
   try {
     const std::string hello = read_frame(kHandshakeFrameMax);
+    if (hello.compare(0, 2, "NO") == 0)
+      throw PeerError("the rendezvous store at " + where_ + " turned this rank away: " + hello.substr(2));
     if (hello.size() != 4 + auth::kNonceBytes || hello.compare(0, 4, kServerHello) != 0)
       throw PeerError("the server at " + where_ + " is not a ravnest rendezvous store");
     const std::string nonce_s = hello.substr(4);
@@ -652,6 +693,17 @@ AuthStore::~AuthStore() {
 
 std::string AuthStore::request(const std::string& body, std::chrono::milliseconds reply_within) {
   std::lock_guard<std::mutex> lock(mu_);
+  try {
+    return exchange(body, reply_within);
+  } catch (...) {
+    // A reply cut short or late would be read as the next request's: the connection is done.
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+    throw;
+  }
+}
+
+std::string AuthStore::exchange(const std::string& body, std::chrono::milliseconds reply_within) {
   const auto deadline = Clock::now() + reply_within;
   if (fd_ < 0 || !send_all(fd_, framed(body), deadline))
     throw PeerError("the rendezvous store at " + where_ + " is gone (the connection closed)");
@@ -664,7 +716,6 @@ std::string AuthStore::request(const std::string& body, std::chrono::millisecond
   std::string r(len, '\0');
   if (!recv_all(fd_, r.data(), len, deadline, &closed))
     throw PeerError("the rendezvous store at " + where_ + " did not finish its reply");
-  if (r[0] == kFail) throw PeerError("the rendezvous store at " + where_ + " refused a request: " + r.substr(1));
   return r;
 }
 
@@ -684,6 +735,7 @@ std::string keys_body(const std::vector<std::string>& keys) {
   return b;
 }
 void expect(const std::string& r, char want, const std::string& where) {
+  if (!r.empty() && r[0] == kFail) throw PeerError("the rendezvous store at " + where + " refused a request: " + r.substr(1));
   if (r.empty() || r[0] != want) throw PeerError("the rendezvous store at " + where + " sent an unexpected reply");
 }
 

@@ -17,7 +17,8 @@
 // Limits (StoreLimits): a frame before the handshake is at most 64 bytes and the handshake must
 // end within 10 s; keys are at most 4 KiB, values 1 MiB, everything stored 256 MiB; at most 64
 // connections may be unauthenticated at once. A client over a limit gets an error reply (or, for a
-// frame too long to read, is disconnected); the server goes on.
+// frame too long to read, is disconnected); the server goes on. Beyond 64 unauthenticated
+// connections, new ones wait in the listen backlog until some finish or time out.
 #pragma once
 
 #include <chrono>
@@ -36,7 +37,7 @@ struct StoreLimits {
   size_t max_value = size_t{1} << 20;
   size_t max_total = size_t{256} << 20;  // keys and values together
   size_t max_wait_keys = 100000;         // keys in one check or wait
-  int max_unauthenticated = 64;          // connections that have not finished the handshake
+  int max_unauthenticated = 64;          // connections that have not finished the handshake (more wait)
   int max_clients = 1 << 16;             // authenticated connections
   double handshake_s = 10;               // seconds a new connection has to prove the secret
 };
@@ -88,7 +89,9 @@ class AuthStore : public c10d::Store {
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
 
  private:
+  // One request and its reply; on any failure the connection is closed (later requests fail).
   std::string request(const std::string& frame, std::chrono::milliseconds reply_within);
+  std::string exchange(const std::string& frame, std::chrono::milliseconds reply_within);
   std::string where_;
   int fd_ = -1;
   std::mutex mu_;

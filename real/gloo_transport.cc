@@ -148,6 +148,9 @@ struct GlooTransport::Impl {
   size_t inbox_bytes = 0;  // payload bytes in inbox and control (opt.queue_bytes)
   std::condition_variable room_cv;  // inbox_bytes fell (receivers held back wait on it)
   std::vector<bool> held;           // per peer: its receiver waits for room
+  // The node reads control messages (its algorithm is done) or closes: unread algorithm messages
+  // may never be taken, so nothing is held back any longer (byes and control messages follow them).
+  bool draining = false;
   std::vector<bool> authed;         // per peer: its hello proved the run's secret
   int authed_peers = 0;
   std::exception_ptr send_failure;            // first send-side failure (sticky)
@@ -268,9 +271,10 @@ struct GlooTransport::Impl {
   // Holds `peer`'s receiver while the inbox is full (back-pressure); false once shutting down.
   bool wait_for_room(int peer) {
     std::unique_lock<std::mutex> lock(mu);
-    if (inbox_bytes < opt.queue_bytes) return !stopping;
+    auto room = [&] { return inbox_bytes < opt.queue_bytes || draining || stopping; };
+    if (room()) return !stopping;
     held[peer] = true;
-    room_cv.wait(lock, [&] { return inbox_bytes < opt.queue_bytes || stopping; });
+    room_cv.wait(lock, room);
     held[peer] = false;
     // Not reading is not the peer's silence: it counts as heard from now.
     live->heard(peer, now_s());
@@ -387,8 +391,16 @@ struct GlooTransport::Impl {
         const Posted header = std::move(headers.front());
         headers.pop_front();
         if (!wait_recv(peer, header.work)) return;
-        Decoded d = decode_header(header.tensors[0].data_ptr<int64_t>(), static_cast<size_t>(header.tensors[0].numel()),
-                                  peer, opt.max_payload_elems);
+        Decoded d;
+        try {
+          d = decode_header(header.tensors[0].data_ptr<int64_t>(), static_cast<size_t>(header.tensors[0].numel()), peer,
+                            opt.max_payload_elems);
+        } catch (const InputError& e) {
+          if (!first) throw;
+          throw PeerError(who() + ": the connection of peer " + std::to_string(peer) +
+                          " did not prove the run's secret (its first message is malformed: " + e.what() +
+                          "): an impostor, or a process of another kind");
+        }
         if (first) {
           check_hello(peer, d, header.tensors[0].data_ptr<int64_t>());
           std::lock_guard<std::mutex> lock(mu);
@@ -501,6 +513,15 @@ struct GlooTransport::Impl {
     }
   }
 
+  void drain() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (draining) return;
+      draining = true;
+    }
+    room_cv.notify_all();
+  }
+
   void stop_beating() noexcept {
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -521,10 +542,12 @@ struct GlooTransport::Impl {
         return send_bytes == 0 || send_bytes + bytes <= opt.queue_bytes || send_failure || stopping;
       });
       if (send_failure) std::rethrow_exception(send_failure);
+      if (stopping) throw PeerError(who() + ": send to peer " + std::to_string(dst) + " after the transport shut down");
       if (!room) {
         throw PeerError(who() + ": send to peer " + std::to_string(dst) + " found no room within " +
                         seconds_str(opt.timeout) + " s: " + std::to_string(send_bytes >> 20) +
-                        " MiB of sends are still in flight (the peers do not take them)");
+                        " MiB of sends are still in flight, the oldest to peer " + std::to_string(sends.front().dst) +
+                        ", which does not take them");
       }
       send_bytes += bytes;
     }
@@ -744,6 +767,8 @@ std::optional<Message> GlooTransport::recv_for(Seconds wait) {
   return impl_->take(impl_->inbox, SteadyClock::now() + to_ms(wait));
 }
 
+void GlooTransport::drain() { impl_->drain(); }
+
 std::optional<Message> GlooTransport::recv_control(Seconds wait) {
   return impl_->take(impl_->control, SteadyClock::now() + to_ms(wait));
 }
@@ -811,6 +836,7 @@ void GlooTransport::close() {
   Impl& s = *impl_;
   if (s.closed) return;
   const auto deadline = SteadyClock::now() + to_ms(s.opt.timeout);
+  s.drain();
   s.stop_beating();  // no heartbeat may follow a bye
   // Byes to every peer still there (a failed peer is left out: sending to it would fail).
   for (int p = 0; p < s.opt.world_size; ++p) {
@@ -908,10 +934,12 @@ c10::intrusive_ptr<c10d::ProcessGroupGloo> GlooTransport::make_group(const std::
       auth::Mac w{};
       std::memcpy(w.data(), want.data_ptr<int64_t>(), w.size());
       if (!auth::same_mac(w, std::string_view(reinterpret_cast<const char*>(ins[k++][0].data_ptr<int64_t>()), w.size())))
-        throw PeerError("member " + std::to_string(ranks[j]) + " of the group did not prove the run's secret "
-                        "(an impostor, or ranks given different secrets)");
+        throw PeerError(s.who() + ": member " + std::to_string(ranks[j]) + " of the process group " + name +
+                        " did not prove the run's secret (an impostor, or ranks given different secrets)");
     }
     return group;
+  } catch (const PeerError&) {
+    throw;
   } catch (const std::exception& e) {
     throw PeerError(s.who() + ": cannot make the process group " + name + " within " +
                     seconds_str(s.opt.timeout) + " s: " + short_what(e));

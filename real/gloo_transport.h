@@ -127,6 +127,9 @@ class GlooTransport : public Transport {
   std::optional<Message> recv_control(Seconds wait);
   // Throws rv::PeerError if a send failed or did not complete within `timeout`.
   void flush() override;
+  // The algorithm is done: what it left unread will not be read, so a full inbox no longer holds
+  // back the peers (their control messages and byes come behind). close() does it too.
+  void drain();
 
   // Payload bytes received and not yet taken by recv(), try_recv() or recv_control(): at most
   // GlooOptions::queue_bytes plus the messages that had arrived when it was reached.

@@ -64,7 +64,11 @@ class SignalGuard {
     sa.sa_handler = note_signal;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = 0;  // no SA_RESTART: a blocking call returns EINTR
-    for (size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &sa, &old_[i]);
+    // A signal the caller ignores (nohup: SIGHUP) stays ignored, here and in the ranks.
+    for (size_t i = 0; i < kSignals.size(); ++i) {
+      sigaction(kSignals[i], nullptr, &old_[i]);
+      if (old_[i].sa_handler != SIG_IGN) sigaction(kSignals[i], &sa, nullptr);
+    }
   }
   ~SignalGuard() {
     for (size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &old_[i], nullptr);

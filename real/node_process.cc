@@ -255,6 +255,7 @@ int run(const NodeProcessOptions& options) {
                      EnvParts{transport, clock, compute, log, &collectives, &progress, nullptr,
                               emulator.get()});
   run_node(stack.env(), spec, rank);
+  transport.drain();  // what the algorithm left unread no longer holds back its peers
   progress.finish();
   stack.env().transport.flush();  // every message the algorithm sent is handed over first
   transport.flush();

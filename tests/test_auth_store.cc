@@ -254,3 +254,19 @@ TEST_CASE("auth store: a port that is taken is an error that names it", "[auth][
     CHECK(contains(e.what(), "127.0.0.1:" + std::to_string(first.port())));
   }
 }
+
+TEST_CASE("auth store: beyond the unauthenticated limit, connections wait rather than being refused",
+          "[auth][store]") {
+  rv::StoreLimits limits;
+  limits.max_unauthenticated = 2;
+  limits.handshake_s = 0.5;
+  rv::AuthStoreServer server(kSecret, "127.0.0.1", 0, limits);
+  // Three strangers hold connections without a word; a rank still gets in once they time out.
+  std::vector<int> idle;
+  for (int i = 0; i < 3; ++i) idle.push_back(raw_connect(server.port()));
+  rv::AuthStore good(kSecret, "127.0.0.1", server.port(), milliseconds(10000));
+  good.set("k", bytes("v"));
+  CHECK(text(good.get("k")) == "v");
+  for (int fd : idle) ::close(fd);
+  CHECK(server.refused() >= 2);  // the strangers, for want of a proof (not the rank)
+}

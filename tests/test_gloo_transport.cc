@@ -645,3 +645,37 @@ TEST_CASE("gloo transport: a full inbox holds back its peers (bounded queues), a
   });
   CHECK(status == std::vector<int>{0, 0});
 }
+
+TEST_CASE("gloo transport: after drain() a full inbox no longer holds back control messages or byes",
+          "[gloo]") {
+  constexpr int kMessages = 12;
+  constexpr int64_t kFloats = GlooTransport::kInlineFloats + 4096;
+  const auto status = run_ranks(2, 60, [](int rank, int port) -> int {
+    GlooOptions o = options(rank, 2, port, 20);
+    o.queue_bytes = size_t{2} << 20;
+    GlooTransport t(o);
+    t.barrier();
+    if (rank == 0) {
+      // More than rank 1's bound, never read by it, then a control message behind them.
+      for (int i = 0; i < kMessages; ++i) {
+        Message m;
+        m.kind = MsgKind::kForward;
+        m.payload = {at::ones({kFloats})};
+        t.send(1, std::move(m));
+      }
+      Message c;
+      c.kind = MsgKind::kControl;
+      c.id = 4;
+      t.send(1, std::move(c));
+      t.flush();
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      t.drain();  // the algorithm is done: its unread messages stay unread
+      const std::optional<Message> c = t.recv_control(15);
+      EXPECT_OR_EXIT(c.has_value() && c->id == 4);
+    }
+    t.close();
+    return 0;
+  });
+  CHECK(status == std::vector<int>{0, 0});
+}
