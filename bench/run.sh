@@ -28,3 +28,7 @@ build/bench/bench_allreduce --out bench/results/allreduce.json
 # latency and fairness against the configured links (~2 minutes).
 scripts/build.sh bench_emulator
 build/bench/bench_emulator --out bench/results/emulator.json
+# Hardening (issue 15): killed and stopped ranks at random moments of 200 real runs (detection time,
+# the rank named; ~25 minutes), and what a stray process gets from a running real run's store.
+bench/peer_loss.py --runs 200 --timeout 2 --out bench/results/peer_loss.json
+bench/attacks.py --out bench/results/attacks.json
