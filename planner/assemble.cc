@@ -83,7 +83,26 @@ Plan assemble_plan(const std::string& method, const CostModel& cost, const std::
 double score_clusters(const CostModel& cost, const std::vector<Partition>& clusters) {
   if (clusters.empty()) return 0.0;
   if (clusters.size() == 1) return cost.batch() / clusters[0].period;
-  return assemble_plan("", cost, clusters).throughput;
+  // The throughput annotate() gives the assembled plan, without the per-stage figures it also
+  // fills in: each Partition's period is already cluster_period() of its pipeline.
+  std::vector<ClusterPlan> plans;
+  std::vector<double> periods;
+  plans.reserve(clusters.size());
+  periods.reserve(clusters.size());
+  for (const auto& p : clusters) {
+    ClusterPlan c;
+    for (size_t s = 0; s < p.order.size(); ++s) {
+      StagePlan st;
+      st.node = p.order[s];
+      st.layer_begin = p.cuts[s];
+      st.layer_end = p.cuts[s + 1];
+      c.stages.push_back(st);
+    }
+    plans.push_back(std::move(c));
+    periods.push_back(p.period);
+  }
+  const std::vector<Ring> rings = make_rings(cost.model(), plans);
+  return cost.throughput(periods, cost.averaging_time(plans, rings));
 }
 
 std::vector<int> cluster_counts(const Scenario& scenario, int nodes, int most) {
