@@ -62,7 +62,7 @@ std::string read_until_closed(int fd, int limit_ms) {
 
 }  // namespace
 
-TEST_CASE("auth: MACs depend on every part and on the secret; secrets come from the environment", "[auth]") {
+TEST_CASE("auth: MACs depend on every part and on the secret, secrets come from the environment", "[auth]") {
   const auto m = rv::auth::mac(kSecret, {"a", "bc"});
   CHECK(m == rv::auth::mac(kSecret, {"a", "bc"}));
   CHECK(m != rv::auth::mac(kSecret, {"ab", "c"}));  // parts are length-prefixed
@@ -110,7 +110,7 @@ TEST_CASE("auth store: a client with the secret gets c10d's store semantics", "[
   rv::AuthStoreServer server(kSecret, "127.0.0.1", 0);
   REQUIRE(server.port() > 0);
   rv::AuthStore a(kSecret, "127.0.0.1", server.port(), milliseconds(5000));
-  rv::AuthStore b(kSecret, "localhost", server.port(), milliseconds(5000));
+  rv::AuthStore b(kSecret, "127.0.0.1", server.port(), milliseconds(5000));
   a.set("k", bytes("value"));
   CHECK(text(b.get("k")) == "value");
   CHECK(b.check({"k"}));
@@ -149,7 +149,7 @@ TEST_CASE("auth store: a client with the secret gets c10d's store semantics", "[
   CHECK(server.refused() == 0);
 }
 
-TEST_CASE("auth store: a client without the secret is refused with a message; the store goes on", "[auth][store]") {
+TEST_CASE("auth store: a client without the secret is refused with a message, and the store goes on", "[auth][store]") {
   rv::AuthStoreServer server(kSecret, "127.0.0.1", 0);
   try {
     rv::AuthStore wrong("another run's secret, 32 bytes!!", "127.0.0.1", server.port(), milliseconds(5000));

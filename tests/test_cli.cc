@@ -746,7 +746,7 @@ TEST_CASE("calibrate writes this host's profile, which a device can then use", "
   fs::remove_all(d);
 }
 
-TEST_CASE("calibrate --from fits a device's published timings; bad input exits 2", "[cli][compute]") {
+TEST_CASE("calibrate --from fits a device's published timings, bad input exits 2", "[cli][compute]") {
   fs::path d = workdir("calibrate-from");
   const std::string gpu = std::string(RV_SOURCE_DIR) + "/profiles/published/gtx-1080-ti.csv";
   Result fit = ravnest({"calibrate", "--from", gpu, "--peak-tflops", "11.34", "--memory-gbps", "484", "--out", "gpu.toml"}, d);

@@ -210,7 +210,7 @@ count = 1
   CHECK(sw.update.cold_bytes() == 0);
 }
 
-TEST_CASE("profile files read back as written; bad ones name the key", "[compute]") {
+TEST_CASE("profile files read back as written, bad ones name the key", "[compute]") {
   const ComputeProfile p = example_profile();
   const ComputeProfile q = parse_profile(profile_to_toml(p, "a comment"), "p.toml");
   CHECK(q.name == p.name);

@@ -46,7 +46,7 @@ TEST_CASE("a message reaches its receiver when the model delivers it, not before
   CHECK(ids_at(hub, 1) == std::vector<int64_t>{7});
 }
 
-TEST_CASE("messages of one pair go one after the other; other pairs share the links", "[emu]") {
+TEST_CASE("messages of one pair go one after the other, other pairs share the links", "[emu]") {
   const std::vector<NodeLinks> links = {
       {10 * kMb, 10 * kMb, 0.005}, {10 * kMb, 10 * kMb, 0.005}, {10 * kMb, 10 * kMb, 0.005}};
   ManualClock clock;
@@ -85,7 +85,7 @@ class DeadPeer : public Transport {
   void flush() override {}
 };
 
-TEST_CASE("a bad route is refused at once; a failed hand-over reaches the sender", "[emu]") {
+TEST_CASE("a bad route is refused at once, a failed hand-over reaches the sender", "[emu]") {
   const std::vector<NodeLinks> links = {{kMb, kMb, 0}, {kMb, kMb, 0}};
   ManualClock clock;
   EmulatedNetwork net(links, clock);

@@ -140,7 +140,7 @@ TEST_CASE("deliveries to a node that has not joined yet wait for it", "[emu]") {
   CHECK(s1.recv().id == 3);
 }
 
-TEST_CASE("the server refuses bad records and names the node; the node fails, not hangs", "[emu]") {
+TEST_CASE("the server refuses bad records and names the node, the node fails, not hangs", "[emu]") {
   const std::vector<NodeLinks> links = {{kMb, kMb, 0}, {kMb, kMb, 0}};
   ManualClock clock;
   EmulatorServer server(socket_path("bad"), links, clock);

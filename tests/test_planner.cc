@@ -70,7 +70,7 @@ TEST_CASE("the manual planner puts memory on nodes in proportion to their RAM", 
     }
 }
 
-TEST_CASE("stage_layers fixes the cut; a wrong total is refused", "[planner]") {
+TEST_CASE("stage_layers fixes the cut, a wrong total is refused", "[planner]") {
   auto p = test::prepare(kPool, {"planner.stage_layers=[5, 5, 2, 2]"}, false);
   const auto& st = p.plan.clusters[0].stages;
   CHECK(st[0].layer_end == 5);

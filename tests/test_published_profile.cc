@@ -77,7 +77,7 @@ TEST_CASE("published timings fit a profile: the device's fixed costs and efficie
   fs::remove(f);
 }
 
-TEST_CASE("published timings: a kind with none needs the memory bandwidth; a bad file names its line",
+TEST_CASE("published timings: a kind with none needs the memory bandwidth, a bad file names its line",
           "[compute][published]") {
   const std::string header = std::string(kSamplesHeader) + "\n";
   const std::string good = "forward,matmul,gemm,1,2e9,1e7,0.001,0\nbackward,matmul,gemm,1,2e9,1e7,0.002,0\n";

@@ -269,7 +269,7 @@ TEST_CASE("the asynchronous pipeline's steady throughput is 1 / the slowest stag
   CHECK(best_busy > 0.95);
 }
 
-TEST_CASE("a pipeline's time per step is its period; dilated k times, k times longer", "[sim][analytic]") {
+TEST_CASE("a pipeline's time per step is its period, dilated k times, k times longer", "[sim][analytic]") {
   // The expectation from the undilated scenario; the simulation of the same dilated 2.5 times.
   auto plain = test::prepare(pipeline_scenario("ravnest", "2,0.5"), {"training.steps=300"});
   const StageTimes t = slowest(plain, plain.scenario.training);

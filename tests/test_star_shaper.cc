@@ -72,7 +72,7 @@ TEST_CASE("messages of one pair go one after the other on one connection, the la
   CHECK(gap[1] == Approx(0.015 + 1'000 / b).epsilon(1e-12));
 }
 
-TEST_CASE("two connections from one node share its uplink; a queued message does not take a share",
+TEST_CASE("two connections from one node share its uplink, a queued message does not take a share",
           "[emu]") {
   // Node 0 sends two messages to node 1 and one to node 2 at once, over its 10 Mbit/s uplink: the
   // two connections get 5 Mbit/s each; 1's second message waits for its first.

@@ -40,7 +40,7 @@ size_t entries(const fs::path& d) {
 
 }  // namespace
 
-TEST_CASE("a whole write replaces the target; a failed one keeps it") {
+TEST_CASE("a whole write replaces the target, a failed one keeps it") {
   const fs::path d = fresh_dir("replace");
   const fs::path target = d / "plan.json";
   write_whole_file(target.string(), "old\n");
