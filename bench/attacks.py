@@ -27,28 +27,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RAVNEST = os.path.join(ROOT, "build", "ravnest")
 
-SCENARIO = """name = "attacks"
-seed = 5
-[model]
-kind = "cnn"
-head = "linear"
-channels = [8, 16]
-hidden = [32]
-[data]
-kind = "digits"
-batch_size = 32
-[training]
-steps = 300
-eval_every = 0
-[real]
-timeout_s = 20
-master_port = {port}
-[[devices]]
-count = 3
-up_mbps = 20
-down_mbps = 50
-latency_ms = 10
-"""
+# The 3-node scenario of peer_loss.py, shorter, with its store on a known port (--set below).
+from peer_loss import SCENARIO  # noqa: E402  (bench/ is this script's folder)
 
 
 def attack(port, payload, wait_s=12.0):
@@ -66,6 +46,8 @@ def attack(port, payload, wait_s=12.0):
             got += chunk
     except socket.timeout:
         got += b"<still open>"
+    except ConnectionResetError:
+        pass  # closed with bytes unread: the answer came before
     finally:
         s.close()
     # Skip the store's hello frame (4-byte length + "RVS1" + nonce), keep the answer's text.
@@ -82,9 +64,10 @@ def main():
     work = tempfile.mkdtemp(prefix="rv-attacks-")
     try:
         with open(os.path.join(work, "s.toml"), "w") as f:
-            f.write(SCENARIO.format(port=a.port))
+            f.write(SCENARIO.format(timeout=20))
         err = open(os.path.join(work, "err.txt"), "w")
-        p = subprocess.Popen([RAVNEST, "real", "s.toml", "--progress", "off"], cwd=work,
+        overrides = ["--set", "name=attacks", "--set", "training.steps=3000", "--set", f"real.master_port={a.port}"]
+        p = subprocess.Popen([RAVNEST, "real", "s.toml", "--progress", "off"] + overrides, cwd=work,
                              stdout=subprocess.DEVNULL, stderr=err)
         for _ in range(300):  # until the store listens
             try:

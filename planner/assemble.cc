@@ -61,10 +61,12 @@ void check_pool(const Scenario& scenario, const ModelDesc& model, const CostMode
   }
 }
 
-Plan assemble_plan(const std::string& method, const CostModel& cost, const std::vector<Partition>& clusters) {
-  Plan plan;
-  plan.method = method;
-  plan.nodes = cost.nodes();
+namespace {
+
+// The clusters as a plan holds them: stages of node and layers, no figures yet.
+std::vector<ClusterPlan> cluster_plans(const std::vector<Partition>& clusters) {
+  std::vector<ClusterPlan> out;
+  out.reserve(clusters.size());
   for (const auto& p : clusters) {
     ClusterPlan c;
     for (size_t s = 0; s < p.order.size(); ++s) {
@@ -74,8 +76,18 @@ Plan assemble_plan(const std::string& method, const CostModel& cost, const std::
       st.layer_end = p.cuts[s + 1];
       c.stages.push_back(st);
     }
-    plan.clusters.push_back(c);
+    out.push_back(std::move(c));
   }
+  return out;
+}
+
+}  // namespace
+
+Plan assemble_plan(const std::string& method, const CostModel& cost, const std::vector<Partition>& clusters) {
+  Plan plan;
+  plan.method = method;
+  plan.nodes = cost.nodes();
+  plan.clusters = cluster_plans(clusters);
   cost.annotate(plan);
   return plan;
 }
@@ -85,22 +97,10 @@ double score_clusters(const CostModel& cost, const std::vector<Partition>& clust
   if (clusters.size() == 1) return cost.batch() / clusters[0].period;
   // The throughput annotate() gives the assembled plan, without the per-stage figures it also
   // fills in: each Partition's period is already cluster_period() of its pipeline.
-  std::vector<ClusterPlan> plans;
+  const std::vector<ClusterPlan> plans = cluster_plans(clusters);
   std::vector<double> periods;
-  plans.reserve(clusters.size());
   periods.reserve(clusters.size());
-  for (const auto& p : clusters) {
-    ClusterPlan c;
-    for (size_t s = 0; s < p.order.size(); ++s) {
-      StagePlan st;
-      st.node = p.order[s];
-      st.layer_begin = p.cuts[s];
-      st.layer_end = p.cuts[s + 1];
-      c.stages.push_back(st);
-    }
-    plans.push_back(std::move(c));
-    periods.push_back(p.period);
-  }
+  for (const auto& p : clusters) periods.push_back(p.period);
   const std::vector<Ring> rings = make_rings(cost.model(), plans);
   return cost.throughput(periods, cost.averaging_time(plans, rings));
 }

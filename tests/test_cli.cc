@@ -40,41 +40,14 @@ std::string slurp(const fs::path& p) {
   return ss.str();
 }
 
-// Runs build/ravnest with `args` in `cwd`, capturing stdout and stderr.
-Result ravnest(const std::vector<std::string>& args, const fs::path& cwd) {
-  fs::path out = cwd / ".stdout", err = cwd / ".stderr";
-  pid_t pid = fork();
-  if (pid == 0) {
-    if (chdir(cwd.c_str()) != 0) _exit(126);
-    FILE* o = freopen(out.c_str(), "w", stdout);
-    FILE* e = freopen(err.c_str(), "w", stderr);
-    (void)o;
-    (void)e;
-    std::vector<std::string> a = {std::string(RV_BINARY_DIR) + "/ravnest"};
-    a.insert(a.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& s : a) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  int st = 0;
-  waitpid(pid, &st, 0);
-  Result r;
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
-}
-
-// Starts build/ravnest with `args` in `cwd` with TMPDIR set to `tmpdir`, without waiting; stdout
-// and stderr go to cwd/.stdout and cwd/.stderr.
-pid_t start_ravnest(const std::vector<std::string>& args, const fs::path& cwd, const fs::path& tmpdir) {
+// Starts build/ravnest with `args` in `cwd` without waiting (TMPDIR set to `tmpdir` unless
+// empty); stdout and stderr go to cwd/.stdout and cwd/.stderr.
+pid_t start_ravnest(const std::vector<std::string>& args, const fs::path& cwd, const fs::path& tmpdir = {}) {
   fs::path out = cwd / ".stdout", err = cwd / ".stderr";
   const pid_t pid = fork();
   if (pid == 0) {
     if (chdir(cwd.c_str()) != 0) _exit(126);
-    ::setenv("TMPDIR", tmpdir.c_str(), 1);
+    if (!tmpdir.empty()) ::setenv("TMPDIR", tmpdir.c_str(), 1);
     FILE* o = freopen(out.c_str(), "w", stdout);
     FILE* e = freopen(err.c_str(), "w", stderr);
     (void)o;
@@ -99,6 +72,11 @@ Result finish_ravnest(pid_t pid, const fs::path& cwd) {
   r.out = slurp(cwd / ".stdout");
   r.err = slurp(cwd / ".stderr");
   return r;
+}
+
+// Runs build/ravnest with `args` in `cwd`, capturing stdout and stderr.
+Result ravnest(const std::vector<std::string>& args, const fs::path& cwd) {
+  return finish_ravnest(start_ravnest(args, cwd), cwd);
 }
 
 // The child processes of `pid` (Linux: /proc/<pid>/task/<pid>/children).
