@@ -1,7 +1,7 @@
 // Runs fuzz cases (mutator.h) in this process against the code that reads them, and counts what
 // happened. A scenario case is parsed with its overrides, checked against the algorithm registry,
-// its model built and, for pools of at most kMaxPlanNodes nodes, planned: what `ravnest plan` does
-// before it prints. A frame case is decoded as a received header, both as the words that arrived
+// its model built and, for pools of at most kMaxPlanNodes nodes, planned (the GA planners within
+// kPlanEvaluations): what `ravnest plan` does before it prints. A frame case is decoded as a received header, both as the words that arrived
 // and inside the room a receiver posts (the first words zeroed, as GlooTransport does).
 //
 // The contract checked: a case is accepted, or rejected with rv::ScenarioError naming the file (or
@@ -21,6 +21,11 @@
 namespace rv::fuzz {
 
 constexpr int kMaxPlanNodes = 64;
+constexpr double kHangCpuSeconds = 10;
+// The GA planners' budget of scored individuals for a case that does not set
+// planner.evaluations (the default is up to 20,000): the search reads no input after its first
+// generations, and its later ones would be nine tenths of a case's time.
+constexpr int64_t kPlanEvaluations = 500;
 
 struct Failure {
   std::string kind;  // mutation class
@@ -34,7 +39,11 @@ struct Counts {
   int64_t failures = 0;
   std::vector<Failure> first_failures;            // the first 20
   std::map<std::string, int64_t> cases_by_kind;   // mutation class -> cases
-  double slowest_case_s = 0;                      // wall time of the slowest case
+  // A case's time is the CPU time of its thread: what the case itself spent, whatever else the
+  // machine runs (a case waits on nothing; a hang is a loop). A case over kHangCpuSeconds counts
+  // in `hangs`.
+  double slowest_case_cpu_s = 0;                  // of the slowest case
+  int64_t hangs = 0;
   std::string slowest_kind;
   std::string slowest_input;  // its case, as Failure::input
   std::vector<std::string>* rejections = nullptr;  // if set, every rejection's message is added

@@ -63,12 +63,18 @@ void check_pool(const Scenario& scenario, const ModelDesc& model, const CostMode
 
 namespace {
 
+const Partition& deref(const Partition& p) { return p; }
+const Partition& deref(const Partition* p) { return *p; }
+
 // The clusters as a plan holds them: stages of node and layers, no figures yet.
-std::vector<ClusterPlan> cluster_plans(const std::vector<Partition>& clusters) {
+template <class P>
+std::vector<ClusterPlan> cluster_plans(const std::vector<P>& clusters) {
   std::vector<ClusterPlan> out;
   out.reserve(clusters.size());
-  for (const auto& p : clusters) {
+  for (const auto& q : clusters) {
+    const Partition& p = deref(q);
     ClusterPlan c;
+    c.stages.reserve(p.order.size());
     for (size_t s = 0; s < p.order.size(); ++s) {
       StagePlan st;
       st.node = p.order[s];
@@ -92,17 +98,30 @@ Plan assemble_plan(const std::string& method, const CostModel& cost, const std::
   return plan;
 }
 
-double score_clusters(const CostModel& cost, const std::vector<Partition>& clusters) {
+namespace {
+
+template <class P>
+double score_of(const CostModel& cost, const std::vector<P>& clusters) {
   if (clusters.empty()) return 0.0;
-  if (clusters.size() == 1) return cost.batch() / clusters[0].period;
+  if (clusters.size() == 1) return cost.batch() / deref(clusters[0]).period;
   // The throughput annotate() gives the assembled plan, without the per-stage figures it also
   // fills in: each Partition's period is already cluster_period() of its pipeline.
   const std::vector<ClusterPlan> plans = cluster_plans(clusters);
   std::vector<double> periods;
   periods.reserve(clusters.size());
-  for (const auto& p : clusters) periods.push_back(p.period);
+  for (const auto& p : clusters) periods.push_back(deref(p).period);
   const std::vector<Ring> rings = make_rings(cost.model(), plans);
   return cost.throughput(periods, cost.averaging_time(plans, rings));
+}
+
+}  // namespace
+
+double score_clusters(const CostModel& cost, const std::vector<Partition>& clusters) {
+  return score_of(cost, clusters);
+}
+
+double score_clusters(const CostModel& cost, const std::vector<const Partition*>& clusters) {
+  return score_of(cost, clusters);
 }
 
 std::vector<int> cluster_counts(const Scenario& scenario, int nodes, int most) {

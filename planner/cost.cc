@@ -29,15 +29,20 @@ CostModel::CostModel(const Scenario& scenario, const ModelDesc& model)
   }
   const size_t ranges = static_cast<size_t>(layers() + 1) * static_cast<size_t>(layers() + 1);
   times_.assign(scenario.devices.size(), std::vector<Times>(ranges));
+  work_.assign(ranges, std::nullopt);
 }
 
 const CostModel::Times& CostModel::times(int node, int l, int r) const {
   const PoolNode& p = pool_[static_cast<size_t>(node)];
-  Times& t = times_[static_cast<size_t>(p.group)][static_cast<size_t>(l * (layers() + 1) + r)];
+  const size_t range = static_cast<size_t>(l * (layers() + 1) + r);
+  Times& t = times_[static_cast<size_t>(p.group)][range];
   if (t.compute < 0) {
-    const StageWork w = stage_work(*model_, l, r, training_, batch_);
-    t.compute = stage_compute_time(w, p.compute);
-    t.pass = time_of(w.forward, p.compute) + time_of(w.backward, p.compute);
+    std::optional<StageWork>& w = work_[range];
+    if (!w) w = stage_work(*model_, l, r, training_, batch_);
+    // stage_compute_time() is (forward + backward) + update, summed in that order: the pass's
+    // sum is its first term, to the last bit.
+    t.pass = time_of(w->forward, p.compute) + time_of(w->backward, p.compute);
+    t.compute = t.pass + time_of(w->update, p.compute);
   }
   return t;
 }
@@ -52,7 +57,11 @@ double CostModel::boundary_bytes(int b) const {
 }
 
 double CostModel::memory(int l, int r, int64_t in_flight) const {
-  std::vector<double>& m = memory_[in_flight];
+  if (in_flight != memory_in_flight_) {
+    memory_last_ = &memory_[in_flight];  // unordered_map: references stay valid as it grows
+    memory_in_flight_ = in_flight;
+  }
+  std::vector<double>& m = *memory_last_;
   const size_t side = static_cast<size_t>(layers() + 1);
   if (m.empty()) m.assign(side * side, -1.0);
   double& v = m[static_cast<size_t>(l) * side + static_cast<size_t>(r)];
@@ -116,17 +125,19 @@ double CostModel::cluster_period(const std::vector<int>& nodes, const std::vecto
   // `stage * 3 + kind` in the vectors below.
   const size_t count = 3 * nodes.size();
   auto index = [](int stage, Station::Kind kind) { return 3 * static_cast<size_t>(stage) + static_cast<size_t>(kind); };
-  std::vector<double> demand(count, 0.0);
+  // The planners ask this millions of times: the vectors below reuse this thread's buffers.
+  thread_local std::vector<double> demand, own, residual_share, queue, r;
+  demand.assign(count, 0.0);
   // Of each station's demand, what a micro-batch waits for when it finds the station idle: a
   // compute's whole time; of a link, the transfers for which it is the slower of the two links
   // (a transfer crosses the sender's uplink and the receiver's downlink at once, cut-through).
-  std::vector<double> own(count, 0.0);
+  own.assign(count, 0.0);
   // Of the work in service at a station, the share an arrival does not wait for: 0.5 where one
   // micro-batch is served at a time for a fixed time (compute; a link of one connection, whose
   // messages go one after the other), 0 under processor sharing; a middle stage's links carry two
   // connections (activations on, gradients back), each FIFO, sharing the rate: half of what an
   // arrival finds is its own connection's (0.5 of it not waited for), half the other's (shared).
-  std::vector<double> residual_share(count, 0.5);
+  residual_share.assign(count, 0.5);
   const int last = static_cast<int>(nodes.size()) - 1;
   double delay = 0, rtt = 0, bottleneck = 0;
   visit_stations(nodes, cuts, [&](const Station& st) {
@@ -162,8 +173,8 @@ double CostModel::cluster_period(const std::vector<int>& nodes, const std::vecto
   // own service where the station is on its critical path. Tends to 1 / bottleneck when enough
   // micro-batches are in flight.
   const int64_t population = in_flight(static_cast<int>(nodes.size()));
-  std::vector<double> queue(demand.size(), 0.0);
-  std::vector<double> r(demand.size());
+  queue.assign(count, 0.0);
+  r.assign(count, 0.0);
   double x = 0;
   for (int64_t m = 1; m <= population; ++m) {
     double r_total = delay;
@@ -184,10 +195,18 @@ double CostModel::averaging_time(const std::vector<ClusterPlan>& clusters,
   if (c <= 1 || rings.empty()) return 0.0;
   if (allreduce_->topology == AllreduceTopology::kSingleRing) return single_ring_time(clusters);
   // Every round, each owner sends 1/C of its ring's chunk to the next owner, all rings at once:
-  // the averaging flows of the communication graph load every node's links.
-  const LinkLoad load = link_load(comm_graph(*this, clusters, rings), FlowKind::kAveraging);
-  const std::vector<double>& up = load.out;
-  const std::vector<double>& down = load.in;
+  // the averaging flows of the communication graph (comm_graph.h) load every node's links. They
+  // are summed here without building the graph (the planners ask this for every individual), in
+  // the order the flows arise, which is the order link_load() sums them in (a bidirectional
+  // graph's edges iterate in insertion order), so the figures are the same to the last bit.
+  std::vector<double> up(pool_.size(), 0.0), down(pool_.size(), 0.0);
+  for (const Ring& r : rings) {
+    const double piece = static_cast<double>(kFloatBytes * (r.end - r.begin)) / c;
+    for (int i = 0; i < c; ++i) {
+      up[static_cast<size_t>(r.owners[i])] += piece;
+      down[static_cast<size_t>(r.owners[(i + 1) % c])] += piece;
+    }
+  }
   double hop_latency = 0;
   for (const Ring& r : rings)
     for (int i = 0; i < c; ++i) hop_latency = std::max(hop_latency, path_latency(r.owners[i], r.owners[(i + 1) % c]));

@@ -15,11 +15,13 @@
 // and the latencies). Checked against the simulator in tests/test_planner_cost.cc.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "algo/registry.h"
+#include "core/model/cost_model.h"
 #include "core/model/model.h"
 #include "core/plan.h"
 #include "core/scenario/scenario.h"
@@ -42,6 +44,11 @@ struct PoolNode {
 class CostModel {
  public:
   CostModel(const Scenario& scenario, const ModelDesc& model);
+  // Not copyable (memory_last_ points into memory_); a move keeps the map's elements in place.
+  CostModel(const CostModel&) = delete;
+  CostModel& operator=(const CostModel&) = delete;
+  CostModel(CostModel&&) = default;
+  CostModel& operator=(CostModel&&) = default;
 
   int nodes() const { return static_cast<int>(pool_.size()); }
   int layers() const { return model_->layer_count(); }
@@ -127,8 +134,14 @@ class CostModel {
   };
   const Times& times(int node, int l, int r) const;
   mutable std::vector<std::vector<Times>> times_;  // [group][l * (layers + 1) + r]
-  // memory() by micro-batches in flight and layer range, computed on first use (-1: not yet).
+  // stage_work() by layer range (the same for every device), computed on first use: a pool of
+  // many distinct devices asks for one range once per device.
+  mutable std::vector<std::optional<StageWork>> work_;  // [l * (layers + 1) + r]
+  // memory() by micro-batches in flight and layer range, computed on first use (-1: not yet);
+  // the last table asked for is kept at hand (the partitioners ask one in_flight many times).
   mutable std::unordered_map<int64_t, std::vector<double>> memory_;
+  mutable int64_t memory_in_flight_ = -1;
+  mutable std::vector<double>* memory_last_ = nullptr;
 };
 
 // The rings of cross-cluster averaging: the flat parameter space cut at every cluster's stage

@@ -31,40 +31,57 @@ constexpr double kWorkPerNode = 2e7;
 struct Individual {
   std::vector<int> assign;  // per node: cluster label, or -1 (idle)
   double score = -1e300;
-  std::vector<Partition> clusters;  // decoded, in label order
+  std::vector<const Partition*> clusters;  // decoded, in label order (held by the Evaluator's cache)
   std::vector<int> labels;          // label of clusters[i]
+};
+
+// A hash of a list of ints: an assignment (for the set of distinct individuals), a cluster's
+// members (for the cache of pipelines).
+struct AssignHash {
+  size_t operator()(const std::vector<int>& a) const {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (int x : a) h = (h ^ static_cast<uint32_t>(x)) * 0x100000001b3ULL;
+    return static_cast<size_t>(h);
+  }
 };
 
 class Evaluator {
  public:
   Evaluator(const CostModel& cost, PipelineMemo& memo) : cost_(cost), memo_(memo) {}
 
+  // `members` in ascending order.
   const std::optional<Partition>& cluster(std::vector<int> members) {
-    std::sort(members.begin(), members.end());
     auto it = cache_.find(members);
     if (it != cache_.end()) return it->second;
     ++evaluations_;
-    return cache_.emplace(members, memo_.best(members)).first->second;
+    auto p = memo_.best(members);
+    return cache_.emplace(std::move(members), std::move(p)).first->second;
   }
 
   // Decodes and scores `ind` in place.
   void evaluate(Individual& ind) {
-    std::map<int, std::vector<int>> groups;
+    // Members by label, in label order (labels are normalised: 0..C-1, idle -1).
+    int labels = 0;
+    for (int x : ind.assign) labels = std::max(labels, x + 1);
+    std::vector<std::vector<int>> groups(static_cast<size_t>(labels));
     for (int n = 0; n < static_cast<int>(ind.assign.size()); ++n)
-      if (ind.assign[n] >= 0) groups[ind.assign[n]].push_back(n);
+      if (ind.assign[n] >= 0) groups[static_cast<size_t>(ind.assign[n])].push_back(n);
     ind.clusters.clear();
     ind.labels.clear();
-    int infeasible = 0;
-    for (auto& [label, members] : groups) {
-      const auto& p = cluster(members);
+    int infeasible = 0, nonempty = 0;
+    for (int label = 0; label < labels; ++label) {
+      std::vector<int>& members = groups[static_cast<size_t>(label)];
+      if (members.empty()) continue;
+      ++nonempty;
+      const auto& p = cluster(std::move(members));
       if (!p) {
         ++infeasible;
         continue;
       }
-      ind.clusters.push_back(*p);
+      ind.clusters.push_back(&*p);
       ind.labels.push_back(label);
     }
-    if (groups.empty()) ind.score = -1e300;
+    if (nonempty == 0) ind.score = -1e300;
     else if (infeasible > 0) ind.score = -static_cast<double>(infeasible);
     else ind.score = score_clusters(cost_, ind.clusters);
   }
@@ -74,7 +91,8 @@ class Evaluator {
  private:
   const CostModel& cost_;
   PipelineMemo& memo_;
-  std::map<std::vector<int>, std::optional<Partition>> cache_;
+  // Pipelines by their members; elements stay in place as it grows (Individual holds pointers).
+  std::unordered_map<std::vector<int>, std::optional<Partition>, AssignHash> cache_;
   int64_t evaluations_ = 0;
 };
 
@@ -88,15 +106,6 @@ void normalise(std::vector<int>& a) {
     x = it->second;
   }
 }
-
-// A hash of an assignment, for the set of distinct individuals.
-struct AssignHash {
-  size_t operator()(const std::vector<int>& a) const {
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (int x : a) h = (h ^ static_cast<uint32_t>(x)) * 0x100000001b3ULL;
-    return static_cast<size_t>(h);
-  }
-};
 
 class Search {
  public:
@@ -221,8 +230,8 @@ class Search {
     if (ind.clusters.empty()) return {-1, -1};
     size_t lo = 0, hi = 0;
     for (size_t i = 1; i < ind.clusters.size(); ++i) {
-      if (ind.clusters[i].period > ind.clusters[lo].period) lo = i;
-      if (ind.clusters[i].period < ind.clusters[hi].period) hi = i;
+      if (ind.clusters[i]->period > ind.clusters[lo]->period) lo = i;
+      if (ind.clusters[i]->period < ind.clusters[hi]->period) hi = i;
     }
     return {ind.labels[lo], ind.labels[hi]};
   }
@@ -284,8 +293,9 @@ class Search {
         a = before;  // keep the number of clusters the scenario fixes
         continue;
       }
-      // Refresh the decoded clusters for the next targeted mutation.
-      eval_.evaluate(ind);
+      // Refresh the decoded clusters for the next targeted mutation (after the last one, the
+      // caller evaluates the child).
+      if (t + 1 < times) eval_.evaluate(ind);
     }
   }
 
@@ -338,7 +348,9 @@ Plan plan_ga(const Scenario& scenario, const ModelDesc& model) {
   if (best.score <= 0)
     throw PlanRefused(scenario.source, "devices",
                         "ga: found no assignment in which every cluster can hold the model" + stashing_hint(cost));
-  Plan plan = assemble_plan("ga", cost, best.clusters);
+  std::vector<Partition> clusters;
+  for (const Partition* p : best.clusters) clusters.push_back(*p);
+  Plan plan = assemble_plan("ga", cost, clusters);
   budget.record(plan);
   return plan;
 }

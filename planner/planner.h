@@ -59,6 +59,8 @@ Plan assemble_plan(const std::string& method, const CostModel& cost,
 
 // Predicted samples per second of these pipelines as clusters (rings and averaging included).
 double score_clusters(const CostModel& cost, const std::vector<Partition>& clusters);
+// The same, of pipelines held elsewhere (a search's cache).
+double score_clusters(const CostModel& cost, const std::vector<const Partition*>& clusters);
 
 // Numbers of clusters worth trying for a pool of `nodes` when the scenario says "auto" (or the
 // one it fixes): 1, 2, 3, 4, 6, 8, 12, ... up to `most`.

@@ -25,7 +25,17 @@ std::string random_bytes(size_t n) {
   return out;
 }
 
-std::string new_secret() { return random_bytes(32); }
+std::string new_secret() {
+  // Text (hex), so that the file that carries it reads the same with or without a final newline.
+  static const char* kHex = "0123456789abcdef";
+  const std::string raw = random_bytes(32);
+  std::string out;
+  for (const char c : raw) {
+    out += kHex[(static_cast<unsigned char>(c) >> 4) & 0xF];
+    out += kHex[static_cast<unsigned char>(c) & 0xF];
+  }
+  return out;
+}
 
 void write_secret_file(const std::string& path, const std::string& secret) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -92,13 +102,17 @@ std::string secret_from_environment() {
     }
     ::close(fd);
     secret.resize(done);
+    // A final line ending (what echo or an editor leaves) is not part of the secret, so the file
+    // and RAVNEST_SECRET holding the same text agree.
+    if (!secret.empty() && secret.back() == '\n') secret.pop_back();
+    if (!secret.empty() && secret.back() == '\r') secret.pop_back();
     return checked(std::move(secret), what);
   }
   if (const char* v = std::getenv(kSecretEnv); v != nullptr && *v != '\0')
     return checked(v, kSecretEnv);
   throw InputError(std::string("no run secret: ranks started by hand authenticate each other with a secret that "
                                "every rank of the run shares; set ") +
-                   kSecretFileEnv + " to a file that only you can read (for example: head -c 32 /dev/urandom "
+                   kSecretFileEnv + " to a file that only you can read (for example: head -c 32 /dev/urandom | base64 "
                    "> secret; chmod 600 secret), or " + kSecretEnv + " to at least " +
                    std::to_string(kMinSecretBytes) + " characters");
 }

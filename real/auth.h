@@ -31,14 +31,15 @@ using Mac = std::array<uint8_t, kMacBytes>;
 
 // `n` bytes from OpenSSL's CSPRNG. Throws rv::Error if it has none to give.
 std::string random_bytes(size_t n);
-// A new run secret (32 random bytes).
+// A new run secret: 32 random bytes, as 64 hex digits.
 std::string new_secret();
 // Writes `secret` to a new file at `path` that only this user can read (mode 0600, O_EXCL:
 // never an existing file). Throws rv::Error.
 void write_secret_file(const std::string& path, const std::string& secret);
-// The secret of a run whose ranks were started by hand or by `ravnest real`: RAVNEST_SECRET_FILE,
-// else RAVNEST_SECRET. rv::InputError saying what to set, or what is wrong with it (too short,
-// too long, a file other users may read, a file that cannot be read).
+// The secret of a run whose ranks were started by hand or by `ravnest real`: RAVNEST_SECRET_FILE
+// (its bytes, less one final "\n" or "\r\n"), else RAVNEST_SECRET. rv::InputError saying what to
+// set, or what is wrong with it (too short, too long, a file other users may read, a file that
+// cannot be read).
 std::string secret_from_environment();
 
 // HMAC-SHA256 under `secret` of the parts, each preceded by its length (so that no two lists of

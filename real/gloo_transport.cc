@@ -14,6 +14,7 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -121,6 +122,10 @@ struct GlooTransport::Impl {
   c10::intrusive_ptr<AuthStore> store;
   std::string nonce;  // this rank's, in the store: peers prove the secret over it
   std::vector<std::string> nonces;  // every rank's (this one's included), read by authenticate()
+  // make_group() calls so far per member list: a later group of the same members gets a name of
+  // its own (its store keys and its members' proofs differ from the earlier one's, so neither
+  // collides with nor replays the other).
+  std::map<std::string, int> groups_made;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
   // Memory of received headers and payloads, reused (buffer_pool.h): at most this many bytes kept.
   BufferPool buffers{size_t{256} << 20};
@@ -902,6 +907,7 @@ c10::intrusive_ptr<c10d::ProcessGroupGloo> GlooTransport::make_group(const std::
     RV_CHECK(r >= 0 && r < s.opt.world_size, s.who() + ": make_group() with rank " + std::to_string(r));
     name += "-" + std::to_string(r);
   }
+  if (const int earlier = s.groups_made[name]++; earlier > 0) name += "#" + std::to_string(earlier + 1);
   try {
     auto go = c10d::ProcessGroupGloo::Options::create(to_ms(s.opt.timeout));
     go->devices.push_back(make_device(s.opt.master_addr));

@@ -145,7 +145,9 @@ class GlooTransport : public Transport {
   c10d::ProcessGroupGloo& group();
   // A new process group of `ranks` (ascending, this rank among them) over the same rendezvous
   // store, for collectives within a subset. Blocks until every member has made it (rv::PeerError
-  // after the timeout). The group may outlive neither close() nor this transport.
+  // after the timeout). The group may outlive neither close() nor this transport. Members make
+  // the groups of one member list in the same order: the k-th of them is a group of its own
+  // (its own store keys and proofs) on every member.
   c10::intrusive_ptr<c10d::ProcessGroupGloo> make_group(const std::vector<int>& ranks);
 
  private:

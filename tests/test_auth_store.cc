@@ -70,6 +70,9 @@ TEST_CASE("auth: MACs depend on every part and on the secret, secrets come from 
   CHECK(rv::auth::same_mac(m, std::string_view(reinterpret_cast<const char*>(m.data()), m.size())));
   CHECK_FALSE(rv::auth::same_mac(m, "short"));
   CHECK(rv::auth::new_secret() != rv::auth::new_secret());
+  const std::string fresh = rv::auth::new_secret();
+  CHECK(fresh.size() == 64);
+  CHECK(fresh.find_first_not_of("0123456789abcdef") == std::string::npos);
 
   const fs::path dir = fs::temp_directory_path() / ("rv-auth-test-" + std::to_string(getpid()));
   fs::remove_all(dir);
@@ -97,6 +100,11 @@ TEST_CASE("auth: MACs depend on every part and on the secret, secrets come from 
   } catch (const rv::InputError& e) {
     CHECK(contains(e.what(), "other users may read it (mode 0644)"));
   }
+  // A final newline (echo, an editor) is not part of the secret: the file agrees with RAVNEST_SECRET.
+  const std::string lined = (dir / "secret-with-newline").string();
+  rv::auth::write_secret_file(lined, kSecret + "\n");
+  ::setenv(rv::auth::kSecretFileEnv, lined.c_str(), 1);
+  CHECK(rv::auth::secret_from_environment() == kSecret);
   ::unsetenv(rv::auth::kSecretFileEnv);
   ::setenv(rv::auth::kSecretEnv, "too short", 1);
   CHECK_THROWS_AS(rv::auth::secret_from_environment(), rv::InputError);

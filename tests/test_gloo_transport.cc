@@ -503,6 +503,32 @@ TEST_CASE("c10d all-reduce sums within the float error bound of any summation or
   }
 }
 
+TEST_CASE("gloo transport: a second group of the same members is a group of its own", "[gloo][auth]") {
+  // Each make_group() of one member list gets its own store keys and proofs: the second neither
+  // collides with the first's rendezvous nor accepts the first's proofs, and both work.
+  constexpr int kWorld = 3;
+  const auto status = run_ranks(kWorld, 60, [&](int rank, int port) -> int {
+    GlooTransport t(options(rank, kWorld, port, 20));
+    if (rank == 2) {  // not a member: makes nothing, and the members do not wait for it
+      t.close();
+      return 0;
+    }
+    auto first = t.make_group({0, 1});
+    auto second = t.make_group({0, 1});
+    for (auto* g : {first.get(), second.get()}) {
+      std::vector<at::Tensor> x = {at::full({4}, static_cast<float>(rank + 1), at::kFloat)};
+      g->allreduce(x)->wait();
+      EXPECT_OR_EXIT(x[0].eq(3.0f).all().item<bool>());
+    }
+    t.close();
+    return 0;
+  });
+  for (int r = 0; r < kWorld; ++r) {
+    INFO("rank " << r);
+    CHECK(status[r] == 0);
+  }
+}
+
 TEST_CASE("gloo transport: a stopped peer is reported within the timeout, named, even by a long wait",
           "[gloo]") {
   // Rank 2 stops after 3 s (SIGSTOP: its connections stay open, so no socket error tells the
