@@ -296,16 +296,25 @@ int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid, cons
   return failed == 0 ? 0 : 1;
 }
 
-int cmd_report(const std::vector<std::string>& runs, const std::string& out, const std::string& title,
-               const std::vector<std::string>& options) {
-  fs::path script = fs::path(RV_SOURCE_DIR) / "analysis" / "report.py";
-  if (!fs::exists(script)) throw Error(script.string() + ": report script not found");
-  std::vector<std::string> args = {"/usr/bin/python3", script.string()};
-  for (const auto& r : runs) args.push_back(r);
-  if (!out.empty()) args.insert(args.end(), {"--out", out});
-  if (!title.empty()) args.insert(args.end(), {"--title", title});
-  args.insert(args.end(), options.begin(), options.end());
-  const int rc = run_child(args);
+std::string report_script(const std::string& self_exe) {
+  const fs::path bin = fs::path(self_exe).parent_path();
+  std::string looked;
+  for (const fs::path& p : {bin / ".." / "share" / "ravnest" / "report.py", bin / ".." / "analysis" / "report.py"}) {
+    std::error_code ec;
+    if (fs::is_regular_file(p, ec)) return p.lexically_normal().string();
+    looked += (looked.empty() ? "" : ", ") + p.lexically_normal().string();
+  }
+  throw Error("report: the report script is in none of the places beside this binary (" + looked +
+              "): install it with cmake --install, or run the ravnest of a build folder inside the source tree");
+}
+
+int cmd_report(const std::vector<std::string>& args) {
+  std::string self = "/proc/self/exe";
+  std::error_code ec;
+  if (const fs::path p = fs::read_symlink(self, ec); !ec) self = p.string();
+  std::vector<std::string> argv = {"/usr/bin/python3", report_script(self)};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const int rc = run_child(argv);
   if (rc == 127) throw Error("report: cannot run /usr/bin/python3");
   if (rc >= 128) throw Error("report: the report script was killed");
   return rc;

@@ -48,8 +48,13 @@ int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid, cons
 // validate.md (core/output/validation.h) into one folder. dilation 0: chosen by measurement.
 int cmd_validate(const CommonOptions& o, const std::string& self_exe, const std::string& run_path, double dilation,
                  double headroom);
-// analysis/report.py on the runs; `options` are passed on to the script as they are.
-int cmd_report(const std::vector<std::string>& runs, const std::string& out, const std::string& title,
-               const std::vector<std::string>& options = {});
+// The report script (analysis/report.py) with `args` as they are: `ravnest report ARGS...` hands
+// the script every argument, so each of its options (and --help) is the command's. The script is
+// looked for beside the binary that runs: <bin>/../share/ravnest/report.py (an installed tree,
+// cmake --install), then <bin>/../analysis/report.py (the build folder inside the source tree).
+int cmd_report(const std::vector<std::string>& args);
+// Where cmd_report finds the script, for `self_exe` (this binary's path); rv::Error naming the
+// places it looked if none holds it.
+std::string report_script(const std::string& self_exe);
 
 }  // namespace rv

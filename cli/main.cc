@@ -117,12 +117,12 @@ int main(int argc, char** argv) {
                        "(default 1.5; a run that shows it too little is made again at what it measured)")
       ->check(CLI::Range(1e-6, 100.0));
 
-  std::vector<std::string> report_runs;
-  std::string report_out, report_title;
-  auto* report = app.add_subcommand("report", "plot one or more run folders (matplotlib)");
-  report->add_option("runs", report_runs, "run folders")->required();
-  report->add_option("--out", report_out, "output folder for the plots");
-  report->add_option("--title", report_title, "title for the plots");
+  // Every argument after `report` goes to the report script as it is (its options are the
+  // command's; `ravnest report --help` prints them).
+  auto* report = app.add_subcommand("report", "plot one or more run folders (matplotlib): RUN... [options]; "
+                                              "ravnest report --help lists the options");
+  report->prefix_command();
+  report->set_help_flag();
 
   std::vector<std::string> theory_runs;
   std::string theory_out;
@@ -176,7 +176,7 @@ int main(int argc, char** argv) {
     if (*sim) return rv::cmd_sim(sim_o, sim_executor, sim_run_path);
     if (*real) return rv::cmd_real(real_o, self_exe(argv[0]), real_run_path);
     if (*validate) return rv::cmd_validate(validate_o, self_exe(argv[0]), validate_run_path, validate_dilation, validate_headroom);
-    if (*report) return rv::cmd_report(report_runs, report_out, report_title);
+    if (*report) return rv::cmd_report(report->remaining());
     if (*keys) return rv::run_keys_command(keys_markdown);
     if (*theory) return rv::cmd_theory(theory_runs, theory_out, !theory_no_plot);
     if (*calibrate) return rv::run_calibrate_command(cal);

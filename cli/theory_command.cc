@@ -22,7 +22,10 @@ int cmd_theory(const std::vector<std::string>& runs, const std::string& out, boo
     std::cout << m.run << ": " << theory_line(m) << "\n";
   }
   if (!plot) return 0;
-  return cmd_report(runs, out, "", {"--theory"});
+  std::vector<std::string> args = runs;
+  if (!out.empty()) args.insert(args.end(), {"--out", out});
+  args.push_back("--theory");
+  return cmd_report(args);
 }
 
 }  // namespace rv

@@ -42,7 +42,8 @@ std::string slurp(const fs::path& p) {
 
 // Starts build/ravnest with `args` in `cwd` without waiting (TMPDIR set to `tmpdir` unless
 // empty); stdout and stderr go to cwd/.stdout and cwd/.stderr.
-pid_t start_ravnest(const std::vector<std::string>& args, const fs::path& cwd, const fs::path& tmpdir = {}) {
+pid_t start_ravnest(const std::vector<std::string>& args, const fs::path& cwd, const fs::path& tmpdir = {},
+                    const std::string& exe = std::string(RV_BINARY_DIR) + "/ravnest") {
   fs::path out = cwd / ".stdout", err = cwd / ".stderr";
   const pid_t pid = fork();
   if (pid == 0) {
@@ -52,7 +53,7 @@ pid_t start_ravnest(const std::vector<std::string>& args, const fs::path& cwd, c
     FILE* e = freopen(err.c_str(), "w", stderr);
     (void)o;
     (void)e;
-    std::vector<std::string> a = {std::string(RV_BINARY_DIR) + "/ravnest"};
+    std::vector<std::string> a = {exe};
     a.insert(a.end(), args.begin(), args.end());
     std::vector<char*> argv;
     for (auto& s : a) argv.push_back(s.data());
@@ -455,6 +456,34 @@ TEST_CASE("sweep runs every combination, and checks every value before running a
   CHECK(bad.status == 2);
   CHECK(bad.err.find("training.steps") != std::string::npos);
   CHECK_FALSE(fs::exists(d / "bad"));
+  fs::remove_all(d);
+}
+
+TEST_CASE("report: every option is the script's, and the script is found beside the binary", "[cli][report]") {
+  const fs::path d = workdir("report_where");
+  // The script's own help, through the command.
+  Result help = ravnest({"report", "--help"}, d);
+  CHECK(help.status == 0);
+  CHECK(help.out.find("--out") != std::string::npos);
+  CHECK(help.out.find("--title") != std::string::npos);
+  // A bad option is the script's to refuse (exit 2, argparse's message).
+  Result bad = ravnest({"report", "nowhere", "--no-such-option"}, d);
+  CHECK(bad.status == 2);
+  CHECK(bad.err.find("--no-such-option") != std::string::npos);
+  // An installed tree (cmake --install's layout): bin/ravnest finds share/ravnest/report.py.
+  fs::create_directories(d / "prefix" / "bin");
+  fs::create_directories(d / "prefix" / "share" / "ravnest");
+  fs::copy_file(fs::path(RV_BINARY_DIR) / "ravnest", d / "prefix" / "bin" / "ravnest");
+  fs::copy_file(fs::path(RV_SOURCE_DIR) / "analysis" / "report.py", d / "prefix" / "share" / "ravnest" / "report.py");
+  Result installed = finish_ravnest(start_ravnest({"report", "--help"}, d, {}, (d / "prefix" / "bin" / "ravnest").string()), d);
+  CHECK(installed.status == 0);
+  CHECK(installed.out.find("--title") != std::string::npos);
+  // Without the script beside it: a clear error naming where it looked, not a compiled-in path.
+  fs::remove(d / "prefix" / "share" / "ravnest" / "report.py");
+  Result missing = finish_ravnest(start_ravnest({"report", "--help"}, d, {}, (d / "prefix" / "bin" / "ravnest").string()), d);
+  CHECK(missing.status == 1);
+  CHECK(missing.err.find("share/ravnest/report.py") != std::string::npos);
+  CHECK(missing.err.find(RV_SOURCE_DIR) == std::string::npos);
   fs::remove_all(d);
 }
 
