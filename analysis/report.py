@@ -2,32 +2,56 @@
 """Plots and a Markdown summary from one or more run folders.
 
 Usage:
-    /usr/bin/python3 analysis/report.py RUN [RUN ...] [--out DIR] [--title TEXT]
+    /usr/bin/python3 analysis/report.py RUN [RUN ...] [--out DIR] [--title TEXT] [--log]
 
 A run folder is what `ravnest sim` / `ravnest real` writes: metrics.csv (required),
-summary.json, eval.csv, scenario.toml and run.json (optional; missing values are derived
-from metrics.csv or shown as "-"). The report never asks which executor produced a run.
-A folder holding only refused.json is a sweep point the planner refused (e.g. sync-dp on
-nodes that cannot hold the model): report.md lists it with the planner's reason. A folder of
-`ravnest validate` (validate.json, sim/, real/) stands for its two runs, drawn on the same axes,
-and report.md opens with the validation's verdict and figures.
+summary.json, plan.json, eval.csv, scenario.toml and run.json (optional; missing values are
+derived from metrics.csv or shown as "-"). A folder holding only refused.json is a sweep point
+the planner refused (e.g. sync-dp on nodes that cannot hold the model): report.md lists it with
+the planner's reason. A folder of `ravnest validate` (validate.json, sim/, real/) stands for its
+two runs, drawn on the same axes, and report.md opens with the validation's verdict and figures.
 
-Outputs, in --out (default: RUN/report for one run, ./report for several):
+Outputs, in --out (default: RUN/report for one run, ./report for several). Every figure X.png
+comes with X.json beside it: the series it plotted, in the units of its axes.
     loss_vs_time.png, loss_vs_samples.png       training loss (moving average; raw faint)
     accuracy_vs_time.png, accuracy_vs_samples.png  test accuracy from eval.csv
-    timeline_<label>.png                        per-node compute timeline (first window)
-    utilisation.png                             per-node busy fraction, runs side by side
+    timeline_<label>.png                        per node (first window): a compute lane, an
+                                                uplink lane and a downlink lane (transfers)
+    utilisation.png                             per node: compute, uplink and downlink busy
+                                                fraction, one panel per run
+    stage_times.png                             per stage: the plan's predicted stage time beside
+                                                the measured compute time per micro-batch
     speedup.png, time_to_accuracy.png           against clusters, per algorithm (sweeps)
     theory.png                                  runs measured by `ravnest theory` (theory.csv):
                                                 the running average of the exact squared
                                                 gradient norm beside the convergence bound
-    report.md                                   one table row per run, refused points,
-                                                plus the figures
+    report.md                                   one table row per run (measured beside predicted
+                                                samples/s, modeled and measured memory), the
+                                                stage-time table, refused points, the figures
+
+Time axes say what the time is: "simulated time (s)" for runs of the simulator (run.json
+executor "sim"), "wall time (s)" for runs on real processes or threads ("real", "loopback"), and
+"time (s): simulated for sim runs, wall for real" on a figure that holds both.
+
+Transfers. metrics.csv records each message twice, as instants: `send` at the sender (node A,
+peer B, at start_s) and `recv` at the receiver (node B, peer A, at end_s). The k-th send from A to
+B (in time order, file order among equal times) is matched with the k-th recv at B from A: one
+connection per pair delivers in order. A message occupies A's uplink and B's downlink from its send
+instant to its receipt (latency and queueing included, so a link's "busy" is an upper bound on its
+transmit time). Sends without a matching recv (a run cut short) are left out and counted in the
+timeline's JSON. A link's busy fraction is the length of the union of its messages' intervals,
+clipped to [0, run time], over the run time; compute's is summary.json's busy_fraction (else the
+compute spans' time over the run time).
+
+Runs that differ only by seed (same scenario apart from `seed` and [output], same variant,
+executor and cluster count, different seeds) are one series: the mean, with a min-max band (loss
+and accuracy curves, speedup) or min-max error bars (utilisation). report.md keeps a row per run.
 
 "Training samples" on an x axis is the sum over clusters of the samples each cluster has
 processed so far. Runs without loss rows (timing-mode simulations) get no loss lines.
-Errors (missing folder or metrics.csv, bad CSV header, unparsable number) are printed as
-`report: error: ...` on stderr with exit status 2. The paths written are printed on stdout.
+Errors (missing folder or metrics.csv, bad CSV header, unparsable number, an --out that would
+overwrite a run's own theory.json) are printed as `report: error: ...` on stderr with exit
+status 2. The paths written are printed on stdout.
 """
 
 import argparse
@@ -38,11 +62,13 @@ import os
 import re
 import sys
 import tomllib
+import warnings
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.patches  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -52,8 +78,12 @@ THEORY_HEADER = ["k", "grad_norm2", "running_mean", "bound"]
 EVAL_HEADER = ["time_s", "node", "cluster", "step", "train_samples", "test_loss", "test_accuracy"]
 SPAN_COLOURS = {"wait": "#e8e8e8", "forward": "tab:blue", "backward": "tab:orange",
                 "update": "tab:green", "eval forward": "tab:grey", "average": "tab:purple"}
-MAX_TIMELINE_ROWS = 32    # more nodes than this are cut from the timeline (noted in the title)
+COMPUTE_KINDS = ("forward", "backward", "update", "average")
+LANE_COLOURS = {"uplink": "tab:red", "downlink": "tab:cyan"}
+MAX_TIMELINE_ROWS = 24    # more nodes than this are cut from the timeline (noted in the title)
 TIMELINE_MICRO_BATCHES = 40
+WALL_EXECUTORS = ("real", "loopback")   # executors whose time is the wall clock's
+RUN_FILES = ("theory.json", "summary.json", "plan.json", "run.json")  # a figure's JSON never overwrites these
 
 
 class ReportError(Exception):
@@ -144,9 +174,14 @@ class Run:
         clusters = s.get("clusters")
         self.label = (f"{self.scenario} {self.variant}"
                       f"{f', {clusters} clusters' if clusters and int(clusters) > 1 else ''} ({self.executor})")
+        self.base_label = self.label   # before disambiguate() appends the folder
+        self.scenario_dict = scenario
+        self.seed = scenario.get("seed")
+        self._transfers = None
         self.time_s = s.get("time_s") or self.span_end()
         # The planner's one line on its plan (plan.json "reason"; older run folders have none).
-        self.plan_reason = read_json(os.path.join(folder, "plan.json")).get("reason") or ""
+        self.plan = read_json(os.path.join(folder, "plan.json"))
+        self.plan_reason = self.plan.get("reason") or ""
         # `ravnest theory`'s measurement against the convergence bound, where it was made.
         self.theory = read_json(os.path.join(folder, "theory.json"))
         theory_csv = os.path.join(folder, "theory.csv")
@@ -215,6 +250,193 @@ class Run:
                     busy[int(n)] = busy.get(int(n), 0.0) + (b - a)
         return {n: (v / self.time_s if self.time_s else 0.0) for n, v in sorted(busy.items())}
 
+    def transfers(self):
+        """Matched messages: (sender, receiver, send_s, receipt_s, bytes) tuples, and the number
+        of sends without a matching recv. The k-th send from A to B (time order) is the k-th recv
+        at B from A (see the module docstring); a receipt before its send (never expected) is
+        drawn as an instant."""
+        if self._transfers is not None:
+            return self._transfers
+        def by_pair(d, time_col, swap):
+            pairs = {}
+            for n, p, t, b in zip(d["node"], d["peer"], d[time_col], d["bytes"]):
+                if math.isfinite(n) and math.isfinite(p) and p >= 0 and math.isfinite(t):
+                    key = (int(p), int(n)) if swap else (int(n), int(p))
+                    pairs.setdefault(key, []).append((t, b if math.isfinite(b) else 0.0))
+            for v in pairs.values():
+                v.sort(key=lambda x: x[0])   # stable: file order among equal times
+            return pairs
+        sends = by_pair(self.kind("send"), "start_s", False)
+        recvs = by_pair(self.kind("recv"), "end_s", True)
+        out, unmatched = [], 0
+        for (a, b), ss in sorted(sends.items()):
+            rs = recvs.get((a, b), [])
+            unmatched += max(0, len(ss) - len(rs))
+            for (t0, nbytes), (t1, _) in zip(ss, rs):
+                out.append((a, b, t0, max(t0, t1), nbytes))
+        self._transfers = (out, unmatched)
+        return self._transfers
+
+    def link_busy_fractions(self):
+        """{node: (uplink, downlink) busy fraction}: the union of the node's messages' send-to-
+        receipt intervals (sent for the uplink, received for the downlink), clipped to [0, run
+        time], over the run time. Nodes without messages get 0."""
+        total = self.time_s or self.span_end()
+        up, down = {}, {}
+        for a, b, t0, t1, _ in self.transfers()[0]:
+            up.setdefault(a, []).append((t0, t1))
+            down.setdefault(b, []).append((t0, t1))
+        def frac(spans):
+            return union_length(spans, 0.0, total) / total if total > 0 else 0.0
+        return {n: (frac(up.get(n, [])), frac(down.get(n, [])))
+                for n in sorted(set(self.nodes()) | set(up) | set(down))}
+
+    def active_nodes(self):
+        """Nodes with any compute span or message; the others (left idle by the plan) are not
+        drawn on timelines or utilisation charts."""
+        active = set()
+        for k in COMPUTE_KINDS + ("send", "recv"):
+            active |= {int(n) for n in self.kind(k)["node"] if math.isfinite(n)}
+        return active
+
+    def used_nodes(self):
+        """Number of nodes the run computes on: plan.json's stages, else nodes with compute spans."""
+        clusters = self.plan.get("clusters") or []
+        if clusters:
+            return sum(len(c.get("stages") or []) for c in clusters)
+        return len({int(n) for k in COMPUTE_KINDS for n in self.kind(k)["node"] if math.isfinite(n)})
+
+    def peak_memory(self, measured):
+        """{node: peak bytes}, modeled (summary peak_memory_bytes, else `memory` rows) or measured
+        (summary measured_peak_memory_bytes, else `measured_memory` rows); nodes the plan leaves
+        idle and zeros (a simulation measures nothing) are left out."""
+        key = "measured_peak_memory_bytes" if measured else "peak_memory_bytes"
+        peaks = {int(p["node"]): p.get(key) for p in self.summary.get("per_node", [])
+                 if p.get("node") is not None and (p.get("stage") is None or p.get("stage") >= 0)}
+        peaks = {n: float(v) for n, v in peaks.items() if v}
+        if not peaks:
+            d = self.kind("measured_memory" if measured else "memory")
+            for n, b in zip(d["node"], d["bytes"]):
+                if math.isfinite(n) and math.isfinite(b) and b > 0:
+                    peaks[int(n)] = max(peaks.get(int(n), 0.0), float(b))
+        return peaks
+
+    def stage_times(self):
+        """Per stage of plan.json: the plan's predicted stage time (s per micro-batch; the planner's
+        max(compute, uplink, downlink) of the stage, planner/cost.cc stage_time) beside the
+        measured compute time per micro-batch: the median over training micro-batches (micro_batch
+        >= 0) of that micro-batch's forward + backward span time on the stage's node, and the
+        node's update time per micro-batch (total update time / micro-batches). [] without a plan."""
+        rows = []
+        fwd, bwd, upd = self.kind("forward"), self.kind("backward"), self.kind("update")
+        for ci, c in enumerate(self.plan.get("clusters") or []):
+            for si, st in enumerate(c.get("stages") or []):
+                node = st.get("node")
+                per_mb = {}
+                for d, name in ((fwd, "f"), (bwd, "b")):
+                    sel = (d["node"] == node) & (d["micro_batch"] >= 0) & np.isfinite(d["end_s"])
+                    for mb, a, b in zip(d["micro_batch"][sel], d["start_s"][sel], d["end_s"][sel]):
+                        e = per_mb.setdefault(mb, {})
+                        e[name] = e.get(name, 0.0) + (b - a)
+                both = [e["f"] + e["b"] for e in per_mb.values() if "f" in e and "b" in e]
+                sel = (upd["node"] == node) & np.isfinite(upd["end_s"])
+                update = float(np.sum(upd["end_s"][sel] - upd["start_s"][sel]))
+                rows.append({"cluster": ci, "stage": si, "node": node,
+                             "predicted_s": st.get("predicted_time_s"),
+                             "predicted_compute_s": st.get("predicted_compute_s"),
+                             "measured_compute_s": float(np.median(both)) if both else None,
+                             "measured_update_s": update / len(both) if both else None,
+                             "micro_batches": len(both)})
+        return rows
+
+
+def union_length(spans, lo, hi):
+    """Length of the union of (start, end) intervals, clipped to [lo, hi]."""
+    total, cur_a, cur_b = 0.0, None, None
+    for a, b in sorted((max(a, lo), min(b, hi)) for a, b in spans):
+        if b <= a:
+            continue
+        if cur_b is None or a > cur_b:
+            total += (cur_b - cur_a) if cur_b is not None else 0.0
+            cur_a, cur_b = a, b
+        else:
+            cur_b = max(cur_b, b)
+    return total + ((cur_b - cur_a) if cur_b is not None else 0.0)
+
+
+def time_kind(executor):
+    """"simulated" for the simulator's runs, "wall" for real processes or threads, else None."""
+    return "simulated" if executor == "sim" else "wall" if executor in WALL_EXECUTORS else None
+
+
+def time_label(runs):
+    """The time axis' label for a figure of these runs (see the module docstring)."""
+    kinds = {time_kind(r.executor) for r in runs}
+    if kinds == {"simulated"}:
+        return "simulated time (s)"
+    if kinds == {"wall"}:
+        return "wall time (s)"
+    if None not in kinds:
+        return "time (s): simulated for sim runs, wall for real"
+    if kinds == {None}:
+        return "time (s): executor unknown (no run.json)"
+    return "time (s): simulated for sim runs, wall for real, unknown for the others"
+
+
+def seed_groups(runs):
+    """Runs that differ only by seed, as lists (first appearance order). Two runs are of one group
+    when their scenario.toml is the same but for `seed` and [output], and their variant, executor
+    and cluster count agree; a group never holds two runs of the same seed (a repeat is its own
+    series). Runs without scenario.toml are groups of one."""
+    groups = []
+    for r in runs:
+        if not r.scenario_dict or r.seed is None:
+            groups.append((None, [r]))
+            continue
+        rest = {k: v for k, v in r.scenario_dict.items() if k not in ("seed", "output")}
+        key = (r.scenario, r.variant, r.executor, r.summary.get("clusters"),
+               json.dumps(rest, sort_keys=True, default=str))
+        for k, g in groups:
+            if k == key and all(o.seed != r.seed for o in g):
+                g.append(r)
+                break
+        else:
+            groups.append((key, [r]))
+    return [g for _, g in groups]
+
+
+def group_label(group, spread="min-max band"):
+    if len(group) == 1:
+        return group[0].label
+    return (f"{group[0].base_label}, mean of {len(group)} seeds "
+            f"({', '.join(str(r.seed) for r in group)}), {spread}")
+
+
+def to_jsonable(v):
+    """numpy arrays and scalars to lists and floats; NaN and infinities to null."""
+    if isinstance(v, dict):
+        return {str(k): to_jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple, np.ndarray)):
+        return [to_jsonable(x) for x in v]
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        return float(v) if math.isfinite(v) else None
+    return v
+
+
+def save_json(png_path, data, written, runs=()):
+    """X.json beside X.png. Refuses to overwrite a run's own file (an --out that is a run folder)."""
+    path = os.path.splitext(png_path)[0] + ".json"
+    for r in runs:
+        if (os.path.basename(path) in RUN_FILES and os.path.exists(path)
+                and os.path.samefile(os.path.dirname(path), r.folder)):
+            raise ReportError(f"--out {os.path.dirname(path)} is the run folder itself: writing "
+                              f"{os.path.basename(path)} would overwrite the run's own; choose another folder")
+    with open(path, "w") as f:
+        json.dump(to_jsonable(data), f, indent=1)
+    written.append(path)
+
 
 def cumulative_samples(clusters, samples):
     """Sum over clusters of each cluster's latest `samples` value, row by row."""
@@ -238,6 +460,11 @@ def safe_name(text):
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "run"
 
 
+def ms(seconds):
+    """Seconds to milliseconds; None stays None."""
+    return None if seconds is None else 1e3 * seconds
+
+
 def fmt(v, spec):
     return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, spec)
 
@@ -249,37 +476,76 @@ def save(fig, path, written):
     written.append(path)
 
 
-def plot_curves(runs, title, out, written):
-    """Loss and accuracy against time and against samples, all runs on one axis per plot."""
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    loss = {r.label: r.loss_curve() for r in runs}
-    acc = {r.label: r.accuracy_curve() for r in runs}
-    for r in runs:
-        if len(loss[r.label][2]) == 0:
-            print(f"report: note: {r.folder} has no training-loss rows; no loss lines for it")
-    for x_index, x_name, x_label in ((0, "time", "time (s)"), (1, "samples", "training samples")):
-        fig, ax = plt.subplots(figsize=(8, 4.8))
-        for i, r in enumerate(runs):
-            x, y = loss[r.label][x_index], loss[r.label][2]
-            ok = np.isfinite(x)
-            x, y = x[ok], y[ok]
-            if len(y) == 0:
-                continue
-            c = colours[i % len(colours)]
-            ax.plot(x, y, color=c, alpha=0.2, linewidth=0.8)
-            ax.plot(x, moving_average(y, max(1, min(100, len(y) // 20))), color=c, label=r.label)
-        finish(ax, f"{title}: training loss vs {x_name}", x_label, "training loss")
-        save(fig, os.path.join(out, f"loss_vs_{x_name}.png"), written)
+def mean_band(curves, points=300):
+    """Mean and min-max of several (x, y) curves on a common grid: over the x range all curves
+    cover (else the range any covers, each point averaging the curves that reach it)."""
+    curves = [(x, y) for x, y in curves if len(x)]
+    if not curves:
+        return np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0)
+    lo, hi = max(x[0] for x, _ in curves), min(x[-1] for x, _ in curves)
+    if not hi > lo:
+        lo, hi = min(x[0] for x, _ in curves), max(x[-1] for x, _ in curves)
+    grid = np.linspace(lo, hi, points) if hi > lo else np.array([lo])
+    ys = np.array([np.where((grid >= x[0]) & (grid <= x[-1]), np.interp(grid, x, y), np.nan)
+                   for x, y in curves])
+    with warnings.catch_warnings():   # a grid point no curve reaches stays NaN, quietly
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return grid, np.nanmean(ys, axis=0), np.nanmin(ys, axis=0), np.nanmax(ys, axis=0)
 
-        fig, ax = plt.subplots(figsize=(8, 4.8))
-        for i, r in enumerate(runs):
-            x, y = acc[r.label][x_index], acc[r.label][2]
-            ok = np.isfinite(x)
-            if ok.any():
-                ax.plot(x[ok], y[ok], marker="o", markersize=4, color=colours[i % len(colours)],
-                        label=r.label)
-        finish(ax, f"{title}: test accuracy vs {x_name}", x_label, "test accuracy")
-        save(fig, os.path.join(out, f"accuracy_vs_{x_name}.png"), written)
+
+def plot_curves(runs, title, out, written):
+    """Loss and accuracy against time and against samples, all runs on one axis per plot; runs
+    that differ only by seed are one mean line with a min-max band (module docstring)."""
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    groups = seed_groups(runs)
+    loss = {r.folder: r.loss_curve() for r in runs}
+    acc = {r.folder: r.accuracy_curve() for r in runs}
+    for r in runs:
+        if len(loss[r.folder][2]) == 0:
+            print(f"report: note: {r.folder} has no training-loss rows; no loss lines for it")
+    for x_index, x_name, x_label in ((0, "time", time_label(runs)), (1, "samples", "training samples")):
+        for metric, curves, y_label in (("loss", loss, "training loss"), ("accuracy", acc, "test accuracy")):
+            fig, ax = plt.subplots(figsize=(8, 4.8))
+            series = []
+            for i, g in enumerate(groups):
+                c = colours[i % len(colours)]
+                per_run = []
+                for r in g:
+                    x, y = curves[r.folder][x_index], curves[r.folder][2]
+                    ok = np.isfinite(x)
+                    x, y = x[ok], y[ok]
+                    if len(y) == 0:
+                        continue
+                    order = np.argsort(x, kind="stable")
+                    x, y = x[order], y[order]
+                    shown = (moving_average(y, max(1, min(100, len(y) // 20))) if metric == "loss" else y)
+                    per_run.append((x, y, shown))
+                if not per_run:
+                    continue
+                entry = {"label": group_label(g), "runs": [r.folder for r in g],
+                         "seeds": [r.seed for r in g]}
+                if len(per_run) == 1:
+                    x, y, shown = per_run[0]
+                    if metric == "loss":
+                        ax.plot(x, y, color=c, alpha=0.2, linewidth=0.8)
+                        ax.plot(x, shown, color=c, label=entry["label"])
+                        entry.update(x=x, y=shown, y_raw=y)
+                    else:
+                        ax.plot(x, y, marker="o", markersize=4, color=c, label=entry["label"])
+                        entry.update(x=x, y=y)
+                else:
+                    gx, mean, lo, hi = mean_band([(x, shown) for x, _, shown in per_run])
+                    ax.fill_between(gx, lo, hi, color=c, alpha=0.2, linewidth=0)
+                    ax.plot(gx, mean, color=c, label=entry["label"])
+                    entry.update(x=gx, y=mean, band_min=lo, band_max=hi)
+                series.append(entry)
+            smoothing = " (moving average; raw faint)" if metric == "loss" else ""
+            name = f"{'loss' if metric == 'loss' else 'accuracy'}_vs_{x_name}"
+            finish(ax, f"{title}: {y_label} vs {x_name}{smoothing}", x_label, y_label)
+            path = os.path.join(out, f"{name}.png")
+            save(fig, path, written)
+            save_json(path, {"title": f"{title}: {y_label} vs {x_name}", "x_label": x_label,
+                             "y_label": y_label, "series": series}, written, runs)
 
 
 def plot_theory(runs, title, out, written):
@@ -290,8 +556,13 @@ def plot_theory(runs, title, out, written):
     if not measured:
         return
     fig, ax = plt.subplots(figsize=(8, 5))
+    series = []
     for i, r in enumerate(measured):
         c = r.theory_curve
+        series.append({"label": r.label, "run": r.folder, "k": c["k"] + 1,
+                       "running_mean": c["running_mean"], "bound": c["bound"],
+                       "estimated": bool(r.theory.get("estimated")),
+                       "applies": bool(r.theory.get("applies"))})
         colour = f"C{i % 10}"
         k = c["k"] + 1
         t = r.theory
@@ -310,7 +581,10 @@ def plot_theory(runs, title, out, written):
     ax.set_yscale("log")
     finish(ax, f"{title}: convergence against the bound", "updates K (per cluster)",
            "(1/K) sum ||grad f(w_k)||^2")
-    save(fig, os.path.join(out, "theory.png"), written)
+    path = os.path.join(out, "theory.png")
+    save(fig, path, written)
+    save_json(path, {"x_label": "updates K (per cluster)", "y_label": "(1/K) sum ||grad f(w_k)||^2",
+                     "log": True, "series": series}, written, runs)
 
 
 def theory_lines(runs):
@@ -361,14 +635,26 @@ def timeline_window(run):
 
 
 def plot_timeline(run, title, out, written):
-    """Per-node bars of compute spans in the first window; gaps (bubbles) stay white."""
+    """Per node, three lanes over the first window: compute spans (gaps, the bubbles, stay white;
+    waiting for a message is a thin grey band), then the node's uplink and downlink, a bar per
+    message from its send instant to its receipt (matching rule in the module docstring). Bars
+    are drawn at least about a pixel wide, so spans far shorter than the window stay visible.
+    Nodes without spans or messages (left idle by the plan) are left out, as the title says."""
     end, window_text = timeline_window(run)
     nodes = run.nodes()
-    shown = list(nodes)[:MAX_TIMELINE_ROWS]
-    if len(nodes) > len(shown):
-        window_text += f", first {len(shown)} of {len(nodes)} nodes"
-    row = {n: i for i, n in enumerate(shown)}
-    fig, ax = plt.subplots(figsize=(11, 1.2 + 0.45 * max(1, len(shown))))
+    active = run.active_nodes()
+    drawn = [n for n in nodes if n in active] or list(nodes)
+    idle = len(nodes) - len(drawn)
+    shown = drawn[:MAX_TIMELINE_ROWS]
+    if len(drawn) > len(shown):
+        window_text += f", first {len(shown)} of {len(drawn)} active nodes"
+    if idle:
+        window_text += f"; {idle} node{'s' if idle > 1 else ''} without work not shown"
+    lanes = ("compute", "uplink", "downlink")
+    row = {n: 3 * i for i, n in enumerate(shown)}
+    fig, ax = plt.subplots(figsize=(12, 1.6 + 0.32 * 3 * max(1, len(shown))))
+    per_node = {n: {"node": n, "stage": nodes.get(n), "compute": {}, "uplink": [], "downlink": []}
+                for n in shown}
     handles = []
     for name, colour in SPAN_COLOURS.items():
         d = run.kind("forward" if name == "eval forward" else name)
@@ -380,63 +666,256 @@ def plot_timeline(run, title, out, written):
             if int(n) in row:
                 spans.setdefault(int(n), []).append((a, max(min(b, end) - a, 0.0)))
         for n, bars in spans.items():
-            ax.broken_barh(bars, (row[n] - 0.4, 0.8), facecolors=colour, edgecolor="none")
-        # A legend entry even if no span is in view.
-        handles.append(matplotlib.patches.Patch(facecolor=colour, edgecolor="none",
+            if name == "wait":   # a thin band: compute on top of it stays readable
+                ax.broken_barh(bars, (row[n] - 0.12, 0.24), facecolors="#c8c8c8", edgecolor="none")
+            else:   # the edge in the bar's colour keeps sub-pixel spans visible
+                ax.broken_barh(bars, (row[n] - 0.4, 0.8), facecolors=colour, edgecolor=colour,
+                               linewidth=0.4)
+            per_node[n]["compute"][name] = [(a, a + w) for a, w in bars]
+        handles.append(matplotlib.patches.Patch(facecolor="#c8c8c8" if name == "wait" else colour,
+                                                edgecolor="none",
                                                 label="waiting for a message" if name == "wait" else name))
-    ax.set_yticks(range(len(shown)))
-    ax.set_yticklabels([f"node {n} (stage {'?' if nodes[n] is None else nodes[n]})"
-                        for n in shown])
-    ax.set_ylim(len(shown) - 0.5, -0.5)
+    messages, unmatched = run.transfers()
+    in_view = [m for m in messages if m[2] < end]
+    for lane, offset, who in (("uplink", 1, 0), ("downlink", 2, 1)):
+        bars = {}
+        for m in in_view:
+            n = m[who]
+            if n in row:
+                bars.setdefault(n, []).append((m[2], max(min(m[3], end) - m[2], 0.0)))
+                per_node[n][lane].append({"send_s": m[2], "receipt_s": m[3], "bytes": m[4],
+                                          "peer": m[1 - who]})
+        for n, b in bars.items():
+            ax.broken_barh(b, (row[n] + offset - 0.35, 0.7), facecolors=LANE_COLOURS[lane],
+                           edgecolor=LANE_COLOURS[lane], linewidth=0.4, alpha=0.45)
+        handles.append(matplotlib.patches.Patch(
+            facecolor=LANE_COLOURS[lane], alpha=0.45, edgecolor="none",
+            label=f"{lane}: a message, send to receipt"))
+    ticks, labels = [], []
+    for n in shown:
+        ticks += [row[n], row[n] + 1, row[n] + 2]
+        labels += [f"node {n} (stage {'?' if nodes[n] is None else nodes[n]})", "up", "down"]
+    ax.set_yticks(ticks)
+    ax.set_yticklabels(labels, fontsize="small")
+    for n in shown[1:]:
+        ax.axhline(row[n] - 0.5, color="#888888", linewidth=0.6)
+    ax.set_ylim(3 * len(shown) - 0.5, -0.5)
     ax.set_xlim(0, end if end > 0 else 1)
-    ax.set_xlabel("time (s)")
-    ax.set_title(f"{title}: {run.label}\ntimeline, {window_text}")
+    xlabel = time_label([run])
+    ax.set_xlabel(xlabel)
+    ax.set_title(f"{title}: {run.label}\ntimeline, {window_text}\n"
+                 "(overlapping messages draw darker; spans shorter than a pixel are drawn a pixel wide)",
+                 fontsize="medium")
     ax.grid(axis="x", alpha=0.3)
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
-    save(fig, os.path.join(out, f"timeline_{safe_name(run.label)}.png"), written)
+    path = os.path.join(out, f"timeline_{safe_name(run.label)}.png")
+    save(fig, path, written)
+    save_json(path, {"label": run.label, "run": run.folder, "executor": run.executor,
+                     "x_label": xlabel, "window_s": [0.0, end], "window": window_text,
+                     "lanes": list(lanes), "matching": "k-th send from A to B = k-th recv at B from A",
+                     "messages_in_window": len(in_view), "unmatched_sends": unmatched,
+                     "nodes": [per_node[n] for n in shown]}, written, [run])
+
+
+def utilisation_of(run):
+    """[{node, stage, compute, uplink, downlink}] busy fractions of the run's active nodes."""
+    compute, links, stages = run.busy_fractions(), run.link_busy_fractions(), run.nodes()
+    active = run.active_nodes()
+    return [{"node": n, "stage": stages.get(n), "compute": compute.get(n) or 0.0,
+             "uplink": links.get(n, (0.0, 0.0))[0], "downlink": links.get(n, (0.0, 0.0))[1]}
+            for n in sorted(set(compute) | set(links)) if n in active or not active]
 
 
 def plot_utilisation(runs, title, out, written):
-    """Grouped bar chart: busy fraction per node, one colour per run."""
-    fracs = [r.busy_fractions() for r in runs]
-    all_nodes = sorted(set().union(*fracs))
-    pos = {n: i for i, n in enumerate(all_nodes)}
-    width = 0.8 / len(runs)
-    fig, ax = plt.subplots(figsize=(max(8, 0.3 * len(all_nodes) * len(runs) + 2), 4.8))
-    for i, (r, f) in enumerate(zip(runs, fracs)):
-        xs = [pos[n] - 0.4 + width * (i + 0.5) for n in f]
-        ax.bar(xs, [v if v is not None else 0.0 for v in f.values()], width, label=r.label)
-    step = max(1, len(all_nodes) // 40)
-    ax.set_xticks(range(0, len(all_nodes), step))
-    ax.set_xticklabels([str(n) for n in all_nodes[::step]])
-    ax.set_ylim(0, 1.05)
-    finish(ax, f"{title}: per-node busy fraction", "node", "busy fraction")
-    save(fig, os.path.join(out, "utilisation.png"), written)
+    """One panel per series (a run, or runs differing only by seed: mean, min-max error bars):
+    per node, grouped bars of the compute, uplink and downlink busy fraction (module docstring).
+    Values are written on the bars where there is room, so small fractions stay readable."""
+    groups = seed_groups(runs)
+    measures = (("compute", "tab:blue"), ("uplink", LANE_COLOURS["uplink"]),
+                ("downlink", LANE_COLOURS["downlink"]))
+    panels = []
+    for g in groups:
+        per_run = [{e["node"]: e for e in utilisation_of(r)} for r in g]
+        nodes = sorted(set().union(*per_run))
+        entries = []
+        for n in nodes:
+            e = {"node": n, "stage": next((p[n]["stage"] for p in per_run if n in p), None)}
+            for m, _ in measures:
+                vals = [p[n][m] for p in per_run if n in p]
+                e[m] = float(np.mean(vals))
+                if len(g) > 1:
+                    e[f"{m}_min"], e[f"{m}_max"] = float(min(vals)), float(max(vals))
+            entries.append(e)
+        idle = sorted(set().union(*[set(r.nodes()) for r in g]) - set(nodes))
+        panels.append({"label": group_label(g, "min-max error bars"), "runs": [r.folder for r in g],
+                       "time_s": float(np.mean([r.time_s or 0.0 for r in g])),
+                       "nodes": entries, "nodes_without_work": idle})
+    widest = max(len(p["nodes"]) for p in panels) or 1
+    fig, axes = plt.subplots(len(panels), 1, squeeze=False, sharey=True,
+                             figsize=(max(8, 0.45 * widest + 3), 0.6 + 2.6 * len(panels)))
+    for ax, p in zip(axes[:, 0], panels):
+        xs = np.arange(len(p["nodes"]))
+        for j, (m, colour) in enumerate(measures):
+            vals = [e[m] for e in p["nodes"]]
+            err = None
+            if f"{m}_min" in (p["nodes"][0] if p["nodes"] else {}):
+                err = [[e[m] - e[f"{m}_min"] for e in p["nodes"]], [e[f"{m}_max"] - e[m] for e in p["nodes"]]]
+            ax.bar(xs + (j - 1) * 0.27, vals, 0.27, color=colour, label=m, yerr=err, capsize=2)
+            if widest <= 16:
+                for x, v in zip(xs, vals):
+                    ax.text(x + (j - 1) * 0.27, v + 0.02, f"{100 * v:.0f}%" if v >= 0.1 else f"{100 * v:.1f}%",
+                            ha="center", va="bottom", fontsize=7, rotation=0 if widest <= 6 else 90)
+        step = max(1, len(xs) // 40)
+        ax.set_xlim(-0.6, max(len(xs), 3) - 0.4)   # a lone node's bars keep their width
+        ax.set_xticks(xs[::step])
+        ax.set_xticklabels([f"{e['node']}" + ("" if e["stage"] is None else f"\ns{e['stage']}")
+                            for e in p["nodes"][::step]], fontsize="small")
+        ax.set_ylim(0, 1.25)   # room for the values above full bars
+        ax.set_yticks([0, 0.25, 0.5, 0.75, 1.0])
+        ax.set_ylabel("busy fraction")
+        ax.grid(axis="y", alpha=0.3)
+        idle = p["nodes_without_work"]
+        note = f"; nodes without work, not shown: {', '.join(map(str, idle))}" if idle else ""
+        ax.set_title(f"{p['label']}{note}", fontsize="small")
+    axes[-1, 0].set_xlabel("node (s<stage>)")
+    axes[0, 0].legend(fontsize="small", ncol=3, loc="upper right")
+    fig.suptitle(f"{title}: per-node busy fraction (links: union of send-to-receipt intervals)",
+                 fontsize="medium")
+    path = os.path.join(out, "utilisation.png")
+    save(fig, path, written)
+    save_json(path, {"y_label": "busy fraction", "measures": [m for m, _ in measures],
+                     "link_rule": "union of the node's messages' send-to-receipt intervals over the run time",
+                     "runs": panels}, written, runs)
 
 
-def plot_speedup(runs, title, out, written):
-    """Throughput against the number of clusters, relative to each variant's run with the fewest
-    clusters (the dashed line is linear speedup). Drawn when runs differ in their cluster count.
-    A variant is an algorithm with its averaging (e.g. "ravnest overlapped")."""
-    by_algo = {}
-    for r in runs:
-        c, x = r.summary.get("clusters"), r.summary.get("samples_per_s")
-        if c and x:
-            by_algo.setdefault(r.variant, []).append((int(c), float(x)))
-    if not any(len({c for c, _ in v}) > 1 for v in by_algo.values()):
+def plot_stage_times(runs, title, out, written):
+    """stage_times.png: per stage of each run's plan, the predicted stage time beside the measured
+    compute time per micro-batch (Run.stage_times), in ms; drawn when some run has a plan."""
+    rows = [(r, st) for r in runs for st in r.stage_times()]
+    if not rows:
         return
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    top = 1
-    for algo, pts in sorted(by_algo.items()):
+    fig, ax = plt.subplots(figsize=(max(7, 0.5 * len(rows) + 3), 4.5))
+    xs = np.arange(len(rows))
+    pred = [1e3 * (st["predicted_s"] or 0.0) for _, st in rows]
+    comp = [1e3 * (st.get("predicted_compute_s") or 0.0) for _, st in rows]
+    meas = [1e3 * (st["measured_compute_s"] or 0.0) for _, st in rows]
+    upd = [1e3 * (st["measured_update_s"] or 0.0) for _, st in rows]
+    w = 0.27
+    ax.bar(xs - w, pred, w, color="tab:grey", label="predicted stage time (plan.json)")
+    ax.bar(xs, comp, w, color="tab:cyan", label="of which predicted compute")
+    ax.bar(xs + w, meas, w, color="tab:blue", label="measured forward + backward (median)")
+    ax.bar(xs + w, upd, w, bottom=meas, color="tab:green", label="measured update per micro-batch")
+    if len(rows) <= 24:   # the values, so a bar far smaller than its neighbour is still read
+        for x, v in zip(xs, pred):
+            ax.text(x - w, v, f"{v:.3g}", ha="center", va="bottom", fontsize="x-small")
+        for x, v in zip(xs, comp):
+            ax.text(x, v, f"{v:.3g}", ha="center", va="bottom", fontsize="x-small")
+        for x, v, u in zip(xs, meas, upd):
+            ax.text(x + w, v + u, f"{v:.3g}+{u:.2g}", ha="center", va="bottom", fontsize="x-small")
+    many = len({r.folder for r, _ in rows}) > 1
+    ax.set_xticks(xs)
+    ax.set_xticklabels([(f"{r.label}\n" if many else "") + f"c{st['cluster']} s{st['stage']} n{st['node']}"
+                        for r, st in rows], fontsize="x-small", rotation=90 if many else 0)
+    ax.margins(y=0.35)   # room for the legend above the bars
+    finish(ax, f"{title}: time per micro-batch per stage\n(predicted: the larger of the stage's "
+           "compute and its links' time)", "cluster c, stage s, node n", "ms per micro-batch")
+    path = os.path.join(out, "stage_times.png")
+    save(fig, path, written)
+    save_json(path, {"y_label": "ms per micro-batch",
+                     "stages": [dict(st, run=r.folder, label=r.label) for r, st in rows]}, written, runs)
+
+
+def single_pc_runs(runs):
+    """Runs that compute on one node only (plan.json's one stage of one cluster)."""
+    return [r for r in runs if r.used_nodes() == 1 and r.summary.get("samples_per_s")]
+
+
+def plot_speedup(runs, title, out, written, log=False, refused=()):
+    """speedup.png: samples/s against the number of clusters, per variant (an algorithm with its
+    averaging, e.g. "ravnest overlapped"), relative to (left) that variant's one-cluster run (its
+    fewest clusters where it has none; dashed: linear speedup) and (right) the best single-PC run
+    among the runs of the scenario (a run computing on one node), or a note where there is none.
+    Runs differing only by seed are averaged (min-max band). Drawn when runs differ in cluster count."""
+    scenarios = sorted({r.scenario for r in runs})
+    by_variant = {}
+    for g in seed_groups(runs):
+        r0 = g[0]
+        c = r0.summary.get("clusters")
+        xs = [float(r.summary["samples_per_s"]) for r in g if r.summary.get("samples_per_s")]
+        if c and xs:
+            name = r0.variant if len(scenarios) == 1 else f"{r0.scenario} {r0.variant}"
+            by_variant.setdefault((r0.scenario, name, r0.executor), []).append((int(c), xs))
+    if not any(len({c for c, _ in v}) > 1 for v in by_variant.values()):
+        return
+    x_label, y_label = "clusters", "speedup (x)"
+    ticks = sorted({c for v in by_variant.values() for c, _ in v})
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.8), sharey=False)
+    data = {"x_label": x_label, "y_label": y_label, "log": bool(log), "x_ticks": ticks,
+            "vs_one_cluster": [], "vs_single_pc": {"baselines": {}, "series": [], "note": ""}}
+    notes = []
+    best = {}
+    for sc in scenarios:
+        singles = single_pc_runs([r for r in runs if r.scenario == sc])
+        if singles:
+            b = max(singles, key=lambda r: r.summary["samples_per_s"])
+            best[sc] = b
+            data["vs_single_pc"]["baselines"][sc] = {"run": b.folder, "label": b.label,
+                                                     "samples_per_s": b.summary["samples_per_s"]}
+        else:
+            why = [f"{x['label']}: {x['reason']}" for x in refused if x.get("scenario") == sc]
+            notes.append(f"{sc}: no single-PC run among these runs" +
+                         (f" (refused: {'; '.join(why)})" if why else
+                          " (add one, e.g. a run whose plan uses one node)"))
+    for i, ((sc, name, executor), pts) in enumerate(sorted(by_variant.items())):
+        colour = f"C{i % 10}"
         pts.sort()
-        base_c, base_x = pts[0]
         cs = [c for c, _ in pts]
-        ax.plot(cs, [x / base_x for _, x in pts], marker="o", label=f"{algo} (vs {base_c} cluster"
-                f"{'s' if base_c > 1 else ''})")
-        top = max(top, max(cs) / base_c)
-    ax.plot([1, top], [1, top], linestyle="--", color="grey", label="linear")
-    finish(ax, f"{title}: speedup against the number of clusters", "clusters", "speedup (samples/s)")
-    save(fig, os.path.join(out, "speedup.png"), written)
+        mean = np.array([np.mean(x) for _, x in pts])
+        lo, hi = np.array([min(x) for _, x in pts]), np.array([max(x) for _, x in pts])
+        seeds = [len(x) for _, x in pts]
+        label = f"{name} ({executor})" + (f", mean of up to {max(seeds)} seeds" if max(seeds) > 1 else "")
+        base_c, base = cs[0], mean[0]
+        for ax, ref, ref_text, key in ((ax1, base, f"{base_c} cluster{'s' if base_c > 1 else ''}", "vs_one_cluster"),
+                                       (ax2, best[sc].summary["samples_per_s"] if sc in best else None,
+                                        "best single PC", "vs_single_pc")):
+            if ref is None:
+                continue
+            ax.plot(cs, mean / ref, marker="o", color=colour, label=f"{label} (vs {ref_text})")
+            if max(seeds) > 1:
+                ax.fill_between(cs, lo / ref, hi / ref, color=colour, alpha=0.2, linewidth=0)
+            entry = {"label": label, "scenario": sc, "baseline": ref_text, "baseline_samples_per_s": ref,
+                     "clusters": cs, "speedup": mean / ref, "min": lo / ref, "max": hi / ref, "seeds": seeds,
+                     "samples_per_s": mean}
+            if key == "vs_one_cluster":
+                data[key].append(entry)
+            else:
+                data[key]["series"].append(entry)
+    top = max(ticks) / min(ticks)
+    ax1.plot([min(ticks), max(ticks)], [1, top], linestyle="--", color="grey", label="linear")
+    ax2.axhline(1.0, linestyle="--", color="grey", label="the single PC")
+    for ax in (ax1, ax2):
+        if log:
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+            ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.set_xticks(ticks)   # cluster counts are integers: ticks at the counts run, no others
+        ax.set_xticklabels([str(t) for t in ticks])
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    ax2.set_xlim(ax1.get_xlim())
+    finish(ax1, "against one cluster of the same algorithm", x_label, y_label)
+    pcs = "; ".join(f"{b.label}, {b.summary['samples_per_s']:.4g} samples/s" for b in best.values())
+    finish(ax2, "against the best single PC" + (f"\n({pcs})" if pcs else ""), x_label, y_label)
+    if notes:
+        data["vs_single_pc"]["note"] = " ".join(notes)
+        ax2.text(0.5, 0.1 if best else 0.4, "\n".join(notes), transform=ax2.transAxes, ha="center",
+                 va="center", fontsize="small", wrap=True,
+                 bbox={"facecolor": "white", "edgecolor": "grey"})
+    fig.suptitle(f"{title}: speedup against the number of clusters (samples/s ratio)")
+    path = os.path.join(out, "speedup.png")
+    save(fig, path, written)
+    save_json(path, data, written, runs)
 
 
 def time_to_accuracy(run, target):
@@ -466,10 +945,15 @@ def plot_time_to_accuracy(runs, title, out, written, target=None):
     ax.set_yticks(range(len(runs)))
     ax.set_yticklabels(names, fontsize="small")
     ax.invert_yaxis()
-    ax.set_xlabel("time (s)")
+    xlabel = time_label(runs)
+    ax.set_xlabel(xlabel)
     ax.set_title(f"{title}: time to {100 * target:.1f}% test accuracy")
     ax.grid(axis="x", alpha=0.3)
-    save(fig, os.path.join(out, "time_to_accuracy.png"), written)
+    path = os.path.join(out, "time_to_accuracy.png")
+    save(fig, path, written)
+    save_json(path, {"x_label": xlabel, "target_accuracy": target,
+                     "runs": [{"label": n, "run": r.folder, "time_s": t}
+                              for n, r, t in zip(names, runs, times)]}, written, runs)
 
 
 def read_refused(folder):
@@ -515,10 +999,12 @@ def validation_lines(validations):
 def write_markdown(runs, refused, title, out, images, written, validations=()):
     """report.md: the validations' verdicts, one summary row per run, the points the planner
     refused, then the figures."""
-    lines = [f"# {title}", ""] + validation_lines(validations) + ["| run | executor | algorithm | nodes | time (s) | samples/s "
-             "| final test accuracy | mean staleness | mean idle fraction "
-             "| peak memory per node (MiB, max / mean) | averaging (s, busiest node) | folder |",
-             "|" + "---|" * 12]
+    lines = [f"# {title}", ""] + validation_lines(validations) + [
+        "| run | executor | algorithm | nodes | time (s) | samples/s measured | samples/s predicted "
+        "| final test accuracy | mean staleness | mean idle fraction "
+        "| peak modeled memory per node (MiB, max / mean) | peak measured memory per node (MiB, max / mean) "
+        "| averaging (s, busiest node) | folder |",
+        "|" + "---|" * 14]
     for r in runs:
         s = r.summary
         per = s.get("per_node", [])
@@ -527,22 +1013,52 @@ def write_markdown(runs, refused, title, out, images, written, validations=()):
                 if p.get("idle_fraction") is not None and p.get("stage", 0) >= 0]
         if not idle:
             idle = [1.0 - v for v in r.busy_fractions().values() if v is not None]
-        mem = [p.get("measured_peak_memory_bytes") or p.get("peak_memory_bytes") for p in per
-               if p.get("stage", 0) >= 0]
-        mem = [m / 2**20 for m in mem if m]
         acc = (s.get("final") or {}).get("test_accuracy")
         if acc is None and len(r.accuracy_curve()[2]):
             acc = float(r.accuracy_curve()[2][-1])
-        mem_text = f"{max(mem):.1f} / {np.mean(mem):.1f}" if mem else "-"
+        mem_text = []
+        for measured in (False, True):   # MiB; "-" where nothing was modeled / measured (sim)
+            mem = [m / 2**20 for m in r.peak_memory(measured).values()]
+            mem_text.append(f"{max(mem):.1f} / {np.mean(mem):.1f}" if mem else "-")
         averaging = (s.get("averaging") or {})
         avg_text = (f"{averaging['time_s_max_node']:.3f} ({averaging.get('allreduce', '?')}, "
                     f"{averaging.get('rounds', 0)} rounds)" if averaging.get("rounds") else "-")
         lines.append(
             f"| {r.label} | {r.executor} | {r.algorithm} | {s.get('nodes') or len(r.nodes())} "
             f"| {fmt(r.time_s, '.3f')} | {fmt(s.get('samples_per_s'), '.1f')} "
+            f"| {fmt(r.plan.get('predicted_samples_per_s'), '.1f')} "
             f"| {fmt(acc, '.4f')} | {fmt((s.get('staleness') or {}).get('mean'), '.2f')} "
-            f"| {fmt(float(np.mean(idle)) if idle else None, '.3f')} | {mem_text} | {avg_text} "
-            f"| `{r.folder}` |")
+            f"| {fmt(float(np.mean(idle)) if idle else None, '.3f')} | {mem_text[0]} | {mem_text[1]} "
+            f"| {avg_text} | `{r.folder}` |")
+    lines.append("")
+    stage_rows = [(r, st) for r in runs for st in r.stage_times()]
+    if stage_rows:
+        lines += ["## Predicted against measured stage times", "",
+                  "Per stage, in ms per micro-batch: the plan's predicted stage time (plan.json "
+                  "predicted_time_s: the larger of the stage's compute and its uplink and downlink "
+                  "time) beside the measured compute: the median over micro-batches of forward + "
+                  "backward on the stage's node, and its update time per micro-batch. Per cluster: "
+                  "the predicted period (plan.json predicted_period_s) and samples/s. The compute "
+                  "ratio sets the measured compute (forward + backward + update) against the "
+                  "predicted compute (plan.json predicted_compute_s).", "",
+                  "| run | cluster | stage | node | predicted (ms) | predicted compute (ms) "
+                  "| measured forward + backward (ms, median) "
+                  "| measured update (ms per micro-batch) | measured / predicted compute | micro-batches |",
+                  "|" + "---|" * 10]
+        for r, st in stage_rows:
+            p, pc, m = st["predicted_s"], st.get("predicted_compute_s"), st["measured_compute_s"]
+            total = m + (st["measured_update_s"] or 0.0) if m is not None else None
+            ratio = total / pc if total is not None and pc else None
+            lines.append(f"| {r.label} | {st['cluster']} | {st['stage']} | {st['node']} "
+                         f"| {fmt(ms(p), '.3f')} | {fmt(ms(pc), '.3f')} | {fmt(ms(m), '.3f')} "
+                         f"| {fmt(ms(st['measured_update_s']), '.3f')} "
+                         f"| {fmt(ratio, '.2f')} | {st['micro_batches']} |")
+        lines.append("")
+        clusters = [(r, i, c) for r in runs for i, c in enumerate(r.plan.get("clusters") or [])]
+        lines += ["| run | cluster | predicted period (ms per micro-batch) | predicted samples/s |",
+                  "|" + "---|" * 4]
+        lines += [f"| {r.label} | {i} | {fmt(ms(c.get('predicted_period_s')), '.3f')} "
+                  f"| {fmt(c.get('predicted_samples_per_s'), '.1f')} |" for r, i, c in clusters]
     lines.append("")
     lines += theory_lines(runs)
     reasons = [r for r in runs if r.plan_reason]
@@ -581,7 +1097,7 @@ def disambiguate(runs):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="report", description=__doc__.split("\n")[0],
+    parser = argparse.ArgumentParser(prog="ravnest report", description=__doc__.split("\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="Outputs: PNG figures and report.md; see the module "
                                             "docstring of analysis/report.py.")
@@ -593,6 +1109,8 @@ def main(argv=None):
                         help="only theory.png and report.md (what `ravnest theory` draws)")
     parser.add_argument("--target-accuracy", type=float, default=None,
                         help="accuracy for time_to_accuracy.png (default: the best that every run reaches)")
+    parser.add_argument("--log", action="store_true",
+                        help="log-scale axes for speedup.png (clusters base 2, speedup base 10)")
     args = parser.parse_args(argv)
     try:
         folders, validations = expand_validations(args.runs)
@@ -620,10 +1138,12 @@ def main(argv=None):
             for r in runs:
                 plot_timeline(r, title, out, written)
             plot_utilisation(runs, title, out, written)
-            plot_speedup(runs, title, out, written)
+            plot_stage_times(runs, title, out, written)
+            plot_speedup(runs, title, out, written, log=args.log, refused=refused)
             plot_time_to_accuracy(runs, title, out, written, args.target_accuracy)
             plot_theory(runs, title, out, written)
-        write_markdown(runs, refused, title, out, list(written), written, validations)
+        write_markdown(runs, refused, title, out, [p for p in written if p.endswith(".png")],
+                       written, validations)
     except ReportError as e:
         print(f"report: error: {e}", file=sys.stderr)
         return 2

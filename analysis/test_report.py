@@ -16,11 +16,15 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def make_run(folder, name="quick", algorithm="ravnest", executor="sim", with_loss=True,
-             clusters=2, stages=2, micro_batches=60, batch=16, training="", variant=None):
-    """Writes a fake run folder: a GPipe schedule per cluster (bubbles), losses, evals."""
+             clusters=2, stages=2, micro_batches=60, batch=16, training="", variant=None, seed=None,
+             plan=False, measured_memory=None, latency=0.004, speed=1.0):
+    """Writes a fake run folder: a GPipe schedule per cluster (bubbles), losses, evals, and a
+    message from each stage to the next per micro-batch (send, and its recv `latency` s later).
+    seed: written to scenario.toml; plan: a plan.json with predicted figures; measured_memory:
+    bytes in summary.json's measured_peak_memory_bytes; speed: divides every compute time."""
     os.makedirs(folder, exist_ok=True)
     rows, evals, per_node = [HEADER], ["time_s,node,cluster,step,train_samples,test_loss,test_accuracy"], []
-    t_f, t_b, t_u, group = 0.010, 0.020, 0.002, 8
+    t_f, t_b, t_u, group = 0.010 / speed, 0.020 / speed, 0.002 / speed, 8
     end_time = 0.0
     for c in range(clusters):
         free = [0.001 * c] * stages  # list-scheduled GPipe: forwards, backwards, flush
@@ -34,7 +38,10 @@ def make_run(folder, name="quick", algorithm="ravnest", executor="sim", with_los
                     free[s] = done[(s, m)] = start + t_f
                     busy[s] += t_f
                     rows.append(f"forward,{node},{c},{s},{m},{m},{start:.6f},{free[s]:.6f},,,,,,")
-                    rows.append(f"send,{node},{c},{s},{m},{m},{free[s]:.6f},{free[s]:.6f},,,,4096,{node + 1},")
+                    if s + 1 < stages:
+                        t1 = free[s] + latency
+                        rows.append(f"send,{node},{c},{s},{m},{m},{free[s]:.6f},{free[s]:.6f},,,,4096,{node + 1},")
+                        rows.append(f"recv,{node + 1},{c},{s + 1},{m},{m},{t1:.6f},{t1:.6f},,,,4096,{node},")
                     if with_loss and s == stages - 1:
                         rows.append(f"loss,{node},{c},{s},{m},{m},,{free[s]:.6f},"
                                     f"{2.3 * 0.97 ** m:.5f},,,,,{(m + 1) * batch}")
@@ -64,7 +71,7 @@ def make_run(folder, name="quick", algorithm="ravnest", executor="sim", with_los
             per_node.append({"node": node, "device": "cpu", "cluster": c, "stage": s, "busy_s": busy[s],
                              "busy_fraction": None, "idle_fraction": None, "wait_s": 0.0,
                              "bytes_sent": 0, "bytes_received": 0, "peak_memory_bytes": 1 << 24,
-                             "measured_peak_memory_bytes": None, "updates": micro_batches // group,
+                             "measured_peak_memory_bytes": measured_memory, "updates": micro_batches // group,
                              "staleness_mean": 1.0, "staleness_max": 1})
     for p in per_node:
         p["busy_fraction"] = p["busy_s"] / end_time
@@ -83,7 +90,19 @@ def make_run(folder, name="quick", algorithm="ravnest", executor="sim", with_los
     with open(os.path.join(folder, "summary.json"), "w") as f:
         json.dump(summary, f)
     with open(os.path.join(folder, "scenario.toml"), "w") as f:
-        f.write(f'name = "{name}"\n[training]\nalgorithm = "{algorithm}"\n{training}[data]\nbatch_size = {batch}\n')
+        f.write(f'name = "{name}"\n' + (f"seed = {seed}\n" if seed is not None else "") +
+                f'[training]\nalgorithm = "{algorithm}"\n{training}[data]\nbatch_size = {batch}\n'
+                f'[output]\ndir = "{folder}"\n')
+    if plan:
+        period = (t_f + t_b + t_u) * stages
+        with open(os.path.join(folder, "plan.json"), "w") as f:
+            json.dump({"predicted_samples_per_s": 1234.5, "reason": "a fake plan",
+                       "clusters": [{"predicted_period_s": period, "predicted_samples_per_s": batch / period,
+                                     "stages": [{"node": c * stages + s, "layers": [s, s + 1],
+                                                 "memory_bytes": 1 << 20, "predicted_time_s": 0.025,
+                                                 "predicted_compute_s": 0.020}
+                                                for s in range(stages)]}
+                                    for c in range(clusters)]}, f)
     with open(os.path.join(folder, "run.json"), "w") as f:
         run = {"executor": executor, "mode": "numeric", "wall_seconds": 1.0}
         if variant:  # as the algorithm registry labels a run (run.json)
@@ -125,6 +144,10 @@ class ReportTest(unittest.TestCase):
         for name in names:
             self.assert_png(os.path.join(out, name))
             self.assertIn(os.path.join(out, name), proc.stdout)
+            json_path = os.path.join(out, name[:-4] + ".json")   # the series it plotted, beside it
+            self.assertIn(json_path, proc.stdout)
+            with open(json_path) as f:
+                self.assertIsInstance(json.load(f), dict)
         with open(os.path.join(out, "report.md")) as f:
             md = f.read()
         self.assertIn("quick ravnest, 2 clusters (sim)", md)
@@ -258,6 +281,176 @@ class ReportTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assert_png(os.path.join(run, "report", "timeline_bare.png"))
         self.assert_png(os.path.join(run, "report", "utilisation.png"))
+
+    def read_json(self, *parts):
+        with open(os.path.join(*parts)) as f:
+            return json.load(f)
+
+    def test_timeline_draws_transfer_lanes_beside_compute(self):
+        run = make_run(os.path.join(self.dir, "t"), clusters=1, stages=2)
+        with open(os.path.join(run, "metrics.csv"), "a") as f:   # a last send that never arrives
+            f.write("send,0,0,0,99,99,10.0,10.0,,,,4096,1,,,\n")
+        out = os.path.join(self.dir, "out")
+        proc = run_report(run, "--out", out)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assert_png(os.path.join(out, "timeline_quick_ravnest_sim.png"))
+        t = self.read_json(out, "timeline_quick_ravnest_sim.json")
+        self.assertEqual(t["lanes"], ["compute", "uplink", "downlink"])
+        self.assertEqual(t["unmatched_sends"], 1)
+        nodes = {n["node"]: n for n in t["nodes"]}
+        self.assertEqual(set(nodes), {0, 1})
+        self.assertGreater(len(nodes[0]["compute"]["forward"]), 0)
+        up, down = nodes[0]["uplink"], nodes[1]["downlink"]
+        self.assertGreater(len(up), 0)
+        self.assertEqual(len(up), len(down))   # the same messages, seen from either end
+        self.assertEqual(nodes[0]["downlink"], [])
+        self.assertEqual(nodes[1]["uplink"], [])
+        for m in up:   # matched in order: each receipt 4 ms after its send
+            self.assertEqual(m["peer"], 1)
+            self.assertAlmostEqual(m["receipt_s"] - m["send_s"], 0.004, places=5)
+            self.assertLessEqual(m["send_s"], t["window_s"][1])
+
+    def test_utilisation_has_link_busy_fractions(self):
+        run = make_run(os.path.join(self.dir, "u"), clusters=2, stages=2)
+        out = os.path.join(self.dir, "out")
+        proc = run_report(run, "--out", out)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assert_png(os.path.join(out, "utilisation.png"))
+        u = self.read_json(out, "utilisation.json")
+        self.assertEqual(len(u["runs"]), 1)
+        nodes = {n["node"]: n for n in u["runs"][0]["nodes"]}
+        self.assertEqual(set(nodes), {0, 1, 2, 3})
+        for n in nodes.values():
+            for m in ("compute", "uplink", "downlink"):
+                self.assertGreaterEqual(n[m], 0.0)
+                self.assertLessEqual(n[m], 1.0)
+        for sender, receiver in ((0, 1), (2, 3)):
+            self.assertGreater(nodes[sender]["uplink"], 0.0)
+            self.assertEqual(nodes[sender]["downlink"], 0.0)
+            self.assertGreater(nodes[receiver]["downlink"], 0.0)
+            self.assertEqual(nodes[receiver]["uplink"], 0.0)
+            self.assertAlmostEqual(nodes[sender]["uplink"], nodes[receiver]["downlink"])
+            self.assertGreater(nodes[sender]["compute"], nodes[sender]["uplink"])
+
+    def test_predicted_beside_measured_and_memory_columns(self):
+        sim = make_run(os.path.join(self.dir, "sim"), clusters=1, plan=True)
+        real = make_run(os.path.join(self.dir, "real"), clusters=1, executor="real",
+                        measured_memory=3 << 20)
+        out = os.path.join(self.dir, "out")
+        proc = run_report(sim, real, "--out", out)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        with open(os.path.join(out, "report.md")) as f:
+            md = f.read()
+        self.assertIn("| samples/s measured | samples/s predicted |", md)
+        self.assertIn("| peak modeled memory per node (MiB, max / mean) "
+                      "| peak measured memory per node (MiB, max / mean) |", md)
+        rows = {line.split(" | ")[0]: line.split(" | ") for line in md.splitlines()
+                if line.startswith("| quick ravnest (") and len(line.split(" | ")) == 14}
+        sim_row, real_row = rows["| quick ravnest (sim)"], rows["| quick ravnest (real)"]
+        self.assertEqual(sim_row[6], "1234.5")       # predicted, beside the measured samples/s
+        self.assertEqual(real_row[6], "-")           # no plan.json
+        self.assertEqual(sim_row[10:12], ["16.0 / 16.0", "-"])   # modeled; nothing measured in sim
+        self.assertEqual(real_row[10:12], ["16.0 / 16.0", "3.0 / 3.0"])
+        # The per-stage table: predicted 25 ms (of which compute 20 ms), measured forward + backward
+        # 30 ms per micro-batch and 0.267 ms of update: 1.51 x the predicted compute.
+        self.assertIn("## Predicted against measured stage times", md)
+        self.assertIn("| quick ravnest (sim) | 0 | 1 | 1 | 25.000 | 20.000 | 30.000 | 0.267 | 1.51 | 60 |", md)
+        self.assert_png(os.path.join(out, "stage_times.png"))
+        st = self.read_json(out, "stage_times.json")
+        self.assertEqual(len(st["stages"]), 2)
+        self.assertAlmostEqual(st["stages"][0]["measured_compute_s"], 0.030, places=6)
+        self.assertEqual(st["stages"][0]["predicted_s"], 0.025)
+        self.assertEqual(st["stages"][0]["predicted_compute_s"], 0.020)
+
+    def test_speedup_axes_baselines_and_log(self):
+        runs = [make_run(os.path.join(self.dir, f"c{c}"), clusters=c) for c in (1, 2, 4)]
+        out = os.path.join(self.dir, "sweep")
+        proc = run_report(*runs, "--out", out, "--log")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        sp = self.read_json(out, "speedup.json")
+        self.assertEqual(sp["y_label"], "speedup (x)")
+        self.assertEqual(sp["x_ticks"], [1, 2, 4])
+        self.assertTrue(all(isinstance(t, int) for t in sp["x_ticks"]))
+        self.assertTrue(sp["log"])
+        (series,) = sp["vs_one_cluster"]
+        self.assertEqual(series["clusters"], [1, 2, 4])
+        self.assertAlmostEqual(series["speedup"][0], 1.0)
+        self.assertGreater(series["speedup"][2], series["speedup"][1])
+        # Each fake cluster has two nodes: no single-PC run, which the plot says.
+        self.assertEqual(sp["vs_single_pc"]["series"], [])
+        self.assertIn("no single-PC run", sp["vs_single_pc"]["note"])
+        # With a one-node run, the best single PC is the other baseline.
+        pc = make_run(os.path.join(self.dir, "pc"), clusters=1, stages=1, algorithm="gpipe", plan=True,
+                      speed=2.0)
+        proc = run_report(*runs, pc, "--out", out)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        sp = self.read_json(out, "speedup.json")
+        self.assertFalse(sp["log"])
+        base = sp["vs_single_pc"]["baselines"]["quick"]
+        self.assertEqual(base["run"], pc)
+        ravnest = [s for s in sp["vs_single_pc"]["series"] if s["label"].startswith("ravnest")][0]
+        self.assertAlmostEqual(ravnest["speedup"][0] * base["samples_per_s"], ravnest["samples_per_s"][0])
+        self.assertEqual(sp["vs_single_pc"]["note"], "")
+
+    def test_runs_differing_only_by_seed_are_one_mean_series(self):
+        runs = [make_run(os.path.join(self.dir, f"s{seed}c{c}"), seed=seed, clusters=c, speed=1 + 0.1 * seed)
+                for c in (1, 2) for seed in (1, 2, 3)]
+        other = make_run(os.path.join(self.dir, "gpipe"), seed=1, algorithm="gpipe", clusters=1)
+        out = os.path.join(self.dir, "out")
+        proc = run_report(*runs, other, "--out", out)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        loss = self.read_json(out, "loss_vs_time.json")
+        self.assertEqual(len(loss["series"]), 3)   # ravnest 1 cluster, 2 clusters, gpipe
+        merged = loss["series"][0]
+        self.assertEqual(merged["seeds"], [1, 2, 3])
+        self.assertIn("mean of 3 seeds", merged["label"])
+        for lo, y, hi in zip(merged["band_min"], merged["y"], merged["band_max"]):
+            self.assertLessEqual(lo, y + 1e-12)
+            self.assertLessEqual(y, hi + 1e-12)
+        self.assertNotIn("band_min", loss["series"][2])
+        acc = self.read_json(out, "accuracy_vs_samples.json")
+        self.assertEqual(len(acc["series"]), 3)
+        u = self.read_json(out, "utilisation.json")
+        self.assertEqual(len(u["runs"]), 3)
+        self.assertIn("compute_min", u["runs"][0]["nodes"][0])
+        sp = self.read_json(out, "speedup.json")
+        ravnest = [s for s in sp["vs_one_cluster"] if s["label"].startswith("ravnest")][0]
+        self.assertEqual(ravnest["seeds"], [3, 3])
+        self.assertLess(ravnest["min"][1], ravnest["max"][1])
+        # The same seed twice is a repeat, not a seed series: two lines.
+        a = make_run(os.path.join(self.dir, "r1"), seed=5)
+        b = make_run(os.path.join(self.dir, "r2"), seed=5)
+        proc = run_report(a, b, "--out", os.path.join(self.dir, "rep"))
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(len(self.read_json(self.dir, "rep", "loss_vs_time.json")["series"]), 2)
+
+    def test_time_axes_say_simulated_or_wall_time(self):
+        sim = make_run(os.path.join(self.dir, "sim"), executor="sim")
+        real = make_run(os.path.join(self.dir, "real"), executor="real")
+        for runs, label in (([sim], "simulated time (s)"), ([real], "wall time (s)"),
+                            ([sim, real], "time (s): simulated for sim runs, wall for real")):
+            out = os.path.join(self.dir, "out-" + "-".join(os.path.basename(r) for r in runs))
+            proc = run_report(*runs, "--out", out)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            for name in ("loss_vs_time.json", "accuracy_vs_time.json"):
+                self.assertEqual(self.read_json(out, name)["x_label"], label)
+            self.assertEqual(self.read_json(out, "loss_vs_samples.json")["x_label"], "training samples")
+            for r in runs:
+                executor = os.path.basename(r)
+                t = self.read_json(out, f"timeline_quick_ravnest_2_clusters_{executor}.json")
+                self.assertEqual(t["x_label"], "simulated time (s)" if executor == "sim" else "wall time (s)")
+        self.assertEqual(self.read_json(out, "time_to_accuracy.json")["x_label"],
+                         "time (s): simulated for sim runs, wall for real")
+
+    def test_out_must_not_overwrite_a_runs_theory_json(self):
+        run = make_run(os.path.join(self.dir, "q"))
+        with open(os.path.join(run, "theory.json"), "w") as f:
+            json.dump({"ratio": 0.5, "applies": True, "verdict": "v"}, f)
+        with open(os.path.join(run, "theory.csv"), "w") as f:
+            f.write("k,grad_norm2,running_mean,bound\n0,1,1,10\n1,0.5,0.75,5\n")
+        self.assert_error(run_report(run, "--theory", "--out", run), "would overwrite the run's own")
+        with open(os.path.join(run, "theory.json")) as f:
+            self.assertEqual(json.load(f)["verdict"], "v")
 
     def test_missing_folder(self):
         self.assert_error(run_report(os.path.join(self.dir, "nope")), "run folder not found")

@@ -47,7 +47,8 @@ nlohmann::json to_json(const Plan& plan) {
       cj["stages"].push_back({{"node", s.node},
                               {"layers", {s.layer_begin, s.layer_end}},
                               {"memory_bytes", s.memory},
-                              {"predicted_time_s", s.predicted_time}});
+                              {"predicted_time_s", s.predicted_time},
+                              {"predicted_compute_s", s.predicted_compute}});
     }
     j["clusters"].push_back(cj);
   }
@@ -71,6 +72,7 @@ Plan plan_from_json(const nlohmann::json& j) {
         s.layer_end = sj.at("layers").at(1).get<int>();
         s.memory = sj.value("memory_bytes", Bytes{0});
         s.predicted_time = sj.value("predicted_time_s", 0.0);
+        s.predicted_compute = sj.value("predicted_compute_s", 0.0);
         if (s.node < 0 || s.node >= p.nodes || s.layer_begin >= s.layer_end)
           throw InputError("plan.json: bad stage");
         c.stages.push_back(s);

@@ -16,7 +16,11 @@ struct StagePlan {
   int layer_begin = 0;   // layers [layer_begin, layer_end)
   int layer_end = 0;
   Bytes memory = 0;      // modeled peak memory of this stage on its node
-  Seconds predicted_time = 0;  // predicted forward + backward + update time of one micro-batch
+  // Predicted seconds one micro-batch holds this stage's busiest resource: the larger of its
+  // compute (forward + backward + update) and its own uplink's and downlink's transfer time
+  // (CostModel::stage_time), so a link-bound stage shows its link time here.
+  Seconds predicted_time = 0;
+  Seconds predicted_compute = 0;  // of which compute: forward + backward + update of one micro-batch
 };
 
 struct ClusterPlan {

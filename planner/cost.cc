@@ -269,6 +269,7 @@ void CostModel::annotate(Plan& plan) const {
       cuts.push_back(s.layer_end);
       s.memory = static_cast<Bytes>(memory(s.layer_begin, s.layer_end, f));
       s.predicted_time = stage_time(s.node, s.layer_begin, s.layer_end);
+      s.predicted_compute = compute_time(s.node, s.layer_begin, s.layer_end);
     }
     c.period = cluster_period(nodes, cuts);
     c.throughput = c.period > 0 ? batch_ / c.period : 0.0;
