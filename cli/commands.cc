@@ -299,7 +299,7 @@ int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid, cons
 std::string report_script(const std::string& self_exe) {
   const fs::path bin = fs::path(self_exe).parent_path();
   std::string looked;
-  for (const fs::path& p : {bin / ".." / "share" / "ravnest" / "report.py", bin / ".." / "analysis" / "report.py"}) {
+  for (const fs::path& p : {bin / ".." / "share/ravnest/report.py", bin / ".." / "analysis/report.py"}) {
     std::error_code ec;
     if (fs::is_regular_file(p, ec)) return p.lexically_normal().string();
     looked += (looked.empty() ? "" : ", ") + p.lexically_normal().string();

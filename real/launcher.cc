@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/output/provenance.h"
 #include "core/output/run_output.h"
 #include "emu/emulator_service.h"
 #include "exec/wall_env.h"
@@ -259,11 +260,12 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
     const std::string var(*e);
     auto is = [&](const char* name) { return var.rfind(std::string(name) + "=", 0) == 0; };
     if (!is(kLauncherPidEnv) && !is(kStatusDirEnv) && !is(kEmulatorSocketEnv) && !is(kStoreHostedEnv) &&
-        !is(auth::kSecretEnv) && !is(auth::kSecretFileEnv)) {
+        !is(auth::kSecretEnv) && !is(auth::kSecretFileEnv) && !is(kCommandLineEnv)) {
       env_strings.push_back(var);
     }
   }
   env_strings.push_back(std::string(kLauncherPidEnv) + "=" + std::to_string(getpid()));
+  env_strings.push_back(std::string(kCommandLineEnv) + "=" + this_command_line());  // rank 0 records it
   env_strings.push_back(std::string(kStatusDirEnv) + "=" + status_dir.path());
   env_strings.push_back(std::string(auth::kSecretFileEnv) + "=" + secret_file);
   if (store) env_strings.push_back(std::string(kStoreHostedEnv) + "=1");

@@ -10,6 +10,7 @@ packages=(
   libeigen3-dev libboost-graph-dev
   catch2 libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libfmt-dev zlib1g-dev
   python3 python3-matplotlib python3-numpy        # reports
+  python3-pandas                                  # analysis/runs.py: run tables as DataFrames
   iproute2                                        # real.shaper = "kernel": ip netns, tc htb
   libssl-dev                                      # HMAC-SHA256: real runs' authentication
   dataset-fashion-mnist python3-sklearn           # Fashion-MNIST; the 8x8 digits

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/output/provenance.h"
 #include "core/output/run_output.h"
 #include "test_support.h"
 
@@ -88,6 +89,18 @@ TEST_CASE("a run folder holds every output file", "[output]") {
   std::ifstream tr(dir / "trace.json");
   auto t = nlohmann::json::parse(tr);
   CHECK(t["traceEvents"].size() > 18);
+  // run.json: what ran, and how it was made (version, commit, command line, host, start).
+  std::ifstream rj(dir / "run.json");
+  auto run = nlohmann::json::parse(rj);
+  CHECK(run["status"] == "complete");
+  CHECK(run["version"].get<std::string>().find('.') != std::string::npos);
+  CHECK(run["commit"].is_string());  // "" where the tree was not a git work tree at build time
+  CHECK(run["command_line"] == this_command_line());  // this test's own, as /proc gives it
+  CHECK(!this_command_line().empty());
+  CHECK(!run["host"].get<std::string>().empty());
+  const std::string started = run["started_utc"];
+  CHECK(started.size() == 24);  // YYYY-mm-ddTHH:MM:SS.mmmZ
+  CHECK(started.back() == 'Z');
   // Writing again to the same folder is refused and leaves it intact.
   CHECK_THROWS(write_run_folder(dir.string(), p.scenario, p.plan, p.model, some_events(), RunInfo{}));
   CHECK(fs::exists(dir / "summary.json"));

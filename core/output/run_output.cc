@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/output/provenance.h"
 
 namespace fs = std::filesystem;
 
@@ -479,8 +480,10 @@ std::string write_run_folder(const std::string& path, const Scenario& s, const P
     write_file(tmp / "eval.csv", ev.str());
 
     write_file(tmp / "summary.json", summarize(s, plan, events, info).dump(2) + "\n");
-    json run{{"executor", info.executor}, {"mode", info.mode}, {"wall_seconds", info.wall_seconds}};
+    json run{{"executor", info.executor}, {"mode", info.mode}, {"wall_seconds", info.wall_seconds},
+             {"status", "complete"}};
     if (!info.variant.empty()) run["variant"] = info.variant;
+    run.update(to_json(provenance_of_run(info.wall_seconds)));
     write_file(tmp / "run.json", run.dump(2) + "\n");
 
     if (s.output.trace) {
