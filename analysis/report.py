@@ -171,6 +171,10 @@ class Run:
         # The variant: the algorithm, and how it averages where that is not the default, as the
         # algorithm registry labels it (run.json); a run folder without one is its algorithm.
         self.variant = run_json.get("variant") or self.algorithm
+        # run.json's status: "running" (still going, or killed: its rows are what it did),
+        # "failed" (with its error), "complete"; folders from before live outputs have none.
+        self.status = run_json.get("status", "complete")
+        self.error = run_json.get("error", "")
         clusters = s.get("clusters")
         self.label = (f"{self.scenario} {self.variant}"
                       f"{f', {clusters} clusters' if clusters and int(clusters) > 1 else ''} ({self.executor})")
@@ -1031,6 +1035,12 @@ def write_markdown(runs, refused, title, out, images, written, validations=()):
             f"| {fmt(float(np.mean(idle)) if idle else None, '.3f')} | {mem_text[0]} | {mem_text[1]} "
             f"| {avg_text} | `{r.folder}` |")
     lines.append("")
+    unfinished = [r for r in runs if r.status != "complete"]
+    if unfinished:
+        lines += ["Runs that did not finish (their rows are what they did until then):", ""]
+        lines += [f"- {r.label}: " + ("still running, or killed" if r.status == "running"
+                                      else f"{r.status}: {r.error or 'no reason given'}") for r in unfinished]
+        lines.append("")
     stage_rows = [(r, st) for r in runs for st in r.stage_times()]
     if stage_rows:
         lines += ["## Predicted against measured stage times", "",

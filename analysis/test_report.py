@@ -452,6 +452,28 @@ class ReportTest(unittest.TestCase):
         with open(os.path.join(run, "theory.json")) as f:
             self.assertEqual(json.load(f)["verdict"], "v")
 
+    def test_unfinished_runs_are_listed_with_their_status(self):
+        # Live run folders (core/output/live_run.h): a killed run says "running", a failed one its error.
+        runs = []
+        for name, status in (("killed", {"status": "running"}), ("broken", {"status": "failed", "error": "node 1 crashed"}),
+                             ("done", {"status": "complete"})):
+            run = make_run(os.path.join(self.dir, name), micro_batches=8)
+            with open(os.path.join(run, "run.json")) as f:
+                info = json.load(f)
+            info.update(status)
+            with open(os.path.join(run, "run.json"), "w") as f:
+                json.dump(info, f)
+            runs.append(run)
+        out = os.path.join(self.dir, "rep")
+        proc = run_report(*runs, "--out", out)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        with open(os.path.join(out, "report.md")) as f:
+            md = f.read()
+        self.assertIn("Runs that did not finish", md)
+        self.assertIn(": still running, or killed", md)
+        self.assertIn(": failed: node 1 crashed", md)
+        self.assertEqual(md.count("\n- "), 2)   # the complete run is not listed
+
     def test_missing_folder(self):
         self.assert_error(run_report(os.path.join(self.dir, "nope")), "run folder not found")
 

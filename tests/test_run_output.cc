@@ -3,11 +3,14 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "core/output/live_run.h"
 #include "core/output/provenance.h"
 #include "core/output/run_output.h"
 #include "test_support.h"
@@ -105,6 +108,70 @@ TEST_CASE("a run folder holds every output file", "[output]") {
   CHECK_THROWS(write_run_folder(dir.string(), p.scenario, p.plan, p.model, some_events(), RunInfo{}));
   CHECK(fs::exists(dir / "summary.json"));
   fs::remove_all(dir);
+}
+
+namespace {
+
+std::string text_of(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string status_of(const fs::path& dir) {
+  std::ifstream in(dir / "run.json");
+  return nlohmann::json::parse(in)["status"].get<std::string>();
+}
+
+}  // namespace
+
+TEST_CASE("a live run folder shows its rows as they come and ends complete, or failed", "[output]") {
+  auto p = test::prepare("name = \"out\"\n[model]\nhead = \"linear\"\n[[devices]]\ncount = 2\n", {}, false);
+  const fs::path base = fs::temp_directory_path() / ("rv_test_live_" + std::to_string(::getpid()));
+  fs::remove_all(base);
+  const std::vector<Event> events = some_events();
+  {
+    LiveRun live((base / "run").string(), p.scenario, p.plan, p.model, RunInfo{"sim", "numeric", 0, "ravnest"});
+    // Running: the scenario, the plan and run.json are there at once, with the CSV headers.
+    CHECK(status_of(base / "run") == "running");
+    CHECK(fs::file_size(base / "run" / "plan.json") > 0);
+    CHECK(text_of(base / "run" / "eval.csv") == std::string(kEvalCsvHeader) + "\n");
+    // An evaluation writes what came so far, in whole rows, in arrival order.
+    for (const Event& e : events) live.record(e);
+    const std::string rows = text_of(base / "run" / "metrics.csv");
+    CHECK(rows.rfind(metrics_csv_header(), 0) == 0);
+    CHECK(std::count(rows.begin(), rows.end(), '\n') == static_cast<long>(events.size()) + 1);
+    CHECK(rows.back() == '\n');
+    CHECK(text_of(base / "run" / "eval.csv").find("0.75") != std::string::npos);
+    // A second run cannot take the folder.
+    CHECK_THROWS_AS(LiveRun((base / "run").string(), p.scenario, p.plan, p.model, RunInfo{}), Error);
+    // Finished: the same files as a run folder written at the end, run.json complete.
+    CHECK(live.finish(events, 1.5) == (base / "run").string());
+  }
+  write_run_folder((base / "whole").string(), p.scenario, p.plan, p.model, events, RunInfo{"sim", "numeric", 1.5, "ravnest"});
+  CHECK(status_of(base / "run") == "complete");
+  for (const char* f : {"metrics.csv", "eval.csv", "summary.json", "plan.json", "scenario.toml", "trace.json"}) {
+    INFO(f);
+    CHECK(text_of(base / "run" / f) == text_of(base / "whole" / f));
+  }
+  CHECK_FALSE(fs::exists(base / "run" / ".final.partial"));
+  // A run that fails keeps its rows and says why; one that ends without a word is marked failed.
+  {
+    LiveRun live((base / "failed").string(), p.scenario, p.plan, p.model, RunInfo{"sim", "numeric", 0, ""});
+    for (const Event& e : events) live.record(e);
+    live.fail("node 1 crashed");
+  }
+  {
+    std::ifstream in(base / "failed" / "run.json");
+    const auto j = nlohmann::json::parse(in);
+    CHECK(j["status"] == "failed");
+    CHECK(j["error"] == "node 1 crashed");
+  }
+  CHECK(text_of(base / "failed" / "eval.csv").find("0.75") != std::string::npos);
+  { LiveRun live((base / "dropped").string(), p.scenario, p.plan, p.model, RunInfo{}); }
+  CHECK(status_of(base / "dropped") == "failed");
+  fs::remove_all(base);
 }
 
 TEST_CASE("a failed write leaves no run folder", "[output]") {

@@ -232,10 +232,9 @@ TEST_CASE("each kind of bad value names file, line, key and what is wrong", "[sc
       {"[[planner.cluster]]\nstage_layers = [1]\n", 4, "planner.cluster[0].nodes",
        "missing: the cluster's nodes in pipeline order"},
       {"[[devices]]\ncount = 99999\n", 2, "devices", "more than 100000 nodes"},
-      // A key that would do nothing is refused, not taken silently.
-      {"[[devices]]\nregion = \"eu\"\n", 5, "devices[1].region",
-       "not honoured yet: every device sits on one star network (no region topology yet), so a region "
-       "would change nothing; remove the key"},
+      // A key that would do nothing is not in the table, so it is refused, never taken silently
+      // (devices[].region comes back with a network of regions).
+      {"[[devices]]\nregion = \"eu\"\n", 5, "devices[1].region", "unknown key"},
   };
   for (const Case& c : cases) {
     const std::string e = error_of(std::string("name = \"x\"\n[[devices]]\ncount = 2\n") + c.body);

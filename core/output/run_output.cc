@@ -110,16 +110,25 @@ constexpr const char* kParamsHeader = "node,cluster,stage,step,time_s,values";
 
 }  // namespace
 
+const char* metrics_csv_header() { return kCsvHeader; }
+
+void append_event_row(std::ostream& os, const Event& e) {
+  if (e.kind == EventKind::kParams) return;  // params.csv
+  os << to_string(e.kind) << ',' << e.node << ',' << e.cluster << ',' << e.stage << ',' << e.step
+     << ',' << e.micro_batch << ',' << time_str(e.start) << ',' << time_str(e.end) << ','
+     << num(e.loss) << ',' << num(e.accuracy) << ',' << e.staleness << ',' << e.bytes << ','
+     << e.peer << ',' << e.samples << ',' << num(e.cpu) << ',' << num(e.grad_norm2) << "\n";
+}
+
+void append_eval_row(std::ostream& os, const Event& e) {
+  os << time_str(e.end) << ',' << e.node << ',' << e.cluster << ',' << e.step << ',' << e.samples << ','
+     << num(e.loss) << ',' << num(e.accuracy) << "\n";
+}
+
 std::string events_csv(const std::vector<Event>& events) {
   std::ostringstream os;
   os << kCsvHeader << "\n";
-  for (const Event& e : events) {
-    if (e.kind == EventKind::kParams) continue;  // params.csv
-    os << to_string(e.kind) << ',' << e.node << ',' << e.cluster << ',' << e.stage << ',' << e.step
-       << ',' << e.micro_batch << ',' << time_str(e.start) << ',' << time_str(e.end) << ','
-       << num(e.loss) << ',' << num(e.accuracy) << ',' << e.staleness << ',' << e.bytes << ','
-       << e.peer << ',' << e.samples << ',' << num(e.cpu) << ',' << num(e.grad_norm2) << "\n";
-  }
+  for (const Event& e : events) append_event_row(os, e);
   return os.str();
 }
 
@@ -443,26 +452,36 @@ std::string node_metrics_csv(const Scenario& s, const Plan& plan, const std::vec
   return out.str();
 }
 
-std::string write_run_folder(const std::string& path, const Scenario& s, const Plan& plan,
-                             const ModelDesc& model, std::vector<Event> events, const RunInfo& info) {
+std::string plan_file_text(const Plan& plan, const ModelDesc& model) {
   using nlohmann::json;
-  fs::path final_path = fs::absolute(fs::path(path)).lexically_normal();
-  if (fs::exists(final_path)) throw Error(path + ": run folder exists already");
-  fs::create_directories(final_path.parent_path());
-  fs::path tmp = final_path.parent_path() / ("." + final_path.filename().string() + ".partial");
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
-  try {
+  json pj = to_json(plan);
+  json layers = json::array();
+  for (const auto& p : model.profile)
+    layers.push_back({{"name", p.name}, {"params", p.params}, {"out_elems", p.out_elems},
+                      {"forward_flops_per_sample", p.forward_flops}});
+  pj["model"] = {{"name", model.name}, {"params", model.total_params()}, {"layers", layers}};
+  return pj.dump(2) + "\n";
+}
+
+std::string run_json_text(const RunInfo& info, const std::string& status, const std::string& error) {
+  using nlohmann::json;
+  json run{{"executor", info.executor}, {"mode", info.mode}, {"wall_seconds", info.wall_seconds},
+           {"status", status}};
+  if (!info.variant.empty()) run["variant"] = info.variant;
+  if (!error.empty()) run["error"] = error;
+  run.update(to_json(provenance_of_run(info.wall_seconds)));
+  return run.dump(2) + "\n";
+}
+
+void write_run_outputs(const std::string& dir, const Scenario& s, const Plan& plan, const ModelDesc& model,
+                       std::vector<Event> events, const RunInfo& info) {
+  using nlohmann::json;
+  const fs::path tmp(dir);
+  {
     sort_events(events);
     write_file(tmp / "scenario.toml", to_toml(s));
 
-    json pj = to_json(plan);
-    json layers = json::array();
-    for (const auto& p : model.profile)
-      layers.push_back({{"name", p.name}, {"params", p.params}, {"out_elems", p.out_elems},
-                        {"forward_flops_per_sample", p.forward_flops}});
-    pj["model"] = {{"name", model.name}, {"params", model.total_params()}, {"layers", layers}};
-    write_file(tmp / "plan.json", pj.dump(2) + "\n");
+    write_file(tmp / "plan.json", plan_file_text(plan, model));
 
     if (s.output.metrics == "summary")
       write_file(tmp / "node_metrics.csv", node_metrics_csv(s, plan, events));
@@ -472,19 +491,13 @@ std::string write_run_folder(const std::string& path, const Scenario& s, const P
       write_params_csv((tmp / "params.csv").string(), events);
 
     std::ostringstream ev;
-    ev << "time_s,node,cluster,step,train_samples,test_loss,test_accuracy\n";
+    ev << kEvalCsvHeader << "\n";
     for (const auto& e : events)
-      if (e.kind == EventKind::kEval)
-        ev << time_str(e.end) << ',' << e.node << ',' << e.cluster << ',' << e.step << ','
-           << e.samples << ',' << num(e.loss) << ',' << num(e.accuracy) << "\n";
+      if (e.kind == EventKind::kEval) append_eval_row(ev, e);
     write_file(tmp / "eval.csv", ev.str());
 
     write_file(tmp / "summary.json", summarize(s, plan, events, info).dump(2) + "\n");
-    json run{{"executor", info.executor}, {"mode", info.mode}, {"wall_seconds", info.wall_seconds},
-             {"status", "complete"}};
-    if (!info.variant.empty()) run["variant"] = info.variant;
-    run.update(to_json(provenance_of_run(info.wall_seconds)));
-    write_file(tmp / "run.json", run.dump(2) + "\n");
+    write_file(tmp / "run.json", run_json_text(info, "complete", ""));
 
     if (s.output.trace) {
       std::ostringstream tr;
@@ -519,6 +532,19 @@ std::string write_run_folder(const std::string& path, const Scenario& s, const P
       tr << "\n]}\n";
       write_file(tmp / "trace.json", tr.str());
     }
+  }
+}
+
+std::string write_run_folder(const std::string& path, const Scenario& s, const Plan& plan,
+                             const ModelDesc& model, std::vector<Event> events, const RunInfo& info) {
+  fs::path final_path = fs::absolute(fs::path(path)).lexically_normal();
+  if (fs::exists(final_path)) throw Error(path + ": run folder exists already");
+  fs::create_directories(final_path.parent_path());
+  fs::path tmp = final_path.parent_path() / ("." + final_path.filename().string() + ".partial");
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  try {
+    write_run_outputs(tmp.string(), s, plan, model, std::move(events), info);
     fs::rename(tmp, final_path);
   } catch (...) {
     std::error_code ec;

@@ -20,7 +20,8 @@
 //                    parameters after update `step`, space-separated)
 //
 // Contract: write_run_folder() writes into a hidden temporary folder beside the target and
-// renames it into place at the end, so a failed run leaves no half-written run folder.
+// renames it into place at the end, so a failed write leaves no half-written run folder. A run
+// started from the command line writes its folder as it goes instead (core/output/live_run.h).
 #pragma once
 
 #include <iosfwd>
@@ -82,6 +83,20 @@ std::string node_metrics_csv(const Scenario& s, const Plan& plan, const std::vec
 // (a node process sends the launcher the text); the parsers throw rv::InputError naming `where`
 // (the readers: the file) and the line of what is wrong.
 std::string events_csv(const std::vector<Event>& events);
+constexpr const char* kEvalCsvHeader = "time_s,node,cluster,step,train_samples,test_loss,test_accuracy";
+const char* metrics_csv_header();
+// One metrics.csv row (nothing for kParams), one eval.csv row (a kEval event), with their "\n".
+void append_event_row(std::ostream& os, const Event& e);
+void append_eval_row(std::ostream& os, const Event& e);
+// plan.json's text: the plan and the model's layers.
+std::string plan_file_text(const Plan& plan, const ModelDesc& model);
+// run.json's text: what ran (`info`), `status` (running, complete, failed), the error of a failed
+// run, and the provenance (core/output/provenance.h) of a run that started info.wall_seconds ago.
+std::string run_json_text(const RunInfo& info, const std::string& status, const std::string& error);
+// Every output file of a finished run into the folder `dir`, which exists (write_run_folder and
+// LiveRun::finish write into a temporary folder and move the files into place).
+void write_run_outputs(const std::string& dir, const Scenario& s, const Plan& plan, const ModelDesc& model,
+                       std::vector<Event> events, const RunInfo& info);
 std::vector<Event> parse_events_csv(std::istream& in, const std::string& where);
 std::string params_csv(const std::vector<Event>& events);
 std::vector<Event> parse_params_csv(std::istream& in, const std::string& where);

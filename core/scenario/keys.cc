@@ -208,8 +208,6 @@ void add_top_and_devices(Catalog& c) {
                 "download bandwidth from the core")
       .real("latency_ms", &DeviceGroup::latency_ms, 0.0, 1e6, "ms",
             "one-way latency between the device and the core")
-      .text("region", &DeviceGroup::region,
-            "reserved for a network of regions; refused while the only topology is a star")
       .text("profile", &DeviceGroup::profile,
             "compute profile file (`ravnest calibrate --out`, or profiles/), relative to the scenario's "
             "folder: fixed cost per operation and efficiency per pass, layer kind and operation class, "

@@ -292,18 +292,6 @@ void check_planner_clusters(const Scenario& s) {
   }
 }
 
-// A key that does nothing is not accepted: devices[].region waits for a network of regions (a
-// star is the only topology so far).
-void check_regions(const Scenario& s) {
-  for (size_t i = 0; i < s.devices.size(); ++i) {
-    if (s.devices[i].region.empty()) continue;
-    const std::string key = "devices[" + std::to_string(i) + "].region";
-    throw ScenarioError(s.where(key), key,
-                        "not honoured yet: every device sits on one star network (no region "
-                        "topology yet), so a region would change nothing; remove the key");
-  }
-}
-
 // The pool's size against the keys that count nodes.
 void check_pool(const Scenario& s) {
   int64_t pool = 0;
@@ -349,7 +337,6 @@ Scenario from_table(const toml::table& root, const std::string& source) {
   check_name(s);
   check_model(s);
   check_planner_clusters(s);
-  check_regions(s);
   check_pool(s);
   read_profiles(s);
   for (DeviceGroup& d : s.devices) d.dilation = s.dilation;

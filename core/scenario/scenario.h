@@ -27,7 +27,6 @@ struct DeviceGroup {
   double up_mbps = 100.0;    // Mbit/s, to the core
   double down_mbps = 100.0;  // Mbit/s, from the core
   double latency_ms = 10.0;  // ms, one way, between the device and the core
-  std::string region;        // empty: none
   std::string profile;       // compute profile file (`ravnest calibrate --out`); "": peak model
   ComputeProfile compute;    // read from `profile` when the scenario is loaded
   double efficiency = 0;     // (0, 1.5]: every operation at this fraction of tflops; 0: the profile's

@@ -1,0 +1,155 @@
+#include "core/output/live_run.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/output/whole_file.h"
+
+namespace fs = std::filesystem;
+
+namespace rv {
+namespace {
+
+int open_new(const fs::path& p) {
+  const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error(p.string() + ": cannot create: " + std::strerror(errno));
+  return fd;
+}
+
+// Writes `rows` (whole rows) to `fd` and empties it; rv::Error on failure.
+void write_rows(int fd, std::string& rows, const std::string& what) {
+  size_t done = 0;
+  while (done < rows.size()) {
+    const ssize_t w = ::write(fd, rows.data() + done, rows.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) throw Error(what + ": cannot write: " + std::strerror(errno));
+    done += static_cast<size_t>(w);
+  }
+  rows.clear();
+}
+
+}  // namespace
+
+LiveRun::LiveRun(const std::string& path, const Scenario& s, const Plan& plan, const ModelDesc& model, RunInfo info)
+    : path_(fs::absolute(fs::path(path)).lexically_normal().string()), scenario_(s), plan_(plan), model_(model),
+      info_(std::move(info)), live_metrics_(s.output.metrics != "summary"),
+      start_(std::chrono::steady_clock::now()), last_flush_(start_) {
+  const fs::path dir(path_);
+  std::error_code ec;
+  fs::create_directories(dir.parent_path(), ec);
+  // create_directory reports whether it made the folder: never one that exists (another run's).
+  if (!fs::create_directory(dir, ec) || ec)
+    throw Error(path + (ec ? ": cannot make the run folder: " + ec.message() : ": run folder exists already"));
+  write_whole_file((dir / "scenario.toml").string(), to_toml(s));
+  write_whole_file((dir / "plan.json").string(), plan_file_text(plan, model));
+  info_.wall_seconds = 0;
+  write_whole_file((dir / "run.json").string(), run_json_text(info_, "running", ""));
+  if (live_metrics_) {
+    metrics_fd_ = open_new(dir / "metrics.csv");
+    metrics_rows_ = std::string(metrics_csv_header()) + "\n";
+  }
+  eval_fd_ = open_new(dir / "eval.csv");
+  eval_rows_ = std::string(kEvalCsvHeader) + "\n";
+  flush_if_due(true);
+}
+
+LiveRun::~LiveRun() {
+  if (done_) return;
+  try {
+    fail("the run ended before it finished (an error on the way out)");
+  } catch (...) {
+    // A destructor must not throw; the folder keeps run.json "running".
+  }
+}
+
+void LiveRun::record(const Event& e) {
+  if (done_) return;
+  if (live_metrics_) {
+    std::ostringstream row;
+    append_event_row(row, e);
+    metrics_rows_ += row.str();
+  }
+  if (e.kind == EventKind::kEval) {
+    std::ostringstream row;
+    append_eval_row(row, e);
+    eval_rows_ += row.str();
+    flush_if_due(true);  // evaluations are rare and what a reader watches for
+    return;
+  }
+  // The clock only every 256 events: a simulation records millions.
+  if (++since_check_ >= 256) {
+    since_check_ = 0;
+    flush_if_due(false);
+  }
+}
+
+void LiveRun::flush_if_due(bool force) {
+  const auto now = std::chrono::steady_clock::now();
+  if (!force && std::chrono::duration<double>(now - last_flush_).count() < kFlushSeconds) return;
+  last_flush_ = now;
+  if (metrics_fd_ >= 0) write_rows(metrics_fd_, metrics_rows_, path_ + "/metrics.csv");
+  if (eval_fd_ >= 0) write_rows(eval_fd_, eval_rows_, path_ + "/eval.csv");
+}
+
+void LiveRun::close_files() {
+  for (int* fd : {&metrics_fd_, &eval_fd_}) {
+    if (*fd >= 0) ::close(*fd);
+    *fd = -1;
+  }
+}
+
+void LiveRun::write_status(const std::string& status, const std::string& error, double wall_seconds) {
+  info_.wall_seconds = wall_seconds;
+  write_whole_file((fs::path(path_) / "run.json").string(), run_json_text(info_, status, error));
+}
+
+std::string LiveRun::finish(std::vector<Event> events, double wall_seconds) {
+  RV_CHECK(!done_, path_ + ": finish() after the run ended");
+  flush_if_due(true);
+  const fs::path dir(path_);
+  const fs::path tmp = dir / ".final.partial";
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  fs::create_directories(tmp);
+  info_.wall_seconds = wall_seconds;
+  try {
+    write_run_outputs(tmp.string(), scenario_, plan_, model_, std::move(events), info_);
+    close_files();
+    // Each file replaces its live one whole (a rename); run.json last, so "complete" is said only
+    // once every other file is final. A live metrics.csv that the final outputs do not have
+    // (output.metrics = "summary" writes node_metrics.csv) cannot exist: it was never opened.
+    for (const auto& entry : fs::directory_iterator(tmp)) {
+      if (entry.path().filename() == "run.json") continue;
+      fs::rename(entry.path(), dir / entry.path().filename());
+    }
+    fs::rename(tmp / "run.json", dir / "run.json");
+    fs::remove(tmp);
+  } catch (const std::exception& e) {
+    fs::remove_all(tmp, ec);
+    fail(std::string("writing the final outputs: ") + e.what());
+    throw;
+  }
+  done_ = true;
+  return path_;
+}
+
+void LiveRun::fail(const std::string& why) {
+  if (done_) return;
+  done_ = true;
+  try {
+    flush_if_due(true);
+  } catch (const std::exception&) {
+    // A full disk: run.json below still says what failed, if it can.
+  }
+  close_files();
+  write_status("failed", why,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+}
+
+}  // namespace rv
