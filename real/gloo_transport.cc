@@ -685,9 +685,15 @@ GlooTransport::GlooTransport(const GlooOptions& options) : impl_(std::make_uniqu
         c10::make_intrusive<c10d::ProcessGroupGloo>(s.store, options.rank, options.world_size, go);
   } catch (const std::exception& e) {
     s.store.reset();
+    // Where this rank hosts the store, what it refused may be why a rank never came (another
+    // run's secret, a stray process on the port).
+    std::string refused;
+    if (s.server && s.server->refused() > 0)
+      refused = "; the store refused " + std::to_string(s.server->refused()) + " connection(s), the last: " +
+                s.server->last_refusal();
     throw PeerError(s.who() + ": cannot connect to all " + std::to_string(options.world_size) +
                     " ranks (rendezvous at " + where + ") within " + seconds_str(options.timeout) +
-                    " s: " + short_what(e));
+                    " s: " + short_what(e) + refused);
   }
   s.peers.assign(options.world_size, Impl::PeerState::kOpen);
   s.recv_work.resize(options.world_size);

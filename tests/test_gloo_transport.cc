@@ -587,8 +587,11 @@ TEST_CASE("gloo transport: a rank without the run's secret is refused, with a me
       EXPECT_OR_EXIT(rank == 1 && contains(e.what(), "refused this rank"));
       return 0;
     } catch (const rv::PeerError& e) {
-      // Rank 0: nobody with the secret joined within the timeout.
+      // Rank 0: nobody with the secret joined within the timeout, and the store it hosts says
+      // whom it refused, and why.
       EXPECT_OR_EXIT(rank == 0 && contains(e.what(), "rank 0"));
+      EXPECT_OR_EXIT(contains(e.what(), "the store refused ") &&
+                     contains(e.what(), "connection(s), the last: wrong run secret"));
       return 0;
     }
   });
