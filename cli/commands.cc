@@ -13,7 +13,9 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "exec/env_assembly.h"
 #include "exec/progress.h"
+#include "exec/wall_env.h"
 #include "core/model/cost_model.h"
 #include "algo/registry.h"
 #include "core/data/dataset.h"
@@ -30,23 +32,6 @@ namespace fs = std::filesystem;
 
 namespace rv {
 
-namespace {
-
-// Hands every event to two observers (progress and the live run folder), in that order.
-class Tee : public Metrics {
- public:
-  Tee(Metrics* a, Metrics* b) : a_(a), b_(b) {}
-  void record(const Event& e) override {
-    a_->record(e);
-    b_->record(e);
-  }
-
- private:
-  Metrics* a_;
-  Metrics* b_;
-};
-
-}  // namespace
 
 Scenario load_checked(const std::string& path, const std::vector<std::string>& overrides) {
   Scenario s = load_scenario(path, overrides);
@@ -157,31 +142,26 @@ std::string run_in_process(const Prepared& p, const std::string& executor, const
   RunSpec spec{&s, &p.plan, &p.model, numeric ? &data : nullptr};
   const std::string path = run_path.empty() ? new_run_path(s, executor) : run_path;
   if (fs::exists(path)) throw InputError(path + ": run folder exists already");
-  const RunInfo info{executor, executor == "loopback" ? std::string("cpu") : s.sim.mode, 0, variant_label(s)};
+  RunInfo info{executor, executor == "loopback" ? std::string("cpu") : s.sim.mode, 0, variant_label(s)};
+  info.started_unix_s = unix_now_s();
   // The folder exists from here on (live_run.h): rows as they come, run.json running -> complete
   // or failed.
-  LiveRun live(path, s, p.plan, p.model, info);
-  const auto t0 = std::chrono::steady_clock::now();
+  const WallClock wall;
+  LiveRun live(path, s, p.plan, p.model, info, wall);
   std::vector<Event> events;
   const int64_t total = s.training.steps;
   try {
-    if (executor == "loopback") {
-      Progress progress(total, "wall", Progress::enabled_for(progress_mode));
-      Tee both(&progress, &live);
-      events = run_loopback(spec, s.peer_timeout_s(), -1, nullptr, &both);
-      progress.finish();
-    } else {
-      Progress progress(total, "simulated", Progress::enabled_for(progress_mode));
-      Tee both(&progress, &live);
-      events = run_simulation(spec, &both).events;
-      progress.finish();
-    }
+    const bool loopback = executor == "loopback";
+    Progress progress(total, loopback ? "wall" : "simulated", Progress::enabled_for(progress_mode));
+    TeeMetrics both(progress, &live, nullptr);  // one thread at a time: no lock
+    events = loopback ? run_loopback(spec, s.peer_timeout_s(), -1, nullptr, &both)
+                      : run_simulation(spec, &both).events;
+    progress.finish();
   } catch (const std::exception& e) {
     live.fail(e.what());
     throw;
   }
-  return live.finish(std::move(events),
-                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return live.finish(std::move(events));
 }
 
 int cmd_sim(const CommonOptions& o, const std::string& executor, const std::string& run_path) {

@@ -11,6 +11,9 @@
 
 namespace rv {
 
+// This machine's calendar time, seconds since the Unix epoch (run.json's start: RunInfo).
+double unix_now_s();
+
 class WallClock : public Clock {
  public:
   WallClock() : start_(std::chrono::steady_clock::now()) {}

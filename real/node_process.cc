@@ -299,7 +299,9 @@ int run(const NodeProcessOptions& options) {
   // goodbyes, so that a peer failing during them cannot lose it (the folder is then marked).
   const std::string path =
       options.run_path.empty() ? new_run_path(scenario, "real") : options.run_path;
-  write_run_folder(path, scenario, plan, model, std::move(events), RunInfo{"real", "cpu", wall, variant_label(scenario)});
+  RunInfo info{"real", "cpu", wall, variant_label(scenario)};
+  info.started_unix_s = unix_now_s() - wall;  // the run's start on the calendar
+  write_run_folder(path, scenario, plan, model, std::move(events), info);
   if (!options.result_file.empty()) {
     write_whole_file(options.result_file, path + "\n");
   } else {

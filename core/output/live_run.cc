@@ -6,7 +6,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <sstream>
 
 #include "core/error.h"
 #include "core/output/whole_file.h"
@@ -23,23 +22,25 @@ int open_new(const fs::path& p) {
 }
 
 // Writes `rows` (whole rows) to `fd` and empties it; rv::Error on failure.
-void write_rows(int fd, std::string& rows, const std::string& what) {
+void write_rows(int fd, std::ostringstream& rows, const std::string& what) {
+  const std::string text = rows.str();
   size_t done = 0;
-  while (done < rows.size()) {
-    const ssize_t w = ::write(fd, rows.data() + done, rows.size() - done);
+  while (done < text.size()) {
+    const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) throw Error(what + ": cannot write: " + std::strerror(errno));
     done += static_cast<size_t>(w);
   }
-  rows.clear();
+  rows.str("");
 }
 
 }  // namespace
 
-LiveRun::LiveRun(const std::string& path, const Scenario& s, const Plan& plan, const ModelDesc& model, RunInfo info)
+LiveRun::LiveRun(const std::string& path, const Scenario& s, const Plan& plan, const ModelDesc& model, RunInfo info,
+                 const Clock& wall)
     : path_(fs::absolute(fs::path(path)).lexically_normal().string()), scenario_(s), plan_(plan), model_(model),
-      info_(std::move(info)), live_metrics_(s.output.metrics != "summary"),
-      start_(std::chrono::steady_clock::now()), last_flush_(start_) {
+      info_(std::move(info)), wall_(wall), live_metrics_(s.output.metrics != "summary"), start_(wall.now()),
+      last_flush_(start_) {
   const fs::path dir(path_);
   std::error_code ec;
   fs::create_directories(dir.parent_path(), ec);
@@ -52,10 +53,10 @@ LiveRun::LiveRun(const std::string& path, const Scenario& s, const Plan& plan, c
   write_whole_file((dir / "run.json").string(), run_json_text(info_, "running", ""));
   if (live_metrics_) {
     metrics_fd_ = open_new(dir / "metrics.csv");
-    metrics_rows_ = std::string(metrics_csv_header()) + "\n";
+    metrics_rows_ << metrics_csv_header() << "\n";
   }
   eval_fd_ = open_new(dir / "eval.csv");
-  eval_rows_ = std::string(kEvalCsvHeader) + "\n";
+  eval_rows_ << kEvalCsvHeader << "\n";
   flush_if_due(true);
 }
 
@@ -70,15 +71,9 @@ LiveRun::~LiveRun() {
 
 void LiveRun::record(const Event& e) {
   if (done_) return;
-  if (live_metrics_) {
-    std::ostringstream row;
-    append_event_row(row, e);
-    metrics_rows_ += row.str();
-  }
+  if (live_metrics_) append_event_row(metrics_rows_, e);
   if (e.kind == EventKind::kEval) {
-    std::ostringstream row;
-    append_eval_row(row, e);
-    eval_rows_ += row.str();
+    append_eval_row(eval_rows_, e);
     flush_if_due(true);  // evaluations are rare and what a reader watches for
     return;
   }
@@ -90,8 +85,8 @@ void LiveRun::record(const Event& e) {
 }
 
 void LiveRun::flush_if_due(bool force) {
-  const auto now = std::chrono::steady_clock::now();
-  if (!force && std::chrono::duration<double>(now - last_flush_).count() < kFlushSeconds) return;
+  const Seconds now = wall_.now();
+  if (!force && now - last_flush_ < kFlushSeconds) return;
   last_flush_ = now;
   if (metrics_fd_ >= 0) write_rows(metrics_fd_, metrics_rows_, path_ + "/metrics.csv");
   if (eval_fd_ >= 0) write_rows(eval_fd_, eval_rows_, path_ + "/eval.csv");
@@ -104,12 +99,12 @@ void LiveRun::close_files() {
   }
 }
 
-void LiveRun::write_status(const std::string& status, const std::string& error, double wall_seconds) {
+void LiveRun::write_status(const std::string& status, const std::string& error, Seconds wall_seconds) {
   info_.wall_seconds = wall_seconds;
   write_whole_file((fs::path(path_) / "run.json").string(), run_json_text(info_, status, error));
 }
 
-std::string LiveRun::finish(std::vector<Event> events, double wall_seconds) {
+std::string LiveRun::finish(std::vector<Event> events) {
   RV_CHECK(!done_, path_ + ": finish() after the run ended");
   flush_if_due(true);
   const fs::path dir(path_);
@@ -117,7 +112,7 @@ std::string LiveRun::finish(std::vector<Event> events, double wall_seconds) {
   std::error_code ec;
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp);
-  info_.wall_seconds = wall_seconds;
+  info_.wall_seconds = wall_.now() - start_;
   try {
     write_run_outputs(tmp.string(), scenario_, plan_, model_, std::move(events), info_);
     close_files();
@@ -148,8 +143,7 @@ void LiveRun::fail(const std::string& why) {
     // A full disk: run.json below still says what failed, if it can.
   }
   close_files();
-  write_status("failed", why,
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+  write_status("failed", why, wall_.now() - start_);
 }
 
 }  // namespace rv

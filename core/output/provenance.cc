@@ -2,7 +2,8 @@
 
 #include <unistd.h>
 
-#include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
@@ -52,17 +53,17 @@ std::string this_command_line() {
   return shell_join(args);
 }
 
-Provenance provenance_of_run(double wall_seconds) {
+Provenance provenance_of_run(double started_unix_s) {
   Provenance p;
   p.version = RV_VERSION;
   p.commit = RV_COMMIT;
   p.command_line = this_command_line();
   char host[256] = {};
   if (gethostname(host, sizeof host - 1) == 0) p.host = host;
-  using namespace std::chrono;
-  const auto start = system_clock::now() - duration_cast<system_clock::duration>(duration<double>(wall_seconds));
-  const std::time_t secs = system_clock::to_time_t(start);
-  const auto ms = duration_cast<milliseconds>(start.time_since_epoch()).count() % 1000;
+  if (!(started_unix_s >= 0)) return p;
+  const auto whole_ms = static_cast<int64_t>(std::llround(started_unix_s * 1000.0));
+  const auto secs = static_cast<std::time_t>(whole_ms / 1000);
+  const int64_t ms = whole_ms % 1000;
   std::tm tm{};
   gmtime_r(&secs, &tm);
   char buf[40];

@@ -42,6 +42,8 @@ struct RunInfo {
   std::string mode;            // sim: numeric | timing; real: cpu | cuda
   double wall_seconds = 0;     // wall-clock duration of the run
   std::string variant;         // what ran, for reports (algo/registry.h: variant_label)
+  double started_unix_s = -1;  // when it started, by the executor's calendar clock (s since the
+                               // Unix epoch; exec/wall_env.h unix_now_s); < 0: not known
 };
 
 // The path a run of `executor` would get now: <dir>/<name>/<executor>-<YYYYmmdd-HHMMSS>[-k].
@@ -91,7 +93,7 @@ void append_eval_row(std::ostream& os, const Event& e);
 // plan.json's text: the plan and the model's layers.
 std::string plan_file_text(const Plan& plan, const ModelDesc& model);
 // run.json's text: what ran (`info`), `status` (running, complete, failed), the error of a failed
-// run, and the provenance (core/output/provenance.h) of a run that started info.wall_seconds ago.
+// run, and the provenance (core/output/provenance.h) of a run that started at info.started_unix_s.
 std::string run_json_text(const RunInfo& info, const std::string& status, const std::string& error);
 // Every output file of a finished run into the folder `dir`, which exists (write_run_folder and
 // LiveRun::finish write into a temporary folder and move the files into place).
