@@ -129,6 +129,16 @@ class ReportTest(unittest.TestCase):
         with open(path, "rb") as f:
             self.assertEqual(f.read(8), PNG_MAGIC, path)
 
+    def report_ok(self, *args):
+        """Runs the report and requires exit status 0; its CompletedProcess."""
+        proc = run_report(*args)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        return proc
+
+    def read_md(self, out):
+        with open(os.path.join(out, "report.md")) as f:
+            return f.read()
+
     def assert_error(self, proc, fragment):
         self.assertEqual(proc.returncode, 2, proc.stderr)
         self.assertIn("report: error:", proc.stderr)
@@ -136,8 +146,7 @@ class ReportTest(unittest.TestCase):
 
     def test_single_run_default_output(self):
         run = make_run(os.path.join(self.dir, "run1"))
-        proc = run_report(run)
-        self.assertEqual(proc.returncode, 0, proc.stderr)
+        proc = self.report_ok(run)
         out = os.path.join(run, "report")
         names = ["loss_vs_time.png", "loss_vs_samples.png", "accuracy_vs_time.png",
                  "accuracy_vs_samples.png", "utilisation.png", "timeline_quick_ravnest_2_clusters_sim.png"]
@@ -148,8 +157,7 @@ class ReportTest(unittest.TestCase):
             self.assertIn(json_path, proc.stdout)
             with open(json_path) as f:
                 self.assertIsInstance(json.load(f), dict)
-        with open(os.path.join(out, "report.md")) as f:
-            md = f.read()
+        md = self.read_md(out)
         self.assertIn("quick ravnest, 2 clusters (sim)", md)
         self.assertIn("0.8700", md)
 
@@ -158,30 +166,26 @@ class ReportTest(unittest.TestCase):
         b = make_run(os.path.join(self.dir, "b"))  # same label as a: disambiguated
         c = make_run(os.path.join(self.dir, "c"), algorithm="gpipe", executor="real", with_loss=False)
         out = os.path.join(self.dir, "out")
-        proc = run_report(a, b, c, "--out", out, "--title", "Comparison")
-        self.assertEqual(proc.returncode, 0, proc.stderr)
+        proc = self.report_ok(a, b, c, "--out", out, "--title", "Comparison")
         self.assertIn("no training-loss rows", proc.stdout)
         for name in ["loss_vs_time.png", "loss_vs_samples.png", "accuracy_vs_time.png",
                      "accuracy_vs_samples.png", "utilisation.png",
                      "timeline_quick_ravnest_2_clusters_sim_a.png",
                      "timeline_quick_ravnest_2_clusters_sim_b.png", "timeline_quick_gpipe_2_clusters_real.png"]:
             self.assert_png(os.path.join(out, name))
-        with open(os.path.join(out, "report.md")) as f:
-            md = f.read()
+        md = self.read_md(out)
         self.assertIn("quick ravnest, 2 clusters (sim) [a]", md)
         self.assertIn("quick gpipe, 2 clusters (real)", md)
 
     def test_sweep_speedup_and_time_to_accuracy(self):
         runs = [make_run(os.path.join(self.dir, f"c{c}"), clusters=c) for c in (1, 2, 4)]
         out = os.path.join(self.dir, "sweep")
-        proc = run_report(*runs, "--out", out)
-        self.assertEqual(proc.returncode, 0, proc.stderr)
+        proc = self.report_ok(*runs, "--out", out)
         self.assert_png(os.path.join(out, "speedup.png"))
         self.assert_png(os.path.join(out, "time_to_accuracy.png"))
         # One cluster count only: no speedup plot.
         out2 = os.path.join(self.dir, "same")
-        proc = run_report(runs[1], make_run(os.path.join(self.dir, "c2b"), clusters=2), "--out", out2)
-        self.assertEqual(proc.returncode, 0, proc.stderr)
+        proc = self.report_ok(runs[1], make_run(os.path.join(self.dir, "c2b"), clusters=2), "--out", out2)
         self.assertFalse(os.path.exists(os.path.join(out2, "speedup.png")))
 
     def test_variants_are_labelled_by_how_they_average(self):
@@ -190,10 +194,8 @@ class ReportTest(unittest.TestCase):
                           training='averaging = "overlapped"\nallreduce = "single-ring"\n',
                           variant="ravnest overlapped single-ring") for c in (1, 2)]
         out = os.path.join(self.dir, "variants")
-        proc = run_report(*runs, "--out", out)
-        self.assertEqual(proc.returncode, 0, proc.stderr)
-        with open(os.path.join(out, "report.md")) as f:
-            md = f.read()
+        proc = self.report_ok(*runs, "--out", out)
+        md = self.read_md(out)
         self.assertIn("| quick ravnest (sim) |", md)
         self.assertIn("| quick ravnest overlapped single-ring, 2 clusters (sim) |", md)
         self.assert_png(os.path.join(out, "speedup.png"))
@@ -207,17 +209,14 @@ class ReportTest(unittest.TestCase):
                        "overrides": ["training.algorithm=sync-dp"],
                        "reason": "sync-dp needs every node to hold the whole model (2 GiB)"}, f)
         out = os.path.join(self.dir, "out")
-        proc = run_report(run, refused, "--out", out)
-        self.assertEqual(proc.returncode, 0, proc.stderr)
-        with open(os.path.join(out, "report.md")) as f:
-            md = f.read()
+        proc = self.report_ok(run, refused, "--out", out)
+        md = self.read_md(out)
         self.assertIn("## Refused by the planner", md)
         self.assertIn("sync-dp needs every node to hold the whole model (2 GiB)", md)
         self.assertIn("`training.algorithm=sync-dp`", md)
         # Only refused points: report.md all the same, no figures.
         out2 = os.path.join(self.dir, "out2")
-        proc = run_report(refused, "--out", out2)
-        self.assertEqual(proc.returncode, 0, proc.stderr)
+        proc = self.report_ok(refused, "--out", out2)
         self.assertTrue(os.path.isfile(os.path.join(out2, "report.md")))
         # A refused.json without its reason is an error that names the file.
         with open(os.path.join(refused, "refused.json"), "w") as f:
@@ -233,13 +232,11 @@ class ReportTest(unittest.TestCase):
             json.dump({"scenario": "quick", "algorithm": "ravnest", "dilation": 4, "verdict": verdict,
                        "figures": [{"figure": "steady_samples_per_s", "label": "steady-state samples/s",
                                     "sim": 103.0, "real": 100.0, "error": 0.03}]}, f)
-        proc = run_report(folder)
-        self.assertEqual(proc.returncode, 0, proc.stderr)
+        proc = self.report_ok(folder)
         out = os.path.join(folder, "report")
         self.assert_png(os.path.join(out, "loss_vs_time.png"))
         self.assert_png(os.path.join(out, "utilisation.png"))
-        with open(os.path.join(out, "report.md")) as f:
-            md = f.read()
+        md = self.read_md(out)
         self.assertIn("# quick: simulated and emulated", md)
         self.assertIn("## Validation: quick (ravnest), dilation 4", md)
         self.assertIn(verdict, md)
@@ -255,8 +252,7 @@ class ReportTest(unittest.TestCase):
         with open(os.path.join(run, "theory.csv"), "w") as f:
             f.write("k,grad_norm2,running_mean,bound\n0,1,1,10\n1,0.5,0.75,5\n2,0.1,0.533,3.3\n")
         # --theory: only theory.png and report.md, which says where the run stands.
-        proc = run_report(run, "--theory", "--out", os.path.join(self.dir, "t"))
-        self.assertEqual(proc.returncode, 0, proc.stderr)
+        proc = self.report_ok(run, "--theory", "--out", os.path.join(self.dir, "t"))
         self.assert_png(os.path.join(self.dir, "t", "theory.png"))
         self.assertFalse(os.path.exists(os.path.join(self.dir, "t", "loss_vs_time.png")))
         with open(os.path.join(self.dir, "t", "report.md")) as f:
@@ -264,12 +260,10 @@ class ReportTest(unittest.TestCase):
         self.assertIn("## Convergence bound", md)
         self.assertIn("measured/bound 0.41", md)
         # The full report draws it too; a run without theory.csv draws no theory.png.
-        proc = run_report(run, "--out", os.path.join(self.dir, "full"))
-        self.assertEqual(proc.returncode, 0, proc.stderr)
+        proc = self.report_ok(run, "--out", os.path.join(self.dir, "full"))
         self.assert_png(os.path.join(self.dir, "full", "theory.png"))
         other = make_run(os.path.join(self.dir, "nn"))
-        proc = run_report(other, "--out", os.path.join(self.dir, "nn-report"))
-        self.assertEqual(proc.returncode, 0, proc.stderr)
+        proc = self.report_ok(other, "--out", os.path.join(self.dir, "nn-report"))
         self.assertFalse(os.path.exists(os.path.join(self.dir, "nn-report", "theory.png")))
 
     def test_minimal_folder_with_only_metrics(self):
@@ -277,8 +271,7 @@ class ReportTest(unittest.TestCase):
         os.makedirs(run)
         with open(os.path.join(run, "metrics.csv"), "w") as f:
             f.write(HEADER + "\nforward,0,0,0,0,0,0.0,0.5,,,,,,,,\nbackward,0,0,0,0,0,0.5,1.5,,,,,,,,\n")
-        proc = run_report(run)
-        self.assertEqual(proc.returncode, 0, proc.stderr)
+        proc = self.report_ok(run)
         self.assert_png(os.path.join(run, "report", "timeline_bare.png"))
         self.assert_png(os.path.join(run, "report", "utilisation.png"))
 
@@ -291,8 +284,7 @@ class ReportTest(unittest.TestCase):
         with open(os.path.join(run, "metrics.csv"), "a") as f:   # a last send that never arrives
             f.write("send,0,0,0,99,99,10.0,10.0,,,,4096,1,,,\n")
         out = os.path.join(self.dir, "out")
-        proc = run_report(run, "--out", out)
-        self.assertEqual(proc.returncode, 0, proc.stderr)
+        proc = self.report_ok(run, "--out", out)
         self.assert_png(os.path.join(out, "timeline_quick_ravnest_sim.png"))
         t = self.read_json(out, "timeline_quick_ravnest_sim.json")
         self.assertEqual(t["lanes"], ["compute", "uplink", "downlink"])
@@ -313,8 +305,7 @@ class ReportTest(unittest.TestCase):
     def test_utilisation_has_link_busy_fractions(self):
         run = make_run(os.path.join(self.dir, "u"), clusters=2, stages=2)
         out = os.path.join(self.dir, "out")
-        proc = run_report(run, "--out", out)
-        self.assertEqual(proc.returncode, 0, proc.stderr)
+        proc = self.report_ok(run, "--out", out)
         self.assert_png(os.path.join(out, "utilisation.png"))
         u = self.read_json(out, "utilisation.json")
         self.assertEqual(len(u["runs"]), 1)
@@ -337,10 +328,8 @@ class ReportTest(unittest.TestCase):
         real = make_run(os.path.join(self.dir, "real"), clusters=1, executor="real",
                         measured_memory=3 << 20)
         out = os.path.join(self.dir, "out")
-        proc = run_report(sim, real, "--out", out)
-        self.assertEqual(proc.returncode, 0, proc.stderr)
-        with open(os.path.join(out, "report.md")) as f:
-            md = f.read()
+        proc = self.report_ok(sim, real, "--out", out)
+        md = self.read_md(out)
         self.assertIn("| samples/s measured | samples/s predicted |", md)
         self.assertIn("| peak modeled memory per node (MiB, max / mean) "
                       "| peak measured memory per node (MiB, max / mean) |", md)
@@ -365,8 +354,7 @@ class ReportTest(unittest.TestCase):
     def test_speedup_axes_baselines_and_log(self):
         runs = [make_run(os.path.join(self.dir, f"c{c}"), clusters=c) for c in (1, 2, 4)]
         out = os.path.join(self.dir, "sweep")
-        proc = run_report(*runs, "--out", out, "--log")
-        self.assertEqual(proc.returncode, 0, proc.stderr)
+        proc = self.report_ok(*runs, "--out", out, "--log")
         sp = self.read_json(out, "speedup.json")
         self.assertEqual(sp["y_label"], "speedup (x)")
         self.assertEqual(sp["x_ticks"], [1, 2, 4])
@@ -382,8 +370,7 @@ class ReportTest(unittest.TestCase):
         # With a one-node run, the best single PC is the other baseline.
         pc = make_run(os.path.join(self.dir, "pc"), clusters=1, stages=1, algorithm="gpipe", plan=True,
                       speed=2.0)
-        proc = run_report(*runs, pc, "--out", out)
-        self.assertEqual(proc.returncode, 0, proc.stderr)
+        proc = self.report_ok(*runs, pc, "--out", out)
         sp = self.read_json(out, "speedup.json")
         self.assertFalse(sp["log"])
         base = sp["vs_single_pc"]["baselines"]["quick"]
@@ -397,8 +384,7 @@ class ReportTest(unittest.TestCase):
                 for c in (1, 2) for seed in (1, 2, 3)]
         other = make_run(os.path.join(self.dir, "gpipe"), seed=1, algorithm="gpipe", clusters=1)
         out = os.path.join(self.dir, "out")
-        proc = run_report(*runs, other, "--out", out)
-        self.assertEqual(proc.returncode, 0, proc.stderr)
+        proc = self.report_ok(*runs, other, "--out", out)
         loss = self.read_json(out, "loss_vs_time.json")
         self.assertEqual(len(loss["series"]), 3)   # ravnest 1 cluster, 2 clusters, gpipe
         merged = loss["series"][0]
@@ -420,8 +406,7 @@ class ReportTest(unittest.TestCase):
         # The same seed twice is a repeat, not a seed series: two lines.
         a = make_run(os.path.join(self.dir, "r1"), seed=5)
         b = make_run(os.path.join(self.dir, "r2"), seed=5)
-        proc = run_report(a, b, "--out", os.path.join(self.dir, "rep"))
-        self.assertEqual(proc.returncode, 0, proc.stderr)
+        proc = self.report_ok(a, b, "--out", os.path.join(self.dir, "rep"))
         self.assertEqual(len(self.read_json(self.dir, "rep", "loss_vs_time.json")["series"]), 2)
 
     def test_time_axes_say_simulated_or_wall_time(self):
@@ -430,8 +415,7 @@ class ReportTest(unittest.TestCase):
         for runs, label in (([sim], "simulated time (s)"), ([real], "wall time (s)"),
                             ([sim, real], "time (s): simulated for sim runs, wall for real")):
             out = os.path.join(self.dir, "out-" + "-".join(os.path.basename(r) for r in runs))
-            proc = run_report(*runs, "--out", out)
-            self.assertEqual(proc.returncode, 0, proc.stderr)
+            proc = self.report_ok(*runs, "--out", out)
             for name in ("loss_vs_time.json", "accuracy_vs_time.json"):
                 self.assertEqual(self.read_json(out, name)["x_label"], label)
             self.assertEqual(self.read_json(out, "loss_vs_samples.json")["x_label"], "training samples")
@@ -465,10 +449,8 @@ class ReportTest(unittest.TestCase):
                 json.dump(info, f)
             runs.append(run)
         out = os.path.join(self.dir, "rep")
-        proc = run_report(*runs, "--out", out)
-        self.assertEqual(proc.returncode, 0, proc.stderr)
-        with open(os.path.join(out, "report.md")) as f:
-            md = f.read()
+        proc = self.report_ok(*runs, "--out", out)
+        md = self.read_md(out)
         self.assertIn("Runs that did not finish", md)
         self.assertIn(": still running, or killed", md)
         self.assertIn(": failed: node 1 crashed", md)

@@ -13,8 +13,8 @@
 // counts written and "stopped_by" set; it does not touch crashes, which end the process as they
 // would anyway.
 //
-// --jobs J runs J worker processes (this program again, with --worker K): worker K takes every
-// J-th case of its share, from its own case stream (seed + K), so the cases depend on J, and
+// --jobs J runs J worker processes (this program again, with --worker K): worker K runs 1/J of
+// the cases (share()), from its own case stream (seed + K), so the cases depend on J, and
 // J = 1 gives exactly the cases of a single process. A worker that dies (a sanitizer abort, a
 // signal) is named in the counts ("workers_crashed") and makes the exit status 1; its report is
 // on stderr. A case that runs 120 s of CPU (--watchdog-cpu-s) is taken for a hang: a watchdog
@@ -201,7 +201,7 @@ class Watchdog {
   std::thread thread_;
 };
 
-// Cases i of n with i % jobs == worker: how many fall to `worker`.
+// How many of n cases worker `worker` of `jobs` runs (n / jobs, the first n % jobs one more).
 int64_t share(int64_t n, int jobs, int worker) { return n / jobs + (worker < n % jobs ? 1 : 0); }
 
 // Runs one worker's share and returns its tally, writing it to `out` (if set) as it goes.

@@ -316,11 +316,8 @@ std::string report_script(const std::string& self_exe) {
               "): install it with cmake --install, or run the ravnest of a build folder inside the source tree");
 }
 
-int cmd_report(const std::vector<std::string>& args) {
-  std::string self = "/proc/self/exe";
-  std::error_code ec;
-  if (const fs::path p = fs::read_symlink(self, ec); !ec) self = p.string();
-  std::vector<std::string> argv = {"/usr/bin/python3", report_script(self)};
+int cmd_report(const std::string& self_exe, const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {"/usr/bin/python3", report_script(self_exe)};
   argv.insert(argv.end(), args.begin(), args.end());
   const int rc = run_child(argv);
   if (rc == 127) throw Error("report: cannot run /usr/bin/python3");

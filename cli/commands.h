@@ -52,9 +52,9 @@ int cmd_validate(const CommonOptions& o, const std::string& self_exe, const std:
 // the script every argument, so each of its options (and --help) is the command's. The script is
 // looked for beside the binary that runs: <bin>/../share/ravnest/report.py (an installed tree,
 // cmake --install), then <bin>/../analysis/report.py (the build folder inside the source tree).
-int cmd_report(const std::vector<std::string>& args);
-// Where cmd_report finds the script, for `self_exe` (this binary's path); rv::Error naming the
-// places it looked if none holds it.
+// `self_exe`: this binary's path.
+int cmd_report(const std::string& self_exe, const std::vector<std::string>& args);
+// Where cmd_report finds the script; rv::Error naming the places it looked if none holds it.
 std::string report_script(const std::string& self_exe);
 
 }  // namespace rv

@@ -176,9 +176,9 @@ int main(int argc, char** argv) {
     if (*sim) return rv::cmd_sim(sim_o, sim_executor, sim_run_path);
     if (*real) return rv::cmd_real(real_o, self_exe(argv[0]), real_run_path);
     if (*validate) return rv::cmd_validate(validate_o, self_exe(argv[0]), validate_run_path, validate_dilation, validate_headroom);
-    if (*report) return rv::cmd_report(report->remaining());
+    if (*report) return rv::cmd_report(self_exe(argv[0]), report->remaining());
     if (*keys) return rv::run_keys_command(keys_markdown);
-    if (*theory) return rv::cmd_theory(theory_runs, theory_out, !theory_no_plot);
+    if (*theory) return rv::cmd_theory(theory_runs, theory_out, !theory_no_plot, self_exe(argv[0]));
     if (*calibrate) return rv::run_calibrate_command(cal);
     if (*sweep) {
       // Every --set is an axis: "key=v1,v2" runs both values; "key=v" fixes it.

@@ -12,7 +12,7 @@
 namespace fs = std::filesystem;
 
 namespace rv {
-int cmd_theory(const std::vector<std::string>& runs, const std::string& out, bool plot) {
+int cmd_theory(const std::vector<std::string>& runs, const std::string& out, bool plot, const std::string& self_exe) {
   // Every run measured before anything is written: one bad folder stops the command cleanly.
   std::vector<TheoryMeasure> measures;
   for (const std::string& r : runs) measures.push_back(measure_run(r));
@@ -25,7 +25,7 @@ int cmd_theory(const std::vector<std::string>& runs, const std::string& out, boo
   std::vector<std::string> args = runs;
   if (!out.empty()) args.insert(args.end(), {"--out", out});
   args.push_back("--theory");
-  return cmd_report(args);
+  return cmd_report(self_exe, args);
 }
 
 }  // namespace rv

@@ -1,7 +1,5 @@
 #include "fuzz/harness.h"
 
-#include <time.h>
-
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -10,6 +8,7 @@
 #include "core/error.h"
 #include "core/model/model.h"
 #include "core/scenario/scenario.h"
+#include "exec/wall_env.h"
 #include "planner/planner.h"
 #include "real/wire_format.h"
 
@@ -24,18 +23,13 @@ bool placed(const ScenarioError& e, const std::string& source) {
   return file && (line_or_set || !e.key().empty());
 }
 
-double thread_cpu_s() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
-
 // The CPU time `f` takes on this thread.
 template <class F>
 double timed(F&& f) {
-  const double t0 = thread_cpu_s();
+  const WallClock clock;
+  const double t0 = clock.thread_cpu_now();
   f();
-  return thread_cpu_s() - t0;
+  return clock.thread_cpu_now() - t0;
 }
 
 std::string input_of(const ScenarioCase& c) {

@@ -63,27 +63,29 @@ void check_pool(const Scenario& scenario, const ModelDesc& model, const CostMode
 
 namespace {
 
-const Partition& deref(const Partition& p) { return p; }
-const Partition& deref(const Partition* p) { return *p; }
-
 // The clusters as a plan holds them: stages of node and layers, no figures yet.
-template <class P>
-std::vector<ClusterPlan> cluster_plans(const std::vector<P>& clusters) {
+std::vector<ClusterPlan> cluster_plans(const std::vector<const Partition*>& clusters) {
   std::vector<ClusterPlan> out;
   out.reserve(clusters.size());
-  for (const auto& q : clusters) {
-    const Partition& p = deref(q);
+  for (const Partition* p : clusters) {
     ClusterPlan c;
-    c.stages.reserve(p.order.size());
-    for (size_t s = 0; s < p.order.size(); ++s) {
+    c.stages.reserve(p->order.size());
+    for (size_t s = 0; s < p->order.size(); ++s) {
       StagePlan st;
-      st.node = p.order[s];
-      st.layer_begin = p.cuts[s];
-      st.layer_end = p.cuts[s + 1];
+      st.node = p->order[s];
+      st.layer_begin = p->cuts[s];
+      st.layer_end = p->cuts[s + 1];
       c.stages.push_back(st);
     }
     out.push_back(std::move(c));
   }
+  return out;
+}
+
+std::vector<const Partition*> pointers_to(const std::vector<Partition>& clusters) {
+  std::vector<const Partition*> out;
+  out.reserve(clusters.size());
+  for (const Partition& p : clusters) out.push_back(&p);
   return out;
 }
 
@@ -93,35 +95,26 @@ Plan assemble_plan(const std::string& method, const CostModel& cost, const std::
   Plan plan;
   plan.method = method;
   plan.nodes = cost.nodes();
-  plan.clusters = cluster_plans(clusters);
+  plan.clusters = cluster_plans(pointers_to(clusters));
   cost.annotate(plan);
   return plan;
 }
 
-namespace {
+double score_clusters(const CostModel& cost, const std::vector<Partition>& clusters) {
+  return score_clusters(cost, pointers_to(clusters));
+}
 
-template <class P>
-double score_of(const CostModel& cost, const std::vector<P>& clusters) {
+double score_clusters(const CostModel& cost, const std::vector<const Partition*>& clusters) {
   if (clusters.empty()) return 0.0;
-  if (clusters.size() == 1) return cost.batch() / deref(clusters[0]).period;
+  if (clusters.size() == 1) return cost.batch() / clusters[0]->period;
   // The throughput annotate() gives the assembled plan, without the per-stage figures it also
   // fills in: each Partition's period is already cluster_period() of its pipeline.
   const std::vector<ClusterPlan> plans = cluster_plans(clusters);
   std::vector<double> periods;
   periods.reserve(clusters.size());
-  for (const auto& p : clusters) periods.push_back(deref(p).period);
+  for (const Partition* p : clusters) periods.push_back(p->period);
   const std::vector<Ring> rings = make_rings(cost.model(), plans);
   return cost.throughput(periods, cost.averaging_time(plans, rings));
-}
-
-}  // namespace
-
-double score_clusters(const CostModel& cost, const std::vector<Partition>& clusters) {
-  return score_of(cost, clusters);
-}
-
-double score_clusters(const CostModel& cost, const std::vector<const Partition*>& clusters) {
-  return score_of(cost, clusters);
 }
 
 std::vector<int> cluster_counts(const Scenario& scenario, int nodes, int most) {
