@@ -49,6 +49,10 @@ Prepared prepare(Scenario scenario) {
 }
 
 void check_simulable(const Scenario& s, const std::string& executor) {
+  if (executor != "sim" && !s.network.platform.empty())
+    throw ScenarioError(s.where("network.platform"), "network.platform",
+                        "a SimGrid platform file is for the simulator (ravnest sim); the " + executor +
+                            " executor runs the devices' own links");
   if (allreduce_of(s).executor_collectives)
     throw ScenarioError(s.where("training.allreduce"), "training.allreduce",
                         "\"" + s.training.allreduce + "\" runs on the executor's own collectives, which only "
@@ -133,9 +137,12 @@ int cmd_plan(const CommonOptions& o, const std::string& out_json) {
 }
 
 std::string run_in_process(const Prepared& p, const std::string& executor, const std::string& run_path,
-                           const std::string& progress_mode) {
+                           const std::string& progress_mode, const EngineOptions& engine) {
   const Scenario& s = p.scenario;
   check_simulable(s, executor);
+  if (executor != "sim" && !engine.empty())
+    throw InputError("--cfg and --log are SimGrid's options: only for --executor sim");
+  if (executor == "sim") preflight(s, engine);  // before the folder: bad options or platform leave none
   const bool numeric = executor == "loopback" || s.sim.mode == "numeric";
   Dataset data;
   if (numeric) data = load_dataset(s.data, s.seed);
@@ -155,7 +162,7 @@ std::string run_in_process(const Prepared& p, const std::string& executor, const
     Progress progress(total, loopback ? "wall" : "simulated", Progress::enabled_for(progress_mode));
     TeeMetrics both(progress, &live, nullptr);  // one thread at a time: no lock
     events = loopback ? run_loopback(spec, s.peer_timeout_s(), -1, nullptr, &both)
-                      : run_simulation(spec, &both).events;
+                      : run_simulation(spec, &both, engine).events;
     progress.finish();
   } catch (const std::exception& e) {
     live.fail(e.what());
@@ -164,8 +171,9 @@ std::string run_in_process(const Prepared& p, const std::string& executor, const
   return live.finish(std::move(events));
 }
 
-int cmd_sim(const CommonOptions& o, const std::string& executor, const std::string& run_path) {
-  print_summary(run_in_process(prepare(o), executor, run_path, o.progress));
+int cmd_sim(const CommonOptions& o, const std::string& executor, const std::string& run_path,
+            const EngineOptions& engine) {
+  print_summary(run_in_process(prepare(o), executor, run_path, o.progress, engine));
   return 0;
 }
 

@@ -8,6 +8,7 @@
 #include "core/model/model.h"
 #include "core/plan.h"
 #include "core/scenario/scenario.h"
+#include "sim/engine_options.h"
 
 namespace rv {
 
@@ -24,8 +25,10 @@ Prepared prepare(Scenario scenario);
 void check_simulable(const Scenario& s, const std::string& executor);
 // Runs a prepared scenario in this process (executor: sim | loopback) and writes its run folder at
 // `run_path` ("" = a new one under output.dir); returns the folder.
+// `engine`: SimGrid's --cfg and --log (sim only), tried with the scenario's platform before the
+// folder exists (sim/engine_options.h).
 std::string run_in_process(const Prepared& p, const std::string& executor, const std::string& run_path,
-                           const std::string& progress);
+                           const std::string& progress, const EngineOptions& engine = {});
 // Prints a run folder's summary.json in two lines.
 void print_summary(const std::string& path);
 
@@ -37,7 +40,8 @@ struct CommonOptions {
 
 int cmd_plan(const CommonOptions& o, const std::string& out_json);
 // executor: sim | loopback. run_path: "" = a new folder under output.dir.
-int cmd_sim(const CommonOptions& o, const std::string& executor, const std::string& run_path);
+int cmd_sim(const CommonOptions& o, const std::string& executor, const std::string& run_path,
+            const EngineOptions& engine = {});
 int cmd_real(const CommonOptions& o, const std::string& self_exe, const std::string& run_path);
 // Runs the scenario once per combination of the comma-separated values in `grid` ("key=v1,v2"),
 // each in its own process, into run folders under `out`; prints a table of the results.

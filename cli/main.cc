@@ -66,6 +66,14 @@ int main(int argc, char** argv) {
                   "sim (SimGrid, modeled time) | loopback (threads of this process, wall time)")
       ->check(CLI::IsMember({"sim", "loopback"}));
   sim->add_option("--run-dir", sim_run_path, "write the run folder here instead of under output.dir");
+  rv::EngineOptions sim_engine;
+  sim->add_option("--cfg", sim_engine.cfg,
+                  "a SimGrid option, as SimGrid takes it: --cfg=name:value (repeatable), applied after the "
+                  "scenario's; network/model and the factors are the scenario's keys (network.*)")
+      ->allow_extra_args(false);
+  sim->add_option("--log", sim_engine.log,
+                  "a SimGrid log setting, as SimGrid takes it: --log=root.thresh:info (repeatable)")
+      ->allow_extra_args(false);
 
   auto* real = app.add_subcommand("real", "run every node as a process on this machine (c10d/Gloo on 127.0.0.1)");
   add_common(real, real_o);
@@ -87,7 +95,7 @@ int main(int argc, char** argv) {
                    "port of rank 0's store (default: $MASTER_PORT, else the scenario's real.master_port)")
       ->check(CLI::Range(1, 65535));
   node->add_option("--timeout", timeout, "seconds before a silent peer counts as dead");
-  node->add_option("--run-path", node_opts.run_path, "rank 0: the run folder to write");
+  node->add_option("--run-path", node_opts.run_path, "the run folder: rank 0 makes and finishes it, the other ranks append their rows to it as they go");
   node->add_option("--result-file", node_opts.result_file, "rank 0: write the run folder's path here");
 
   rv::CommonOptions sweep_o;
@@ -173,7 +181,7 @@ int main(int argc, char** argv) {
 
   try {
     if (*plan) return rv::cmd_plan(plan_o, plan_out);
-    if (*sim) return rv::cmd_sim(sim_o, sim_executor, sim_run_path);
+    if (*sim) return rv::cmd_sim(sim_o, sim_executor, sim_run_path, sim_engine);
     if (*real) return rv::cmd_real(real_o, self_exe(argv[0]), real_run_path);
     if (*validate) return rv::cmd_validate(validate_o, self_exe(argv[0]), validate_run_path, validate_dilation, validate_headroom);
     if (*report) return rv::cmd_report(self_exe(argv[0]), report->remaining());

@@ -6,7 +6,7 @@
 #include "core/error.h"
 
 namespace rv {
-EmulatedNetwork::EmulatedNetwork(std::vector<NodeLinks> links, const Clock& clock)
+EmulatedNetwork::EmulatedNetwork(NetworkLinks links, const Clock& clock)
     : clock_(clock), net_(links), in_flight_(links.size(), 0) {}
 
 EmulatedNetwork::~EmulatedNetwork() {
@@ -112,14 +112,5 @@ void EmulatedNetwork::drain(int src) {
   if (error_) std::rethrow_exception(error_);
 }
 
-std::vector<NodeLinks> links_of(const Scenario& s) {
-  const NetFactors f = net_factors(s.network);
-  std::vector<NodeLinks> links;
-  for (int r = 0; r < s.node_count(); ++r) {
-    const DeviceGroup& d = s.device_of(r);
-    links.push_back({d.up_bytes_per_s() * f.bandwidth, d.down_bytes_per_s() * f.bandwidth, d.latency_s(), f.latency});
-  }
-  return links;
-}
 
 }  // namespace rv

@@ -45,7 +45,7 @@ class NetworkEmulator {
 class EmulatedNetwork : public NetworkEmulator {
  public:
   // `links` of every node of the run; `clock` outlives this object.
-  EmulatedNetwork(std::vector<NodeLinks> links, const Clock& clock);
+  EmulatedNetwork(NetworkLinks links, const Clock& clock);
   ~EmulatedNetwork();
   EmulatedNetwork(const EmulatedNetwork&) = delete;
   EmulatedNetwork& operator=(const EmulatedNetwork&) = delete;
@@ -104,9 +104,5 @@ class ShapedTransport : public Transport {
   Transport& inner_;
   NetworkEmulator& net_;
 };
-
-// The links of the scenario's nodes, in bytes per second and seconds, with the network model's
-// factors (net_factors: bandwidth and latency; not LV08's TCP window cap).
-std::vector<NodeLinks> links_of(const Scenario& s);
 
 }  // namespace rv

@@ -74,7 +74,7 @@ struct EmulatorServer::Conn {
   bool closed = false;      // guarded by the server's mu_
 };
 
-EmulatorServer::EmulatorServer(const std::string& path, std::vector<NodeLinks> links,
+EmulatorServer::EmulatorServer(const std::string& path, NetworkLinks links,
                                const Clock& clock)
     : path_(path),
       nodes_(static_cast<int>(links.size())),

@@ -46,7 +46,7 @@ class EmulatorServer {
  public:
   // Listens at `path` (created; removed by the destructor) for the nodes of `links`; `clock`
   // outlives the server. Throws rv::Error if the socket cannot be made.
-  EmulatorServer(const std::string& path, std::vector<NodeLinks> links, const Clock& clock);
+  EmulatorServer(const std::string& path, NetworkLinks links, const Clock& clock);
   ~EmulatorServer();
   EmulatorServer(const EmulatorServer&) = delete;
   EmulatorServer& operator=(const EmulatorServer&) = delete;

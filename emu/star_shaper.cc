@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "core/error.h"
 
@@ -15,14 +16,20 @@ double weight_of(Seconds route) { return 1.0 / (route > 0 ? route : 1.0); }
 
 }  // namespace
 
-StarNetwork::StarNetwork(std::vector<NodeLinks> links) : links_(std::move(links)) {
-  for (const NodeLinks& l : links_)
+StarNetwork::StarNetwork(NetworkLinks links) : links_(std::move(links)) {
+  for (const NodeLinks& l : links_.nodes)
     RV_CHECK(l.up > 0 && l.down > 0 && l.latency >= 0 && l.latency_factor > 0,
              "star network: links need positive rates");
+  RV_CHECK(links_.region.size() == links_.nodes.size() &&
+               links_.between.size() == static_cast<size_t>(links_.regions) * links_.regions,
+           "star network: a region per node and a link per pair of regions");
+  for (int k = 0; k < static_cast<int>(links_.between.size()); ++k)
+    RV_CHECK(k % (links_.regions + 1) == 0 || links_.between[static_cast<size_t>(k)].bandwidth > 0,
+             "star network: region links need positive rates");
 }
 
 void StarNetwork::send(int src, int dst, Bytes bytes, uint64_t token, Seconds now) {
-  const int n = static_cast<int>(links_.size());
+  const int n = links_.size();
   RV_CHECK(src >= 0 && src < n && dst >= 0 && dst < n && src != dst, "star network: bad route");
   RV_CHECK(now >= now_, "star network: a send in the past");
   RV_CHECK(tokens_.insert(token).second, "star network: a token in use");
@@ -31,6 +38,7 @@ void StarNetwork::send(int src, int dst, Bytes bytes, uint64_t token, Seconds no
   if (p.queue.empty()) {
     p.src = src;
     p.dst = dst;
+    p.inter = links_.inter(src, dst);
     p.weight = weight_of(route(src, dst));
   }
   Flow f;
@@ -45,32 +53,39 @@ void StarNetwork::send(int src, int dst, Bytes bytes, uint64_t token, Seconds no
 // is level * its pair's weight; the link whose capacity the level fills first fixes its flows'
 // rates; repeat with what the others leave.
 void StarNetwork::solve() {
-  const size_t n = links_.size();
-  std::vector<double> cap(2 * n);  // [0, n): uplinks; [n, 2n): downlinks
+  const size_t n = links_.nodes.size();
+  // [0, n): uplinks; [n, 2n): downlinks; [2n, 2n + regions^2): the links between regions.
+  std::vector<double> cap(2 * n + links_.between.size());
   for (size_t i = 0; i < n; ++i) {
-    cap[i] = links_[i].up;
-    cap[n + i] = links_[i].down;
+    cap[i] = links_.nodes[i].up;
+    cap[n + i] = links_.nodes[i].down;
   }
+  for (size_t k = 0; k < links_.between.size(); ++k) cap[2 * n + k] = links_.between[k].bandwidth;
+  const size_t total = cap.size();
+  // The links a pair's flow crosses: its sender's uplink, the region link (if any), its
+  // receiver's downlink.
+  auto region_link = [n](const Pair* p) { return p->inter < 0 ? SIZE_MAX : 2 * n + static_cast<size_t>(p->inter); };
   std::vector<Pair*> open;
   for (auto& [key, p] : pairs_) {
     for (Flow& f : p.queue) f.rate = 0;
     if (p.flowing(now_)) open.push_back(&p);
   }
   while (!open.empty()) {
-    std::vector<double> weight(2 * n, 0.0);
+    std::vector<double> weight(total, 0.0);
     for (const Pair* p : open) {
       weight[p->src] += p->weight;
       weight[n + p->dst] += p->weight;
+      if (p->inter >= 0) weight[region_link(p)] += p->weight;
     }
     double level = kNever;
-    for (size_t l = 0; l < 2 * n; ++l)
+    for (size_t l = 0; l < total; ++l)
       if (weight[l] > 0) level = std::min(level, std::max(0.0, cap[l]) / weight[l]);
-    std::vector<char> full(2 * n, 0);
-    for (size_t l = 0; l < 2 * n; ++l)
+    std::vector<char> full(total, 0);
+    for (size_t l = 0; l < total; ++l)
       full[l] = weight[l] > 0 && std::max(0.0, cap[l]) / weight[l] <= level * (1 + 1e-12);
     std::vector<Pair*> rest;
     for (Pair* p : open) {
-      if (!full[p->src] && !full[n + p->dst]) {
+      if (!full[p->src] && !full[n + p->dst] && (p->inter < 0 || !full[region_link(p)])) {
         rest.push_back(p);
         continue;
       }
@@ -78,6 +93,7 @@ void StarNetwork::solve() {
       f.rate = level * p->weight;
       cap[p->src] -= f.rate;
       cap[n + p->dst] -= f.rate;
+      if (p->inter >= 0) cap[region_link(p)] -= f.rate;
     }
     open.swap(rest);
   }

@@ -5,7 +5,8 @@
 // factors but not its cross-traffic, its weight-S or its window cap.
 //
 // Every node reaches a common core through its own uplink (up_mbps) and downlink (down_mbps), each
-// with a one-way latency. Each ordered pair of nodes has one connection, as over TCP: a pair's
+// with a one-way latency; under topology "regions", its region's core, and a message between
+// regions also crosses the link between them (core/network/links.h), which its flows share. Each ordered pair of nodes has one connection, as over TCP: a pair's
 // messages go in send order, the bytes of one after those of the one before, and the latency is
 // paid once for the stream, not per message. A message sent at a on a route of latency L (L_s +
 // L_d, each times the model's latency factor) starts its bytes at max(a + L, the time the pair's
@@ -30,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/network/links.h"
 #include "core/units.h"
 
 namespace rv {
@@ -37,16 +39,6 @@ namespace rv {
 constexpr Seconds kNever = std::numeric_limits<double>::infinity();
 // A link rate too high to matter (bytes per second): a gigabyte passes in a nanosecond.
 constexpr double kUnlimitedRate = 1e18;
-
-// One node's links, as the scenario gives them (converted).
-struct NodeLinks {
-  double up = 0;        // bytes per second
-  double down = 0;      // bytes per second
-  Seconds latency = 0;  // one way, between the node and the core
-  // The network model's latency factor (net_factors): a message waits this times the latency,
-  // while CM02 still weighs flows by the latency as given.
-  double latency_factor = 1;
-};
 
 // A message that has passed the network model.
 struct Delivery {
@@ -57,7 +49,7 @@ struct Delivery {
 
 class StarNetwork {
  public:
-  explicit StarNetwork(std::vector<NodeLinks> links);
+  explicit StarNetwork(NetworkLinks links);
 
   // A message of `bytes` from `src` to `dst`, sent at `now` (non-decreasing over calls, and not
   // before the last advance()).
@@ -78,6 +70,7 @@ class StarNetwork {
   };
   struct Pair {  // one connection: its messages in send order; only the front one flows
     int src = -1, dst = -1;
+    int inter = -1;     // the region link it crosses (NetworkLinks::inter), or -1
     double weight = 1;  // 1 / route latency, in 1/s
     std::deque<Flow> queue;
     bool flowing(Seconds now) const { return !queue.empty() && queue.front().starts <= now; }
@@ -85,12 +78,10 @@ class StarNetwork {
   void progress_to(Seconds t);
   void solve();  // weighted max-min rates of the pairs' flowing messages
   // A route's latency as given (CM02's sharing weight), and as the model charges it.
-  Seconds route(int src, int dst) const { return links_[src].latency + links_[dst].latency; }
-  Seconds delay(int src, int dst) const {
-    return links_[src].latency_factor * links_[src].latency + links_[dst].latency_factor * links_[dst].latency;
-  }
+  Seconds route(int src, int dst) const { return links_.route_latency(src, dst); }
+  Seconds delay(int src, int dst) const { return links_.route_delay(src, dst); }
 
-  std::vector<NodeLinks> links_;
+  NetworkLinks links_;
   Seconds now_ = 0;
   std::map<std::pair<int, int>, Pair> pairs_;  // the connections with messages not yet through
   std::set<uint64_t> tokens_;                  // the tokens of messages not yet delivered

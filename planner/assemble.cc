@@ -111,8 +111,14 @@ double score_clusters(const CostModel& cost, const std::vector<const Partition*>
   // fills in: each Partition's period is already cluster_period() of its pipeline.
   const std::vector<ClusterPlan> plans = cluster_plans(clusters);
   std::vector<double> periods;
+  std::vector<const std::vector<int>*> orders, cuts;
   periods.reserve(clusters.size());
-  for (const Partition* p : clusters) periods.push_back(p->period);
+  for (const Partition* p : clusters) {
+    periods.push_back(p->period);
+    orders.push_back(&p->order);
+    cuts.push_back(&p->cuts);
+  }
+  periods = cost.shared_periods(orders, cuts, std::move(periods));
   const std::vector<Ring> rings = make_rings(cost.model(), plans);
   return cost.throughput(periods, cost.averaging_time(plans, rings));
 }

@@ -27,6 +27,21 @@ CostModel::CostModel(const Scenario& scenario, const ModelDesc& model)
                        g.latency_s(), g.compute_profile(), group, g.name});
     ++group;
   }
+  if (scenario.network.topology == kRegionsTopology) {
+    const NetworkLinks links = links_of(scenario);
+    regions_ = links.regions;
+    region_names_ = links.region_names;
+    for (int r = 0; r < n; ++r) pool_[static_cast<size_t>(r)].region = links.region[static_cast<size_t>(r)];
+    between_.assign(static_cast<size_t>(regions_) * regions_, RegionLink{});
+    auto index = [&](const std::string& name) {
+      return static_cast<int>(std::find(region_names_.begin(), region_names_.end(), name) - region_names_.begin());
+    };
+    for (const RegionLinkSpec& l : scenario.network.link) {
+      const RegionLink raw{region_link_bytes_per_s(l, scenario.dilation), region_link_latency_s(l, scenario.dilation)};
+      between_[static_cast<size_t>(index(l.a) * regions_ + index(l.b))] = raw;
+      between_[static_cast<size_t>(index(l.b) * regions_ + index(l.a))] = raw;
+    }
+  }
   const size_t ranges = static_cast<size_t>(layers() + 1) * static_cast<size_t>(layers() + 1);
   times_.assign(scenario.devices.size(), std::vector<Times>(ranges));
   work_.assign(ranges, std::nullopt);
@@ -84,13 +99,25 @@ double CostModel::stage_time(int node, int l, int r) const {
   return std::max({compute_time(node, l, r), bytes / (p.up * bw), bytes / (p.down * bw)});
 }
 
+std::string CostModel::region_link_name(int k) const {
+  return "the link from region " + region_names_[static_cast<size_t>(k / regions_)] + " to region " +
+         region_names_[static_cast<size_t>(k % regions_)];
+}
+
 double CostModel::path_latency(int a, int b) const {
-  return (pool_[a].latency + pool_[b].latency) * factors_.latency;
+  const int k = region_link(a, b);
+  if (k < 0) return (pool_[a].latency + pool_[b].latency) * factors_.latency;
+  return (pool_[a].latency + pool_[b].latency + between_[static_cast<size_t>(k)].latency) * factors_.latency;
 }
 
 double CostModel::path_bandwidth(int a, int b) const {
   double bw = std::min(pool_[a].up, pool_[b].down) * factors_.bandwidth;
-  const double raw_latency = pool_[a].latency + pool_[b].latency;
+  double raw_latency = pool_[a].latency + pool_[b].latency;
+  const int k = region_link(a, b);
+  if (k >= 0) {
+    bw = std::min(bw, region_rate(k));
+    raw_latency += between_[static_cast<size_t>(k)].latency;
+  }
   if (factors_.tcp_gamma > 0 && raw_latency > 0) bw = std::min(bw, factors_.tcp_gamma / (2.0 * raw_latency));
   return bw;
 }
@@ -109,9 +136,13 @@ void CostModel::visit_stations(const std::vector<int>& nodes, const std::vector<
     if (s + 1 < k) {
       const double a = boundary_bytes(cuts[s + 1]);
       for (auto [x, y] : {std::pair{n, nodes[s + 1]}, std::pair{nodes[s + 1], n}}) {
-        const double link = a / (std::min(pool_[x].up, pool_[y].down) * bw);
+        const int k = region_link(x, y);
+        double rate = std::min(pool_[x].up, pool_[y].down) * bw;
+        if (k >= 0) rate = std::min(rate, region_rate(k));
+        const double link = a / rate;
         const double flow = a / path_bandwidth(x, y);  // >= link when a window cap binds
         f(Station{Kind::kFlow, s, x, y, 0, 0, flow, link});
+        if (k >= 0) f(Station{Kind::kRegionLink, s, x, y, k, 0, a / region_rate(k), link});
       }
     }
   }
@@ -123,7 +154,16 @@ double CostModel::cluster_period(const std::vector<int>& nodes, const std::vecto
   // and downlink (service demand per micro-batch), and pure delays (latencies, window caps).
   // visit_stations gives each stage's compute, uplink and downlink in that order: station
   // `stage * 3 + kind` in the vectors below.
-  const size_t count = 3 * nodes.size();
+  size_t count = 3 * nodes.size();
+  // The region links the pipeline's flows cross (topology "regions") get a station each, after
+  // the stages': slot[k] is link k's.
+  thread_local std::vector<int> slot;
+  if (regions_ > 1) {
+    slot.assign(between_.size(), -1);
+    for (size_t s = 0; s + 1 < nodes.size(); ++s)
+      for (int k : {region_link(nodes[s], nodes[s + 1]), region_link(nodes[s + 1], nodes[s])})
+        if (k >= 0 && slot[static_cast<size_t>(k)] < 0) slot[static_cast<size_t>(k)] = static_cast<int>(count++);
+  }
   auto index = [](int stage, Station::Kind kind) { return 3 * static_cast<size_t>(stage) + static_cast<size_t>(kind); };
   // The planners ask this millions of times: the vectors below reuse this thread's buffers.
   thread_local std::vector<double> demand, own, residual_share, queue, r;
@@ -142,6 +182,13 @@ double CostModel::cluster_period(const std::vector<int>& nodes, const std::vecto
   double delay = 0, rtt = 0, bottleneck = 0;
   visit_stations(nodes, cuts, [&](const Station& st) {
     bottleneck = std::max(bottleneck, st.seconds);
+    if (st.kind == Station::Kind::kRegionLink) {
+      // Every flow of the pipeline that crosses the link shares it.
+      double& d = demand[static_cast<size_t>(slot[static_cast<size_t>(st.begin)])];
+      d += st.seconds;
+      bottleneck = std::max(bottleneck, d);
+      return;
+    }
     if (st.kind == Station::Kind::kFlow) {
       delay += path_latency(st.node, st.peer) + (st.seconds - st.link);
       rtt += path_latency(st.node, st.peer) + st.seconds;
@@ -149,7 +196,10 @@ double CostModel::cluster_period(const std::vector<int>& nodes, const std::vecto
       // (stage st.stage and its next, one each way).
       const bool forward = st.node == nodes[static_cast<size_t>(st.stage)];
       const int from = forward ? st.stage : st.stage + 1, to = forward ? st.stage + 1 : st.stage;
-      if (pool_[st.node].up <= pool_[st.peer].down) own[index(from, Station::Kind::kUplink)] += st.link;
+      const int k = region_link(st.node, st.peer);
+      if (k >= 0 && region_rate(k) < std::min(pool_[st.node].up, pool_[st.peer].down) * factors_.bandwidth)
+        own[static_cast<size_t>(slot[static_cast<size_t>(k)])] += st.link;
+      else if (pool_[st.node].up <= pool_[st.peer].down) own[index(from, Station::Kind::kUplink)] += st.link;
       else own[index(to, Station::Kind::kDownlink)] += st.link;
       return;
     }
@@ -189,6 +239,43 @@ double CostModel::cluster_period(const std::vector<int>& nodes, const std::vecto
   return std::max(bottleneck, x > 0 ? 1.0 / x : 0.0);
 }
 
+std::vector<double> CostModel::shared_periods(const std::vector<const std::vector<int>*>& nodes,
+                                             const std::vector<const std::vector<int>*>& cuts,
+                                             std::vector<double> periods) const {
+  if (regions_ <= 1) return periods;
+  RV_CHECK(nodes.size() == periods.size() && cuts.size() == periods.size(), "shared_periods: one period per pipeline");
+  // Bytes per micro-batch each pipeline sends over each region link (activations on, gradients
+  // back), as visit_stations charges them.
+  std::vector<std::vector<std::pair<int, double>>> crossing(periods.size());
+  for (size_t c = 0; c < periods.size(); ++c) {
+    const std::vector<int>& order = *nodes[c];
+    for (size_t s = 0; s + 1 < order.size(); ++s) {
+      const double a = boundary_bytes((*cuts[c])[s + 1]);
+      for (int k : {region_link(order[s], order[s + 1]), region_link(order[s + 1], order[s])})
+        if (k >= 0) crossing[c].emplace_back(k, a);
+    }
+  }
+  std::vector<double> load(between_.size());
+  for (int pass = 0; pass < 16; ++pass) {
+    std::fill(load.begin(), load.end(), 0.0);
+    for (size_t c = 0; c < periods.size(); ++c)
+      for (const auto& [k, bytes] : crossing[c]) load[static_cast<size_t>(k)] += bytes / periods[c];
+    bool over = false;
+    std::vector<double> stretch(periods.size(), 1.0);
+    for (size_t c = 0; c < periods.size(); ++c)
+      for (const auto& [k, bytes] : crossing[c]) {
+        const double f = load[static_cast<size_t>(k)] / region_rate(k);
+        if (f > 1 + 1e-9) {
+          stretch[c] = std::max(stretch[c], f);
+          over = true;
+        }
+      }
+    if (!over) break;
+    for (size_t c = 0; c < periods.size(); ++c) periods[c] *= stretch[c];
+  }
+  return periods;
+}
+
 double CostModel::averaging_time(const std::vector<ClusterPlan>& clusters,
                                  const std::vector<Ring>& rings) const {
   const int c = static_cast<int>(clusters.size());
@@ -215,6 +302,19 @@ double CostModel::averaging_time(const std::vector<ClusterPlan>& clusters,
     if (up[n] > 0) round = std::max(round, up[n] / (pool_[n].up * factors_.bandwidth));
     if (down[n] > 0) round = std::max(round, down[n] / (pool_[n].down * factors_.bandwidth));
   }
+  if (regions_ > 1) {
+    // A link between regions carries every ring step that crosses it, all rings at once.
+    std::vector<double> across(between_.size(), 0.0);
+    for (const Ring& r : rings) {
+      const double piece = static_cast<double>(kFloatBytes * (r.end - r.begin)) / c;
+      for (int i = 0; i < c; ++i) {
+        const int k = region_link(r.owners[i], r.owners[(i + 1) % c]);
+        if (k >= 0) across[static_cast<size_t>(k)] += piece;
+      }
+    }
+    for (size_t k = 0; k < across.size(); ++k)
+      if (across[k] > 0) round = std::max(round, across[k] / region_rate(static_cast<int>(k)));
+  }
   return 2.0 * (c - 1) * (hop_latency + round);
 }
 
@@ -226,6 +326,9 @@ double CostModel::single_ring_time(const std::vector<ClusterPlan>& clusters) con
   const double bw = factors_.bandwidth;
   const double whole = kFloatBytes * static_cast<double>(model_->state_offset(model_->layer_count()));
   double collect = 0, hand_back = 0, ring_round = 0, ring_latency = 0;
+  // Bytes over each link between regions: members to leaders (collect; the hand-back mirrors it)
+  // and one ring step.
+  std::vector<double> collected(between_.size(), 0.0), stepped(between_.size(), 0.0);
   for (int k = 0; k < c; ++k) {
     const auto& stages = clusters[k].stages;
     const int leader = stages.front().node;
@@ -235,6 +338,7 @@ double CostModel::single_ring_time(const std::vector<ClusterPlan>& clusters) con
                                                              model_->state_offset(stages[s].layer_begin));
       if (bytes <= 0) continue;
       others += bytes;
+      if (const int x = region_link(stages[s].node, leader); x >= 0) collected[static_cast<size_t>(x)] += bytes;
       lat = std::max(lat, path_latency(stages[s].node, leader));
       member_up = std::max(member_up, bytes / (pool_[stages[s].node].up * bw));
       member_down = std::max(member_down, bytes / (pool_[stages[s].node].down * bw));
@@ -247,6 +351,16 @@ double CostModel::single_ring_time(const std::vector<ClusterPlan>& clusters) con
     ring_latency = std::max(ring_latency, path_latency(leader, next));
     ring_round = std::max(ring_round, whole / c / (pool_[leader].up * bw));
     ring_round = std::max(ring_round, whole / c / (pool_[next].down * bw));
+    if (const int x = region_link(leader, next); x >= 0) stepped[static_cast<size_t>(x)] += whole / c;
+  }
+  for (size_t x = 0; x < between_.size(); ++x) {
+    // The hand-back crosses the reverse links with the same bytes as the collect.
+    if (collected[x] > 0) {
+      collect = std::max(collect, collected[x] / region_rate(static_cast<int>(x)));
+      const size_t back = (x % static_cast<size_t>(regions_)) * static_cast<size_t>(regions_) + x / static_cast<size_t>(regions_);
+      hand_back = std::max(hand_back, collected[x] / region_rate(static_cast<int>(back)));
+    }
+    if (stepped[x] > 0) ring_round = std::max(ring_round, stepped[x] / region_rate(static_cast<int>(x)));
   }
   return collect + 2.0 * (c - 1) * (ring_latency + ring_round) + hand_back;
 }
@@ -261,6 +375,7 @@ double CostModel::throughput(const std::vector<double>& periods, double averagin
 
 void CostModel::annotate(Plan& plan) const {
   std::vector<double> periods;
+  std::vector<std::vector<int>> orders, boundaries;
   for (auto& c : plan.clusters) {
     std::vector<int> nodes, cuts{c.stages.empty() ? 0 : c.stages.front().layer_begin};
     const int64_t f = in_flight(static_cast<int>(c.stages.size()));
@@ -271,9 +386,20 @@ void CostModel::annotate(Plan& plan) const {
       s.predicted_time = stage_time(s.node, s.layer_begin, s.layer_end);
       s.predicted_compute = compute_time(s.node, s.layer_begin, s.layer_end);
     }
-    c.period = cluster_period(nodes, cuts);
-    c.throughput = c.period > 0 ? batch_ / c.period : 0.0;
-    periods.push_back(c.period);
+    periods.push_back(cluster_period(nodes, cuts));
+    orders.push_back(std::move(nodes));
+    boundaries.push_back(std::move(cuts));
+  }
+  std::vector<const std::vector<int>*> order_of, cuts_of;
+  for (size_t c = 0; c < orders.size(); ++c) {
+    order_of.push_back(&orders[c]);
+    cuts_of.push_back(&boundaries[c]);
+  }
+  periods = shared_periods(order_of, cuts_of, std::move(periods));
+  for (size_t c = 0; c < plan.clusters.size(); ++c) {
+    ClusterPlan& cl = plan.clusters[c];
+    cl.period = periods[c];
+    cl.throughput = cl.period > 0 ? batch_ / cl.period : 0.0;
   }
   plan.rings = plan.clusters.size() > 1 ? make_rings(*model_, plan.clusters) : std::vector<Ring>{};
   plan.averaging_time = averaging_time(plan.clusters, plan.rings);
@@ -326,6 +452,9 @@ std::string CostModel::explain(const Plan& plan) const {
     case Station::Kind::kDownlink:
       what = "the downlink of " + node_name(top.node) + " (" + mbit(p.down * factors_.bandwidth) + ")";
       break;
+    case Station::Kind::kRegionLink:
+      what = region_link_name(top.begin) + " (" + mbit(region_rate(top.begin)) + ")";
+      break;
     case Station::Kind::kFlow:
       what = "the flow from node " + std::to_string(top.node) + " to node " + std::to_string(top.peer) + " (" +
              mbit(path_bandwidth(top.node, top.peer)) +
@@ -334,7 +463,17 @@ std::string CostModel::explain(const Plan& plan) const {
   }
   std::string line;
   const std::string where = plan.clusters.size() > 1 ? "cluster " + std::to_string(slowest) + "'s" : "the";
-  if (cl.period > 1.05 * most && algorithm_->traits.schedule == Schedule::kFlush) {
+  const double alone = cluster_period(nodes, cuts);
+  std::string shared;  // the region links the cluster crosses, where sharing them slows it
+  if (cl.period > 1.05 * alone)
+    for (size_t s = 0; s + 1 < nodes.size(); ++s)
+      for (int k : {region_link(nodes[s], nodes[s + 1]), region_link(nodes[s + 1], nodes[s])})
+        if (k >= 0 && shared.find(region_link_name(k)) == std::string::npos)
+          shared += (shared.empty() ? "" : ", ") + region_link_name(k) + " (" + mbit(region_rate(k)) + ")";
+  if (!shared.empty()) {
+    line = where + " pipeline shares " + shared + " with other clusters: " + ms(cl.period) +
+           " per micro-batch, " + ms(alone) + " alone";
+  } else if (cl.period > 1.05 * most && algorithm_->traits.schedule == Schedule::kFlush) {
     line = "bottleneck: " + what + ", " + ms(most) + " per micro-batch; the flush's fill and drain make " +
            where + " period " + ms(cl.period);
   } else if (cl.period > 1.05 * most) {

@@ -23,6 +23,7 @@
 #include "algo/registry.h"
 #include "core/model/cost_model.h"
 #include "core/model/model.h"
+#include "core/network/links.h"
 #include "core/plan.h"
 #include "core/scenario/scenario.h"
 #include "core/units.h"
@@ -39,6 +40,7 @@ struct PoolNode {
   ComputeProfile compute;  // the device's compute model, as the simulator charges it
   int group = 0;           // its device group: nodes of one group compute alike
   std::string device;      // the group's name
+  int region = 0;          // network.topology "regions": its region (core/network/links.h)
 };
 
 class CostModel {
@@ -76,12 +78,20 @@ class CostModel {
   double pass_time(int node, int l, int r) const;
   // Per-micro-batch cost of `node` as a stage holding [l, r) (see the file comment).
   double stage_time(int node, int l, int r) const;
-  // Effective bandwidth (bytes/s) and latency (s) of a transfer from `a` to `b`.
+  // Effective bandwidth (bytes/s) and latency (s) of a transfer from `a` to `b`: the sender's
+  // uplink, the link between their regions where they differ, the receiver's downlink.
   double path_bandwidth(int a, int b) const;
   double path_latency(int a, int b) const;
 
   // Period (seconds per micro-batch) of a pipeline: nodes in order, cuts of size nodes + 1.
   double cluster_period(const std::vector<int>& nodes, const std::vector<int>& cuts) const;
+  // The periods of pipelines (nodes in order, cuts) that share links between regions: each
+  // cluster_period() alone, stretched where the clusters together would ask more of a region link
+  // than it carries (every cluster that crosses such a link slowed until the link carries what it
+  // can, repeated while one is over). Under a star, `periods` unchanged.
+  std::vector<double> shared_periods(const std::vector<const std::vector<int>*>& nodes,
+                                     const std::vector<const std::vector<int>*>& cuts,
+                                     std::vector<double> periods) const;
   // Seconds of one averaging (reduce-scatter + all-gather over every ring) of `plan`'s clusters;
   // with a single-ring all-reduce (training.allreduce), of single_ring_time().
   double averaging_time(const std::vector<ClusterPlan>& clusters,
@@ -105,16 +115,17 @@ class CostModel {
   // A station of a cluster's closed network, as cluster_period and explain see it.
   struct Station {
     // (cluster_period indexes a stage's first three kinds by their value: keep this order.)
-    enum class Kind { kCompute, kUplink, kDownlink, kFlow } kind;
+    enum class Kind { kCompute, kUplink, kDownlink, kFlow, kRegionLink } kind;
     int stage = 0;            // its stage (a flow: the sender's)
     int node = 0;             // its node (a flow: the sender)
-    int peer = -1;            // a flow's receiver
-    int begin = 0, end = 0;   // a compute station's layers
+    int peer = -1;            // a flow's receiver (a region link: the flow's)
+    int begin = 0, end = 0;   // a compute station's layers; a region link's index is `begin`
     double seconds = 0;       // service demand per micro-batch (a flow: at its window-capped rate)
     double link = 0;          // a flow: at its links' own rate
   };
   // Calls f(station) for every station of the pipeline `nodes` cut at `cuts`: per stage its
-  // compute, uplink and downlink, then both flows between it and the next stage.
+  // compute, uplink and downlink, then both flows between it and the next stage, each followed by
+  // the region link it crosses, if any (several flows may cross one).
   template <class F>
   void visit_stations(const std::vector<int>& nodes, const std::vector<int>& cuts, F&& f) const;
 
@@ -126,6 +137,19 @@ class CostModel {
   int64_t batch_;
   NetFactors factors_;
   std::vector<PoolNode> pool_;
+  // The links between regions, [from * regions_ + to], as given (before factors); one region and
+  // no link under a star.
+  int regions_ = 1;
+  std::vector<RegionLink> between_;
+  // The region link from a's region to b's (its index in between_), or -1 within one region.
+  int region_link(int a, int b) const {
+    const int x = pool_[static_cast<size_t>(a)].region, y = pool_[static_cast<size_t>(b)].region;
+    return x == y ? -1 : x * regions_ + y;
+  }
+  double region_rate(int k) const { return between_[static_cast<size_t>(k)].bandwidth * factors_.bandwidth; }
+  // "the link from region A to region B"
+  std::string region_link_name(int k) const;
+  std::vector<std::string> region_names_;
   // compute_time and pass_time by device group and layer range, computed on first use (the
   // planners ask for the same ranges many times; one stage's work is O(layers)). Not
   // thread-safe, like the planners that use it.

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/output/live_run.h"
 #include "core/output/provenance.h"
 #include "core/output/run_output.h"
 #include "emu/emulator_service.h"
@@ -224,7 +225,15 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
 
   // The network emulator every node's sends go through (real.emulate_network): the user-space
   // star, or the kernel's shaped links with the latencies in user space.
+  if (!scenario.network.platform.empty())
+    throw ScenarioError(scenario.where("network.platform"), "network.platform",
+                        "a SimGrid platform file is for the simulator (ravnest sim): real runs emulate the "
+                        "devices' own links");
   const bool emulate = emulates_network(scenario, true);
+  if (emulate && scenario.real.shaper == kKernelShaper && scenario.network.topology == kRegionsTopology)
+    throw ScenarioError(scenario.where("real.shaper"), "real.shaper",
+                        "the kernel shaper builds a star only: use shaper = \"user\" under network.topology = "
+                        "\"regions\" (its emulator shares each link between regions among the processes)");
   std::optional<KernelNetwork> kernel;
   if (emulate && scenario.real.shaper == kKernelShaper) kernel.emplace(scenario);
   // (Under the kernel shaper each receiver adds the links' latency itself: emu/arrival_latency.h.)
@@ -290,9 +299,9 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
     args.insert(args.end(), {"--rank", std::to_string(rank), "--world-size", std::to_string(world),
                              "--master-addr", master_addr, "--master-port", std::to_string(port),
                              "--timeout", seconds_str(scenario.peer_timeout_s())});
-    if (rank == 0)
-      args.insert(args.end(), {"--run-path", run_path, "--result-file", result.path(),
-                               "--progress", options.progress});
+    // Every rank appends its rows to the run folder as it goes; rank 0 makes it and finishes it.
+    args.insert(args.end(), {"--run-path", run_path});
+    if (rank == 0) args.insert(args.end(), {"--result-file", result.path(), "--progress", options.progress});
     if (kernel) {
       const std::vector<std::string> wrapped = kernel->wrap(rank, args);
       children.spawn(rank, wrapped[0], wrapped, env.data());
@@ -315,7 +324,14 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
   std::vector<int> stopped;  // ranks stopped for longer than the timeout
   auto next_probe = std::chrono::steady_clock::now();
   while (!children.empty()) {
-    SignalGuard::check();
+    try {
+      SignalGuard::check();
+    } catch (const Interrupted& e) {
+      // The ranks go first, so that rank 0 writes no more; the folder keeps its rows, marked.
+      children.kill_all();
+      mark_run_failed(run_path, e.what());
+      throw;
+    }
     const std::pair<int, int> r = children.reap(false);
     if (r.first < 0) {
       if (children.empty()) break;
@@ -356,6 +372,7 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
   if (failures.empty() && !stopped.empty()) {
     std::string which;
     for (int rank : stopped) which += (which.empty() ? "" : ", ") + std::to_string(rank);
+    mark_run_failed(run_path, "rank(s) " + which + " stayed stopped for more than the timeout; every rank was killed");
     throw PeerError("real run failed: rank(s) " + which + " stayed stopped (a stop signal) for more than the timeout of " +
                     seconds_str(scenario.peer_timeout_s()) + " s, and no rank ended; every rank was killed");
   }
@@ -398,6 +415,9 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
     std::getline(std::ifstream(result.path()) >> std::ws, finished);
     if (!finished.empty() && std::filesystem::exists(finished))
       what += "; the run had finished: its folder is kept, marked with " + std::string(kShutdownMark) + ": " + finished;
+    // The folder of a run that did not finish says why (its writer, rank 0, may have been killed
+    // and left "running", or have said only that it lost a peer).
+    if (finished.empty()) mark_run_failed(run_path, what);
     if (reports[root].kind == "input" || (WIFEXITED(status) && WEXITSTATUS(status) == 2)) {
       throw InputError(what);
     }

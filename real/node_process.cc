@@ -32,6 +32,7 @@
 #include "core/fault_transport.h"
 #include "core/output/metrics.h"
 #include "core/model/model.h"
+#include "core/output/live_run.h"
 #include "core/output/run_output.h"
 #include "core/output/whole_file.h"
 #include "core/scenario/scenario.h"
@@ -169,6 +170,11 @@ Message wait_control(GlooTransport& t, int64_t id) {
   }
 }
 
+// run()'s second half (below).
+int run_rank(const NodeProcessOptions& options, const Scenario& scenario, const Plan& plan, const ModelDesc& model,
+             const RunSpec& spec, const GlooOptions& gloo, const std::string& path, std::optional<LiveRun>& live,
+             const Clock& live_clock);
+
 int run(const NodeProcessOptions& options) {
   die_with_launcher();
   const int rank = options.gloo.rank;
@@ -199,7 +205,6 @@ int run(const NodeProcessOptions& options) {
   set_compute_threads(std::max(1, cores / local_ranks));
   const Dataset data = load_dataset(scenario.data, scenario.seed);
   const RunSpec spec{&scenario, &plan, &model, &data};
-  const NodeRole role = plan.role_of(rank);
 
   GlooOptions gloo = options.gloo;
   if (gloo.timeout <= 0) gloo.timeout = scenario.peer_timeout_s();
@@ -215,8 +220,42 @@ int run(const NodeProcessOptions& options) {
                           "MASTER_PORT, or set the port here");
     gloo.master_port = scenario.real.master_port;
   }
+  // The run folder exists from the start (core/output/live_run.h): rank 0 makes it before the start
+  // barrier, and every rank that knows it (all of them under `ravnest real`) appends its rows to
+  // it as it goes, from after that barrier until it hands its events to rank 0.
+  const std::string path = options.run_path.empty() ? new_run_path(scenario, "real") : options.run_path;
+  WallClock live_clock;
+  std::optional<LiveRun> live;
+  if (rank == 0) {
+    RunInfo info{"real", "cpu", 0, variant_label(scenario)};
+    info.started_unix_s = unix_now_s();
+    live.emplace(path, scenario, plan, model, info, live_clock);
+  }
+  try {
+    return run_rank(options, scenario, plan, model, spec, gloo, path, live, live_clock);
+  } catch (const std::exception& e) {
+    if (live) live->fail(e.what());
+    throw;
+  }
+}
+
+// The rank's part of run() after the run folder exists: rendezvous, training, gathering.
+int run_rank(const NodeProcessOptions& options, const Scenario& scenario, const Plan& plan, const ModelDesc& model,
+             const RunSpec& spec, const GlooOptions& gloo, const std::string& path, std::optional<LiveRun>& live,
+             const Clock& live_clock) {
+  const int rank = options.gloo.rank;
+  const int world = options.gloo.world_size;
+  const NodeRole role = plan.role_of(rank);
+  const char* socket_path = std::getenv(kEmulatorSocketEnv);
+  const bool launched_together = std::getenv(kLauncherPidEnv) != nullptr && *std::getenv(kLauncherPidEnv) != '\0';
+  const bool emulate = emulates_network(scenario, launched_together);
+  const bool kernel = emulate && scenario.real.shaper == kKernelShaper;
   GlooTransport transport(gloo);
   transport.barrier();
+  // The other ranks join the folder rank 0 made before that barrier.
+  std::optional<LiveRunRows> joined;
+  if (rank != 0 && !options.run_path.empty()) joined.emplace(path, scenario, live_clock);
+  Metrics* live_rows = live ? static_cast<Metrics*>(&*live) : joined ? static_cast<Metrics*>(&*joined) : nullptr;
   WallClock clock;  // origin: just after the start barrier, on every rank
   // Ranks started together by `ravnest real` share this machine's monotonic clock: take rank 0's
   // origin, so that every node's events sit on one time axis (the barrier's exits differ by ms).
@@ -251,8 +290,9 @@ int run(const NodeProcessOptions& options) {
     emulator = std::make_unique<EmulatorClient>(socket_path, rank, gloo.timeout);
   // The algorithm sees the scenario's wrappers (emulated links, injected faults); the gathering
   // below does not.
+  TeeMetrics observer(progress, live_rows, nullptr);  // the node's thread only: no lock
   NodeEnvStack stack(scenario, rank,
-                     EnvParts{transport, clock, compute, log, &collectives, &progress, nullptr,
+                     EnvParts{transport, clock, compute, log, &collectives, &observer, nullptr,
                               emulator.get()});
   run_node(stack.env(), spec, rank);
   transport.drain();  // what the algorithm left unread no longer holds back its peers
@@ -268,8 +308,10 @@ int run(const NodeProcessOptions& options) {
   mem.start = mem.end = clock.now();
   mem.bytes = peak_rss_bytes();
   log.record(mem);
+  if (live_rows != nullptr) live_rows->record(mem);
 
   if (rank != 0) {
+    if (joined) joined->close();  // before rank 0 can finish the folder
     send_events(transport, events_to_text(log.events()));
     transport.flush();
     wait_control(transport, kDoneId);
@@ -294,14 +336,10 @@ int run(const NodeProcessOptions& options) {
     events.insert(events.end(), theirs.begin(), theirs.end());
     ++complete;
   }
-  const Seconds wall = clock.now();
-  // Every rank's events are here: the run is finished, and its folder is written before the
-  // goodbyes, so that a peer failing during them cannot lose it (the folder is then marked).
-  const std::string path =
-      options.run_path.empty() ? new_run_path(scenario, "real") : options.run_path;
-  RunInfo info{"real", "cpu", wall, variant_label(scenario)};
-  info.started_unix_s = unix_now_s() - wall;  // the run's start on the calendar
-  write_run_folder(path, scenario, plan, model, std::move(events), info);
+  // Every rank's events are here: the run is finished, and its folder's final outputs replace the
+  // live ones before the goodbyes, so that a peer failing during them cannot lose it (the folder
+  // is then marked).
+  live->finish(std::move(events));
   if (!options.result_file.empty()) {
     write_whole_file(options.result_file, path + "\n");
   } else {

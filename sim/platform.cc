@@ -1,10 +1,13 @@
 #include "sim/platform.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include <simgrid/s4u/Link.hpp>
 #include <simgrid/s4u/NetZone.hpp>
 
+#include "core/error.h"
+#include "core/network/links.h"
 #include "core/units.h"
 
 namespace sg4 = simgrid::s4u;
@@ -28,24 +31,116 @@ void configure_network(sg4::Engine& engine, const NetworkSpec& network) {
   engine.set_config(buf);
 }
 
-std::vector<sg4::Host*> build_platform(const Scenario& scenario) {
-  auto* zone = sg4::create_star_zone("pool");
-  std::vector<sg4::Host*> hosts;
+namespace {
+
+// Node r's host and its two links in `zone`, routed through the zone's core.
+sg4::Host* add_node(sg4::NetZone* zone, const Scenario& scenario, int r) {
+  const DeviceGroup& d = scenario.device_of(r);
+  const std::string name = "n" + std::to_string(r);
+  sg4::Host* h = zone->create_host(name, d.flops_per_s());
+  const double lat = d.latency_s();
+  sg4::Link* up = zone->create_link(name + "-up", d.up_bytes_per_s())->set_latency(lat)->seal();
+  sg4::Link* down = zone->create_link(name + "-down", d.down_bytes_per_s())->set_latency(lat)->seal();
+  zone->add_route(h->get_netpoint(), nullptr, nullptr, nullptr, {sg4::LinkInRoute(up)}, false);
+  zone->add_route(nullptr, h->get_netpoint(), nullptr, nullptr, {sg4::LinkInRoute(down)}, false);
+  return h;
+}
+
+}  // namespace
+
+std::string platform_host_name(const Scenario& scenario, int rank) {
+  int r = rank;
+  for (const DeviceGroup& g : scenario.devices) {
+    if (r < g.count) return g.count == 1 ? g.name : g.name + "-" + std::to_string(r);
+    r -= g.count;
+  }
+  throw Error("node rank " + std::to_string(rank) + " is outside the device pool");
+}
+
+namespace {
+
+std::vector<sg4::Host*> load_platform_file(const Scenario& scenario) {
+  const std::string key = "network.platform";
+  sg4::Engine& engine = *sg4::Engine::get_instance();
+  try {
+    engine.load_platform(scenario.network.platform);
+  } catch (const std::exception& e) {
+    throw ScenarioError(scenario.where(key), key, std::string("SimGrid cannot load it: ") + e.what());
+  }
   const int n = scenario.node_count();
-  hosts.reserve(n);
+  std::vector<sg4::Host*> hosts;
   for (int r = 0; r < n; ++r) {
-    const DeviceGroup& d = scenario.device_of(r);
-    const std::string name = "n" + std::to_string(r);
-    sg4::Host* h = zone->create_host(name, d.flops_per_s());
-    const double lat = d.latency_s();
-    sg4::Link* up = zone->create_link(name + "-up", d.up_bytes_per_s())->set_latency(lat)->seal();
-    sg4::Link* down =
-        zone->create_link(name + "-down", d.down_bytes_per_s())->set_latency(lat)->seal();
-    zone->add_route(h->get_netpoint(), nullptr, nullptr, nullptr, {sg4::LinkInRoute(up)}, false);
-    zone->add_route(nullptr, h->get_netpoint(), nullptr, nullptr, {sg4::LinkInRoute(down)}, false);
+    const std::string name = platform_host_name(scenario, r);
+    sg4::Host* h = engine.host_by_name_or_null(name);
+    if (h == nullptr)
+      throw ScenarioError(scenario.where(key), key,
+                          "no host named \"" + name + "\" for node " + std::to_string(r) + " in " +
+                              scenario.network.platform + " (" + std::to_string(engine.get_host_count()) + " hosts)");
     hosts.push_back(h);
   }
-  zone->seal();
+  // Every pair that may talk needs a route (checked up to 1,000 nodes: a million routes).
+  if (n <= 1000)
+    for (int a = 0; a < n; ++a)
+      for (int b = 0; b < n; ++b) {
+        if (a == b) continue;
+        std::vector<sg4::Link*> links;
+        double latency = 0;
+        try {
+          hosts[a]->route_to(hosts[b], links, &latency);
+        } catch (const std::exception& e) {
+          throw ScenarioError(scenario.where(key), key,
+                              "no route from " + hosts[a]->get_name() + " to " + hosts[b]->get_name() + ": " + e.what());
+        }
+      }
+  return hosts;
+}
+
+}  // namespace
+
+std::vector<sg4::Host*> build_platform(const Scenario& scenario) {
+  if (!scenario.network.platform.empty()) return load_platform_file(scenario);
+  const int n = scenario.node_count();
+  std::vector<sg4::Host*> hosts;
+  hosts.reserve(n);
+  if (scenario.network.topology != kRegionsTopology) {
+    auto* zone = sg4::create_star_zone("pool");
+    for (int r = 0; r < n; ++r) hosts.push_back(add_node(zone, scenario, r));
+    zone->seal();
+    return hosts;
+  }
+  // Regions: a star zone per region, whose core is its gateway (a router on no link of its own),
+  // inside a full zone whose routes join every two regions' gateways over the link from one to
+  // the other. SimGrid routes a message between regions as the sender's uplink, that link and
+  // the receiver's downlink (sender's zone to its gateway, then across, then to the receiver).
+  // The region links' rates and latencies are those of links_of() before the network model's
+  // factors, which SimGrid applies itself (configure_network).
+  NetworkLinks links = links_of(scenario);
+  auto* world = sg4::create_full_zone("world");
+  std::vector<sg4::NetZone*> zones;
+  std::vector<simgrid::kernel::routing::NetPoint*> cores;
+  for (int k = 0; k < links.regions; ++k) {
+    auto* zone = sg4::create_star_zone("region-" + links.region_names[static_cast<size_t>(k)]);
+    zone->set_parent(world);
+    auto* core = zone->create_router("core-" + links.region_names[static_cast<size_t>(k)]);
+    zones.push_back(zone);
+    cores.push_back(core);
+  }
+  for (int r = 0; r < n; ++r) hosts.push_back(add_node(zones[static_cast<size_t>(links.region[r])], scenario, r));
+  for (sg4::NetZone* z : zones) z->seal();
+  auto index = [&](const std::string& region) {
+    return static_cast<size_t>(std::find(links.region_names.begin(), links.region_names.end(), region) -
+                               links.region_names.begin());
+  };
+  for (const RegionLinkSpec& spec : scenario.network.link)
+    for (const auto& [from, to] : {std::pair{spec.a, spec.b}, std::pair{spec.b, spec.a}}) {
+      const size_t a = index(from), b = index(to);
+      sg4::Link* link = world->create_link(from + ">" + to, region_link_bytes_per_s(spec, scenario.dilation))
+                            ->set_latency(region_link_latency_s(spec, scenario.dilation))
+                            ->seal();
+      world->add_route(zones[a]->get_netpoint(), zones[b]->get_netpoint(), cores[a], cores[b],
+                       {sg4::LinkInRoute(link)}, false);
+    }
+  world->seal();
   return hosts;
 }
 

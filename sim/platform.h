@@ -4,6 +4,7 @@
 // min(up_i, down_j) (shared with the other flows on those links).
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include <simgrid/s4u/Engine.hpp>
@@ -30,7 +31,13 @@ void configure_network(simgrid::s4u::Engine& engine, const NetworkSpec& network)
 // in either case.
 constexpr double kSimGridLatencyFactor = 1e-6;
 
-// Builds the hosts and links; returns the host of every node, by rank.
+// Builds the hosts and links; returns the host of every node, by rank. With network.platform, loads
+// that file instead and finds each node's host by name (platform_host_name); throws ScenarioError
+// at network.platform when one is missing, or when two nodes of up to 1,000 have no route.
 std::vector<simgrid::s4u::Host*> build_platform(const Scenario& scenario);
+
+// The host of node `rank` in a network.platform file: its group's name for a group of one, else
+// "<name>-<i>", i its index in the group.
+std::string platform_host_name(const Scenario& scenario, int rank);
 
 }  // namespace rv

@@ -21,7 +21,7 @@ void SimClock::sleep_for(Seconds s) {
 void SimCompute::run(const Work& work, const std::function<void()>& maths) {
   if (numeric_) maths();
   const Seconds t = time_of(work, device_);
-  if (t > 0) sg4::this_actor::execute(t * device_.peak_flops_per_s);
+  if (t > 0) sg4::this_actor::execute(t * host_speed_);
 }
 
 }  // namespace rv

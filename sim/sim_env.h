@@ -39,13 +39,18 @@ class SimClock : public Clock {
 // is the device's peak, so that actors sharing a host share its time.
 class SimCompute : public Compute {
  public:
-  SimCompute(bool numeric, ComputeProfile device) : numeric_(numeric), device_(std::move(device)) {}
+  // `host_speed`: the flop/s of the host it runs on (0: the device's peak, which the scenario's
+  // own platform gives its host), so that a unit of work takes the device model's time.
+  SimCompute(bool numeric, ComputeProfile device, double host_speed = 0)
+      : numeric_(numeric), device_(std::move(device)),
+        host_speed_(host_speed > 0 ? host_speed : device_.peak_flops_per_s) {}
   bool numeric() const override { return numeric_; }
   void run(const Work& work, const std::function<void()>& maths) override;
 
  private:
   bool numeric_;
   ComputeProfile device_;
+  double host_speed_;
 };
 
 }  // namespace rv

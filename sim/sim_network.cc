@@ -15,14 +15,14 @@ namespace sg4 = simgrid::s4u;
 
 namespace rv {
 
-SimNetwork::SimNetwork(std::vector<sg4::Host*> hosts, std::vector<Seconds> latency, double latency_factor)
+SimNetwork::SimNetwork(std::vector<sg4::Host*> hosts, NetworkLinks links, bool platform_routes)
     : hosts_(std::move(hosts)),
-      latency_(std::move(latency)),
-      latency_factor_(latency_factor),
+      links_(std::move(links)),
+      platform_routes_(platform_routes),
       inboxes_(hosts_.size()),
       receivers_(hosts_.size()),
       senders_(hosts_.size()) {
-  RV_CHECK(latency_.size() == hosts_.size(), "simulated network: a latency per host");
+  RV_CHECK(links_.nodes.size() == hosts_.size(), "simulated network: links per host");
 }
 
 SimNetwork::~SimNetwork() {
@@ -52,9 +52,7 @@ void SimNetwork::send(int src, int dst, Message msg) {
   if (first) p.wake = sg4::Semaphore::create(0);
   // The same sum as the emulator's (StarNetwork::delay), so that both give the same times, less
   // the sliver SimGrid charges itself.
-  const Seconds delay = std::max(0.0, latency_factor_ * latency_[src] + latency_factor_ * latency_[dst] -
-                                          kSimGridLatencyFactor * (latency_[src] + latency_[dst]));
-  const Seconds starts = sg4::Engine::get_clock() + delay;
+  const Seconds starts = sg4::Engine::get_clock() + delay(src, dst);
   p.queue.push_back({starts, std::move(msg)});
   ++sender(src).in_flight;
   if (p.idle) {
@@ -76,6 +74,16 @@ void SimNetwork::send(int src, int dst, Message msg) {
     constexpr unsigned kStack = 256 * 1024;
     sg4::Actor::init(name, hosts_[src])->set_stacksize(kStack)->start([this, src, dst] { carry(src, dst); })->daemonize();
   }
+}
+
+Seconds SimNetwork::delay(int src, int dst) const {
+  if (platform_routes_) {
+    std::vector<sg4::Link*> route;
+    double latency = 0;
+    hosts_[static_cast<size_t>(src)]->route_to(hosts_[static_cast<size_t>(dst)], route, &latency);
+    return std::max(0.0, links_.latency_factor * latency - kSimGridLatencyFactor * latency);
+  }
+  return std::max(0.0, links_.route_delay(src, dst) - kSimGridLatencyFactor * links_.route_latency(src, dst));
 }
 
 void SimNetwork::carry(int src, int dst) {

@@ -39,15 +39,17 @@
 #include <simgrid/s4u/Semaphore.hpp>
 
 #include "core/env.h"
+#include "core/network/links.h"
 #include "core/units.h"
 
 namespace rv {
 
 class SimNetwork {
  public:
-  // `hosts[r]` is node r's host; `latency[r]` its one-way latency, as the scenario gives it;
-  // `latency_factor` the network model's (net_factors).
-  SimNetwork(std::vector<simgrid::s4u::Host*> hosts, std::vector<Seconds> latency, double latency_factor);
+  // `hosts[r]` is node r's host; `links` the scenario's (links_of): routes' latencies and the
+  // network model's latency factor (the rates are the platform's links'). With
+  // `platform_routes` (network.platform), a route's latency is SimGrid's for the two hosts.
+  SimNetwork(std::vector<simgrid::s4u::Host*> hosts, NetworkLinks links, bool platform_routes = false);
   // Removes the timers still pending (a run that ended before a message it sent could start):
   // SimGrid's kernel keeps them across engines of one process.
   ~SimNetwork();
@@ -95,8 +97,10 @@ class SimNetwork {
   Sender& sender(int node);
 
   std::vector<simgrid::s4u::Host*> hosts_;
-  std::vector<Seconds> latency_;
-  double latency_factor_;
+  NetworkLinks links_;
+  bool platform_routes_;
+  // Seconds a message from src to dst waits before its bytes start, less SimGrid's sliver.
+  Seconds delay(int src, int dst) const;
   // By src * size() + dst; elements never move (carry() keeps a reference to its pair).
   std::unordered_map<int64_t, Pair> pairs_;
   Pair& pair(int src, int dst) { return pairs_[static_cast<int64_t>(src) * size() + dst]; }

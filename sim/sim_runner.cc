@@ -20,11 +20,14 @@ namespace sg4 = simgrid::s4u;
 
 namespace rv {
 SimResult simulate(const Scenario& s, const std::vector<int>& nodes, bool numeric,
-                   const NodeBody& body, Metrics* observer, std::vector<char> fold) {
-  int argc = 1;
-  char arg0[] = "ravnest-sim";  // SimGrid's argv[0]
-  char* argv[] = {arg0, nullptr};
-  sg4::Engine engine(&argc, argv);
+                   const NodeBody& body, Metrics* observer, std::vector<char> fold,
+                   const EngineOptions& engine_options) {
+  std::vector<std::string> args = engine_argv(engine_options);  // SimGrid's argv
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int argc = static_cast<int>(args.size());
+  sg4::Engine engine(&argc, argv.data());
   xbt_log_control_set("root.thresh:critical");
   configure_network(engine, s.network);
   // Without guard pages an actor's stack is one plain allocation, so a 10,000-node run's tens of
@@ -32,11 +35,11 @@ SimResult simulate(const Scenario& s, const std::vector<int>& nodes, bool numeri
   // Linux's 65,530 memory mappings per process (with guards, two each). Timing runs only: a numeric node runs LibTorch on its stack, where an
   // overflow must stop at a guard page.
   if (!numeric) engine.set_config("contexts/guard-size:0");
+  apply_engine_options(engine, engine_options);
   std::vector<sg4::Host*> hosts = build_platform(s);
   const int n = static_cast<int>(hosts.size());
-  std::vector<Seconds> latency(n);
-  for (int r = 0; r < n; ++r) latency[r] = s.device_of(r).latency_s();
-  SimNetwork network(hosts, latency, net_factors(s.network).latency);
+  const bool platform_file = !s.network.platform.empty();
+  SimNetwork network(hosts, links_of(s), platform_file);
   std::vector<sg4::ActorPtr> actors(n);
 
   EventLog log;  // shared: actors run one at a time, so no locks
@@ -51,7 +54,7 @@ SimResult simulate(const Scenario& s, const std::vector<int>& nodes, bool numeri
       try {
         SimTransport transport(r, network);
         SimClock clock;
-        SimCompute compute(numeric, s.device_of(r).compute_profile());
+        SimCompute compute(numeric, s.device_of(r).compute_profile(), platform_file ? hosts[r]->get_speed() : 0);
         NodeEnvStack stack(s, r, EnvParts{transport, clock, compute, log, nullptr, observer});
         body(stack.env(), r);
         finished[r] = 1;
@@ -89,7 +92,7 @@ SimResult simulate(const Scenario& s, const std::vector<int>& nodes, bool numeri
   return res;
 }
 
-SimResult run_simulation(const RunSpec& spec, Metrics* observer) {
+SimResult run_simulation(const RunSpec& spec, Metrics* observer, const EngineOptions& engine) {
   const Scenario& s = *spec.scenario;
   const bool numeric = s.sim.mode == "numeric";
   RV_CHECK(!numeric || spec.data != nullptr, "numeric simulation without a dataset");
@@ -108,7 +111,7 @@ SimResult run_simulation(const RunSpec& spec, Metrics* observer) {
     }
   }
   return simulate(s, nodes, numeric, [&spec](NodeEnv& env, int r) { run_node(env, spec, r); }, observer,
-                  std::move(fold));
+                  std::move(fold), engine);
 }
 
 }  // namespace rv

@@ -7,6 +7,7 @@
 
 #include "algo/algorithm.h"
 #include "core/output/metrics.h"
+#include "sim/engine_options.h"
 
 namespace rv {
 
@@ -21,12 +22,14 @@ using NodeBody = std::function<void(NodeEnv& env, int node)>;
 // Runs `body` for each of `nodes` as an actor on the scenario's platform (network model, hosts and
 // links from the scenario), until every actor is done. The building block of run_simulation().
 // Nodes i with fold[i] != 0 keep their send, recv and wait events as totals (EventLog::fold).
+// `engine` (SimGrid's --cfg and --log) applies after the scenario's settings (engine_options.h).
 SimResult simulate(const Scenario& scenario, const std::vector<int>& nodes, bool numeric,
-                   const NodeBody& body, Metrics* observer = nullptr, std::vector<char> fold = {});
+                   const NodeBody& body, Metrics* observer = nullptr, std::vector<char> fold = {},
+                   const EngineOptions& engine = {});
 
 // Runs the simulation. `spec.data` must be set in numeric mode and may be null in timing mode.
 // `observer`, if given, sees every event as it is recorded (progress display).
 // Throws the first node's error, or rv::Error if the nodes deadlock.
-SimResult run_simulation(const RunSpec& spec, Metrics* observer = nullptr);
+SimResult run_simulation(const RunSpec& spec, Metrics* observer = nullptr, const EngineOptions& engine = {});
 
 }  // namespace rv

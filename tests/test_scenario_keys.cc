@@ -31,6 +31,13 @@ bool in_array(const KeySpec& k) {
 
 bool is_device_name(const KeySpec& k) { return k.table == "devices" && k.name == "name"; }
 
+// Elements given to each array of tables where every key is changed: three device groups in
+// three regions (devices[i].region = "r<i>"), joined by three links, and two manual clusters.
+size_t elements_of(const std::string& table) {
+  if (table == "devices" || table == "network.link") return 3;
+  return 2;
+}
+
 // A valid value of `k` that differs from its default (for element `index`).
 // A compute profile file that exists (devices[].profile names a file the reader loads).
 std::string profile_file() {
@@ -44,11 +51,20 @@ std::string profile_file() {
   return path;
 }
 
+// network.platform takes the whole network, so it cannot change with network.topology and the
+// links between regions: it keeps its default here (tests/test_sim_engine.cc reads and refuses it).
+bool kept_default(const KeySpec& k) { return k.table == "network" && k.name == "platform"; }
+
 KeyValue other_value(const KeySpec& k, size_t index) {
   const KeyValue def = k.default_at(index);
+  if (kept_default(k)) return def;
   switch (k.type) {
     case KeyType::kString:
       if (k.table == "devices" && k.name == "profile") return KeyValue(profile_file());
+      if (k.table == "devices" && k.name == "region") return KeyValue("r" + std::to_string(index));
+      // Links r0-r1, r1-r2, r0-r2: every pair of the devices' regions once.
+      if (k.table == "network.link" && k.name == "a") return KeyValue(index == 1 ? "r1" : "r0");
+      if (k.table == "network.link" && k.name == "b") return KeyValue(index == 0 ? "r1" : "r2");
       return KeyValue("v" + std::to_string(index) + "-" + k.name);
     case KeyType::kChoice:
       return KeyValue(std::get<std::string>(def) == k.choices.front() ? k.choices.back()
@@ -72,7 +88,7 @@ KeyValue other_value(const KeySpec& k, size_t index) {
 std::string every_key_changed() {
   std::ostringstream os;
   for (const TableSpec& t : scenario_tables()) {
-    for (size_t i = 0; i < (t.is_array ? 2u : 1u); ++i) {
+    for (size_t i = 0; i < (t.is_array ? elements_of(t.path) : 1u); ++i) {
       if (t.is_array)
         os << "[[" << t.path << "]]\n";
       else if (!t.path.empty())
@@ -105,6 +121,7 @@ TEST_CASE("every key's default is its struct member's initial value", "[scenario
   Scenario fresh;
   fresh.devices.resize(1);
   fresh.planner.cluster.resize(1);
+  fresh.network.link.resize(1);
   for (const KeySpec& k : scenario_keys()) {
     INFO(k.dotted());
     if (is_device_name(k)) {
@@ -128,7 +145,7 @@ TEST_CASE("a minimal scenario reads every key's default", "[scenario][keys]") {
   REQUIRE(s.devices.size() == 1);
   CHECK(s.planner.cluster.empty());
   for (const KeySpec& k : scenario_keys()) {
-    if (k.table == "planner.cluster") continue;
+    if (k.table == "planner.cluster" || k.table == "network.link") continue;  // none given
     INFO(k.dotted());
     if (k.name == "name" && k.table.empty()) continue;        // given
     if (k.table == "devices" && k.name == "count") continue;  // given
@@ -157,13 +174,14 @@ TEST_CASE("every key, changed from its default, is read and written back", "[sce
   const std::string text = every_key_changed();
   INFO(text);
   Scenario s = parse_scenario(text, "all.toml");
-  REQUIRE(s.devices.size() == 2);
+  REQUIRE(s.devices.size() == 3);
+  REQUIRE(s.network.link.size() == 3);
   REQUIRE(s.planner.cluster.size() == 2);
   Scenario t = parse_scenario(to_toml(s), "resolved.toml");
   for (const KeySpec& k : scenario_keys()) {
-    for (size_t i = 0; i < (in_array(k) ? 2u : 1u); ++i) {
+    for (size_t i = 0; i < (in_array(k) ? elements_of(k.table) : 1u); ++i) {
       INFO(k.dotted(i) << ": " << toml_value_text(k, k.get(s, i)));
-      if (k.type != KeyType::kChoice || k.choices.size() > 1)
+      if ((k.type != KeyType::kChoice || k.choices.size() > 1) && !kept_default(k))
         CHECK(!(other_value(k, i) == k.default_at(i)));
       CHECK(k.get(s, i) == other_value(k, i));
       CHECK(k.get(t, i) == k.get(s, i));
@@ -232,9 +250,10 @@ TEST_CASE("each kind of bad value names file, line, key and what is wrong", "[sc
       {"[[planner.cluster]]\nstage_layers = [1]\n", 4, "planner.cluster[0].nodes",
        "missing: the cluster's nodes in pipeline order"},
       {"[[devices]]\ncount = 99999\n", 2, "devices", "more than 100000 nodes"},
-      // A key that would do nothing is not in the table, so it is refused, never taken silently
-      // (devices[].region comes back with a network of regions).
-      {"[[devices]]\nregion = \"eu\"\n", 5, "devices[1].region", "unknown key"},
+      // A key that would do nothing is refused, never taken silently.
+      {"[[devices]]\nregion = \"eu\"\n", 5, "devices[1].region",
+       "a region does nothing under network.topology = \"star\": set topology = \"regions\" and give "
+       "[[network.link]] entries, or leave it out"},
   };
   for (const Case& c : cases) {
     const std::string e = error_of(std::string("name = \"x\"\n[[devices]]\ncount = 2\n") + c.body);

@@ -23,7 +23,7 @@ struct Send {
 
 // Runs `sends` (in time order) through the model on virtual time; returns each message's delivery
 // time, by index in `sends`.
-std::vector<Seconds> emulate(const std::vector<NodeLinks>& links, const std::vector<Send>& sends) {
+std::vector<Seconds> emulate(const NetworkLinks& links, const std::vector<Send>& sends) {
   StarNetwork net(links);
   std::vector<Seconds> out(sends.size(), -1);
   for (size_t k = 0; k <= sends.size(); ++k) {
@@ -103,6 +103,39 @@ TEST_CASE("a flow held back by a slow receiver leaves the rest of the uplink to 
   CHECK(t[1] == Approx(9'000'000 / (90 * mb)).epsilon(1e-9));
 }
 
+// Regions (core/network/links.h): node 0 and 1 in region a, node 2 and 3 in region b, a link each
+// way between a and b of 10 Mbit/s and 40 ms.
+static NetworkLinks two_regions() {
+  NetworkLinks links({mbps(100, 100, 5), mbps(100, 100, 5), mbps(100, 100, 10), mbps(100, 100, 10)});
+  links.region = {0, 0, 1, 1};
+  links.regions = 2;
+  links.region_names = {"a", "b"};
+  links.between.assign(4, RegionLink{});
+  links.between[1] = links.between[2] = {10 * kMbpsToBytesPerSecond, 0.040};
+  return links;
+}
+
+TEST_CASE("a message between regions takes the three links' latency plus its bytes over the slowest",
+          "[emu]") {
+  const NetworkLinks links = two_regions();
+  const Bytes bytes = 1'000'000;
+  const std::vector<Seconds> t = emulate(links, {{0, 0, 2, bytes}, {0, 1, 0, bytes}});
+  CHECK(t[0] == Approx(0.005 + 0.040 + 0.010 + bytes / (10 * kMbpsToBytesPerSecond)).epsilon(1e-9));
+  // Within a region: the two nodes' own links only.
+  CHECK(t[1] == Approx(0.010 + bytes / (100 * kMbpsToBytesPerSecond)).epsilon(1e-9));
+}
+
+TEST_CASE("flows between two regions share the link between them, each direction its own", "[emu]") {
+  const NetworkLinks links = two_regions();
+  const Bytes bytes = 1'000'000;
+  // 0 -> 2 and 1 -> 3 share a -> b (5 Mbit/s each); 2 -> 0 has b -> a to itself.
+  const std::vector<Seconds> t = emulate(links, {{0, 0, 2, bytes}, {0, 1, 3, bytes}, {0, 2, 0, bytes}});
+  const Seconds latency = 0.005 + 0.040 + 0.010;
+  CHECK(t[0] == Approx(latency + bytes / (5 * kMbpsToBytesPerSecond)).epsilon(1e-9));
+  CHECK(t[1] == Approx(latency + bytes / (5 * kMbpsToBytesPerSecond)).epsilon(1e-9));
+  CHECK(t[2] == Approx(latency + bytes / (10 * kMbpsToBytesPerSecond)).epsilon(1e-9));
+}
+
 // The same trace through the simulator (SimGrid's links, sim/sim_network.h). Senders only send and
 // receivers only receive, so a receiver is always waiting and records each message's arrival when
 // it happens. Each pair carries two messages, at random times: some queue behind their pair's
@@ -111,7 +144,9 @@ namespace {
 
 // `network` is the scenario's [network] table; the emulator's links come from links_of(), as a real
 // run's do.
-void check_trace(const std::string& network) {
+// With `regions`, the nodes are spread over three regions joined by links slower than most nodes'
+// own, so that messages between regions share them.
+void check_trace(const std::string& network, bool regions = false) {
   // One simulation per process (SimGrid): one trace, with every kind of contention.
   const unsigned seed = 11;
   const int senders = 6, receivers = 4, n = senders + receivers;
@@ -124,9 +159,14 @@ void check_trace(const std::string& network) {
     toml += "[[devices]]\nup_mbps = " + std::to_string(up) +
             "\ndown_mbps = " + std::to_string(down) + "\nlatency_ms = " + std::to_string(lat) +
             "\n";
+    if (regions) toml += "region = \"r" + std::to_string(i % 3) + "\"\n";
   }
+  if (regions)
+    toml += "[[network.link]]\na = \"r0\"\nb = \"r1\"\nlatency_ms = 35\nmbps = 60\n"
+            "[[network.link]]\na = \"r1\"\nb = \"r2\"\nlatency_ms = 0\nmbps = 150\n"
+            "[[network.link]]\na = \"r0\"\nb = \"r2\"\nlatency_ms = 80\nmbps = 25\n";
   const Scenario s = parse_scenario(toml, "trace.toml");
-  const std::vector<NodeLinks> links = links_of(s);
+  const NetworkLinks links = links_of(s);
   std::vector<Send> sends;
   for (int round = 0; round < 2; ++round)
     for (int a = 0; a < senders; ++a)
@@ -181,6 +221,18 @@ void check_trace(const std::string& network) {
   CHECK(worst <= 1e-6);
   // The trace exercises the connections' queues.
   CHECK(queued >= 5);
+  if (regions) {
+    // ... and the links between regions: some message's transfer took longer than its own two
+    // links alone would allow.
+    int bound_by_region = 0;
+    for (size_t k = 0; k < sends.size(); ++k) {
+      const int x = links.inter(sends[k].src, sends[k].dst);
+      if (x < 0) continue;
+      const double own = std::min(links.nodes[sends[k].src].up, links.nodes[sends[k].dst].down);
+      bound_by_region += links.between[static_cast<size_t>(x)].bandwidth < own;
+    }
+    CHECK(bound_by_region >= 5);
+  }
 }
 
 }  // namespace
@@ -188,6 +240,10 @@ void check_trace(const std::string& network) {
 TEST_CASE("a trace through the emulator gets the simulator's delivery times (ideal network)",
           "[emu][sim]") {
   check_trace("model = \"ideal\"");
+}
+
+TEST_CASE("a trace through the emulator gets the simulator's delivery times (regions)", "[emu][sim]") {
+  check_trace("topology = \"regions\"\nmodel = \"ideal\"\nlatency_factor = 1.5", true);
 }
 
 TEST_CASE("a trace through the emulator gets the simulator's delivery times (factors of one's own)",

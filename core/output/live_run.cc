@@ -10,18 +10,28 @@
 #include "core/error.h"
 #include "core/output/whole_file.h"
 
+#include <nlohmann/json.hpp>
+
 namespace fs = std::filesystem;
 
 namespace rv {
 namespace {
 
+// O_APPEND: the rows of several processes (a real run's ranks) go to the end, whole.
 int open_new(const fs::path& p) {
-  const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) throw Error(p.string() + ": cannot create: " + std::strerror(errno));
   return fd;
 }
 
-// Writes `rows` (whole rows) to `fd` and empties it; rv::Error on failure.
+int open_existing(const fs::path& p) {
+  const int fd = ::open(p.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  if (fd < 0) throw Error(p.string() + ": cannot open the run's live file: " + std::strerror(errno));
+  return fd;
+}
+
+// Writes `rows` (whole rows) to `fd` in one write() where it can and empties it; rv::Error on
+// failure.
 void write_rows(int fd, std::ostringstream& rows, const std::string& what) {
   const std::string text = rows.str();
   size_t done = 0;
@@ -36,42 +46,31 @@ void write_rows(int fd, std::ostringstream& rows, const std::string& what) {
 
 }  // namespace
 
-LiveRun::LiveRun(const std::string& path, const Scenario& s, const Plan& plan, const ModelDesc& model, RunInfo info,
-                 const Clock& wall)
-    : path_(fs::absolute(fs::path(path)).lexically_normal().string()), scenario_(s), plan_(plan), model_(model),
-      info_(std::move(info)), wall_(wall), live_metrics_(s.output.metrics != "summary"), start_(wall.now()),
-      last_flush_(start_) {
-  const fs::path dir(path_);
-  std::error_code ec;
-  fs::create_directories(dir.parent_path(), ec);
-  // create_directory reports whether it made the folder: never one that exists (another run's).
-  if (!fs::create_directory(dir, ec) || ec)
-    throw Error(path + (ec ? ": cannot make the run folder: " + ec.message() : ": run folder exists already"));
-  write_whole_file((dir / "scenario.toml").string(), to_toml(s));
-  write_whole_file((dir / "plan.json").string(), plan_file_text(plan, model));
-  info_.wall_seconds = 0;
-  write_whole_file((dir / "run.json").string(), run_json_text(info_, "running", ""));
-  if (live_metrics_) {
-    metrics_fd_ = open_new(dir / "metrics.csv");
-    metrics_rows_ << metrics_csv_header() << "\n";
-  }
-  eval_fd_ = open_new(dir / "eval.csv");
-  eval_rows_ << kEvalCsvHeader << "\n";
-  flush_if_due(true);
-}
-
-LiveRun::~LiveRun() {
-  if (done_) return;
+LiveRows::LiveRows(const std::string& dir, bool live_metrics, const Clock& wall, bool create)
+    : dir_(dir), wall_(wall), last_flush_(wall.now()) {
+  const fs::path d(dir_);
+  if (live_metrics) metrics_fd_ = create ? open_new(d / "metrics.csv") : open_existing(d / "metrics.csv");
   try {
-    fail("the run ended before it finished (an error on the way out)");
+    eval_fd_ = create ? open_new(d / "eval.csv") : open_existing(d / "eval.csv");
   } catch (...) {
-    // A destructor must not throw; the folder keeps run.json "running".
+    close();
+    throw;
+  }
+  if (create) {
+    if (live_metrics) metrics_rows_ << metrics_csv_header() << "\n";
+    eval_rows_ << kEvalCsvHeader << "\n";
+    flush_if_due(true);
   }
 }
 
-void LiveRun::record(const Event& e) {
-  if (done_) return;
-  if (live_metrics_) append_event_row(metrics_rows_, e);
+LiveRows::~LiveRows() {
+  for (int fd : {metrics_fd_, eval_fd_})
+    if (fd >= 0) ::close(fd);
+}
+
+void LiveRows::record(const Event& e) {
+  if (eval_fd_ < 0) return;  // closed
+  if (metrics_fd_ >= 0) append_event_row(metrics_rows_, e);
   if (e.kind == EventKind::kEval) {
     append_eval_row(eval_rows_, e);
     flush_if_due(true);  // evaluations are rare and what a reader watches for
@@ -84,19 +83,70 @@ void LiveRun::record(const Event& e) {
   }
 }
 
-void LiveRun::flush_if_due(bool force) {
+void LiveRows::flush_if_due(bool force) {
   const Seconds now = wall_.now();
   if (!force && now - last_flush_ < kFlushSeconds) return;
   last_flush_ = now;
-  if (metrics_fd_ >= 0) write_rows(metrics_fd_, metrics_rows_, path_ + "/metrics.csv");
-  if (eval_fd_ >= 0) write_rows(eval_fd_, eval_rows_, path_ + "/eval.csv");
+  if (metrics_fd_ >= 0) write_rows(metrics_fd_, metrics_rows_, dir_ + "/metrics.csv");
+  if (eval_fd_ >= 0) write_rows(eval_fd_, eval_rows_, dir_ + "/eval.csv");
 }
 
-void LiveRun::close_files() {
+void LiveRows::close() {
+  try {
+    flush_if_due(true);
+  } catch (const std::exception&) {
+    // A full disk: the rows held are lost, the files stay whole rows.
+  }
   for (int* fd : {&metrics_fd_, &eval_fd_}) {
     if (*fd >= 0) ::close(*fd);
     *fd = -1;
   }
+}
+
+void mark_run_failed(const std::string& path, const std::string& why) {
+  const fs::path file = fs::path(path) / "run.json";
+  std::error_code ec;
+  if (!fs::is_regular_file(file, ec)) return;
+  nlohmann::json j;
+  try {
+    j = read_json_file(file.string());
+  } catch (const std::exception&) {
+    return;  // not a run.json this code wrote whole: leave it
+  }
+  if (!j.is_object() || !j.contains("status") || j["status"] == "complete") return;
+  j["status"] = "failed";
+  j["error"] = why;
+  write_whole_file(file.string(), j.dump(2) + "\n");
+}
+
+LiveRun::LiveRun(const std::string& path, const Scenario& s, const Plan& plan, const ModelDesc& model, RunInfo info,
+                 const Clock& wall)
+    : path_(fs::absolute(fs::path(path)).lexically_normal().string()), scenario_(s), plan_(plan), model_(model),
+      info_(std::move(info)), wall_(wall), start_(wall.now()) {
+  const fs::path dir(path_);
+  std::error_code ec;
+  fs::create_directories(dir.parent_path(), ec);
+  // create_directory reports whether it made the folder: never one that exists (another run's).
+  if (!fs::create_directory(dir, ec) || ec)
+    throw Error(path + (ec ? ": cannot make the run folder: " + ec.message() : ": run folder exists already"));
+  write_whole_file((dir / "scenario.toml").string(), to_toml(s));
+  write_whole_file((dir / "plan.json").string(), plan_file_text(plan, model));
+  info_.wall_seconds = 0;
+  write_whole_file((dir / "run.json").string(), run_json_text(info_, "running", ""));
+  rows_ = std::make_unique<LiveRows>(path_, s.output.metrics != "summary", wall, true);
+}
+
+LiveRun::~LiveRun() {
+  if (done_) return;
+  try {
+    fail("the run ended before it finished (an error on the way out)");
+  } catch (...) {
+    // A destructor must not throw; the folder keeps run.json "running".
+  }
+}
+
+void LiveRun::record(const Event& e) {
+  if (!done_) rows_->record(e);
 }
 
 void LiveRun::write_status(const std::string& status, const std::string& error, Seconds wall_seconds) {
@@ -106,7 +156,7 @@ void LiveRun::write_status(const std::string& status, const std::string& error, 
 
 std::string LiveRun::finish(std::vector<Event> events) {
   RV_CHECK(!done_, path_ + ": finish() after the run ended");
-  flush_if_due(true);
+  rows_->flush_if_due(true);
   const fs::path dir(path_);
   const fs::path tmp = dir / ".final.partial";
   std::error_code ec;
@@ -115,7 +165,7 @@ std::string LiveRun::finish(std::vector<Event> events) {
   info_.wall_seconds = wall_.now() - start_;
   try {
     write_run_outputs(tmp.string(), scenario_, plan_, model_, std::move(events), info_);
-    close_files();
+    rows_->close();
     // Each file replaces its live one whole (a rename); run.json last, so "complete" is said only
     // once every other file is final. A live metrics.csv that the final outputs do not have
     // (output.metrics = "summary" writes node_metrics.csv) cannot exist: it was never opened.
@@ -137,12 +187,7 @@ std::string LiveRun::finish(std::vector<Event> events) {
 void LiveRun::fail(const std::string& why) {
   if (done_) return;
   done_ = true;
-  try {
-    flush_if_due(true);
-  } catch (const std::exception&) {
-    // A full disk: run.json below still says what failed, if it can.
-  }
-  close_files();
+  rows_->close();  // run.json below still says what failed, if it can
   write_status("failed", why, wall_.now() - start_);
 }
 

@@ -18,9 +18,15 @@
 // clock (exec/wall_env.h; a manual one in tests): nothing here reads a clock itself. The run's
 // start for run.json is the caller's RunInfo::started_unix_s.
 //
+// A real run's ranks other than 0 (each its own process) join rank 0's folder with LiveRunRows:
+// their rows go to the same metrics.csv and eval.csv, opened for appending (O_APPEND), each write
+// whole rows, so that the processes' rows never mix within a row. A rank closes its rows before it
+// hands its events to rank 0, which finishes the folder.
+//
 // Not thread-safe: record() is called by one thread at a time (a run's observer).
 #pragma once
 
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -31,9 +37,53 @@
 
 namespace rv {
 
-class LiveRun : public Metrics {
+// The live rows of one process: metrics.csv (unless output.metrics = "summary") and eval.csv of
+// the folder at `dir`, opened for appending, flushed in whole rows.
+class LiveRows {
  public:
   static constexpr double kFlushSeconds = 1.0;
+  // `create`: makes the files (never over existing ones) and writes their header rows; else opens
+  // the ones the run's LiveRun made (rv::Error if they are not there).
+  LiveRows(const std::string& dir, bool live_metrics, const Clock& wall, bool create);
+  LiveRows(const LiveRows&) = delete;
+  LiveRows& operator=(const LiveRows&) = delete;
+  ~LiveRows();
+  void record(const Event& e);
+  // Writes what is held if kFlushSeconds have passed since the last write (always with `force`).
+  void flush_if_due(bool force);
+  void close();  // flushes what it can and closes; record() does nothing after it
+
+ private:
+  std::string dir_;
+  const Clock& wall_;
+  int metrics_fd_ = -1, eval_fd_ = -1;  // -1: not open
+  std::ostringstream metrics_rows_, eval_rows_;
+  int64_t since_check_ = 0;
+  Seconds last_flush_;  // by wall_
+};
+
+// A joining process's rows of a live run (see above).
+class LiveRunRows : public Metrics {
+ public:
+  // rv::Error if the folder's live files are not there.
+  LiveRunRows(const std::string& path, const Scenario& s, const Clock& wall)
+      : rows_(path, s.output.metrics != "summary", wall, false) {}
+  void record(const Event& e) override { rows_.record(e); }
+  void close() { rows_.close(); }
+
+ private:
+  LiveRows rows_;
+};
+
+// Rewrites the run.json of the folder at `path` as failed with `why` unless it says complete: what
+// the launcher of several processes does when its run failed, since it knows the root cause (a
+// writer that was killed left "running"; one that stopped because it lost a peer said only that).
+// Does nothing where there is no such folder.
+void mark_run_failed(const std::string& path, const std::string& why);
+
+class LiveRun : public Metrics {
+ public:
+  static constexpr double kFlushSeconds = LiveRows::kFlushSeconds;
   // rv::Error if the folder exists already or cannot be made.
   LiveRun(const std::string& path, const Scenario& s, const Plan& plan, const ModelDesc& model, RunInfo info,
           const Clock& wall);
@@ -52,8 +102,6 @@ class LiveRun : public Metrics {
 
  private:
   void write_status(const std::string& status, const std::string& error, Seconds wall_seconds);
-  void flush_if_due(bool force);
-  void close_files();
 
   std::string path_;
   const Scenario& scenario_;
@@ -61,13 +109,9 @@ class LiveRun : public Metrics {
   const ModelDesc& model_;
   RunInfo info_;
   const Clock& wall_;
-  // The live files (-1: not open) and the rows not yet written to them.
-  int metrics_fd_ = -1, eval_fd_ = -1;
-  std::ostringstream metrics_rows_, eval_rows_;
-  bool live_metrics_;
   bool done_ = false;
-  int64_t since_check_ = 0;
-  Seconds start_, last_flush_;  // by wall_
+  Seconds start_;  // by wall_
+  std::unique_ptr<LiveRows> rows_;  // made once the folder exists
 };
 
 }  // namespace rv

@@ -214,7 +214,10 @@ void add_top_and_devices(Catalog& c) {
             "at this device's tflops; \"\": every flop at tflops")
       .real("efficiency", &DeviceGroup::efficiency, 0.0, 1.5, "",
             "achieved fraction of tflops for every operation, replacing the profile's efficiencies "
-            "(its fixed costs stay), e.g. a published achieved/peak ratio; 0: the profile's");
+            "(its fixed costs stay), e.g. a published achieved/peak ratio; 0: the profile's")
+      .text("region", &DeviceGroup::region,
+            "network.topology = \"regions\": the region whose core the device reaches over its "
+            "own links (required there; refused under \"star\")");
 }
 
 void add_model_and_data(Catalog& c) {
@@ -342,8 +345,11 @@ void add_planner(Catalog& c) {
 
 void add_run_tables(Catalog& c) {
   c.table("network", &Scenario::network)
-      .choice("topology", &NetworkSpec::topology, {"star"},
-              "star: each device reaches a common core through its own links")
+      .choice("topology", &NetworkSpec::topology, {kStarTopology, kRegionsTopology},
+              "star: each device reaches a common core through its own links; regions: each "
+              "device reaches its region's core (devices[].region), and the regions' cores are "
+              "joined by `[[network.link]]`: a message between regions crosses the sender's "
+              "uplink, the link between the regions and the receiver's downlink")
       .choice("model", &NetworkSpec::model, {"tcp", "lv08", "ideal"},
               "tcp: SimGrid's CM02 at TCP's goodput (bandwidth x 0.962, measured), one latency per "
               "stream: one connection per pair of nodes (docs/network-model.md); lv08: SimGrid's calibration for LAN TCP (latency x "
@@ -352,7 +358,21 @@ void add_run_tables(Catalog& c) {
             "every link's bandwidth times this, in the simulator, the planner and the user-space "
             "emulator; 0: the model's own (tcp 0.962, lv08 0.97, ideal 1)")
       .real("latency_factor", &NetworkSpec::latency_factor, 0.0, 1000.0, "",
-            "every link's latency times this, likewise; 0: the model's own (tcp 1, lv08 13.01, ideal 1)");
+            "every link's latency times this, likewise; 0: the model's own (tcp 1, lv08 13.01, ideal 1)")
+      .text("platform", &NetworkSpec::platform,
+            "simulation only: a SimGrid platform file (XML, or a .so), relative to the scenario's folder, "
+            "whose hosts and routes replace the devices' links in `ravnest sim`; node i of a group of "
+            "one is the host named as the group, of a larger group `<name>-<i>` (i from 0 in the "
+            "group); compute still follows the devices (tflops, profile), and the planner plans "
+            "with the devices' own links. \"\": the devices' links");
+  c.array("network.link", kOptional, &Scenario::network, &NetworkSpec::link)
+      .text("a", &RegionLinkSpec::a, "topology \"regions\": one region of the pair", Empty::kRefused)
+      .text("b", &RegionLinkSpec::b, "the other region", Empty::kRefused)
+      .real("latency_ms", &RegionLinkSpec::latency_ms, 0.0, 1e6, "ms",
+            "one-way latency between the two regions' cores")
+      .positive("mbps", &RegionLinkSpec::mbps, 1e9, "Mbit/s",
+                "bandwidth of the link each way, shared by every flow between the two regions "
+                "in that direction");
   c.table("sim", &Scenario::sim)
       .choice("mode", &SimSpec::mode, {"numeric", "timing"},
               "numeric: real maths, modeled time; timing: no maths");

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "core/error.h"
@@ -292,6 +294,57 @@ void check_planner_clusters(const Scenario& s) {
   }
 }
 
+// network.topology against devices[].region and [[network.link]]: under "star" neither may be
+// given (it would do nothing); under "regions" every device names its region and every pair of
+// regions with devices has exactly one link, and a link joins two such regions.
+void check_regions(const Scenario& s) {
+  const bool regions = s.network.topology == kRegionsTopology;
+  std::set<std::string> used;
+  for (size_t i = 0; i < s.devices.size(); ++i) {
+    const std::string key = "devices[" + std::to_string(i) + "].region";
+    const std::string& region = s.devices[i].region;
+    if (!regions && !region.empty())
+      throw ScenarioError(s.where(key), key,
+                          "a region does nothing under network.topology = \"star\": set topology "
+                          "= \"regions\" and give [[network.link]] entries, or leave it out");
+    if (regions && region.empty())
+      throw ScenarioError(s.where("devices[" + std::to_string(i) + "]"), key,
+                          "missing: under network.topology = \"regions\" every device group names its region");
+    used.insert(region);
+  }
+  std::map<std::pair<std::string, std::string>, size_t> pairs;
+  for (size_t i = 0; i < s.network.link.size(); ++i) {
+    const std::string element = "network.link[" + std::to_string(i) + "]";
+    const RegionLinkSpec& l = s.network.link[i];
+    if (!regions)
+      throw ScenarioError(s.where(element), element,
+                          "a link between regions does nothing under network.topology = \"star\"");
+    for (const auto& [name, value] : {std::pair{"a", l.a}, std::pair{"b", l.b}}) {
+      const std::string key = element + "." + name;
+      if (value.empty())
+        throw ScenarioError(s.where(element), key, "missing: the link joins two regions, a and b");
+      if (used.count(value) == 0)
+        throw ScenarioError(s.where(key), key, "no device is in region \"" + value + "\"");
+    }
+    if (l.a == l.b)
+      throw ScenarioError(s.where(element + ".b"), element + ".b",
+                          "a link joins two different regions (a region's devices meet at its core)");
+    const auto key = std::minmax(l.a, l.b);
+    const auto [it, fresh] = pairs.emplace(std::pair{key.first, key.second}, i);
+    if (!fresh)
+      throw ScenarioError(s.where(element), element,
+                          "regions \"" + l.a + "\" and \"" + l.b + "\" are already joined by network.link[" +
+                              std::to_string(it->second) + "]");
+  }
+  if (!regions) return;
+  for (auto a = used.begin(); a != used.end(); ++a)
+    for (auto b = std::next(a); b != used.end(); ++b)
+      if (pairs.count({*a, *b}) == 0)
+        throw ScenarioError(s.where("network.topology"), "network.link",
+                            "no [[network.link]] joins regions \"" + *a + "\" and \"" + *b +
+                                "\": every pair of regions with devices needs one");
+}
+
 // The pool's size against the keys that count nodes.
 void check_pool(const Scenario& s) {
   int64_t pool = 0;
@@ -330,6 +383,23 @@ void read_profiles(Scenario& s) {
   }
 }
 
+// network.platform: a file that exists, taken from the scenario's folder when relative and kept
+// absolute; it replaces the topology, so only under the default star.
+void read_platform(Scenario& s) {
+  std::string& platform = s.network.platform;
+  if (platform.empty()) return;
+  if (s.network.topology != kStarTopology)
+    throw ScenarioError(s.where("network.platform"), "network.platform",
+                        "a platform file gives the whole network: leave network.topology \"star\" (the default)");
+  std::filesystem::path path(platform);
+  if (path.is_relative()) path = std::filesystem::path(s.source).parent_path() / path;
+  std::error_code ec;
+  const std::filesystem::path absolute = std::filesystem::absolute(path, ec);
+  if (!ec) platform = absolute.lexically_normal().string();
+  if (!std::filesystem::is_regular_file(platform, ec))
+    throw ScenarioError(s.where("network.platform"), "network.platform", "no such file: " + platform);
+}
+
 Scenario from_table(const toml::table& root, const std::string& source) {
   Scenario s;
   s.source = source;
@@ -337,8 +407,10 @@ Scenario from_table(const toml::table& root, const std::string& source) {
   check_name(s);
   check_model(s);
   check_planner_clusters(s);
+  check_regions(s);
   check_pool(s);
   read_profiles(s);
+  read_platform(s);
   for (DeviceGroup& d : s.devices) d.dilation = s.dilation;
   return s;
 }

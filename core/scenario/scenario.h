@@ -27,6 +27,7 @@ struct DeviceGroup {
   double up_mbps = 100.0;    // Mbit/s, to the core
   double down_mbps = 100.0;  // Mbit/s, from the core
   double latency_ms = 10.0;  // ms, one way, between the device and the core
+  std::string region;        // network.topology "regions": the region whose core it reaches
   std::string profile;       // compute profile file (`ravnest calibrate --out`); "": peak model
   ComputeProfile compute;    // read from `profile` when the scenario is loaded
   double efficiency = 0;     // (0, 1.5]: every operation at this fraction of tflops; 0: the profile's
@@ -125,11 +126,26 @@ struct PlannerSpec {
 // TCP/IP and Ethernet headers cost 66 of every 1514 bytes on the wire (0.956).
 constexpr double kTcpBandwidthFactor = 0.962;
 
+// network.topology: every node reaches one core ("star"), or its region's core, the regions'
+// cores joined by [[network.link]] entries ("regions"); core/network/links.h.
+inline constexpr const char* kStarTopology = "star";
+inline constexpr const char* kRegionsTopology = "regions";
+
+// [[network.link]]: the links between two regions' cores, one each way, each of `mbps`.
+struct RegionLinkSpec {
+  std::string a, b;         // the regions (devices[].region)
+  double latency_ms = 0;    // ms, one way
+  double mbps = 1000;       // Mbit/s, each way, shared by every flow that crosses it
+};
+
 struct NetworkSpec {
-  std::string topology = "star";
+  std::string topology = kStarTopology;
   std::string model = "tcp";
   double bandwidth_factor = 0;  // > 0: replaces the model's own
   double latency_factor = 0;    // > 0: replaces the model's own
+  std::vector<RegionLinkSpec> link;  // topology "regions": every pair of regions with devices
+  // A SimGrid platform file for simulation (absolute once loaded; "": the devices' own links).
+  std::string platform;
 };
 
 // How the network model bends each link's latency and bandwidth, the one definition the simulator
