@@ -79,6 +79,18 @@ int main(int argc, char** argv) {
   add_common(real, real_o);
   std::string real_run_path;
   real->add_option("--run-dir", real_run_path, "write the run folder here instead of under output.dir");
+  rv::MachineOptions machines;
+  real->add_option("--nnodes", machines.nnodes,
+                   "machines that run the scenario's ranks together, each with this command and its own "
+                   "--node-rank (torchrun's meaning); machine k starts ranks [k W / N, (k + 1) W / N)")
+      ->check(CLI::Range(1, 100000));
+  real->add_option("--node-rank", machines.node_rank, "this machine's index, 0 to --nnodes - 1 (0 holds rank 0)")
+      ->check(CLI::Range(0, 100000));
+  real->add_option("--rdzv-endpoint", machines.rdzv_endpoint,
+                   "HOST:PORT where the ranks meet: an address of machine 0, which serves the rendezvous there "
+                   "(every machine sets RAVNEST_SECRET_FILE or RAVNEST_SECRET to the same secret)");
+  real->add_option("--log-dir", machines.log_dir,
+                   "each rank's output to <dir>/rank-<r>.log (default with --nnodes: ravnest-logs)");
 
   rv::NodeProcessOptions node_opts;
   int rank = -1, world = -1, port = -1;
@@ -182,7 +194,7 @@ int main(int argc, char** argv) {
   try {
     if (*plan) return rv::cmd_plan(plan_o, plan_out);
     if (*sim) return rv::cmd_sim(sim_o, sim_executor, sim_run_path, sim_engine);
-    if (*real) return rv::cmd_real(real_o, self_exe(argv[0]), real_run_path);
+    if (*real) return rv::cmd_real(real_o, self_exe(argv[0]), real_run_path, machines);
     if (*validate) return rv::cmd_validate(validate_o, self_exe(argv[0]), validate_run_path, validate_dilation, validate_headroom);
     if (*report) return rv::cmd_report(self_exe(argv[0]), report->remaining());
     if (*keys) return rv::run_keys_command(keys_markdown);

@@ -1,5 +1,6 @@
 #include "real/launcher.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -103,12 +104,21 @@ class Children {
  public:
   ~Children() { kill_all(); }
 
-  void spawn(int rank, const std::string& exe, const std::vector<std::string>& args, char** env) {
+  // `log`: a file for the child's standard output and error ("": this process's).
+  void spawn(int rank, const std::string& exe, const std::vector<std::string>& args, char** env,
+             const std::string& log = "") {
     std::vector<char*> argv;
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
     pid_t pid = 0;
-    const int rc = posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(), env);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    if (!log.empty()) {
+      posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    }
+    const int rc = posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv.data(), env);
+    posix_spawn_file_actions_destroy(&actions);
     if (rc != 0) {
       throw Error("cannot start " + exe + " for rank " + std::to_string(rank) + ": " +
                   std::strerror(rc));
@@ -214,9 +224,51 @@ std::string seconds_str(double s) {
 
 }  // namespace
 
+std::pair<int, int> ranks_of_machine(int world, int nnodes, int node_rank) {
+  const auto at = [&](int k) { return static_cast<int>(static_cast<int64_t>(world) * k / nnodes); };
+  return {at(node_rank), at(node_rank + 1)};
+}
+
+namespace {
+
+// "HOST:PORT" (a bracketed IPv6 "[::1]:PORT" too) of --rdzv-endpoint.
+std::pair<std::string, int> parse_endpoint(const std::string& endpoint) {
+  const size_t colon = endpoint.rfind(':');
+  std::string host = colon == std::string::npos ? "" : endpoint.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  const std::string port_text = colon == std::string::npos ? "" : endpoint.substr(colon + 1);
+  int port = 0;
+  const bool digits = !port_text.empty() && port_text.size() <= 5 &&
+                      std::all_of(port_text.begin(), port_text.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (digits) port = std::stoi(port_text);
+  if (host.empty() || !digits || port < 1 || port > 65535)
+    throw InputError("--rdzv-endpoint " + endpoint + ": expected HOST:PORT, an address of machine 0 and a port 1-65535");
+  return {host, port};
+}
+
+}  // namespace
+
 std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
   const int world = scenario.node_count();
   if (world < 1) throw InputError(scenario.source + ": the scenario has no nodes");
+  // Several machines (--nnodes): this one's share of the ranks, the rendezvous at machine 0.
+  const bool spread = options.nnodes > 1;
+  if (options.nnodes < 1 || options.nnodes > world)
+    throw InputError("--nnodes " + std::to_string(options.nnodes) + ": between 1 and the scenario's " +
+                     std::to_string(world) + " nodes");
+  if (options.node_rank < 0 || options.node_rank >= options.nnodes)
+    throw InputError("--node-rank " + std::to_string(options.node_rank) + ": between 0 and --nnodes - 1");
+  if (spread && options.rdzv_endpoint.empty())
+    throw InputError("--nnodes " + std::to_string(options.nnodes) + ": give --rdzv-endpoint HOST:PORT, machine 0's address");
+  if (!spread && !options.rdzv_endpoint.empty())
+    throw InputError("--rdzv-endpoint: only with --nnodes 2 or more (one machine meets at real.master_addr)");
+  const auto [first_rank, last_rank] = ranks_of_machine(world, options.nnodes, options.node_rank);
+  const bool has_rank0 = first_rank == 0;
+  std::pair<std::string, int> endpoint;
+  if (spread) endpoint = parse_endpoint(options.rdzv_endpoint);
+  // Spread over machines, every one needs the run's secret (real/auth.h): read it before any
+  // process starts.
+  const std::string shared_secret = spread ? auth::secret_from_environment() : std::string();
   SignalGuard signals;
   const std::string run_path =
       options.run_path.empty() ? new_run_path(scenario, "real") : options.run_path;
@@ -229,7 +281,7 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
     throw ScenarioError(scenario.where("network.platform"), "network.platform",
                         "a SimGrid platform file is for the simulator (ravnest sim): real runs emulate the "
                         "devices' own links");
-  const bool emulate = emulates_network(scenario, true);
+  const bool emulate = emulates_network(scenario, !spread);
   if (emulate && scenario.real.shaper == kKernelShaper && scenario.network.topology == kRegionsTopology)
     throw ScenarioError(scenario.where("real.shaper"), "real.shaper",
                         "the kernel shaper builds a star only: use shaper = \"user\" under network.topology = "
@@ -246,10 +298,10 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
   }
   // Every rank is on this machine: the scenario's address (127.0.0.1 by default) must be one of
   // its own, or the store cannot bind it.
-  const std::string master_addr = kernel ? kernel->address_of(0) : scenario.real.master_addr;
+  const std::string master_addr = kernel ? kernel->address_of(0) : spread ? endpoint.first : scenario.real.master_addr;
   // The run's secret (real/auth.h), new for this run, in a file only this user can read (the
   // status folder is private too: mkdtemp makes it 0700).
-  const std::string secret = auth::new_secret();
+  const std::string secret = spread ? shared_secret : auth::new_secret();
   const std::string secret_file = (std::filesystem::path(status_dir.path()) / "secret").string();
   auth::write_secret_file(secret_file, secret);
   // The rendezvous store: served here, on a port bound before any rank starts (0: whatever the
@@ -257,9 +309,9 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
   // rank 0 hosts it in its own network namespace, where no other process runs, at the scenario's
   // port (29500 for 0).
   std::optional<AuthStoreServer> store;
-  int port = scenario.real.master_port != 0 ? scenario.real.master_port : 29500;
-  if (!kernel) {
-    store.emplace(secret, master_addr, scenario.real.master_port);
+  int port = spread ? endpoint.second : scenario.real.master_port != 0 ? scenario.real.master_port : 29500;
+  if (!kernel && has_rank0) {
+    store.emplace(secret, master_addr, spread ? endpoint.second : scenario.real.master_port);
     port = store->port();
   }
 
@@ -278,6 +330,15 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
   env_strings.push_back(std::string(kStatusDirEnv) + "=" + status_dir.path());
   env_strings.push_back(std::string(auth::kSecretFileEnv) + "=" + secret_file);
   if (store) env_strings.push_back(std::string(kStoreHostedEnv) + "=1");
+  if (!spread) {
+    env_strings.push_back(std::string(kAllRanksHereEnv) + "=1");
+  } else {
+    // This machine's cores are shared among its own ranks (as torchrun's LOCAL_WORLD_SIZE says).
+    env_strings.erase(std::remove_if(env_strings.begin(), env_strings.end(),
+                                     [](const std::string& v) { return v.rfind("LOCAL_WORLD_SIZE=", 0) == 0; }),
+                      env_strings.end());
+    env_strings.push_back("LOCAL_WORLD_SIZE=" + std::to_string(last_rank - first_rank));
+  }
   if (emulator) env_strings.push_back(std::string(kEmulatorSocketEnv) + "=" + emulator->path());
   if (kernel) {
     // Gloo binds each node's own interface (one name in every namespace).
@@ -293,20 +354,29 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
   env.push_back(nullptr);
 
   Children children;
-  for (int rank = 0; rank < world; ++rank) {
+  if (!options.log_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(options.log_dir, ec);
+    if (ec) throw InputError(options.log_dir + ": cannot make the log folder: " + ec.message());
+  }
+  for (int rank = first_rank; rank < last_rank; ++rank) {
     std::vector<std::string> args = {options.self_exe, "node", options.scenario_path};
     for (const auto& o : options.overrides) args.insert(args.end(), {"--set", o});
     args.insert(args.end(), {"--rank", std::to_string(rank), "--world-size", std::to_string(world),
                              "--master-addr", master_addr, "--master-port", std::to_string(port),
                              "--timeout", seconds_str(scenario.peer_timeout_s())});
-    // Every rank appends its rows to the run folder as it goes; rank 0 makes it and finishes it.
-    args.insert(args.end(), {"--run-path", run_path});
+    // Every rank appends its rows to the run folder as it goes; rank 0 makes it and finishes it
+    // (on machine 0: the other machines' ranks hand their rows to rank 0 at the end).
+    if (has_rank0) args.insert(args.end(), {"--run-path", run_path});
     if (rank == 0) args.insert(args.end(), {"--result-file", result.path(), "--progress", options.progress});
     if (kernel) {
       const std::vector<std::string> wrapped = kernel->wrap(rank, args);
       children.spawn(rank, wrapped[0], wrapped, env.data());
     } else {
-      children.spawn(rank, options.self_exe, args, env.data());
+      children.spawn(rank, options.self_exe, args, env.data(),
+                     options.log_dir.empty()
+                         ? std::string()
+                         : (std::filesystem::path(options.log_dir) / ("rank-" + std::to_string(rank) + ".log")).string());
     }
   }
 
@@ -423,6 +493,7 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
     }
     throw PeerError(what);
   }
+  if (!has_rank0) return "";
   std::ifstream in(result.path());
   std::string path;
   std::getline(in, path);

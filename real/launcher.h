@@ -8,6 +8,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/scenario/scenario.h"
@@ -20,8 +21,23 @@ struct LaunchOptions {
   std::string self_exe;  // the ravnest executable to start children with (/proc/self/exe)
   std::string run_path;  // the run folder rank 0 writes ("" = a new one under output.dir)
   std::string progress = "auto";  // rank 0 shows progress: auto | on | off
+  // Several machines, as torchrun users start them: `nnodes` machines each run this launcher with
+  // its own `node_rank`; machine k starts ranks [k W / nnodes, (k + 1) W / nnodes) of the W nodes,
+  // and machine 0, which holds rank 0, serves the rendezvous store at `rdzv_endpoint`
+  // ("HOST:PORT", an address of machine 0 that the others reach). Every machine needs the run's
+  // secret in RAVNEST_SECRET_FILE or RAVNEST_SECRET (real/auth.h); the network is the machines'
+  // own (no emulator). Rank 0 writes the run folder on machine 0.
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string rdzv_endpoint;
+  // Each rank's standard output and error go to `<log_dir>/rank-<r>.log` ("": to this process's).
+  std::string log_dir;
 };
 
+// The ranks machine `node_rank` of `nnodes` starts: [first, last).
+std::pair<int, int> ranks_of_machine(int world, int nnodes, int node_rank);
+
+// Returns the run folder rank 0 wrote, or "" on a machine that does not hold rank 0.
 std::string run_real(const Scenario& scenario, const LaunchOptions& options);
 
 }  // namespace rv

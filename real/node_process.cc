@@ -180,8 +180,7 @@ int run(const NodeProcessOptions& options) {
   const int rank = options.gloo.rank;
   const int world = options.gloo.world_size;
   const Scenario scenario = load_scenario(options.scenario_path, options.overrides);
-  const char* launcher = std::getenv(kLauncherPidEnv);
-  const bool launched_together = launcher != nullptr && *launcher != '\0';
+  const bool launched_together = env_set(kAllRanksHereEnv);
   const bool emulate = emulates_network(scenario, launched_together);
   // The kernel shaper's latency is added here, at the receiver; the user-space one is the
   // launcher's emulator.
@@ -209,7 +208,7 @@ int run(const NodeProcessOptions& options) {
   GlooOptions gloo = options.gloo;
   if (gloo.timeout <= 0) gloo.timeout = scenario.peer_timeout_s();
   gloo.secret = auth::secret_from_environment();
-  gloo.host_store = !(rank == 0 && launched_together && env_set(kStoreHostedEnv));
+  gloo.host_store = !(rank == 0 && env_set(kStoreHostedEnv));  // the launcher serves it
   gloo.max_payload_elems = largest_payload(model, data, scenario);
   // Unset by flag and environment: the scenario's rendezvous address and port.
   if (gloo.master_addr.empty()) gloo.master_addr = scenario.real.master_addr;
@@ -247,7 +246,7 @@ int run_rank(const NodeProcessOptions& options, const Scenario& scenario, const 
   const int world = options.gloo.world_size;
   const NodeRole role = plan.role_of(rank);
   const char* socket_path = std::getenv(kEmulatorSocketEnv);
-  const bool launched_together = std::getenv(kLauncherPidEnv) != nullptr && *std::getenv(kLauncherPidEnv) != '\0';
+  const bool launched_together = env_set(kAllRanksHereEnv);
   const bool emulate = emulates_network(scenario, launched_together);
   const bool kernel = emulate && scenario.real.shaper == kKernelShaper;
   GlooTransport transport(gloo);
@@ -259,7 +258,7 @@ int run_rank(const NodeProcessOptions& options, const Scenario& scenario, const 
   WallClock clock;  // origin: just after the start barrier, on every rank
   // Ranks started together by `ravnest real` share this machine's monotonic clock: take rank 0's
   // origin, so that every node's events sit on one time axis (the barrier's exits differ by ms).
-  if (const char* v = std::getenv(kLauncherPidEnv); v != nullptr && *v != '\0' && world > 1) {
+  if (env_set(kAllRanksHereEnv) && world > 1) {
     if (rank == 0) {
       for (int r = 1; r < world; ++r) {
         Message m;
@@ -397,8 +396,9 @@ bool emulates_network(const Scenario& s, bool launched_together) {
   if (!launched_together) {
     if (t == Toggle::kOn)
       throw ScenarioError(s.where("real.emulate_network"), "real.emulate_network",
-                          "ranks started by hand (`ravnest node`) cannot share a network "
-                          "emulator; start them together with `ravnest real` on one machine");
+                          "ranks started by hand (`ravnest node`) or on several machines (--nnodes) "
+                          "cannot share a network emulator; start them together with `ravnest real` on "
+                          "one machine");
     if (kernel)
       throw ScenarioError(s.where("real.shaper"), "real.shaper",
                           "the kernel shaper needs the ranks started by `ravnest real`");

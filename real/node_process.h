@@ -38,6 +38,9 @@ constexpr const char* kShutdownMark = "shutdown-failed.txt";
 constexpr const char* kLauncherPidEnv = "RAVNEST_LAUNCHER_PID";
 constexpr const char* kStatusDirEnv = "RAVNEST_STATUS_DIR";
 constexpr const char* kStoreHostedEnv = "RAVNEST_STORE_HOSTED";
+// Set by `ravnest real` when every rank runs on this machine (not with --nnodes): the ranks may
+// share the network emulator and this machine's clock.
+constexpr const char* kAllRanksHereEnv = "RAVNEST_ALL_RANKS_HERE";
 
 // Runs one rank to completion. Returns the process exit status: 0 ok, 1 a peer or runtime
 // failure, 2 bad input; prints a one-line error on stderr that names the rank.

@@ -739,6 +739,77 @@ bool can_make_namespaces() {
   return ok;
 }
 
+// Two machines, the way PyTorch users start them (torchrun's --nnodes, --node-rank,
+// --rdzv-endpoint): two network namespaces joined by a veth pair stand for them, each with its
+// own address; each runs `ravnest real` for its share of the ranks, each rank logs to a file.
+TEST_CASE("ravnest real on two machines: each starts its share of the ranks and they meet at machine 0",
+          "[cli][real][root]") {
+  if (!can_make_namespaces()) {
+    std::cout << "SKIPPED: cannot create a network namespace here (`ip netns add` needs root)\n";
+    return;
+  }
+  const bool mounted_before = netns_mounted();
+  const std::string tag = std::to_string(getpid() % 100000);
+  const std::string ns0 = "rvm0-" + tag, ns1 = "rvm1-" + tag, if0 = "rvm0x" + tag, if1 = "rvm1x" + tag;
+  auto sh = [](const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()) == 0; };
+  REQUIRE(sh("ip netns add " + ns0));
+  REQUIRE(sh("ip netns add " + ns1));
+  REQUIRE(sh("ip link add " + if0 + " type veth peer name " + if1));
+  REQUIRE(sh("ip link set " + if0 + " netns " + ns0 + " && ip link set " + if1 + " netns " + ns1));
+  REQUIRE(sh("ip -n " + ns0 + " addr add 10.231.7.1/24 dev " + if0 + " && ip -n " + ns1 + " addr add 10.231.7.2/24 dev " + if1));
+  REQUIRE(sh("ip -n " + ns0 + " link set " + if0 + " up && ip -n " + ns1 + " link set " + if1 + " up"));
+  REQUIRE(sh("ip -n " + ns0 + " link set lo up && ip -n " + ns1 + " link set lo up"));
+  fs::path d = workdir("machines");
+  const std::string scenario = std::string(kSmall) + "[[devices]]\ncount = 2\n";  // 5 nodes: 2 + 3
+  const std::string secret = "RAVNEST_SECRET=machines-test-secret-" + tag;
+  auto start = [&](int k, const std::string& ns, const std::string& ifname, std::vector<std::string> extra) {
+    const fs::path m = d / ("m" + std::to_string(k));
+    fs::create_directories(m);
+    write(m / "s.toml", scenario);
+    std::vector<std::string> args = {"netns", "exec", ns, "env", "GLOO_SOCKET_IFNAME=" + ifname, secret,
+                                     std::string(RV_BINARY_DIR) + "/ravnest", "real", "s.toml", "--set",
+                                     "training.steps=40", "--nnodes", "2", "--node-rank", std::to_string(k),
+                                     "--rdzv-endpoint", "10.231.7.1:29731"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return start_ravnest(args, m, {}, "/usr/sbin/ip");
+  };
+  const pid_t m0 = start(0, ns0, if0, {"--run-dir", "run"});
+  const pid_t m1 = start(1, ns1, if1, {});
+  const Result r0 = finish_ravnest(m0, d / "m0"), r1 = finish_ravnest(m1, d / "m1");
+  INFO("machine 0: " << r0.out << r0.err << "\nmachine 1: " << r1.out << r1.err);
+  CHECK(r0.status == 0);
+  CHECK(r1.status == 0);
+  CHECK(r1.out.find("ranks 2..4 of this machine (node rank 1) finished") != std::string::npos);
+  // Machine 0's rank 0 wrote the whole run: every rank's events.
+  const nlohmann::json summary = nlohmann::json::parse(slurp(d / "m0" / "run" / "summary.json"));
+  CHECK(summary["nodes"] == 5);
+  CHECK(nlohmann::json::parse(slurp(d / "m0" / "run" / "run.json"))["status"] == "complete");
+  std::set<std::string> nodes;
+  std::stringstream lines(slurp(d / "m0" / "run" / "metrics.csv"));
+  std::string line;
+  std::getline(lines, line);
+  while (std::getline(lines, line)) nodes.insert(line.substr(line.find(',') + 1, line.find(',', line.find(',') + 1) - line.find(',') - 1));
+  CHECK(nodes.size() == 5);
+  // One log file per rank, on the machine that ran it.
+  for (int r : {0, 1}) CHECK(fs::exists(d / "m0" / "ravnest-logs" / ("rank-" + std::to_string(r) + ".log")));
+  for (int r : {2, 3, 4}) CHECK(fs::exists(d / "m1" / "ravnest-logs" / ("rank-" + std::to_string(r) + ".log")));
+  CHECK_FALSE(fs::exists(d / "m1" / "run"));
+  // What each machine needs is checked before any rank starts: the shared secret, the endpoint.
+  Result no_secret = ravnest({"real", "m0/s.toml", "--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:29732"}, d);
+  CHECK(no_secret.status == 2);
+  CHECK(no_secret.err.find("RAVNEST_SECRET") != std::string::npos);
+  Result no_endpoint = ravnest({"real", "m0/s.toml", "--nnodes", "2"}, d);
+  CHECK(no_endpoint.status == 2);
+  CHECK(no_endpoint.err.find("--rdzv-endpoint") != std::string::npos);
+  Result bad_rank = ravnest({"real", "m0/s.toml", "--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "127.0.0.1:1"}, d);
+  CHECK(bad_rank.status == 2);
+  CHECK(bad_rank.err.find("--node-rank 2") != std::string::npos);
+  sh("ip netns delete " + ns0);
+  sh("ip netns delete " + ns1);
+  if (!mounted_before && netns_mounted()) sh("umount /run/netns");
+  fs::remove_all(d);
+}
+
 // c10d's all-reduce moves its bytes where only the kernel can shape them. With two ranks every sum
 // has two terms, so the real run equals the loopback's multi-ring exactly (see above).
 TEST_CASE("the kernel shaper runs each node in a namespace of its own, c10d's all-reduce included",
