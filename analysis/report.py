@@ -497,6 +497,20 @@ def mean_band(curves, points=300):
         return grid, np.nanmean(ys, axis=0), np.nanmin(ys, axis=0), np.nanmax(ys, axis=0)
 
 
+def with_gaps(x, *ys):
+    """x and ys with a NaN between two points further apart in x than 20 times the median step, so
+    that a line is broken where the run did not train (an evaluation, an averaging round) instead
+    of drawn straight across, which would read as a plateau."""
+    if len(x) < 3:
+        return (x,) + ys
+    dx = np.diff(x)
+    step = np.median(dx[dx > 0]) if np.any(dx > 0) else 0.0
+    cut = np.nonzero(dx > 20 * step)[0] + 1 if step > 0 else np.array([], dtype=int)
+    if len(cut) == 0:
+        return (x,) + ys
+    return tuple(np.insert(np.asarray(a, dtype=float), cut, np.nan) for a in (x,) + ys)
+
+
 def plot_curves(runs, title, out, written):
     """Loss and accuracy against time and against samples, all runs on one axis per plot; runs
     that differ only by seed are one mean line with a min-max band (module docstring)."""
@@ -531,8 +545,9 @@ def plot_curves(runs, title, out, written):
                 if len(per_run) == 1:
                     x, y, shown = per_run[0]
                     if metric == "loss":
-                        ax.plot(x, y, color=c, alpha=0.2, linewidth=0.8)
-                        ax.plot(x, shown, color=c, label=entry["label"])
+                        gx, gy, gshown = with_gaps(x, y, shown) if x_name == "time" else (x, y, shown)
+                        ax.plot(gx, gy, color=c, alpha=0.2, linewidth=0.8)
+                        ax.plot(gx, gshown, color=c, label=entry["label"])
                         entry.update(x=x, y=shown, y_raw=y)
                     else:
                         ax.plot(x, y, marker="o", markersize=4, color=c, label=entry["label"])
@@ -763,7 +778,9 @@ def plot_utilisation(runs, title, out, written):
             vals = [e[m] for e in p["nodes"]]
             err = None
             if f"{m}_min" in (p["nodes"][0] if p["nodes"] else {}):
-                err = [[e[m] - e[f"{m}_min"] for e in p["nodes"]], [e[f"{m}_max"] - e[m] for e in p["nodes"]]]
+                # (at least 0: the mean of equal values may differ from them in the last bit)
+                err = [[max(0.0, e[m] - e[f"{m}_min"]) for e in p["nodes"]],
+                       [max(0.0, e[f"{m}_max"] - e[m]) for e in p["nodes"]]]
             ax.bar(xs + (j - 1) * 0.27, vals, 0.27, color=colour, label=m, yerr=err, capsize=2)
             if widest <= 16:
                 for x, v in zip(xs, vals):
@@ -810,17 +827,19 @@ def plot_stage_times(runs, title, out, written):
     ax.bar(xs + w, meas, w, color="tab:blue", label="measured forward + backward (median)")
     ax.bar(xs + w, upd, w, bottom=meas, color="tab:green", label="measured update per micro-batch")
     if len(rows) <= 24:   # the values, so a bar far smaller than its neighbour is still read
+        # (upright, so that the values of neighbouring bars never run into each other)
+        label = dict(ha="center", va="bottom", fontsize="x-small", rotation=90)
         for x, v in zip(xs, pred):
-            ax.text(x - w, v, f"{v:.3g}", ha="center", va="bottom", fontsize="x-small")
+            ax.text(x - w, v, f" {v:.3g}", **label)
         for x, v in zip(xs, comp):
-            ax.text(x, v, f"{v:.3g}", ha="center", va="bottom", fontsize="x-small")
+            ax.text(x, v, f" {v:.3g}", **label)
         for x, v, u in zip(xs, meas, upd):
-            ax.text(x + w, v + u, f"{v:.3g}+{u:.2g}", ha="center", va="bottom", fontsize="x-small")
+            ax.text(x + w, v + u, f" {v:.3g}+{u:.2g}", **label)
     many = len({r.folder for r, _ in rows}) > 1
     ax.set_xticks(xs)
     ax.set_xticklabels([(f"{r.label}\n" if many else "") + f"c{st['cluster']} s{st['stage']} n{st['node']}"
                         for r, st in rows], fontsize="x-small", rotation=90 if many else 0)
-    ax.margins(y=0.35)   # room for the legend above the bars
+    ax.margins(y=0.75)   # room for the legend above the bars and their upright values
     finish(ax, f"{title}: time per micro-batch per stage\n(predicted: the larger of the stage's "
            "compute and its links' time)", "cluster c, stage s, node n", "ms per micro-batch")
     path = os.path.join(out, "stage_times.png")
@@ -930,24 +949,39 @@ def time_to_accuracy(run, target):
 
 
 def plot_time_to_accuracy(runs, title, out, written, target=None):
-    """Bars: time each run took to reach the target test accuracy (default: the best accuracy that
-    every run reaches)."""
+    """Bars: time each series took to reach the target test accuracy (default: the best accuracy
+    that every run reaches). Runs that differ only by seed are one bar: the mean over the seeds
+    that reached it, with a min-max error bar, and how many of them did."""
     best = [float(np.max(r.accuracy_curve()[2])) for r in runs if len(r.accuracy_curve()[2])]
     if len(best) < 2:
         return
     target = target if target is not None else min(best)
-    names, times = [], []
-    for r in runs:
-        t = time_to_accuracy(r, target)
-        names.append(r.label)
-        times.append(t if t is not None else math.nan)
-    fig, ax = plt.subplots(figsize=(8, 0.8 + 0.4 * len(runs)))
-    ax.barh(range(len(runs)), [0 if math.isnan(t) else t for t in times], color="tab:blue")
-    for i, t in enumerate(times):
-        ax.text(0 if math.isnan(t) else t, i, " not reached" if math.isnan(t) else f" {t:.3g} s",
-                va="center", fontsize="small")
-    ax.set_yticks(range(len(runs)))
-    ax.set_yticklabels(names, fontsize="small")
+    bars = []   # per seed group: label, runs, times (None: not reached)
+    for g in seed_groups(runs):
+        times = [time_to_accuracy(r, target) for r in g]
+        bars.append((group_label(g, "min-max bar") if len(g) > 1 else g[0].label, g, times))
+    fig, ax = plt.subplots(figsize=(10, 1.2 + 0.4 * len(bars)))
+    entries = []
+    for i, (label, g, times) in enumerate(bars):
+        reached = [t for t in times if t is not None]
+        mean = float(np.mean(reached)) if reached else math.nan
+        entry = {"label": label, "runs": [r.folder for r in g], "time_s": None if math.isnan(mean) else mean,
+                 "reached": len(reached), "seeds": [r.seed for r in g]}
+        if len(g) > 1 and reached:
+            entry.update({"min": min(reached), "max": max(reached)})
+            ax.errorbar([mean], [i], xerr=[[max(0.0, mean - min(reached))], [max(0.0, max(reached) - mean)]], fmt="none",
+                        ecolor="black", capsize=3)
+        ax.barh([i], [0 if math.isnan(mean) else mean], color="tab:blue")
+        text = " not reached" if math.isnan(mean) else f" {mean:.3g} s"
+        if len(g) > 1:
+            text += f" ({len(reached)} of {len(g)} seeds reached it)"
+        ax.text(0 if math.isnan(mean) else mean, i, text, va="center", fontsize="small")
+        entries.append(entry)
+    longest = max([e["max"] if "max" in e else (e["time_s"] or 0.0) for e in entries] + [0.0])
+    if longest > 0:
+        ax.set_xlim(0, 1.45 * longest)   # room for the values written after the bars
+    ax.set_yticks(range(len(bars)))
+    ax.set_yticklabels([b[0] for b in bars], fontsize="small")
     ax.invert_yaxis()
     xlabel = time_label(runs)
     ax.set_xlabel(xlabel)
@@ -955,9 +989,7 @@ def plot_time_to_accuracy(runs, title, out, written, target=None):
     ax.grid(axis="x", alpha=0.3)
     path = os.path.join(out, "time_to_accuracy.png")
     save(fig, path, written)
-    save_json(path, {"x_label": xlabel, "target_accuracy": target,
-                     "runs": [{"label": n, "run": r.folder, "time_s": t}
-                              for n, r, t in zip(names, runs, times)]}, written, runs)
+    save_json(path, {"x_label": xlabel, "target_accuracy": target, "runs": entries}, written, runs)
 
 
 def read_refused(folder):

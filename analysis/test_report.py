@@ -403,11 +403,43 @@ class ReportTest(unittest.TestCase):
         ravnest = [s for s in sp["vs_one_cluster"] if s["label"].startswith("ravnest")][0]
         self.assertEqual(ravnest["seeds"], [3, 3])
         self.assertLess(ravnest["min"][1], ravnest["max"][1])
+        tta = self.read_json(out, "time_to_accuracy.json")
+        self.assertEqual(len(tta["runs"]), 3)   # one bar per series, as the curves
+        bar = tta["runs"][0]
+        self.assertEqual(bar["seeds"], [1, 2, 3])
+        self.assertEqual(bar["reached"], 3)
+        self.assertLessEqual(bar["min"], bar["time_s"])
+        self.assertLessEqual(bar["time_s"], bar["max"])
+        self.assertLess(bar["min"], bar["max"])
         # The same seed twice is a repeat, not a seed series: two lines.
         a = make_run(os.path.join(self.dir, "r1"), seed=5)
         b = make_run(os.path.join(self.dir, "r2"), seed=5)
         proc = self.report_ok(a, b, "--out", os.path.join(self.dir, "rep"))
         self.assertEqual(len(self.read_json(self.dir, "rep", "loss_vs_time.json")["series"]), 2)
+
+    def test_seeds_with_equal_figures_draw_without_error(self):
+        # Three seeds of one schedule: equal busy fractions, whose mean may differ from each of them
+        # in the last bit; the error bars are never negative.
+        runs = [make_run(os.path.join(self.dir, f"eq{seed}"), seed=seed, clusters=2) for seed in (1, 2, 3)]
+        out = os.path.join(self.dir, "eq")
+        self.report_ok(*runs, "--out", out)
+        u = self.read_json(out, "utilisation.json")
+        self.assertEqual(len(u["runs"]), 1)
+        node = u["runs"][0]["nodes"][0]
+        self.assertAlmostEqual(node["compute_min"], node["compute_max"])
+
+    def test_loss_lines_break_where_the_run_did_not_train(self):
+        sys.path.insert(0, os.path.dirname(REPORT))
+        try:
+            import report
+        finally:
+            sys.path.pop(0)
+        x, y = report.with_gaps([0.0, 1.0, 2.0, 3.0, 100.0, 101.0], [5.0, 4.0, 3.0, 2.0, 1.0, 0.5])
+        self.assertEqual(len(x), 7)
+        self.assertTrue(x[4] != x[4] and y[4] != y[4])   # NaN: the line breaks there
+        self.assertEqual(list(x[5:]), [100.0, 101.0])
+        x, = report.with_gaps([0.0, 1.0, 2.0, 3.5])
+        self.assertEqual(len(x), 4)   # no gap: unchanged
 
     def test_time_axes_say_simulated_or_wall_time(self):
         sim = make_run(os.path.join(self.dir, "sim"), executor="sim")
