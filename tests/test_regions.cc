@@ -85,6 +85,8 @@ TEST_CASE("a region or a link between regions is refused where it would do nothi
   CHECK_THAT(error_of("name = \"x\"\n[[devices]]\n[[network.link]]\na = \"x\"\nb = \"y\"\n"),
              Catch::Contains("network.link[0]") && Catch::Contains("does nothing"));
   const std::string regions = "name = \"x\"\n[network]\ntopology = \"regions\"\n";
+  CHECK_THAT(error_of(regions + "[[devices]]\nregion = \"eu>us\"\n"),
+             Catch::Contains("devices[0].region") && Catch::Contains("letters, digits"));
   CHECK_THAT(error_of(regions + "[[devices]]\nregion = \"eu\"\n[[devices]]\n"),
              Catch::Contains("devices[1].region") && Catch::Contains("missing"));
   CHECK_THAT(error_of(regions + "[[devices]]\nregion = \"eu\"\n[[devices]]\nregion = \"us\"\n"),

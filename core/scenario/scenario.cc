@@ -310,6 +310,13 @@ void check_regions(const Scenario& s) {
     if (regions && region.empty())
       throw ScenarioError(s.where("devices[" + std::to_string(i) + "]"), key,
                           "missing: under network.topology = \"regions\" every device group names its region");
+    // A region names the simulator's zones and links ("<a>><b>"): plain characters only.
+    const bool plain = region.size() <= 64 && std::all_of(region.begin(), region.end(), [](char c) {
+                         return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                                c == '.' || c == '_' || c == '-';
+                       });
+    if (!plain)
+      throw ScenarioError(s.where(key), key, "a region is at most 64 letters, digits, '.', '_' or '-'");
     used.insert(region);
   }
   std::map<std::pair<std::string, std::string>, size_t> pairs;
