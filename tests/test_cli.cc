@@ -752,13 +752,31 @@ TEST_CASE("ravnest real on two machines: each starts its share of the ranks and 
   const std::string tag = std::to_string(getpid() % 100000);
   const std::string ns0 = "rvm0-" + tag, ns1 = "rvm1-" + tag, if0 = "rvm0x" + tag, if1 = "rvm1x" + tag;
   auto sh = [](const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()) == 0; };
+  // Inside a namespace through nsenter, as the kernel shaper does (`ip -n` and `ip netns exec`
+  // remount / and /sys, which a chroot does not allow).
+  const std::string nsenter = "/usr/bin/nsenter";
+  if (!fs::exists(nsenter)) {
+    std::cout << "SKIPPED: no nsenter (util-linux)\n";
+    return;
+  }
+  auto in = [&](const std::string& ns, const std::string& cmd) { return nsenter + " --net=/run/netns/" + ns + " -- " + cmd; };
+  // The namespaces (and the veth pair in them) go whatever happens below.
+  struct Cleanup {
+    std::string ns0, ns1;
+    bool mounted_before;
+    ~Cleanup() {
+      (void)std::system(("ip netns delete " + ns0 + " >/dev/null 2>&1").c_str());
+      (void)std::system(("ip netns delete " + ns1 + " >/dev/null 2>&1").c_str());
+      if (!mounted_before && netns_mounted()) (void)std::system("umount /run/netns >/dev/null 2>&1");
+    }
+  } cleanup{ns0, ns1, mounted_before};
   REQUIRE(sh("ip netns add " + ns0));
   REQUIRE(sh("ip netns add " + ns1));
   REQUIRE(sh("ip link add " + if0 + " type veth peer name " + if1));
   REQUIRE(sh("ip link set " + if0 + " netns " + ns0 + " && ip link set " + if1 + " netns " + ns1));
-  REQUIRE(sh("ip -n " + ns0 + " addr add 10.231.7.1/24 dev " + if0 + " && ip -n " + ns1 + " addr add 10.231.7.2/24 dev " + if1));
-  REQUIRE(sh("ip -n " + ns0 + " link set " + if0 + " up && ip -n " + ns1 + " link set " + if1 + " up"));
-  REQUIRE(sh("ip -n " + ns0 + " link set lo up && ip -n " + ns1 + " link set lo up"));
+  REQUIRE(sh(in(ns0, "ip addr add 10.231.7.1/24 dev " + if0) + " && " + in(ns1, "ip addr add 10.231.7.2/24 dev " + if1)));
+  REQUIRE(sh(in(ns0, "ip link set " + if0 + " up") + " && " + in(ns1, "ip link set " + if1 + " up")));
+  REQUIRE(sh(in(ns0, "ip link set lo up") + " && " + in(ns1, "ip link set lo up")));
   fs::path d = workdir("machines");
   const std::string scenario = std::string(kSmall) + "[[devices]]\ncount = 2\n";  // 5 nodes: 2 + 3
   const std::string secret = "RAVNEST_SECRET=machines-test-secret-" + tag;
@@ -766,12 +784,12 @@ TEST_CASE("ravnest real on two machines: each starts its share of the ranks and 
     const fs::path m = d / ("m" + std::to_string(k));
     fs::create_directories(m);
     write(m / "s.toml", scenario);
-    std::vector<std::string> args = {"netns", "exec", ns, "env", "GLOO_SOCKET_IFNAME=" + ifname, secret,
+    std::vector<std::string> args = {"--net=/run/netns/" + ns, "--", "env", "GLOO_SOCKET_IFNAME=" + ifname, secret,
                                      std::string(RV_BINARY_DIR) + "/ravnest", "real", "s.toml", "--set",
                                      "training.steps=40", "--nnodes", "2", "--node-rank", std::to_string(k),
                                      "--rdzv-endpoint", "10.231.7.1:29731"};
     args.insert(args.end(), extra.begin(), extra.end());
-    return start_ravnest(args, m, {}, "/usr/sbin/ip");
+    return start_ravnest(args, m, {}, nsenter);
   };
   const pid_t m0 = start(0, ns0, if0, {"--run-dir", "run"});
   const pid_t m1 = start(1, ns1, if1, {});
@@ -804,9 +822,6 @@ TEST_CASE("ravnest real on two machines: each starts its share of the ranks and 
   Result bad_rank = ravnest({"real", "m0/s.toml", "--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "127.0.0.1:1"}, d);
   CHECK(bad_rank.status == 2);
   CHECK(bad_rank.err.find("--node-rank 2") != std::string::npos);
-  sh("ip netns delete " + ns0);
-  sh("ip netns delete " + ns1);
-  if (!mounted_before && netns_mounted()) sh("umount /run/netns");
   fs::remove_all(d);
 }
 
