@@ -417,7 +417,7 @@ void fit_profile(const std::vector<CalibrationSample>& samples, ComputeProfile& 
           by_class[static_cast<size_t>(op_class_of(s.flops / s.ops, s.bytes))].push_back(achieved_efficiency(s, p));
       std::array<double, kOpClasses> eff{};
       for (size_t c = 0; c < eff.size(); ++c)
-        if (!by_class[c].empty()) eff[c] = std::clamp(median(by_class[c]), 1e-6, 1.5);
+        if (!by_class[c].empty()) eff[c] = std::clamp(median(by_class[c]), 1e-6, kMaxEfficiency);
       // A class without a case takes the nearest measured one: the same intensity of the other
       // footprint before the next intensity.
       const std::array<double, kOpClasses> measured = eff;

@@ -13,7 +13,6 @@
 namespace rv {
 namespace {
 
-constexpr double kMaxEfficiency = 1.5;
 
 std::string number(double v) {
   char buf[40];
@@ -92,7 +91,7 @@ ComputeProfile parse_profile(const std::string& text, const std::string& source)
       cost.overhead = *overhead * 1e-6;
       for (int c = 0; c < kOpClasses; ++c) {
         const auto e = (*a)[static_cast<size_t>(c + 1)].value<double>();
-        if (!e || !(*e > 0) || *e > kMaxEfficiency) fail(key, "expected efficiencies in (0, 1.5]");
+        if (!e || !(*e > 0) || *e > kMaxEfficiency) fail(key, "expected efficiencies in (0, 16]");
         cost.efficiency[static_cast<size_t>(c)] = *e;
       }
     }
