@@ -82,12 +82,14 @@ void check_engine_options(const EngineOptions& options) {
       throw InputError("--log=" + l + ": expected SimGrid's --log=category.setting:value (e.g. --log=root.thresh:info)");
 }
 
-std::vector<std::string> engine_argv(const EngineOptions& options) {
+EngineArgv::EngineArgv(const EngineOptions& options) {
   // SimGrid says nothing below critical unless asked (--log), not even the options it was given.
-  std::vector<std::string> argv{"ravnest-sim", "--log=root.thresh:critical"};
-  for (const std::string& c : options.cfg) argv.push_back("--cfg=" + c);
-  for (const std::string& l : options.log) argv.push_back("--log=" + l);
-  return argv;
+  args = {"ravnest-sim", "--log=root.thresh:critical"};
+  for (const std::string& c : options.cfg) args.push_back("--cfg=" + c);
+  for (const std::string& l : options.log) args.push_back("--log=" + l);
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  argc = static_cast<int>(args.size());
 }
 
 void apply_engine_options(sg4::Engine& engine, const EngineOptions& options) {
@@ -113,12 +115,8 @@ void preflight(const Scenario& scenario, const EngineOptions& options) {
     for (int sig : {SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL}) std::signal(sig, SIG_DFL);
     int code = 0;
     try {
-      std::vector<std::string> args = engine_argv(options);
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      int argc = static_cast<int>(args.size());
-      sg4::Engine engine(&argc, argv.data());
+      EngineArgv args(options);
+      sg4::Engine engine(&args.argc, args.argv.data());
       xbt_log_control_set("root.thresh:critical");
       configure_network(engine, scenario.network);
       apply_engine_options(engine, options);

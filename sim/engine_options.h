@@ -29,9 +29,18 @@ struct EngineOptions {
 // scenario owns.
 void check_engine_options(const EngineOptions& options);
 
-// SimGrid's command line with the options as it takes them ("--cfg=...", "--log=..."): the
-// engine's constructor reads those it needs at once (contexts/factory).
-std::vector<std::string> engine_argv(const EngineOptions& options);
+// SimGrid's command line with the options as it takes them ("--cfg=...", "--log=..."), for the
+// engine's constructor, which reads those it needs at once (contexts/factory):
+//   EngineArgv args(options);  simgrid::s4u::Engine engine(&args.argc, args.argv.data());
+// Owns its strings; not copyable (argv points into them).
+struct EngineArgv {
+  explicit EngineArgv(const EngineOptions& options);
+  EngineArgv(const EngineArgv&) = delete;
+  EngineArgv& operator=(const EngineArgv&) = delete;
+  std::vector<std::string> args;
+  std::vector<char*> argv;  // null-terminated
+  int argc = 0;
+};
 // Applies the options to `engine` again after the scenario's own settings (configure_network),
 // before the platform is built, so that they win over those.
 void apply_engine_options(simgrid::s4u::Engine& engine, const EngineOptions& options);

@@ -22,12 +22,8 @@ namespace rv {
 SimResult simulate(const Scenario& s, const std::vector<int>& nodes, bool numeric,
                    const NodeBody& body, Metrics* observer, std::vector<char> fold,
                    const EngineOptions& engine_options) {
-  std::vector<std::string> args = engine_argv(engine_options);  // SimGrid's argv
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  int argc = static_cast<int>(args.size());
-  sg4::Engine engine(&argc, argv.data());
+  EngineArgv args(engine_options);  // SimGrid's command line
+  sg4::Engine engine(&args.argc, args.argv.data());
   xbt_log_control_set("root.thresh:critical");
   configure_network(engine, s.network);
   // Without guard pages an actor's stack is one plain allocation, so a 10,000-node run's tens of
