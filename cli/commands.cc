@@ -178,22 +178,19 @@ int cmd_sim(const CommonOptions& o, const std::string& executor, const std::stri
 }
 
 int cmd_real(const CommonOptions& o, const std::string& self_exe, const std::string& run_path,
-             const MachineOptions& machines) {
+             const Machines& machines) {
   Prepared p = prepare(o);  // validate before starting any process
   if (!run_path.empty() && fs::exists(run_path)) throw InputError(run_path + ": run folder exists already");
-  LaunchOptions lo{o.scenario, o.overrides, self_exe, run_path, o.progress};
-  lo.nnodes = machines.nnodes;
-  lo.node_rank = machines.node_rank;
-  lo.rdzv_endpoint = machines.rdzv_endpoint;
-  lo.log_dir = machines.log_dir;
-  if (lo.nnodes > 1 && lo.log_dir.empty()) lo.log_dir = "ravnest-logs";  // one file per rank, as torchrun's
-  if (!lo.log_dir.empty()) std::cerr << "ravnest real: each rank's output goes to " << lo.log_dir << "/rank-<r>.log\n";
+  LaunchOptions lo{o.scenario, o.overrides, self_exe, run_path, o.progress, machines};
+  Machines& m = lo.machines;
+  if (m.nnodes > 1 && m.log_dir.empty()) m.log_dir = "ravnest-logs";  // one file per rank, as torchrun's
+  if (!m.log_dir.empty()) std::cerr << "ravnest real: each rank's output goes to " << m.log_dir << "/rank-<r>.log\n";
   const std::string path = run_real(p.scenario, lo);
   if (path.empty()) {
-    const auto [first, last] = ranks_of_machine(p.scenario.node_count(), lo.nnodes, lo.node_rank);
+    const auto [first, last] = ranks_of_machine(p.scenario.node_count(), m.nnodes, m.node_rank);
     std::cout << fmt::format("ravnest real: ranks {}..{} of this machine (node rank {}) finished; rank 0 wrote the "
                              "run folder on machine 0\n",
-                             first, last - 1, lo.node_rank);
+                             first, last - 1, m.node_rank);
     return 0;
   }
   print_summary(path);

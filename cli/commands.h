@@ -8,6 +8,7 @@
 #include "core/model/model.h"
 #include "core/plan.h"
 #include "core/scenario/scenario.h"
+#include "real/launcher.h"
 #include "sim/engine_options.h"
 
 namespace rv {
@@ -42,15 +43,9 @@ int cmd_plan(const CommonOptions& o, const std::string& out_json);
 // executor: sim | loopback. run_path: "" = a new folder under output.dir.
 int cmd_sim(const CommonOptions& o, const std::string& executor, const std::string& run_path,
             const EngineOptions& engine = {});
-// `ravnest real` on several machines (real/launcher.h): nnodes 1 runs every rank here.
-struct MachineOptions {
-  int nnodes = 1;
-  int node_rank = 0;
-  std::string rdzv_endpoint;  // HOST:PORT of machine 0
-  std::string log_dir;        // "": ranks write to this terminal (with --nnodes: ravnest-logs)
-};
+// `machines`: one, or this machine's share of several (real/launcher.h).
 int cmd_real(const CommonOptions& o, const std::string& self_exe, const std::string& run_path,
-             const MachineOptions& machines = {});
+             const Machines& machines = {});
 // Runs the scenario once per combination of the comma-separated values in `grid` ("key=v1,v2"),
 // each in its own process, into run folders under `out`; prints a table of the results.
 int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid, const std::string& executor,

@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
   add_common(real, real_o);
   std::string real_run_path;
   real->add_option("--run-dir", real_run_path, "write the run folder here instead of under output.dir");
-  rv::MachineOptions machines;
+  rv::Machines machines;
   real->add_option("--nnodes", machines.nnodes,
                    "machines that run the scenario's ranks together, each with this command and its own "
                    "--node-rank (torchrun's meaning); machine k starts ranks [k W / N, (k + 1) W / N)")

@@ -28,19 +28,11 @@ CostModel::CostModel(const Scenario& scenario, const ModelDesc& model)
     ++group;
   }
   if (scenario.network.topology == kRegionsTopology) {
-    const NetworkLinks links = links_of(scenario);
+    NetworkLinks links = links_of(scenario);
     regions_ = links.regions;
-    region_names_ = links.region_names;
+    region_names_ = std::move(links.region_names);
+    between_ = std::move(links.between);
     for (int r = 0; r < n; ++r) pool_[static_cast<size_t>(r)].region = links.region[static_cast<size_t>(r)];
-    between_.assign(static_cast<size_t>(regions_) * regions_, RegionLink{});
-    auto index = [&](const std::string& name) {
-      return static_cast<int>(std::find(region_names_.begin(), region_names_.end(), name) - region_names_.begin());
-    };
-    for (const RegionLinkSpec& l : scenario.network.link) {
-      const RegionLink raw{region_link_bytes_per_s(l, scenario.dilation), region_link_latency_s(l, scenario.dilation)};
-      between_[static_cast<size_t>(index(l.a) * regions_ + index(l.b))] = raw;
-      between_[static_cast<size_t>(index(l.b) * regions_ + index(l.a))] = raw;
-    }
   }
   const size_t ranges = static_cast<size_t>(layers() + 1) * static_cast<size_t>(layers() + 1);
   times_.assign(scenario.devices.size(), std::vector<Times>(ranges));

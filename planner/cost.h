@@ -137,8 +137,8 @@ class CostModel {
   int64_t batch_;
   NetFactors factors_;
   std::vector<PoolNode> pool_;
-  // The links between regions, [from * regions_ + to], as given (before factors); one region and
-  // no link under a star.
+  // The links between regions, [from * regions_ + to], as links_of() gives them: rates with the
+  // network model's bandwidth factor, latencies as given; one region and no link under a star.
   int regions_ = 1;
   std::vector<RegionLink> between_;
   // The region link from a's region to b's (its index in between_), or -1 within one region.
@@ -146,7 +146,7 @@ class CostModel {
     const int x = pool_[static_cast<size_t>(a)].region, y = pool_[static_cast<size_t>(b)].region;
     return x == y ? -1 : x * regions_ + y;
   }
-  double region_rate(int k) const { return between_[static_cast<size_t>(k)].bandwidth * factors_.bandwidth; }
+  double region_rate(int k) const { return between_[static_cast<size_t>(k)].bandwidth; }
   // "the link from region A to region B"
   std::string region_link_name(int k) const;
   std::vector<std::string> region_names_;

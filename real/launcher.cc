@@ -252,20 +252,20 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
   const int world = scenario.node_count();
   if (world < 1) throw InputError(scenario.source + ": the scenario has no nodes");
   // Several machines (--nnodes): this one's share of the ranks, the rendezvous at machine 0.
-  const bool spread = options.nnodes > 1;
-  if (options.nnodes < 1 || options.nnodes > world)
-    throw InputError("--nnodes " + std::to_string(options.nnodes) + ": between 1 and the scenario's " +
+  const bool spread = options.machines.nnodes > 1;
+  if (options.machines.nnodes < 1 || options.machines.nnodes > world)
+    throw InputError("--nnodes " + std::to_string(options.machines.nnodes) + ": between 1 and the scenario's " +
                      std::to_string(world) + " nodes");
-  if (options.node_rank < 0 || options.node_rank >= options.nnodes)
-    throw InputError("--node-rank " + std::to_string(options.node_rank) + ": between 0 and --nnodes - 1");
-  if (spread && options.rdzv_endpoint.empty())
-    throw InputError("--nnodes " + std::to_string(options.nnodes) + ": give --rdzv-endpoint HOST:PORT, machine 0's address");
-  if (!spread && !options.rdzv_endpoint.empty())
+  if (options.machines.node_rank < 0 || options.machines.node_rank >= options.machines.nnodes)
+    throw InputError("--node-rank " + std::to_string(options.machines.node_rank) + ": between 0 and --nnodes - 1");
+  if (spread && options.machines.rdzv_endpoint.empty())
+    throw InputError("--nnodes " + std::to_string(options.machines.nnodes) + ": give --rdzv-endpoint HOST:PORT, machine 0's address");
+  if (!spread && !options.machines.rdzv_endpoint.empty())
     throw InputError("--rdzv-endpoint: only with --nnodes 2 or more (one machine meets at real.master_addr)");
-  const auto [first_rank, last_rank] = ranks_of_machine(world, options.nnodes, options.node_rank);
+  const auto [first_rank, last_rank] = ranks_of_machine(world, options.machines.nnodes, options.machines.node_rank);
   const bool has_rank0 = first_rank == 0;
   std::pair<std::string, int> endpoint;
-  if (spread) endpoint = parse_endpoint(options.rdzv_endpoint);
+  if (spread) endpoint = parse_endpoint(options.machines.rdzv_endpoint);
   // Spread over machines, every one needs the run's secret (real/auth.h): read it before any
   // process starts.
   const std::string shared_secret = spread ? auth::secret_from_environment() : std::string();
@@ -354,10 +354,10 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
   env.push_back(nullptr);
 
   Children children;
-  if (!options.log_dir.empty()) {
+  if (!options.machines.log_dir.empty()) {
     std::error_code ec;
-    std::filesystem::create_directories(options.log_dir, ec);
-    if (ec) throw InputError(options.log_dir + ": cannot make the log folder: " + ec.message());
+    std::filesystem::create_directories(options.machines.log_dir, ec);
+    if (ec) throw InputError(options.machines.log_dir + ": cannot make the log folder: " + ec.message());
   }
   for (int rank = first_rank; rank < last_rank; ++rank) {
     std::vector<std::string> args = {options.self_exe, "node", options.scenario_path};
@@ -374,9 +374,9 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
       children.spawn(rank, wrapped[0], wrapped, env.data());
     } else {
       children.spawn(rank, options.self_exe, args, env.data(),
-                     options.log_dir.empty()
+                     options.machines.log_dir.empty()
                          ? std::string()
-                         : (std::filesystem::path(options.log_dir) / ("rank-" + std::to_string(rank) + ".log")).string());
+                         : (std::filesystem::path(options.machines.log_dir) / ("rank-" + std::to_string(rank) + ".log")).string());
     }
   }
 

@@ -15,23 +15,27 @@
 
 namespace rv {
 
+// Several machines, as torchrun users start them: `nnodes` machines each run the launcher with its
+// own `node_rank`; machine k starts ranks [k W / nnodes, (k + 1) W / nnodes) of the W nodes, and
+// machine 0, which holds rank 0, serves the rendezvous store at `rdzv_endpoint` ("HOST:PORT", an
+// address of machine 0 that the others reach). Every machine needs the run's secret in
+// RAVNEST_SECRET_FILE or RAVNEST_SECRET (real/auth.h); the network is the machines' own (no
+// emulator). Rank 0 writes the run folder on machine 0.
+struct Machines {
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string rdzv_endpoint;
+  // Each rank's standard output and error go to `<log_dir>/rank-<r>.log` ("": to this process's).
+  std::string log_dir;
+};
+
 struct LaunchOptions {
   std::string scenario_path;
   std::vector<std::string> overrides;
   std::string self_exe;  // the ravnest executable to start children with (/proc/self/exe)
   std::string run_path;  // the run folder rank 0 writes ("" = a new one under output.dir)
   std::string progress = "auto";  // rank 0 shows progress: auto | on | off
-  // Several machines, as torchrun users start them: `nnodes` machines each run this launcher with
-  // its own `node_rank`; machine k starts ranks [k W / nnodes, (k + 1) W / nnodes) of the W nodes,
-  // and machine 0, which holds rank 0, serves the rendezvous store at `rdzv_endpoint`
-  // ("HOST:PORT", an address of machine 0 that the others reach). Every machine needs the run's
-  // secret in RAVNEST_SECRET_FILE or RAVNEST_SECRET (real/auth.h); the network is the machines'
-  // own (no emulator). Rank 0 writes the run folder on machine 0.
-  int nnodes = 1;
-  int node_rank = 0;
-  std::string rdzv_endpoint;
-  // Each rank's standard output and error go to `<log_dir>/rank-<r>.log` ("": to this process's).
-  std::string log_dir;
+  Machines machines;  // one machine unless said otherwise
 };
 
 // The ranks machine `node_rank` of `nnodes` starts: [first, last).

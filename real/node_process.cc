@@ -170,9 +170,21 @@ Message wait_control(GlooTransport& t, int64_t id) {
   }
 }
 
+// What run() settles before the run folder exists, for run_rank().
+struct RankSetup {
+  const Scenario& scenario;
+  const Plan& plan;
+  const ModelDesc& model;
+  const RunSpec& spec;
+  const GlooOptions& gloo;
+  std::string path;         // the run folder
+  bool emulate = false;     // the scenario's links are emulated (real.emulate_network)
+  bool kernel = false;      // by the kernel shaper, whose latency is added here
+  const char* socket_path;  // the launcher's network emulator, when it runs one
+};
+
 // run()'s second half (below).
-int run_rank(const NodeProcessOptions& options, const Scenario& scenario, const Plan& plan, const ModelDesc& model,
-             const RunSpec& spec, const GlooOptions& gloo, const std::string& path, std::optional<LiveRun>& live,
+int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::optional<LiveRun>& live,
              const Clock& live_clock);
 
 int run(const NodeProcessOptions& options) {
@@ -231,7 +243,8 @@ int run(const NodeProcessOptions& options) {
     live.emplace(path, scenario, plan, model, info, live_clock);
   }
   try {
-    return run_rank(options, scenario, plan, model, spec, gloo, path, live, live_clock);
+    return run_rank(options, RankSetup{scenario, plan, model, spec, gloo, path, emulate, kernel, socket_path}, live,
+                    live_clock);
   } catch (const std::exception& e) {
     if (live) live->fail(e.what());
     throw;
@@ -239,21 +252,24 @@ int run(const NodeProcessOptions& options) {
 }
 
 // The rank's part of run() after the run folder exists: rendezvous, training, gathering.
-int run_rank(const NodeProcessOptions& options, const Scenario& scenario, const Plan& plan, const ModelDesc& model,
-             const RunSpec& spec, const GlooOptions& gloo, const std::string& path, std::optional<LiveRun>& live,
+int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::optional<LiveRun>& live,
              const Clock& live_clock) {
   const int rank = options.gloo.rank;
   const int world = options.gloo.world_size;
+  const Scenario& scenario = setup.scenario;
+  const Plan& plan = setup.plan;
+  const ModelDesc& model = setup.model;
+  const RunSpec& spec = setup.spec;
+  const GlooOptions& gloo = setup.gloo;
+  const std::string& path = setup.path;
+  const bool emulate = setup.emulate, kernel = setup.kernel;
+  const char* socket_path = setup.socket_path;
   const NodeRole role = plan.role_of(rank);
-  const char* socket_path = std::getenv(kEmulatorSocketEnv);
-  const bool launched_together = env_set(kAllRanksHereEnv);
-  const bool emulate = emulates_network(scenario, launched_together);
-  const bool kernel = emulate && scenario.real.shaper == kKernelShaper;
   GlooTransport transport(gloo);
   transport.barrier();
   // The other ranks join the folder rank 0 made before that barrier.
-  std::optional<LiveRunRows> joined;
-  if (rank != 0 && !options.run_path.empty()) joined.emplace(path, scenario, live_clock);
+  std::optional<LiveRows> joined;
+  if (rank != 0 && !options.run_path.empty()) joined.emplace(path, scenario.output.metrics != "summary", live_clock, false);
   Metrics* live_rows = live ? static_cast<Metrics*>(&*live) : joined ? static_cast<Metrics*>(&*joined) : nullptr;
   WallClock clock;  // origin: just after the start barrier, on every rank
   // Ranks started together by `ravnest real` share this machine's monotonic clock: take rank 0's

@@ -120,7 +120,7 @@ void preflight(const Scenario& scenario, const EngineOptions& options) {
       xbt_log_control_set("root.thresh:critical");
       configure_network(engine, scenario.network);
       apply_engine_options(engine, options);
-      build_platform(scenario);
+      check_platform_routes(scenario, build_platform(scenario));
     } catch (const ScenarioError& e) {  // the platform file (build_platform)
       const std::string what = std::string("\nrefused: ") + e.what() + "\n";
       (void)!::write(2, what.data(), what.size());

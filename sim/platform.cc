@@ -78,7 +78,16 @@ std::vector<sg4::Host*> load_platform_file(const Scenario& scenario) {
                               scenario.network.platform + " (" + std::to_string(engine.get_host_count()) + " hosts)");
     hosts.push_back(h);
   }
-  // Every pair that may talk needs a route (checked up to 1,000 nodes: a million routes).
+  return hosts;
+}
+
+}  // namespace
+
+void check_platform_routes(const Scenario& scenario, const std::vector<sg4::Host*>& hosts) {
+  if (scenario.network.platform.empty()) return;
+  const std::string key = "network.platform";
+  const int n = static_cast<int>(hosts.size());
+  // Up to 1,000 nodes: a million routes.
   if (n <= 1000)
     for (int a = 0; a < n; ++a)
       for (int b = 0; b < n; ++b) {
@@ -92,10 +101,7 @@ std::vector<sg4::Host*> load_platform_file(const Scenario& scenario) {
                               "no route from " + hosts[a]->get_name() + " to " + hosts[b]->get_name() + ": " + e.what());
         }
       }
-  return hosts;
 }
-
-}  // namespace
 
 std::vector<sg4::Host*> build_platform(const Scenario& scenario) {
   if (!scenario.network.platform.empty()) return load_platform_file(scenario);

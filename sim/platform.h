@@ -33,8 +33,12 @@ constexpr double kSimGridLatencyFactor = 1e-6;
 
 // Builds the hosts and links; returns the host of every node, by rank. With network.platform, loads
 // that file instead and finds each node's host by name (platform_host_name); throws ScenarioError
-// at network.platform when one is missing, or when two nodes of up to 1,000 have no route.
+// at network.platform when one is missing.
 std::vector<simgrid::s4u::Host*> build_platform(const Scenario& scenario);
+
+// With network.platform: throws ScenarioError at that key when two nodes (of up to 1,000) have no
+// route between their hosts. preflight() checks it once, before a run (engine_options.h).
+void check_platform_routes(const Scenario& scenario, const std::vector<simgrid::s4u::Host*>& hosts);
 
 // The host of node `rank` in a network.platform file: its group's name for a group of one, else
 // "<name>-<i>", i its index in the group.

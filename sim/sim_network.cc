@@ -49,10 +49,13 @@ void SimNetwork::send(int src, int dst, Message msg) {
            "send to an invalid node " + std::to_string(dst));
   Pair& p = pair(src, dst);
   const bool first = !p.wake;
-  if (first) p.wake = sg4::Semaphore::create(0);
-  // The same sum as the emulator's (StarNetwork::delay), so that both give the same times, less
-  // the sliver SimGrid charges itself.
-  const Seconds starts = sg4::Engine::get_clock() + delay(src, dst);
+  if (first) {
+    p.wake = sg4::Semaphore::create(0);
+    // The same sum as the emulator's (StarNetwork::delay), so that both give the same times, less
+    // the sliver SimGrid charges itself.
+    p.delay = delay(src, dst);
+  }
+  const Seconds starts = sg4::Engine::get_clock() + p.delay;
   p.queue.push_back({starts, std::move(msg)});
   ++sender(src).in_flight;
   if (p.idle) {

@@ -78,6 +78,7 @@ class SimNetwork {
     bool idle = false;
     simgrid::kernel::timer::Timer* timer = nullptr;  // set while a timer is to wake the carrier
     simgrid::s4u::Mailbox* wire = nullptr;  // the pair's transfers: put, then taken, by carry()
+    Seconds delay = 0;  // delay(src, dst), computed with the pair's first message
   };
   struct Inbox {
     std::deque<Message> queue;
@@ -99,7 +100,8 @@ class SimNetwork {
   std::vector<simgrid::s4u::Host*> hosts_;
   NetworkLinks links_;
   bool platform_routes_;
-  // Seconds a message from src to dst waits before its bytes start, less SimGrid's sliver.
+  // Seconds a message from src to dst waits before its bytes start, less SimGrid's sliver (once per
+  // pair: a platform file's route is looked up in SimGrid).
   Seconds delay(int src, int dst) const;
   // By src * size() + dst; elements never move (carry() keeps a reference to its pair).
   std::unordered_map<int64_t, Pair> pairs_;

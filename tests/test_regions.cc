@@ -65,6 +65,12 @@ latency_ms = 5
   return os.str();
 }
 
+// A [planner] table of two clusters given by hand (each a TOML list of nodes in pipeline order).
+std::string manual_clusters(const std::string& first, const std::string& second) {
+  return "[planner]\nmethod = \"manual\"\n[[planner.cluster]]\nnodes = " + first + "\n[[planner.cluster]]\nnodes = " +
+         second + "\n";
+}
+
 // The region of every node of each cluster of `plan`.
 std::vector<std::set<int>> cluster_regions(const Plan& plan, const NetworkLinks& links) {
   std::vector<std::set<int>> out;
@@ -171,20 +177,8 @@ TEST_CASE("the planner's clusters follow the regions where that is faster", "[re
     CHECK(used.size() == 2);
   }
   // Clusters that straddle the regions, by hand: predicted slower.
-  const std::string straddle = R"([planner]
-method = "manual"
-[[planner.cluster]]
-nodes = [0, 1, 4, 5]
-[[planner.cluster]]
-nodes = [6, 7, 2, 3]
-)";
-  const std::string local = R"([planner]
-method = "manual"
-[[planner.cluster]]
-nodes = [0, 1, 2, 3]
-[[planner.cluster]]
-nodes = [4, 5, 6, 7]
-)";
+  const std::string straddle = manual_clusters("[0, 1, 4, 5]", "[6, 7, 2, 3]");
+  const std::string local = manual_clusters("[0, 1, 2, 3]", "[4, 5, 6, 7]");
   const test::Prepared across = test::prepare(two_regions(straddle), {}, false);
   const test::Prepared within = test::prepare(two_regions(local), {}, false);
   const test::Prepared ga = test::prepare(two_regions("[planner]\nmethod = \"ga\"\n"), {}, false);

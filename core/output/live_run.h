@@ -18,7 +18,7 @@
 // clock (exec/wall_env.h; a manual one in tests): nothing here reads a clock itself. The run's
 // start for run.json is the caller's RunInfo::started_unix_s.
 //
-// A real run's ranks other than 0 (each its own process) join rank 0's folder with LiveRunRows:
+// A real run's ranks other than 0 (each its own process) join rank 0's folder with LiveRows:
 // their rows go to the same metrics.csv and eval.csv, opened for appending (O_APPEND), each write
 // whole rows, so that the processes' rows never mix within a row. A rank closes its rows before it
 // hands its events to rank 0, which finishes the folder.
@@ -38,8 +38,9 @@
 namespace rv {
 
 // The live rows of one process: metrics.csv (unless output.metrics = "summary") and eval.csv of
-// the folder at `dir`, opened for appending, flushed in whole rows.
-class LiveRows {
+// the folder at `dir`, opened for appending, flushed in whole rows. A LiveRun holds its own; a
+// joining process (a real run's rank other than 0) makes one on the run's files.
+class LiveRows : public Metrics {
  public:
   static constexpr double kFlushSeconds = 1.0;
   // `create`: makes the files (never over existing ones) and writes their header rows; else opens
@@ -47,8 +48,8 @@ class LiveRows {
   LiveRows(const std::string& dir, bool live_metrics, const Clock& wall, bool create);
   LiveRows(const LiveRows&) = delete;
   LiveRows& operator=(const LiveRows&) = delete;
-  ~LiveRows();
-  void record(const Event& e);
+  ~LiveRows() override;
+  void record(const Event& e) override;
   // Writes what is held if kFlushSeconds have passed since the last write (always with `force`).
   void flush_if_due(bool force);
   void close();  // flushes what it can and closes; record() does nothing after it
@@ -60,19 +61,6 @@ class LiveRows {
   std::ostringstream metrics_rows_, eval_rows_;
   int64_t since_check_ = 0;
   Seconds last_flush_;  // by wall_
-};
-
-// A joining process's rows of a live run (see above).
-class LiveRunRows : public Metrics {
- public:
-  // rv::Error if the folder's live files are not there.
-  LiveRunRows(const std::string& path, const Scenario& s, const Clock& wall)
-      : rows_(path, s.output.metrics != "summary", wall, false) {}
-  void record(const Event& e) override { rows_.record(e); }
-  void close() { rows_.close(); }
-
- private:
-  LiveRows rows_;
 };
 
 // Rewrites the run.json of the folder at `path` as failed with `why` unless it says complete: what

@@ -251,13 +251,17 @@ class Reader {
 
 // The name is one folder under output.dir: never "." or "..", a hidden folder, an option-like
 // "-x", a path or a character a shell or another file system would read otherwise.
+// Letters, digits, '.', '_' and '-' only: a name that may name a folder or a SimGrid zone.
+bool plain_name(const std::string& name) {
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+           c == '-';
+  });
+}
+
 void check_name(const Scenario& s) {
-  const auto plain = [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-           c == '_' || c == '-';
-  };
   const bool ok = !s.name.empty() && s.name.size() <= 128 && s.name[0] != '.' && s.name[0] != '-' &&
-                  std::all_of(s.name.begin(), s.name.end(), plain);
+                  plain_name(s.name);
   if (!ok)
     throw ScenarioError(s.where("name"), "name",
                         "must be 1 to 128 letters, digits, '.', '_' or '-', not starting with '.' or '-' "
@@ -311,11 +315,7 @@ void check_regions(const Scenario& s) {
       throw ScenarioError(s.where("devices[" + std::to_string(i) + "]"), key,
                           "missing: under network.topology = \"regions\" every device group names its region");
     // A region names the simulator's zones and links ("<a>><b>"): plain characters only.
-    const bool plain = region.size() <= 64 && std::all_of(region.begin(), region.end(), [](char c) {
-                         return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                                c == '.' || c == '_' || c == '-';
-                       });
-    if (!plain)
+    if (region.size() > 64 || !plain_name(region))
       throw ScenarioError(s.where(key), key, "a region is at most 64 letters, digits, '.', '_' or '-'");
     used.insert(region);
   }
