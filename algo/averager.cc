@@ -23,6 +23,14 @@ at::Tensor Averager::average(at::Tensor state, int64_t rows, int64_t round,
   return mean;
 }
 
+void Averager::reconfigure(const NodeRole&, const Assignment&, const std::vector<int>&) {
+  throw InputError("churn needs training.allreduce = \"multi-ring\": this averager cannot re-form its rings");
+}
+
+void Averager::drop(int) {
+  throw InputError("churn needs training.allreduce = \"multi-ring\": this averager cannot give up a ring");
+}
+
 at::Tensor Averager::take_over(at::Tensor state) {
   const bool alone = state.use_count() == 1 && state.storage().use_count() == 1 && state.is_contiguous();
   at::Tensor rows = state.dim() == 1 ? state.unsqueeze(0) : state;

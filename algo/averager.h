@@ -24,6 +24,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "algo/registry.h"
+#include "algo/roster.h"
 #include "core/env.h"
 #include "core/model/model.h"
 #include "core/plan.h"
@@ -53,6 +54,15 @@ class Averager {
   // their way to peers.
   virtual at::Tensor result() const = 0;
   virtual void clear() = 0;               // back to idle after a finished averaging
+
+  // Churn (multi-ring only; the others throw rv::InputError, which the scenario's checks forestall):
+  // From the next start(), this node holds `role`'s stage and averages among the clusters of
+  // `view` (ascending), whose stages are held by `nodes`. Fewer than two clusters: no averaging.
+  virtual void reconfigure(const NodeRole& role, const Assignment& nodes, const std::vector<int>& view);
+  // `node` left: the rings of the averaging in progress that it belongs to are given up here; this
+  // node keeps its own values for their chunks (another member that finished a ring first keeps
+  // the mean). Rings without it go on.
+  virtual void drop(int node);
 
   // start() then wait(); returns the mean (read-only, as result()), `state` itself if this node
   // does not take part, an undefined tensor in timing mode (where `state` is undefined too). Hand

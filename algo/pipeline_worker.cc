@@ -1,6 +1,9 @@
 #include "algo/pipeline_worker.h"
 
 #include <algorithm>
+#include <iomanip>
+#include <set>
+#include <sstream>
 
 #include <ATen/ATen.h>
 
@@ -10,13 +13,15 @@
 namespace rv {
 
 PipelineWorker::PipelineWorker(NodeEnv& env, const RunSpec& spec, int node,
-                               const TrainingSpec& training, int64_t in_flight)
-    : env_(env), spec_(spec), role_(spec.plan->role_of(node)), training_(training),
+                               const TrainingSpec& training, int64_t in_flight, const NodeRole* role)
+    : env_(env), spec_(spec), role_(role != nullptr ? *role : spec.plan->role_of(node)), training_(training),
       batch_(spec.scenario->data.batch_size), in_flight_cap_(in_flight),
       averager_(make_averager(env, *spec.plan, *spec.model, node, allreduce_of(*spec.scenario))),
       average_optimizer_(training.average_optimizer_state),
       average_rows_(1 + (training.average_optimizer_state ? Optimizer::slots(training) : 0)) {
   RV_CHECK(role_.stage >= 0, "node " + std::to_string(node) + " has no stage in the plan");
+  if (env.membership != nullptr)
+    roster_ = std::make_unique<Roster>(*spec.plan, spec.scenario->initial_node_count());
   cost_ = stage_cost(*spec.model, role_.layer_begin, role_.layer_end, training_, batch_, 1);
   work_ = stage_work(*spec.model, role_.layer_begin, role_.layer_end, training_, batch_);
   if (numeric()) {
@@ -247,7 +252,7 @@ void PipelineWorker::send(int dst, Message m) {
 }
 
 std::optional<Message> PipelineWorker::note_recv(std::optional<Message> m) {
-  if (m) {
+  if (m && m->kind != MsgKind::kMember) {
     Event e = event(EventKind::kRecv);
     e.bytes = m->bytes;
     e.peer = m->src;
@@ -260,8 +265,11 @@ std::optional<Message> PipelineWorker::note_recv(std::optional<Message> m) {
 std::optional<Message> PipelineWorker::try_recv() {
   poll_average();
   while (auto m = env_.transport.try_recv()) {
-    if (!averager_->hold(*m)) return note_recv(std::move(m));
-    poll_average();
+    if (averager_->hold(*m)) {
+      poll_average();
+      continue;
+    }
+    if (!intercept(*m)) return note_recv(std::move(m));
   }
   return std::nullopt;
 }
@@ -282,7 +290,12 @@ void PipelineWorker::apply_overlapped() {
 }
 
 std::function<Message()> PipelineWorker::raw_recv() {
-  return [this] { return env_.transport.recv(); };
+  return [this] {
+    for (;;) {
+      Message m = env_.transport.recv();
+      if (!intercept(m)) return m;
+    }
+  };
 }
 
 std::function<void(Message)> PipelineWorker::other(const std::function<void(Message)>& defer) {
@@ -313,6 +326,7 @@ Message PipelineWorker::recv() {
       poll_average();
       continue;
     }
+    if (intercept(m)) continue;
     poll_average();
     w.end = env_.clock.now();
     env_.metrics.record(w);
@@ -348,6 +362,242 @@ void PipelineWorker::exchange_gradients(const std::function<void(Message)>& defe
   } else {
     averager_->average(at::Tensor(), 1, round, raw_recv(), other(defer));
   }
+}
+
+// ---- Churn ----
+
+bool PipelineWorker::pipeline_kind(MsgKind k) const {
+  return k == MsgKind::kForward || k == MsgKind::kBackward || k == MsgKind::kEvalForward || k == MsgKind::kStop;
+}
+
+bool PipelineWorker::intercept(Message& m) {
+  if (!roster_) return false;  // without churn every message is the algorithm's
+  if (m.kind == MsgKind::kMember) {
+    if (m.src < 0) on_member();  // a peer's is the algorithm's to refuse
+    return false;
+  }
+  if (m.kind == MsgKind::kStateRequest) {
+    if (m.id <= round_done_) serve(m);
+    else requests_.push_back(std::move(m));
+    return true;
+  }
+  if (!pipeline_kind(m.kind)) return false;
+  // A micro-batch of a period this node has left behind, or of the period its cluster gave up
+  // (down), is stale. One of a later period is kept: a neighbour that had less state to fetch
+  // may start the period after a rebuild first.
+  // Only this stage's neighbours now send it pipeline messages: anything else was meant for a
+  // pipeline that has since changed (a node that left, or this node's earlier life).
+  const int from = m.kind == MsgKind::kBackward ? role_.next : role_.prev;
+  if (m.src != from) return true;
+  if (m.kind == MsgKind::kForward || m.kind == MsgKind::kBackward) {
+    const int64_t period = m.id / std::max<int64_t>(1, training_.average_every);
+    return period < period_ || (down_ && period <= period_);
+  }
+  return down_;
+}
+
+void PipelineWorker::on_member() {
+  roster_->update(*env_.membership);
+  const auto& events = roster_->events();
+  for (; events_seen_ < events.size(); ++events_seen_) {
+    const MemberEvent& e = events[events_seen_];
+    if (e.join) continue;
+    if (!recovers_ && spec_.plan->role_of(e.node).stage >= 0) {
+      std::ostringstream os;
+      os << training_.algorithm << " cannot go on without node " << e.node << ", which left at " << std::fixed
+         << std::setprecision(3) << e.at << " s: only ravnest recovers from churn (its clusters average, so "
+         << "another cluster holds the lost layers)";
+      throw Error(os.str());
+    }
+    // A ring member of the averaging in progress that left since its round was sealed.
+    if (averager_->active() && averaging_round_ >= 0 && roster_->left_since(e.node, averaging_round_))
+      averager_->drop(e.node);
+  }
+  if (recovers_ && !roster_->any_up())
+    throw Error("every cluster has lost a node (the last at " + std::to_string(events.back().at) +
+                " s): no cluster is left to hold the model's latest state");
+}
+
+void PipelineWorker::set_period(int64_t period, bool down) {
+  period_ = period;
+  down_ = down;
+}
+
+std::set<int64_t> PipelineWorker::abort_inflight() {
+  std::set<int64_t> ids;
+  if (numeric()) {
+    for (int64_t mb : stage_->pending_ids()) ids.insert(mb);
+    stage_->drop_pending();
+  }
+  for (const auto& [mb, v] : forward_version_) ids.insert(mb);
+  for (const auto& [mb, t] : logits_) ids.insert(mb);
+  logits_.clear();
+  forward_version_.clear();
+  return ids;
+}
+
+void PipelineWorker::serve(const Message& request) {
+  const int64_t base = spec_.model->state_offset(role_.layer_begin);
+  const int64_t end = spec_.model->state_offset(role_.layer_end);
+  const int64_t lo = request.aux, hi = request.step;
+  // Under churn a request may have been meant for this node's earlier life (it left, came back
+  // and holds another stage now): one outside its stage is ignored.
+  if (roster_ && (lo < base || hi > end || lo >= hi)) return;
+  if (lo < base || hi > end || lo >= hi)
+    throw InputError("node " + std::to_string(role_.node) + " was asked by node " + std::to_string(request.src) +
+                     " for state [" + std::to_string(lo) + ", " + std::to_string(hi) + "), outside its [" +
+                     std::to_string(base) + ", " + std::to_string(end) + ")");
+  const int64_t rows = 1 + Optimizer::slots(training_);
+  Message out;
+  out.kind = MsgKind::kState;
+  out.id = request.id;
+  out.aux = lo;
+  out.step = hi;
+  out.scalar = static_cast<double>(rows);
+  if (numeric()) out.payload.push_back(stage_->averaged_state(true).narrow(1, lo - base, hi - lo).contiguous());
+  out.bytes = kHeaderBytes + kFloatBytes * rows * (hi - lo);
+  send(request.src, std::move(out));
+}
+
+void PipelineWorker::serve_pending() {
+  for (auto it = requests_.begin(); it != requests_.end();) {
+    if (it->id > round_done_) {
+      ++it;
+      continue;
+    }
+    serve(*it);
+    it = requests_.erase(it);
+  }
+}
+
+void PipelineWorker::average_round(int64_t round, const std::function<void(Message)>& defer) {
+  averagings_ = round + 1;
+  averaging_round_ = round;
+  averager_->reconfigure(role_, roster_->assignment_at(round), roster_->view(round));
+  if (averager_->participates()) {
+    at::Tensor state = numeric() ? stage_->averaged_state(average_optimizer_) : at::Tensor();
+    averager_->start(std::move(state), average_rows_, round);
+    // Nodes of the round's view that are known to have left by now: their rings are given up.
+    for (int c : roster_->view(round))
+      for (int n : roster_->assignment_at(round)[static_cast<size_t>(c)])
+        if (roster_->left_since(n, round)) averager_->drop(n);
+    averager_->wait(raw_recv(), other(defer));
+    if (numeric()) stage_->set_averaged_state(averager_->result());
+    averager_->clear();
+  }
+  round_done_ = round;
+  serve_pending();
+}
+
+void PipelineWorker::sit_out(int64_t round) {
+  averagings_ = round + 1;
+  Event e = event(EventKind::kOut);
+  e.step = round;
+  env_.metrics.record(e);
+}
+
+void PipelineWorker::fetch_state(int64_t round, const std::function<void(Message)>& defer) {
+  const ModelDesc& model = *spec_.model;
+  const int64_t base = model.state_offset(role_.layer_begin);
+  const int64_t end = model.state_offset(role_.layer_end);
+  if (end <= base) return;
+  const int64_t rows = 1 + Optimizer::slots(training_);
+  Event span = event(EventKind::kTransfer);
+  span.step = round;
+  at::Tensor state = numeric() ? at::zeros({rows, end - base}, at::kFloat) : at::Tensor();
+  std::vector<std::pair<int64_t, int64_t>> missing{{base, end}};
+  std::map<int, std::vector<std::pair<int64_t, int64_t>>> asked;  // node -> pieces asked of it
+  std::set<int> tried;
+  const Assignment at = roster_->assignment_at(round);  // a copy: on_member() below extends the roster
+  while (!missing.empty() || !asked.empty()) {
+    if (asked.empty()) {
+      // The next cluster of the view whose nodes for the missing pieces are all still here.
+      // The view's clusters from the one after this node's on, so that clusters rebuilt after
+      // the same round ask different donors.
+      std::vector<int> order = roster_->view(round);
+      std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+        const int n = static_cast<int>(spec_.plan->clusters.size());
+        return (a - role_.cluster + n) % n < (b - role_.cluster + n) % n;
+      });
+      int donor = -1;
+      for (int c : order) {
+        if (tried.count(c) || c == role_.cluster) continue;
+        bool here = true;
+        for (size_t st = 0; st < at[static_cast<size_t>(c)].size(); ++st) {
+          const StagePlan& sp = spec_.plan->clusters[static_cast<size_t>(c)].stages[st];
+          const int64_t a = model.state_offset(sp.layer_begin), b = model.state_offset(sp.layer_end);
+          for (const auto& [lo, hi] : missing)
+            if (std::max(a, lo) < std::min(b, hi) && roster_->left_since(at[static_cast<size_t>(c)][st], round))
+              here = false;
+        }
+        if (here) {
+          donor = c;
+          break;
+        }
+      }
+      if (donor < 0)
+        throw Error("cluster " + std::to_string(role_.cluster) + " cannot be rebuilt after averaging " +
+                    std::to_string(round) + ": no cluster of that averaging still has every node holding the layers of " +
+                    "node " + std::to_string(role_.node) + "'s stage");
+      tried.insert(donor);
+      for (size_t st = 0; st < at[static_cast<size_t>(donor)].size(); ++st) {
+        const StagePlan& sp = spec_.plan->clusters[static_cast<size_t>(donor)].stages[st];
+        const int64_t a = model.state_offset(sp.layer_begin), b = model.state_offset(sp.layer_end);
+        for (const auto& [lo, hi] : missing) {
+          const int64_t x = std::max(a, lo), y = std::min(b, hi);
+          if (x >= y) continue;
+          const int to = at[static_cast<size_t>(donor)][st];
+          Message q;
+          q.kind = MsgKind::kStateRequest;
+          q.id = round;
+          q.aux = x;
+          q.step = y;
+          q.bytes = kHeaderBytes;
+          send(to, std::move(q));
+          asked[to].emplace_back(x, y);
+        }
+      }
+      missing.clear();
+    }
+    Message m = env_.transport.recv();
+    if (averager_->hold(m)) continue;
+    if (m.kind == MsgKind::kState && m.id == round && asked.count(m.src)) {
+      auto& pieces = asked[m.src];
+      auto it = std::find(pieces.begin(), pieces.end(), std::make_pair(m.aux, m.step));
+      if (it == pieces.end())
+        throw InputError("node " + std::to_string(m.src) + " sent state it was not asked for");
+      note_recv(m);
+      if (numeric()) {
+        RV_CHECK(m.payload.size() == 1 && m.payload[0].dim() == 2 && m.payload[0].size(0) == rows &&
+                     m.payload[0].size(1) == m.step - m.aux,
+                 "a state of the wrong size from node " + std::to_string(m.src));
+        state.narrow(1, m.aux - base, m.step - m.aux).copy_(m.payload[0]);
+      }
+      span.bytes += m.bytes;
+      pieces.erase(it);
+      if (pieces.empty()) asked.erase(m.src);
+      continue;
+    }
+    if (m.kind == MsgKind::kMember && m.src < 0) {
+      on_member();
+      // Pieces asked of a node that has left are asked of the next cluster.
+      for (auto it = asked.begin(); it != asked.end();) {
+        if (!roster_->left_since(it->first, round)) {
+          ++it;
+          continue;
+        }
+        missing.insert(missing.end(), it->second.begin(), it->second.end());
+        it = asked.erase(it);
+      }
+      defer(std::move(m));
+      continue;
+    }
+    if (intercept(m)) continue;
+    defer(std::move(*note_recv(std::move(m))));
+  }
+  if (numeric()) stage_->set_averaged_state(state);
+  finish(span);
+  env_.metrics.record(span);
 }
 
 void PipelineWorker::record_memory() {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <deque>
+#include <set>
 #include <memory>
 #include <optional>
 
@@ -18,8 +19,9 @@ namespace rv {
 class PipelineWorker {
  public:
   // `training` may differ from the scenario's (gpipe keeps graphs: weight stashing semantics).
+  // `role`: the stage this node holds when it is not the plan's (churn: a spare that took one).
   PipelineWorker(NodeEnv& env, const RunSpec& spec, int node, const TrainingSpec& training,
-                 int64_t in_flight);
+                 int64_t in_flight, const NodeRole* role = nullptr);
 
   const NodeRole& role() const { return role_; }
   bool numeric() const { return env_.compute.numeric(); }
@@ -67,6 +69,34 @@ class PipelineWorker {
   void exchange_gradients(const std::function<void(Message)>& defer);
   bool averages() const { return averager_->participates() || spec_.plan->clusters.size() > 1; }
 
+  // ---- Churn (env.membership set). Every kMember message that reaches this worker updates the
+  // roster first (and gives up the rings of an averaging in progress that a departed node was in);
+  // it is then handed on like any message, so that a blocked algorithm wakes up. An algorithm
+  // that cannot recover (recovering(false), the default) throws rv::Error at the first departure
+  // of a node that holds a stage.
+  void recovering(bool on) { recovers_ = on; }
+  // Catches the roster up with the membership, as a kMember message does.
+  void refresh() { on_member(); }
+  Roster* roster() { return roster_.get(); }
+  // Pipeline messages (kForward, kBackward) of micro-batches before period `period` (of
+  // average_every micro-batches each) are dropped on arrival; with `down`, those of `period` too,
+  // and every eval and stop message (those of later periods are kept).
+  void set_period(int64_t period, bool down);
+  void set_role(const NodeRole& role) { role_ = role; }
+  // Forgets the micro-batches in flight (their graphs, their logits); returns their ids.
+  std::set<int64_t> abort_inflight();
+  // Averaging `round` among the roster's view of it (this node's cluster is in it): rings re-form
+  // around the membership, and those of departed nodes are given up. Then answers the state
+  // requests for rounds up to `round`.
+  void average_round(int64_t round, const std::function<void(Message)>& defer);
+  // This node's cluster sits out `round`: answers requests for earlier rounds and records kOut.
+  void sit_out(int64_t round);
+  // After `round`, fetches this stage's state (parameters and optimizer state) from the nodes that
+  // hold its layers in a cluster of the round's view, trying the next cluster where one of them
+  // leaves first. Pipeline messages that arrive meanwhile go to `defer`. Throws rv::Error when no
+  // cluster of the view can supply them.
+  void fetch_state(int64_t round, const std::function<void(Message)>& defer);
+
  private:
   Event event(EventKind kind) const;
   // Ends a span begun by event() (its end).
@@ -78,6 +108,13 @@ class PipelineWorker {
   // Records the backward span `e` and returns its staleness (updates since its forward).
   int64_t finish_backward(Event& e, int64_t mb, int64_t forward_version);
   std::optional<Message> note_recv(std::optional<Message> m);
+  // Churn: whatever this worker handles itself (state requests, stale pipeline messages); true if
+  // `m` is consumed. Runs on_member() for a kMember.
+  bool intercept(Message& m);
+  void on_member();
+  void serve(const Message& request);
+  void serve_pending();
+  bool pipeline_kind(MsgKind k) const;
   int64_t eval_batches() const;
 
   NodeEnv& env_;
@@ -99,6 +136,14 @@ class PipelineWorker {
   double eval_loss_ = 0;
   Bytes peak_memory_ = 0;
   std::unique_ptr<Averager> averager_;
+  std::unique_ptr<Roster> roster_;  // churn only
+  bool recovers_ = false;
+  size_t events_seen_ = 0;          // membership events handled by on_member()
+  int64_t period_ = 0;
+  bool down_ = false;
+  int64_t round_done_ = -1;         // the last round averaged: its state can be served
+  int64_t averaging_round_ = -1;    // the round of the last averaging begun
+  std::deque<Message> requests_;    // state requests for later rounds
   bool average_optimizer_;   // averagings carry the optimizer's state too
   int64_t average_rows_;     // rows of an averaged tensor (Stage::averaged_state)
   int64_t averagings_ = 0;

@@ -36,7 +36,8 @@ const std::vector<Algorithm>& algorithms() {
        "zero-bubble asynchronous pipelines, clusters averaged by parallel multi-ring all-reduce",
        &run_ravnest,
        {InFlightRule::kMaxInFlight, Schedule::kAsynchronous, Layout::kPipelines,
-        Exchange::kParameters, /*forces_weight_stashing=*/false, /*overlapped_averaging=*/true}},
+        Exchange::kParameters, /*forces_weight_stashing=*/false, /*overlapped_averaging=*/true,
+        /*recovers_from_churn=*/true}},
       {"gpipe",
        "synchronous pipelines (micro-batches, then a flush); gradients all-reduced every step",
        &run_gpipe,
@@ -101,6 +102,18 @@ const Allreduce& allreduce_of(const Scenario& s) {
 
 std::map<std::string, std::vector<std::string>> registry_choices() {
   return {{"training.algorithm", algorithm_names()}, {"training.allreduce", allreduce_names()}};
+}
+
+void check_churn_support(const Scenario& s) {
+  if (!s.churn.enabled(s.devices) || !algorithm_of(s).traits.recovers_from_churn) return;
+  const Allreduce& a = allreduce_of(s);
+  if (a.topology != AllreduceTopology::kMultiRing || a.executor_collectives)
+    throw ScenarioError(s.where("training.allreduce"), "training.allreduce",
+                        "churn needs \"multi-ring\": only its rings re-form around the nodes that are left");
+  if (s.training.averaging == "overlapped")
+    throw ScenarioError(s.where("training.averaging"), "training.averaging",
+                        "churn needs \"bulk-sync\" averaging: a cluster rejoins at an averaging, which overlapped "
+                        "averaging never waits for");
 }
 
 std::string variant_label(const Scenario& s) {

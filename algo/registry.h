@@ -59,6 +59,9 @@ struct AlgorithmTraits {
   bool forces_weight_stashing = false;
   // Honours training.averaging = "overlapped" (averaging runs while training goes on).
   bool overlapped_averaging = false;
+  // Goes on when nodes leave (churn): clusters re-form around spares and newcomers (algo/roster.h).
+  // The others stop at the first departure, saying why.
+  bool recovers_from_churn = false;
 };
 
 struct Algorithm {
@@ -111,6 +114,10 @@ const Allreduce& allreduce_of(const Scenario& s);
 // The choices of the scenario keys that name registry entries (training.algorithm,
 // training.allreduce), for the key listing (core/scenario/keys.h: ExtraChoices).
 std::map<std::string, std::vector<std::string>> registry_choices();
+
+// Under churn (ChurnSpec::enabled), an algorithm that recovers needs bulk-synchronous averaging by
+// the multi-ring (the rings re-form around the membership); throws rv::ScenarioError otherwise.
+void check_churn_support(const Scenario& s);
 
 // A short label of what ran: the algorithm, then its averaging mode and all-reduce where they are
 // not the defaults ("ravnest overlapped single-ring"). Reports group runs by it.

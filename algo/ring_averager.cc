@@ -1,5 +1,6 @@
 #include "algo/ring_averager.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -16,29 +17,22 @@ int64_t RingAverager::MyRing::seg_lo(int i) const {
 
 RingAverager::RingAverager(NodeEnv& env, const Plan& plan, const ModelDesc& model, int node,
                            RingTopology topology)
-    : env_(env), node_(node), role_(plan.role_of(node)), topology_(topology) {
+    : plan_(plan), model_(model), env_(env), node_(node), role_(plan.role_of(node)), topology_(topology) {
   const NodeRole& role = role_;
   clusters_ = static_cast<int>(plan.clusters.size());
+  keep_original_ = env.membership != nullptr;
   if (role.stage < 0 || clusters_ < 2) return;
   const int64_t base = model.state_offset(role.layer_begin);
   own_ = model.state_offset(role.layer_end) - base;
   whole_ = model.state_offset(model.layer_count());
   if (topology_ == RingTopology::kMulti) {
-    for (int r = 0; r < static_cast<int>(plan.rings.size()); ++r) {
-      const Ring& ring = plan.rings[r];
-      RV_CHECK(static_cast<int>(ring.owners.size()) == clusters_, "a ring without one owner per cluster");
-      if (ring.owners[role.cluster] != node || ring.end <= ring.begin) continue;
-      MyRing m;
-      m.id = r;
-      m.lo = ring.begin - base;
-      m.hi = ring.end - base;
-      m.member = role.cluster;
-      m.members = clusters_;
-      m.next = ring.owners[(role.cluster + 1) % clusters_];
-      m.prev = ring.owners[(role.cluster + clusters_ - 1) % clusters_];
-      rings_.push_back(m);
+    Assignment nodes(plan.clusters.size());
+    std::vector<int> view;
+    for (size_t c = 0; c < plan.clusters.size(); ++c) {
+      view.push_back(static_cast<int>(c));
+      for (const StagePlan& st : plan.clusters[c].stages) nodes[c].push_back(st.node);
     }
-    takes_part_ = !rings_.empty();
+    reconfigure(role, nodes, view);
     return;
   }
   // Single ring: the first stages of the clusters, over the whole model.
@@ -64,6 +58,66 @@ RingAverager::RingAverager(NodeEnv& env, const Plan& plan, const ModelDesc& mode
   } else {
     takes_part_ = own_ > 0;
   }
+}
+
+void RingAverager::reconfigure(const NodeRole& role, const Assignment& nodes, const std::vector<int>& view) {
+  if (topology_ != RingTopology::kMulti) Averager::reconfigure(role, nodes, view);
+  RV_CHECK(phase_ == Phase::kIdle, "averaging: re-formed during an averaging");
+  if (ring_stage_.empty()) {  // each ring's holder in each cluster, as a stage (the plan's)
+    for (const Ring& ring : plan_.rings) {
+      RV_CHECK(ring.owners.size() == plan_.clusters.size(), "a ring without one owner per cluster");
+      std::vector<int> stages;
+      for (size_t c = 0; c < ring.owners.size(); ++c) {
+        const NodeRole r = plan_.role_of(ring.owners[c]);
+        RV_CHECK(r.cluster == static_cast<int>(c), "a ring's owner outside its cluster");
+        stages.push_back(r.stage);
+      }
+      ring_stage_.push_back(std::move(stages));
+    }
+  }
+  role_ = role;
+  rings_.clear();
+  takes_part_ = false;
+  clusters_ = static_cast<int>(view.size());
+  if (role.stage < 0) return;
+  const int64_t base = model_.state_offset(role.layer_begin);
+  own_ = model_.state_offset(role.layer_end) - base;
+  const auto here = std::find(view.begin(), view.end(), role.cluster);
+  if (here == view.end() || clusters_ < 2) return;
+  const int member = static_cast<int>(here - view.begin());
+  for (int r = 0; r < static_cast<int>(plan_.rings.size()); ++r) {
+    const Ring& ring = plan_.rings[r];
+    if (ring_stage_[r][role.cluster] != role.stage || ring.end <= ring.begin) continue;
+    MyRing m;
+    m.id = r;
+    m.lo = ring.begin - base;
+    m.hi = ring.end - base;
+    m.member = member;
+    m.members = clusters_;
+    for (int c : view) m.nodes.push_back(nodes.at(c).at(ring_stage_[r][c]));
+    m.next = m.nodes[(member + 1) % clusters_];
+    m.prev = m.nodes[(member + clusters_ - 1) % clusters_];
+    rings_.push_back(m);
+  }
+  takes_part_ = !rings_.empty();
+}
+
+void RingAverager::drop(int node) {
+  if (topology_ != RingTopology::kMulti) Averager::drop(node);
+  if (phase_ != Phase::kReduce && phase_ != Phase::kGather) return;
+  bool gave_up = false;
+  for (auto it = rings_.begin(); it != rings_.end();) {
+    if (std::find(it->nodes.begin(), it->nodes.end(), node) == it->nodes.end()) {
+      ++it;
+      continue;
+    }
+    // Its chunk goes back to this node's own values (it may hold a partial sum by now).
+    if (state_.defined() && original_.defined())
+      state_.narrow(1, it->lo, it->hi - it->lo).copy_(original_.narrow(1, it->lo, it->hi - it->lo));
+    it = rings_.erase(it);
+    gave_up = true;
+  }
+  if (gave_up && rings_.empty()) finish();
 }
 
 bool RingAverager::hold(Message& m) {
@@ -95,6 +149,10 @@ void RingAverager::start(at::Tensor state, int64_t rows, int64_t round) {
     RV_CHECK(state_.dim() == 2 && state_.size(0) == rows && state_.size(1) == own_,
              "averaging: a state of the wrong shape on node " + std::to_string(node_));
   }
+  // Messages of earlier averagings that were given up (churn) will never be taken.
+  for (auto it = early_.begin(); it != early_.end();)
+    it = std::get<3>(it->first) < round ? early_.erase(it) : std::next(it);
+  if (keep_original_ && state_.defined()) original_ = state_.clone();
   span_ = event_now(env_, role_, EventKind::kAverage);
   span_.step = round;
   if (!takes_part_) {
@@ -271,6 +329,7 @@ at::Tensor RingAverager::result() const {
 void RingAverager::clear() {
   phase_ = Phase::kIdle;
   state_ = at::Tensor();
+  original_ = at::Tensor();
 }
 
 }  // namespace rv

@@ -41,6 +41,8 @@ class RingAverager : public Averager {
   bool active() const override { return phase_ != Phase::kIdle; }
   at::Tensor result() const override;
   void clear() override;
+  void reconfigure(const NodeRole& role, const Assignment& nodes, const std::vector<int>& view) override;
+  void drop(int node) override;
 
  private:
   struct MyRing {
@@ -49,6 +51,7 @@ class RingAverager : public Averager {
     int member = 0;          // this node's position (its cluster) in the ring
     int prev = -1, next = -1;
     int members = 0;
+    std::vector<int> nodes;  // every member (churn: a ring with one that left is given up)
     int64_t seg_lo(int i) const;  // segment i of C: [seg_lo(i), seg_lo(i + 1))
   };
   struct Member {  // single ring, on a leader: another stage of its cluster
@@ -64,6 +67,11 @@ class RingAverager : public Averager {
   void note(EventKind kind, int peer, Bytes bytes);  // a send or receive event
   Message take(MsgKind kind, int64_t aux, int64_t step);
 
+  const Plan& plan_;
+  const ModelDesc& model_;
+  std::vector<std::vector<int>> ring_stage_;  // multi: per ring, per cluster, the stage holding it
+  at::Tensor original_;  // churn: the state as it started, for the chunks of rings given up
+  bool keep_original_ = false;
   NodeEnv& env_;
   int node_;
   NodeRole role_;

@@ -207,7 +207,10 @@ class Run:
         ok = np.isfinite(d["loss"]) & np.isfinite(d["end_s"])
         order = np.argsort(d["end_s"][ok], kind="stable")
         t, loss = d["end_s"][ok][order], d["loss"][ok][order]
-        return t, cumulative_samples(d["cluster"][ok][order], d["samples"][ok][order]), loss
+        # Keyed by (cluster, node): under churn a cluster's last stage may pass to another node,
+        # whose count starts again; the sum over both is what the cluster trained.
+        keys = list(zip(d["cluster"][ok][order], d["node"][ok][order]))
+        return t, cumulative_samples(keys, d["samples"][ok][order]), loss
 
     def accuracy_curve(self):
         """(time, total samples, accuracy) from eval.csv (or eval rows), one point per step."""
@@ -443,7 +446,7 @@ def save_json(png_path, data, written, runs=()):
 
 
 def cumulative_samples(clusters, samples):
-    """Sum over clusters of each cluster's latest `samples` value, row by row."""
+    """Sum over clusters (or any keys) of each one's latest `samples` value, row by row."""
     latest, out = {}, np.empty(len(samples))
     for i, (c, s) in enumerate(zip(clusters, samples)):
         if math.isfinite(s):
@@ -565,6 +568,162 @@ def plot_curves(runs, title, out, written):
             save(fig, path, written)
             save_json(path, {"title": f"{title}: {y_label} vs {x_name}", "x_label": x_label,
                              "y_label": y_label, "series": series}, written, runs)
+
+
+def churn_events(run):
+    """The run's departures and arrivals: sorted (time, "leave" | "join", node)."""
+    out = []
+    for k in ("leave", "join"):
+        d = run.kind(k)
+        out += [(float(t), k, int(n)) for t, n in zip(d["end_s"], d["node"])]
+    return sorted(out)
+
+
+def last_stage_ends(run):
+    """End times of the backward passes of the clusters' last stages (a finished micro-batch
+    each), by the event's own cluster and stage: under churn another node may hold a stage."""
+    stages = [len(c.get("stages", [])) for c in (run.plan.get("clusters") or [])]
+    d = run.kind("backward")
+    if not len(d["end_s"]) or not stages:
+        return np.zeros(0)
+    cl, st, mb = d["cluster"].astype(int), d["stage"].astype(int), d["micro_batch"]
+    last = np.array([0 <= c < len(stages) and s == stages[c] - 1 for c, s in zip(cl, st)], dtype=bool)
+    return np.sort(d["end_s"][last & (mb >= 0)])
+
+
+def mark_churn(ax, events):
+    """Vertical lines at departures (red, dashed) and arrivals (green, dotted), labelled once."""
+    seen = set()
+    for t, k, _ in events:
+        style = dict(color="tab:red", linestyle="--") if k == "leave" else dict(color="tab:green", linestyle=":")
+        ax.axvline(t, alpha=0.6, linewidth=1, label=None if k in seen else
+                   ("a node leaves" if k == "leave" else "a node arrives"), **style)
+        seen.add(k)
+
+
+def plot_churn(runs, title, out, written):
+    """Per run with churn: throughput (finished micro-batches' samples per second, in 60 windows)
+    and training loss against time, each departure and arrival marked."""
+    for r in runs:
+        events = churn_events(r)
+        if not events:
+            continue
+        ends = last_stage_ends(r)
+        batch = (r.scenario_dict.get("data") or {}).get("batch_size", 1)
+        t_end = float(r.time_s or (ends[-1] if len(ends) else 0))
+        if t_end <= 0:
+            continue
+        edges = np.linspace(0, t_end, 61)
+        counts, _ = np.histogram(ends, bins=edges)
+        rate = counts * batch / np.diff(edges)
+        centres = (edges[:-1] + edges[1:]) / 2
+        t, _, loss = r.loss_curve()
+        panels = 2 if len(loss) else 1
+        fig, axes = plt.subplots(panels, 1, figsize=(8, 3.2 * panels + 0.8), sharex=True, squeeze=False)
+        ax = axes[0][0]
+        ax.step(centres, rate, where="mid", color="tab:blue", label="samples/s")
+        mark_churn(ax, events)
+        ax.set_ylabel("samples/s")
+        ax.legend(fontsize=8)
+        data = {"title": f"{title}: churn, {r.label}", "x_label": time_label([r]),
+                "series": [{"label": "samples/s", "x": centres, "y": rate}],
+                "events": [{"time_s": a, "kind": k, "node": n} for a, k, n in events]}
+        if len(loss):
+            shown = moving_average(loss, max(1, min(100, len(loss) // 20)))
+            ax2 = axes[1][0]
+            ax2.plot(t, loss, color="tab:blue", alpha=0.2, linewidth=0.8)
+            ax2.plot(t, shown, color="tab:blue", label="training loss (moving average)")
+            mark_churn(ax2, events)
+            ax2.set_ylabel("training loss")
+            ax2.legend(fontsize=8)
+            data["series"].append({"label": "training loss", "x": t, "y": shown, "y_raw": loss})
+        churn = r.summary.get("churn") or {}
+        lost = churn.get("samples_lost")
+        planned = churn.get("planned_samples")
+        sub = (f" ({lost} of {planned} planned samples lost)" if lost is not None and planned else "")
+        finish(axes[-1][0], "", time_label([r]), "training loss" if len(loss) else "samples/s")
+        axes[0][0].grid(alpha=0.3)
+        axes[0][0].set_title(f"{title}: throughput and loss under churn{sub}\n{r.label}", fontsize=9)
+        path = os.path.join(out, f"churn_{safe_name(r.label)}.png")
+        save(fig, path, written)
+        save_json(path, data, written, [r])
+
+
+def churn_rate(run):
+    """churn.leave_per_hour of the run's scenario (0 without churn)."""
+    return float((run.scenario_dict.get("churn") or {}).get("leave_per_hour", 0.0) or 0.0)
+
+
+def plot_churn_rate(runs, title, out, written):
+    """Final test accuracy and the share of planned samples trained against the churn rate, when
+    the runs span several rates (a `ravnest sweep` over churn.leave_per_hour); seeds give a
+    min-max bar around their mean."""
+    rates = sorted({churn_rate(r) for r in runs})
+    if len(rates) < 2:
+        return
+    acc, kept = {}, {}
+    for r in runs:
+        a = (r.summary.get("final") or {}).get("test_accuracy")
+        if a is not None:
+            acc.setdefault(churn_rate(r), []).append(float(a))
+        # Planned: every cluster trains training.steps micro-batches (summary.json "churn" has it
+        # where churn was on; a run without churn planned the same).
+        c = r.summary.get("churn") or {}
+        planned = c.get("planned_samples")
+        if not planned:
+            steps = (r.scenario_dict.get("training") or {}).get("steps")
+            batch = (r.scenario_dict.get("data") or {}).get("batch_size")
+            clusters = r.summary.get("clusters")
+            planned = steps * batch * clusters if steps and batch and clusters else None
+        if planned:
+            kept.setdefault(churn_rate(r), []).append(r.summary.get("train_samples", 0) / planned)
+    fig, axes = plt.subplots(2, 1, figsize=(8, 6.4), sharex=True)
+    series = []
+    for ax, values, label in ((axes[0], acc, "final test accuracy"), (axes[1], kept, "share of planned samples trained")):
+        xs = [x for x in rates if x in values]
+        if not xs:
+            continue
+        mean = np.array([np.mean(values[x]) for x in xs])
+        lo = np.array([min(values[x]) for x in xs])
+        hi = np.array([max(values[x]) for x in xs])
+        pct = np.array(xs) * 100
+        ax.errorbar(pct, mean, yerr=[np.maximum(mean - lo, 0), np.maximum(hi - mean, 0)], marker="o", capsize=3,
+                    label=f"{label} (mean over seeds)")
+        ax.legend(fontsize="small")
+        ax.set_ylabel(label)
+        series.append({"label": label, "x": pct, "y": mean, "min": lo, "max": hi,
+                       "runs": {x: len(values[x]) for x in xs}})
+    finish(axes[1], "", "departures per node per hour (%)", "share of planned samples trained")
+    axes[0].grid(alpha=0.3)
+    axes[0].set_title(f"{title}: accuracy against churn (seeds: min-max)", fontsize=9)
+    path = os.path.join(out, "churn_rate.png")
+    save(fig, path, written)
+    save_json(path, {"title": f"{title}: accuracy against churn", "x_label": "departures per node per hour (%)",
+                     "series": series}, written, runs)
+
+
+def churn_lines(runs):
+    """report.md: what churn cost each run (summary.json "churn")."""
+    rows = [r for r in runs if r.summary.get("churn")]
+    if not rows:
+        return []
+    lines = ["## Churn", "",
+             "Departures and arrivals, stages taken over by spares or newcomers, micro-batches dropped "
+             "in flight, averaging rounds a cluster sat out (cluster x round), state transfers, the "
+             "samples the plan's clusters did not train, and the time clusters spent without finishing "
+             "a micro-batch around their losses (summed over clusters).", "",
+             "| run | leaves per node per hour | leaves | joins | takeovers | dropped micro-batches "
+             "| rounds sat out | state transfers (MiB) | samples lost (of planned) "
+             "| cluster-seconds without progress |", "|" + "---|" * 10]
+    for r in rows:
+        c = r.summary["churn"]
+        lines.append(f"| {r.label} | {fmt(churn_rate(r), '.3g')} | {c.get('leaves')} | {c.get('joins')} "
+                     f"| {c.get('takeovers')} | {c.get('dropped_micro_batches')} | {c.get('rounds_sat_out')} "
+                     f"| {c.get('state_transfers')} ({fmt(c.get('state_transfer_bytes', 0) / 2**20, '.2f')}) "
+                     f"| {c.get('samples_lost')} ({c.get('planned_samples')}) "
+                     f"| {fmt(c.get('cluster_seconds_without_progress'), '.1f')} |")
+    lines.append("")
+    return lines
 
 
 def plot_theory(runs, title, out, written):
@@ -1102,6 +1261,7 @@ def write_markdown(runs, refused, title, out, images, written, validations=()):
         lines += [f"| {r.label} | {i} | {fmt(ms(c.get('predicted_period_s')), '.3f')} "
                   f"| {fmt(c.get('predicted_samples_per_s'), '.1f')} |" for r, i, c in clusters]
     lines.append("")
+    lines += churn_lines(runs)
     lines += theory_lines(runs)
     reasons = [r for r in runs if r.plan_reason]
     if reasons:
@@ -1183,6 +1343,8 @@ def main(argv=None):
             plot_stage_times(runs, title, out, written)
             plot_speedup(runs, title, out, written, log=args.log, refused=refused)
             plot_time_to_accuracy(runs, title, out, written, args.target_accuracy)
+            plot_churn(runs, title, out, written)
+            plot_churn_rate(runs, title, out, written)
             plot_theory(runs, title, out, written)
         write_markdown(runs, refused, title, out, [p for p in written if p.endswith(".png")],
                        written, validations)

@@ -488,6 +488,55 @@ class ReportTest(unittest.TestCase):
         self.assertIn(": failed: node 1 crashed", md)
         self.assertEqual(md.count("\n- "), 2)   # the complete run is not listed
 
+    def test_churn_runs_mark_departures_and_draw_accuracy_against_the_rate(self):
+        runs = []
+        for i, (rate, acc) in enumerate(((0.0, 0.87), (0.1, 0.86), (0.1, 0.84), (0.2, 0.80))):
+            folder = make_run(os.path.join(self.dir, f"r{i}"), name="churny", seed=i, plan=True,
+                              training="steps = 60\n")
+            with open(os.path.join(folder, "scenario.toml"), "a") as f:
+                f.write(f"[churn]\nleave_per_hour = {rate}\n")
+            with open(os.path.join(folder, "summary.json")) as f:
+                summary = json.load(f)
+            summary["final"]["test_accuracy"] = acc
+            if rate > 0:
+                with open(os.path.join(folder, "metrics.csv"), "a") as f:
+                    f.write("leave,1,-1,-1,-1,-1,0.100000,0.100000,,,-1,0,-1,0,,\n"
+                            "join,5,-1,-1,-1,-1,0.200000,0.200000,,,-1,0,-1,0,,\n")
+                summary["churn"] = {"leaves": 1, "joins": 1, "takeovers": 1, "dropped_micro_batches": 2,
+                                    "rounds_sat_out": 1, "state_transfers": 2, "state_transfer_bytes": 1 << 20,
+                                    "planned_samples": summary["train_samples"] * 2,
+                                    "samples_lost": summary["train_samples"]}
+            with open(os.path.join(folder, "summary.json"), "w") as f:
+                json.dump(summary, f)
+            runs.append(folder)
+        out = os.path.join(self.dir, "out")
+        self.report_ok(*runs, "--out", out)
+        churned = sorted(p for p in os.listdir(out) if p.startswith("churn_") and p.endswith(".png")
+                         and p != "churn_rate.png")
+        self.assertEqual(len(churned), 3, churned)  # the three runs with churn, not the one without
+        for p in churned:
+            self.assert_png(os.path.join(out, p))
+            with open(os.path.join(out, p[:-4] + ".json")) as f:
+                data = json.load(f)
+            self.assertEqual([e["kind"] for e in data["events"]], ["leave", "join"])
+            self.assertEqual([e["node"] for e in data["events"]], [1, 5])
+        self.assert_png(os.path.join(out, "churn_rate.png"))
+        with open(os.path.join(out, "churn_rate.json")) as f:
+            rate = json.load(f)
+        acc = rate["series"][0]
+        self.assertEqual(acc["x"], [0.0, 10.0, 20.0])
+        self.assertEqual(acc["y"], [0.87, 0.85, 0.80])  # the two seeds at 10% averaged
+        self.assertEqual(acc["min"][1], 0.84)
+        self.assertEqual(acc["max"][1], 0.86)
+        kept = rate["series"][1]
+        self.assertEqual(kept["y"], [1.0, 0.5, 0.5])  # without churn: every planned sample
+        md = self.read_md(out)
+        self.assertIn("## Churn", md)
+        section = md.split("## Churn", 1)[1].split("\n## ", 1)[0]
+        rows = [l for l in section.splitlines() if l.startswith("| churny")]
+        self.assertEqual(len(rows), 3)  # the runs with churn
+        self.assertTrue(all("| 1 | 1 | 1 | 2 | 1 | 2 (1.00) |" in r for r in rows), rows)
+
     def test_missing_folder(self):
         self.assert_error(run_report(os.path.join(self.dir, "nope")), "run folder not found")
 

@@ -37,6 +37,7 @@ Scenario load_checked(const std::string& path, const std::vector<std::string>& o
   Scenario s = load_scenario(path, overrides);
   algorithm_of(s);
   allreduce_of(s);
+  check_churn_support(s);
   return s;
 }
 
@@ -48,7 +49,16 @@ Prepared prepare(Scenario scenario) {
   return p;
 }
 
+void check_no_churn(const Scenario& s, const std::string& executor) {
+  if (s.churn.enabled(s.devices))
+    throw ScenarioError(s.where("churn"), "churn",
+                        "nodes that leave and arrive (churn, devices[].leave_per_hour, devices[].join_at_s) "
+                        "are played by the simulator only (ravnest sim); the " + executor + " executor runs "
+                        "every node from start to end");
+}
+
 void check_simulable(const Scenario& s, const std::string& executor) {
+  if (executor != "sim") check_no_churn(s, executor);
   if (executor != "sim" && !s.network.platform.empty())
     throw ScenarioError(s.where("network.platform"), "network.platform",
                         "a SimGrid platform file is for the simulator (ravnest sim); the " + executor +
@@ -180,6 +190,7 @@ int cmd_sim(const CommonOptions& o, const std::string& executor, const std::stri
 int cmd_real(const CommonOptions& o, const std::string& self_exe, const std::string& run_path,
              const Machines& machines) {
   Prepared p = prepare(o);  // validate before starting any process
+  check_no_churn(p.scenario, "real");
   if (!run_path.empty() && fs::exists(run_path)) throw InputError(run_path + ": run folder exists already");
   LaunchOptions lo{o.scenario, o.overrides, self_exe, run_path, o.progress, machines};
   Machines& m = lo.machines;

@@ -22,8 +22,11 @@ struct Prepared {
 // Loads a scenario and checks the names that the registry, not the key table, knows.
 Scenario load_checked(const std::string& path, const std::vector<std::string>& overrides);
 Prepared prepare(Scenario scenario);
-// Refuses what only the real executor runs (an all-reduce on the executor's own collectives).
+// Refuses what only the real executor runs (an all-reduce on the executor's own collectives), and
+// churn outside the simulator.
 void check_simulable(const Scenario& s, const std::string& executor);
+// Refuses churn: only the simulator plays it (exit 2).
+void check_no_churn(const Scenario& s, const std::string& executor);
 // Runs a prepared scenario in this process (executor: sim | loopback) and writes its run folder at
 // `run_path` ("" = a new one under output.dir); returns the folder.
 // `engine`: SimGrid's --cfg and --log (sim only), tried with the scenario's platform before the

@@ -84,6 +84,7 @@ int cmd_validate(const CommonOptions& o, const std::string& self_exe, const std:
   const Prepared base = prepare(load_checked(o.scenario, o.overrides));
   const Scenario& s = base.scenario;
   check_simulable(s, "sim");
+  check_no_churn(s, "real");
   if (s.dilation != 1)
     throw InputError(s.where("dilation") + ": ravnest validate chooses the dilation itself; give it as "
                      "--dilation K instead of the scenario's dilation key");

@@ -13,6 +13,9 @@ const char* to_string(MsgKind kind) {
     case MsgKind::kControl: return "control";
     case MsgKind::kCollect: return "collect";
     case MsgKind::kDistribute: return "distribute";
+    case MsgKind::kMember: return "member";
+    case MsgKind::kStateRequest: return "state_request";
+    case MsgKind::kState: return "state";
   }
   return "unknown";
 }

@@ -32,7 +32,10 @@ enum class MsgKind : int32_t {
   kControl = 7,      // executor-level control (barriers, shutdown); never seen by algorithms
   kCollect = 8,      // single-ring averaging: a stage's state, towards its cluster's leader
   kDistribute = 9,   // single-ring averaging: the mean of a stage's state, from the leader
-  // (the last kind: the wire format checks kinds against it)
+  kMember = 10,      // from the executor (src -1): the membership changed (Membership); no payload
+  kStateRequest = 11,  // churn: layers' state wanted after averaging `id` (aux, step: state range)
+  kState = 12,       // churn: the answer, the state [aux, step) with optimizer rows (`scalar`: rows)
+  kLast = kState,    // the wire format checks kinds against it
 };
 
 const char* to_string(MsgKind kind);
@@ -134,12 +137,37 @@ class Collectives {
   virtual std::unique_ptr<CollectiveWork> allreduce_sum(const std::vector<int>& ranks, at::Tensor t) = 0;
 };
 
+// Churn: the run's one record of nodes that left and arrived, in one order for every node, and
+// for each averaging round how many of those events it counts. The first node to ask for a
+// round's count fixes it ("seals" the round): events recorded later count for later rounds, so
+// every node sees the same membership for each round (algo/roster.h). After each new event and
+// each newly sealed round the executor puts a kMember message in every present node's queue.
+// Executors without churn provide none (NodeEnv::membership is null).
+struct MemberEvent {
+  int node = -1;
+  bool join = false;  // arrived (as a spare); false: left
+  Seconds at = 0;     // when it happened (the notice comes churn.detect_s later)
+};
+
+class Membership {
+ public:
+  virtual ~Membership() = default;
+  // Seals `round` if no node has yet (every earlier round is sealed first) and returns the number
+  // of events it counts.
+  virtual int64_t seal(int64_t round) = 0;
+  // The count of a sealed round; -1 if it is not sealed yet.
+  virtual int64_t sealed(int64_t round) const = 0;
+  // The events recorded so far, in their one order.
+  virtual std::vector<MemberEvent> events() const = 0;
+};
+
 struct NodeEnv {
   Transport& transport;
   Clock& clock;
   Compute& compute;
   Metrics& metrics;
   Collectives* collectives = nullptr;  // the executor's own collectives, if it has any
+  Membership* membership = nullptr;    // churn: the run's membership, if nodes may come and go
 };
 
 }  // namespace rv

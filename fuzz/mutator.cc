@@ -360,7 +360,7 @@ FrameCase FrameMutator::next() {
   using namespace wire;
   // A real header first: a message of a random kind with 0 to 3 payload tensors.
   Message m;
-  m.kind = static_cast<MsgKind>(1 + below(rng_, static_cast<int>(MsgKind::kDistribute)));
+  m.kind = static_cast<MsgKind>(1 + below(rng_, static_cast<int>(MsgKind::kLast)));
   m.id = below(rng_, 1000);
   m.step = below(rng_, 1000);
   m.bytes = below(rng_, 1 << 20);

@@ -203,8 +203,21 @@ Plan plan_with(const Scenario& scenario, const ModelDesc& model) {
 }  // namespace
 
 Plan make_plan(const Scenario& scenario, const ModelDesc& model) {
-  Plan plan = plan_with(scenario, model);
-  plan.reason = CostModel(scenario, model).explain(plan);
+  if (scenario.initial_node_count() == scenario.node_count()) {
+    Plan plan = plan_with(scenario, model);
+    plan.reason = CostModel(scenario, model).explain(plan);
+    return plan;
+  }
+  // Groups that arrive later (devices[].join_at_s) are not there to plan with: the plan covers
+  // the nodes present at the start, ranks [0, initial_node_count()), and names the whole pool, whose
+  // later ranks start as spares.
+  Scenario present = scenario;
+  present.devices.erase(std::remove_if(present.devices.begin(), present.devices.end(),
+                                       [](const DeviceGroup& g) { return g.join_at_s > 0; }),
+                        present.devices.end());
+  Plan plan = plan_with(present, model);
+  plan.reason = CostModel(present, model).explain(plan);
+  plan.nodes = scenario.node_count();
   return plan;
 }
 

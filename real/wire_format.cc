@@ -50,8 +50,8 @@ Decoded decode_header(const int64_t* w, size_t words, int peer, int64_t max_elem
   Decoded d;
   const int64_t kind = w[kWKind];
   if (kind < static_cast<int64_t>(MsgKind::kForward) ||
-      kind > static_cast<int64_t>(MsgKind::kDistribute)) {
-    throw bad("kind " + std::to_string(kind) + " is not a message kind (1.." + std::to_string(static_cast<int>(MsgKind::kDistribute)) + ")");
+      kind > static_cast<int64_t>(MsgKind::kLast)) {
+    throw bad("kind " + std::to_string(kind) + " is not a message kind (1.." + std::to_string(static_cast<int>(MsgKind::kLast)) + ")");
   }
   d.msg.kind = static_cast<MsgKind>(kind);
   d.msg.id = w[kWId];

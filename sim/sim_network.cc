@@ -130,6 +130,17 @@ sg4::ActorPtr SimNetwork::receiver(int dst) {
   return a;
 }
 
+void SimNetwork::deliver(int dst, Message msg) {
+  Inbox& in = inbox(dst);
+  in.queue.push_back(std::move(msg));
+  if (in.waiting) {
+    in.waiting = false;
+    in.wake->release();
+  }
+}
+
+void SimNetwork::clear_inbox(int dst) { inbox(dst).queue.clear(); }
+
 Message SimNetwork::recv(int dst) {
   Inbox& in = inbox(dst);
   while (in.queue.empty()) {

@@ -61,6 +61,10 @@ class SimNetwork {
   void send(int src, int dst, Message msg);
   // The next message in dst's inbox, waiting for one if there is none.
   Message recv(int dst);
+  // Puts `msg` in `dst`'s queue now, without the network (the executor's own notices).
+  void deliver(int dst, Message msg);
+  // Forgets what waits in `dst`'s queue (a node that comes back starts with new connections).
+  void clear_inbox(int dst);
   std::optional<Message> try_recv(int dst);
   // Until every message src has sent is in its receiver's inbox.
   void flush(int src);

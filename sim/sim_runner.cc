@@ -14,6 +14,7 @@
 #include "core/output/run_output.h"
 #include "exec/env_assembly.h"
 #include "sim/platform.h"
+#include "sim/sim_churn.h"
 #include "sim/sim_env.h"
 
 namespace sg4 = simgrid::s4u;
@@ -43,15 +44,22 @@ SimResult simulate(const Scenario& s, const std::vector<int>& nodes, bool numeri
   std::exception_ptr first_error;
   int first_error_node = -1;
   std::vector<char> finished(n, 1);
-  for (int r : nodes) {
+  std::vector<char> present(n, 0);
+  const bool churn = s.churn.enabled(s.devices);
+  SimMembership membership(network, present);
+  auto launch = [&](int r) {
     RV_CHECK(r >= 0 && r < n, "simulate: no node " + std::to_string(r));
     finished[r] = 0;
+    present[r] = 1;
+    if (actors[r]) network.clear_inbox(r);  // it comes back: what was sent to it before is gone
     actors[r] = sg4::Actor::create("node" + std::to_string(r), hosts[r], [&, r] {
       try {
         SimTransport transport(r, network);
         SimClock clock;
         SimCompute compute(numeric, s.device_of(r).compute_profile(), platform_file ? hosts[r]->get_speed() : 0);
-        NodeEnvStack stack(s, r, EnvParts{transport, clock, compute, log, nullptr, observer});
+        EnvParts parts{transport, clock, compute, log, nullptr, observer};
+        if (churn) parts.membership = &membership;
+        NodeEnvStack stack(s, r, parts);
         body(stack.env(), r);
         finished[r] = 1;
       } catch (const simgrid::ForcefulKillException&) {
@@ -66,6 +74,18 @@ SimResult simulate(const Scenario& s, const std::vector<int>& nodes, bool numeri
         sg4::Actor::kill_all();
       }
     });
+  };
+  for (int r : nodes) launch(r);
+  // Departures and arrivals go to the log and, as the nodes' events do, to the observer.
+  TeeMetrics churn_log(log, observer, nullptr);
+  if (churn) {
+    // A node that leaves is gone, not stuck: it counts as finished.
+    auto stop = [&](int r) {
+      if (finished[r]) return;
+      finished[r] = 1;
+      actors[r]->kill();
+    };
+    start_churn(s, membership, present, churn_log, launch, stop);
   }
   engine.run();
   actors.clear();
@@ -93,9 +113,11 @@ SimResult run_simulation(const RunSpec& spec, Metrics* observer, const EngineOpt
   const bool numeric = s.sim.mode == "numeric";
   RV_CHECK(!numeric || spec.data != nullptr, "numeric simulation without a dataset");
   set_compute_threads(1);  // deterministic maths; actors share one OS thread anyway
+  // Under churn every node present at the start runs: the plan's spares wait for a stage.
+  const bool churn = s.churn.enabled(s.devices);
   std::vector<int> nodes;
   for (int r = 0; r < spec.plan->nodes; ++r)
-    if (spec.plan->role_of(r).stage >= 0) nodes.push_back(r);
+    if (spec.plan->role_of(r).stage >= 0 || (churn && r < s.initial_node_count())) nodes.push_back(r);
   // output.metrics = "summary": the nodes outside the trace keep their messages and waits as
   // totals only (all that node_metrics.csv and summary.json need).
   std::vector<char> fold;

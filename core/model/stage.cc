@@ -76,6 +76,18 @@ void Stage::accumulate(const std::vector<at::Tensor>& grads) {
   ++grad_count_;
 }
 
+std::vector<int64_t> Stage::pending_ids() const {
+  std::vector<int64_t> ids;
+  for (const auto& [mb, saved] : saved_) ids.push_back(mb);
+  return ids;
+}
+
+void Stage::drop_pending() {
+  saved_.clear();
+  grad_sum_.clear();
+  grad_count_ = 0;
+}
+
 void Stage::update() {
   if (grad_count_ == 0) return;
   c10::NoGradGuard no_grad;

@@ -53,6 +53,10 @@ class Stage {
   at::Tensor eval_forward(const at::Tensor& x) const;
 
   int64_t pending() const { return static_cast<int64_t>(saved_.size()); }
+  // Churn: forgets every micro-batch whose backward has not come, and gradients not yet applied.
+  void drop_pending();
+  // The micro-batches whose forward ran and whose backward has not.
+  std::vector<int64_t> pending_ids() const;
   const StageModule& module() const { return module_; }
   StageModule& module() { return module_; }
 

@@ -19,6 +19,12 @@ const char* to_string(EventKind kind) {
     case EventKind::kWait: return "wait";
     case EventKind::kFlush: return "flush";
     case EventKind::kParams: return "params";
+    case EventKind::kLeave: return "leave";
+    case EventKind::kJoin: return "join";
+    case EventKind::kAssign: return "assign";
+    case EventKind::kDrop: return "drop";
+    case EventKind::kTransfer: return "transfer";
+    case EventKind::kOut: return "out";
   }
   return "unknown";
 }

@@ -28,6 +28,14 @@ enum class EventKind : int32_t {
   kFlush = 12,    // span: a synchronous pipeline's flush (gpipe update)
   kParams = 13,   // instant: the stage's parameters after update `step` (`values`; models that
                   // record them, ModelDesc::record_params), written to params.csv
+  // Churn (algo/roster.h):
+  kLeave = 14,     // instant: `node` left (at the departure; `peer` -1)
+  kJoin = 15,      // instant: `node` arrived, as a spare
+  kAssign = 16,    // instant: `node` takes stage `stage` of cluster `cluster` in place of `peer`
+  kDrop = 17,      // instant: micro-batch `micro_batch` of `samples` samples was dropped unfinished
+  kTransfer = 18,  // span: `node` fetched its stage's state after averaging `step` (`bytes` in all)
+  kOut = 19,       // instant: cluster `cluster` sits out averaging `step` (recorded by its nodes)
+  kLastKind = kOut,
 };
 
 const char* to_string(EventKind kind);

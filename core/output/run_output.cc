@@ -1,6 +1,7 @@
 #include "core/output/run_output.h"
 
 #include <algorithm>
+#include <set>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -134,7 +135,8 @@ std::string events_csv(const std::vector<Event>& events) {
 
 std::vector<Event> parse_events_csv(std::istream& in, const std::string& where) {
   std::map<std::string, EventKind> kinds;
-  for (int k = 1; k <= 12; ++k) kinds[to_string(static_cast<EventKind>(k))] = static_cast<EventKind>(k);
+  for (int k = 1; k <= static_cast<int>(EventKind::kLastKind); ++k)
+    if (k != static_cast<int>(EventKind::kParams)) kinds[to_string(static_cast<EventKind>(k))] = static_cast<EventKind>(k);
   std::vector<Event> out;
   for_each_row(in, where, kCsvHeader, "metrics.csv", [&](const std::string& line, int line_no) {
     std::vector<std::string> f;
@@ -288,10 +290,11 @@ nlohmann::json summarize(const Scenario& s, const Plan& plan, const std::vector<
     }
     if (e.kind == EventKind::kLoss) losses.push_back(e.loss);
     if (e.kind == EventKind::kEval && (!final_eval || e.end >= final_eval->end)) final_eval = &e;
-    if (e.kind == EventKind::kBackward && e.micro_batch >= 0) {
-      const NodeRole& r = roles[e.node];
-      if (r.stage >= 0 && r.last()) last_stage_done.push_back(e.end);
-    }
+    // A last stage's backward (by the event's own cluster and stage: under churn a spare may hold it).
+    if (e.kind == EventKind::kBackward && e.micro_batch >= 0 && e.cluster >= 0 &&
+        static_cast<size_t>(e.cluster) < plan.clusters.size() &&
+        e.stage + 1 == static_cast<int>(plan.clusters[static_cast<size_t>(e.cluster)].stages.size()))
+      last_stage_done.push_back(e.end);
   }
   std::sort(last_stage_done.begin(), last_stage_done.end());
   const int64_t batch = s.data.batch_size;
@@ -329,6 +332,56 @@ nlohmann::json summarize(const Scenario& s, const Plan& plan, const std::vector<
   j["time_per_step_s"] = step_nodes ? step_sum / step_nodes : 0.0;
   j["staleness"] = {{"mean", stale_n ? static_cast<double>(stale_sum) / stale_n : 0.0},
                     {"max", stale_max}};
+  if (s.churn.enabled(s.devices)) {
+    // What churn cost: events by kind, and the samples the plan's clusters did not train.
+    int64_t leaves = 0, joins = 0, takeovers = 0, dropped = 0, sat_out = 0, transfers = 0;
+    Bytes transfer_bytes = 0;
+    std::set<std::pair<int, int64_t>> out;      // (cluster, round)
+    std::set<std::pair<int, int64_t>> drops;    // (cluster, micro-batch): each node that held it records it
+    for (const auto& e : events) {
+      if (e.kind == EventKind::kLeave) ++leaves;
+      if (e.kind == EventKind::kJoin) ++joins;
+      if (e.kind == EventKind::kAssign) ++takeovers;
+      if (e.kind == EventKind::kDrop) drops.emplace(e.cluster, e.micro_batch);
+      if (e.kind == EventKind::kOut) out.emplace(e.cluster, e.step);
+      if (e.kind == EventKind::kTransfer) {
+        ++transfers;
+        transfer_bytes += e.bytes;
+      }
+    }
+    sat_out = static_cast<int64_t>(out.size());
+    // Time without progress: per cluster, each stretch between two finished micro-batches (its
+    // last stage's backwards) during which it sat out a round or dropped micro-batches, summed.
+    std::map<int, std::vector<double>> done;  // cluster -> its last stage's backward ends
+    for (const auto& e : events)
+      if (e.kind == EventKind::kBackward && e.micro_batch >= 0 && e.cluster >= 0 &&
+          static_cast<size_t>(e.cluster) < plan.clusters.size() &&
+          e.stage + 1 == static_cast<int>(plan.clusters[static_cast<size_t>(e.cluster)].stages.size()))
+        done[e.cluster].push_back(e.end);
+    for (auto& [c, ends] : done) std::sort(ends.begin(), ends.end());
+    std::set<std::pair<int, double>> stalls;  // (cluster, start of the stretch)
+    double without_progress = 0;
+    for (const auto& e : events) {
+      if (e.kind != EventKind::kOut && e.kind != EventKind::kDrop) continue;
+      const auto& ends = done[e.cluster];
+      const auto next = std::lower_bound(ends.begin(), ends.end(), e.end);
+      const double from = next == ends.begin() ? 0.0 : *std::prev(next);
+      const double to = next == ends.end() ? t_end : *next;
+      if (stalls.emplace(e.cluster, from).second) without_progress += to - from;
+    }
+    dropped = static_cast<int64_t>(drops.size());
+    const int64_t planned = static_cast<int64_t>(plan.clusters.size()) * s.training.steps * batch;
+    j["churn"] = {{"leaves", leaves},
+                  {"joins", joins},
+                  {"takeovers", takeovers},
+                  {"dropped_micro_batches", dropped},
+                  {"rounds_sat_out", sat_out},
+                  {"state_transfers", transfers},
+                  {"state_transfer_bytes", transfer_bytes},
+                  {"cluster_seconds_without_progress", without_progress},
+                  {"planned_samples", planned},
+                  {"samples_lost", std::max<int64_t>(0, planned - samples)}};
+  }
   json nodes = json::array();
   for (int i = 0; i < plan.nodes; ++i) {
     const NodeRole& r = roles[i];
@@ -507,7 +560,9 @@ void write_run_outputs(const std::string& dir, const Scenario& s, const Plan& pl
         tr << (first ? "" : ",\n") << e.dump();
         first = false;
       };
-      const std::vector<char> traced = traced_nodes(plan, s.output.trace_nodes);
+      std::vector<char> traced = traced_nodes(plan, s.output.trace_nodes);
+      // Under churn a spare may take any stage: every node has its row when all are traced.
+      if (s.churn.enabled(s.devices) && s.output.trace_nodes <= 0) traced.assign(traced.size(), 1);
       for (int i = 0; i < plan.nodes; ++i) {
         if (!traced[static_cast<size_t>(i)]) continue;
         NodeRole r = plan.role_of(i);
@@ -528,6 +583,30 @@ void write_run_outputs(const std::string& dir, const Scenario& s, const Plan& pl
         emit({{"ph", "X"}, {"name", name}, {"cat", name}, {"pid", e.cluster + 1}, {"tid", e.node},
               {"ts", e.start * 1e6}, {"dur", (e.end - e.start) * 1e6},
               {"args", {{"micro_batch", e.micro_batch}, {"step", e.step}}}});
+      }
+      // Churn: departures and arrivals across the whole trace, the rest on their node's row.
+      for (const auto& e : events) {
+        const bool global = e.kind == EventKind::kLeave || e.kind == EventKind::kJoin;
+        const bool local = e.kind == EventKind::kAssign || e.kind == EventKind::kDrop ||
+                           e.kind == EventKind::kOut || e.kind == EventKind::kTransfer;
+        if (!global && !local) continue;
+        const std::string name = to_string(e.kind) + (global ? " node " + std::to_string(e.node) : "");
+        if (global) {
+          emit({{"ph", "i"}, {"s", "g"}, {"name", name}, {"cat", "churn"}, {"pid", 0}, {"tid", 0},
+                {"ts", e.start * 1e6}});
+          continue;
+        }
+        if (e.node < 0 || e.node >= plan.nodes || !traced[static_cast<size_t>(e.node)]) continue;
+        json ev = {{"name", name}, {"cat", "churn"}, {"pid", e.cluster + 1}, {"tid", e.node},
+                   {"ts", e.start * 1e6}, {"args", {{"micro_batch", e.micro_batch}, {"step", e.step}, {"peer", e.peer}}}};
+        if (e.kind == EventKind::kTransfer) {
+          ev["ph"] = "X";
+          ev["dur"] = (e.end - e.start) * 1e6;
+        } else {
+          ev["ph"] = "i";
+          ev["s"] = "t";
+        }
+        emit(ev);
       }
       tr << "\n]}\n";
       write_file(tmp / "trace.json", tr.str());

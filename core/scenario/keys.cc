@@ -217,7 +217,14 @@ void add_top_and_devices(Catalog& c) {
             "(its fixed costs stay), e.g. a published achieved/peak ratio; 0: the profile's")
       .text("region", &DeviceGroup::region,
             "network.topology = \"regions\": the region whose core the device reaches over its "
-            "own links (required there; refused under \"star\")");
+            "own links (required there; refused under \"star\")")
+      .real("leave_per_hour", &DeviceGroup::leave_per_hour, -1.0, 3600.0, "1/h",
+            "churn: the rate at which each of the group's nodes leaves (exponential sessions, mean "
+            "1 / rate hours); -1: churn.leave_per_hour")
+      .real("join_at_s", &DeviceGroup::join_at_s, 0.0, 1e9, "s",
+            "churn: > 0: the group's nodes arrive at this second, as spares without state (the "
+            "planner plans without them); such groups come after all others; 0: present from the "
+            "start");
 }
 
 void add_model_and_data(Catalog& c) {
@@ -408,6 +415,17 @@ void add_run_tables(Catalog& c) {
               "per node (count and seconds of each span kind, messages and bytes each way), and "
               "the simulator keeps an untraced node's sends, receives and waits as totals only "
               "(reports and validate need events)");
+  c.table("churn", &Scenario::churn)
+      .real("leave_per_hour", &ChurnSpec::leave_per_hour, 0.0, 3600.0, "1/h",
+            "every node's rate of leaving per hour (seeded exponential sessions; 0.1: 10% of the "
+            "nodes per hour); 0: none; devices[].leave_per_hour overrides it (simulation only)")
+      .real("rejoin_s", &ChurnSpec::rejoin_s, 0.0, 1e9, "s",
+            "a node that left comes back this long after, as a spare without state; 0: never")
+      .positive("detect_s", &ChurnSpec::detect_s, 1e6, "s",
+                "from a departure to its notice at every node (the failure detector's timeout)");
+  c.array("churn.event", kOptional, &Scenario::churn, &ChurnSpec::event)
+      .real("at_s", &ChurnEventSpec::at_s, 0.0, 1e9, "s", "when, in seconds since the run's start")
+      .integer("leave", &ChurnEventSpec::leave, -1, kMaxNodes, "the node (pool rank) that leaves (required)");
   c.table("faults", &Scenario::faults)
       .integer("node", &FaultsSpec::node, -1, kMaxNodes, "the node that misbehaves; -1: none")
       .integer("crash_after_sends", &FaultsSpec::crash_after_sends, -1, kMaxCount,

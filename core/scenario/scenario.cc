@@ -352,6 +352,33 @@ void check_regions(const Scenario& s) {
                                 "\": every pair of regions with devices needs one");
 }
 
+// [churn] and the devices' churn keys: groups that arrive later come after all others (the plan's
+// nodes are ranks [0, initial_node_count())); every timed departure names a node of the pool.
+void check_churn(const Scenario& s) {
+  bool late = false;
+  for (size_t i = 0; i < s.devices.size(); ++i) {
+    if (s.devices[i].join_at_s > 0) {
+      late = true;
+    } else if (late) {
+      const std::string key = "devices[" + std::to_string(i) + "]";
+      throw ScenarioError(s.where(key), key,
+                          "groups that arrive later (join_at_s > 0) come after every group present "
+                          "from the start: move this one before them");
+    }
+  }
+  if (s.initial_node_count() == 0)
+    throw ScenarioError(s.where("devices"), "devices", "every group arrives later: no node is there at the start");
+  for (size_t i = 0; i < s.churn.event.size(); ++i) {
+    const std::string element = "churn.event[" + std::to_string(i) + "]";
+    const ChurnEventSpec& e = s.churn.event[i];
+    if (e.leave < 0)
+      throw ScenarioError(s.where(element), element + ".leave", "missing: the node that leaves");
+    if (e.leave >= s.node_count())
+      throw ScenarioError(s.where(element + ".leave"), element + ".leave",
+                          "no node " + std::to_string(e.leave) + " in a pool of " + std::to_string(s.node_count()));
+  }
+}
+
 // The pool's size against the keys that count nodes.
 void check_pool(const Scenario& s) {
   int64_t pool = 0;
@@ -416,6 +443,7 @@ Scenario from_table(const toml::table& root, const std::string& source) {
   check_planner_clusters(s);
   check_regions(s);
   check_pool(s);
+  check_churn(s);
   read_profiles(s);
   read_platform(s);
   for (DeviceGroup& d : s.devices) d.dilation = s.dilation;
@@ -489,6 +517,20 @@ int Scenario::node_count() const {
   int n = 0;
   for (const auto& g : devices) n += g.count;
   return n;
+}
+
+int Scenario::initial_node_count() const {
+  int n = 0;
+  for (const auto& g : devices)
+    if (g.join_at_s <= 0) n += g.count;
+  return n;
+}
+
+bool ChurnSpec::enabled(const std::vector<DeviceGroup>& devices) const {
+  if (leave_per_hour > 0 || !event.empty()) return true;
+  for (const auto& g : devices)
+    if (g.leave_per_hour > 0 || g.join_at_s > 0) return true;
+  return false;
 }
 
 const DeviceGroup& Scenario::device_of(int rank) const {

@@ -28,6 +28,12 @@ struct DeviceGroup {
   double down_mbps = 100.0;  // Mbit/s, from the core
   double latency_ms = 10.0;  // ms, one way, between the device and the core
   std::string region;        // network.topology "regions": the region whose core it reaches
+  // Churn (core/churn/schedule.h): this group's nodes leave at this rate per hour (exponential
+  // sessions of mean 1 / rate hours); -1: churn.leave_per_hour.
+  double leave_per_hour = -1;
+  // > 0: the group's nodes are absent at the start and arrive at this second (as spares, without
+  // state); the planner plans without them. Such groups come after every other group.
+  double join_at_s = 0;
   std::string profile;       // compute profile file (`ravnest calibrate --out`); "": peak model
   ComputeProfile compute;    // read from `profile` when the scenario is loaded
   double efficiency = 0;     // (0, 1.5]: every operation at this fraction of tflops; 0: the profile's
@@ -203,6 +209,21 @@ struct FaultsSpec {
   double delay_ms = 0;             // ms
 };
 
+// Churn: nodes leave and arrive while a run goes on (core/churn/schedule.h; ravnest recovers,
+// algo/roster.h). Simulation only in this version.
+struct ChurnEventSpec {
+  double at_s = 0;  // seconds since the run's start
+  int leave = -1;   // the node (pool rank) that leaves then
+};
+
+struct ChurnSpec {
+  double leave_per_hour = 0;  // every node's rate of leaving, per hour; 0: none (devices[] override)
+  double rejoin_s = 0;        // a node that left comes back this long after, as a spare; 0: never
+  double detect_s = 1.0;      // from a departure to its notice at every node (the failure detector)
+  std::vector<ChurnEventSpec> event;  // departures at given times, besides the drawn ones
+  bool enabled(const std::vector<DeviceGroup>& devices) const;
+};
+
 struct Scenario {
   std::string name = "scenario";
   uint64_t seed = 1;
@@ -221,6 +242,7 @@ struct Scenario {
   RealSpec real;
   OutputSpec output;
   FaultsSpec faults;
+  ChurnSpec churn;
   // Dotted key ("training.algorithm", "devices[1].up_mbps", "model") -> the line of `source` where
   // it was given. Keys that were defaulted or came from --set are absent.
   std::map<std::string, int> key_lines;  // the line of each key given; 0: given by --set
@@ -228,6 +250,8 @@ struct Scenario {
   // real.timeout_s on the wall clock: dilated like every other time of the scenario.
   Seconds peer_timeout_s() const { return real.timeout_s * dilation; }
   int node_count() const;
+  // Nodes present when the run starts (those of groups without join_at_s): ranks [0, n).
+  int initial_node_count() const;
   // The device group of node `rank` (nodes are numbered group by group, in file order).
   const DeviceGroup& device_of(int rank) const;
   // Where `dotted_key` was given, for messages: "quick.toml:12", or "quick.toml" when it was
