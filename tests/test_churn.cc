@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -149,14 +150,24 @@ double mean_of(const std::vector<double>& v, double from, double to) {
   return sum / static_cast<double>(b - a);
 }
 
-// Runs `toml` with `overrides` by `ravnest sim` (SimGrid allows one simulation per process) and
-// reads its run folder back. A run that fails throws std::runtime_error with its stderr.
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 struct Ran {
   std::vector<Event> events;
   nlohmann::json summary;
   std::string trace;  // trace.json, with output.trace = true
 };
-Ran simulate_churn(std::vector<std::string> overrides, const std::string& toml = kChurn) {
+
+// Runs `ravnest <command...> s.toml --run-dir run --progress off --set <overrides>` in a fresh
+// folder holding `toml` as s.toml; `inspect` reads the folder before it goes. Returns the exit
+// status; `err` gets stderr.
+int run_ravnest(const std::vector<std::string>& command, std::vector<std::string> overrides, const std::string& toml,
+                std::string* err, const std::function<void(const std::filesystem::path&)>& inspect = {}) {
   namespace fs = std::filesystem;
   static int count = 0;
   const fs::path dir = fs::temp_directory_path() / ("rv-churn-" + std::to_string(::getpid()) + "-" + std::to_string(count++));
@@ -164,8 +175,9 @@ Ran simulate_churn(std::vector<std::string> overrides, const std::string& toml =
   fs::create_directories(dir);
   const std::string text = with_elements(toml, overrides);
   std::ofstream(dir / "s.toml") << text;
-  std::vector<std::string> args = {std::string(RV_BINARY_DIR) + "/ravnest", "sim", "s.toml", "--run-dir", "run",
-                                   "--progress", "off"};
+  std::vector<std::string> args = {std::string(RV_BINARY_DIR) + "/ravnest"};
+  args.insert(args.end(), command.begin(), command.end());
+  args.insert(args.end(), {"s.toml", "--run-dir", "run", "--progress", "off"});
   for (const std::string& o : overrides) args.insert(args.end(), {"--set", o});
   const pid_t pid = fork();
   if (pid == 0) {
@@ -179,26 +191,27 @@ Ran simulate_churn(std::vector<std::string> overrides, const std::string& toml =
   }
   int status = 0;
   waitpid(pid, &status, 0);
-  auto slurp = [](const fs::path& p) {
-    std::ifstream in(p);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  };
-  const std::string err = slurp(dir / "err.txt");
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    fs::remove_all(dir);
-    throw std::runtime_error("ravnest sim exit " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) +
-                             ": " + err);
-  }
-  Ran out;
-  if (fs::exists(dir / "run" / "metrics.csv")) {  // output.metrics = "summary" writes none
-    std::ifstream metrics(dir / "run" / "metrics.csv");
-    out.events = parse_events_csv(metrics, (dir / "run" / "metrics.csv").string());
-  }
-  out.summary = nlohmann::json::parse(slurp(dir / "run" / "summary.json"));
-  if (fs::exists(dir / "run" / "trace.json")) out.trace = slurp(dir / "run" / "trace.json");
+  *err = slurp(dir / "err.txt");
+  if (inspect) inspect(dir);
   fs::remove_all(dir);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// Runs `toml` with `overrides` by `ravnest sim` (SimGrid allows one simulation per process) and
+// reads its run folder back. A run that fails throws std::runtime_error with its stderr.
+Ran simulate_churn(std::vector<std::string> overrides, const std::string& toml = kChurn) {
+  namespace fs = std::filesystem;
+  Ran out;
+  std::string err;
+  const int status = run_ravnest({"sim"}, std::move(overrides), toml, &err, [&](const fs::path& dir) {
+    if (fs::exists(dir / "run" / "metrics.csv")) {  // output.metrics = "summary" writes none
+      std::ifstream metrics(dir / "run" / "metrics.csv");
+      out.events = parse_events_csv(metrics, (dir / "run" / "metrics.csv").string());
+    }
+    if (fs::exists(dir / "run" / "summary.json")) out.summary = nlohmann::json::parse(slurp(dir / "run" / "summary.json"));
+    if (fs::exists(dir / "run" / "trace.json")) out.trace = slurp(dir / "run" / "trace.json");
+  });
+  if (status != 0) throw std::runtime_error("ravnest sim exit " + std::to_string(status) + ": " + err);
   return out;
 }
 
@@ -546,4 +559,22 @@ TEST_CASE("churn: the shipped scenario runs 120 PCs through its sessions to the 
   CHECK(c["state_transfers"].get<int>() >= c["takeovers"].get<int>());
   CHECK(c["samples_lost"].get<int64_t>() > 0);
   CHECK(c["samples_lost"].get<int64_t>() < c["planned_samples"].get<int64_t>() / 2);
+}
+
+TEST_CASE("churn: the executors that do not play it refuse it, before any run", "[churn][cli]") {
+  const std::vector<std::string> leave = {"churn.event.0.at_s=1", "churn.event.0.leave=4"};
+  std::string err;
+  bool folder = true;
+  auto no_folder = [&](const std::filesystem::path& dir) { folder = std::filesystem::exists(dir / "run"); };
+  CHECK(run_ravnest({"sim", "--executor", "loopback"}, leave, kChurn, &err, no_folder) == 2);
+  CHECK(err.find("key 'churn'") != std::string::npos);
+  CHECK(err.find("the loopback executor runs every node") != std::string::npos);
+  CHECK_FALSE(folder);
+  folder = true;
+  CHECK(run_ravnest({"real"}, leave, kChurn, &err, no_folder) == 2);
+  CHECK(err.find("the real executor runs every node") != std::string::npos);
+  CHECK_FALSE(folder);
+  // And an all-reduce that cannot re-form, with churn, is refused by every command.
+  CHECK(run_ravnest({"sim"}, {"churn.leave_per_hour=1", "training.allreduce=single-ring"}, kChurn, &err, no_folder) == 2);
+  CHECK(err.find("churn needs \"multi-ring\"") != std::string::npos);
 }
