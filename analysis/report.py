@@ -692,7 +692,7 @@ def plot_churn_rate(runs, title, out, written):
         ax.legend(fontsize="small")
         ax.set_ylabel(label)
         series.append({"label": label, "x": pct, "y": mean, "min": lo, "max": hi,
-                       "runs": {x: len(values[x]) for x in xs}})
+                       "runs": {x * 100: len(values[x]) for x in xs}})  # by rate in %, as x
     finish(axes[1], "", "departures per node per hour (%)", "share of planned samples trained")
     axes[0].grid(alpha=0.3)
     axes[0].set_title(f"{title}: accuracy against churn (seeds: min-max)", fontsize=9)

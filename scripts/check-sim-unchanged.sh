@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checks that a change leaves simulation results unchanged: runs every shipped scenario, and the
 # variants their headers name, in simulation with BASE's build and with this tree's, and compares
-# metrics.csv, summary.json and plan.json byte for byte. Each side runs its own scenarios/ files,
+# every output (metrics.csv or node_metrics.csv, eval.csv, summary.json, plan.json, trace.json)
+# byte for byte. Each side runs its own scenarios/ files,
 # so a key that moved is read where each revision expects it. Both sides run on this machine, so
 # the comparison is exact (no float from another CPU's reduction order).
 #
@@ -84,7 +85,10 @@ for c in "${cases[@]}"; do
   run_side base "$base_bin" "$base_root" "$name" "$dir" "${sets[@]}" || status="base run failed"
   run_side new "$new_bin" "$root" "$name" "$dir" "${sets[@]}" || status="${status/identical/}new run failed"
   if [ "$status" = identical ]; then
-    for file in metrics.csv summary.json plan.json; do
+    # Every output either side wrote (a scenario with output.metrics = "summary" writes
+    # node_metrics.csv instead of metrics.csv): both sides must write it, byte for byte.
+    for file in metrics.csv node_metrics.csv eval.csv summary.json plan.json trace.json; do
+      [ -e "$dir/base/$file" ] || [ -e "$dir/new/$file" ] || continue
       cmp -s "$dir/base/$file" "$dir/new/$file" || status="differs: $file"
     done
   fi
