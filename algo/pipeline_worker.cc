@@ -382,13 +382,13 @@ bool PipelineWorker::intercept(Message& m) {
     return true;
   }
   if (!pipeline_kind(m.kind)) return false;
-  // A micro-batch of a period this node has left behind, or of the period its cluster gave up
-  // (down), is stale. One of a later period is kept: a neighbour that had less state to fetch
-  // may start the period after a rebuild first.
   // Only this stage's neighbours now send it pipeline messages: anything else was meant for a
   // pipeline that has since changed (a node that left, or this node's earlier life).
   const int from = m.kind == MsgKind::kBackward ? role_.next : role_.prev;
   if (m.src != from) return true;
+  // A micro-batch of a period this node has left behind, or of the period its cluster gave up
+  // (down), is stale. One of a later period is kept: a neighbour that had less state to fetch
+  // may start the period after a rebuild first.
   if (m.kind == MsgKind::kForward || m.kind == MsgKind::kBackward) {
     const int64_t period = m.id / std::max<int64_t>(1, training_.average_every);
     return period < period_ || (down_ && period <= period_);
@@ -440,20 +440,15 @@ void PipelineWorker::serve(const Message& request) {
   const int64_t base = spec_.model->state_offset(role_.layer_begin);
   const int64_t end = spec_.model->state_offset(role_.layer_end);
   const int64_t lo = request.aux, hi = request.step;
-  // Under churn a request may have been meant for this node's earlier life (it left, came back
-  // and holds another stage now): one outside its stage is ignored.
-  if (roster_ && (lo < base || hi > end || lo >= hi)) return;
-  if (lo < base || hi > end || lo >= hi)
-    throw InputError("node " + std::to_string(role_.node) + " was asked by node " + std::to_string(request.src) +
-                     " for state [" + std::to_string(lo) + ", " + std::to_string(hi) + "), outside its [" +
-                     std::to_string(base) + ", " + std::to_string(end) + ")");
+  // A request may have been meant for this node's earlier life (it left, came back and holds
+  // another stage now): one outside its stage is ignored.
+  if (lo < base || hi > end || lo >= hi) return;
   const int64_t rows = 1 + Optimizer::slots(training_);
   Message out;
   out.kind = MsgKind::kState;
   out.id = request.id;
   out.aux = lo;
   out.step = hi;
-  out.scalar = static_cast<double>(rows);
   if (numeric()) out.payload.push_back(stage_->averaged_state(true).narrow(1, lo - base, hi - lo).contiguous());
   out.bytes = kHeaderBytes + kFloatBytes * rows * (hi - lo);
   send(request.src, std::move(out));
@@ -509,28 +504,38 @@ void PipelineWorker::fetch_state(int64_t round, const std::function<void(Message
   std::map<int, std::vector<std::pair<int64_t, int64_t>>> asked;  // node -> pieces asked of it
   std::set<int> tried;
   const Assignment at = roster_->assignment_at(round);  // a copy: on_member() below extends the roster
+  struct Piece {
+    int node;
+    int64_t lo, hi;
+  };
+  // What cluster `c` would be asked: the missing state cut at its stages, each by its node.
+  auto pieces_of = [&](int c) {
+    std::vector<Piece> out;
+    for (size_t st = 0; st < at[static_cast<size_t>(c)].size(); ++st) {
+      const StagePlan& sp = spec_.plan->clusters[static_cast<size_t>(c)].stages[st];
+      const int64_t a = model.state_offset(sp.layer_begin), b = model.state_offset(sp.layer_end);
+      for (const auto& [lo, hi] : missing)
+        if (std::max(a, lo) < std::min(b, hi))
+          out.push_back({at[static_cast<size_t>(c)][st], std::max(a, lo), std::min(b, hi)});
+    }
+    return out;
+  };
+  const int clusters = static_cast<int>(spec_.plan->clusters.size());
   while (!missing.empty() || !asked.empty()) {
     if (asked.empty()) {
-      // The next cluster of the view whose nodes for the missing pieces are all still here.
-      // The view's clusters from the one after this node's on, so that clusters rebuilt after
-      // the same round ask different donors.
+      // The next cluster of the view, from the one after this node's on (so that clusters
+      // rebuilt after the same round ask different donors), whose nodes for the missing pieces
+      // are all still there.
       std::vector<int> order = roster_->view(round);
       std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-        const int n = static_cast<int>(spec_.plan->clusters.size());
-        return (a - role_.cluster + n) % n < (b - role_.cluster + n) % n;
+        return (a - role_.cluster + clusters) % clusters < (b - role_.cluster + clusters) % clusters;
       });
+      std::vector<Piece> pieces;
       int donor = -1;
       for (int c : order) {
         if (tried.count(c) || c == role_.cluster) continue;
-        bool here = true;
-        for (size_t st = 0; st < at[static_cast<size_t>(c)].size(); ++st) {
-          const StagePlan& sp = spec_.plan->clusters[static_cast<size_t>(c)].stages[st];
-          const int64_t a = model.state_offset(sp.layer_begin), b = model.state_offset(sp.layer_end);
-          for (const auto& [lo, hi] : missing)
-            if (std::max(a, lo) < std::min(b, hi) && roster_->left_since(at[static_cast<size_t>(c)][st], round))
-              here = false;
-        }
-        if (here) {
+        pieces = pieces_of(c);
+        if (std::none_of(pieces.begin(), pieces.end(), [&](const Piece& p) { return roster_->left_since(p.node, round); })) {
           donor = c;
           break;
         }
@@ -540,22 +545,15 @@ void PipelineWorker::fetch_state(int64_t round, const std::function<void(Message
                     std::to_string(round) + ": no cluster of that averaging still has every node holding the layers of " +
                     "node " + std::to_string(role_.node) + "'s stage");
       tried.insert(donor);
-      for (size_t st = 0; st < at[static_cast<size_t>(donor)].size(); ++st) {
-        const StagePlan& sp = spec_.plan->clusters[static_cast<size_t>(donor)].stages[st];
-        const int64_t a = model.state_offset(sp.layer_begin), b = model.state_offset(sp.layer_end);
-        for (const auto& [lo, hi] : missing) {
-          const int64_t x = std::max(a, lo), y = std::min(b, hi);
-          if (x >= y) continue;
-          const int to = at[static_cast<size_t>(donor)][st];
-          Message q;
-          q.kind = MsgKind::kStateRequest;
-          q.id = round;
-          q.aux = x;
-          q.step = y;
-          q.bytes = kHeaderBytes;
-          send(to, std::move(q));
-          asked[to].emplace_back(x, y);
-        }
+      for (const Piece& p : pieces) {
+        Message q;
+        q.kind = MsgKind::kStateRequest;
+        q.id = round;
+        q.aux = p.lo;
+        q.step = p.hi;
+        q.bytes = kHeaderBytes;
+        send(p.node, std::move(q));
+        asked[p.node].emplace_back(p.lo, p.hi);
       }
       missing.clear();
     }

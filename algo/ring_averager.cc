@@ -26,13 +26,9 @@ RingAverager::RingAverager(NodeEnv& env, const Plan& plan, const ModelDesc& mode
   own_ = model.state_offset(role.layer_end) - base;
   whole_ = model.state_offset(model.layer_count());
   if (topology_ == RingTopology::kMulti) {
-    Assignment nodes(plan.clusters.size());
-    std::vector<int> view;
-    for (size_t c = 0; c < plan.clusters.size(); ++c) {
-      view.push_back(static_cast<int>(c));
-      for (const StagePlan& st : plan.clusters[c].stages) nodes[c].push_back(st.node);
-    }
-    reconfigure(role, nodes, view);
+    std::vector<int> view(plan.clusters.size());
+    for (size_t c = 0; c < view.size(); ++c) view[c] = static_cast<int>(c);
+    form_rings(view, [&](int r, int c) { return plan.rings[static_cast<size_t>(r)].owners[static_cast<size_t>(c)]; });
     return;
   }
   // Single ring: the first stages of the clusters, over the whole model.
@@ -68,33 +64,40 @@ void RingAverager::reconfigure(const NodeRole& role, const Assignment& nodes, co
       RV_CHECK(ring.owners.size() == plan_.clusters.size(), "a ring without one owner per cluster");
       std::vector<int> stages;
       for (size_t c = 0; c < ring.owners.size(); ++c) {
-        const NodeRole r = plan_.role_of(ring.owners[c]);
-        RV_CHECK(r.cluster == static_cast<int>(c), "a ring's owner outside its cluster");
-        stages.push_back(r.stage);
+        const auto& st = plan_.clusters[c].stages;
+        const auto it = std::find_if(st.begin(), st.end(), [&](const StagePlan& p) { return p.node == ring.owners[c]; });
+        RV_CHECK(it != st.end(), "a ring's owner outside its cluster");
+        stages.push_back(static_cast<int>(it - st.begin()));
       }
       ring_stage_.push_back(std::move(stages));
     }
   }
   role_ = role;
+  form_rings(view, [&](int r, int c) {
+    return nodes.at(static_cast<size_t>(c)).at(static_cast<size_t>(ring_stage_[static_cast<size_t>(r)][static_cast<size_t>(c)]));
+  });
+}
+
+void RingAverager::form_rings(const std::vector<int>& view, const std::function<int(int, int)>& holder) {
   rings_.clear();
   takes_part_ = false;
   clusters_ = static_cast<int>(view.size());
-  if (role.stage < 0) return;
-  const int64_t base = model_.state_offset(role.layer_begin);
-  own_ = model_.state_offset(role.layer_end) - base;
-  const auto here = std::find(view.begin(), view.end(), role.cluster);
+  if (role_.stage < 0) return;
+  const int64_t base = model_.state_offset(role_.layer_begin);
+  own_ = model_.state_offset(role_.layer_end) - base;
+  const auto here = std::find(view.begin(), view.end(), role_.cluster);
   if (here == view.end() || clusters_ < 2) return;
   const int member = static_cast<int>(here - view.begin());
   for (int r = 0; r < static_cast<int>(plan_.rings.size()); ++r) {
     const Ring& ring = plan_.rings[r];
-    if (ring_stage_[r][role.cluster] != role.stage || ring.end <= ring.begin) continue;
+    if (holder(r, role_.cluster) != role_.node || ring.end <= ring.begin) continue;
     MyRing m;
     m.id = r;
     m.lo = ring.begin - base;
     m.hi = ring.end - base;
     m.member = member;
     m.members = clusters_;
-    for (int c : view) m.nodes.push_back(nodes.at(c).at(ring_stage_[r][c]));
+    for (int c : view) m.nodes.push_back(holder(r, c));
     m.next = m.nodes[(member + 1) % clusters_];
     m.prev = m.nodes[(member + clusters_ - 1) % clusters_];
     rings_.push_back(m);

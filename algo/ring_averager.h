@@ -20,6 +20,7 @@
 // starts with the next node's round t), and the result is read-only.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <tuple>
 #include <vector>
@@ -59,6 +60,9 @@ class RingAverager : public Averager {
     int64_t lo = 0, hi = 0;  // its slice of the whole model's state
   };
   enum class Phase { kIdle, kCollect, kReduce, kGather, kDone };
+  // Multi-ring: this node's rings among the clusters of `view`, the holder of ring r in cluster c
+  // being holder(r, c).
+  void form_rings(const std::vector<int>& view, const std::function<int(int, int)>& holder);
   void send(int dst, MsgKind kind, int64_t step, int64_t aux, int64_t lo, int64_t hi);
   void send_round();
   bool collect();   // single ring: the leader has every stage's state, or a member its mean

@@ -73,7 +73,8 @@ void Roster::State::apply(const MemberEvent& e, size_t index) {
 void Roster::update(const Membership& m) {
   // Events first, then seals: a round still unsealed after the events were read will count at
   // least those events, so applying them beyond the last seal is safe.
-  events_ = m.events();
+  const std::vector<MemberEvent> more = m.events(events_.size());
+  events_.insert(events_.end(), more.begin(), more.end());
   for (;;) {
     const auto round = static_cast<int64_t>(views_.size());
     const int64_t count = m.sealed(round);

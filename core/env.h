@@ -34,7 +34,7 @@ enum class MsgKind : int32_t {
   kDistribute = 9,   // single-ring averaging: the mean of a stage's state, from the leader
   kMember = 10,      // from the executor (src -1): the membership changed (Membership); no payload
   kStateRequest = 11,  // churn: layers' state wanted after averaging `id` (aux, step: state range)
-  kState = 12,       // churn: the answer, the state [aux, step) with optimizer rows (`scalar`: rows)
+  kState = 12,       // churn: the answer, the state [aux, step) with its optimizer rows
   kLast = kState,    // the wire format checks kinds against it
 };
 
@@ -157,8 +157,8 @@ class Membership {
   virtual int64_t seal(int64_t round) = 0;
   // The count of a sealed round; -1 if it is not sealed yet.
   virtual int64_t sealed(int64_t round) const = 0;
-  // The events recorded so far, in their one order.
-  virtual std::vector<MemberEvent> events() const = 0;
+  // The events recorded so far from index `from` on, in their one order.
+  virtual std::vector<MemberEvent> events(size_t from) const = 0;
 };
 
 struct NodeEnv {

@@ -8,6 +8,7 @@
 // nothing here locks.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <vector>
 
@@ -24,7 +25,9 @@ class SimMembership : public Membership {
   SimMembership(SimNetwork& network, const std::vector<char>& present) : network_(network), present_(present) {}
   int64_t seal(int64_t round) override;
   int64_t sealed(int64_t round) const override;
-  std::vector<MemberEvent> events() const override { return events_; }
+  std::vector<MemberEvent> events(size_t from) const override {
+    return {events_.begin() + static_cast<std::ptrdiff_t>(std::min(from, events_.size())), events_.end()};
+  }
   void record(const MemberEvent& e);
 
  private:

@@ -3,9 +3,6 @@
 // during an averaging and during a state transfer), against algorithms that stop, saying why.
 #include "catch.h"
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -22,6 +19,7 @@
 #include "core/churn/schedule.h"
 #include "core/error.h"
 #include "core/output/run_output.h"
+#include "cli_support.h"
 #include "test_support.h"
 
 using namespace rv;
@@ -89,7 +87,9 @@ struct FakeMembership : Membership {
   int64_t sealed(int64_t round) const override {
     return round < static_cast<int64_t>(seals.size()) ? seals[static_cast<size_t>(round)] : -1;
   }
-  std::vector<MemberEvent> events() const override { return log; }
+  std::vector<MemberEvent> events(size_t from) const override {
+    return {log.begin() + static_cast<std::ptrdiff_t>(from), log.end()};
+  }
 };
 
 Plan two_clusters_and_a_spare() {
@@ -150,13 +150,6 @@ double mean_of(const std::vector<double>& v, double from, double to) {
   return sum / static_cast<double>(b - a);
 }
 
-std::string slurp(const std::filesystem::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 struct Ran {
   std::vector<Event> events;
   nlohmann::json summary;
@@ -175,26 +168,14 @@ int run_ravnest(const std::vector<std::string>& command, std::vector<std::string
   fs::create_directories(dir);
   const std::string text = with_elements(toml, overrides);
   std::ofstream(dir / "s.toml") << text;
-  std::vector<std::string> args = {std::string(RV_BINARY_DIR) + "/ravnest"};
-  args.insert(args.end(), command.begin(), command.end());
+  std::vector<std::string> args = command;
   args.insert(args.end(), {"s.toml", "--run-dir", "run", "--progress", "off"});
   for (const std::string& o : overrides) args.insert(args.end(), {"--set", o});
-  const pid_t pid = fork();
-  if (pid == 0) {
-    if (chdir(dir.c_str()) != 0) _exit(126);
-    if (!freopen("err.txt", "w", stderr) || !freopen("out.txt", "w", stdout)) _exit(126);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  *err = slurp(dir / "err.txt");
+  const test::Result r = test::ravnest(args, dir);
+  *err = r.err;
   if (inspect) inspect(dir);
   fs::remove_all(dir);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r.status;
 }
 
 // Runs `toml` with `overrides` by `ravnest sim` (SimGrid allows one simulation per process) and
@@ -208,8 +189,8 @@ Ran simulate_churn(std::vector<std::string> overrides, const std::string& toml =
       std::ifstream metrics(dir / "run" / "metrics.csv");
       out.events = parse_events_csv(metrics, (dir / "run" / "metrics.csv").string());
     }
-    if (fs::exists(dir / "run" / "summary.json")) out.summary = nlohmann::json::parse(slurp(dir / "run" / "summary.json"));
-    if (fs::exists(dir / "run" / "trace.json")) out.trace = slurp(dir / "run" / "trace.json");
+    if (fs::exists(dir / "run" / "summary.json")) out.summary = nlohmann::json::parse(test::slurp(dir / "run" / "summary.json"));
+    if (fs::exists(dir / "run" / "trace.json")) out.trace = test::slurp(dir / "run" / "trace.json");
   });
   if (status != 0) throw std::runtime_error("ravnest sim exit " + std::to_string(status) + ": " + err);
   return out;

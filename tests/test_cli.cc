@@ -2,6 +2,7 @@
 // run folder left behind), byte-identical simulations, the real executor against the simulator,
 // and a dead peer stopping a real run with a clear error.
 #include "catch.h"
+#include "cli_support.h"
 #include "snippets.h"
 
 #include <signal.h>
@@ -25,60 +26,9 @@
 #include <nlohmann/json.hpp>
 
 namespace fs = std::filesystem;
+using namespace rv::test;
 
 namespace {
-
-struct Result {
-  int status = -1;  // exit status, or 128 + signal
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// Starts build/ravnest with `args` in `cwd` without waiting (TMPDIR set to `tmpdir` unless
-// empty); stdout and stderr go to cwd/.stdout and cwd/.stderr.
-pid_t start_ravnest(const std::vector<std::string>& args, const fs::path& cwd, const fs::path& tmpdir = {},
-                    const std::string& exe = std::string(RV_BINARY_DIR) + "/ravnest") {
-  fs::path out = cwd / ".stdout", err = cwd / ".stderr";
-  const pid_t pid = fork();
-  if (pid == 0) {
-    if (chdir(cwd.c_str()) != 0) _exit(126);
-    if (!tmpdir.empty()) ::setenv("TMPDIR", tmpdir.c_str(), 1);
-    FILE* o = freopen(out.c_str(), "w", stdout);
-    FILE* e = freopen(err.c_str(), "w", stderr);
-    (void)o;
-    (void)e;
-    std::vector<std::string> a = {exe};
-    a.insert(a.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& s : a) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  return pid;
-}
-
-// Waits for a process started by start_ravnest.
-Result finish_ravnest(pid_t pid, const fs::path& cwd) {
-  int st = 0;
-  waitpid(pid, &st, 0);
-  Result r;
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  r.out = slurp(cwd / ".stdout");
-  r.err = slurp(cwd / ".stderr");
-  return r;
-}
-
-// Runs build/ravnest with `args` in `cwd`, capturing stdout and stderr.
-Result ravnest(const std::vector<std::string>& args, const fs::path& cwd) {
-  return finish_ravnest(start_ravnest(args, cwd), cwd);
-}
 
 // The child processes of `pid` (Linux: /proc/<pid>/task/<pid>/children).
 std::vector<pid_t> children_of(pid_t pid) {

@@ -262,6 +262,7 @@ nlohmann::json summarize(const Scenario& s, const Plan& plan, const std::vector<
   std::vector<NodeRole> roles;
   for (int i = 0; i < plan.nodes; ++i) roles.push_back(plan.role_of(i));
   std::vector<double> last_stage_done;  // end times of the last stages' backward passes
+  std::vector<std::vector<double>> cluster_done(plan.clusters.size());  // the same, per cluster
   std::vector<double> losses;
   const Event* final_eval = nullptr;
   int64_t stale_n = 0, stale_sum = 0, stale_max = 0;
@@ -293,8 +294,10 @@ nlohmann::json summarize(const Scenario& s, const Plan& plan, const std::vector<
     // A last stage's backward (by the event's own cluster and stage: under churn a spare may hold it).
     if (e.kind == EventKind::kBackward && e.micro_batch >= 0 && e.cluster >= 0 &&
         static_cast<size_t>(e.cluster) < plan.clusters.size() &&
-        e.stage + 1 == static_cast<int>(plan.clusters[static_cast<size_t>(e.cluster)].stages.size()))
+        e.stage + 1 == static_cast<int>(plan.clusters[static_cast<size_t>(e.cluster)].stages.size())) {
       last_stage_done.push_back(e.end);
+      cluster_done[static_cast<size_t>(e.cluster)].push_back(e.end);
+    }
   }
   std::sort(last_stage_done.begin(), last_stage_done.end());
   const int64_t batch = s.data.batch_size;
@@ -352,18 +355,13 @@ nlohmann::json summarize(const Scenario& s, const Plan& plan, const std::vector<
     sat_out = static_cast<int64_t>(out.size());
     // Time without progress: per cluster, each stretch between two finished micro-batches (its
     // last stage's backwards) during which it sat out a round or dropped micro-batches, summed.
-    std::map<int, std::vector<double>> done;  // cluster -> its last stage's backward ends
-    for (const auto& e : events)
-      if (e.kind == EventKind::kBackward && e.micro_batch >= 0 && e.cluster >= 0 &&
-          static_cast<size_t>(e.cluster) < plan.clusters.size() &&
-          e.stage + 1 == static_cast<int>(plan.clusters[static_cast<size_t>(e.cluster)].stages.size()))
-        done[e.cluster].push_back(e.end);
-    for (auto& [c, ends] : done) std::sort(ends.begin(), ends.end());
+    for (auto& ends : cluster_done) std::sort(ends.begin(), ends.end());
     std::set<std::pair<int, double>> stalls;  // (cluster, start of the stretch)
     double without_progress = 0;
     for (const auto& e : events) {
       if (e.kind != EventKind::kOut && e.kind != EventKind::kDrop) continue;
-      const auto& ends = done[e.cluster];
+      if (e.cluster < 0 || static_cast<size_t>(e.cluster) >= cluster_done.size()) continue;
+      const auto& ends = cluster_done[static_cast<size_t>(e.cluster)];
       const auto next = std::lower_bound(ends.begin(), ends.end(), e.end);
       const double from = next == ends.begin() ? 0.0 : *std::prev(next);
       const double to = next == ends.end() ? t_end : *next;

@@ -1,0 +1,71 @@
+// Running the `ravnest` executable from a test: in a folder, capturing its exit status, stdout
+// and stderr (each test case runs in its own process, so forking is safe).
+#pragma once
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace rv::test {
+
+struct Result {
+  int status = -1;  // exit status, or 128 + signal
+  std::string out, err;
+};
+
+inline std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Starts build/ravnest with `args` in `cwd` without waiting (TMPDIR set to `tmpdir` unless
+// empty); stdout and stderr go to cwd/.stdout and cwd/.stderr.
+inline pid_t start_ravnest(const std::vector<std::string>& args, const std::filesystem::path& cwd,
+                           const std::filesystem::path& tmpdir = {},
+                           const std::string& exe = std::string(RV_BINARY_DIR) + "/ravnest") {
+  std::filesystem::path out = cwd / ".stdout", err = cwd / ".stderr";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (chdir(cwd.c_str()) != 0) _exit(126);
+    if (!tmpdir.empty()) ::setenv("TMPDIR", tmpdir.c_str(), 1);
+    FILE* o = freopen(out.c_str(), "w", stdout);
+    FILE* e = freopen(err.c_str(), "w", stderr);
+    (void)o;
+    (void)e;
+    std::vector<std::string> a = {exe};
+    a.insert(a.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& s : a) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// Waits for a process started by start_ravnest.
+inline Result finish_ravnest(pid_t pid, const std::filesystem::path& cwd) {
+  int st = 0;
+  waitpid(pid, &st, 0);
+  Result r;
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  r.out = slurp(cwd / ".stdout");
+  r.err = slurp(cwd / ".stderr");
+  return r;
+}
+
+// Runs build/ravnest with `args` in `cwd`, capturing stdout and stderr.
+inline Result ravnest(const std::vector<std::string>& args, const std::filesystem::path& cwd) {
+  return finish_ravnest(start_ravnest(args, cwd), cwd);
+}
+
+}  // namespace rv::test
