@@ -598,6 +598,50 @@ void PipelineWorker::fetch_state(int64_t round, const std::function<void(Message
   env_.metrics.record(span);
 }
 
+NodeState PipelineWorker::checkpoint_state(int64_t done) const {
+  RV_CHECK(forward_version_.empty() && logits_.empty() && (!stage_ || stage_->pending() == 0) && !averager_->active(),
+           "node " + std::to_string(role_.node) + ": a checkpoint with micro-batches or an averaging in flight");
+  NodeState s;
+  s.node = role_.node;
+  s.cluster = role_.cluster;
+  s.stage = role_.stage;
+  s.done = done;
+  s.time = env_.clock.now();
+  s.version = version_;
+  s.trained = trained_;
+  s.averagings = averagings_;
+  s.peak_memory = peak_memory_;
+  if (stage_) {
+    s.stage_version = stage_->version();
+    s.optimizer_steps = stage_->optimizer_steps();
+    s.state = stage_->averaged_state(true);
+  }
+  return s;
+}
+
+void PipelineWorker::restore(const NodeState& s) {
+  const std::string who = "checkpoint of node " + std::to_string(s.node);
+  if (s.node != role_.node || s.cluster != role_.cluster || s.stage != role_.stage)
+    throw InputError(who + ": it held stage " + std::to_string(s.stage) + " of cluster " + std::to_string(s.cluster) +
+                     ", the plan gives node " + std::to_string(role_.node) + " stage " + std::to_string(role_.stage) +
+                     " of cluster " + std::to_string(role_.cluster));
+  if (numeric() != s.state.defined())
+    throw InputError(who + ": " + (numeric() ? "a timing-mode checkpoint cannot resume a numeric run"
+                                             : "a numeric checkpoint cannot resume a timing-mode run"));
+  if (stage_) {
+    const int64_t rows = 1 + Optimizer::slots(training_);
+    const int64_t n = stage_->module().flat_state().numel();
+    if (s.state.dim() != 2 || s.state.size(0) != rows || s.state.size(1) != n)
+      throw InputError(who + ": its state does not fit the stage (" + std::to_string(rows) + " x " +
+                       std::to_string(n) + " expected)");
+    stage_->restore(s.state, s.stage_version, s.optimizer_steps);
+  }
+  version_ = s.version;
+  trained_ = s.trained;
+  averagings_ = s.averagings;
+  peak_memory_ = s.peak_memory;
+}
+
 void PipelineWorker::record_memory() {
   const int64_t pending = numeric() ? stage_->pending() : static_cast<int64_t>(forward_version_.size());
   const Bytes now = stage_cost(*spec_.model, role_.layer_begin, role_.layer_end, training_, batch_,

@@ -11,6 +11,7 @@
 
 #include "algo/algorithm.h"
 #include "algo/averager.h"
+#include "core/checkpoint/checkpoint.h"
 #include "core/model/cost_model.h"
 #include "core/model/stage.h"
 
@@ -68,6 +69,11 @@ class PipelineWorker {
   // the clusters (the same rings; every cluster is one node holding the whole model).
   void exchange_gradients(const std::function<void(Message)>& defer);
   bool averages() const { return averager_->participates() || spec_.plan->clusters.size() > 1; }
+
+  // ---- Checkpoints (env.checkpoints set): this worker's state after `done` updates of its
+  // cluster, with nothing in flight (pipelines drained, averaging done), and back.
+  NodeState checkpoint_state(int64_t done) const;
+  void restore(const NodeState& s);
 
   // ---- Churn (env.membership set). Every kMember message that reaches this worker updates the
   // roster first (and gives up the rings of an averaging in progress that a departed node was in);

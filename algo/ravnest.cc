@@ -11,6 +11,10 @@
 // other clusters' by the parallel multi-ring all-reduce (algo/ring_averager.h); work for the
 // next updates that arrives during the averaging waits in the queues.
 //
+// Checkpoints (env.checkpoints set): every checkpoint.every updates, after that round's averaging,
+// every node keeps its state (core/checkpoint/) and waits for all the others; a resumed run's
+// nodes start from it.
+//
 // With churn (env.membership set: nodes leave and arrive), the same pipeline runs period by
 // period (average_every micro-batches, then an averaging round), and recovers as algo/roster.h
 // lays out: a cluster that loses a node drops its micro-batches in flight (kDrop) and sits out
@@ -56,6 +60,16 @@ void run_ravnest(NodeEnv& env, const RunSpec& spec, int node) {
   const bool clusters = spec.plan->clusters.size() > 1;
   auto eval_due = [&](int64_t done) { return tr.eval_every > 0 && done % tr.eval_every == 0 && done < total; };
   auto average_due = [&](int64_t done) { return clusters && (done % E == 0 || done == total); };
+  // Checkpoints: after the averaging of every `every`-th update (a multiple of E), before that
+  // round's evaluation; the first stage drains its pipeline there with one cluster too. A resumed
+  // node starts from its checkpoint's state, at the instant the checkpoint was complete.
+  Checkpoints* const ck = env.checkpoints;
+  const int64_t every = ck != nullptr ? ck->every() : 0;
+  auto checkpoint_due = [&](int64_t done) { return every > 0 && done % every == 0 && done < total; };
+  auto checkpoint = [&](int64_t done) { ck->save(w.checkpoint_state(done)); };
+  const NodeState* from = ck != nullptr ? ck->resume(node) : nullptr;
+  if (from != nullptr) w.restore(*from);
+  const int64_t start = from != nullptr ? from->done : 0;
   const bool overlapped = tr.averaging == "overlapped";
   // Overlapped: averagings run while training goes on; the last one (after the last update) is
   // bulk-synchronous, so that every cluster ends with the same model.
@@ -65,11 +79,15 @@ void run_ravnest(NodeEnv& env, const RunSpec& spec, int node) {
   };
 
   if (role.first()) {
-    int64_t injected = 0, completed = 0;
+    int64_t injected = start, completed = start;
     std::deque<Message> bwd;
     // With several clusters, no micro-batch of the next averaging period starts before this one's
-    // averaging: the pipeline drains.
-    auto may_inject = [&] { return !clusters || overlapped || injected < (completed / E + 1) * E; };
+    // averaging: the pipeline drains. So it does before a checkpoint.
+    auto may_inject = [&] {
+      return (!clusters || overlapped || injected < (completed / E + 1) * E) &&
+             (every == 0 || injected < (completed / every + 1) * every);
+    };
+    if (from != nullptr && eval_due(start)) w.inject_eval(start, start * B);  // the checkpoint's evaluation
     while (completed < total) {
       if (role.last()) {  // a one-stage cluster: plain local training
         int64_t st = 0;
@@ -98,6 +116,10 @@ void run_ravnest(NodeEnv& env, const RunSpec& spec, int node) {
         }
       }
       if (average_due(completed)) average(completed, [&](Message m) { bwd.push_back(std::move(m)); });
+      if (checkpoint_due(completed)) {
+        RV_CHECK(bwd.empty() && injected == completed, "a checkpoint with micro-batches in flight");
+        checkpoint(completed);
+      }
       if (eval_due(completed)) w.inject_eval(completed, completed * B);
     }
     w.inject_eval(completed, completed * B);
@@ -124,6 +146,10 @@ void run_ravnest(NodeEnv& env, const RunSpec& spec, int node) {
         w.send(role.prev, std::move(*g));
         w.update(m.id, st);
         if (average_due(w.version())) average(w.version(), route);
+        if (checkpoint_due(w.version())) {
+          RV_CHECK(bwd.empty() && fwd.empty() && !stopping, "a checkpoint with micro-batches in flight");
+          checkpoint(w.version());
+        }
       } else if (!fwd.empty()) {
         Message m = std::move(fwd.front());
         fwd.pop_front();
@@ -161,6 +187,10 @@ void run_ravnest(NodeEnv& env, const RunSpec& spec, int node) {
     w.send(role.prev, std::move(*g));
     w.update(m.id, st);
     if (average_due(w.version())) average(w.version(), [&](Message x) { later.push_back(std::move(x)); });
+    if (checkpoint_due(w.version())) {
+      RV_CHECK(later.empty(), "a checkpoint with micro-batches in flight");
+      checkpoint(w.version());
+    }
   }
   w.stop_next();
 }

@@ -37,7 +37,7 @@ const std::vector<Algorithm>& algorithms() {
        &run_ravnest,
        {InFlightRule::kMaxInFlight, Schedule::kAsynchronous, Layout::kPipelines,
         Exchange::kParameters, /*forces_weight_stashing=*/false, /*overlapped_averaging=*/true,
-        /*recovers_from_churn=*/true}},
+        /*recovers_from_churn=*/true, /*checkpoints=*/true}},
       {"gpipe",
        "synchronous pipelines (micro-batches, then a flush); gradients all-reduced every step",
        &run_gpipe,
@@ -114,6 +114,18 @@ void check_churn_support(const Scenario& s) {
     throw ScenarioError(s.where("training.averaging"), "training.averaging",
                         "churn needs \"bulk-sync\" averaging: a cluster rejoins at an averaging, which overlapped "
                         "averaging never waits for");
+}
+
+void check_checkpoint_support(const Scenario& s) {
+  if (!s.checkpoint.enabled()) return;
+  auto refuse = [&](const std::string& why) { throw ScenarioError(s.where("checkpoint.every"), "checkpoint.every", why); };
+  if (!algorithm_of(s).traits.checkpoints)
+    refuse("training.algorithm \"" + s.training.algorithm + "\" takes no checkpoints in this version (ravnest does)");
+  if (s.churn.enabled(s.devices))
+    refuse("checkpoints and [churn] do not mix in this version (a checkpoint needs every node of the plan)");
+  if (s.training.averaging == "overlapped")
+    refuse("checkpoints need bulk-synchronous averaging (training.averaging = \"overlapped\" leaves averagings "
+           "running at the checkpoint)");
 }
 
 std::string variant_label(const Scenario& s) {

@@ -62,6 +62,8 @@ struct AlgorithmTraits {
   // Goes on when nodes leave (churn): clusters re-form around spares and newcomers (algo/roster.h).
   // The others stop at the first departure, saying why.
   bool recovers_from_churn = false;
+  // Takes checkpoints (scenario [checkpoint]) and resumes from them (`--resume`).
+  bool checkpoints = false;
 };
 
 struct Algorithm {
@@ -118,6 +120,9 @@ std::map<std::string, std::vector<std::string>> registry_choices();
 // Under churn (ChurnSpec::enabled), an algorithm that recovers needs bulk-synchronous averaging by
 // the multi-ring (the rings re-form around the membership); throws rv::ScenarioError otherwise.
 void check_churn_support(const Scenario& s);
+// checkpoint.every > 0 with an algorithm that takes no checkpoints, with churn or with overlapped
+// averaging: rv::ScenarioError.
+void check_checkpoint_support(const Scenario& s);
 
 // A short label of what ran: the algorithm, then its averaging mode and all-reduce where they are
 // not the defaults ("ravnest overlapped single-ring"). Reports group runs by it.

@@ -38,6 +38,38 @@ Scenario load_checked(const std::string& path, const std::vector<std::string>& o
   algorithm_of(s);
   allreduce_of(s);
   check_churn_support(s);
+  check_checkpoint_support(s);
+  return s;
+}
+
+Scenario load_for_run(const CommonOptions& o, std::optional<Resume>* resume) {
+  if (o.resume.empty()) {
+    if (o.scenario.empty()) throw InputError("give a scenario file (or --resume RUN)");
+    return load_checked(o.scenario, o.overrides);
+  }
+  if (!o.scenario.empty() || !o.overrides.empty())
+    throw InputError("--resume " + o.resume + " runs that run's own scenario (its scenario.toml): give no scenario "
+                     "file and no --set with it");
+  const std::string toml = (fs::path(o.resume) / "scenario.toml").string();
+  if (!fs::is_regular_file(toml)) throw InputError("--resume " + o.resume + ": not a run folder (no scenario.toml)");
+  Scenario s = load_checked(toml, {});
+  // The resumed run is the same experiment, from the same source.
+  if (std::string source = resolved_source(toml); !source.empty()) s.source = source;
+  if (!s.checkpoint.enabled())
+    throw InputError("--resume " + o.resume + ": the run took no checkpoints (checkpoint.every = 0)");
+  const std::string dir = checkpoint_dir(s.checkpoint.dir, o.resume);
+  std::optional<CheckpointInfo> point = last_checkpoint(dir);
+  if (!point) throw InputError("--resume " + o.resume + ": no complete checkpoint in " + dir);
+  // Every file it needs, read before any run folder is made (rv::InputError naming a bad one).
+  for (int node : point->nodes) {
+    const std::string file = node_state_file(point->folder, node);
+    const NodeState state = read_node_state(file);
+    if (state.node != node || state.done != point->done)
+      throw InputError(file + ": holds node " + std::to_string(state.node) + " after " + std::to_string(state.done) +
+                       " updates, not node " + std::to_string(node) + " after " + std::to_string(point->done));
+  }
+  if (fs::exists(events_file(point->folder))) read_log(events_file(point->folder));
+  *resume = Resume{o.resume, *point};
   return s;
 }
 
@@ -59,6 +91,9 @@ void check_no_churn(const Scenario& s, const std::string& executor) {
 
 void check_simulable(const Scenario& s, const std::string& executor) {
   if (executor != "sim") check_no_churn(s, executor);
+  if (executor == "loopback" && s.checkpoint.enabled())
+    throw ScenarioError(s.where("checkpoint.every"), "checkpoint.every",
+                        "checkpoints are taken by ravnest sim and ravnest real; the loopback executor takes none");
   if (executor != "sim" && !s.network.platform.empty())
     throw ScenarioError(s.where("network.platform"), "network.platform",
                         "a SimGrid platform file is for the simulator (ravnest sim); the " + executor +
@@ -85,6 +120,17 @@ void print_summary(const std::string& path) {
 namespace {
 
 Prepared prepare(const CommonOptions& o) { return prepare(load_checked(o.scenario, o.overrides)); }
+
+// The checkpoint options of a run in this process writing the folder `path`.
+SimCheckpointOptions sim_checkpoints(const Scenario& s, const std::string& path, const std::optional<Resume>& resume,
+                                     int64_t stop_after) {
+  SimCheckpointOptions c;
+  c.every = s.checkpoint.every;
+  c.dir = checkpoint_dir(s.checkpoint.dir, path);
+  if (resume) c.resume = resume->point;
+  c.stop_after = stop_after;
+  return c;
+}
 
 std::string human_bytes(double b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -147,7 +193,8 @@ int cmd_plan(const CommonOptions& o, const std::string& out_json) {
 }
 
 std::string run_in_process(const Prepared& p, const std::string& executor, const std::string& run_path,
-                           const std::string& progress_mode, const EngineOptions& engine) {
+                           const std::string& progress_mode, const EngineOptions& engine,
+                           const std::optional<Resume>& resume, int64_t stop_after_checkpoint) {
   const Scenario& s = p.scenario;
   check_simulable(s, executor);
   if (executor != "sim" && !engine.empty())
@@ -161,6 +208,10 @@ std::string run_in_process(const Prepared& p, const std::string& executor, const
   if (fs::exists(path)) throw InputError(path + ": run folder exists already");
   RunInfo info{executor, executor == "loopback" ? std::string("cpu") : s.sim.mode, 0, variant_label(s)};
   info.started_unix_s = unix_now_s();
+  if (resume) {
+    info.resumed_from = resume->run;
+    info.resumed_at = resume->point.done;
+  }
   // The folder exists from here on (live_run.h): rows as they come, run.json running -> complete
   // or failed.
   const WallClock wall;
@@ -172,7 +223,7 @@ std::string run_in_process(const Prepared& p, const std::string& executor, const
     Progress progress(total, loopback ? "wall" : "simulated", Progress::enabled_for(progress_mode));
     TeeMetrics both(progress, &live, nullptr);  // one thread at a time: no lock
     events = loopback ? run_loopback(spec, s.peer_timeout_s(), -1, nullptr, &both)
-                      : run_simulation(spec, &both, engine).events;
+                      : run_simulation(spec, &both, engine, sim_checkpoints(s, path, resume, stop_after_checkpoint)).events;
     progress.finish();
   } catch (const std::exception& e) {
     live.fail(e.what());
@@ -183,16 +234,32 @@ std::string run_in_process(const Prepared& p, const std::string& executor, const
 
 int cmd_sim(const CommonOptions& o, const std::string& executor, const std::string& run_path,
             const EngineOptions& engine) {
-  print_summary(run_in_process(prepare(o), executor, run_path, o.progress, engine));
+  std::optional<Resume> resume;
+  Prepared p = prepare(load_for_run(o, &resume));
+  if (executor != "sim" && (resume || o.stop_after_checkpoint > 0))
+    throw InputError("--resume and --stop-after-checkpoint are for --executor sim (and ravnest real)");
+  if (o.stop_after_checkpoint > 0 && !p.scenario.checkpoint.enabled())
+    throw InputError("--stop-after-checkpoint: the scenario takes no checkpoints (checkpoint.every = 0)");
+  print_summary(run_in_process(p, executor, run_path, o.progress, engine, resume, o.stop_after_checkpoint));
   return 0;
 }
 
 int cmd_real(const CommonOptions& o, const std::string& self_exe, const std::string& run_path,
              const Machines& machines) {
-  Prepared p = prepare(o);  // validate before starting any process
+  std::optional<Resume> resume;
+  Prepared p = prepare(load_for_run(o, &resume));  // validate before starting any process
   check_no_churn(p.scenario, "real");
+  if (o.stop_after_checkpoint > 0 && !p.scenario.checkpoint.enabled())
+    throw InputError("--stop-after-checkpoint: the scenario takes no checkpoints (checkpoint.every = 0)");
+  if (resume && machines.nnodes > 1)
+    throw InputError("--resume: a run over several machines is resumed rank by rank (ravnest node --resume-from "
+                     "on each machine, with its own checkpoint folder)");
   if (!run_path.empty() && fs::exists(run_path)) throw InputError(run_path + ": run folder exists already");
-  LaunchOptions lo{o.scenario, o.overrides, self_exe, run_path, o.progress, machines};
+  LaunchOptions lo{resume ? (fs::path(resume->run) / "scenario.toml").string() : o.scenario, o.overrides, self_exe,
+                   run_path, o.progress, machines};
+  if (resume) lo.node_args = {"--resume-from", resume->point.folder, "--resumed-run", resume->run};
+  if (o.stop_after_checkpoint > 0)
+    lo.node_args.insert(lo.node_args.end(), {"--stop-after-checkpoint", std::to_string(o.stop_after_checkpoint)});
   Machines& m = lo.machines;
   if (m.nnodes > 1 && m.log_dir.empty()) m.log_dir = "ravnest-logs";  // one file per rank, as torchrun's
   if (!m.log_dir.empty()) std::cerr << "ravnest real: each rank's output goes to " << m.log_dir << "/rank-<r>.log\n";

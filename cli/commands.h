@@ -2,9 +2,11 @@
 // (main maps rv::InputError to 2, other errors to 1).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "core/checkpoint/checkpoint.h"
 #include "core/model/model.h"
 #include "core/plan.h"
 #include "core/scenario/scenario.h"
@@ -19,6 +21,24 @@ struct Prepared {
   ModelDesc model;
   Plan plan;
 };
+struct CommonOptions {
+  std::string scenario;
+  std::vector<std::string> overrides;  // --set KEY=VALUE
+  std::string progress = "auto";       // auto | on | off
+  // sim and real: continue the run folder `resume` from its last complete checkpoint (its own
+  // scenario.toml; no scenario argument nor --set), into a new run folder.
+  std::string resume;
+  int64_t stop_after_checkpoint = 0;  // > 0: stop once this many checkpoints are complete
+};
+
+// --resume RUN: the run's scenario and its last complete checkpoint (rv::InputError, exit 2, where
+// there is none, or where a scenario or --set is given too).
+struct Resume {
+  std::string run;       // the run folder it continues
+  CheckpointInfo point;  // the checkpoint it continues from
+};
+Scenario load_for_run(const CommonOptions& o, std::optional<Resume>* resume);
+
 // Loads a scenario and checks the names that the registry, not the key table, knows.
 Scenario load_checked(const std::string& path, const std::vector<std::string>& overrides);
 Prepared prepare(Scenario scenario);
@@ -31,16 +51,15 @@ void check_no_churn(const Scenario& s, const std::string& executor);
 // `run_path` ("" = a new one under output.dir); returns the folder.
 // `engine`: SimGrid's --cfg and --log (sim only), tried with the scenario's platform before the
 // folder exists (sim/engine_options.h).
+// `resume`: continue that run from its checkpoint; `stop_after_checkpoint` > 0: stop (exit 1, the
+// folder's run.json says so) once that many checkpoints are complete.
 std::string run_in_process(const Prepared& p, const std::string& executor, const std::string& run_path,
-                           const std::string& progress, const EngineOptions& engine = {});
+                           const std::string& progress, const EngineOptions& engine = {},
+                           const std::optional<Resume>& resume = std::nullopt, int64_t stop_after_checkpoint = 0);
 // Prints a run folder's summary.json in two lines.
 void print_summary(const std::string& path);
 
-struct CommonOptions {
-  std::string scenario;
-  std::vector<std::string> overrides;  // --set KEY=VALUE
-  std::string progress = "auto";       // auto | on | off
-};
+
 
 int cmd_plan(const CommonOptions& o, const std::string& out_json);
 // executor: sim | loopback. run_path: "" = a new folder under output.dir.

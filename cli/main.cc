@@ -39,8 +39,18 @@ int env_int(const char* name, int fallback, int lo, int hi) {
   return static_cast<int>(rv::parse_integer(v, lo, hi, std::string("environment variable ") + name));
 }
 
-void add_common(CLI::App* app, rv::CommonOptions& o) {
-  app->add_option("scenario", o.scenario, "scenario file (TOML)")->required();
+void add_common(CLI::App* app, rv::CommonOptions& o, bool resumable = false) {
+  auto* scenario = app->add_option("scenario", o.scenario, "scenario file (TOML)");
+  if (resumable) {
+    app->add_option("--resume", o.resume,
+                    "continue this run folder from its last complete checkpoint ([checkpoint]), with its own "
+                    "scenario, into a new run folder (instead of a scenario file)");
+    app->add_option("--stop-after-checkpoint", o.stop_after_checkpoint,
+                    "stop the run (exit 1) once this many checkpoints are complete, as if interrupted there")
+        ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  } else {
+    scenario->required();
+  }
   app->add_option("--set", o.overrides, "override a scenario key, e.g. --set training.lr=0.1 (repeatable)");
   app->add_option("--progress", o.progress, "progress display on stderr: auto | on | off")
       ->check(CLI::IsMember({"auto", "on", "off"}));
@@ -61,7 +71,7 @@ int main(int argc, char** argv) {
   plan->add_option("--out", plan_out, "also write the plan as JSON to this file (runs keep theirs)");
 
   auto* sim = app.add_subcommand("sim", "run a scenario in the simulator and write a run folder");
-  add_common(sim, sim_o);
+  add_common(sim, sim_o, true);
   sim->add_option("--executor", sim_executor,
                   "sim (SimGrid, modeled time) | loopback (threads of this process, wall time)")
       ->check(CLI::IsMember({"sim", "loopback"}));
@@ -76,7 +86,7 @@ int main(int argc, char** argv) {
       ->allow_extra_args(false);
 
   auto* real = app.add_subcommand("real", "run every node as a process on this machine (c10d/Gloo on 127.0.0.1)");
-  add_common(real, real_o);
+  add_common(real, real_o, true);
   std::string real_run_path;
   real->add_option("--run-dir", real_run_path, "write the run folder here instead of under output.dir");
   rv::Machines machines;
@@ -109,6 +119,13 @@ int main(int argc, char** argv) {
   node->add_option("--timeout", timeout, "seconds before a silent peer counts as dead");
   node->add_option("--run-path", node_opts.run_path, "the run folder: rank 0 makes and finishes it, the other ranks append their rows to it as they go");
   node->add_option("--result-file", node_opts.result_file, "rank 0: write the run folder's path here");
+  node->add_option("--resume-from", node_opts.resume_from,
+                   "a complete checkpoint's round folder (<checkpoints>/round-<updates>) to resume from: "
+                   "every rank of the run is given the same");
+  node->add_option("--resumed-run", node_opts.resumed_run, "the run folder it continues, for run.json");
+  node->add_option("--stop-after-checkpoint", node_opts.stop_after_checkpoint,
+                   "stop (exit 1) once this many checkpoints are complete")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
 
   rv::CommonOptions sweep_o;
   std::vector<std::string> sweep_grid;

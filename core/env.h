@@ -161,6 +161,27 @@ class Membership {
   virtual std::vector<MemberEvent> events(size_t from) const = 0;
 };
 
+// Checkpoints (core/checkpoint/checkpoint.h): the executor keeps each node's state at a
+// checkpoint and hands it back when the run resumes. Executors without them provide none
+// (NodeEnv::checkpoints is null).
+struct NodeState;
+
+class Checkpoints {
+ public:
+  virtual ~Checkpoints() = default;
+  // Updates between checkpoints (scenario checkpoint.every).
+  virtual int64_t every() const = 0;
+  // A resumed run: the state node `node` resumes from, returned at the checkpoint's instant (the
+  // simulator releases its nodes in node order then, as at the checkpoint); null in a fresh run
+  // (or for a node that kept none).
+  virtual const NodeState* resume(int node) = 0;
+  // At a checkpoint (every() updates since the last, pipelines drained, averaging done): keeps
+  // `state` whole on disk and returns once every node that trains has kept its own for the same
+  // update count. Throws rv::Error if the run is to stop there (a stop requested after that
+  // checkpoint).
+  virtual void save(const NodeState& state) = 0;
+};
+
 struct NodeEnv {
   Transport& transport;
   Clock& clock;
@@ -168,6 +189,7 @@ struct NodeEnv {
   Metrics& metrics;
   Collectives* collectives = nullptr;  // the executor's own collectives, if it has any
   Membership* membership = nullptr;    // churn: the run's membership, if nodes may come and go
+  Checkpoints* checkpoints = nullptr;  // the run's checkpoints, if it takes them
 };
 
 }  // namespace rv

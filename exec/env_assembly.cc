@@ -21,6 +21,7 @@ NodeEnvStack::NodeEnvStack(const Scenario& s, int node, const EnvParts& base,
       transport_(shaped_ ? static_cast<Transport&>(*shaped_) : base.transport, base.clock,
                  faults ? *faults : faults_for(s.faults, node)),
       metrics_(base.metrics, base.observer, base.observer_mu),
-      env_{transport_, base.clock, base.compute, metrics_, base.collectives, base.membership} {}
+      env_{transport_, base.clock, base.compute, metrics_, base.collectives, base.membership,
+           base.checkpoints} {}
 
 }  // namespace rv

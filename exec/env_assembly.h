@@ -32,6 +32,7 @@ struct EnvParts {
   std::mutex* observer_mu = nullptr;  // held around the observer when nodes share it across threads
   NetworkEmulator* network = nullptr;  // the emulated network the node's sends go through, if any
   Membership* membership = nullptr;    // churn: the run's membership, if nodes come and go
+  Checkpoints* checkpoints = nullptr;  // the run's checkpoints, if it takes them
 };
 
 // Records into the node's sink, then into the observer (under its lock, if any).

@@ -362,6 +362,7 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
   for (int rank = first_rank; rank < last_rank; ++rank) {
     std::vector<std::string> args = {options.self_exe, "node", options.scenario_path};
     for (const auto& o : options.overrides) args.insert(args.end(), {"--set", o});
+    args.insert(args.end(), options.node_args.begin(), options.node_args.end());
     args.insert(args.end(), {"--rank", std::to_string(rank), "--world-size", std::to_string(world),
                              "--master-addr", master_addr, "--master-port", std::to_string(port),
                              "--timeout", seconds_str(scenario.peer_timeout_s())});

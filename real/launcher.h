@@ -36,6 +36,7 @@ struct LaunchOptions {
   std::string run_path;  // the run folder rank 0 writes ("" = a new one under output.dir)
   std::string progress = "auto";  // rank 0 shows progress: auto | on | off
   Machines machines;  // one machine unless said otherwise
+  std::vector<std::string> node_args;  // appended to every child's `ravnest node` command line
 };
 
 // The ranks machine `node_rank` of `nnodes` starts: [first, last).

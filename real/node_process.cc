@@ -20,6 +20,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include "core/checkpoint/checkpoint.h"
 #include "core/compute_threads.h"
 #include "emu/arrival_latency.h"
 #include "emu/emulator_service.h"
@@ -37,6 +38,7 @@
 #include "core/output/whole_file.h"
 #include "core/scenario/scenario.h"
 #include "planner/planner.h"
+#include "real/real_checkpoints.h"
 #include "core/units.h"
 #include "real/auth.h"
 #include "real/gloo_collectives.h"
@@ -191,7 +193,10 @@ int run(const NodeProcessOptions& options) {
   die_with_launcher();
   const int rank = options.gloo.rank;
   const int world = options.gloo.world_size;
-  const Scenario scenario = load_scenario(options.scenario_path, options.overrides);
+  Scenario scenario = load_scenario(options.scenario_path, options.overrides);
+  if (!options.resume_from.empty())
+    if (std::string source = resolved_source(options.scenario_path); !source.empty()) scenario.source = source;
+  check_checkpoint_support(scenario);
   const bool launched_together = env_set(kAllRanksHereEnv);
   const bool emulate = emulates_network(scenario, launched_together);
   // The kernel shaper's latency is added here, at the receiver; the user-space one is the
@@ -240,6 +245,10 @@ int run(const NodeProcessOptions& options) {
   if (rank == 0) {
     RunInfo info{"real", "cpu", 0, variant_label(scenario)};
     info.started_unix_s = unix_now_s();
+    if (!options.resume_from.empty()) {
+      info.resumed_from = options.resumed_run.empty() ? options.resume_from : options.resumed_run;
+      info.resumed_at = read_checkpoint(options.resume_from).done;
+    }
     live.emplace(path, scenario, plan, model, info, live_clock);
   }
   try {
@@ -271,7 +280,22 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::opt
   std::optional<LiveRows> joined;
   if (rank != 0 && !options.run_path.empty()) joined.emplace(path, scenario.output.metrics != "summary", live_clock, false);
   Metrics* live_rows = live ? static_cast<Metrics*>(&*live) : joined ? static_cast<Metrics*>(&*joined) : nullptr;
+  // A resumed run: this rank's state, and the checkpoint's time, from which its clock goes on.
+  std::optional<NodeState> resumed;
+  Seconds resumed_time = 0;
+  if (!options.resume_from.empty()) {
+    const CheckpointInfo point = read_checkpoint(options.resume_from);
+    resumed_time = point.time;
+    if (role.stage >= 0) {
+      resumed = read_node_state(node_state_file(point.folder, rank));
+      if (resumed->node != rank || resumed->done != point.done)
+        throw InputError(node_state_file(point.folder, rank) + ": holds node " + std::to_string(resumed->node) +
+                         " after " + std::to_string(resumed->done) + " updates");
+    }
+  }
   WallClock clock;  // origin: just after the start barrier, on every rank
+  if (resumed_time > 0)
+    clock.set_origin_ns(clock.origin_ns() - static_cast<int64_t>(resumed_time * 1e9));
   // Ranks started together by `ravnest real` share this machine's monotonic clock: take rank 0's
   // origin, so that every node's events sit on one time axis (the barrier's exits differ by ms).
   if (env_set(kAllRanksHereEnv) && world > 1) {
@@ -306,9 +330,23 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::opt
   // The algorithm sees the scenario's wrappers (emulated links, injected faults); the gathering
   // below does not.
   TeeMetrics observer(progress, live_rows, nullptr);  // the node's thread only: no lock
-  NodeEnvStack stack(scenario, rank,
-                     EnvParts{transport, clock, compute, log, &collectives, &observer, nullptr,
-                              emulator.get()});
+  std::vector<int> trainers;
+  for (int r = 0; r < plan.nodes; ++r)
+    if (plan.role_of(r).stage >= 0) trainers.push_back(r);
+  std::optional<RealCheckpoints> checkpoints;
+  if (scenario.checkpoint.enabled()) {
+    if (resumed) {  // what this rank had done before: in its log and its live rows
+      for (const Event& e : resumed->events) {
+        log.record(e);
+        observer.record(e);
+      }
+    }
+    checkpoints.emplace(scenario.checkpoint.every, checkpoint_dir(scenario.checkpoint.dir, path), trainers, rank,
+                        transport, log, clock, std::move(resumed), options.stop_after_checkpoint);
+  }
+  EnvParts parts{transport, clock, compute, log, &collectives, &observer, nullptr, emulator.get()};
+  if (checkpoints) parts.checkpoints = &*checkpoints;
+  NodeEnvStack stack(scenario, rank, parts);
   run_node(stack.env(), spec, rank);
   transport.drain();  // what the algorithm left unread no longer holds back its peers
   progress.finish();

@@ -20,6 +20,11 @@ struct NodeProcessOptions {
   std::string run_path;
   std::string result_file;  // rank 0: if set, the run folder's path is written here
   std::string progress = "auto";  // rank 0's progress on stderr: auto | on | off
+  // Checkpoints ([checkpoint]): resume from this complete round folder (core/checkpoint/), a
+  // checkpoint of the run `resumed_run` (named in run.json); stop once this many are complete.
+  std::string resume_from;
+  std::string resumed_run;
+  int64_t stop_after_checkpoint = 0;
 };
 
 // Set by `ravnest real` in its children's environment (internal, not for users):

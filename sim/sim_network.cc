@@ -95,6 +95,7 @@ void SimNetwork::carry(int src, int dst) {
     while (p.queue.empty()) {
       p.idle = true;
       p.wake->acquire();
+      if (p.retired) return;
     }
     Queued q = std::move(p.queue.front());
     p.queue.pop_front();
@@ -137,6 +138,28 @@ void SimNetwork::deliver(int dst, Message msg) {
     in.waiting = false;
     in.wake->release();
   }
+}
+
+void SimNetwork::quiesce() {
+  for (int r = 0; r < size(); ++r) {
+    const Inbox& in = inboxes_[static_cast<size_t>(r)];
+    const Sender& s = senders_[static_cast<size_t>(r)];
+    if (!in.queue.empty() || s.in_flight != 0)
+      throw Error("checkpoint: node " + std::to_string(r) + " has messages " +
+                  (in.queue.empty() ? "in flight" : "unread") + " at the checkpoint");
+  }
+  for (auto& [key, p] : pairs_) {
+    RV_CHECK(p.idle && p.queue.empty() && p.timer == nullptr, "quiesce: a busy connection");
+    p.retired = true;
+    p.wake->release();
+  }
+  retired_.push_back(std::move(pairs_));
+  pairs_.clear();
+  for (auto& a : receivers_)
+    if (a) {
+      a->kill();
+      a = nullptr;
+    }
 }
 
 void SimNetwork::clear_inbox(int dst) { inbox(dst).queue.clear(); }

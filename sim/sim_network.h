@@ -68,6 +68,10 @@ class SimNetwork {
   std::optional<Message> try_recv(int dst);
   // Until every message src has sent is in its receiver's inbox.
   void flush(int src);
+  // Checkpoints (sim/sim_checkpoint.h): with nothing in flight and every inbox empty (rv::Error
+  // otherwise), retires every connection (its carrier ends, the next message makes a new one) and
+  // every receiver, so that the network is as a new simulation's.
+  void quiesce();
 
  private:
   struct Queued {
@@ -83,6 +87,7 @@ class SimNetwork {
     simgrid::kernel::timer::Timer* timer = nullptr;  // set while a timer is to wake the carrier
     simgrid::s4u::Mailbox* wire = nullptr;  // the pair's transfers: put, then taken, by carry()
     Seconds delay = 0;  // delay(src, dst), computed with the pair's first message
+    bool retired = false;  // quiesce(): the carrier ends when it wakes
   };
   struct Inbox {
     std::deque<Message> queue;
@@ -109,6 +114,7 @@ class SimNetwork {
   Seconds delay(int src, int dst) const;
   // By src * size() + dst; elements never move (carry() keeps a reference to its pair).
   std::unordered_map<int64_t, Pair> pairs_;
+  std::vector<std::unordered_map<int64_t, Pair>> retired_;  // quiesce()d pairs, whose carriers end
   Pair& pair(int src, int dst) { return pairs_[static_cast<int64_t>(src) * size() + dst]; }
   std::vector<Inbox> inboxes_;
   std::vector<Sender> senders_;

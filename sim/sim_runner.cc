@@ -1,6 +1,7 @@
 #include "sim/sim_runner.h"
 
 #include <exception>
+#include <optional>
 #include <string>
 
 #include <ATen/Parallel.h>
@@ -22,7 +23,7 @@ namespace sg4 = simgrid::s4u;
 namespace rv {
 SimResult simulate(const Scenario& s, const std::vector<int>& nodes, bool numeric,
                    const NodeBody& body, Metrics* observer, std::vector<char> fold,
-                   const EngineOptions& engine_options) {
+                   const EngineOptions& engine_options, const SimCheckpointOptions& checkpoint_options) {
   EngineArgv args(engine_options);  // SimGrid's command line
   sg4::Engine engine(&args.argc, args.argv.data());
   xbt_log_control_set("root.thresh:critical");
@@ -47,6 +48,13 @@ SimResult simulate(const Scenario& s, const std::vector<int>& nodes, bool numeri
   std::vector<char> present(n, 0);
   const bool churn = s.churn.enabled(s.devices);
   SimMembership membership(network, present);
+  std::optional<SimCheckpoints> checkpoints;
+  if (checkpoint_options.every > 0) {
+    checkpoints.emplace(checkpoint_options, nodes, log, network);
+    if (observer != nullptr)
+      for (const Event& e : log.events()) observer->record(e);  // what the run had done before
+    checkpoints->start(hosts.at(static_cast<size_t>(nodes.empty() ? 0 : nodes.front())));
+  }
   auto launch = [&](int r) {
     RV_CHECK(r >= 0 && r < n, "simulate: no node " + std::to_string(r));
     finished[r] = 0;
@@ -59,6 +67,7 @@ SimResult simulate(const Scenario& s, const std::vector<int>& nodes, bool numeri
         SimCompute compute(numeric, s.device_of(r).compute_profile(), platform_file ? hosts[r]->get_speed() : 0);
         EnvParts parts{transport, clock, compute, log, nullptr, observer};
         if (churn) parts.membership = &membership;
+        if (checkpoints) parts.checkpoints = &*checkpoints;
         NodeEnvStack stack(s, r, parts);
         body(stack.env(), r);
         finished[r] = 1;
@@ -89,10 +98,13 @@ SimResult simulate(const Scenario& s, const std::vector<int>& nodes, bool numeri
   }
   engine.run();
   actors.clear();
+  if (checkpoints && checkpoints->error()) std::rethrow_exception(checkpoints->error());
   if (first_error) {
     try {
       std::rethrow_exception(first_error);
     } catch (const InputError&) {
+      throw;
+    } catch (const StoppedAtCheckpoint&) {
       throw;
     } catch (const std::exception& e) {
       throw Error("simulation: node " + std::to_string(first_error_node) + " failed: " + e.what());
@@ -108,7 +120,8 @@ SimResult simulate(const Scenario& s, const std::vector<int>& nodes, bool numeri
   return res;
 }
 
-SimResult run_simulation(const RunSpec& spec, Metrics* observer, const EngineOptions& engine) {
+SimResult run_simulation(const RunSpec& spec, Metrics* observer, const EngineOptions& engine,
+                         const SimCheckpointOptions& checkpoints) {
   const Scenario& s = *spec.scenario;
   const bool numeric = s.sim.mode == "numeric";
   RV_CHECK(!numeric || spec.data != nullptr, "numeric simulation without a dataset");
@@ -129,7 +142,7 @@ SimResult run_simulation(const RunSpec& spec, Metrics* observer, const EngineOpt
     }
   }
   return simulate(s, nodes, numeric, [&spec](NodeEnv& env, int r) { run_node(env, spec, r); }, observer,
-                  std::move(fold), engine);
+                  std::move(fold), engine, checkpoints);
 }
 
 }  // namespace rv

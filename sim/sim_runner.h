@@ -8,6 +8,7 @@
 #include "algo/algorithm.h"
 #include "core/output/metrics.h"
 #include "sim/engine_options.h"
+#include "sim/sim_checkpoint.h"
 
 namespace rv {
 
@@ -23,13 +24,17 @@ using NodeBody = std::function<void(NodeEnv& env, int node)>;
 // links from the scenario), until every actor is done. The building block of run_simulation().
 // Nodes i with fold[i] != 0 keep their send, recv and wait events as totals (EventLog::fold).
 // `engine` (SimGrid's --cfg and --log) applies after the scenario's settings (engine_options.h).
+// With checkpoints.every > 0, the run takes checkpoints (sim/sim_checkpoint.h) of `nodes`; with
+// checkpoints.resume, it resumes from one: the observer first sees the events recorded before it.
 SimResult simulate(const Scenario& scenario, const std::vector<int>& nodes, bool numeric,
                    const NodeBody& body, Metrics* observer = nullptr, std::vector<char> fold = {},
-                   const EngineOptions& engine = {});
+                   const EngineOptions& engine = {}, const SimCheckpointOptions& checkpoints = {});
 
 // Runs the simulation. `spec.data` must be set in numeric mode and may be null in timing mode.
 // `observer`, if given, sees every event as it is recorded (progress display).
 // Throws the first node's error, or rv::Error if the nodes deadlock.
-SimResult run_simulation(const RunSpec& spec, Metrics* observer = nullptr, const EngineOptions& engine = {});
+// Throws StoppedAtCheckpoint where checkpoints.stop_after asked the run to stop.
+SimResult run_simulation(const RunSpec& spec, Metrics* observer = nullptr, const EngineOptions& engine = {},
+                         const SimCheckpointOptions& checkpoints = {});
 
 }  // namespace rv

@@ -17,6 +17,7 @@ class Optimizer {
   std::vector<at::Tensor> step(const std::vector<at::Tensor>& params,
                                const std::vector<at::Tensor>& grads);
   int64_t steps() const { return t_; }
+  void set_steps(int64_t t) { t_ = t; }  // resuming from a checkpoint
 
   // Per-parameter state tensors the optimizer keeps: sgd with momentum 1 (the momentum), adam 2
   // (first and second moments), plain sgd 0.

@@ -156,4 +156,13 @@ void Stage::set_averaged_state(const at::Tensor& rows) {
   for (int k = 0; k + 1 < rows.size(0); ++k) optimizer_.set_slot(k, module_.unflatten_params(rows[k + 1]));
 }
 
+void Stage::restore(const at::Tensor& rows, int64_t version, int64_t optimizer_steps) {
+  RV_CHECK(saved_.empty() && grad_count_ == 0, "Stage::restore: micro-batches pending");
+  RV_CHECK(rows.dim() == 2 && rows.size(0) == 1 + optimizer_.slots() && rows.size(1) == module_.flat_state().numel(),
+           "Stage::restore: the checkpoint's state does not fit this stage");
+  set_averaged_state(rows);
+  version_ = version;
+  optimizer_.set_steps(optimizer_steps);
+}
+
 }  // namespace rv

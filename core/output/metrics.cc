@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/error.h"
+
 namespace rv {
 
 const char* to_string(EventKind kind) {
@@ -60,6 +62,12 @@ void EventLog::record(const Event& e) {
   t.step = e.step;
   t.bytes += e.bytes;
   t.count += e.count;
+}
+
+void EventLog::restore(std::vector<Event> events, std::vector<Event> totals) {
+  RV_CHECK(totals.size() == totals_.size(), "EventLog::restore: the checkpoint's log folds other nodes");
+  events_ = std::move(events);
+  totals_ = std::move(totals);
 }
 
 std::vector<Event> EventLog::take() {

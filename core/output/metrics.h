@@ -93,6 +93,10 @@ class EventLog : public Metrics {
   std::vector<Event>& events() { return events_; }
   // Every event kept, the folded totals (in node order) after them; the log is left empty.
   std::vector<Event> take();
+  // Checkpoints: the folded totals as they stand (one per folded node and message kind, count 0
+  // where none came), and the log put back as it was (after fold(), with the same nodes).
+  const std::vector<Event>& totals() const { return totals_; }
+  void restore(std::vector<Event> events, std::vector<Event> totals);
 
  private:
   std::vector<Event> events_;

@@ -520,6 +520,7 @@ std::string run_json_text(const RunInfo& info, const std::string& status, const 
            {"status", status}};
   if (!info.variant.empty()) run["variant"] = info.variant;
   if (!error.empty()) run["error"] = error;
+  if (!info.resumed_from.empty()) run["resumed_from"] = {{"run", info.resumed_from}, {"updates", info.resumed_at}};
   run.update(to_json(provenance_of_run(info.started_unix_s)));
   return run.dump(2) + "\n";
 }

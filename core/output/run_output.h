@@ -44,6 +44,8 @@ struct RunInfo {
   std::string variant;         // what ran, for reports (algo/registry.h: variant_label)
   double started_unix_s = -1;  // when it started, by the executor's calendar clock (s since the
                                // Unix epoch; exec/wall_env.h unix_now_s); < 0: not known
+  std::string resumed_from;    // a resumed run: the run folder it continues (run.json)
+  int64_t resumed_at = -1;     // ... from its checkpoint after this many updates
 };
 
 // The path a run of `executor` would get now: <dir>/<name>/<executor>-<YYYYmmdd-HHMMSS>[-k].

@@ -426,6 +426,14 @@ void add_run_tables(Catalog& c) {
   c.array("churn.event", kOptional, &Scenario::churn, &ChurnSpec::event)
       .real("at_s", &ChurnEventSpec::at_s, 0.0, 1e9, "s", "when, in seconds since the run's start")
       .integer("leave", &ChurnEventSpec::leave, -1, kMaxNodes, "the node (pool rank) that leaves (required)");
+  c.table("checkpoint", &Scenario::checkpoint)
+      .integer("every", &CheckpointSpec::every, 0, kMaxCount,
+               "every this many updates (a multiple of training.average_every) each node that "
+               "trains writes its stage's parameters, optimizer state and counters; `ravnest sim|real "
+               "--resume RUN` continues from the last one; 0: none (ravnest only)")
+      .text("dir", &CheckpointSpec::dir,
+            "where checkpoints go (relative: to the working folder); \"\": the run folder's "
+            "checkpoints/", Empty::kAllowed);
   c.table("faults", &Scenario::faults)
       .integer("node", &FaultsSpec::node, -1, kMaxNodes, "the node that misbehaves; -1: none")
       .integer("crash_after_sends", &FaultsSpec::crash_after_sends, -1, kMaxCount,

@@ -379,6 +379,18 @@ void check_churn(const Scenario& s) {
   }
 }
 
+// [checkpoint]: at averaging rounds only (what else an algorithm needs for them is the
+// registry's check, algo/registry.h check_checkpoint_support).
+void check_checkpoint(const Scenario& s) {
+  const CheckpointSpec& c = s.checkpoint;
+  if (!c.enabled()) return;
+  const int64_t E = std::max<int64_t>(1, s.training.average_every);
+  if (c.every % E != 0)
+    throw ScenarioError(s.where("checkpoint.every"), "checkpoint.every",
+                        std::to_string(c.every) + " is not a multiple of training.average_every (" +
+                            std::to_string(E) + "): checkpoints sit at averaging rounds, where the pipelines are drained");
+}
+
 // The pool's size against the keys that count nodes.
 void check_pool(const Scenario& s) {
   int64_t pool = 0;
@@ -444,6 +456,7 @@ Scenario from_table(const toml::table& root, const std::string& source) {
   check_regions(s);
   check_pool(s);
   check_churn(s);
+  check_checkpoint(s);
   read_profiles(s);
   read_platform(s);
   for (DeviceGroup& d : s.devices) d.dilation = s.dilation;
@@ -563,9 +576,21 @@ std::string Scenario::where(const std::string& dotted_key) const {
   return it->second == 0 ? source + " (--set)" : source + ":" + std::to_string(it->second);
 }
 
+namespace {
+constexpr const char* kResolvedHeader = "# Resolved scenario: every key, defaults filled in. Source: ";
+}  // namespace
+
+std::string resolved_source(const std::string& path) {
+  std::ifstream in(path);
+  std::string first;
+  std::getline(in, first);
+  const std::string header = kResolvedHeader;
+  return first.rfind(header, 0) == 0 ? first.substr(header.size()) : std::string();
+}
+
 std::string to_toml(const Scenario& s) {
   std::ostringstream os;
-  os << "# Resolved scenario: every key, defaults filled in. Source: " << s.source << "\n";
+  os << kResolvedHeader << s.source << "\n";
   for (const TableSpec& t : scenario_tables()) {
     const size_t count = t.is_array ? t.size(s) : 1;
     for (size_t i = 0; i < count; ++i) {

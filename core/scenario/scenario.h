@@ -224,6 +224,15 @@ struct ChurnSpec {
   bool enabled(const std::vector<DeviceGroup>& devices) const;
 };
 
+// Checkpoints (core/checkpoint/): every `every` updates (a multiple of training.average_every, at
+// an averaging round, pipelines drained) every node that trains keeps its stage's state, and
+// `ravnest sim|real --resume RUN` continues the run from the last checkpoint it completed.
+struct CheckpointSpec {
+  int64_t every = 0;  // updates between checkpoints; 0: none
+  std::string dir;    // where they go; "": the run folder's checkpoints/
+  bool enabled() const { return every > 0; }
+};
+
 struct Scenario {
   std::string name = "scenario";
   uint64_t seed = 1;
@@ -243,6 +252,7 @@ struct Scenario {
   OutputSpec output;
   FaultsSpec faults;
   ChurnSpec churn;
+  CheckpointSpec checkpoint;
   // Dotted key ("training.algorithm", "devices[1].up_mbps", "model") -> the line of `source` where
   // it was given. Keys that were defaulted or came from --set are absent.
   std::map<std::string, int> key_lines;  // the line of each key given; 0: given by --set
@@ -269,6 +279,10 @@ struct Scenario {
     }
   }
 };
+
+// A run folder's scenario.toml (to_toml's text) names the file it was resolved from on its first
+// line: that source, or "" if `path` has no such line. A resumed run keeps it (the same experiment).
+std::string resolved_source(const std::string& path);
 
 // Loads and validates `path`, applying `overrides` ("training.lr=0.1") first.
 Scenario load_scenario(const std::string& path, const std::vector<std::string>& overrides = {});
