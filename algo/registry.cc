@@ -116,6 +116,23 @@ void check_churn_support(const Scenario& s) {
                         "averaging never waits for");
 }
 
+void check_recovery_support(const Scenario& s) {
+  if (s.real.on_peer_loss != "recover") return;
+  auto refuse = [&](const std::string& key, const std::string& why) { throw ScenarioError(s.where(key), key, why); };
+  if (!algorithm_of(s).traits.recovers_from_churn)
+    refuse("real.on_peer_loss", "training.algorithm \"" + s.training.algorithm +
+                                    "\" cannot go on without a lost rank (ravnest can): use \"fail\"");
+  const Allreduce& a = allreduce_of(s);
+  if (a.topology != AllreduceTopology::kMultiRing || a.executor_collectives)
+    refuse("training.allreduce", "real.on_peer_loss = \"recover\" needs \"multi-ring\": only its rings re-form "
+                                 "around the ranks that are left");
+  if (s.training.averaging == "overlapped")
+    refuse("training.averaging", "real.on_peer_loss = \"recover\" needs \"bulk-sync\" averaging");
+  if (s.checkpoint.enabled())
+    refuse("checkpoint.every", "checkpoints need every rank of the plan: not with real.on_peer_loss = \"recover\" "
+                               "in this version");
+}
+
 void check_checkpoint_support(const Scenario& s) {
   if (!s.checkpoint.enabled()) return;
   auto refuse = [&](const std::string& why) { throw ScenarioError(s.where("checkpoint.every"), "checkpoint.every", why); };

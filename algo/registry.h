@@ -120,6 +120,9 @@ std::map<std::string, std::vector<std::string>> registry_choices();
 // Under churn (ChurnSpec::enabled), an algorithm that recovers needs bulk-synchronous averaging by
 // the multi-ring (the rings re-form around the membership); throws rv::ScenarioError otherwise.
 void check_churn_support(const Scenario& s);
+// real.on_peer_loss = "recover": the algorithm must recover from churn, with what churn needs
+// (above); rv::ScenarioError otherwise.
+void check_recovery_support(const Scenario& s);
 // checkpoint.every > 0 with an algorithm that takes no checkpoints, with churn or with overlapped
 // averaging: rv::ScenarioError.
 void check_checkpoint_support(const Scenario& s);

@@ -39,6 +39,7 @@ Scenario load_checked(const std::string& path, const std::vector<std::string>& o
   allreduce_of(s);
   check_churn_support(s);
   check_checkpoint_support(s);
+  check_recovery_support(s);
   return s;
 }
 

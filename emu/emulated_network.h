@@ -40,6 +40,9 @@ class NetworkEmulator {
   // `inner` waits (and fails as it fails). By default what `inner` has: held at the sender.
   virtual Message recv(Transport& inner) { return inner.recv(); }
   virtual std::optional<Message> try_recv(Transport& inner) { return inner.try_recv(); }
+  // real.on_peer_loss = "recover": `src` is lost; what the model still delivers from it will never
+  // come, so it is waited for no longer. Any thread may call it. Nothing to do by default.
+  virtual void forget(int src) { (void)src; }
 };
 
 class EmulatedNetwork : public NetworkEmulator {

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <deque>
 #include <optional>
+#include <set>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -83,8 +84,10 @@ class EmulatorServer {
 class EmulatorClient : public NetworkEmulator {
  public:
   // Connects to the server at `path` as node `rank`; rv::PeerError if it cannot. A recv() that
-  // sees no delivery for `timeout` seconds fails with rv::PeerError, as a transport's does.
-  EmulatorClient(const std::string& path, int rank, Seconds timeout);
+  // sees no delivery for `timeout` seconds fails with rv::PeerError, as a transport's does; with
+  // `tolerant` (real.on_peer_loss = "recover") it waits as its transport does, however long.
+  // The executor's own messages (src < 0: churn notices) are never held.
+  EmulatorClient(const std::string& path, int rank, Seconds timeout, bool tolerant = false);
   ~EmulatorClient() override;  // disconnects
   EmulatorClient(const EmulatorClient&) = delete;
   EmulatorClient& operator=(const EmulatorClient&) = delete;
@@ -95,6 +98,7 @@ class EmulatorClient : public NetworkEmulator {
   void drain(int src) override;
   Message recv(Transport& inner) override;
   std::optional<Message> try_recv(Transport& inner) override;
+  void forget(int src) override;
 
  private:
   void read_deliveries();
@@ -104,6 +108,8 @@ class EmulatorClient : public NetworkEmulator {
 
   int rank_;
   Seconds timeout_;
+  bool tolerant_;
+  std::set<int> gone_;             // forgotten senders; guarded by mu_
   int fd_ = -1;
   std::mutex mu_;
   std::condition_variable changed_;

@@ -300,7 +300,14 @@ struct GlooTransport::Impl {
       const Seconds now = now_s();
       for (int p = 0; p < opt.world_size; ++p)
         if (held[p]) live->heard(p, now);  // held back by this rank, not silent
-      if (const std::optional<int> p = live->silent(now)) {
+      if (const std::optional<int> p = live->silent(now); p && tolerant()) {
+        if (mark_failed(*p)) {
+          lock.unlock();
+          report_lost(*p);
+          lock.lock();
+        }
+        continue;
+      } else if (p) {
         const std::string what = who() + ": peer " + std::to_string(*p) + " silent for " +
                                  seconds_str(std::round(live->silent_for(*p, now) * 10) / 10) +
                                  " s: no message or heartbeat (every " + seconds_str(live->beat_interval()) +
@@ -322,18 +329,41 @@ struct GlooTransport::Impl {
     }
   }
 
+  bool tolerant() const { return static_cast<bool>(opt.peer_lost); }
+
+  // Lock held: `peer` is gone; true if it was open (then report_lost() must follow, unlocked).
+  bool mark_failed(int peer) {
+    live->forget(peer);
+    if (peers[peer] != PeerState::kOpen) return false;
+    peers[peer] = PeerState::kFailed;
+    --open_peers;
+    return true;
+  }
+
+  void report_lost(int peer) {
+    if (tolerant()) opt.peer_lost(peer);
+  }
+
+  // A peer's connection failed with `e`. Tolerant: a lost peer (a malformed message still fails
+  // this rank); otherwise the first failure, sticky.
   void peer_failed(int peer, std::exception_ptr e) {
+    bool lost = false;
     {
       std::lock_guard<std::mutex> lock(mu);
-      if (peers[peer] == PeerState::kOpen) {
-        peers[peer] = PeerState::kFailed;
-        --open_peers;
+      const bool open = mark_failed(peer);
+      bool malformed = false;
+      try {
+        std::rethrow_exception(e);
+      } catch (const InputError&) {
+        malformed = true;
+      } catch (...) {
       }
-      live->forget(peer);
       // An error seen while shutting down is the shutdown itself, not a failure.
-      if (!failure && !stopping) failure = e;
+      if (tolerant() && !malformed) lost = open && !stopping;
+      else if (!failure && !stopping) failure = e;
     }
     inbox_cv.notify_all();
+    if (lost) report_lost(peer);
   }
 
   // A recv posted ahead of its message: its work and the tensor it fills.
@@ -453,6 +483,10 @@ struct GlooTransport::Impl {
         } else {
           for (const auto& shape : d.shapes) d.msg.payload.push_back(at::empty(shape, at::kFloat));
         }
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          if (peers[peer] == PeerState::kFailed) continue;  // taken for lost (tolerant): its word no longer counts
+        }
         d.msg.src = peer;
         d.msg.arrived =
             std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -488,7 +522,7 @@ struct GlooTransport::Impl {
       lock.lock();
       send_bytes -= std::min(send_bytes, sends.front().bytes);
       sends.pop_front();
-      if (err && !send_failure && !stopping) send_failure = err;
+      if (err && !send_failure && !stopping && !tolerant()) send_failure = err;  // tolerant: its receiver reports it
       send_cv.notify_all();
     }
   }
@@ -744,6 +778,7 @@ void GlooTransport::send(int dst, Message msg) {
   {
     std::lock_guard<std::mutex> lock(s.mu);
     if (s.send_failure) std::rethrow_exception(s.send_failure);
+    if (s.tolerant() && s.peers[dst] == Impl::PeerState::kFailed) return;  // lost: dropped
   }
   RV_CHECK(elems <= s.opt.max_payload_elems,
            s.who() + ": a message of " + std::to_string(elems) + " elements, more than the " +
@@ -767,11 +802,33 @@ void GlooTransport::send(int dst, Message msg) {
       flat = at::cat(parts);  // a copy
     }
   }
-  if (elems > 0 && elems <= kInlineFloats) {
-    s.post_send(dst, encode_header(msg, msg.payload, elems, flat.contiguous()), at::Tensor());
-  } else {
-    s.post_send(dst, encode_header(msg, msg.payload, elems), flat);
+  try {
+    if (elems > 0 && elems <= kInlineFloats) {
+      s.post_send(dst, encode_header(msg, msg.payload, elems, flat.contiguous()), at::Tensor());
+    } else {
+      s.post_send(dst, encode_header(msg, msg.payload, elems), flat);
+    }
+  } catch (const PeerError&) {
+    if (!s.tolerant()) throw;  // tolerant: the peer's receiver reports its loss; the message is dropped
   }
+}
+
+void GlooTransport::notify(Message m) {
+  m.src = -1;
+  impl_->deliver(std::move(m));
+}
+
+c10::intrusive_ptr<c10d::Store> GlooTransport::store() {
+  RV_CHECK(impl_->store, impl_->who() + ": store() after close()");
+  return impl_->store;
+}
+
+std::vector<int> GlooTransport::lost_peers() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::vector<int> out;
+  for (int p = 0; p < impl_->opt.world_size; ++p)
+    if (p != impl_->opt.rank && impl_->peers[p] == Impl::PeerState::kFailed) out.push_back(p);
+  return out;
 }
 
 std::optional<Message> GlooTransport::recv_for(Seconds wait) {
@@ -786,6 +843,10 @@ std::optional<Message> GlooTransport::recv_control(Seconds wait) {
 
 Message GlooTransport::recv() {
   std::optional<Message> m = recv_for(impl_->opt.timeout);
+  if (m) return std::move(*m);
+  // Tolerant: waiting long is no sign of failure (a spare waits for a stage); the open peers'
+  // heartbeats say they live, and a silent one is lost (take()).
+  while (impl_->tolerant() && !m) m = recv_for(impl_->opt.timeout);
   if (m) return std::move(*m);
   Impl& s = *impl_;
   std::string open;

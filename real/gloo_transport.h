@@ -56,6 +56,7 @@
 // peer arrive in the order that thread sent them.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -67,6 +68,7 @@
 
 namespace c10d {
 class ProcessGroupGloo;
+class Store;
 }
 
 namespace rv {
@@ -92,6 +94,12 @@ struct GlooOptions {
   // Bytes of received messages the inbox holds before this rank stops reading (and of sends in
   // flight before send() waits); one message larger than this still passes, alone.
   size_t queue_bytes = size_t{256} << 20;
+  // real.on_peer_loss = "recover": a peer that dies or falls silent is lost, not a failure of this
+  // rank. It is reported once to `peer_lost` (from a transport thread; the callback must not call
+  // back into the transport but send()), messages to it are dropped, recv() waits as long as any
+  // peer is open (their heartbeats say they live) and a lost peer's bye is not awaited. A
+  // malformed message is still a failure (rv::InputError).
+  std::function<void(int peer)> peer_lost;
 };
 
 class GlooTransport : public Transport {
@@ -130,6 +138,14 @@ class GlooTransport : public Transport {
   // The algorithm is done: what it left unread will not be read, so a full inbox no longer holds
   // back the peers (their control messages and byes come behind). close() does it too.
   void drain();
+
+  // Puts `m` in this rank's own inbox as the executor's message (src -1: a churn notice); any
+  // thread may call it.
+  void notify(Message m);
+  // The run's rendezvous store (the churn membership keeps its state there). Valid until close().
+  c10::intrusive_ptr<c10d::Store> store();
+  // Peers lost so far (GlooOptions::peer_lost set), ascending.
+  std::vector<int> lost_peers() const;
 
   // Payload bytes received and not yet taken by recv(), try_recv() or recv_control(): at most
   // GlooOptions::queue_bytes plus the messages that had arrived when it was reached.

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <array>
 #include <map>
 #include <optional>
@@ -393,6 +394,10 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(std::min(scenario.peer_timeout_s(), 1e7) * 1000));
   std::map<int, std::chrono::steady_clock::time_point> stopped_since;
   std::vector<int> stopped;  // ranks stopped for longer than the timeout
+  // real.on_peer_loss = "recover": a rank other than 0 that ends badly (not on bad input) is lost,
+  // and the run goes on without it.
+  const bool recover = scenario.real.on_peer_loss == "recover";
+  std::vector<int> lost;
   auto next_probe = std::chrono::steady_clock::now();
   while (!children.empty()) {
     try {
@@ -426,6 +431,12 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
     }
     last_end = std::chrono::steady_clock::now();
     if (!failed(r.second)) continue;
+    if (recover && r.first != 0 && read_report(status_dir.path(), r.first).kind != "input" &&
+        !(WIFEXITED(r.second) && WEXITSTATUS(r.second) == 2)) {
+      lost.push_back(r.first);
+      std::cerr << "ravnest real: rank " << r.first << " " << describe(r.second) << "; the run goes on without it\n";
+      continue;
+    }
     if (failures.empty()) {
       // timeout_s, plus a margin for the ranks' own timeouts, which began a little later.
       deadline = std::chrono::steady_clock::now() +
@@ -493,6 +504,11 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
       throw InputError(what);
     }
     throw PeerError(what);
+  }
+  if (!lost.empty()) {
+    std::string which;
+    for (int rank : lost) which += (which.empty() ? "" : ", ") + std::to_string(rank);
+    std::cerr << "ravnest real: the run recovered from the loss of rank(s) " << which << "\n";
   }
   if (!has_rank0) return "";
   std::ifstream in(result.path());

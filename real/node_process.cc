@@ -13,12 +13,14 @@
 #include <iostream>
 #include <iterator>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <sstream>
 #include <thread>
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "core/checkpoint/checkpoint.h"
 #include "core/compute_threads.h"
@@ -39,6 +41,7 @@
 #include "core/scenario/scenario.h"
 #include "planner/planner.h"
 #include "real/real_checkpoints.h"
+#include "real/real_membership.h"
 #include "core/units.h"
 #include "real/auth.h"
 #include "real/gloo_collectives.h"
@@ -172,6 +175,42 @@ Message wait_control(GlooTransport& t, int64_t id) {
   }
 }
 
+// real.on_peer_loss = "recover": like wait_control(), but a lost `from` (or, with from < 0, any
+// rank) is no reason to wait on; returns nothing once every rank it could come from is lost.
+// Rank 0 gathers the run's events, so its loss ends a rank's wait with rv::PeerError.
+std::optional<Message> wait_control_unless_lost(GlooTransport& t, int64_t id) {
+  for (;;) {
+    if (std::optional<Message> m = t.recv_control(1.0)) {
+      if (m->id != id)
+        throw InputError("rank " + std::to_string(m->src) + " sent control message " + std::to_string(m->id) +
+                         " where " + std::to_string(id) + " was expected");
+      return m;
+    }
+    const std::vector<int> lost = t.lost_peers();
+    if (t.rank() != 0 && std::find(lost.begin(), lost.end(), 0) != lost.end())
+      throw PeerError("rank " + std::to_string(t.rank()) + ": rank 0 was lost, and with it the run's gathering "
+                      "of events: the run cannot finish");
+    if (t.rank() == 0 && static_cast<int>(lost.size()) == t.size() - 1) return std::nullopt;
+  }
+}
+
+// The peer-loss hook of a recovering rank: the transport reports lost peers to the membership,
+// once it exists, from its own threads; unhooked before the membership goes.
+struct LossHook {
+  std::mutex mu;
+  StoreMembership* members = nullptr;
+  NetworkEmulator* network = nullptr;  // the emulated network, which waits for the peer no longer
+  void lost(int peer) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (network != nullptr) network->forget(peer);
+    if (members != nullptr) members->left(peer);
+  }
+  void set(StoreMembership* m) {
+    std::lock_guard<std::mutex> lock(mu);
+    members = m;
+  }
+};
+
 // What run() settles before the run folder exists, for run_rank().
 struct RankSetup {
   const Scenario& scenario;
@@ -197,6 +236,7 @@ int run(const NodeProcessOptions& options) {
   if (!options.resume_from.empty())
     if (std::string source = resolved_source(options.scenario_path); !source.empty()) scenario.source = source;
   check_checkpoint_support(scenario);
+  check_recovery_support(scenario);
   const bool launched_together = env_set(kAllRanksHereEnv);
   const bool emulate = emulates_network(scenario, launched_together);
   // The kernel shaper's latency is added here, at the receiver; the user-space one is the
@@ -274,7 +314,11 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::opt
   const bool emulate = setup.emulate, kernel = setup.kernel;
   const char* socket_path = setup.socket_path;
   const NodeRole role = plan.role_of(rank);
-  GlooTransport transport(gloo);
+  const bool recover = scenario.real.on_peer_loss == "recover";
+  auto hook = std::make_shared<LossHook>();
+  GlooOptions transport_options = gloo;
+  if (recover) transport_options.peer_lost = [hook](int peer) { hook->lost(peer); };
+  GlooTransport transport(transport_options);
   transport.barrier();
   // The other ranks join the folder rank 0 made before that barrier.
   std::optional<LiveRows> joined;
@@ -326,7 +370,7 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::opt
   if (kernel)
     emulator = std::make_unique<ArrivalLatency>(rank, one_way_latencies(scenario), steady);
   else if (emulate)
-    emulator = std::make_unique<EmulatorClient>(socket_path, rank, gloo.timeout);
+    emulator = std::make_unique<EmulatorClient>(socket_path, rank, gloo.timeout, recover);
   // The algorithm sees the scenario's wrappers (emulated links, injected faults); the gathering
   // below does not.
   TeeMetrics observer(progress, live_rows, nullptr);  // the node's thread only: no lock
@@ -346,9 +390,34 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::opt
   }
   EnvParts parts{transport, clock, compute, log, &collectives, &observer, nullptr, emulator.get()};
   if (checkpoints) parts.checkpoints = &*checkpoints;
+  // Recovering: the run's membership in the store; the peers lost so far are reported to it now,
+  // later ones by the transport as they go.
+  std::optional<StoreMembership> membership;
+  if (recover) {
+    membership.emplace(transport.store(), transport, clock);
+    {
+      std::lock_guard<std::mutex> lock(hook->mu);
+      hook->network = emulator.get();
+    }
+    hook->set(&*membership);
+    for (int peer : transport.lost_peers()) hook->lost(peer);
+    parts.membership = &*membership;
+  }
+  struct Unhook {
+    LossHook& hook;
+    ~Unhook() {
+      std::lock_guard<std::mutex> lock(hook.mu);
+      hook.members = nullptr;
+      hook.network = nullptr;
+    }
+  } unhook{*hook};
   NodeEnvStack stack(scenario, rank, parts);
   run_node(stack.env(), spec, rank);
   transport.drain();  // what the algorithm left unread no longer holds back its peers
+  if (membership) {
+    membership->stop();
+    for (const Event& e : membership->take_events()) log.record(e);
+  }
   progress.finish();
   stack.env().transport.flush();  // every message the algorithm sent is handed over first
   transport.flush();
@@ -367,7 +436,8 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::opt
     if (joined) joined->close();  // before rank 0 can finish the folder
     send_events(transport, events_to_text(log.events()));
     transport.flush();
-    wait_control(transport, kDoneId);
+    if (recover) wait_control_unless_lost(transport, kDoneId);
+    else wait_control(transport, kDoneId);
     transport.close();
     return 0;
   }
@@ -375,8 +445,18 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::opt
   std::vector<Event> events = log.events();
   std::vector<std::string> texts(static_cast<size_t>(world));
   std::vector<int64_t> pieces(static_cast<size_t>(world), 0), got(static_cast<size_t>(world), 0);
-  for (int complete = 1; complete < world;) {
-    const Message m = wait_control(transport, kEventsId);
+  // Recovering: the ranks lost on the way send nothing (what one had sent is dropped).
+  auto all_in = [&] {
+    const std::vector<int> lost = transport.lost_peers();
+    for (int r = 1; r < world; ++r)
+      if ((pieces[r] == 0 || got[r] < pieces[r]) && std::find(lost.begin(), lost.end(), r) == lost.end()) return false;
+    return true;
+  };
+  for (int complete = 1; recover ? !all_in() : complete < world;) {
+    std::optional<Message> got_one = recover ? wait_control_unless_lost(transport, kEventsId)
+                                             : std::optional<Message>(wait_control(transport, kEventsId));
+    if (!got_one) break;
+    const Message m = std::move(*got_one);
     const auto src = static_cast<size_t>(m.src);
     if (m.step < 1 || (pieces[src] != 0 && (m.step != pieces[src] || got[src] == pieces[src])))
       throw InputError("rank " + std::to_string(m.src) + " sent a piece of its events out of turn (" +
@@ -399,7 +479,9 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::opt
     std::cout << "ravnest node (rank 0): wrote " << path << "\n";
   }
   try {
+    const std::vector<int> lost = transport.lost_peers();
     for (int r = 1; r < world; ++r) {
+      if (std::find(lost.begin(), lost.end(), r) != lost.end()) continue;
       Message done;
       done.kind = MsgKind::kControl;
       done.id = kDoneId;

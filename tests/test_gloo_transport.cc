@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -263,6 +264,64 @@ TEST_CASE("gloo transport: a peer that dies raises PeerError naming it long befo
     } catch (const rv::PeerError& e) {
       EXPECT_OR_EXIT(contains(e.what(), "peer 2"));
     }
+    return 0;
+  });
+  CHECK(status[0] == 0);
+  CHECK(status[1] == 0);
+  CHECK(status[2] == 3);
+}
+
+TEST_CASE("gloo transport: a tolerant rank takes a dead peer for lost and goes on with the others",
+          "[gloo][recover]") {
+  constexpr int kWorld = 3;
+  const auto status = run_ranks(kWorld, 25, [](int rank, int port) -> int {
+    GlooOptions o = options(rank, kWorld, port, 60);
+    std::atomic<int> reports{0}, lost{-1};
+    o.peer_lost = [&](int peer) {
+      ++reports;
+      lost = peer;
+    };
+    GlooTransport t(o);
+    t.barrier();
+    if (rank == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      _exit(3);  // dies without a word
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (lost != 2 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_OR_EXIT(lost == 2);
+    EXPECT_OR_EXIT(t.lost_peers() == std::vector<int>{2});
+    for (int i = 0; i < 3; ++i) {  // to the lost peer: dropped, no failure
+      Message m;
+      m.kind = MsgKind::kForward;
+      m.payload = {at::ones({1000})};
+      t.send(2, std::move(m));
+    }
+    // The two survivors still exchange messages, and an executor's notice reaches the inbox.
+    Message m;
+    m.kind = MsgKind::kForward;
+    m.id = 40 + rank;
+    m.payload = {at::full({3}, static_cast<float>(rank))};
+    t.send(1 - rank, std::move(m));
+    Message notice;
+    notice.kind = MsgKind::kMember;
+    t.notify(std::move(notice));
+    bool got_peer = false, got_notice = false;
+    for (int k = 0; k < 2; ++k) {
+      const Message r = t.recv();
+      if (r.kind == MsgKind::kMember) {
+        EXPECT_OR_EXIT(r.src == -1);
+        got_notice = true;
+      } else {
+        EXPECT_OR_EXIT(r.src == 1 - rank && r.id == 41 - rank && r.payload.at(0)[0].item<float>() == 1 - rank);
+        got_peer = true;
+      }
+    }
+    EXPECT_OR_EXIT(got_peer && got_notice);
+    t.flush();
+    t.close();  // no failure: the lost peer's bye is not awaited
+    EXPECT_OR_EXIT(reports == 1);
     return 0;
   });
   CHECK(status[0] == 0);

@@ -335,7 +335,8 @@ nlohmann::json summarize(const Scenario& s, const Plan& plan, const std::vector<
   j["time_per_step_s"] = step_nodes ? step_sum / step_nodes : 0.0;
   j["staleness"] = {{"mean", stale_n ? static_cast<double>(stale_sum) / stale_n : 0.0},
                     {"max", stale_max}};
-  if (s.churn.enabled(s.devices)) {
+  // Churn in the simulator, or a real run that recovered from a lost rank.
+  if (s.churn.enabled(s.devices) || s.real.on_peer_loss == "recover") {
     // What churn cost: events by kind, and the samples the plan's clusters did not train.
     int64_t leaves = 0, joins = 0, takeovers = 0, dropped = 0, sat_out = 0, transfers = 0;
     Bytes transfer_bytes = 0;
@@ -561,7 +562,8 @@ void write_run_outputs(const std::string& dir, const Scenario& s, const Plan& pl
       };
       std::vector<char> traced = traced_nodes(plan, s.output.trace_nodes);
       // Under churn a spare may take any stage: every node has its row when all are traced.
-      if (s.churn.enabled(s.devices) && s.output.trace_nodes <= 0) traced.assign(traced.size(), 1);
+      if ((s.churn.enabled(s.devices) || s.real.on_peer_loss == "recover") && s.output.trace_nodes <= 0)
+        traced.assign(traced.size(), 1);
       for (int i = 0; i < plan.nodes; ++i) {
         if (!traced[static_cast<size_t>(i)]) continue;
         NodeRole r = plan.role_of(i);

@@ -402,7 +402,11 @@ void add_run_tables(Catalog& c) {
               "user: the launcher holds each message for its links' time (no root); kernel: "
               "each node in a network namespace, links shaped by htb, real TCP over them (root; "
               "the latency added by each receiver after a message's arrival; shapes allreduce = "
-              "\"gloo\" too)");
+              "\"gloo\" too)")
+      .choice("on_peer_loss", &RealSpec::on_peer_loss, {"fail", "recover"},
+              "fail: a rank that loses a peer stops the run (exit 1); recover: ravnest goes on "
+              "without it as under churn (its cluster sits out until a spare, an idle rank of the "
+              "plan, takes the lost stage and fetches its state; rank 0 must survive)");
   c.table("output", &Scenario::output)
       .text("dir", &OutputSpec::dir, "run folders go to `<dir>/<name>/<executor>-<timestamp>/`",
             Empty::kRefused)

@@ -189,6 +189,7 @@ struct RealSpec {
   bool emulate_speed = false;
   Toggle emulate_network = Toggle::kAuto;  // auto: on under `ravnest real`, off elsewhere
   std::string shaper = kUserShaper;
+  std::string on_peer_loss = "fail";  // fail | recover (ravnest, as under churn: algo/roster.h)
 };
 
 struct OutputSpec {

@@ -1,0 +1,183 @@
+// Real runs that lose a rank (real.on_peer_loss = "recover", issue 17 item 4): a rank killed at a
+// random moment, its cluster sits out until the spare takes its stage and fetches its state, and
+// the run finishes with its loss still falling; the loss of rank 0 (which gathers the run) ends
+// the run with a clear error.
+#include "catch.h"
+
+#include <signal.h>
+#include <sys/types.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "core/output/run_output.h"
+#include "cli_support.h"
+
+using namespace rv;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Two clusters of two stages (ranks 0-1, 2-3) and a spare (rank 4) on emulated home links.
+const char* kRecover = R"(name = "recover"
+seed = 3
+[model]
+head = "linear"
+kind = "mlp"
+hidden = [64, 64]
+[data]
+kind = "digits"
+batch_size = 32
+[training]
+optimizer = "adam"
+lr = 0.003
+steps = 600
+eval_every = 200
+average_every = 20
+[planner]
+method = "manual"
+[[planner.cluster]]
+nodes = [0, 1]
+[[planner.cluster]]
+nodes = [2, 3]
+[real]
+on_peer_loss = "recover"
+timeout_s = 20
+[[devices]]
+count = 5
+up_mbps = 20
+down_mbps = 50
+latency_ms = 10
+tflops = 0.001
+)";
+
+fs::path workdir(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / ("rv-recover-" + std::to_string(::getpid()) + "-" + name);
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+// The `ravnest node` process of rank `rank` whose parent is `launcher`, or -1.
+pid_t rank_process(pid_t launcher, int rank) {
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(e.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state = 0;
+    pid_t ppid = -1;
+    rest >> state >> ppid;
+    if (ppid != launcher) continue;
+    const std::string cmd = test::slurp(e.path() / "cmdline");
+    if (cmd.find(std::string("node") + '\0') != std::string::npos &&
+        cmd.find(std::string("--rank") + '\0' + std::to_string(rank) + '\0') != std::string::npos)
+      return static_cast<pid_t>(std::stoi(name));
+  }
+  return -1;
+}
+
+int64_t rows_of_kind(const fs::path& csv, const std::string& kind) {
+  std::ifstream in(csv);
+  int64_t n = 0;
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(kind + ",", 0) == 0) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("a real run goes on when a rank is killed at a random moment", "[real][recover]") {
+  const fs::path d = workdir("kill");
+  std::ofstream(d / "s.toml") << kRecover;
+  std::random_device entropy;
+  std::mt19937 rng(entropy());
+  const int victim = std::uniform_int_distribution<int>(1, 3)(rng);  // not rank 0, which gathers the run
+  const double after = std::uniform_real_distribution<double>(0.0, 3.0)(rng);
+  INFO("killing rank " << victim << ", " << after << " s after training began");
+  const pid_t launcher = test::start_ravnest({"real", "s.toml", "--run-dir", "run", "--progress", "off"}, d);
+  // Training has begun once the live metrics show updates (they are flushed every second).
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (rows_of_kind(d / "run" / "metrics.csv", "update") < 10 && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::this_thread::sleep_for(std::chrono::duration<double>(after));
+  const pid_t pid = rank_process(launcher, victim);
+  REQUIRE(pid > 0);
+  REQUIRE(::kill(pid, SIGKILL) == 0);
+  const test::Result r = test::finish_ravnest(launcher, d);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.err.find("the run recovered from the loss of rank(s) " + std::to_string(victim)) != std::string::npos);
+
+  const auto summary = nlohmann::json::parse(test::slurp(d / "run" / "summary.json"));
+  const auto& churn = summary.at("churn");
+  CHECK(churn.at("leaves") == 1);
+  CHECK(churn.at("takeovers") == 1);  // the spare took the lost stage
+  CHECK(churn.at("state_transfers").get<int>() >= 1);
+  std::ifstream in(d / "run" / "metrics.csv");
+  const std::vector<Event> events = parse_events_csv(in, "metrics.csv");
+  double killed_at = -1;
+  for (const Event& e : events)
+    if (e.kind == EventKind::kLeave) {
+      CHECK(e.node == victim);
+      killed_at = e.end;
+    }
+  REQUIRE(killed_at > 0);
+  // The loss keeps falling: the last losses lie below those just before the loss of the rank.
+  std::vector<std::pair<double, double>> losses;
+  for (const Event& e : events)
+    if (e.kind == EventKind::kLoss) losses.emplace_back(e.end, e.loss);
+  std::sort(losses.begin(), losses.end());
+  const auto kill = std::lower_bound(losses.begin(), losses.end(), std::make_pair(killed_at, -1e300));
+  REQUIRE(kill - losses.begin() >= 20);
+  REQUIRE(losses.end() - kill >= 40);
+  auto mean = [](auto from, auto to) {
+    double s = 0;
+    for (auto it = from; it != to; ++it) s += it->second;
+    return s / static_cast<double>(to - from);
+  };
+  const double before = mean(kill - 20, kill), last = mean(losses.end() - 20, losses.end());
+  INFO("mean loss before the kill " << before << ", at the end " << last);
+  CHECK(last < before);
+  CHECK(summary.at("final").at("test_accuracy").get<double>() > 0.85);
+  fs::remove_all(d);
+}
+
+TEST_CASE("a real run that loses rank 0 stops saying why", "[real][recover]") {
+  const fs::path d = workdir("rank0");
+  std::ofstream(d / "s.toml") << kRecover;
+  const test::Result r = test::ravnest({"real", "s.toml", "--run-dir", "run", "--progress", "off", "--set",
+                                        "faults.node=0", "--set", "faults.crash_after_sends=50"}, d);
+  CHECK(r.status == 1);
+  CHECK(r.err.find("rank 0") != std::string::npos);
+  CHECK(r.err.find("injected crash") != std::string::npos);
+  const auto run = nlohmann::json::parse(test::slurp(d / "run" / "run.json"));
+  CHECK(run.at("status") == "failed");
+  fs::remove_all(d);
+}
+
+TEST_CASE("recovering is refused where the algorithm cannot", "[real][recover]") {
+  const fs::path d = workdir("refused");
+  std::ofstream(d / "s.toml") << kRecover;
+  for (const auto& [set, what] : std::vector<std::pair<std::string, std::string>>{
+           {"training.algorithm=\"gpipe\"", "cannot go on without a lost rank"},
+           {"training.allreduce=\"single-ring\"", "needs \"multi-ring\""},
+           {"training.averaging=\"overlapped\"", "needs \"bulk-sync\""}}) {
+    INFO(set);
+    const test::Result r = test::ravnest({"real", "s.toml", "--set", set}, d);
+    CHECK(r.status == 2);
+    CHECK(r.err.find(what) != std::string::npos);
+  }
+  fs::remove_all(d);
+}
