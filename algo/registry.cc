@@ -140,6 +140,8 @@ void check_checkpoint_support(const Scenario& s) {
     refuse("training.algorithm \"" + s.training.algorithm + "\" takes no checkpoints in this version (ravnest does)");
   if (s.churn.enabled(s.devices))
     refuse("checkpoints and [churn] do not mix in this version (a checkpoint needs every node of the plan)");
+  if (s.faults.node >= 0)
+    refuse("checkpoints and [faults] do not mix in this version (a node's count of sends is not in its checkpoint)");
   if (s.training.averaging == "overlapped")
     refuse("checkpoints need bulk-synchronous averaging (training.averaging = \"overlapped\" leaves averagings "
            "running at the checkpoint)");

@@ -311,25 +311,21 @@ void EmulatorClient::take_arrived(Transport& inner) {
   while (std::optional<Message> m = inner.try_recv()) arrived_[m->src < 0 ? -1 : m->src].push_back(std::move(*m));
 }
 
-// The next delivered message, if it has arrived; the executor's own first.
+// The next delivered message, if it has arrived; the executor's own first. Under mu_ throughout:
+// forget() may drop delivery records meanwhile.
 std::optional<Message> EmulatorClient::take_delivered() {
   if (auto own = arrived_.find(-1); own != arrived_.end() && !own->second.empty()) {
     Message m = std::move(own->second.front());
     own->second.pop_front();
     return m;
   }
-  int src = -1;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (error_) std::rethrow_exception(error_);
-    if (delivered_.empty()) return std::nullopt;
-    src = delivered_.front();
-  }
-  auto it = arrived_.find(src);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (error_) std::rethrow_exception(error_);
+  if (delivered_.empty()) return std::nullopt;
+  auto it = arrived_.find(delivered_.front());
   if (it == arrived_.end() || it->second.empty()) return std::nullopt;
   Message m = std::move(it->second.front());
   it->second.pop_front();
-  std::lock_guard<std::mutex> lock(mu_);
   delivered_.pop_front();
   return m;
 }

@@ -295,7 +295,8 @@ struct GlooTransport::Impl {
       if (failure) std::rethrow_exception(failure);
       if (closed) throw PeerError(who() + ": recv() after close()");
       if (open_peers == 0) {
-        throw PeerError(who() + ": recv() with no peer left to send (every peer said bye)");
+        throw PeerError(who() + (tolerant() ? ": recv() with no peer left to send (every peer was lost or said bye)"
+                                            : ": recv() with no peer left to send (every peer said bye)"));
       }
       const Seconds now = now_s();
       for (int p = 0; p < opt.world_size; ++p)
@@ -332,16 +333,43 @@ struct GlooTransport::Impl {
   bool tolerant() const { return static_cast<bool>(opt.peer_lost); }
 
   // Lock held: `peer` is gone; true if it was open (then report_lost() must follow, unlocked).
+  // Tolerant: what is posted to and from it is aborted, so that neither a silent peer's sends nor
+  // its receiver wait for it (the sends behind them go to live peers).
   bool mark_failed(int peer) {
     live->forget(peer);
     if (peers[peer] != PeerState::kOpen) return false;
     peers[peer] = PeerState::kFailed;
     --open_peers;
+    if (tolerant()) {
+      for (auto& sent : sends)
+        if (sent.dst == peer) abort_quietly(sent.work);
+      for (auto& w : recv_work[peer]) abort_quietly(w);
+    }
     return true;
   }
 
+  static void abort_quietly(const WorkPtr& w) {
+    try {
+      w->abort();
+    } catch (...) {
+    }
+  }
+
+  // Tells the executor (GlooOptions::peer_lost) that `peer` is lost; if it cannot (the store that
+  // keeps the membership has gone with its host), this rank fails with that reason.
   void report_lost(int peer) {
-    if (tolerant()) opt.peer_lost(peer);
+    if (!tolerant()) return;
+    try {
+      opt.peer_lost(peer);
+    } catch (const std::exception& e) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!failure && !stopping)
+          failure = std::make_exception_ptr(PeerError(who() + ": lost peer " + std::to_string(peer) +
+                                                      ", and could not record its loss: " + short_what(e)));
+      }
+      inbox_cv.notify_all();
+    }
   }
 
   // A peer's connection failed with `e`. Tolerant: a lost peer (a malformed message still fails
@@ -358,8 +386,9 @@ struct GlooTransport::Impl {
         malformed = true;
       } catch (...) {
       }
-      // An error seen while shutting down is the shutdown itself, not a failure.
-      if (tolerant() && !malformed) lost = open && !stopping;
+      // An error seen while shutting down is the shutdown itself, not a failure. A peer that has
+      // not proved the run's secret is no peer to lose: that stays a failure.
+      if (tolerant() && !malformed && authed[peer]) lost = open && !stopping;
       else if (!failure && !stopping) failure = e;
     }
     inbox_cv.notify_all();
@@ -522,8 +551,14 @@ struct GlooTransport::Impl {
       lock.lock();
       send_bytes -= std::min(send_bytes, sends.front().bytes);
       sends.pop_front();
-      if (err && !send_failure && !stopping && !tolerant()) send_failure = err;  // tolerant: its receiver reports it
       send_cv.notify_all();
+      if (err && tolerant() && !stopping) {  // a connection that broke: its peer is lost
+        lock.unlock();
+        peer_failed(dst, err);
+        lock.lock();
+      } else if (err && !send_failure && !stopping) {
+        send_failure = err;
+      }
     }
   }
 
@@ -610,8 +645,13 @@ struct GlooTransport::Impl {
         std::lock_guard<std::mutex> lock(mu);
         sends.push_back(Sent{dst, std::move(posted[0]), 0});
       }
-      throw PeerError(who() + ": send to peer " + std::to_string(dst) +
-                      " failed: " + short_what(e));
+      auto err = std::make_exception_ptr(PeerError(who() + ": send to peer " + std::to_string(dst) +
+                                                   " failed: " + short_what(e)));
+      if (tolerant()) {  // its connection broke: the peer is lost, the message dropped
+        peer_failed(dst, err);
+        return;
+      }
+      std::rethrow_exception(err);
     }
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -809,7 +849,9 @@ void GlooTransport::send(int dst, Message msg) {
       s.post_send(dst, encode_header(msg, msg.payload, elems), flat);
     }
   } catch (const PeerError&) {
-    if (!s.tolerant()) throw;  // tolerant: the peer's receiver reports its loss; the message is dropped
+    // Tolerant: a message to a peer taken for lost meanwhile is dropped; any other failure stands.
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (!s.tolerant() || s.peers[dst] != Impl::PeerState::kFailed) throw;
   }
 }
 

@@ -161,6 +161,12 @@ class Children {
     }
   }
 
+  // Kills rank `rank` (it is reaped like any child that ends).
+  void kill_rank(int rank) {
+    for (const auto& [pid, r] : running_)
+      if (r == rank) kill(pid, SIGKILL);
+  }
+
   void kill_all() {
     for (const auto& [pid, rank] : running_) kill(pid, SIGKILL);
     for (const auto& [pid, rank] : running_) {
@@ -422,7 +428,14 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
         }
         for (int rank : now_stopped) {
           const auto since = stopped_since.emplace(rank, now).first->second;
-          if (now - since >= timeout) stopped.push_back(rank);
+          if (now - since < timeout) continue;
+          if (recover && rank != 0) {
+            // Recovering: the others have taken it for lost (its heartbeats stopped); it goes.
+            children.kill_rank(rank);
+            stopped_since.erase(rank);
+          } else {
+            stopped.push_back(rank);
+          }
         }
         if (!stopped.empty()) break;
       }

@@ -10,11 +10,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <iterator>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -175,12 +177,20 @@ Message wait_control(GlooTransport& t, int64_t id) {
   }
 }
 
-// real.on_peer_loss = "recover": like wait_control(), but a lost `from` (or, with from < 0, any
-// rank) is no reason to wait on; returns nothing once every rank it could come from is lost.
-// Rank 0 gathers the run's events, so its loss ends a rank's wait with rv::PeerError.
-std::optional<Message> wait_control_unless_lost(GlooTransport& t, int64_t id) {
+// real.on_peer_loss = "recover": like wait_control(), but returns nothing as soon as `enough()`
+// (checked every second: the ranks still awaited may be lost meanwhile). Rank 0 gathers the
+// run's events, so its loss ends another rank's wait with rv::PeerError.
+std::optional<Message> wait_control_unless_lost(GlooTransport& t, int64_t id, const std::function<bool()>& enough) {
   for (;;) {
-    if (std::optional<Message> m = t.recv_control(1.0)) {
+    if (enough()) return std::nullopt;
+    std::optional<Message> m;
+    try {
+      m = t.recv_control(1.0);
+    } catch (const PeerError&) {
+      if (enough()) return std::nullopt;  // the last peer it waited for was lost meanwhile
+      throw;
+    }
+    if (m) {
       if (m->id != id)
         throw InputError("rank " + std::to_string(m->src) + " sent control message " + std::to_string(m->id) +
                          " where " + std::to_string(id) + " was expected");
@@ -190,7 +200,6 @@ std::optional<Message> wait_control_unless_lost(GlooTransport& t, int64_t id) {
     if (t.rank() != 0 && std::find(lost.begin(), lost.end(), 0) != lost.end())
       throw PeerError("rank " + std::to_string(t.rank()) + ": rank 0 was lost, and with it the run's gathering "
                       "of events: the run cannot finish");
-    if (t.rank() == 0 && static_cast<int>(lost.size()) == t.size() - 1) return std::nullopt;
   }
 }
 
@@ -200,10 +209,12 @@ struct LossHook {
   std::mutex mu;
   StoreMembership* members = nullptr;
   NetworkEmulator* network = nullptr;  // the emulated network, which waits for the peer no longer
+  std::set<int> reported;              // each peer once (the transport's report and the catch-up)
   void lost(int peer) {
     std::lock_guard<std::mutex> lock(mu);
+    if (members == nullptr || !reported.insert(peer).second) return;
     if (network != nullptr) network->forget(peer);
-    if (members != nullptr) members->left(peer);
+    members->left(peer);
   }
   void set(StoreMembership* m) {
     std::lock_guard<std::mutex> lock(mu);
@@ -329,6 +340,11 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::opt
   Seconds resumed_time = 0;
   if (!options.resume_from.empty()) {
     const CheckpointInfo point = read_checkpoint(options.resume_from);
+    std::vector<int> training;
+    for (int r = 0; r < plan.nodes; ++r)
+      if (plan.role_of(r).stage >= 0) training.push_back(r);
+    if (point.nodes != training)
+      throw InputError(options.resume_from + ": the checkpoint holds other nodes than the ones this run's plan trains");
     resumed_time = point.time;
     if (role.stage >= 0) {
       resumed = read_node_state(node_state_file(point.folder, rank));
@@ -393,6 +409,14 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::opt
   // Recovering: the run's membership in the store; the peers lost so far are reported to it now,
   // later ones by the transport as they go.
   std::optional<StoreMembership> membership;
+  struct Unhook {  // before the membership goes (declared after it), the hook lets go of it
+    LossHook& hook;
+    ~Unhook() {
+      std::lock_guard<std::mutex> lock(hook.mu);
+      hook.members = nullptr;
+      hook.network = nullptr;
+    }
+  } unhook{*hook};
   if (recover) {
     membership.emplace(transport.store(), transport, clock);
     {
@@ -403,14 +427,6 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::opt
     for (int peer : transport.lost_peers()) hook->lost(peer);
     parts.membership = &*membership;
   }
-  struct Unhook {
-    LossHook& hook;
-    ~Unhook() {
-      std::lock_guard<std::mutex> lock(hook.mu);
-      hook.members = nullptr;
-      hook.network = nullptr;
-    }
-  } unhook{*hook};
   NodeEnvStack stack(scenario, rank, parts);
   run_node(stack.env(), spec, rank);
   transport.drain();  // what the algorithm left unread no longer holds back its peers
@@ -436,7 +452,7 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::opt
     if (joined) joined->close();  // before rank 0 can finish the folder
     send_events(transport, events_to_text(log.events()));
     transport.flush();
-    if (recover) wait_control_unless_lost(transport, kDoneId);
+    if (recover) wait_control_unless_lost(transport, kDoneId, [] { return false; });
     else wait_control(transport, kDoneId);
     transport.close();
     return 0;
@@ -453,7 +469,7 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::opt
     return true;
   };
   for (int complete = 1; recover ? !all_in() : complete < world;) {
-    std::optional<Message> got_one = recover ? wait_control_unless_lost(transport, kEventsId)
+    std::optional<Message> got_one = recover ? wait_control_unless_lost(transport, kEventsId, all_in)
                                              : std::optional<Message>(wait_control(transport, kEventsId));
     if (!got_one) break;
     const Message m = std::move(*got_one);
@@ -469,6 +485,9 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::opt
     events.insert(events.end(), theirs.begin(), theirs.end());
     ++complete;
   }
+  // Losses recorded by this rank while it gathered.
+  if (membership)
+    for (const Event& e : membership->take_events()) events.push_back(e);
   // Every rank's events are here: the run is finished, and its folder's final outputs replace the
   // live ones before the goodbyes, so that a peer failing during them cannot lose it (the folder
   // is then marked).

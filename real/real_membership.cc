@@ -44,6 +44,9 @@ int64_t StoreMembership::count() const { return store_->add(kCount, 0); }
 
 void StoreMembership::left(int node) {
   const std::string me = std::to_string(rank_);
+  // Held across the count and the event's key: this process's events() (whose store client
+  // would block on the key while holding the client's one connection) waits instead.
+  std::lock_guard<std::mutex> lock(mu_);
   if (text(store_->compareSet(gone_key(node), {}, bytes(me))) != me) return;  // another rank reported it
   const Seconds at = clock_.now();
   const int64_t i = store_->add(kCount, 1) - 1;
@@ -52,7 +55,6 @@ void StoreMembership::left(int node) {
   e.kind = EventKind::kLeave;
   e.node = node;
   e.start = e.end = at;
-  std::lock_guard<std::mutex> lock(mu_);
   leaves_.push_back(e);
 }
 

@@ -96,17 +96,19 @@ int64_t rows_of_kind(const fs::path& csv, const std::string& kind) {
   return n;
 }
 
-}  // namespace
-
-TEST_CASE("a real run goes on when a rank is killed at a random moment", "[real][recover]") {
-  const fs::path d = workdir("kill");
+// Signals one rank (never rank 0, which gathers the run) at a random moment of its training, and
+// checks that the run finishes without it, its loss still falling.
+void lose_a_rank(int signal, const std::vector<std::string>& sets) {
+  const fs::path d = workdir("signal-" + std::to_string(signal));
   std::ofstream(d / "s.toml") << kRecover;
   std::random_device entropy;
   std::mt19937 rng(entropy());
-  const int victim = std::uniform_int_distribution<int>(1, 3)(rng);  // not rank 0, which gathers the run
+  const int victim = std::uniform_int_distribution<int>(1, 3)(rng);
   const double after = std::uniform_real_distribution<double>(0.0, 3.0)(rng);
-  INFO("killing rank " << victim << ", " << after << " s after training began");
-  const pid_t launcher = test::start_ravnest({"real", "s.toml", "--run-dir", "run", "--progress", "off"}, d);
+  INFO("signal " << signal << " to rank " << victim << ", " << after << " s after training began");
+  std::vector<std::string> args = {"real", "s.toml", "--run-dir", "run", "--progress", "off"};
+  for (const auto& s : sets) args.insert(args.end(), {"--set", s});
+  const pid_t launcher = test::start_ravnest(args, d);
   // Training has begun once the live metrics show updates (they are flushed every second).
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   while (rows_of_kind(d / "run" / "metrics.csv", "update") < 10 && std::chrono::steady_clock::now() < give_up)
@@ -114,7 +116,7 @@ TEST_CASE("a real run goes on when a rank is killed at a random moment", "[real]
   std::this_thread::sleep_for(std::chrono::duration<double>(after));
   const pid_t pid = rank_process(launcher, victim);
   REQUIRE(pid > 0);
-  REQUIRE(::kill(pid, SIGKILL) == 0);
+  REQUIRE(::kill(pid, signal) == 0);
   const test::Result r = test::finish_ravnest(launcher, d);
   INFO(r.err);
   REQUIRE(r.status == 0);
@@ -152,6 +154,18 @@ TEST_CASE("a real run goes on when a rank is killed at a random moment", "[real]
   CHECK(last < before);
   CHECK(summary.at("final").at("test_accuracy").get<double>() > 0.85);
   fs::remove_all(d);
+}
+
+}  // namespace
+
+TEST_CASE("a real run goes on when a rank is killed at a random moment", "[real][recover]") {
+  lose_a_rank(SIGKILL, {});
+}
+
+TEST_CASE("a real run goes on when a rank stops answering at a random moment", "[real][recover]") {
+  // A stopped process keeps its connections open: its peers find it silent (no heartbeats) within
+  // the timeout, and the launcher kills it once it has been stopped that long.
+  lose_a_rank(SIGSTOP, {"real.timeout_s=4"});
 }
 
 TEST_CASE("a real run that loses rank 0 stops saying why", "[real][recover]") {

@@ -43,7 +43,8 @@ struct NodeState {
   int cluster = -1;
   int stage = -1;
   int64_t done = 0;           // updates of its cluster before the checkpoint
-  Seconds time = 0;           // the node's clock when the checkpoint was complete
+  Seconds time = 0;           // the node's clock when it reached the checkpoint (for reading; a
+                              // resumed run goes on from CheckpointInfo::time)
   int64_t version = 0;        // the worker's updates (PipelineWorker::version)
   int64_t trained = 0;        // micro-batches whose loss this node computed
   int64_t averagings = 0;     // averaging rounds done
