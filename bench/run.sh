@@ -32,3 +32,7 @@ build/bench/bench_emulator --out bench/results/emulator.json
 # the rank named; ~25 minutes), and what a stray process gets from a running real run's store.
 bench/peer_loss.py --runs 200 --timeout 2 --out bench/results/peer_loss.json
 bench/attacks.py --out bench/results/attacks.json
+# Churn (issue 17): accuracy against the departure rate in simulation (~12 minutes), and a real run
+# that loses a random rank at a random moment against 3 seeds untouched (~5 minutes).
+bench/churn.sh bench/results/churn
+bench/recover.py --out bench/results/recover.json
