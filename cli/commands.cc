@@ -90,6 +90,17 @@ void check_no_churn(const Scenario& s, const std::string& executor) {
                         "every node from start to end");
 }
 
+void check_faults_target(const Prepared& p) {
+  const Scenario& s = p.scenario;
+  const int node = s.faults.node;
+  if (node < 0 || node >= p.plan.nodes || p.plan.role_of(node).stage >= 0) return;
+  // A spare may take a stage under churn, or when a real run recovers from a lost rank.
+  if (s.churn.enabled(s.devices) || s.real.on_peer_loss == "recover") return;
+  throw ScenarioError(s.where("faults.node"), "faults.node",
+                      "node " + std::to_string(node) + " has no stage in the plan (it stays idle): its faults would "
+                      "never act");
+}
+
 void check_simulable(const Scenario& s, const std::string& executor) {
   if (executor != "sim") check_no_churn(s, executor);
   if (executor == "loopback" && s.checkpoint.enabled())
@@ -198,6 +209,7 @@ std::string run_in_process(const Prepared& p, const std::string& executor, const
                            const std::optional<Resume>& resume, int64_t stop_after_checkpoint) {
   const Scenario& s = p.scenario;
   check_simulable(s, executor);
+  check_faults_target(p);
   if (executor != "sim" && !engine.empty())
     throw InputError("--cfg and --log are SimGrid's options: only for --executor sim");
   if (executor == "sim") preflight(s, engine);  // before the folder: bad options or platform leave none
@@ -250,6 +262,7 @@ int cmd_real(const CommonOptions& o, const std::string& self_exe, const std::str
   std::optional<Resume> resume;
   Prepared p = prepare(load_for_run(o, &resume));  // validate before starting any process
   check_no_churn(p.scenario, "real");
+  check_faults_target(p);
   if (o.stop_after_checkpoint > 0 && !p.scenario.checkpoint.enabled())
     throw InputError("--stop-after-checkpoint: the scenario takes no checkpoints (checkpoint.every = 0)");
   if (resume && machines.nnodes > 1)

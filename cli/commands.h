@@ -45,6 +45,9 @@ Prepared prepare(Scenario scenario);
 // Refuses what only the real executor runs (an all-reduce on the executor's own collectives), and
 // churn outside the simulator.
 void check_simulable(const Scenario& s, const std::string& executor);
+// Refuses [faults] aimed at a node the plan leaves idle, where nothing would ever act on them
+// (exit 2); a spare may take a stage under churn or real.on_peer_loss = "recover".
+void check_faults_target(const Prepared& p);
 // Refuses churn: only the simulator plays it (exit 2).
 void check_no_churn(const Scenario& s, const std::string& executor);
 // Runs a prepared scenario in this process (executor: sim | loopback) and writes its run folder at

@@ -175,6 +175,17 @@ TEST_CASE("bad input exits 2 with a message that says where, and writes no run f
     CHECK(e.err.find(c.expect) != std::string::npos);
     CHECK_FALSE(has_run_folder(d));
   }
+  // Faults aimed at a node the plan leaves idle would never act.
+  write(d / "idle.toml", "name = \"idle\"\n[model]\nhead = \"linear\"\n[planner]\nmethod = \"manual\"\n"
+                         "[[planner.cluster]]\nnodes = [0, 1]\n[faults]\nnode = 2\ncrash_after_sends = 3\n"
+                         "[[devices]]\ncount = 3\n");
+  for (const char* cmd : {"sim", "real"}) {
+    INFO("faults on an idle node with `ravnest " << cmd << "`");
+    Result f = ravnest({cmd, "idle.toml"}, d);
+    CHECK(f.status == 2);
+    CHECK(f.err.find("key 'faults.node': node 2 has no stage in the plan") != std::string::npos);
+    CHECK_FALSE(has_run_folder(d));
+  }
   Result r = ravnest({"sim", "missing.toml"}, d);
   CHECK(r.status == 2);
   CHECK(r.err.find("missing.toml: cannot open") != std::string::npos);
