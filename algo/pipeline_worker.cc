@@ -630,7 +630,7 @@ void PipelineWorker::restore(const NodeState& s) {
                                              : "a numeric checkpoint cannot resume a timing-mode run"));
   if (stage_) {
     const int64_t rows = 1 + Optimizer::slots(training_);
-    const int64_t n = stage_->module().flat_state().numel();
+    const int64_t n = spec_.model->state_offset(role_.layer_end) - spec_.model->state_offset(role_.layer_begin);
     if (s.state.dim() != 2 || s.state.size(0) != rows || s.state.size(1) != n)
       throw InputError(who + ": its state does not fit the stage (" + std::to_string(rows) + " x " +
                        std::to_string(n) + " expected)");

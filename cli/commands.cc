@@ -62,13 +62,7 @@ Scenario load_for_run(const CommonOptions& o, std::optional<Resume>* resume) {
   std::optional<CheckpointInfo> point = last_checkpoint(dir);
   if (!point) throw InputError("--resume " + o.resume + ": no complete checkpoint in " + dir);
   // Every file it needs, read before any run folder is made (rv::InputError naming a bad one).
-  for (int node : point->nodes) {
-    const std::string file = node_state_file(point->folder, node);
-    const NodeState state = read_node_state(file);
-    if (state.node != node || state.done != point->done)
-      throw InputError(file + ": holds node " + std::to_string(state.node) + " after " + std::to_string(state.done) +
-                       " updates, not node " + std::to_string(node) + " after " + std::to_string(point->done));
-  }
+  for (int node : point->nodes) read_node_state(*point, node);
   if (fs::exists(events_file(point->folder))) read_log(events_file(point->folder));
   *resume = Resume{o.resume, *point};
   return s;

@@ -335,23 +335,18 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::opt
   std::optional<LiveRows> joined;
   if (rank != 0 && !options.run_path.empty()) joined.emplace(path, scenario.output.metrics != "summary", live_clock, false);
   Metrics* live_rows = live ? static_cast<Metrics*>(&*live) : joined ? static_cast<Metrics*>(&*joined) : nullptr;
+  std::vector<int> trainers;  // the ranks the plan gives a stage
+  for (int r = 0; r < plan.nodes; ++r)
+    if (plan.role_of(r).stage >= 0) trainers.push_back(r);
   // A resumed run: this rank's state, and the checkpoint's time, from which its clock goes on.
   std::optional<NodeState> resumed;
   Seconds resumed_time = 0;
   if (!options.resume_from.empty()) {
     const CheckpointInfo point = read_checkpoint(options.resume_from);
-    std::vector<int> training;
-    for (int r = 0; r < plan.nodes; ++r)
-      if (plan.role_of(r).stage >= 0) training.push_back(r);
-    if (point.nodes != training)
+    if (point.nodes != trainers)
       throw InputError(options.resume_from + ": the checkpoint holds other nodes than the ones this run's plan trains");
     resumed_time = point.time;
-    if (role.stage >= 0) {
-      resumed = read_node_state(node_state_file(point.folder, rank));
-      if (resumed->node != rank || resumed->done != point.done)
-        throw InputError(node_state_file(point.folder, rank) + ": holds node " + std::to_string(resumed->node) +
-                         " after " + std::to_string(resumed->done) + " updates");
-    }
+    if (role.stage >= 0) resumed = read_node_state(point, rank);
   }
   WallClock clock;  // origin: just after the start barrier, on every rank
   if (resumed_time > 0)
@@ -390,9 +385,6 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::opt
   // The algorithm sees the scenario's wrappers (emulated links, injected faults); the gathering
   // below does not.
   TeeMetrics observer(progress, live_rows, nullptr);  // the node's thread only: no lock
-  std::vector<int> trainers;
-  for (int r = 0; r < plan.nodes; ++r)
-    if (plan.role_of(r).stage >= 0) trainers.push_back(r);
   std::optional<RealCheckpoints> checkpoints;
   if (scenario.checkpoint.enabled()) {
     if (resumed) {  // what this rank had done before: in its log and its live rows

@@ -25,13 +25,7 @@ SimCheckpoints::SimCheckpoints(SimCheckpointOptions options, std::vector<int> tr
   LogState state = read_log(events_file(c.folder));
   log_.restore(std::move(state.events), std::move(state.totals));
   restored_.reserve(trainers_.size());
-  for (int node : trainers_) {
-    NodeState s = read_node_state(node_state_file(c.folder, node));
-    if (s.node != node || s.done != c.done)
-      throw InputError(node_state_file(c.folder, node) + ": holds node " + std::to_string(s.node) +
-                       " after " + std::to_string(s.done) + " updates");
-    restored_.push_back(std::move(s));
-  }
+  for (int node : trainers_) restored_.push_back(read_node_state(c, node));
 }
 
 size_t SimCheckpoints::index_of(int node) const {

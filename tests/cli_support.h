@@ -27,6 +27,15 @@ inline std::string slurp(const std::filesystem::path& p) {
   return ss.str();
 }
 
+// A fresh, empty working folder for a test: <tmp>/<prefix>-<name>-<pid>.
+inline std::filesystem::path fresh_dir(const std::string& prefix, const std::string& name) {
+  const std::filesystem::path d =
+      std::filesystem::temp_directory_path() / (prefix + "-" + name + "-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
 // Starts build/ravnest with `args` in `cwd` without waiting (TMPDIR set to `tmpdir` unless
 // empty); stdout and stderr go to cwd/.stdout and cwd/.stderr.
 inline pid_t start_ravnest(const std::vector<std::string>& args, const std::filesystem::path& cwd,

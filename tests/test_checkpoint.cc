@@ -61,12 +61,8 @@ tflops = 0.001
 )";
 
 fs::path workdir(const std::string& name) {
-  static int count = 0;
-  const fs::path d = fs::temp_directory_path() / ("rv-ckpt-" + std::to_string(::getpid()) + "-" + name + "-" +
-                                                  std::to_string(count++));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
+  static int count = 0;  // sections of one test case run in one process
+  return test::fresh_dir("rv-ckpt", name + "-" + std::to_string(count++));
 }
 
 std::vector<std::string> with_sets(std::vector<std::string> args, const std::vector<std::string>& sets) {
@@ -81,11 +77,6 @@ std::map<std::string, std::string> outputs(const fs::path& run) {
     if (e.is_regular_file() && e.path().filename() != "run.json")
       out[e.path().filename().string()] = test::slurp(e.path());
   return out;
-}
-
-std::vector<Event> events_of(const fs::path& run) {
-  std::ifstream in(run / "metrics.csv");
-  return parse_events_csv(in, (run / "metrics.csv").string());
 }
 
 // Stops `sets` after checkpoint `stop`, resumes it, and checks the resumed run's outputs (and its
@@ -305,7 +296,7 @@ TEST_CASE("a real run stopped after a checkpoint resumes where it stopped", "[ch
   const test::Result resumed = test::ravnest({"real", "--resume", "stopped", "--run-dir", "resumed", "--progress", "off"}, d);
   INFO(resumed.err);
   REQUIRE(resumed.status == 0);
-  const std::vector<Event> events = events_of(d / "resumed");
+  const std::vector<Event> events = read_events_csv((d / "resumed" / "metrics.csv").string());
   // Every update exactly once per training node: none before the checkpoint was done again.
   std::map<int, std::set<int64_t>> steps;
   int64_t updates = 0;

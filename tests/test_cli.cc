@@ -49,12 +49,7 @@ std::vector<pid_t> wait_for_children(pid_t pid, size_t n, int settle_ms) {
 }
 
 // A fresh, empty working folder per test.
-fs::path workdir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("rv_cli_" + name + "_" + std::to_string(getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+fs::path workdir(const std::string& name) { return rv::test::fresh_dir("rv-cli", name); }
 
 void write(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
 

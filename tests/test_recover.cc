@@ -58,12 +58,7 @@ latency_ms = 10
 tflops = 0.001
 )";
 
-fs::path workdir(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("rv-recover-" + std::to_string(::getpid()) + "-" + name);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+fs::path workdir(const std::string& name) { return test::fresh_dir("rv-recover", name); }
 
 // The `ravnest node` process of rank `rank` whose parent is `launcher`, or -1.
 pid_t rank_process(pid_t launcher, int rank) {
@@ -127,8 +122,7 @@ void lose_a_rank(int signal, const std::vector<std::string>& sets) {
   CHECK(churn.at("leaves") == 1);
   CHECK(churn.at("takeovers") == 1);  // the spare took the lost stage
   CHECK(churn.at("state_transfers").get<int>() >= 1);
-  std::ifstream in(d / "run" / "metrics.csv");
-  const std::vector<Event> events = parse_events_csv(in, "metrics.csv");
+  const std::vector<Event> events = read_events_csv((d / "run" / "metrics.csv").string());
   double killed_at = -1;
   for (const Event& e : events)
     if (e.kind == EventKind::kLeave) {

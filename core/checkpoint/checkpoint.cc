@@ -268,6 +268,15 @@ void write_node_state(const std::string& dir, const NodeState& s) {
 
 NodeState read_node_state(const std::string& path) { return decode_node_state(read_file(path), path); }
 
+NodeState read_node_state(const CheckpointInfo& point, int node) {
+  const std::string file = node_state_file(point.folder, node);
+  NodeState s = read_node_state(file);
+  if (s.node != node || s.done != point.done)
+    throw InputError(file + ": holds node " + std::to_string(s.node) + " after " + std::to_string(s.done) +
+                     " updates, not node " + std::to_string(node) + " after " + std::to_string(point.done));
+  return s;
+}
+
 void complete_checkpoint(const std::string& dir, const CheckpointInfo& info) {
   nlohmann::json j{{"done", info.done}, {"time_s", info.time}, {"nodes", info.nodes}};
   const std::string folder = round_folder(dir, info.done);

@@ -92,6 +92,10 @@ CheckpointInfo read_checkpoint(const std::string& folder);
 // The last complete checkpoint in `dir`, if any (rv::InputError if its complete.json is malformed).
 std::optional<CheckpointInfo> last_checkpoint(const std::string& dir);
 
+// Node `node`'s state in the complete checkpoint `point`: rv::InputError naming the file if it is
+// malformed or holds another node, or another update count.
+NodeState read_node_state(const CheckpointInfo& point, int node);
+
 // The checkpoint folder of a run: checkpoint.dir, or <run folder>/checkpoints when it is "".
 std::string checkpoint_dir(const std::string& configured, const std::string& run_folder);
 

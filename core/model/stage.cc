@@ -158,9 +158,8 @@ void Stage::set_averaged_state(const at::Tensor& rows) {
 
 void Stage::restore(const at::Tensor& rows, int64_t version, int64_t optimizer_steps) {
   RV_CHECK(saved_.empty() && grad_count_ == 0, "Stage::restore: micro-batches pending");
-  RV_CHECK(rows.dim() == 2 && rows.size(0) == 1 + optimizer_.slots() && rows.size(1) == module_.flat_state().numel(),
-           "Stage::restore: the checkpoint's state does not fit this stage");
-  set_averaged_state(rows);
+  RV_CHECK(rows.dim() == 2 && rows.size(0) == 1 + optimizer_.slots(), "Stage::restore: the optimizer's rows are missing");
+  set_averaged_state(rows);  // checks their length
   version_ = version;
   optimizer_.set_steps(optimizer_steps);
 }
