@@ -123,6 +123,9 @@ int main(int argc, char** argv) {
                    "a complete checkpoint's round folder (<checkpoints>/round-<updates>) to resume from: "
                    "every rank of the run is given the same");
   node->add_option("--resumed-run", node_opts.resumed_run, "the run folder it continues, for run.json");
+  node->add_flag("--join", node_opts.gloo.join,
+                 "replace a lost rank (--rank) of a running job whose real.on_peer_loss is \"recover\": it links to "
+                 "the ranks still in the run and takes a stage as a spare");
   node->add_option("--stop-after-checkpoint", node_opts.stop_after_checkpoint,
                    "stop (exit 1) once this many checkpoints are complete")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));

@@ -17,6 +17,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -104,6 +105,20 @@ std::shared_ptr<::gloo::transport::Device> make_device(const std::string& master
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 
+// Store keys of joining (see "Joining" in the header).
+std::string rank_inc(int r, int k) { return std::to_string(r) + "." + std::to_string(k); }
+std::string nonce_key(int r, int k) { return "rv/nonce/" + (k == 0 ? std::to_string(r) : rank_inc(r, k)); }
+std::string inc_key(int r) { return "rv/link/inc/" + std::to_string(r); }
+std::string lost_key(int r, int k) { return "rv/link/lost/" + rank_inc(r, k); }
+std::string claim_key(int r, int k) { return "rv/link/claim/" + rank_inc(r, k); }
+const std::string kJoinCount = "rv/join/n";
+std::string join_req_key(int64_t t) { return "rv/join/req/" + std::to_string(t); }
+std::string join_done_key(int64_t t) { return "rv/join/done/" + std::to_string(t); }
+std::vector<uint8_t> to_bytes(const std::string& s) { return {s.begin(), s.end()}; }
+std::string to_text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
+// How often the acceptor looks for joins, and a replacement for its turn.
+constexpr std::chrono::milliseconds kJoinPoll(50);
+
 // A flat CPU copy of `t` that shares no storage with it.
 at::Tensor flat_copy(const at::Tensor& t) {
   at::Tensor c = t.detach();
@@ -115,7 +130,14 @@ at::Tensor flat_copy(const at::Tensor& t) {
 }  // namespace
 
 struct GlooTransport::Impl {
-  enum class PeerState { kOpen, kBye, kFailed };
+  // kJoining: a replacement's link is being opened (only its hello goes on it).
+  enum class PeerState { kOpen, kBye, kFailed, kJoining };
+  // Where messages to and from a peer go: the world group and the peer's rank, or a replacement's
+  // two-rank group and its index there.
+  struct Link {
+    c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
+    int index = 0;
+  };
 
   GlooOptions opt;
   std::optional<AuthStoreServer> server;  // rank 0, when it hosts the store
@@ -126,7 +148,14 @@ struct GlooTransport::Impl {
   // its own (its store keys and its members' proofs differ from the earlier one's, so neither
   // collides with nor replays the other).
   std::map<std::string, int> groups_made;
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;  // the world group (none for a replacement)
+  std::vector<Link> links;  // per rank (guarded by mu once the threads run)
+  std::vector<int> inc;     // per rank: its incarnation as this rank knows it (guarded by mu)
+  // Joining: a store client of its own (a link's making waits in the store for the other end,
+  // which must not hold up the membership's requests), and the acceptor of replacements.
+  c10::intrusive_ptr<AuthStore> link_store;
+  int64_t accept_from = 0;  // the first join ticket the acceptor serves
+  std::thread acceptor;
   // Memory of received headers and payloads, reused (buffer_pool.h): at most this many bytes kept.
   BufferPool buffers{size_t{256} << 20};
 
@@ -145,6 +174,7 @@ struct GlooTransport::Impl {
   bool stopping = false;                      // receivers must not post new recvs
   struct Sent {
     int dst;
+    int k;  // dst's incarnation
     WorkPtr work;
     size_t bytes;   // counted in send_bytes
   };
@@ -162,7 +192,7 @@ struct GlooTransport::Impl {
   bool reaper_stop = false;
   bool closed = false;  // close() or shutdown() began
 
-  std::vector<std::thread> receivers;
+  std::vector<std::thread> receivers;  // per rank (this rank's and never-linked ones' are empty)
   std::thread reaper;
   // Heartbeats (liveness.h): the beater sends one to every open peer each beat interval; `live`
   // (guarded by mu) knows when each peer was last heard from.
@@ -182,10 +212,29 @@ struct GlooTransport::Impl {
 
   void start_threads() {
     live.emplace(opt.world_size, opt.rank, opt.timeout, now_s());
+    nonces.resize(static_cast<size_t>(opt.world_size));  // (the acceptor fills a replacement's)
+    receivers.resize(static_cast<size_t>(opt.world_size));
     for (int p = 0; p < opt.world_size; ++p) {
-      if (p != opt.rank) receivers.emplace_back([this, p] { receive_loop(p); });
+      if (p == opt.rank) continue;
+      if (peers[p] != PeerState::kOpen) {
+        live->forget(p);
+        continue;
+      }
+      receivers[p] = std::thread([this, p] { receive_loop(p); });
     }
     reaper = std::thread([this] { reap_loop(); });
+    if (tolerant()) acceptor = std::thread([this] { accept_loop(); });
+  }
+
+  // The hello that proves to `to` (incarnation's nonce `to_nonce`) that this rank holds the secret.
+  at::Tensor hello_header(int to, const std::string& to_nonce) const {
+    const auth::Mac m = hello_mac(to_nonce, opt.rank, to);
+    Message hello;
+    hello.kind = MsgKind::kControl;
+    hello.id = kHelloId;
+    at::Tensor proof = at::empty({static_cast<int64_t>(auth::kMacBytes / sizeof(float))}, at::kFloat);
+    std::memcpy(proof.data_ptr<float>(), m.data(), m.size());  // raw bits; no arithmetic
+    return encode_header(hello, {proof}, proof.numel(), proof);
   }
 
   // The proof that `from` holds the run's secret, for `to`, over `to`'s nonce.
@@ -197,34 +246,40 @@ struct GlooTransport::Impl {
   // Sends every peer this rank's hello (the first message on each connection: the beater starts
   // after), then waits until every peer's hello has been checked. rv::PeerError if one fails or
   // does not come within the timeout.
-  void authenticate() {
-    nonces.assign(opt.world_size, std::string());
-    nonces[opt.rank] = nonce;
-    for (int p = 0; p < opt.world_size; ++p) {
-      if (p == opt.rank) continue;
-      std::vector<uint8_t> theirs;
-      try {
-        theirs = store->get("rv/nonce/" + std::to_string(p));
-      } catch (const std::exception& e) {
-        throw PeerError(who() + ": cannot read peer " + std::to_string(p) + "'s nonce from the store: " + short_what(e));
-      }
-      nonces[p].assign(theirs.begin(), theirs.end());
-      const auth::Mac m = hello_mac(nonces[p], opt.rank, p);
-      Message hello;
-      hello.kind = MsgKind::kControl;
-      hello.id = kHelloId;
-      at::Tensor proof = at::empty({static_cast<int64_t>(auth::kMacBytes / sizeof(float))}, at::kFloat);
-      std::memcpy(proof.data_ptr<float>(), m.data(), m.size());  // raw bits; no arithmetic
-      post_send(p, encode_header(hello, {proof}, proof.numel(), proof), at::Tensor(), false);
+  // The peers this rank is linked to (at the start: every one; a replacement: those not lost).
+  std::vector<int> open_at_start() {
+    std::vector<int> open;
+    std::lock_guard<std::mutex> lock(mu);
+    for (int p = 0; p < opt.world_size; ++p)
+      if (p != opt.rank && peers[p] == PeerState::kOpen) open.push_back(p);
+    return open;
+  }
+
+  // Rank `r`'s nonce for incarnation `k`, from the store.
+  std::string nonce_of(c10d::Store& from, int r, int k) {
+    try {
+      return to_text(from.get(nonce_key(r, k)));
+    } catch (const std::exception& e) {
+      throw PeerError(who() + ": cannot read peer " + std::to_string(r) + "'s nonce from the store: " + short_what(e));
     }
+  }
+
+  void authenticate() {
+    const std::vector<int> open = open_at_start();
+    nonces[opt.rank] = nonce;
+    for (int p : open) {
+      nonces[p] = nonce_of(*store, p, inc[p]);
+      post_send(p, hello_header(p, nonces[p]), at::Tensor(), false);
+    }
+    const int want = static_cast<int>(open.size());
     std::unique_lock<std::mutex> lock(mu);
     inbox_cv.wait_until(lock, SteadyClock::now() + to_ms(opt.timeout),
-                        [&] { return failure || authed_peers == opt.world_size - 1; });
+                        [&] { return failure || authed_peers == want; });
     if (failure) std::rethrow_exception(failure);
-    if (authed_peers != opt.world_size - 1) {
+    if (authed_peers != want) {
       std::string missing;
-      for (int p = 0; p < opt.world_size; ++p)
-        if (p != opt.rank && !authed[p]) missing += (missing.empty() ? "" : ", ") + std::to_string(p);
+      for (int p : open)
+        if (!authed[p]) missing += (missing.empty() ? "" : ", ") + std::to_string(p);
       throw PeerError(who() + ": no proof of the run secret from peer(s) " + missing + " within " +
                       seconds_str(opt.timeout) + " s");
     }
@@ -276,14 +331,17 @@ struct GlooTransport::Impl {
   // Holds `peer`'s receiver while the inbox is full (back-pressure); false once shutting down.
   bool wait_for_room(int peer) {
     std::unique_lock<std::mutex> lock(mu);
-    auto room = [&] { return inbox_bytes < opt.queue_bytes || draining || stopping; };
-    if (room()) return !stopping;
+    // A peer taken for lost is read no more (a replacement may take its rank).
+    auto room = [&] {
+      return inbox_bytes < opt.queue_bytes || draining || stopping || peers[peer] == PeerState::kFailed;
+    };
+    if (room()) return !stopping && peers[peer] != PeerState::kFailed;
     held[peer] = true;
     room_cv.wait(lock, room);
     held[peer] = false;
     // Not reading is not the peer's silence: it counts as heard from now.
     live->heard(peer, now_s());
-    return !stopping;
+    return !stopping && peers[peer] != PeerState::kFailed;
   }
 
   // The next message of `queue` (inbox or control), waiting until `deadline`; nothing on timeout.
@@ -302,9 +360,9 @@ struct GlooTransport::Impl {
       for (int p = 0; p < opt.world_size; ++p)
         if (held[p]) live->heard(p, now);  // held back by this rank, not silent
       if (const std::optional<int> p = live->silent(now); p && tolerant()) {
-        if (mark_failed(*p)) {
+        if (const int k = inc[*p]; mark_failed(*p)) {
           lock.unlock();
-          report_lost(*p);
+          report_lost(*p, k);
           lock.lock();
         }
         continue;
@@ -344,6 +402,7 @@ struct GlooTransport::Impl {
       for (auto& sent : sends)
         if (sent.dst == peer) abort_quietly(sent.work);
       for (auto& w : recv_work[peer]) abort_quietly(w);
+      room_cv.notify_all();  // its receiver, if held back, ends
     }
     return true;
   }
@@ -355,12 +414,14 @@ struct GlooTransport::Impl {
     }
   }
 
-  // Tells the executor (GlooOptions::peer_lost) that `peer` is lost; if it cannot (the store that
-  // keeps the membership has gone with its host), this rank fails with that reason.
-  void report_lost(int peer) {
+  // Tells the executor (GlooOptions::peer_lost) that incarnation `k` of `peer` is lost, then the
+  // store (a replacement may take its rank from then on); if it cannot (the store that keeps the
+  // membership has gone with its host), this rank fails with that reason.
+  void report_lost(int peer, int k) {
     if (!tolerant()) return;
     try {
-      opt.peer_lost(peer);
+      opt.peer_lost(peer, k);
+      store->set(lost_key(peer, k), to_bytes(std::to_string(opt.rank)));
     } catch (const std::exception& e) {
       {
         std::lock_guard<std::mutex> lock(mu);
@@ -372,12 +433,14 @@ struct GlooTransport::Impl {
     }
   }
 
-  // A peer's connection failed with `e`. Tolerant: a lost peer (a malformed message still fails
-  // this rank); otherwise the first failure, sticky.
-  void peer_failed(int peer, std::exception_ptr e) {
+  // A peer's connection (of its incarnation `k`) failed with `e`. Tolerant: a lost peer (a
+  // malformed message still fails this rank); otherwise the first failure, sticky. A failure of
+  // an incarnation a replacement has since taken over is past.
+  void peer_failed(int peer, std::exception_ptr e, int k) {
     bool lost = false;
     {
       std::lock_guard<std::mutex> lock(mu);
+      if (k != inc[peer]) return;
       const bool open = mark_failed(peer);
       bool malformed = false;
       try {
@@ -387,12 +450,14 @@ struct GlooTransport::Impl {
       } catch (...) {
       }
       // An error seen while shutting down is the shutdown itself, not a failure. A peer that has
-      // not proved the run's secret is no peer to lose: that stays a failure.
+      // not proved the run's secret is no peer to lose: that stays a failure, but for a
+      // replacement's link, which is merely not opened (the run never counted it in).
       if (tolerant() && !malformed && authed[peer]) lost = open && !stopping;
+      else if (tolerant() && k > 0 && !authed[peer]) lost = false;
       else if (!failure && !stopping) failure = e;
     }
     inbox_cv.notify_all();
-    if (lost) report_lost(peer);
+    if (lost) report_lost(peer, k);
   }
 
   // A recv posted ahead of its message: its work and the tensor it fills.
@@ -404,8 +469,8 @@ struct GlooTransport::Impl {
   // Posts a recv from `peer` on `tag` into `tensors`; nothing once shutting down.
   std::optional<Posted> post_recv(int peer, std::vector<at::Tensor> tensors, int tag) {
     std::lock_guard<std::mutex> lock(mu);
-    if (stopping) return std::nullopt;
-    Posted p{pg->recv(tensors, peer, tag), std::move(tensors)};
+    if (stopping || (tolerant() && peers[peer] == PeerState::kFailed)) return std::nullopt;
+    Posted p{links[peer].pg->recv(tensors, links[peer].index, tag), std::move(tensors)};
     recv_work[peer].push_back(p.work);
     return p;
   }
@@ -440,6 +505,11 @@ struct GlooTransport::Impl {
   // kHeadersAhead header recvs stay posted, so that Gloo's notice that a recv is ready reaches
   // the sender before its next messages rather than after it, behind this rank's own uploads.
   void receive_loop(int peer) {
+    int k = 0;  // the incarnation whose messages these are
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      k = inc[peer];
+    }
     std::deque<Posted> headers;  // oldest first; left posted at the end (shutdown aborts them)
     auto fill = [&] {
       while (headers.size() < kHeadersAhead) {
@@ -522,13 +592,13 @@ struct GlooTransport::Impl {
         deliver(std::move(d.msg));
       }
     } catch (const InputError&) {
-      peer_failed(peer, std::current_exception());
+      peer_failed(peer, std::current_exception(), k);
     } catch (const PeerError&) {
-      peer_failed(peer, std::current_exception());
+      peer_failed(peer, std::current_exception(), k);
     } catch (const std::exception& e) {
       const std::string what = who() + ": lost peer " + std::to_string(peer) +
                                " (its process ended or the network failed): " + short_what(e);
-      peer_failed(peer, std::make_exception_ptr(PeerError(what)));
+      peer_failed(peer, std::make_exception_ptr(PeerError(what)), k);
     }
   }
 
@@ -538,7 +608,7 @@ struct GlooTransport::Impl {
     for (;;) {
       send_cv.wait(lock, [&] { return !sends.empty() || reaper_stop; });
       if (sends.empty()) return;
-      const int dst = sends.front().dst;
+      const int dst = sends.front().dst, k = sends.front().k;
       WorkPtr w = sends.front().work;
       lock.unlock();
       std::exception_ptr err;
@@ -554,7 +624,7 @@ struct GlooTransport::Impl {
       send_cv.notify_all();
       if (err && tolerant() && !stopping) {  // a connection that broke: its peer is lost
         lock.unlock();
-        peer_failed(dst, err);
+        peer_failed(dst, err, k);
         lock.lock();
       } else if (err && !send_failure && !stopping) {
         send_failure = err;
@@ -625,15 +695,34 @@ struct GlooTransport::Impl {
       }
       send_bytes += bytes;
     }
-    std::vector<at::Tensor> h{header};
-    std::vector<WorkPtr> posted;
     // A message's header and payload go out back to back: the receiver pairs them in order.
     std::lock_guard<std::mutex> post_lock(post_mu);
+    post_locked(dst, header, flat, bytes, bounded, false);
+  }
+
+  // post_send() with post_mu held. `hello`: the first message on a replacement's link, the only
+  // one that goes while it is joining. Tolerant: a message to a peer not open is dropped.
+  void post_locked(int dst, const at::Tensor& header, const at::Tensor& flat, size_t bytes, bool bounded, bool hello) {
+    Link link;
+    int k = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      link = links[dst];
+      k = inc[dst];
+      const bool closed_to = peers[dst] == PeerState::kFailed || (peers[dst] == PeerState::kJoining && !hello);
+      if (tolerant() && closed_to) {
+        if (bounded) send_bytes -= std::min(send_bytes, bytes);
+        send_cv.notify_all();
+        return;
+      }
+    }
+    std::vector<at::Tensor> h{header};
+    std::vector<WorkPtr> posted;
     try {
-      posted.push_back(pg->send(h, dst, kHeaderTag));
+      posted.push_back(link.pg->send(h, link.index, kHeaderTag));
       if (flat.defined()) {
         std::vector<at::Tensor> p{flat};
-        posted.push_back(pg->send(p, dst, kPayloadTag));
+        posted.push_back(link.pg->send(p, link.index, kPayloadTag));
       }
     } catch (const std::exception& e) {
       {
@@ -643,12 +732,12 @@ struct GlooTransport::Impl {
       if (!posted.empty()) {
         // The header went without its payload; the peer's receiver will report the loss.
         std::lock_guard<std::mutex> lock(mu);
-        sends.push_back(Sent{dst, std::move(posted[0]), 0});
+        sends.push_back(Sent{dst, k, std::move(posted[0]), 0});
       }
       auto err = std::make_exception_ptr(PeerError(who() + ": send to peer " + std::to_string(dst) +
                                                    " failed: " + short_what(e)));
       if (tolerant()) {  // its connection broke: the peer is lost, the message dropped
-        peer_failed(dst, err);
+        peer_failed(dst, err, k);
         return;
       }
       std::rethrow_exception(err);
@@ -656,7 +745,7 @@ struct GlooTransport::Impl {
     {
       std::lock_guard<std::mutex> lock(mu);
       for (size_t i = 0; i < posted.size(); ++i)
-        sends.push_back(Sent{dst, std::move(posted[i]), bounded && i + 1 == posted.size() ? bytes : 0});
+        sends.push_back(Sent{dst, k, std::move(posted[i]), bounded && i + 1 == posted.size() ? bytes : 0});
     }
     send_cv.notify_all();
   }
@@ -664,6 +753,151 @@ struct GlooTransport::Impl {
   // Waits until every posted send completed, up to `deadline`; false on timeout.
   bool wait_sends(std::unique_lock<std::mutex>& lock, SteadyClock::time_point deadline) {
     return send_cv.wait_until(lock, deadline, [&] { return sends.empty(); });
+  }
+
+  // ---- Joining (see the header) ----
+
+  bool is_stopping() {
+    std::lock_guard<std::mutex> lock(mu);
+    return stopping;
+  }
+
+  // The two-rank group that links this rank to a replacement `q` (or, on a replacement, to peer
+  // q), named after both ends' incarnations. Blocks until the other end makes it too.
+  Link make_link(int q, int k_q, int k_me) {
+    const int me = opt.rank;
+    const std::string name = "link/" + (me < q ? rank_inc(me, k_me) + "-" + rank_inc(q, k_q) : rank_inc(q, k_q) + "-" + rank_inc(me, k_me));
+    auto go = c10d::ProcessGroupGloo::Options::create(to_ms(opt.timeout));
+    go->devices.push_back(make_device(opt.master_addr));
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>(name, link_store);
+    return Link{c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, me < q ? 0 : 1, 2, go), me < q ? 1 : 0};
+  }
+
+  // This process replaces lost rank opt.rank: claims its next incarnation, waits its turn, and
+  // links to every rank whose incarnation is not lost (peers and inc are set; the threads not yet
+  // started). Returns its join ticket, to be marked done once its links are checked.
+  int64_t join_job() {
+    const int r = opt.rank;
+    c10d::Store& st = *link_store;
+    const int old = static_cast<int>(st.add(inc_key(r), 0));
+    if (!st.check({lost_key(r, old)}))
+      throw InputError(who() + ": rank " + std::to_string(r) + " is still in the run (no rank has lost it): a "
+                       "replacement takes the rank of a lost process only");
+    if (to_text(st.compareSet(claim_key(r, old + 1), {}, to_bytes(nonce))) != nonce)
+      throw InputError(who() + ": another process has already taken the place of lost rank " + std::to_string(r));
+    const int k = static_cast<int>(st.add(inc_key(r), 1));
+    st.set(nonce_key(r, k), to_bytes(nonce));
+    const int64_t ticket = st.add(kJoinCount, 1) - 1;
+    st.set(join_req_key(ticket), to_bytes(std::to_string(r) + " " + std::to_string(k)));
+    accept_from = ticket + 1;
+    // One join at a time: the one before must have linked first (or given up).
+    const auto deadline = SteadyClock::now() + to_ms(opt.timeout);
+    while (ticket > 0 && !st.check({join_done_key(ticket - 1)})) {
+      if (SteadyClock::now() > deadline)
+        throw PeerError(who() + ": the replacement that asked to join before this one (join " + std::to_string(ticket - 1) +
+                        ") did not finish within " + seconds_str(opt.timeout) + " s");
+      std::this_thread::sleep_for(kJoinPoll);
+    }
+    inc.assign(static_cast<size_t>(opt.world_size), 0);
+    inc[r] = k;
+    peers.assign(static_cast<size_t>(opt.world_size), PeerState::kFailed);
+    links.resize(static_cast<size_t>(opt.world_size));
+    for (int q = 0; q < opt.world_size; ++q) {
+      if (q == r) continue;
+      inc[q] = static_cast<int>(st.add(inc_key(q), 0));
+      if (st.check({lost_key(q, inc[q])})) continue;
+      try {
+        links[q] = make_link(q, inc[q], k);
+      } catch (const std::exception& e) {
+        throw PeerError(who() + ": cannot link to rank " + std::to_string(q) + " within " + seconds_str(opt.timeout) +
+                        " s (has the run ended?): " + short_what(e));
+      }
+      peers[q] = PeerState::kOpen;
+      ++open_peers;
+    }
+    if (open_peers == 0) throw PeerError(who() + ": every rank of the run is lost or gone: nothing to join");
+    return ticket;
+  }
+
+  // Opens rank r again as its incarnation k (a replacement asked to join): its old incarnation is
+  // lost (reported, if this rank had not yet), its link is made, and the hello goes first on it.
+  void admit(int r, int k) {
+    int old = 0;
+    bool was_open = false;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (r == opt.rank || r < 0 || r >= opt.world_size || k <= inc[r]) return;  // not for this rank, or stale
+      old = inc[r];
+      was_open = mark_failed(r);
+    }
+    inbox_cv.notify_all();
+    if (was_open) report_lost(r, old);
+    if (receivers[r].joinable()) receivers[r].join();
+    const std::string their_nonce = nonce_of(*link_store, r, k);
+    int k_me = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      k_me = inc[opt.rank];
+    }
+    Link link = make_link(r, k, k_me);
+    {
+      std::lock_guard<std::mutex> post_lock(post_mu);
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (stopping || closed) return;
+        links[r] = std::move(link);
+        inc[r] = k;
+        nonces[r] = their_nonce;
+        peers[r] = PeerState::kJoining;
+        authed[r] = false;
+        held[r] = false;
+        recv_work[r].clear();
+      }
+      post_locked(r, hello_header(r, their_nonce), at::Tensor(), 0, false, true);
+      std::lock_guard<std::mutex> lock(mu);
+      if (peers[r] != PeerState::kJoining) return;  // its hello failed: it stays lost
+      peers[r] = PeerState::kOpen;
+      ++open_peers;
+      live->expect(r, now_s());
+      receivers[r] = std::thread([this, r] { receive_loop(r); });
+    }
+    inbox_cv.notify_all();
+  }
+
+  // Serves the join tickets in order, from accept_from, until the transport stops. A ticket whose
+  // request never comes (its process died) is passed over after the timeout; a link that cannot
+  // be made leaves its rank lost.
+  void accept_loop() {
+    int64_t next = accept_from;
+    Seconds waiting_since = -1;
+    while (!is_stopping()) {
+      try {
+        const int64_t n = link_store->add(kJoinCount, 0);
+        while (next < n && !is_stopping()) {
+          if (!link_store->check({join_req_key(next)})) {
+            if (waiting_since < 0) waiting_since = now_s();
+            if (now_s() - waiting_since <= opt.timeout) break;
+            ++next;  // its joiner is gone
+            waiting_since = -1;
+            continue;
+          }
+          waiting_since = -1;
+          std::istringstream in(to_text(link_store->get(join_req_key(next))));
+          int r = -1, k = -1;
+          ++next;
+          if (!(in >> r >> k)) continue;  // malformed: no join
+          try {
+            admit(r, k);
+          } catch (const std::exception&) {
+            // That replacement is not linked: it stays lost here (and gives up on its side).
+          }
+        }
+      } catch (const std::exception&) {
+        return;  // the store is gone (the run ends, or its host died): no more joins
+      }
+      std::unique_lock<std::mutex> lock(mu);
+      beat_cv.wait_for(lock, kJoinPoll, [&] { return stopping; });
+    }
   }
 
   // Stops every thread (aborting pending Gloo waits) and drops the process group. Never throws.
@@ -692,6 +926,9 @@ struct GlooTransport::Impl {
     send_cv.notify_all();
     inbox_cv.notify_all();
     room_cv.notify_all();
+    beat_cv.notify_all();
+    // The acceptor first: it may still start a receiver.
+    if (acceptor.joinable()) acceptor.join();
     for (auto& t : receivers) {
       if (t.joinable()) t.join();
     }
@@ -700,7 +937,9 @@ struct GlooTransport::Impl {
     try {
       recv_work.clear();
       sends.clear();
+      links.clear();
       pg.reset();
+      link_store.reset();
       store.reset();
       server.reset();
     } catch (...) {
@@ -732,9 +971,14 @@ GlooTransport::GlooTransport(const GlooOptions& options) : impl_(std::make_uniqu
     throw InputError(s.who() + ": max_payload_elems " + std::to_string(options.max_payload_elems) +
                      " is not in 1..2^34");
   }
+  if (options.join && !options.peer_lost)
+    throw InputError(s.who() + ": only a run that recovers lost ranks (real.on_peer_loss = \"recover\") takes a replacement");
+  if (options.join && options.rank == 0)
+    throw InputError(s.who() + ": rank 0 cannot be replaced: it holds the run's gathering (and may host its store)");
+  if (options.join) s.opt.host_store = false;
   const std::string where = options.master_addr + ":" + std::to_string(options.master_port);
   const auto timeout = to_ms(options.timeout);
-  if (options.rank == 0 && options.host_store) {
+  if (options.rank == 0 && s.opt.host_store) {
     try {
       s.server.emplace(options.secret, options.master_addr, options.master_port);
     } catch (const InputError&) {
@@ -743,14 +987,40 @@ GlooTransport::GlooTransport(const GlooOptions& options) : impl_(std::make_uniqu
       throw PeerError(s.who() + ": cannot host the rendezvous store: " + short_what(e));
     }
   }
+  s.recv_work.resize(options.world_size);
+  s.held.assign(options.world_size, false);
+  s.authed.assign(options.world_size, false);
+  int64_t ticket = -1;  // a replacement's join
   try {
     s.store = c10::make_intrusive<AuthStore>(options.secret, options.master_addr, options.master_port, timeout);
     s.nonce = auth::random_bytes(auth::kNonceBytes);
-    s.store->set("rv/nonce/" + std::to_string(options.rank), std::vector<uint8_t>(s.nonce.begin(), s.nonce.end()));
+    if (s.tolerant())
+      s.link_store = c10::make_intrusive<AuthStore>(options.secret, options.master_addr, options.master_port, timeout);
+    if (options.join) ticket = s.join_job();
+    else s.store->set(nonce_key(options.rank, 0), to_bytes(s.nonce));
   } catch (const InputError& e) {
-    throw InputError(s.who() + ": " + e.what());
+    const std::string what = e.what();
+    throw InputError(what.rfind(s.who(), 0) == 0 ? what : s.who() + ": " + what);
+  } catch (const PeerError& e) {
+    const std::string what = e.what();
+    throw PeerError(what.rfind(s.who(), 0) == 0 ? what : s.who() + ": " + what);
   } catch (const std::exception& e) {
     throw PeerError(s.who() + ": " + short_what(e));
+  }
+  if (options.join) {
+    s.start_threads();
+    try {
+      s.authenticate();
+      s.link_store->set(join_done_key(ticket), to_bytes(std::to_string(options.rank)));
+    } catch (...) {
+      try {
+        s.link_store->set(join_done_key(ticket), to_bytes("failed"));
+      } catch (...) {
+      }
+      s.shutdown();
+      throw;
+    }
+    return;
   }
   try {
     auto go = c10d::ProcessGroupGloo::Options::create(timeout);
@@ -770,9 +1040,8 @@ GlooTransport::GlooTransport(const GlooOptions& options) : impl_(std::make_uniqu
                     " s: " + short_what(e) + refused);
   }
   s.peers.assign(options.world_size, Impl::PeerState::kOpen);
-  s.recv_work.resize(options.world_size);
-  s.held.assign(options.world_size, false);
-  s.authed.assign(options.world_size, false);
+  s.inc.assign(options.world_size, 0);
+  for (int p = 0; p < options.world_size; ++p) s.links.push_back(Impl::Link{s.pg, p});
   s.open_peers = options.world_size - 1;
   s.start_threads();
   try {
@@ -818,7 +1087,8 @@ void GlooTransport::send(int dst, Message msg) {
   {
     std::lock_guard<std::mutex> lock(s.mu);
     if (s.send_failure) std::rethrow_exception(s.send_failure);
-    if (s.tolerant() && s.peers[dst] == Impl::PeerState::kFailed) return;  // lost: dropped
+    if (s.tolerant() && (s.peers[dst] == Impl::PeerState::kFailed || s.peers[dst] == Impl::PeerState::kJoining))
+      return;  // lost (or its replacement not yet in): dropped
   }
   RV_CHECK(elems <= s.opt.max_payload_elems,
            s.who() + ": a message of " + std::to_string(elems) + " elements, more than the " +
@@ -851,7 +1121,7 @@ void GlooTransport::send(int dst, Message msg) {
   } catch (const PeerError&) {
     // Tolerant: a message to a peer taken for lost meanwhile is dropped; any other failure stands.
     std::lock_guard<std::mutex> lock(s.mu);
-    if (!s.tolerant() || s.peers[dst] != Impl::PeerState::kFailed) throw;
+    if (!s.tolerant() || s.peers[dst] == Impl::PeerState::kOpen || s.peers[dst] == Impl::PeerState::kBye) throw;
   }
 }
 
@@ -863,6 +1133,12 @@ void GlooTransport::notify(Message m) {
 c10::intrusive_ptr<c10d::Store> GlooTransport::store() {
   RV_CHECK(impl_->store, impl_->who() + ": store() after close()");
   return impl_->store;
+}
+
+int GlooTransport::incarnation(int peer) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  RV_CHECK(peer >= 0 && peer < impl_->opt.world_size, impl_->who() + ": incarnation of rank " + std::to_string(peer));
+  return impl_->inc[peer];
 }
 
 std::vector<int> GlooTransport::lost_peers() const {
@@ -939,6 +1215,7 @@ size_t GlooTransport::inbox_bytes() const {
 void GlooTransport::barrier() {
   Impl& s = *impl_;
   RV_CHECK(!s.closed, s.who() + ": barrier() after close()");
+  RV_CHECK(s.pg, s.who() + ": a replacement has no world group (barrier)");
   try {
     s.pg->barrier()->wait();
   } catch (const std::exception& e) {
@@ -957,7 +1234,7 @@ void GlooTransport::close() {
     if (p == s.opt.rank) continue;
     {
       std::lock_guard<std::mutex> lock(s.mu);
-      if (s.peers[p] == Impl::PeerState::kFailed) continue;
+      if (s.peers[p] == Impl::PeerState::kFailed || s.peers[p] == Impl::PeerState::kJoining) continue;
     }
     Message bye;
     bye.kind = MsgKind::kControl;
@@ -999,13 +1276,14 @@ void GlooTransport::close() {
 }
 
 c10d::ProcessGroupGloo& GlooTransport::group() {
-  RV_CHECK(impl_->pg, impl_->who() + ": group() after close()");
+  RV_CHECK(impl_->pg, impl_->who() + (impl_->opt.join ? ": a replacement has no world group" : ": group() after close()"));
   return *impl_->pg;
 }
 
 c10::intrusive_ptr<c10d::ProcessGroupGloo> GlooTransport::make_group(const std::vector<int>& ranks) {
   Impl& s = *impl_;
   RV_CHECK(s.store, s.who() + ": make_group() after close()");
+  RV_CHECK(!s.opt.join, s.who() + ": a replacement has no world group (make_group)");
   RV_CHECK(std::is_sorted(ranks.begin(), ranks.end()) &&
                std::adjacent_find(ranks.begin(), ranks.end()) == ranks.end(),
            s.who() + ": make_group() needs distinct ranks in ascending order");

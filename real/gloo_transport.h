@@ -50,6 +50,22 @@
 // timeout), so no rank leaves while a peer still sends to it. Destroying a transport that was not
 // closed aborts instead: no byes, connections dropped, so peers see this rank as failed.
 //
+// Joining (GlooOptions::peer_lost set): a rank's incarnation is 0 for the process that started
+// with the run, k for its k-th replacement. The world group's mesh is made once, at the start, so a
+// replacement is linked to each peer by a two-rank process group of its own, named after both
+// ranks' incarnations. In the store:
+//   rv/link/inc/<r>          rank r's incarnation (add; absent: 0)
+//   rv/link/lost/<r>.<k>     set by a rank that lost incarnation k of r (after reporting it)
+//   rv/link/claim/<r>.<k>    the nonce of the process that took r's slot as incarnation k (once)
+//   rv/nonce/<r>[.<k>]       incarnation k's nonce (no suffix for 0)
+//   rv/join/n, rv/join/req/<t> = "<r> <k>", rv/join/done/<t>   the joins, one at a time, in order
+// A replacement of r checks that r's incarnation is lost, claims the next, takes a ticket, waits
+// for the ticket before it to be done, and links to every rank whose incarnation is not lost,
+// in rank order. Every other rank's acceptor thread serves the tickets in order: it takes r's
+// old incarnation for lost (if it had not yet), makes its side of the link, says hello on it
+// first and opens r again. The replacement's constructor returns once every link's hello proved
+// the run's secret, as at the start; each end's own messages are what they were before.
+//
 // Threading: like every NodeEnv part, the public methods are called from the node's own thread;
 // send() may also be called from one other thread at the same time (an emulator handing messages
 // over): a message's header and payload are posted together, and each thread's messages to a
@@ -95,11 +111,15 @@ struct GlooOptions {
   // flight before send() waits); one message larger than this still passes, alone.
   size_t queue_bytes = size_t{256} << 20;
   // real.on_peer_loss = "recover": a peer that dies or falls silent is lost, not a failure of this
-  // rank. It is reported once to `peer_lost` (from a transport thread; the callback must not call
-  // back into the transport but send()), messages to it are dropped, recv() waits as long as any
-  // peer is open (their heartbeats say they live) and a lost peer's bye is not awaited. A
-  // malformed message is still a failure (rv::InputError).
-  std::function<void(int peer)> peer_lost;
+  // rank. It is reported once per incarnation to `peer_lost` (from a transport thread; the
+  // callback must not call back into the transport but send()), messages to it are dropped,
+  // recv() waits as long as any peer is open (their heartbeats say they live) and a lost peer's
+  // bye is not awaited. A malformed message is still a failure (rv::InputError). Such a transport
+  // also admits replacements (`join`, below) of the ranks it lost.
+  std::function<void(int peer, int incarnation)> peer_lost;
+  // This process replaces lost rank `rank` of a running job (`ravnest node --join`; needs
+  // `peer_lost`): see "Joining" above. It has no world group (group(), barrier(), make_group()).
+  bool join = false;
 };
 
 class GlooTransport : public Transport {
@@ -144,8 +164,11 @@ class GlooTransport : public Transport {
   void notify(Message m);
   // The run's rendezvous store (the churn membership keeps its state there). Valid until close().
   c10::intrusive_ptr<c10d::Store> store();
-  // Peers lost so far (GlooOptions::peer_lost set), ascending.
+  // Peers lost so far (GlooOptions::peer_lost set), ascending; a rank that a replacement took
+  // again is open, not lost.
   std::vector<int> lost_peers() const;
+  // Rank `peer`'s incarnation as this rank knows it (this rank's own: its own).
+  int incarnation(int peer) const;
 
   // Payload bytes received and not yet taken by recv(), try_recv() or recv_control(): at most
   // GlooOptions::queue_bytes plus the messages that had arrived when it was reached.

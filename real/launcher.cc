@@ -274,8 +274,14 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
   std::pair<std::string, int> endpoint;
   if (spread) endpoint = parse_endpoint(options.machines.rdzv_endpoint);
   // Spread over machines, every one needs the run's secret (real/auth.h): read it before any
-  // process starts.
-  const std::string shared_secret = spread ? auth::secret_from_environment() : std::string();
+  // process starts. On one machine it is new for the run, unless the environment gives one (so that
+  // a replacement, `ravnest node --join`, can prove it too).
+  auto set_in_env = [](const char* name) {
+    const char* v = std::getenv(name);
+    return v != nullptr && *v != '\0';
+  };
+  const bool given_secret = set_in_env(auth::kSecretEnv) || set_in_env(auth::kSecretFileEnv);
+  const std::string shared_secret = spread || given_secret ? auth::secret_from_environment() : std::string();
   SignalGuard signals;
   const std::string run_path =
       options.run_path.empty() ? new_run_path(scenario, "real") : options.run_path;
@@ -306,9 +312,9 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
   // Every rank is on this machine: the scenario's address (127.0.0.1 by default) must be one of
   // its own, or the store cannot bind it.
   const std::string master_addr = kernel ? kernel->address_of(0) : spread ? endpoint.first : scenario.real.master_addr;
-  // The run's secret (real/auth.h), new for this run, in a file only this user can read (the
-  // status folder is private too: mkdtemp makes it 0700).
-  const std::string secret = spread ? shared_secret : auth::new_secret();
+  // The run's secret (real/auth.h), new for this run unless given, in a file only this user can
+  // read (the status folder is private too: mkdtemp makes it 0700).
+  const std::string secret = spread || given_secret ? shared_secret : auth::new_secret();
   const std::string secret_file = (std::filesystem::path(status_dir.path()) / "secret").string();
   auth::write_secret_file(secret_file, secret);
   // The rendezvous store: served here, on a port bound before any rank starts (0: whatever the

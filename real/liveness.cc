@@ -16,6 +16,12 @@ void Liveness::heard(int peer, Seconds now, Bytes bytes) {
 
 void Liveness::forget(int peer) { expected_[static_cast<size_t>(peer)] = false; }
 
+void Liveness::expect(int peer, Seconds now) {
+  if (peer == self_) return;
+  expected_[static_cast<size_t>(peer)] = true;
+  last_[static_cast<size_t>(peer)] = now;
+}
+
 std::optional<int> Liveness::quietest() const {
   std::optional<int> worst;
   for (size_t p = 0; p < last_.size(); ++p)

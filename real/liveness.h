@@ -27,6 +27,8 @@ class Liveness {
   static constexpr double kFloorBytesPerSecond = 1e6;
   // `peer` left (said bye, or failed): no longer expected to beat.
   void forget(int peer);
+  // `peer` is expected again from `now` on (a replacement process took its rank): heard at `now`.
+  void expect(int peer, Seconds now);
   // The expected peer heard from least recently (the lowest rank among equals); none if no peer
   // is expected.
   std::optional<int> quietest() const;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -46,6 +47,7 @@
 #include "real/real_membership.h"
 #include "core/units.h"
 #include "real/auth.h"
+#include "real/auth_store.h"
 #include "real/gloo_collectives.h"
 #include "exec/wall_env.h"
 
@@ -209,18 +211,65 @@ struct LossHook {
   std::mutex mu;
   StoreMembership* members = nullptr;
   NetworkEmulator* network = nullptr;  // the emulated network, which waits for the peer no longer
-  std::set<int> reported;              // each peer once (the transport's report and the catch-up)
-  void lost(int peer) {
+  // Each incarnation of a peer once (the transport's report and the catch-up).
+  std::set<std::pair<int, int>> reported;
+  void lost(int peer, int incarnation) {
     std::lock_guard<std::mutex> lock(mu);
-    if (members == nullptr || !reported.insert(peer).second) return;
+    if (members == nullptr || !reported.insert({peer, incarnation}).second) return;
     if (network != nullptr) network->forget(peer);
-    members->left(peer);
+    members->left(peer, incarnation);
   }
   void set(StoreMembership* m) {
     std::lock_guard<std::mutex> lock(mu);
     members = m;
   }
 };
+
+// A recovering run's facts for replacements (`ravnest node --join`), which rank 0 puts in the
+// store: "<its clock origin, ns since the Unix epoch> <1 if the network is emulated, else 0>".
+const std::string kRunInfoKey = "rv/run/info";
+
+void publish_run_info(c10d::Store& store, const WallClock& clock, bool emulated) {
+  const auto steady_now = std::chrono::steady_clock::now().time_since_epoch();
+  const int64_t since_origin = std::chrono::duration_cast<std::chrono::nanoseconds>(steady_now).count() - clock.origin_ns();
+  const auto origin_unix = static_cast<int64_t>(unix_now_s() * 1e9) - since_origin;
+  const std::string info = std::to_string(origin_unix) + " " + (emulated ? "1" : "0");
+  store.set(kRunInfoKey, std::vector<uint8_t>(info.begin(), info.end()));
+}
+
+// A replacement reads them before it links to the run: it refuses a run whose network is
+// emulated (whose emulator knows only the processes its launcher started), and returns rank 0's
+// clock origin in ns since the Unix epoch.
+int64_t read_run_info(const GlooOptions& gloo) {
+  const std::string who = "rank " + std::to_string(gloo.rank);
+  std::vector<uint8_t> b;
+  try {
+    AuthStore store(gloo.secret, gloo.master_addr, gloo.master_port,
+                    std::chrono::milliseconds(static_cast<int64_t>(gloo.timeout * 1000)));
+    b = store.get(kRunInfoKey);
+  } catch (const InputError& e) {
+    throw InputError(who + ": " + e.what());
+  } catch (const std::exception& e) {
+    throw PeerError(who + ": cannot read the running job's facts from its store at " + gloo.master_addr + ":" +
+                    std::to_string(gloo.master_port) + " (is a run that recovers lost ranks running there?): " + e.what());
+  }
+  std::istringstream in(std::string(b.begin(), b.end()));
+  int64_t origin_unix = 0;
+  int emulated = 0;
+  if (!(in >> origin_unix >> emulated)) throw InputError(who + ": the store holds malformed run facts");
+  if (emulated != 0)
+    throw InputError(who + ": this run's network is emulated by its launcher, whose emulator knows only the "
+                     "processes it started: a replacement can join a run with real.emulate_network = false only");
+  return origin_unix;
+}
+
+// A replacement's clock takes the run's origin: its events sit on the run's time axis (to the
+// machines' clock agreement).
+void adopt_origin(WallClock& clock, int64_t origin_unix) {
+  const int64_t steady_now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 std::chrono::steady_clock::now().time_since_epoch()).count();
+  clock.set_origin_ns(steady_now - (static_cast<int64_t>(unix_now_s() * 1e9) - origin_unix));
+}
 
 // What run() settles before the run folder exists, for run_rank().
 struct RankSetup {
@@ -248,6 +297,10 @@ int run(const NodeProcessOptions& options) {
     if (std::string source = resolved_source(options.scenario_path); !source.empty()) scenario.source = source;
   check_checkpoint_support(scenario);
   check_recovery_support(scenario);
+  if (options.gloo.join && scenario.real.on_peer_loss != "recover")
+    throw ScenarioError(scenario.where("real.on_peer_loss"), "real.on_peer_loss",
+                        "\"" + scenario.real.on_peer_loss + "\": --join replaces a lost rank of a run that recovers "
+                        "lost ranks (\"recover\") only");
   const bool launched_together = env_set(kAllRanksHereEnv);
   const bool emulate = emulates_network(scenario, launched_together);
   // The kernel shaper's latency is added here, at the receiver; the user-space one is the
@@ -328,9 +381,11 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::opt
   const bool recover = scenario.real.on_peer_loss == "recover";
   auto hook = std::make_shared<LossHook>();
   GlooOptions transport_options = gloo;
-  if (recover) transport_options.peer_lost = [hook](int peer) { hook->lost(peer); };
+  if (recover) transport_options.peer_lost = [hook](int peer, int incarnation) { hook->lost(peer, incarnation); };
+  const bool replacement = gloo.join;  // this process took a lost rank's place in a running job
+  const int64_t run_origin = replacement ? read_run_info(gloo) : 0;
   GlooTransport transport(transport_options);
-  transport.barrier();
+  if (!replacement) transport.barrier();
   // The other ranks join the folder rank 0 made before that barrier.
   std::optional<LiveRows> joined;
   if (rank != 0 && !options.run_path.empty()) joined.emplace(path, scenario.output.metrics != "summary", live_clock, false);
@@ -351,9 +406,11 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::opt
   WallClock clock;  // origin: just after the start barrier, on every rank
   if (resumed_time > 0)
     clock.set_origin_ns(clock.origin_ns() - static_cast<int64_t>(resumed_time * 1e9));
+  if (replacement) adopt_origin(clock, run_origin);
+  else if (recover && rank == 0) publish_run_info(*transport.store(), clock, emulate && !kernel);
   // Ranks started together by `ravnest real` share this machine's monotonic clock: take rank 0's
   // origin, so that every node's events sit on one time axis (the barrier's exits differ by ms).
-  if (env_set(kAllRanksHereEnv) && world > 1) {
+  if (env_set(kAllRanksHereEnv) && world > 1 && !replacement) {
     if (rank == 0) {
       for (int r = 1; r < world; ++r) {
         Message m;
@@ -416,7 +473,8 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::opt
       hook->network = emulator.get();
     }
     hook->set(&*membership);
-    for (int peer : transport.lost_peers()) hook->lost(peer);
+    for (int peer : transport.lost_peers()) hook->lost(peer, transport.incarnation(peer));
+    if (replacement) membership->joined(rank, gloo.timeout);
     parts.membership = &*membership;
   }
   NodeEnvStack stack(scenario, rank, parts);

@@ -14,7 +14,9 @@ namespace {
 const std::string kCount = "rv/churn/n";
 const std::string kSeals = "rv/churn/seals";
 std::string event_key(int64_t i) { return "rv/churn/e/" + std::to_string(i); }
-std::string gone_key(int node) { return "rv/churn/gone/" + std::to_string(node); }
+std::string gone_key(int node, int incarnation) {
+  return "rv/churn/gone/" + std::to_string(node) + (incarnation == 0 ? "" : "." + std::to_string(incarnation));
+}
 std::string seal_key(int64_t round) { return "rv/churn/seal/" + std::to_string(round); }
 
 std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
@@ -42,20 +44,43 @@ void StoreMembership::stop() {
 
 int64_t StoreMembership::count() const { return store_->add(kCount, 0); }
 
-void StoreMembership::left(int node) {
+void StoreMembership::left(int node, int incarnation) {
   const std::string me = std::to_string(rank_);
   // Held across the count and the event's key: this process's events() (whose store client
   // would block on the key while holding the client's one connection) waits instead.
   std::lock_guard<std::mutex> lock(mu_);
-  if (text(store_->compareSet(gone_key(node), {}, bytes(me))) != me) return;  // another rank reported it
+  if (text(store_->compareSet(gone_key(node, incarnation), {}, bytes(me))) != me) return;  // another rank reported it
+  record(node, false);
+}
+
+void StoreMembership::record(int node, bool join) {
   const Seconds at = clock_.now();
   const int64_t i = store_->add(kCount, 1) - 1;
-  store_->set(event_key(i), bytes(std::to_string(node) + " 0 " + std::to_string(at)));
+  store_->set(event_key(i), bytes(std::to_string(node) + (join ? " 1 " : " 0 ") + std::to_string(at)));
   Event e;
-  e.kind = EventKind::kLeave;
+  e.kind = join ? EventKind::kJoin : EventKind::kLeave;
   e.node = node;
   e.start = e.end = at;
   leaves_.push_back(e);
+}
+
+void StoreMembership::joined(int node, Seconds timeout) {
+  // Present at the start; then as its last event says (as the roster replays them).
+  auto present = [&] {
+    bool in = true;
+    for (const MemberEvent& e : events(0))
+      if (e.node == node) in = e.join;
+    return in;
+  };
+  const Seconds until = clock_.now() + timeout;
+  while (present()) {
+    if (clock_.now() > until)
+      throw PeerError("rank " + std::to_string(rank_) + ": the run has not recorded the departure of the rank this "
+                      "process replaces within " + std::to_string(static_cast<int>(timeout)) + " s");
+    std::this_thread::sleep_for(std::chrono::duration<double>(poll_));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  record(node, true);
 }
 
 std::vector<Event> StoreMembership::take_events() {

@@ -3,8 +3,11 @@
 //
 //   rv/churn/n            how many events (add)
 //   rv/churn/e/<i>        event i: "<node> <join 0|1> <at>"
-//   rv/churn/gone/<node>  claimed (compare-and-set) by the first rank to report the node lost,
-//                         which alone records its departure
+//   rv/churn/gone/<node>[.<k>]  claimed (compare-and-set) by the first rank to report the node's
+//                         incarnation k (GlooTransport: a replacement's) lost, which alone records
+//                         its departure
+// A replacement (`ravnest node --join`) records its own arrival once the node's departure is
+// recorded (joined()).
 //   rv/churn/seal/<r>     round r's count, "<count> <rank>" set once by compare-and-set
 //   rv/churn/seals        how many rounds are sealed (add)
 //
@@ -41,10 +44,14 @@ class StoreMembership : public Membership {
   StoreMembership(c10::intrusive_ptr<c10d::Store> store, GlooTransport& transport, const Clock& clock,
                   Seconds poll = 0.05);
   ~StoreMembership() override;
-  // Records `node`'s departure, once for the run (the first rank to report it records it, and
-  // keeps a kLeave event for take_events()).
-  void left(int node);
-  std::vector<Event> take_events();  // the kLeave events this rank recorded
+  // Records the departure of incarnation `incarnation` of `node`, once for the run (the first rank
+  // to report it records it, and keeps a kLeave event for take_events()).
+  void left(int node, int incarnation);
+  // This process replaced `node` (a lost rank): waits until the departure of the node's last
+  // incarnation is recorded (up to `timeout`; rv::PeerError after it), then records its arrival
+  // (a kJoin event for take_events()).
+  void joined(int node, Seconds timeout);
+  std::vector<Event> take_events();  // the kLeave and kJoin events this rank recorded
   void stop();  // ends the watcher (idempotent)
 
   int64_t seal(int64_t round) override;
@@ -53,6 +60,7 @@ class StoreMembership : public Membership {
 
  private:
   void watch();
+  void record(int node, bool join);  // mu_ held: appends the event to the store and to leaves_
   int64_t count() const;  // events recorded so far
 
   c10::intrusive_ptr<c10d::Store> store_;

@@ -271,15 +271,115 @@ TEST_CASE("gloo transport: a peer that dies raises PeerError naming it long befo
   CHECK(status[2] == 3);
 }
 
+TEST_CASE("gloo transport: a replacement process takes a lost rank's place and talks to every survivor",
+          "[gloo][recover][join]") {
+  constexpr int kWorld = 3;
+  // Children 0-2 are the ranks; child 3 replaces rank 2 once the survivors have lost it.
+  const auto status = run_ranks(kWorld + 1, 40, [](int child, int port) -> int {
+    const int rank = child;
+    if (child == kWorld) {
+      GlooOptions o = options(2, kWorld, port, 20);
+      o.join = true;
+      o.peer_lost = [](int, int) {};
+      std::optional<GlooTransport> t;
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+      while (!t) {  // refused while rank 2 is still in the run
+        try {
+          t.emplace(o);
+        } catch (const rv::InputError& e) {
+          EXPECT_OR_EXIT(contains(e.what(), "still in the run"));
+          EXPECT_OR_EXIT(std::chrono::steady_clock::now() < deadline);
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+      }
+      EXPECT_OR_EXIT(t->incarnation(2) == 1 && t->incarnation(0) == 0 && t->lost_peers().empty());
+      try {  // a second replacement of the same rank: it is in the run again
+        GlooTransport again(o);
+        return 11;
+      } catch (const rv::InputError& e) {
+        EXPECT_OR_EXIT(contains(e.what(), "still in the run"));
+      }
+      GlooOptions zero = options(0, kWorld, port, 20);
+      zero.join = true;
+      zero.peer_lost = [](int, int) {};
+      try {
+        GlooTransport never(zero);
+        return 12;
+      } catch (const rv::InputError& e) {
+        EXPECT_OR_EXIT(contains(e.what(), "rank 0 cannot be replaced"));
+      }
+      for (int p = 0; p < 2; ++p) {
+        Message m;
+        m.kind = MsgKind::kForward;
+        m.id = 70 + p;
+        m.payload = {at::full({5000}, 2.5f)};  // more than a header holds: a payload of its own
+        t->send(p, std::move(m));
+      }
+      bool from[2] = {false, false};
+      for (int k = 0; k < 2; ++k) {
+        const Message r = t->recv();
+        EXPECT_OR_EXIT((r.src == 0 || r.src == 1) && r.id == 80 + r.src && r.payload.at(0)[0].item<float>() == r.src);
+        from[r.src] = true;
+      }
+      EXPECT_OR_EXIT(from[0] && from[1]);
+      bool refused = false;
+      try {
+        t->barrier();
+      } catch (const rv::Error& e) {
+        refused = contains(e.what(), "no world group");
+      }
+      EXPECT_OR_EXIT(refused);
+      t->flush();
+      t->close();
+      return 0;
+    }
+    GlooOptions o = options(rank, kWorld, port, 20);
+    std::atomic<int> reports{0};
+    o.peer_lost = [&](int peer, int incarnation) {
+      if (peer == 2 && incarnation == 0) ++reports;
+      else reports = 100;
+    };
+    GlooTransport t(o);
+    t.barrier();
+    if (rank == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      _exit(3);  // dies without a word
+    }
+    // The replacement arrives: rank 2 is open again, as its incarnation 1.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (t.incarnation(2) != 1 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_OR_EXIT(t.incarnation(2) == 1);
+    EXPECT_OR_EXIT(reports == 1);
+    EXPECT_OR_EXIT(t.lost_peers().empty());
+    Message m;
+    m.kind = MsgKind::kForward;
+    m.id = 80 + rank;
+    m.payload = {at::full({7}, static_cast<float>(rank))};
+    t.send(2, std::move(m));
+    const Message r = t.recv();
+    EXPECT_OR_EXIT(r.src == 2 && r.id == 70 + rank && r.payload.at(0).numel() == 5000 &&
+                   r.payload.at(0)[4999].item<float>() == 2.5f);
+    t.flush();
+    t.close();  // byes with both the other survivor and the replacement
+    EXPECT_OR_EXIT(reports == 1);
+    return 0;
+  });
+  CHECK(status[0] == 0);
+  CHECK(status[1] == 0);
+  CHECK(status[2] == 3);
+  CHECK(status[3] == 0);
+}
+
 TEST_CASE("gloo transport: a tolerant rank takes a dead peer for lost and goes on with the others",
           "[gloo][recover]") {
   constexpr int kWorld = 3;
   const auto status = run_ranks(kWorld, 25, [](int rank, int port) -> int {
     GlooOptions o = options(rank, kWorld, port, 60);
     std::atomic<int> reports{0}, lost{-1};
-    o.peer_lost = [&](int peer) {
+    o.peer_lost = [&](int peer, int incarnation) {
       ++reports;
-      lost = peer;
+      lost = incarnation == 0 ? peer : -2;
     };
     GlooTransport t(o);
     t.barrier();

@@ -48,3 +48,19 @@ TEST_CASE("a wait wakes by the next moment a peer can turn silent") {
   CHECK(l.next_check(9.0) == Approx(11.5));
   CHECK(l.next_check(13.9) == Approx(14.001));
 }
+
+TEST_CASE("a peer whose rank a replacement took is expected again from its arrival") {
+  Liveness l(3, 0, 10.0, 0.0);
+  l.forget(1);
+  CHECK(l.silent(20.0) == 2);
+  l.heard(2, 20.0);
+  CHECK_FALSE(l.silent(25.0));
+  l.expect(1, 25.0);  // heard at its arrival, not at the start
+  l.heard(2, 30.0);
+  CHECK_FALSE(l.silent(35.0));
+  CHECK(l.silent(35.5) == 1);
+  l.expect(0, 0.0);  // this rank itself: never expected
+  l.heard(1, 40.0);
+  l.heard(2, 40.0);
+  CHECK_FALSE(l.silent(49.0));
+}

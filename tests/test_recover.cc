@@ -19,6 +19,7 @@
 
 #include "core/output/run_output.h"
 #include "cli_support.h"
+#include "real/gloo_transport.h"
 
 using namespace rv;
 namespace fs = std::filesystem;
@@ -91,6 +92,8 @@ int64_t rows_of_kind(const fs::path& csv, const std::string& kind) {
   return n;
 }
 
+void check_loss_falls(const std::vector<Event>& events, double killed_at);
+
 // Signals one rank (never rank 0, which gathers the run) at a random moment of its training, and
 // checks that the run finishes without it, its loss still falling.
 void lose_a_rank(int signal, const std::vector<std::string>& sets) {
@@ -130,7 +133,13 @@ void lose_a_rank(int signal, const std::vector<std::string>& sets) {
       killed_at = e.end;
     }
   REQUIRE(killed_at > 0);
-  // The loss keeps falling: the last losses lie below those just before the loss of the rank.
+  check_loss_falls(events, killed_at);
+  CHECK(summary.at("final").at("test_accuracy").get<double>() > 0.85);
+  fs::remove_all(d);
+}
+
+// The loss keeps falling: the last losses lie below those just before `killed_at`.
+void check_loss_falls(const std::vector<Event>& events, double killed_at) {
   std::vector<std::pair<double, double>> losses;
   for (const Event& e : events)
     if (e.kind == EventKind::kLoss) losses.emplace_back(e.end, e.loss);
@@ -146,8 +155,6 @@ void lose_a_rank(int signal, const std::vector<std::string>& sets) {
   const double before = mean(kill - 20, kill), last = mean(losses.end() - 20, losses.end());
   INFO("mean loss before the kill " << before << ", at the end " << last);
   CHECK(last < before);
-  CHECK(summary.at("final").at("test_accuracy").get<double>() > 0.85);
-  fs::remove_all(d);
 }
 
 }  // namespace
@@ -160,6 +167,84 @@ TEST_CASE("a real run goes on when a rank stops answering at a random moment", "
   // A stopped process keeps its connections open: its peers find it silent (no heartbeats) within
   // the timeout, and the launcher kills it once it has been stopped that long.
   lose_a_rank(SIGSTOP, {"real.timeout_s=4"});
+}
+
+TEST_CASE("a replacement process joins a running job and takes the lost stage", "[real][recover][join]") {
+  // Two clusters of two stages and no spare: the lost stage waits for the replacement. The links
+  // are not emulated (a replacement cannot share the launcher's emulator); the devices' speed is.
+  const fs::path d = workdir("join");
+  std::ofstream(d / "s.toml") << kRecover;
+  const fs::path jd = d / "joiner";
+  fs::create_directories(jd);
+  // The run's secret, given to the launcher and to the replacement alike.
+  std::random_device entropy;
+  std::mt19937 rng(entropy());
+  std::string secret;
+  for (int i = 0; i < 32; ++i) secret += "0123456789abcdef"[std::uniform_int_distribution<int>(0, 15)(rng)];
+  ::setenv("RAVNEST_SECRET", secret.c_str(), 1);
+  const std::string port = std::to_string(free_loopback_port());
+  const std::vector<std::string> sets = {"--set", "devices.0.count=4",          "--set", "devices.0.tflops=0.00004",
+                                         "--set", "real.emulate_network=false", "--set", "real.emulate_speed=true",
+                                         "--set", "real.master_port=" + port};
+  std::vector<std::string> args = {"real", "s.toml", "--run-dir", "run", "--progress", "off"};
+  args.insert(args.end(), sets.begin(), sets.end());
+  const pid_t launcher = test::start_ravnest(args, d);
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (rows_of_kind(d / "run" / "metrics.csv", "update") < 10 && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const int victim = std::uniform_int_distribution<int>(1, 3)(rng);
+  INFO("rank " << victim << " killed and replaced");
+  const pid_t pid = rank_process(launcher, victim);
+  REQUIRE(pid > 0);
+  REQUIRE(::kill(pid, SIGKILL) == 0);
+  // The replacement: refused (exit 2) until the run has taken the rank for lost, then it joins.
+  std::vector<std::string> join = {"node", "../s.toml", "--join", "--rank", std::to_string(victim), "--world-size", "4",
+                                   "--master-port", port, "--progress", "off"};
+  join.insert(join.end(), sets.begin(), sets.end());
+  test::Result joined;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    joined = test::finish_ravnest(test::start_ravnest(join, jd), jd);
+    if (joined.status != 2 || joined.err.find("still in the run") == std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  INFO(joined.err);
+  CHECK(joined.status == 0);
+  const test::Result r = test::finish_ravnest(launcher, d);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+
+  const auto summary = nlohmann::json::parse(test::slurp(d / "run" / "summary.json"));
+  const auto& churn = summary.at("churn");
+  CHECK(churn.at("leaves") == 1);
+  CHECK(churn.at("joins") == 1);
+  CHECK(churn.at("takeovers") == 1);  // the replacement took the lost stage
+  CHECK(churn.at("state_transfers").get<int>() >= 1);
+  const std::vector<Event> events = read_events_csv((d / "run" / "metrics.csv").string());
+  double left_at = -1, joined_at = -1;
+  int64_t updates_after = 0;
+  for (const Event& e : events) {
+    if (e.kind == EventKind::kLeave) left_at = e.end;
+    if (e.kind == EventKind::kJoin) {
+      CHECK(e.node == victim);
+      joined_at = e.end;
+    }
+  }
+  REQUIRE(left_at > 0);
+  CHECK(joined_at > left_at);
+  for (const Event& e : events)
+    if (e.kind == EventKind::kUpdate && e.node == victim && e.start > joined_at) ++updates_after;
+  CHECK(updates_after >= 20);  // the replacement trained its stage (an averaging period at least)
+  check_loss_falls(events, left_at);
+  CHECK(summary.at("final").at("test_accuracy").get<double>() > 0.85);
+
+  // A replacement is refused, saying why, where the run does not recover lost ranks.
+  std::vector<std::string> refused = join;
+  refused.insert(refused.end(), {"--set", "real.on_peer_loss=\"fail\""});
+  const test::Result no = test::ravnest(refused, jd);
+  CHECK(no.status == 2);
+  CHECK(no.err.find("--join replaces a lost rank of a run that recovers") != std::string::npos);
+  ::unsetenv("RAVNEST_SECRET");
+  fs::remove_all(d);
 }
 
 TEST_CASE("a real run that loses rank 0 stops saying why", "[real][recover]") {

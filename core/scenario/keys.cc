@@ -406,7 +406,8 @@ void add_run_tables(Catalog& c) {
       .choice("on_peer_loss", &RealSpec::on_peer_loss, {"fail", "recover"},
               "fail: a rank that loses a peer stops the run (exit 1); recover: ravnest goes on "
               "without it as under churn (its cluster sits out until a spare, an idle rank of the "
-              "plan, takes the lost stage and fetches its state; rank 0 must survive)");
+              "plan or a replacement process started with `ravnest node --join`, takes the lost "
+              "stage and fetches its state; rank 0 must survive)");
   c.table("output", &Scenario::output)
       .text("dir", &OutputSpec::dir, "run folders go to `<dir>/<name>/<executor>-<timestamp>/`",
             Empty::kRefused)
