@@ -38,6 +38,19 @@ PipelineWorker::PipelineWorker(NodeEnv& env, const RunSpec& spec, int node,
     else
       sampler_ = std::make_unique<Sampler>(spec.data->train_size(), batch_, seed);
   }
+  // diloco, local-sgd: the exchanges carry the parameters alone, and an outer step follows.
+  outer_kind_ = algorithm_of(*spec.scenario).traits.outer;
+  if (outer_kind_ != OuterStep::kNone) {
+    average_optimizer_ = false;
+    average_rows_ = 1;
+    if (numeric()) {
+      const bool nesterov = outer_kind_ == OuterStep::kNesterov;
+      outer_ = std::make_unique<OuterOptimizer>(nesterov ? training.outer_lr : 1.0,
+                                                nesterov ? training.outer_momentum : 0.0);
+      outer_->set_anchor(stage_->averaged_state(false).reshape({-1}));
+      outer_mask_ = stage_->parameter_mask();
+    }
+  }
 }
 
 Event PipelineWorker::event(EventKind kind) const {
@@ -282,7 +295,7 @@ void PipelineWorker::apply_overlapped() {
   if (numeric()) {
     at::Tensor merged = stage_->averaged_state(average_optimizer_) + (averager_->result() - snapshot_);
     // Adam's second moment may not go negative, whatever it learned meanwhile.
-    if (average_optimizer_ && training_.optimizer == "adam") merged[2].clamp_min_(0);
+    if (average_optimizer_ && adaptive_optimizer(training_)) merged[2].clamp_min_(0);
     stage_->set_averaged_state(merged);
   }
   snapshot_ = at::Tensor();
@@ -347,10 +360,22 @@ void PipelineWorker::stop_next() {
 void PipelineWorker::average(const std::function<void(Message)>& defer) {
   finish_overlapped_average(defer);
   const int64_t round = averagings_++;
+  if (outer_kind_ != OuterStep::kNone) return outer_average(round, defer);
   if (!averager_->participates()) return;
   at::Tensor state = numeric() ? stage_->averaged_state(average_optimizer_) : at::Tensor();
   at::Tensor mean = averager_->average(std::move(state), average_rows_, round, raw_recv(), other(defer));
   if (numeric()) stage_->set_averaged_state(mean);
+}
+
+void PipelineWorker::outer_average(int64_t round, const std::function<void(Message)>& defer) {
+  const bool joins = averager_->participates();
+  if (!numeric()) {
+    if (joins) averager_->average(at::Tensor(), 1, round, raw_recv(), other(defer));
+    return;
+  }
+  at::Tensor state = stage_->averaged_state(false);
+  const at::Tensor mean = joins ? averager_->average(std::move(state), 1, round, raw_recv(), other(defer)) : state;
+  stage_->set_averaged_state(outer_->step(mean.reshape({-1}), outer_mask_).unsqueeze(0));
 }
 
 void PipelineWorker::exchange_gradients(const std::function<void(Message)>& defer) {

@@ -49,6 +49,10 @@ void run_ravnest_churn(NodeEnv& env, const RunSpec& spec, int node);
 
 void run_ravnest(NodeEnv& env, const RunSpec& spec, int node) {
   if (env.membership != nullptr) return run_ravnest_churn(env, spec, node);
+  run_periodic_pipeline(env, spec, node);
+}
+
+void run_periodic_pipeline(NodeEnv& env, const RunSpec& spec, int node) {
   const TrainingSpec& tr = spec.scenario->training;
   const NodeRole role = spec.plan->role_of(node);
   if (role.stage < 0) return;  // left idle by the plan
@@ -57,9 +61,10 @@ void run_ravnest(NodeEnv& env, const RunSpec& spec, int node) {
   const int64_t total = tr.steps;
   const int64_t B = w.batch();
   const int64_t E = tr.average_every;
-  const bool clusters = spec.plan->clusters.size() > 1;
+  // Exchanges happen between clusters, and for an outer step (diloco) with one cluster too.
+  const bool exchanges = spec.plan->clusters.size() > 1 || algorithm_of(*spec.scenario).traits.outer != OuterStep::kNone;
   auto eval_due = [&](int64_t done) { return tr.eval_every > 0 && done % tr.eval_every == 0 && done < total; };
-  auto average_due = [&](int64_t done) { return clusters && (done % E == 0 || done == total); };
+  auto average_due = [&](int64_t done) { return exchanges && (done % E == 0 || done == total); };
   // Checkpoints: after the averaging of every `every`-th update (a multiple of E), before that
   // round's evaluation; the first stage drains its pipeline there with one cluster too. A resumed
   // node starts from its checkpoint's state, at the instant the checkpoint was complete.
@@ -70,7 +75,7 @@ void run_ravnest(NodeEnv& env, const RunSpec& spec, int node) {
   const NodeState* from = ck != nullptr ? ck->resume(node) : nullptr;
   if (from != nullptr) w.restore(*from);
   const int64_t start = from != nullptr ? from->done : 0;
-  const bool overlapped = tr.averaging == "overlapped";
+  const bool overlapped = tr.averaging == "overlapped" && algorithm_of(*spec.scenario).traits.overlapped_averaging;
   // Overlapped: averagings run while training goes on; the last one (after the last update) is
   // bulk-synchronous, so that every cluster ends with the same model.
   auto average = [&](int64_t done, const std::function<void(Message)>& defer) {
@@ -84,7 +89,7 @@ void run_ravnest(NodeEnv& env, const RunSpec& spec, int node) {
     // With several clusters, no micro-batch of the next averaging period starts before this one's
     // averaging: the pipeline drains. So it does before a checkpoint.
     auto may_inject = [&] {
-      return (!clusters || overlapped || injected < (completed / E + 1) * E) &&
+      return (!exchanges || overlapped || injected < (completed / E + 1) * E) &&
              (every == 0 || injected < (completed / every + 1) * every);
     };
     if (from != nullptr && eval_due(start)) w.inject_eval(start, start * B);  // the checkpoint's evaluation

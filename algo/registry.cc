@@ -48,6 +48,20 @@ const std::vector<Algorithm>& algorithms() {
        &run_sync_dp,
        {InFlightRule::kOne, Schedule::kAsynchronous, Layout::kReplicas, Exchange::kGradients,
         /*forces_weight_stashing=*/false, /*overlapped_averaging=*/false}},
+      {"diloco",
+       "DiLoCo: average_every inner AdamW steps per cluster through its pipeline, then the mean of the "
+       "parameter deltas through an outer SGD with Nesterov momentum",
+       &run_diloco,
+       {InFlightRule::kMaxInFlight, Schedule::kAsynchronous, Layout::kPipelines, Exchange::kParameters,
+        /*forces_weight_stashing=*/false, /*overlapped_averaging=*/false, /*recovers_from_churn=*/false,
+        /*checkpoints=*/false, OuterStep::kNesterov, /*optimizer=*/"adamw"}},
+      {"local-sgd",
+       "local SGD: average_every steps per cluster on its own data, then the clusters' parameters "
+       "averaged (DiLoCo's outer step with learning rate 1 and no momentum)",
+       &run_local_sgd,
+       {InFlightRule::kMaxInFlight, Schedule::kAsynchronous, Layout::kPipelines, Exchange::kParameters,
+        /*forces_weight_stashing=*/false, /*overlapped_averaging=*/false, /*recovers_from_churn=*/false,
+        /*checkpoints=*/false, OuterStep::kMean}},
   };
   return kAlgorithms;
 }
@@ -102,6 +116,17 @@ const Allreduce& allreduce_of(const Scenario& s) {
 
 std::map<std::string, std::vector<std::string>> registry_choices() {
   return {{"training.algorithm", algorithm_names()}, {"training.allreduce", allreduce_names()}};
+}
+
+void check_algorithm_settings(const Scenario& s) {
+  const Algorithm& a = algorithm_of(s);
+  if (a.traits.optimizer != nullptr && s.training.optimizer != a.traits.optimizer)
+    throw ScenarioError(s.where("training.optimizer"), "training.optimizer",
+                        "\"" + s.training.optimizer + "\": " + a.name + "'s inner optimizer is " + a.traits.optimizer +
+                            " (set training.optimizer = \"" + a.traits.optimizer + "\")");
+  if (a.traits.outer != OuterStep::kNone && s.training.averaging != "bulk-sync")
+    throw ScenarioError(s.where("training.averaging"), "training.averaging",
+                        std::string(a.name) + " takes its outer step on drained pipelines: \"bulk-sync\" only");
 }
 
 void check_churn_support(const Scenario& s) {

@@ -49,6 +49,16 @@ enum class Exchange {
   kGradients,   // the gradients of every step, before its update
 };
 
+// How a parameter exchange (Exchange::kParameters) becomes the clusters' next parameters.
+enum class OuterStep {
+  kNone,      // the mean of the parameters (and optimizer state, if averaged): ravnest
+  kNesterov,  // the mean of the parameter deltas since the last exchange, through SGD with Nesterov
+              // momentum (training.outer_lr, outer_momentum); the inner optimizer state stays
+              // local (DiLoCo)
+  kMean,      // the outer step with learning rate 1 and no momentum: the parameters' mean, the
+              // inner optimizer state local (local SGD)
+};
+
 struct AlgorithmTraits {
   InFlightRule in_flight = InFlightRule::kMaxInFlight;
   Schedule schedule = Schedule::kAsynchronous;
@@ -64,6 +74,10 @@ struct AlgorithmTraits {
   bool recovers_from_churn = false;
   // Takes checkpoints (scenario [checkpoint]) and resumes from them (`--resume`).
   bool checkpoints = false;
+  OuterStep outer = OuterStep::kNone;
+  // The inner optimizer the algorithm is defined with (training.optimizer must name it); null:
+  // any.
+  const char* optimizer = nullptr;
 };
 
 struct Algorithm {
@@ -126,6 +140,8 @@ void check_recovery_support(const Scenario& s);
 // checkpoint.every > 0 with an algorithm that takes no checkpoints, with churn or with overlapped
 // averaging: rv::ScenarioError.
 void check_checkpoint_support(const Scenario& s);
+// The settings the algorithm is defined with (its inner optimizer); rv::ScenarioError otherwise.
+void check_algorithm_settings(const Scenario& s);
 
 // A short label of what ran: the algorithm, then its averaging mode and all-reduce where they are
 // not the defaults ("ravnest overlapped single-ring"). Reports group runs by it.

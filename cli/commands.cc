@@ -37,6 +37,7 @@ Scenario load_checked(const std::string& path, const std::vector<std::string>& o
   Scenario s = load_scenario(path, overrides);
   algorithm_of(s);
   allreduce_of(s);
+  check_algorithm_settings(s);
   check_churn_support(s);
   check_checkpoint_support(s);
   check_recovery_support(s);

@@ -295,6 +295,7 @@ int run(const NodeProcessOptions& options) {
   Scenario scenario = load_scenario(options.scenario_path, options.overrides);
   if (!options.resume_from.empty())
     if (std::string source = resolved_source(options.scenario_path); !source.empty()) scenario.source = source;
+  check_algorithm_settings(scenario);
   check_checkpoint_support(scenario);
   check_recovery_support(scenario);
   if (options.gloo.join && scenario.real.on_peer_loss != "recover")

@@ -552,6 +552,26 @@ TEST_CASE("sweep records a point the planner refuses, and the report shows why",
   fs::remove_all(d);
 }
 
+namespace {
+
+// eval.csv's test losses, the distinct values at each step (clusters that hold one model: one).
+std::map<std::string, std::set<std::string>> eval_losses_by_step(const fs::path& csv) {
+  std::ifstream in(csv);
+  std::string line;
+  std::getline(in, line);
+  std::map<std::string, std::set<std::string>> loss_by_step;
+  while (std::getline(in, line)) {
+    std::vector<std::string> f;
+    std::stringstream ss(line);
+    for (std::string c; std::getline(ss, c, ',');) f.push_back(c);
+    REQUIRE(f.size() == 7);
+    loss_by_step[f[3]].insert(f[5]);
+  }
+  return loss_by_step;
+}
+
+}  // namespace
+
 TEST_CASE("real processes in several clusters average to one model, by our rings or by c10d allreduce", "[cli][real][rings]") {
   const std::string allreduce = GENERATE("multi-ring", "single-ring", "gloo");
   INFO("allreduce " << allreduce);
@@ -564,17 +584,7 @@ TEST_CASE("real processes in several clusters average to one model, by our rings
   INFO(real.err);
   REQUIRE(real.status == 0);
   // eval.csv: after each averaging both clusters score exactly the same model.
-  std::ifstream in(d / "real" / "eval.csv");
-  std::string line;
-  std::getline(in, line);
-  std::map<std::string, std::set<std::string>> loss_by_step;
-  while (std::getline(in, line)) {
-    std::vector<std::string> f;
-    std::stringstream ss(line);
-    for (std::string c; std::getline(ss, c, ',');) f.push_back(c);
-    REQUIRE(f.size() == 7);
-    loss_by_step[f[3]].insert(f[5]);
-  }
+  const auto loss_by_step = eval_losses_by_step(d / "real" / "eval.csv");
   REQUIRE(loss_by_step.size() == 2);  // steps 100 and 200
   for (const auto& [step, losses] : loss_by_step) {
     INFO("step " << step);
@@ -590,6 +600,31 @@ TEST_CASE("real processes in several clusters average to one model, by our rings
     CHECK(n["averagings"] == 4);
     CHECK(n["bytes_sent"].get<int64_t>() > 0);
   }
+  fs::remove_all(d);
+}
+
+TEST_CASE("diloco and local-sgd as real processes: after every outer step both clusters hold one model",
+          "[cli][real][diloco]") {
+  const std::string algorithm = GENERATE("diloco", "local-sgd");
+  INFO(algorithm);
+  fs::path d = workdir("outer");
+  write(d / "s.toml", std::string(kSmall) + rv::test::kTwoClusters);
+  Result real = ravnest({"real", "s.toml", "--set", "training.algorithm=\"" + algorithm + "\"", "--set",
+                         "training.optimizer=\"adamw\"", "--set", "training.average_every=50", "--run-dir", "real"},
+                        d);
+  INFO(real.err);
+  REQUIRE(real.status == 0);
+  // eval.csv: both clusters score the same model after each outer step (steps 100 and 200).
+  const auto loss_by_step = eval_losses_by_step(d / "real" / "eval.csv");
+  REQUIRE(loss_by_step.size() == 2);
+  for (const auto& [step, losses] : loss_by_step) {
+    INFO("step " << step);
+    CHECK(losses.size() == 1);
+  }
+  auto s = nlohmann::json::parse(slurp(d / "real" / "summary.json"));
+  CHECK(s["algorithm"] == algorithm);
+  CHECK(s["averaging"]["rounds"] == 4);
+  CHECK(s["final"]["test_accuracy"].get<double>() > 0.85);
   fs::remove_all(d);
 }
 

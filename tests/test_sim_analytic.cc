@@ -385,3 +385,76 @@ TEST_CASE("one single-ring averaging adds collecting at the leaders and handing 
   CHECK(t == Approx(expected).epsilon(0.01));
   CHECK(t > 2 * multi);
 }
+
+namespace {
+
+// Two clusters of one node each (the whole model); E = 10 inner steps per outer step: the k-th
+// outer step ends at k (E period + one ring averaging of the parameters).
+void check_outer_periods(const std::string& algorithm) {
+  const std::string toml = R"(
+name = "outer"
+[model]
+head = "linear"
+kind = "mlp"
+hidden = [1024, 1024]
+[data]
+kind = "synthetic"
+side = 32
+[training]
+optimizer = "adamw"
+steps = 30
+average_every = 10
+[network]
+model = "ideal"
+[sim]
+mode = "timing"
+[planner]
+method = "manual"
+[[planner.cluster]]
+nodes = [0]
+[[planner.cluster]]
+nodes = [1]
+[[devices]]
+count = 2
+tflops = 2
+ram_gb = 8
+up_mbps = 100
+down_mbps = 100
+latency_ms = 10
+)";
+  {
+    auto p = test::prepare(toml, {"training.algorithm=\"" + algorithm + "\""}, false);
+    const SimResult r = run_simulation(p.spec());
+    const double period = stage_times(p, p.scenario.training)[0].period;
+    // The averaging: both nodes start it together; one reduce-scatter and one all-gather round of
+    // half the state (the parameters alone: no optimizer rows) over B, each transfer 20 ms.
+    const double S = kFloatBytes * static_cast<double>(p.model.state_offset(p.model.layer_count()));
+    const double averaging = 2 * (kLat + (S / 2 + kHeaderBytes) / kB);
+    std::vector<double> ends;
+    int updates = 0;
+    for (const Event& e : r.events) {
+      if (e.node != 0) continue;
+      if (e.kind == EventKind::kAverage) ends.push_back(e.end);
+      updates += e.kind == EventKind::kUpdate;
+    }
+    CHECK(updates == 30);
+    REQUIRE(ends.size() == 3);
+    for (size_t k = 0; k < ends.size(); ++k) {
+      const double expected = static_cast<double>(k + 1) * (10 * period + averaging);
+      INFO("outer step " << k + 1 << ": simulated " << ends[k] << " s, analytic " << expected << " s");
+      CHECK(ends[k] == Approx(expected).epsilon(0.01));
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("diloco: each outer period takes E updates of a whole-model node, then one ring averaging",
+          "[sim][analytic][diloco]") {
+  check_outer_periods("diloco");
+}
+
+TEST_CASE("local-sgd: each period takes E updates of a whole-model node, then one ring averaging",
+          "[sim][analytic][diloco]") {
+  check_outer_periods("local-sgd");
+}

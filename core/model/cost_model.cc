@@ -6,13 +6,13 @@ namespace {
 
 // Modeled flops of an optimizer step per parameter.
 double update_flops_per_param(const TrainingSpec& training) {
-  return training.optimizer == "adam" ? 10.0 : 3.0;
+  return adaptive_optimizer(training) ? 10.0 : 3.0;
 }
 
 }  // namespace
 
 int optimizer_state_floats(const TrainingSpec& training) {
-  if (training.optimizer == "adam") return 2;
+  if (adaptive_optimizer(training)) return 2;
   return training.momentum > 0 ? 1 : 0;
 }
 
@@ -64,7 +64,7 @@ StageWork stage_work(const ModelDesc& model, int begin, int end, const TrainingS
     w.backward.add(OpKind::kElementwise, Pass::kBackward, outputs, 2.0 * kFloatBytes * outputs, 2);
   }
   // Kernels per parameter tensor: SGD one (two with momentum), Adam five (its fused step's parts).
-  const int ops_per_tensor = training.optimizer == "adam" ? 5 : (training.momentum > 0 ? 2 : 1);
+  const int ops_per_tensor = adaptive_optimizer(training) ? 5 : (training.momentum > 0 ? 2 : 1);
   w.update = model.update_work(begin, end, update_flops_per_param(training), ops_per_tensor);
   // Cold memory (work.h): the bytes the stage touches between two spans of a kind (its weights,
   // the accumulated gradients, the fresh gradients of each backward, the optimizer state, the

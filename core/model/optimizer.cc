@@ -6,6 +6,7 @@
 #include <c10/core/GradMode.h>
 
 #include "core/error.h"
+#include "core/model/cost_model.h"
 
 namespace rv {
 
@@ -14,7 +15,8 @@ std::vector<at::Tensor> Optimizer::step(const std::vector<at::Tensor>& params,
   RV_CHECK(params.size() == grads.size(), "optimizer: parameters and gradients differ in number");
   c10::NoGradGuard no_grad;
   ++t_;
-  const bool adam = spec_.optimizer == "adam";
+  const bool adam = adaptive_optimizer(spec_);
+  const bool decoupled = spec_.optimizer == "adamw";  // weight decay on the weights, not the gradient
   for (int k = 0; k < slots(); ++k)
     if (slot_ref(k).empty()) slot_ref(k) = slot(k, params);
   std::vector<at::Tensor> out;
@@ -23,7 +25,8 @@ std::vector<at::Tensor> Optimizer::step(const std::vector<at::Tensor>& params,
   for (size_t i = 0; i < params.size(); ++i) {
     at::Tensor p = params[i].detach();
     at::Tensor g = grads[i].defined() ? grads[i].detach() : at::zeros_like(p);
-    if (spec_.weight_decay > 0) g = g + spec_.weight_decay * p;
+    if (spec_.weight_decay > 0 && !decoupled) g = g + spec_.weight_decay * p;
+    if (spec_.weight_decay > 0 && decoupled) p = p * (1 - lr * spec_.weight_decay);
     at::Tensor np;
     if (adam) {
       constexpr double b1 = 0.9, b2 = 0.999, eps = 1e-8;
@@ -43,10 +46,7 @@ std::vector<at::Tensor> Optimizer::step(const std::vector<at::Tensor>& params,
   return out;
 }
 
-int Optimizer::slots(const TrainingSpec& training) {
-  if (training.optimizer == "adam") return 2;
-  return training.momentum > 0 ? 1 : 0;
-}
+int Optimizer::slots(const TrainingSpec& training) { return optimizer_state_floats(training); }
 
 std::vector<at::Tensor>& Optimizer::slot_ref(int k) {
   RV_CHECK(k >= 0 && k < slots(), "optimizer: no state slot " + std::to_string(k));

@@ -149,6 +149,12 @@ at::Tensor Stage::averaged_state(bool optimizer) const {
   return at::stack(rows);
 }
 
+at::Tensor Stage::parameter_mask() const {
+  std::vector<at::Tensor> ones;
+  for (const auto& p : module_.params()) ones.push_back(at::ones_like(p.detach()));
+  return module_.flatten_like_state(ones);
+}
+
 void Stage::set_averaged_state(const at::Tensor& rows) {
   RV_CHECK(rows.dim() == 2 && rows.size(0) >= 1, "set_averaged_state: [rows, n] expected");
   module_.set_flat_state(rows[0]);

@@ -49,6 +49,8 @@ class Stage {
   // `optimizer`, the optimizer's k state slots in the same layout (zeros at the buffers); and back.
   at::Tensor averaged_state(bool optimizer) const;
   void set_averaged_state(const at::Tensor& rows);
+  // 1 where the flat state holds a parameter, 0 at buffers ([n], float).
+  at::Tensor parameter_mask() const;
   // Checkpoints: averaged_state(true) with the optimizer's step count, and back (nothing pending).
   int64_t optimizer_steps() const { return optimizer_.steps(); }
   void restore(const at::Tensor& rows, int64_t version, int64_t optimizer_steps);

@@ -287,11 +287,16 @@ void add_training(Catalog& c) {
       .text("algorithm", &TrainingSpec::algorithm,
             "the algorithm, a name from the algorithm registry (`ravnest keys` lists them)",
             Empty::kRefused)
-      .choice("optimizer", &TrainingSpec::optimizer, {"sgd", "adam"},
-              "the optimizer of every stage")
+      .choice("optimizer", &TrainingSpec::optimizer, {"sgd", "adam", "adamw"},
+              "the optimizer of every stage (diloco's inner one: adamw)")
       .positive("lr", &TrainingSpec::lr, 100.0, "", "learning rate")
       .real("momentum", &TrainingSpec::momentum, 0.0, 0.9999, "", "sgd: momentum")
-      .real("weight_decay", &TrainingSpec::weight_decay, 0.0, 1.0, "", "L2 weight decay")
+      .real("weight_decay", &TrainingSpec::weight_decay, 0.0, 1.0, "",
+            "weight decay: L2 on the gradient (sgd, adam), decoupled from it (adamw)")
+      .positive("outer_lr", &TrainingSpec::outer_lr, 10.0, "",
+                "diloco: the outer optimizer's learning rate on the averaged parameter deltas")
+      .real("outer_momentum", &TrainingSpec::outer_momentum, 0.0, 0.9999, "",
+            "diloco: the outer optimizer's Nesterov momentum")
       .integer("steps", &TrainingSpec::steps, 1, kMaxCount, "optimizer updates on every stage")
       .integer_or_word("max_in_flight", &TrainingSpec::max_in_flight, "stages", 1, 1000000,
                        "asynchronous pipelines: unfinished micro-batches allowed; stages: as many "

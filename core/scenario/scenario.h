@@ -109,7 +109,13 @@ struct TrainingSpec {
   bool average_optimizer_state = false;
   int64_t eval_every = 0;    // 0: only at the end
   int64_t eval_samples = 0;  // 0: the whole test set
+  // diloco's outer optimizer (SGD with Nesterov momentum on the averaged parameter deltas).
+  double outer_lr = 0.7;
+  double outer_momentum = 0.9;
 };
+
+// Adam and AdamW: two state slots per parameter (the moments) and the same step's cost.
+inline bool adaptive_optimizer(const TrainingSpec& t) { return t.optimizer == "adam" || t.optimizer == "adamw"; }
 
 struct PlannerSpec {
   std::string method = "manual";
