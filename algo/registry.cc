@@ -62,6 +62,13 @@ const std::vector<Algorithm>& algorithms() {
        {InFlightRule::kMaxInFlight, Schedule::kAsynchronous, Layout::kPipelines, Exchange::kParameters,
         /*forces_weight_stashing=*/false, /*overlapped_averaging=*/false, /*recovers_from_churn=*/false,
         /*checkpoints=*/false, OuterStep::kMean}},
+      {"pipedream",
+       "PipeDream: 1F1B pipelines (stages - s warm-up forwards on stage s, then one backward, one forward) "
+       "with weight stashing, or 2BW (double_buffered_weights); clusters averaged as ravnest's",
+       &run_pipedream,
+       {InFlightRule::kStages, Schedule::kAsynchronous, Layout::kPipelines, Exchange::kParameters,
+        /*forces_weight_stashing=*/true, /*overlapped_averaging=*/false, /*recovers_from_churn=*/false,
+        /*checkpoints=*/false, OuterStep::kNone, /*optimizer=*/nullptr, /*double_buffering=*/true}},
   };
   return kAlgorithms;
 }
@@ -84,14 +91,22 @@ int64_t in_flight(const Algorithm& a, const TrainingSpec& training, int stages) 
       return training.micro_batches;
     case InFlightRule::kOne:
       return 1;
+    case InFlightRule::kStages:
+      return std::max(1, stages);
     case InFlightRule::kMaxInFlight:
       break;
   }
   return training.max_in_flight > 0 ? training.max_in_flight : std::max(1, stages);
 }
 
+int64_t micro_batches_per_update(const Algorithm& a, const TrainingSpec& training) {
+  const bool accumulates = a.traits.schedule == Schedule::kFlush ||
+                           (a.traits.double_buffering && training.double_buffered_weights);
+  return accumulates ? training.micro_batches : 1;
+}
+
 int64_t micro_batches_per_exchange(const Algorithm& a, const TrainingSpec& training) {
-  const int64_t per_update = a.traits.schedule == Schedule::kFlush ? training.micro_batches : 1;
+  const int64_t per_update = micro_batches_per_update(a, training);
   const int64_t updates = a.traits.exchange == Exchange::kGradients ? 1 : training.average_every;
   return updates * per_update;
 }
@@ -124,9 +139,13 @@ void check_algorithm_settings(const Scenario& s) {
     throw ScenarioError(s.where("training.optimizer"), "training.optimizer",
                         "\"" + s.training.optimizer + "\": " + a.name + "'s inner optimizer is " + a.traits.optimizer +
                             " (set training.optimizer = \"" + a.traits.optimizer + "\")");
-  if (a.traits.outer != OuterStep::kNone && s.training.averaging != "bulk-sync")
+  if (s.training.double_buffered_weights && !a.traits.double_buffering)
+    throw ScenarioError(s.where("training.double_buffered_weights"), "training.double_buffered_weights",
+                        std::string("PipeDream-2BW's double-buffered weights are pipedream's; ") + a.name +
+                            " has none");
+  if (a.traits.exchange == Exchange::kParameters && !a.traits.overlapped_averaging && s.training.averaging != "bulk-sync")
     throw ScenarioError(s.where("training.averaging"), "training.averaging",
-                        std::string(a.name) + " takes its outer step on drained pipelines: \"bulk-sync\" only");
+                        std::string(a.name) + " averages drained pipelines: \"bulk-sync\" only");
 }
 
 void check_churn_support(const Scenario& s) {

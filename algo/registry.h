@@ -29,6 +29,7 @@ enum class InFlightRule {
   kMaxInFlight,   // training.max_in_flight, or the number of stages when it is "stages"
   kMicroBatches,  // training.micro_batches: a step's micro-batches, then a flush
   kOne,           // one micro-batch at a time (each node a whole model, one step after another)
+  kStages,        // as many as stages (PipeDream's first stage; stage s keeps stages - s)
 };
 
 // How a pipeline's steps follow each other (what the cost model predicts a period from).
@@ -78,6 +79,8 @@ struct AlgorithmTraits {
   // The inner optimizer the algorithm is defined with (training.optimizer must name it); null:
   // any.
   const char* optimizer = nullptr;
+  // Honours training.double_buffered_weights (PipeDream-2BW: micro_batches micro-batches per update).
+  bool double_buffering = false;
 };
 
 struct Algorithm {
@@ -102,9 +105,13 @@ TrainingSpec effective_training(const Scenario& s);
 // Micro-batches kept unfinished by a pipeline of `stages` stages.
 int64_t in_flight(const Algorithm& a, const TrainingSpec& training, int stages);
 
+// Micro-batches each update of a stage takes: a step's (micro_batches) for a flushing schedule and
+// for double-buffered weights, else one.
+int64_t micro_batches_per_update(const Algorithm& a, const TrainingSpec& training);
+
 // Micro-batches one cluster trains between two exchanges with the other clusters (the averaging
-// period the cost model charges): average_every for parameter averaging, a step's micro-batches
-// for gradient exchange.
+// period the cost model charges): average_every updates for parameter averaging, one update's
+// micro-batches for gradient exchange.
 int64_t micro_batches_per_exchange(const Algorithm& a, const TrainingSpec& training);
 
 // How clusters average (training.allreduce), for every algorithm that exchanges across clusters.

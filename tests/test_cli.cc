@@ -603,9 +603,9 @@ TEST_CASE("real processes in several clusters average to one model, by our rings
   fs::remove_all(d);
 }
 
-TEST_CASE("diloco and local-sgd as real processes: after every outer step both clusters hold one model",
-          "[cli][real][diloco]") {
-  const std::string algorithm = GENERATE("diloco", "local-sgd");
+TEST_CASE("diloco, local-sgd and pipedream as real processes: after every exchange both clusters hold one model",
+          "[cli][real][diloco][pipedream]") {
+  const std::string algorithm = GENERATE("diloco", "local-sgd", "pipedream");
   INFO(algorithm);
   fs::path d = workdir("outer");
   write(d / "s.toml", std::string(kSmall) + rv::test::kTwoClusters);
@@ -614,7 +614,7 @@ TEST_CASE("diloco and local-sgd as real processes: after every outer step both c
                         d);
   INFO(real.err);
   REQUIRE(real.status == 0);
-  // eval.csv: both clusters score the same model after each outer step (steps 100 and 200).
+  // eval.csv: both clusters score the same model after each exchange (steps 100 and 200).
   const auto loss_by_step = eval_losses_by_step(d / "real" / "eval.csv");
   REQUIRE(loss_by_step.size() == 2);
   for (const auto& [step, losses] : loss_by_step) {

@@ -10,6 +10,8 @@
 // Simulated time is deterministic, so these are tight.
 #include "catch.h"
 
+#include <map>
+
 #include <nlohmann/json.hpp>
 
 #include "algo/ring_averager.h"
@@ -457,4 +459,138 @@ TEST_CASE("diloco: each outer period takes E updates of a whole-model node, then
 TEST_CASE("local-sgd: each period takes E updates of a whole-model node, then one ring averaging",
           "[sim][analytic][diloco]") {
   check_outer_periods("local-sgd");
+}
+
+namespace {
+
+// One forward or backward (with its update) of micro-batch `mb` on a stage: when it ran.
+struct Op {
+  bool backward = false;
+  int64_t mb = 0;
+  double start = 0, end = 0;
+};
+
+// The 1F1B schedule of `n` micro-batches over stages of these times, links free, as a recurrence:
+// stage s runs F0 .. F(L-1) (L = p - s), then B0, F(L), B1, F(L+1), ..., each op starting when the
+// stage's previous op ended and its input arrived (a forward from the stage before, a backward
+// from the stage after, sent before its update; the last stage's backward follows its forward).
+// A backward includes its update.
+std::vector<std::vector<Op>> one_f_one_b(const std::vector<StageTimes>& st, int64_t n) {
+  const int p = static_cast<int>(st.size());
+  std::vector<std::vector<Op>> order(p);
+  for (int s = 0; s < p; ++s) {
+    const int64_t warm = std::min<int64_t>(p - s, n);
+    for (int64_t k = 0; k < warm; ++k) order[s].push_back({false, k});
+    for (int64_t k = 0; k < n; ++k) {
+      order[s].push_back({true, k});
+      if (k + warm < n) order[s].push_back({false, k + warm});
+    }
+  }
+  // Relax until every op's start is known: ops are placed in their stage's order, each once its
+  // inputs are placed (the dependencies form a DAG, so this ends).
+  std::vector<std::map<std::pair<bool, int64_t>, double>> done(p);  // (backward, mb) -> end
+  std::vector<size_t> next(p, 0);
+  std::vector<double> free_at(p, 0.0);
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int s = 0; s < p; ++s) {
+      while (next[s] < order[s].size()) {
+        Op& op = order[s][next[s]];
+        double ready = free_at[s];
+        if (!op.backward && s > 0) {
+          auto it = done[s - 1].find({false, op.mb});
+          if (it == done[s - 1].end()) break;
+          ready = std::max(ready, it->second);
+        }
+        if (op.backward && s + 1 < p) {
+          auto it = done[s + 1].find({true, op.mb});
+          if (it == done[s + 1].end()) break;
+          ready = std::max(ready, it->second);
+        }
+        op.start = ready;
+        op.end = ready + (op.backward ? st[s].tb + st[s].tu : st[s].tf);
+        // What the neighbour waits for: a forward's output, a backward's gradient (before the update).
+        done[s][{op.backward, op.mb}] = op.backward ? ready + st[s].tb : op.end;
+        free_at[s] = op.end;
+        ++next[s];
+        moved = true;
+      }
+    }
+  }
+  return order;
+}
+
+// A simulated run's forwards and backwards (each backward ending with its update) per stage, in
+// the order they ran.
+std::vector<std::vector<Op>> simulated_ops(const SimResult& r, int stages) {
+  std::vector<std::vector<Op>> ops(stages);
+  for (const Event& e : r.events) {
+    if (e.cluster != 0 || e.micro_batch < 0) continue;
+    if (e.kind == EventKind::kForward) ops[e.stage].push_back({false, e.micro_batch, e.start, e.end});
+    if (e.kind == EventKind::kBackward) ops[e.stage].push_back({true, e.micro_batch, e.start, e.end});
+    if (e.kind == EventKind::kUpdate) ops[e.stage].back().end = e.end;
+  }
+  for (auto& s : ops)
+    std::stable_sort(s.begin(), s.end(), [](const Op& a, const Op& b) { return a.start < b.start; });
+  return ops;
+}
+
+constexpr int64_t kMicroBatches = 12;
+
+}  // namespace
+
+TEST_CASE("pipedream runs the 1F1B schedule: every forward and backward when the recurrence says",
+          "[sim][analytic][pipedream]") {
+  // Four stages of unequal times (2 and 0.5 TFLOPS / 100, so that transfers are negligible).
+  auto p = test::prepare(pipeline_scenario("pipedream", "0.02,0.005"),
+                         {"training.steps=" + std::to_string(kMicroBatches), "training.eval_every=0"}, false);
+  const SimResult r = run_simulation(p.spec());
+  const auto expected = one_f_one_b(stage_times(p, effective_training(p.scenario)), kMicroBatches);
+  const auto got = simulated_ops(r, 4);
+  for (int s = 0; s < 4; ++s) {
+    REQUIRE(got[s].size() == expected[s].size());
+    for (size_t i = 0; i < got[s].size(); ++i) {
+      const Op& g = got[s][i];
+      const Op& x = expected[s][i];
+      INFO("stage " << s << " op " << i << ": " << (x.backward ? "B" : "F") << x.mb << " expected at " << x.start
+                    << ".." << x.end << ", simulated " << (g.backward ? "B" : "F") << g.mb << " at " << g.start
+                    << ".." << g.end);
+      CHECK(g.backward == x.backward);
+      CHECK(g.mb == x.mb);
+      CHECK(g.start == Approx(x.start).epsilon(1e-3).margin(1e-6));
+      CHECK(g.end == Approx(x.end).epsilon(1e-3).margin(1e-6));
+    }
+  }
+}
+
+TEST_CASE("ravnest's backward-first stages fill the bubbles that 1F1B leaves on the middle stages",
+          "[sim][analytic][pipedream]") {
+  // The same pipeline under ravnest (at most 4 micro-batches in flight, as pipedream's first stage).
+  auto p = test::prepare(pipeline_scenario("ravnest", "0.02,0.005"),
+                         {"training.steps=" + std::to_string(kMicroBatches), "training.eval_every=0",
+                          "training.max_in_flight=4"},
+                         false);
+  const SimResult r = run_simulation(p.spec());
+  const auto one_f = one_f_one_b(stage_times(p, effective_training(p.scenario)), kMicroBatches);
+  const auto got = simulated_ops(r, 4);
+  // Stage 1 (the second): 1F1B does 3 forwards, then waits for B0 with F3 ready; ravnest runs F3
+  // in that wait, so its first backward comes after four forwards, and its stage finishes its
+  // forwards earlier.
+  auto first_backward = [](const std::vector<Op>& ops) {
+    for (size_t i = 0; i < ops.size(); ++i)
+      if (ops[i].backward) return i;
+    return ops.size();
+  };
+  CHECK(first_backward(one_f[1]) == 3);
+  CHECK(first_backward(got[1]) == 4);
+  // The idle time of stage 1 before its first backward: 1F1B's is longer.
+  auto idle_before_first_backward = [&](const std::vector<Op>& ops) {
+    double busy = 0;
+    const size_t b = first_backward(ops);
+    for (size_t i = 0; i < b; ++i) busy += ops[i].end - ops[i].start;
+    return ops[b].start - ops.front().start - busy;
+  };
+  INFO("stage 1 idle before its first backward: 1F1B " << idle_before_first_backward(one_f[1]) << " s, ravnest "
+                                                        << idle_before_first_backward(got[1]) << " s");
+  CHECK(idle_before_first_backward(got[1]) < idle_before_first_backward(one_f[1]) - 1e-4);
 }

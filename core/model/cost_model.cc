@@ -1,5 +1,7 @@
 #include "core/model/cost_model.h"
 
+#include <algorithm>
+
 namespace rv {
 
 namespace {
@@ -35,12 +37,14 @@ StageCost stage_cost(const ModelDesc& model, int begin, int end, const TrainingS
   // Weights, gradients, optimizer state and buffers.
   Bytes m = sat_mul(kFloatBytes, sat_add(sat_mul(params, 2 + optimizer_state_floats(training)), buffers));
   // Per unfinished micro-batch: with stashing the saved activations of every layer and, in the
-  // worst case, one older version of the weights; without, only the stage's input.
+  // worst case, one older version of the weights (double-buffered: one older version in all);
+  // without, only the stage's input.
   const Bytes saved = sat_mul(batch_bytes, training.weight_stashing ? model.activation_elems(begin, end)
                                                                     : model.input_elems_of(begin));
   const Bytes stash = training.weight_stashing ? sat_mul(kFloatBytes, params) : 0;
   m = sat_add(m, sat_mul(in_flight, saved));
-  if (in_flight > 1) m = sat_add(m, sat_mul(in_flight - 1, stash));
+  const int64_t versions = training.double_buffered_weights ? std::min<int64_t>(in_flight - 1, 1) : in_flight - 1;
+  if (in_flight > 1) m = sat_add(m, sat_mul(versions, stash));
   c.memory = m;
   return c;
 }

@@ -297,6 +297,9 @@ void add_training(Catalog& c) {
                 "diloco: the outer optimizer's learning rate on the averaged parameter deltas")
       .real("outer_momentum", &TrainingSpec::outer_momentum, 0.0, 0.9999, "",
             "diloco: the outer optimizer's Nesterov momentum")
+      .flag("double_buffered_weights", &TrainingSpec::double_buffered_weights,
+            "pipedream: PipeDream-2BW: micro_batches micro-batches accumulate into each update, and a stage "
+            "keeps two weight versions (new micro-batches the newer, those in flight the one their forward used)")
       .integer("steps", &TrainingSpec::steps, 1, kMaxCount, "optimizer updates on every stage")
       .integer_or_word("max_in_flight", &TrainingSpec::max_in_flight, "stages", 1, 1000000,
                        "asynchronous pipelines: unfinished micro-batches allowed; stages: as many "

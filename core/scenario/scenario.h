@@ -112,6 +112,8 @@ struct TrainingSpec {
   // diloco's outer optimizer (SGD with Nesterov momentum on the averaged parameter deltas).
   double outer_lr = 0.7;
   double outer_momentum = 0.9;
+  // pipedream: PipeDream-2BW (micro_batches micro-batches per update, two weight versions).
+  bool double_buffered_weights = false;
 };
 
 // Adam and AdamW: two state slots per parameter (the moments) and the same step's cost.
