@@ -30,6 +30,7 @@ void run_sync_dp(NodeEnv& env, const RunSpec& spec, int node);
 void run_diloco(NodeEnv& env, const RunSpec& spec, int node);
 void run_local_sgd(NodeEnv& env, const RunSpec& spec, int node);
 void run_pipedream(NodeEnv& env, const RunSpec& spec, int node);
+void run_dedloc(NodeEnv& env, const RunSpec& spec, int node);
 
 // The schedule ravnest, diloco and local-sgd share (algo/ravnest.cc): each cluster's asynchronous
 // pipeline, drained every average_every updates (and after the last) for an exchange of

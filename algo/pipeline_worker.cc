@@ -378,6 +378,11 @@ void PipelineWorker::outer_average(int64_t round, const std::function<void(Messa
   stage_->set_averaged_state(outer_->step(mean.reshape({-1}), outer_mask_).unsqueeze(0));
 }
 
+void PipelineWorker::reduce_gradients(const std::function<at::Tensor(const at::Tensor&)>& reduce) {
+  if (numeric()) stage_->exchange_gradients(reduce);
+  else reduce(at::Tensor());
+}
+
 void PipelineWorker::exchange_gradients(const std::function<void(Message)>& defer) {
   const int64_t round = averagings_++;
   if (!averager_->participates()) return;

@@ -69,6 +69,10 @@ class PipelineWorker {
   // Data parallelism: replaces this node's accumulated gradients (and buffers) by their mean over
   // the clusters (the same rings; every cluster is one node holding the whole model).
   void exchange_gradients(const std::function<void(Message)>& defer);
+  // Replaces this node's accumulated gradients (and buffers) by what `reduce` makes of them, laid
+  // out as the flat state (in timing mode `reduce` gets an undefined tensor and its result is
+  // ignored): dedloc's weighted all-reduce.
+  void reduce_gradients(const std::function<at::Tensor(const at::Tensor&)>& reduce);
   bool averages() const { return averager_->participates() || spec_.plan->clusters.size() > 1; }
 
   // ---- Checkpoints (env.checkpoints set): this worker's state after `done` updates of its

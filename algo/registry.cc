@@ -69,6 +69,13 @@ const std::vector<Algorithm>& algorithms() {
        {InFlightRule::kStages, Schedule::kAsynchronous, Layout::kPipelines, Exchange::kParameters,
         /*forces_weight_stashing=*/true, /*overlapped_averaging=*/false, /*recovers_from_churn=*/false,
         /*checkpoints=*/false, OuterStep::kNone, /*optimizer=*/nullptr, /*double_buffering=*/true}},
+      {"dedloc",
+       "DeDLOC: every peer the whole model, accumulating at its own pace until the collaboration has "
+       "target_batch samples, then a butterfly all-reduce in shares from a linear programme over the "
+       "peers' bandwidths (client_only peers aggregate none)",
+       &run_dedloc,
+       {InFlightRule::kOne, Schedule::kAsynchronous, Layout::kReplicas, Exchange::kGradients,
+        /*forces_weight_stashing=*/false, /*overlapped_averaging=*/false}},
   };
   return kAlgorithms;
 }

@@ -16,6 +16,9 @@ const char* to_string(MsgKind kind) {
     case MsgKind::kMember: return "member";
     case MsgKind::kStateRequest: return "state_request";
     case MsgKind::kState: return "state";
+    case MsgKind::kProgress: return "progress";
+    case MsgKind::kPart: return "part";
+    case MsgKind::kPartSum: return "part_sum";
   }
   return "unknown";
 }

@@ -35,7 +35,10 @@ enum class MsgKind : int32_t {
   kMember = 10,      // from the executor (src -1): the membership changed (Membership); no payload
   kStateRequest = 11,  // churn: layers' state wanted after averaging `id` (aux, step: state range)
   kState = 12,       // churn: the answer, the state [aux, step) with its optimizer rows
-  kLast = kState,    // the wire format checks kinds against it
+  kProgress = 13,    // dedloc: the sender's samples (aux) so far in collaborative step `step`
+  kPart = 14,        // dedloc: the sender's slice of an aggregator's part (aux: its samples)
+  kPartSum = 15,     // dedloc: an aggregator's summed part (aux: the collaboration's samples)
+  kLast = kPartSum,  // the wire format checks kinds against it
 };
 
 const char* to_string(MsgKind kind);

@@ -13,6 +13,7 @@ packages=(
   python3-pandas                                  # analysis/runs.py: run tables as DataFrames
   iproute2                                        # real.shaper = "kernel": ip netns, tc htb
   libssl-dev                                      # HMAC-SHA256: real runs' authentication
+  libglpk-dev                                     # GLPK: dedloc's load-balancing linear programme
   dataset-fashion-mnist python3-sklearn           # Fashion-MNIST; the 8x8 digits
 )
 

@@ -13,6 +13,7 @@
 
 #include "algo/diloco.h"
 #include "cli_support.h"
+#include "snippets.h"
 #include "core/output/run_output.h"
 
 using namespace rv;
@@ -48,16 +49,8 @@ TEST_CASE("local SGD's outer step (learning rate 1, no momentum) is the mean, ex
 
 namespace {
 
-const char* kDigits = R"(name = "outer"
-seed = 3
-[model]
-head = "linear"
-kind = "mlp"
-hidden = [64, 64]
-[data]
-kind = "digits"
-batch_size = 32
-[training]
+const std::string kDigits = std::string(R"(name = "outer"
+)") + test::kDigitsMlp + R"([training]
 optimizer = "adamw"
 lr = 0.003
 steps = 600

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_support.h"
+#include "snippets.h"
 #include "core/output/run_output.h"
 
 using namespace rv;
@@ -21,16 +22,8 @@ namespace fs = std::filesystem;
 namespace {
 
 // Two clusters of three stages.
-const char* kThreeStages = R"(name = "pipedream"
-seed = 3
-[model]
-head = "linear"
-kind = "mlp"
-hidden = [64, 64]
-[data]
-kind = "digits"
-batch_size = 32
-[training]
+const std::string kThreeStages = std::string(R"(name = "pipedream"
+)") + test::kDigitsMlp + R"([training]
 algorithm = "pipedream"
 optimizer = "adam"
 lr = 0.003

@@ -221,6 +221,9 @@ void add_top_and_devices(Catalog& c) {
       .real("leave_per_hour", &DeviceGroup::leave_per_hour, -1.0, 3600.0, "1/h",
             "churn: the rate at which each of the group's nodes leaves (exponential sessions, mean "
             "1 / rate hours); -1: churn.leave_per_hour")
+      .flag("client_only", &DeviceGroup::client_only,
+            "dedloc: the group's peers accept no inbound connections: they send their gradients but "
+            "aggregate no part of the all-reduce")
       .real("join_at_s", &DeviceGroup::join_at_s, 0.0, 1e9, "s",
             "churn: > 0: the group's nodes arrive at this second, as spares without state (the "
             "planner plans without them); such groups come after all others; 0: present from the "
@@ -297,6 +300,9 @@ void add_training(Catalog& c) {
                 "diloco: the outer optimizer's learning rate on the averaged parameter deltas")
       .real("outer_momentum", &TrainingSpec::outer_momentum, 0.0, 0.9999, "",
             "diloco: the outer optimizer's Nesterov momentum")
+      .integer("target_batch", &TrainingSpec::target_batch, 0, kMaxCount,
+               "dedloc: samples the collaboration accumulates per optimizer step (each peer at its own pace); "
+               "0: batch_size per peer")
       .flag("double_buffered_weights", &TrainingSpec::double_buffered_weights,
             "pipedream: PipeDream-2BW: micro_batches micro-batches accumulate into each update, and a stage "
             "keeps two weight versions (new micro-batches the newer, those in flight the one their forward used)")

@@ -34,6 +34,7 @@ struct DeviceGroup {
   // > 0: the group's nodes are absent at the start and arrive at this second (as spares, without
   // state); the planner plans without them. Such groups come after every other group.
   double join_at_s = 0;
+  bool client_only = false;  // dedloc: no inbound connections (aggregates no part of the all-reduce)
   std::string profile;       // compute profile file (`ravnest calibrate --out`); "": peak model
   ComputeProfile compute;    // read from `profile` when the scenario is loaded
   double efficiency = 0;     // (0, 1.5]: every operation at this fraction of tflops; 0: the profile's
@@ -114,6 +115,8 @@ struct TrainingSpec {
   double outer_momentum = 0.9;
   // pipedream: PipeDream-2BW (micro_batches micro-batches per update, two weight versions).
   bool double_buffered_weights = false;
+  // dedloc: samples the collaboration accumulates per optimizer step; 0: batch_size per peer.
+  int64_t target_batch = 0;
 };
 
 // Adam and AdamW: two state slots per parameter (the moments) and the same step's cost.
