@@ -10,6 +10,8 @@
 #
 # Usage: papers/baselines/run.sh [RUNS_DIR]   (default: runs/baselines)
 #   QUICK=1: 3 evaluations of 30 steps, seed 1 only, to check the pipeline (its table is no result).
+#   SEEDS="1 3", REAL=0: a share of the runs (two shares at once on two cores; runs already in
+#   RUNS_DIR are kept), then the report of whatever is there.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here/../.."
@@ -19,7 +21,7 @@ commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 [ -z "$(git status --porcelain --untracked-files=no -- . ':!papers/baselines' 2>/dev/null)" ] || commit="$commit+changes"
 mkdir -p "$runs"
 algorithms=(ravnest gpipe sync-dp dedloc pipedream diloco)
-seeds=(1 2 3)
+read -r -a seeds <<< "${SEEDS:-1 2 3}"
 quick=()
 if [ "${QUICK:-0}" = 1 ]; then
   seeds=(1)
@@ -57,7 +59,9 @@ for seed in "${seeds[@]}"; do
     one sim scenarios/memory-bound.toml "$a" "$seed" 50
   done
 done
-for a in "${algorithms[@]}"; do
-  one real scenarios/digits-cnn.toml "$a" 1 50
-done
+if [ "${REAL:-1}" = 1 ]; then
+  for a in "${algorithms[@]}"; do
+    one real scenarios/digits-cnn.toml "$a" 1 50
+  done
+fi
 /usr/bin/python3 "$here/report.py" "$runs" "$here"
