@@ -95,7 +95,8 @@ def main():
     for r in runs:
         groups.setdefault((r["scenario"], r["executor"]), {}).setdefault(r["algorithm"], []).append(r)
     lines = ["# Baselines: time to a target accuracy and throughput", "",
-             "`papers/baselines/run.sh`: each scenario as shipped (its own steps; evaluations every 50), "
+             "`papers/baselines/run.sh`: each scenario as shipped (its own steps; evaluations every 50, on 2,000 "
+             "test samples), "
              "seeds 1-3 in simulation, seed 1 as real processes. Time to target: the first evaluation at or "
              "above the target accuracy, mean [min, max] over the seeds that reached it (n/N reached). Busy: "
              "the mean busy fraction of the nodes that train; averaging: their mean share of the run in "
