@@ -10,6 +10,9 @@
 # report.py before any run. A plan the planner refuses (sync-dp and dedloc where no PC holds the
 # model) is kept as refused.txt and listed with its reason. Not part of the tests.
 #
+# The real runs take 600 steps (digits-cnn ships 2,200: about 12 minutes each at its emulated
+# speed).
+#
 # Usage: papers/baselines/run.sh [RUNS_DIR]   (default: runs/baselines)
 #   QUICK=1: 3 evaluations of 30 steps, seed 1 only, to check the pipeline (its table is no result).
 #   SEEDS="1 3", REAL=0: a share of the runs (two shares at once on two cores; runs already in
@@ -30,8 +33,9 @@ if [ "${QUICK:-0}" = 1 ]; then
   quick=(--set training.steps=30 --set training.eval_every=10)
 fi
 
-one() {  # executor scenario algorithm seed eval_every
+one() {  # executor scenario algorithm seed eval_every [--set ...]
   local executor=$1 scenario=$2 algorithm=$3 seed=$4 every=$5
+  shift 5
   local name
   name="$(basename "$scenario" .toml)-$algorithm-s$seed-$executor"
   local dir="$runs/$name"
@@ -40,6 +44,7 @@ one() {  # executor scenario algorithm seed eval_every
   local sets=(--set "training.algorithm=\"$algorithm\"" --set "seed=$seed" --set "training.eval_every=$every"
               --set training.eval_samples=2000)
   [ "$algorithm" = diloco ] && sets+=(--set 'training.optimizer="adamw"')
+  sets+=("$@")
   echo "== $name" >&2
   local status=0
   build/ravnest "$executor" "$scenario" "${sets[@]}" "${quick[@]}" --run-dir "$dir" --progress off \
@@ -64,7 +69,7 @@ for seed in "${seeds[@]}"; do
 done
 if [ "${REAL:-1}" = 1 ]; then
   for a in "${algorithms[@]}"; do
-    one real scenarios/digits-cnn.toml "$a" 1 50
+    one real scenarios/digits-cnn.toml "$a" 1 50 --set training.steps=600
   done
 fi
 /usr/bin/python3 "$here/report.py" "$runs" "$here"
