@@ -41,6 +41,10 @@ def read_run(path):
         lines = [l.strip() for l in open(refused) if l.strip()]
         run["refused"] = lines[-1] if lines else "refused"
         return run
+    if not os.path.exists(os.path.join(path, "summary.json")):
+        print(f"report.py: {name} has no summary.json (a run in progress, or one that stopped): left out",
+              file=sys.stderr)
+        return None
     summary = json.load(open(os.path.join(path, "summary.json")))
     target = TARGETS[scenario]
     reached = None
@@ -132,11 +136,17 @@ def main():
         for algorithm, why in refusals:
             lines.append(f"- {algorithm} refused: {why}")
         # Who wins, and what the measurements say of the others.
-        ranked = sorted((r["ttt"][0], a) for a, r in rows.items() if r["ttt"] and r["reached"] == r["n"])
+        ranked = sorted((r["ttt"][0], ORDER.index(a) if a in ORDER else len(ORDER), a)
+                        for a, r in rows.items() if r["ttt"] and r["reached"] == r["n"])
+        ranked = [(t, a) for t, _, a in ranked]
         if ranked:
             best_t, best = ranked[0]
-            lines.append(f"- Fastest to {target}: **{best}**, {best_t:.2f} s.")
-            for t, a in ranked[1:]:
+            # Within 0.1% of the best: a tie (e.g. pipedream and ravnest on one- or two-stage
+            # pipelines, where 1F1B and backward-first are the same schedule).
+            tied = [a for t, a in ranked if t <= best_t * 1.001]
+            lines.append(f"- Fastest to {target}: **{' and '.join(tied)}**, {best_t:.2f} s" +
+                         (" (the same time)." if len(tied) > 1 else "."))
+            for t, a in ranked[len(tied):]:
                 r = rows[a]
                 notes = []
                 if r["busy"] and rows[best]["busy"] and r["busy"][0] < rows[best]["busy"][0] - 0.05:
