@@ -102,9 +102,13 @@ namespace {
 class Peer {
  public:
   Peer(NodeEnv& env, const RunSpec& spec, int node, const NodeRole& role)
-      : env_(env), spec_(spec), node_(node), tr_(spec.scenario->training),
+      : env_(env), node_(node), tr_(spec.scenario->training),
         w_(env, spec, node, tr_, in_flight(algorithm_of(*spec.scenario), tr_, 1)) {
-    for (const auto& cluster : spec.plan->clusters) peers_.push_back(cluster.stages.at(0).node);
+    index_.assign(static_cast<size_t>(spec.plan->nodes), -1);
+    for (const auto& cluster : spec.plan->clusters) {
+      index_[static_cast<size_t>(cluster.stages.at(0).node)] = static_cast<int>(peers_.size());
+      peers_.push_back(cluster.stages.at(0).node);
+    }
     me_ = role.cluster;
     std::vector<double> up, down;
     std::vector<bool> client;
@@ -114,11 +118,8 @@ class Peer {
       down.push_back(d.down_bytes_per_s());
       client.push_back(d.client_only);
     }
-    shares_ = dedloc_shares(up, down, client);
-    const int64_t B = w_.batch();
-    target_ = tr_.target_batch > 0 ? tr_.target_batch : B * static_cast<int64_t>(peers_.size());
-    state_elems_ = spec.model->state_offset(spec.model->layer_count());
-    bounds_ = part_bounds(shares_.share, state_elems_);
+    target_ = tr_.target_batch > 0 ? tr_.target_batch : w_.batch() * static_cast<int64_t>(peers_.size());
+    bounds_ = part_bounds(dedloc_shares(up, down, client).share, spec.model->state_offset(spec.model->layer_count()));
     reports_.resize(peers_.size());
     rates_.assign(peers_.size(), 0.0);
   }
@@ -261,18 +262,17 @@ class Peer {
   // Files a message for later: progress by step, parts by (kind, step, sender).
   void file(Message m) {
     if (m.kind == MsgKind::kProgress) {
-      const auto j = static_cast<size_t>(std::find(peers_.begin(), peers_.end(), m.src) - peers_.begin());
-      if (j >= peers_.size() || m.aux < 0) throw InputError("dedloc: a malformed progress report from node " + std::to_string(m.src));
-      Report& r = reports_[j];
+      const int j = m.src >= 0 && static_cast<size_t>(m.src) < index_.size() ? index_[static_cast<size_t>(m.src)] : -1;
+      if (j < 0 || m.aux < 0) throw InputError("dedloc: a malformed progress report from node " + std::to_string(m.src));
+      Report& r = reports_[static_cast<size_t>(j)];
       // The rate between two reports of one step (it carries over to the next steps).
       if (r.step == m.step && m.scalar > r.time && m.aux > r.samples)
-        rates_[j] = static_cast<double>(m.aux - r.samples) / (m.scalar - r.time);
+        rates_[static_cast<size_t>(j)] = static_cast<double>(m.aux - r.samples) / (m.scalar - r.time);
       r = Report{m.step, m.aux, m.scalar, m.id == 1};
       return;
     }
     if (m.kind != MsgKind::kPart && m.kind != MsgKind::kPartSum)
-      throw InputError("node " + std::to_string(node_) + " (dedloc) got an unexpected '" + to_string(m.kind) +
-                       "' message from node " + std::to_string(m.src));
+      throw unexpected_message("node " + std::to_string(node_) + " (dedloc)", m);
     const auto key = std::make_tuple(static_cast<int>(m.kind), m.step, m.src);
     if (parts_.count(key) != 0)
       throw InputError("dedloc: node " + std::to_string(m.src) + " sent step " + std::to_string(m.step) + "'s " +
@@ -294,16 +294,14 @@ class Peer {
   }
 
   NodeEnv& env_;
-  RunSpec spec_;
   int node_;
   TrainingSpec tr_;
   PipelineWorker w_;
   std::vector<int> peers_;  // the collaboration's nodes, by cluster (each holds the whole model)
+  std::vector<int> index_;  // per node of the plan: its index in peers_, or -1
   int me_ = 0;              // this node's index among them
-  Shares shares_;
   std::vector<int64_t> bounds_;
   int64_t target_ = 0;
-  int64_t state_elems_ = 0;
   int64_t mb_ = 0;  // this peer's micro-batches so far (their ids)
   // Each peer's last progress report (reports come in order per peer), and its rate in samples/s.
   struct Report {

@@ -23,9 +23,7 @@ void run_gpipe(NodeEnv& env, const RunSpec& spec, int node) {
   PipelineWorker w(env, spec, node, tr, m);
   const int64_t B = w.batch();
   auto unexpected = [&](const Message& msg) {
-    throw InputError("node " + std::to_string(node) + " (gpipe stage " + std::to_string(role.stage) +
-                     ") got an unexpected '" + to_string(msg.kind) + "' message from node " +
-                     std::to_string(msg.src));
+    throw unexpected_message("node " + std::to_string(node) + " (gpipe stage " + std::to_string(role.stage) + ")", msg);
   };
   // Messages of the next step that arrive while this stage exchanges gradients.
   std::deque<Message> later;

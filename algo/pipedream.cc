@@ -39,8 +39,7 @@ void run_pipedream(NodeEnv& env, const RunSpec& spec, int node) {
   PipelineWorker w(env, spec, node, tr, limit);
   const int64_t B = w.batch();
   auto unexpected = [&](const Message& m) {
-    throw InputError("node " + std::to_string(node) + " (pipedream stage " + std::to_string(role.stage) +
-                     ") got an unexpected '" + to_string(m.kind) + "' message from node " + std::to_string(m.src));
+    throw unexpected_message("node " + std::to_string(node) + " (pipedream stage " + std::to_string(role.stage) + ")", m);
   };
 
   std::deque<Message> fwd, bwd, evals;

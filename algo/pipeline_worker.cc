@@ -53,6 +53,10 @@ PipelineWorker::PipelineWorker(NodeEnv& env, const RunSpec& spec, int node,
   }
 }
 
+InputError unexpected_message(const std::string& receiver, const Message& m) {
+  return InputError(receiver + " got an unexpected '" + to_string(m.kind) + "' message from node " + std::to_string(m.src));
+}
+
 Event PipelineWorker::event(EventKind kind) const {
   Event e;
   e.kind = kind;

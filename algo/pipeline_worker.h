@@ -18,6 +18,10 @@
 
 namespace rv {
 
+// The error for message `m`, which the node `receiver` names ("node 3 (gpipe stage 1)") did not
+// expect: its peer broke the algorithm's protocol.
+InputError unexpected_message(const std::string& receiver, const Message& m);
+
 class PipelineWorker {
  public:
   // `training` may differ from the scenario's (gpipe keeps graphs: weight stashing semantics).

@@ -38,9 +38,7 @@ namespace {
 void check_kind(const Message& m, std::initializer_list<MsgKind> ok, const NodeRole& role) {
   for (auto k : ok)
     if (m.kind == k) return;
-  throw InputError("node " + std::to_string(role.node) + " (stage " + std::to_string(role.stage) +
-                   ") got an unexpected '" + to_string(m.kind) + "' message from node " +
-                   std::to_string(m.src));
+  throw unexpected_message("node " + std::to_string(role.node) + " (stage " + std::to_string(role.stage) + ")", m);
 }
 
 }  // namespace
@@ -56,13 +54,14 @@ void run_periodic_pipeline(NodeEnv& env, const RunSpec& spec, int node) {
   const TrainingSpec& tr = spec.scenario->training;
   const NodeRole role = spec.plan->role_of(node);
   if (role.stage < 0) return;  // left idle by the plan
-  const int64_t cap = in_flight(algorithm_of(*spec.scenario), tr, role.stages);
+  const Algorithm& algorithm = algorithm_of(*spec.scenario);
+  const int64_t cap = in_flight(algorithm, tr, role.stages);
   PipelineWorker w(env, spec, node, tr, cap);
   const int64_t total = tr.steps;
   const int64_t B = w.batch();
   const int64_t E = tr.average_every;
   // Exchanges happen between clusters, and for an outer step (diloco) with one cluster too.
-  const bool exchanges = spec.plan->clusters.size() > 1 || algorithm_of(*spec.scenario).traits.outer != OuterStep::kNone;
+  const bool exchanges = spec.plan->clusters.size() > 1 || algorithm.traits.outer != OuterStep::kNone;
   auto eval_due = [&](int64_t done) { return tr.eval_every > 0 && done % tr.eval_every == 0 && done < total; };
   auto average_due = [&](int64_t done) { return exchanges && (done % E == 0 || done == total); };
   // Checkpoints: after the averaging of every `every`-th update (a multiple of E), before that
@@ -75,7 +74,7 @@ void run_periodic_pipeline(NodeEnv& env, const RunSpec& spec, int node) {
   const NodeState* from = ck != nullptr ? ck->resume(node) : nullptr;
   if (from != nullptr) w.restore(*from);
   const int64_t start = from != nullptr ? from->done : 0;
-  const bool overlapped = tr.averaging == "overlapped" && algorithm_of(*spec.scenario).traits.overlapped_averaging;
+  const bool overlapped = tr.averaging == "overlapped" && algorithm.traits.overlapped_averaging;
   // Overlapped: averagings run while training goes on; the last one (after the last update) is
   // bulk-synchronous, so that every cluster ends with the same model.
   auto average = [&](int64_t done, const std::function<void(Message)>& defer) {
@@ -308,8 +307,7 @@ class ChurnNode {
       case MsgKind::kEvalForward: fwd_.push_back(std::move(m)); return;
       case MsgKind::kStop: stopping_ = true; return;
       default:
-        throw InputError("node " + std::to_string(node_) + " (stage " + std::to_string(w_->role().stage) +
-                         ") got an unexpected '" + to_string(m.kind) + "' message from node " + std::to_string(m.src));
+        throw unexpected_message("node " + std::to_string(node_) + " (stage " + std::to_string(w_->role().stage) + ")", m);
     }
   }
 

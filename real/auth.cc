@@ -68,6 +68,12 @@ std::string checked(std::string secret, const std::string& what) {
 
 }  // namespace
 
+bool secret_in_environment() {
+  for (const char* name : {kSecretFileEnv, kSecretEnv})
+    if (const char* v = std::getenv(name); v != nullptr && *v != '\0') return true;
+  return false;
+}
+
 std::string secret_from_environment() {
   if (const char* file = std::getenv(kSecretFileEnv); file != nullptr && *file != '\0') {
     const std::string what = std::string(kSecretFileEnv) + "=" + file;

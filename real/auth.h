@@ -41,6 +41,8 @@ void write_secret_file(const std::string& path, const std::string& secret);
 // set, or what is wrong with it (too short, too long, a file other users may read, a file that
 // cannot be read).
 std::string secret_from_environment();
+// Whether RAVNEST_SECRET_FILE or RAVNEST_SECRET is set (non-empty).
+bool secret_in_environment();
 
 // HMAC-SHA256 under `secret` of the parts, each preceded by its length (so that no two lists of
 // parts read as the same bytes).

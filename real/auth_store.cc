@@ -726,8 +726,6 @@ std::string key_request(char op, const std::string& key) {
   put_str(b, key);
   return b;
 }
-std::string bytes_of(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
-std::vector<uint8_t> vec_of(std::string_view s) { return std::vector<uint8_t>(s.begin(), s.end()); }
 std::string keys_body(const std::vector<std::string>& keys) {
   std::string b;
   put_u32(b, static_cast<uint32_t>(keys.size()));
@@ -743,18 +741,18 @@ void expect(const std::string& r, char want, const std::string& where) {
 
 void AuthStore::set(const std::string& key, const std::vector<uint8_t>& value) {
   std::string b = key_request(kSet, key);
-  put_str(b, bytes_of(value));
+  put_str(b, store_text(value));
   expect(request(b, timeout_), kOk, where_);
 }
 
 std::vector<uint8_t> AuthStore::compareSet(const std::string& key, const std::vector<uint8_t>& expected,
                                            const std::vector<uint8_t>& desired) {
   std::string b = key_request(kCompareSet, key);
-  put_str(b, bytes_of(expected));
-  put_str(b, bytes_of(desired));
+  put_str(b, store_text(expected));
+  put_str(b, store_text(desired));
   const std::string r = request(b, timeout_);
   expect(r, kValue, where_);
-  return vec_of(std::string_view(r).substr(1));
+  return store_value(std::string_view(r).substr(1));
 }
 
 std::vector<uint8_t> AuthStore::get(const std::string& key) {
@@ -762,7 +760,7 @@ std::vector<uint8_t> AuthStore::get(const std::string& key) {
   const std::string r = request(key_request(kGet, key), timeout_);
   if (!r.empty() && r[0] == kNotFound) throw PeerError("the rendezvous store at " + where_ + " lost key '" + key + "'");
   expect(r, kValue, where_);
-  return vec_of(std::string_view(r).substr(1));
+  return store_value(std::string_view(r).substr(1));
 }
 
 int64_t AuthStore::add(const std::string& key, int64_t value) {

@@ -26,11 +26,17 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 namespace rv {
+
+// A store value from text and back (values are bytes; keys and the values this project keeps in
+// the store are text).
+inline std::vector<uint8_t> store_value(std::string_view s) { return {s.begin(), s.end()}; }
+inline std::string store_text(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
 
 struct StoreLimits {
   size_t max_key = 4096;

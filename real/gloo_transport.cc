@@ -114,8 +114,6 @@ std::string claim_key(int r, int k) { return "rv/link/claim/" + rank_inc(r, k); 
 const std::string kJoinCount = "rv/join/n";
 std::string join_req_key(int64_t t) { return "rv/join/req/" + std::to_string(t); }
 std::string join_done_key(int64_t t) { return "rv/join/done/" + std::to_string(t); }
-std::vector<uint8_t> to_bytes(const std::string& s) { return {s.begin(), s.end()}; }
-std::string to_text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
 // How often the acceptor looks for joins, and a replacement for its turn.
 constexpr std::chrono::milliseconds kJoinPoll(50);
 
@@ -148,6 +146,9 @@ struct GlooTransport::Impl {
   // its own (its store keys and its members' proofs differ from the earlier one's, so neither
   // collides with nor replays the other).
   std::map<std::string, int> groups_made;
+  // The Gloo device (its address and event loop) of every process group this transport makes:
+  // the world group, make_group()'s and the links. Made before any of them, read only after.
+  std::shared_ptr<::gloo::transport::Device> device;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;  // the world group (none for a replacement)
   std::vector<Link> links;  // per rank (guarded by mu once the threads run)
   std::vector<int> inc;     // per rank: its incarnation as this rank knows it (guarded by mu)
@@ -203,6 +204,16 @@ struct GlooTransport::Impl {
 
   std::string who() const { return "rank " + std::to_string(opt.rank); }
 
+  // Options for a new process group on this transport's device.
+  c10::intrusive_ptr<c10d::ProcessGroupGloo::Options> group_options() const {
+    auto go = c10d::ProcessGroupGloo::Options::create(to_ms(opt.timeout));
+    go->devices.push_back(device);
+    return go;
+  }
+
+  // Lock held: `p` takes no messages (lost, or its replacement not yet in).
+  bool unreachable(int p) const { return peers[p] == PeerState::kFailed || peers[p] == PeerState::kJoining; }
+
   static Seconds now_s() {
     return std::chrono::duration<double>(SteadyClock::now().time_since_epoch()).count();
   }
@@ -243,9 +254,6 @@ struct GlooTransport::Impl {
                                   auth::be32(static_cast<uint32_t>(to))});
   }
 
-  // Sends every peer this rank's hello (the first message on each connection: the beater starts
-  // after), then waits until every peer's hello has been checked. rv::PeerError if one fails or
-  // does not come within the timeout.
   // The peers this rank is linked to (at the start: every one; a replacement: those not lost).
   std::vector<int> open_at_start() {
     std::vector<int> open;
@@ -258,12 +266,15 @@ struct GlooTransport::Impl {
   // Rank `r`'s nonce for incarnation `k`, from the store.
   std::string nonce_of(c10d::Store& from, int r, int k) {
     try {
-      return to_text(from.get(nonce_key(r, k)));
+      return store_text(from.get(nonce_key(r, k)));
     } catch (const std::exception& e) {
       throw PeerError(who() + ": cannot read peer " + std::to_string(r) + "'s nonce from the store: " + short_what(e));
     }
   }
 
+  // Sends every linked peer this rank's hello (the first message on each connection: the beater
+  // starts after), then waits until every one's hello has been checked. rv::PeerError if one fails
+  // or does not come within the timeout.
   void authenticate() {
     const std::vector<int> open = open_at_start();
     nonces[opt.rank] = nonce;
@@ -421,7 +432,7 @@ struct GlooTransport::Impl {
     if (!tolerant()) return;
     try {
       opt.peer_lost(peer, k);
-      store->set(lost_key(peer, k), to_bytes(std::to_string(opt.rank)));
+      store->set(lost_key(peer, k), store_value(std::to_string(opt.rank)));
     } catch (const std::exception& e) {
       {
         std::lock_guard<std::mutex> lock(mu);
@@ -709,8 +720,7 @@ struct GlooTransport::Impl {
       std::lock_guard<std::mutex> lock(mu);
       link = links[dst];
       k = inc[dst];
-      const bool closed_to = peers[dst] == PeerState::kFailed || (peers[dst] == PeerState::kJoining && !hello);
-      if (tolerant() && closed_to) {
+      if (tolerant() && unreachable(dst) && !(hello && peers[dst] == PeerState::kJoining)) {
         if (bounded) send_bytes -= std::min(send_bytes, bytes);
         send_cv.notify_all();
         return;
@@ -767,10 +777,8 @@ struct GlooTransport::Impl {
   Link make_link(int q, int k_q, int k_me) {
     const int me = opt.rank;
     const std::string name = "link/" + (me < q ? rank_inc(me, k_me) + "-" + rank_inc(q, k_q) : rank_inc(q, k_q) + "-" + rank_inc(me, k_me));
-    auto go = c10d::ProcessGroupGloo::Options::create(to_ms(opt.timeout));
-    go->devices.push_back(make_device(opt.master_addr));
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>(name, link_store);
-    return Link{c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, me < q ? 0 : 1, 2, go), me < q ? 1 : 0};
+    return Link{c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, me < q ? 0 : 1, 2, group_options()), me < q ? 1 : 0};
   }
 
   // This process replaces lost rank opt.rank: claims its next incarnation, waits its turn, and
@@ -783,12 +791,12 @@ struct GlooTransport::Impl {
     if (!st.check({lost_key(r, old)}))
       throw InputError(who() + ": rank " + std::to_string(r) + " is still in the run (no rank has lost it): a "
                        "replacement takes the rank of a lost process only");
-    if (to_text(st.compareSet(claim_key(r, old + 1), {}, to_bytes(nonce))) != nonce)
+    if (store_text(st.compareSet(claim_key(r, old + 1), {}, store_value(nonce))) != nonce)
       throw InputError(who() + ": another process has already taken the place of lost rank " + std::to_string(r));
     const int k = static_cast<int>(st.add(inc_key(r), 1));
-    st.set(nonce_key(r, k), to_bytes(nonce));
+    st.set(nonce_key(r, k), store_value(nonce));
     const int64_t ticket = st.add(kJoinCount, 1) - 1;
-    st.set(join_req_key(ticket), to_bytes(std::to_string(r) + " " + std::to_string(k)));
+    st.set(join_req_key(ticket), store_value(std::to_string(r) + " " + std::to_string(k)));
     accept_from = ticket + 1;
     // One join at a time: the one before must have linked first (or given up).
     const auto deadline = SteadyClock::now() + to_ms(opt.timeout);
@@ -882,7 +890,7 @@ struct GlooTransport::Impl {
             continue;
           }
           waiting_since = -1;
-          std::istringstream in(to_text(link_store->get(join_req_key(next))));
+          std::istringstream in(store_text(link_store->get(join_req_key(next))));
           int r = -1, k = -1;
           ++next;
           if (!(in >> r >> k)) continue;  // malformed: no join
@@ -992,12 +1000,13 @@ GlooTransport::GlooTransport(const GlooOptions& options) : impl_(std::make_uniqu
   s.authed.assign(options.world_size, false);
   int64_t ticket = -1;  // a replacement's join
   try {
+    s.device = make_device(options.master_addr);
     s.store = c10::make_intrusive<AuthStore>(options.secret, options.master_addr, options.master_port, timeout);
     s.nonce = auth::random_bytes(auth::kNonceBytes);
     if (s.tolerant())
       s.link_store = c10::make_intrusive<AuthStore>(options.secret, options.master_addr, options.master_port, timeout);
     if (options.join) ticket = s.join_job();
-    else s.store->set(nonce_key(options.rank, 0), to_bytes(s.nonce));
+    else s.store->set(nonce_key(options.rank, 0), store_value(s.nonce));
   } catch (const InputError& e) {
     const std::string what = e.what();
     throw InputError(what.rfind(s.who(), 0) == 0 ? what : s.who() + ": " + what);
@@ -1011,10 +1020,10 @@ GlooTransport::GlooTransport(const GlooOptions& options) : impl_(std::make_uniqu
     s.start_threads();
     try {
       s.authenticate();
-      s.link_store->set(join_done_key(ticket), to_bytes(std::to_string(options.rank)));
+      s.link_store->set(join_done_key(ticket), store_value(std::to_string(options.rank)));
     } catch (...) {
       try {
-        s.link_store->set(join_done_key(ticket), to_bytes("failed"));
+        s.link_store->set(join_done_key(ticket), store_value("failed"));
       } catch (...) {
       }
       s.shutdown();
@@ -1023,10 +1032,7 @@ GlooTransport::GlooTransport(const GlooOptions& options) : impl_(std::make_uniqu
     return;
   }
   try {
-    auto go = c10d::ProcessGroupGloo::Options::create(timeout);
-    go->devices.push_back(make_device(options.master_addr));
-    s.pg =
-        c10::make_intrusive<c10d::ProcessGroupGloo>(s.store, options.rank, options.world_size, go);
+    s.pg = c10::make_intrusive<c10d::ProcessGroupGloo>(s.store, options.rank, options.world_size, s.group_options());
   } catch (const std::exception& e) {
     s.store.reset();
     // Where this rank hosts the store, what it refused may be why a rank never came (another
@@ -1087,8 +1093,7 @@ void GlooTransport::send(int dst, Message msg) {
   {
     std::lock_guard<std::mutex> lock(s.mu);
     if (s.send_failure) std::rethrow_exception(s.send_failure);
-    if (s.tolerant() && (s.peers[dst] == Impl::PeerState::kFailed || s.peers[dst] == Impl::PeerState::kJoining))
-      return;  // lost (or its replacement not yet in): dropped
+    if (s.tolerant() && s.unreachable(dst)) return;  // lost (or its replacement not yet in): dropped
   }
   RV_CHECK(elems <= s.opt.max_payload_elems,
            s.who() + ": a message of " + std::to_string(elems) + " elements, more than the " +
@@ -1121,7 +1126,7 @@ void GlooTransport::send(int dst, Message msg) {
   } catch (const PeerError&) {
     // Tolerant: a message to a peer taken for lost meanwhile is dropped; any other failure stands.
     std::lock_guard<std::mutex> lock(s.mu);
-    if (!s.tolerant() || s.peers[dst] == Impl::PeerState::kOpen || s.peers[dst] == Impl::PeerState::kBye) throw;
+    if (!s.tolerant() || !s.unreachable(dst)) throw;
   }
 }
 
@@ -1234,7 +1239,7 @@ void GlooTransport::close() {
     if (p == s.opt.rank) continue;
     {
       std::lock_guard<std::mutex> lock(s.mu);
-      if (s.peers[p] == Impl::PeerState::kFailed || s.peers[p] == Impl::PeerState::kJoining) continue;
+      if (s.unreachable(p)) continue;
     }
     Message bye;
     bye.kind = MsgKind::kControl;
@@ -1296,11 +1301,9 @@ c10::intrusive_ptr<c10d::ProcessGroupGloo> GlooTransport::make_group(const std::
   }
   if (const int earlier = s.groups_made[name]++; earlier > 0) name += "#" + std::to_string(earlier + 1);
   try {
-    auto go = c10d::ProcessGroupGloo::Options::create(to_ms(s.opt.timeout));
-    go->devices.push_back(make_device(s.opt.master_addr));
     auto store = c10::make_intrusive<c10d::PrefixStore>(name, s.store);
     auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, static_cast<int>(me - ranks.begin()),
-                                                            static_cast<int>(ranks.size()), go);
+                                                            static_cast<int>(ranks.size()), s.group_options());
     // Its connections are new: each member proves the run's secret to each other member over the
     // receiver's nonce, as on the transport's own connections.
     auto proof = [&](int from, int to) {

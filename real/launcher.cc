@@ -276,11 +276,7 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
   // Spread over machines, every one needs the run's secret (real/auth.h): read it before any
   // process starts. On one machine it is new for the run, unless the environment gives one (so that
   // a replacement, `ravnest node --join`, can prove it too).
-  auto set_in_env = [](const char* name) {
-    const char* v = std::getenv(name);
-    return v != nullptr && *v != '\0';
-  };
-  const bool given_secret = set_in_env(auth::kSecretEnv) || set_in_env(auth::kSecretFileEnv);
+  const bool given_secret = auth::secret_in_environment();
   const std::string shared_secret = spread || given_secret ? auth::secret_from_environment() : std::string();
   SignalGuard signals;
   const std::string run_path =

@@ -234,7 +234,7 @@ void publish_run_info(c10d::Store& store, const WallClock& clock, bool emulated)
   const int64_t since_origin = std::chrono::duration_cast<std::chrono::nanoseconds>(steady_now).count() - clock.origin_ns();
   const auto origin_unix = static_cast<int64_t>(unix_now_s() * 1e9) - since_origin;
   const std::string info = std::to_string(origin_unix) + " " + (emulated ? "1" : "0");
-  store.set(kRunInfoKey, std::vector<uint8_t>(info.begin(), info.end()));
+  store.set(kRunInfoKey, store_value(info));
 }
 
 // A replacement reads them before it links to the run: it refuses a run whose network is
@@ -253,7 +253,7 @@ int64_t read_run_info(const GlooOptions& gloo) {
     throw PeerError(who + ": cannot read the running job's facts from its store at " + gloo.master_addr + ":" +
                     std::to_string(gloo.master_port) + " (is a run that recovers lost ranks running there?): " + e.what());
   }
-  std::istringstream in(std::string(b.begin(), b.end()));
+  std::istringstream in(store_text(b));
   int64_t origin_unix = 0;
   int emulated = 0;
   if (!(in >> origin_unix >> emulated)) throw InputError(who + ": the store holds malformed run facts");

@@ -6,6 +6,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "core/error.h"
+#include "real/auth_store.h"
 #include "real/gloo_transport.h"
 
 namespace rv {
@@ -19,8 +20,6 @@ std::string gone_key(int node, int incarnation) {
 }
 std::string seal_key(int64_t round) { return "rv/churn/seal/" + std::to_string(round); }
 
-std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
-std::string text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
 
 }  // namespace
 
@@ -49,19 +48,19 @@ void StoreMembership::left(int node, int incarnation) {
   // Held across the count and the event's key: this process's events() (whose store client
   // would block on the key while holding the client's one connection) waits instead.
   std::lock_guard<std::mutex> lock(mu_);
-  if (text(store_->compareSet(gone_key(node, incarnation), {}, bytes(me))) != me) return;  // another rank reported it
+  if (store_text(store_->compareSet(gone_key(node, incarnation), {}, store_value(me))) != me) return;  // another rank reported it
   record(node, false);
 }
 
 void StoreMembership::record(int node, bool join) {
   const Seconds at = clock_.now();
   const int64_t i = store_->add(kCount, 1) - 1;
-  store_->set(event_key(i), bytes(std::to_string(node) + (join ? " 1 " : " 0 ") + std::to_string(at)));
+  store_->set(event_key(i), store_value(std::to_string(node) + (join ? " 1 " : " 0 ") + std::to_string(at)));
   Event e;
   e.kind = join ? EventKind::kJoin : EventKind::kLeave;
   e.node = node;
   e.start = e.end = at;
-  leaves_.push_back(e);
+  recorded_.push_back(e);
 }
 
 void StoreMembership::joined(int node, Seconds timeout) {
@@ -85,7 +84,7 @@ void StoreMembership::joined(int node, Seconds timeout) {
 
 std::vector<Event> StoreMembership::take_events() {
   std::lock_guard<std::mutex> lock(mu_);
-  return std::move(leaves_);
+  return std::move(recorded_);
 }
 
 int64_t StoreMembership::seal(int64_t round) {
@@ -93,7 +92,7 @@ int64_t StoreMembership::seal(int64_t round) {
     if (sealed(r) >= 0) continue;
     // Earlier rounds are sealed (above), so the count read now is at least theirs.
     const std::string mine = std::to_string(count()) + " " + std::to_string(rank_);
-    if (text(store_->compareSet(seal_key(r), {}, bytes(mine))) == mine) store_->add(kSeals, 1);
+    if (store_text(store_->compareSet(seal_key(r), {}, store_value(mine))) == mine) store_->add(kSeals, 1);
   }
   return sealed(round);
 }
@@ -105,7 +104,7 @@ int64_t StoreMembership::sealed(int64_t round) const {
   }
   if (!store_->check({seal_key(round)})) return -1;
   int64_t n = -1;
-  std::istringstream(text(store_->get(seal_key(round)))) >> n;
+  std::istringstream(store_text(store_->get(seal_key(round)))) >> n;
   if (n < 0) throw InputError("the rendezvous store holds a malformed seal of round " + std::to_string(round));
   std::lock_guard<std::mutex> lock(mu_);
   sealed_[round] = n;
@@ -116,7 +115,7 @@ std::vector<MemberEvent> StoreMembership::events(size_t from) const {
   const auto n = static_cast<size_t>(count());
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = events_.size(); i < n; ++i) {
-    std::istringstream in(text(store_->get(event_key(static_cast<int64_t>(i)))));
+    std::istringstream in(store_text(store_->get(event_key(static_cast<int64_t>(i)))));
     MemberEvent e;
     int join = 0;
     if (!(in >> e.node >> join >> e.at) || e.node < 0 || e.node >= transport_.size())

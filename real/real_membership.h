@@ -60,16 +60,16 @@ class StoreMembership : public Membership {
 
  private:
   void watch();
-  void record(int node, bool join);  // mu_ held: appends the event to the store and to leaves_
+  void record(int node, bool join);  // mu_ held: appends the event to the store and to recorded_
   int64_t count() const;  // events recorded so far
 
   c10::intrusive_ptr<c10d::Store> store_;
   GlooTransport& transport_;
   const Clock& clock_;
-  std::vector<Event> leaves_;
+  std::vector<Event> recorded_;  // the kLeave and kJoin events this rank recorded
   Seconds poll_;
   int rank_;
-  mutable std::mutex mu_;                      // the caches and leaves_ (left() from other threads)
+  mutable std::mutex mu_;                      // the caches and recorded_ (left() from other threads)
   mutable std::map<int64_t, int64_t> sealed_;  // rounds known sealed: their counts
   mutable std::vector<MemberEvent> events_;    // events read so far
   std::mutex stop_mu_;

@@ -21,6 +21,7 @@
 #include "core/output/run_output.h"
 #include "core/scenario/scenario.h"
 #include "cli_support.h"
+#include "snippets.h"
 
 using namespace rv;
 namespace fs = std::filesystem;
@@ -29,16 +30,8 @@ namespace {
 
 // Two clusters of two stages (nodes 0-1, 2-3) and an idle node (4), on slow PCs: averaging every
 // 20 updates, a checkpoint every 40.
-const char* kTwoClusters = R"(name = "ckpt"
-seed = 3
-[model]
-head = "linear"
-kind = "mlp"
-hidden = [64, 64]
-[data]
-kind = "digits"
-batch_size = 32
-[training]
+const std::string kTwoClusters = std::string(R"(name = "ckpt"
+)") + test::kDigitsMlp + R"([training]
 optimizer = "adam"
 lr = 0.003
 steps = 120

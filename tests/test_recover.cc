@@ -19,6 +19,7 @@
 
 #include "core/output/run_output.h"
 #include "cli_support.h"
+#include "snippets.h"
 #include "real/gloo_transport.h"
 
 using namespace rv;
@@ -27,16 +28,8 @@ namespace fs = std::filesystem;
 namespace {
 
 // Two clusters of two stages (ranks 0-1, 2-3) and a spare (rank 4) on emulated home links.
-const char* kRecover = R"(name = "recover"
-seed = 3
-[model]
-head = "linear"
-kind = "mlp"
-hidden = [64, 64]
-[data]
-kind = "digits"
-batch_size = 32
-[training]
+const std::string kRecover = std::string(R"(name = "recover"
+)") + test::kDigitsMlp + R"([training]
 optimizer = "adam"
 lr = 0.003
 steps = 600
