@@ -75,7 +75,9 @@ const std::vector<Algorithm>& algorithms() {
        "peers' bandwidths (client_only peers aggregate none)",
        &run_dedloc,
        {InFlightRule::kOne, Schedule::kAsynchronous, Layout::kReplicas, Exchange::kGradients,
-        /*forces_weight_stashing=*/false, /*overlapped_averaging=*/false}},
+        /*forces_weight_stashing=*/false, /*overlapped_averaging=*/false, /*recovers_from_churn=*/false,
+        /*checkpoints=*/false, OuterStep::kNone, /*optimizer=*/nullptr, /*double_buffering=*/false,
+        /*target_batch=*/true}},
   };
   return kAlgorithms;
 }
@@ -112,7 +114,11 @@ int64_t micro_batches_per_update(const Algorithm& a, const TrainingSpec& trainin
   return accumulates ? training.micro_batches : 1;
 }
 
-int64_t micro_batches_per_exchange(const Algorithm& a, const TrainingSpec& training) {
+int64_t micro_batches_per_exchange(const Algorithm& a, const TrainingSpec& training, int64_t batch, int clusters) {
+  if (a.traits.target_batch && training.target_batch > 0 && batch > 0 && clusters > 0) {
+    const int64_t each = batch * clusters;
+    return std::max<int64_t>(1, (training.target_batch + each - 1) / each);
+  }
   const int64_t per_update = micro_batches_per_update(a, training);
   const int64_t updates = a.traits.exchange == Exchange::kGradients ? 1 : training.average_every;
   return updates * per_update;

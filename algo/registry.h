@@ -81,6 +81,10 @@ struct AlgorithmTraits {
   const char* optimizer = nullptr;
   // Honours training.double_buffered_weights (PipeDream-2BW: micro_batches micro-batches per update).
   bool double_buffering = false;
+  // Exchanges once the clusters together have trained training.target_batch samples, each at its
+  // own pace (DeDLOC): a cluster trains its share of the target between exchanges, not a fixed
+  // number of micro-batches.
+  bool target_batch = false;
 };
 
 struct Algorithm {
@@ -109,10 +113,12 @@ int64_t in_flight(const Algorithm& a, const TrainingSpec& training, int stages);
 // for double-buffered weights, else one.
 int64_t micro_batches_per_update(const Algorithm& a, const TrainingSpec& training);
 
-// Micro-batches one cluster trains between two exchanges with the other clusters (the averaging
-// period the cost model charges): average_every updates for parameter averaging, one update's
-// micro-batches for gradient exchange.
-int64_t micro_batches_per_exchange(const Algorithm& a, const TrainingSpec& training);
+// Micro-batches one cluster of `clusters` trains between two exchanges with the others, on average
+// (the averaging period the cost model charges): average_every updates for parameter averaging,
+// one update's micro-batches for gradient exchange, and for a target-batch algorithm its share of
+// training.target_batch (`batch` samples per micro-batch; the default target is one micro-batch
+// from each cluster), rounded up.
+int64_t micro_batches_per_exchange(const Algorithm& a, const TrainingSpec& training, int64_t batch, int clusters);
 
 // How clusters average (training.allreduce), for every algorithm that exchanges across clusters.
 enum class AllreduceTopology {

@@ -17,7 +17,6 @@ CostModel::CostModel(const Scenario& scenario, const ModelDesc& model)
     : model_(&model), algorithm_(&algorithm_of(scenario)), allreduce_(&allreduce_of(scenario)),
       training_(effective_training(scenario)),
       batch_(scenario.data.batch_size), factors_(net_factors(scenario.network)) {
-  per_exchange_ = rv::micro_batches_per_exchange(*algorithm_, training_);
   const int n = scenario.node_count();
   pool_.reserve(n);
   int group = 0;
@@ -361,7 +360,17 @@ double CostModel::throughput(const std::vector<double>& periods, double averagin
   if (periods.empty()) return 0.0;
   const double slowest = *std::max_element(periods.begin(), periods.end());
   const double c = static_cast<double>(periods.size());
-  const double per_update = slowest + (periods.size() > 1 ? averaging / static_cast<double>(per_exchange_) : 0.0);
+  if (periods.size() > 1 && algorithm_->traits.target_batch) {
+    // Each cluster at its own pace until together they have the target batch, then the exchange:
+    // the clusters' summed rate, not the slowest's, sets how long the target takes.
+    double rate = 0;  // samples/s
+    for (double p : periods) rate += p > 0 ? static_cast<double>(batch_) / p : 0.0;
+    const double target = training_.target_batch > 0 ? static_cast<double>(training_.target_batch) : c * batch_;
+    const double round = (rate > 0 ? target / rate : 0.0) + averaging;
+    return round > 0 ? target / round : 0.0;
+  }
+  const double per_exchange = static_cast<double>(micro_batches_per_exchange(static_cast<int>(c)));
+  const double per_update = slowest + (periods.size() > 1 ? averaging / per_exchange : 0.0);
   return per_update > 0 ? c * batch_ / per_update : 0.0;
 }
 
@@ -477,7 +486,8 @@ std::string CostModel::explain(const Plan& plan) const {
            " period";
   }
   if (plan.clusters.size() > 1) {
-    const double per_update = cl.period + plan.averaging_time / static_cast<double>(per_exchange_);
+    const auto clusters = static_cast<int>(plan.clusters.size());
+    const double per_update = cl.period + plan.averaging_time / static_cast<double>(micro_batches_per_exchange(clusters));
     char buf[96];
     std::snprintf(buf, sizeof buf, "; averaging takes %.0f%% of the time", 100.0 * (per_update - cl.period) / per_update);
     line += buf;

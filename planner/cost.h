@@ -61,8 +61,10 @@ class CostModel {
   const Algorithm& algorithm() const { return *algorithm_; }
   const TrainingSpec& training() const { return training_; }
   const Allreduce& allreduce() const { return *allreduce_; }
-  // Micro-batches one cluster trains between two exchanges with the others.
-  int64_t micro_batches_per_exchange() const { return per_exchange_; }
+  // Micro-batches one cluster of `clusters` trains between two exchanges with the others.
+  int64_t micro_batches_per_exchange(int clusters) const {
+    return rv::micro_batches_per_exchange(*algorithm_, training_, batch_, clusters);
+  }
 
   // Unfinished micro-batches allowed in a cluster of `stages` stages (max_in_flight, or the
   // stage count), which sets the memory of stashed weights and activations.
@@ -133,7 +135,6 @@ class CostModel {
   const Algorithm* algorithm_;  // the scenario's (algo/registry.h)
   const Allreduce* allreduce_;  // how its clusters average
   TrainingSpec training_;       // as the algorithm runs it (effective_training)
-  int64_t per_exchange_ = 1;    // micro-batches between two exchanges across clusters
   int64_t batch_;
   NetFactors factors_;
   std::vector<PoolNode> pool_;

@@ -439,8 +439,11 @@ class PartitionSearch {
         info_(candidates_.size()) {
     const NetFactors f = net_factors(scenario.network);
     latency_factor_ = f.latency;
-    // As CostModel charges it (algo/registry.h: micro_batches_per_exchange).
-    average_every_ = static_cast<double>(cost.micro_batches_per_exchange());
+    // As CostModel charges it (algo/registry.h: micro_batches_per_exchange). This planner lays out
+    // pipelines, whose exchange period does not depend on the number of clusters (target-batch
+    // algorithms lay out replicas, planned without it).
+    RV_CHECK(!cost.algorithm().traits.target_batch, "the exhaustive planner cannot plan a target-batch algorithm");
+    average_every_ = static_cast<double>(cost.micro_batches_per_exchange(1));
     least_latency_ = kInf;
     for (int v = 0; v < nodes_; ++v)
       least_latency_ = std::min(least_latency_, cost.node(v).latency);

@@ -93,10 +93,18 @@ TEST_CASE("traits decide in-flight micro-batches, stashing and the exchange peri
       case InFlightRule::kOne:
         CHECK(f == 1);
         break;
+      case InFlightRule::kStages:
+        CHECK(f == 4);
+        break;
     }
     const int64_t per_update = a.traits.schedule == Schedule::kFlush ? 6 : 1;
     const int64_t updates = a.traits.exchange == Exchange::kParameters ? 7 : 1;
-    CHECK(micro_batches_per_exchange(a, t) == per_update * updates);
+    CHECK(micro_batches_per_exchange(a, t, 16, 4) == per_update * updates);
+    // A target batch: each of 4 clusters trains its share of 200 samples in micro-batches of 16,
+    // rounded up (a quarter of 200 is 50: 3.125 micro-batches).
+    TrainingSpec target = t;
+    target.target_batch = 200;
+    CHECK(micro_batches_per_exchange(a, target, 16, 4) == (a.traits.target_batch ? 4 : per_update * updates));
   }
   // "stages" means one in flight per stage.
   Scenario s = parse_scenario(kPipeline, "reg.toml", {"training.max_in_flight=\"stages\""});
@@ -111,8 +119,8 @@ TEST_CASE("the cost model charges what the registry says", "[registry][planner]"
     CostModel cost(p.scenario, p.model);
     INFO(a.name);
     CHECK(cost.in_flight(2) == in_flight(a, effective_training(p.scenario), 2));
-    CHECK(cost.micro_batches_per_exchange() ==
-          micro_batches_per_exchange(a, effective_training(p.scenario)));
+    CHECK(cost.micro_batches_per_exchange(3) ==
+          micro_batches_per_exchange(a, effective_training(p.scenario), p.scenario.data.batch_size, 3));
     CHECK(cost.training().weight_stashing == effective_training(p.scenario).weight_stashing);
   }
 }
@@ -180,4 +188,22 @@ TEST_CASE("no source outside the registry compares an algorithm's name", "[regis
 TEST_CASE("the README lists the registry's names as the choices of their keys",
           "[registry][keys]") {
   CHECK(test::readme_keys() == keys_markdown(registry_choices()));
+}
+
+TEST_CASE("a target-batch algorithm's throughput is the peers' summed rate, not the slowest's", "[registry][planner]") {
+  // dedloc: each peer at its own pace until together they have the target batch. Two peers of
+  // periods 0.1 s and 0.4 s per micro-batch of B samples: B (1/0.1 + 1/0.4) samples/s without
+  // averaging; with an exchange of A seconds per target batch T, T / (T / that rate + A). A
+  // synchronous gradient exchange (sync-dp) waits for the slower every step: 2 B / (0.4 + A).
+  const std::vector<double> periods{0.1, 0.4};
+  auto p = test::prepare(kPipeline, {"training.algorithm=\"dedloc\"", "training.target_batch=800"}, false);
+  const CostModel dedloc(p.scenario, p.model);
+  const double b = static_cast<double>(p.scenario.data.batch_size);
+  const double rate = b * (1 / 0.1 + 1 / 0.4);
+  CHECK(dedloc.throughput(periods, 0.0) == Approx(rate));
+  CHECK(dedloc.throughput(periods, 2.0) == Approx(800 / (800 / rate + 2.0)));
+  CHECK(dedloc.micro_batches_per_exchange(2) == (800 + 2 * p.scenario.data.batch_size - 1) / (2 * p.scenario.data.batch_size));
+  auto q = test::prepare(kPipeline, {"training.algorithm=\"sync-dp\""}, false);
+  const CostModel sync(q.scenario, q.model);
+  CHECK(sync.throughput(periods, 2.0) == Approx(2 * b / (0.4 + 2.0)));
 }

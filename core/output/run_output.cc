@@ -49,9 +49,11 @@ bool is_span(EventKind k) {
          k == EventKind::kWait || k == EventKind::kAverage || k == EventKind::kFlush;
 }
 
+// A node is busy while it computes: forward, backward and update spans. Averaging (an all-reduce,
+// mostly time on the links) is not compute: summaries report it apart (averaging_s), so that the
+// busy fraction of a data-parallel node and of a pipeline stage measure the same thing.
 bool is_busy(EventKind k) {
-  return k == EventKind::kForward || k == EventKind::kBackward || k == EventKind::kUpdate ||
-         k == EventKind::kAverage;
+  return k == EventKind::kForward || k == EventKind::kBackward || k == EventKind::kUpdate;
 }
 
 // JSON numbers that stay finite (NaN becomes null).
