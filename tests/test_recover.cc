@@ -109,12 +109,27 @@ void lose_a_rank(int signal, const std::vector<std::string>& sets) {
   REQUIRE(pid > 0);
   REQUIRE(::kill(pid, signal) == 0);
   const test::Result r = test::finish_ravnest(launcher, d);
+  // What the run said beyond the expected loss and recovery first (a failure's cause, should a
+  // log show only its first lines), then all of it.
+  std::string unexpected;
+  {
+    std::istringstream lines(r.err);
+    for (std::string line; std::getline(lines, line);)
+      if (line.find("rank " + std::to_string(victim) + " was killed") == std::string::npos &&
+          line != "ravnest real: the run recovered from the loss of rank(s) " + std::to_string(victim))
+        unexpected += line + "\n";
+  }
+  INFO("other output: " << unexpected);
   INFO(r.err);
   REQUIRE(r.status == 0);
   CHECK(r.err.find("the run recovered from the loss of rank(s) " + std::to_string(victim)) != std::string::npos);
 
   const auto summary = nlohmann::json::parse(test::slurp(d / "run" / "summary.json"));
   const auto& churn = summary.at("churn");
+  std::vector<int> left;
+  for (const Event& e : read_events_csv((d / "run" / "metrics.csv").string()))
+    if (e.kind == EventKind::kLeave) left.push_back(e.node);
+  CHECK(left == std::vector<int>{victim});
   CHECK(churn.at("leaves") == 1);
   CHECK(churn.at("takeovers") == 1);  // the spare took the lost stage
   CHECK(churn.at("state_transfers").get<int>() >= 1);
