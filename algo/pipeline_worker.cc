@@ -27,7 +27,7 @@ PipelineWorker::PipelineWorker(NodeEnv& env, const RunSpec& spec, int node,
   if (numeric()) {
     RV_CHECK(spec.data != nullptr, "numeric mode needs a dataset");
     stage_ = std::make_unique<Stage>(*spec.model, role_.layer_begin, role_.layer_end, training_,
-                                     spec.scenario->seed);
+                                     spec.scenario->seed, env.compute.device());
     // Clusters train on disjoint shards of the training set (a permutation of the seed cut in C
     // parts); each draws its own order from (seed, cluster).
     const int clusters = static_cast<int>(spec.plan->clusters.size());
@@ -179,7 +179,7 @@ void PipelineWorker::update(int64_t mb, int64_t staleness) {
   if (numeric() && spec_.model->record_params) {
     Event p = event(EventKind::kParams);
     p.step = version_;
-    const at::Tensor flat = stage_->module().flat_state().contiguous();
+    const at::Tensor flat = stage_->flat_state().contiguous();
     p.values.assign(flat.data_ptr<float>(), flat.data_ptr<float>() + flat.numel());
     env_.metrics.record(p);
   }
@@ -218,8 +218,8 @@ void PipelineWorker::eval(const Message& in) {
   out.payload.clear();
   const Work eval_work =
       spec_.model->forward_work(role_.layer_begin, role_.layer_end, in.payload.at(0).size(0));
-  double loss_sum = 0;
-  int64_t correct = 0, count = 0;
+  double loss_sum = 0, correct = 0;
+  int64_t count = 0;
   compute(e, eval_work, [&] {
     at::Tensor y = stage_->eval_forward(in.payload.at(0));
     if (role_.last()) {
@@ -242,7 +242,8 @@ void PipelineWorker::eval(const Message& in) {
   }
   if (eval_step_ != in.step) {
     eval_step_ = in.step;
-    eval_seen_ = eval_count_ = eval_correct_ = 0;
+    eval_seen_ = eval_count_ = 0;
+    eval_correct_ = 0;
     eval_loss_ = 0;
   }
   eval_loss_ += loss_sum;
@@ -253,7 +254,7 @@ void PipelineWorker::eval(const Message& in) {
     r.step = in.step;
     r.loss = eval_loss_ / static_cast<double>(eval_count_);
     if (spec_.data->task().has_accuracy())
-      r.accuracy = static_cast<double>(eval_correct_) / static_cast<double>(eval_count_);
+      r.accuracy = eval_correct_ / static_cast<double>(eval_count_);
     r.samples = static_cast<int64_t>(in.scalar);
     env_.metrics.record(r);
   }

@@ -147,7 +147,8 @@ class PipelineWorker {
   std::map<int64_t, at::Tensor> logits_;        // last stage: logits awaiting last_backward()
   int64_t trained_ = 0;                         // micro-batches whose loss this node computed
   // Last stage: evaluation round being scored.
-  int64_t eval_step_ = -1, eval_seen_ = 0, eval_count_ = 0, eval_correct_ = 0;
+  int64_t eval_step_ = -1, eval_seen_ = 0, eval_count_ = 0;
+  double eval_correct_ = 0;
   double eval_loss_ = 0;
   Bytes peak_memory_ = 0;
   std::unique_ptr<Averager> averager_;

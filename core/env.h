@@ -14,6 +14,7 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include "core/output/metrics.h"
 #include "core/compute/work.h"
@@ -117,6 +118,8 @@ class Compute {
   // by the time the maths takes (optionally stretched to the modeled time, emulating a slower
   // device).
   virtual void run(const Work& work, const std::function<void()>& maths) = 0;
+  // Where the maths runs: a stage's tensors live there; those crossing NodeEnv stay on the CPU.
+  virtual c10::Device device() const { return c10::kCPU; }
 };
 
 // An executor's own collective engine, for baselines (the real executor: c10d ProcessGroupGloo).

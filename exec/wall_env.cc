@@ -5,6 +5,8 @@
 
 #include <thread>
 
+#include <c10/core/impl/VirtualGuardImpl.h>
+
 namespace rv {
 
 Seconds WallClock::now() const {
@@ -34,6 +36,7 @@ void WallClock::wait_until(Seconds t) {
 void WallCompute::run(const Work& work, const std::function<void()>& maths) {
   const Seconds t0 = clock_.now();
   maths();
+  if (!device_.is_cpu()) c10::impl::VirtualGuardImpl(device_.type()).getStream(device_).synchronize();
   // On time, not a timed sleep's milliseconds late (which would lengthen every emulated span).
   if (emulate_) clock_.wait_until(t0 + time_of(work, *emulate_));
 }

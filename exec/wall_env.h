@@ -42,13 +42,17 @@ class WallCompute : public Compute {
   // With `emulate`: after the maths, sleep until the device's modeled time for the work
   // (core/compute/profile.h time_of) has passed since the unit began (a device slower than this
   // machine); without: no emulation.
-  explicit WallCompute(std::optional<ComputeProfile> emulate = std::nullopt)
-      : emulate_(std::move(emulate)) {}
+  // On a GPU (`device`), a unit's span ends when the device has finished its kernels (its stream
+  // is synchronised after the maths), so that the span is the kernels' time, not their launch's.
+  explicit WallCompute(std::optional<ComputeProfile> emulate = std::nullopt, c10::Device device = c10::kCPU)
+      : emulate_(std::move(emulate)), device_(device) {}
   bool numeric() const override { return true; }
   void run(const Work& work, const std::function<void()>& maths) override;
+  c10::Device device() const override { return device_; }
 
  private:
   std::optional<ComputeProfile> emulate_;
+  c10::Device device_;
   WallClock clock_;
 };
 

@@ -30,6 +30,7 @@
 #include "exec/wall_env.h"
 #include "real/auth.h"
 #include "real/auth_store.h"
+#include "real/compute_device.h"
 #include "real/kernel_network.h"
 #include "real/node_process.h"
 
@@ -270,6 +271,7 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
   if (!spread && !options.machines.rdzv_endpoint.empty())
     throw InputError("--rdzv-endpoint: only with --nnodes 2 or more (one machine meets at real.master_addr)");
   const auto [first_rank, last_rank] = ranks_of_machine(world, options.machines.nnodes, options.machines.node_rank);
+  for (int r = first_rank; r < last_rank; ++r) compute_device(scenario, r);  // real.device: refused before any start
   const bool has_rank0 = first_rank == 0;
   std::pair<std::string, int> endpoint;
   if (spread) endpoint = parse_endpoint(options.machines.rdzv_endpoint);

@@ -48,6 +48,7 @@
 #include "core/units.h"
 #include "real/auth.h"
 #include "real/auth_store.h"
+#include "real/compute_device.h"
 #include "real/gloo_collectives.h"
 #include "exec/wall_env.h"
 
@@ -282,6 +283,7 @@ struct RankSetup {
   bool emulate = false;     // the scenario's links are emulated (real.emulate_network)
   bool kernel = false;      // by the kernel shaper, whose latency is added here
   const char* socket_path;  // the launcher's network emulator, when it runs one
+  c10::Device device;       // where this rank computes (real.device)
 };
 
 // run()'s second half (below).
@@ -298,6 +300,7 @@ int run(const NodeProcessOptions& options) {
   check_algorithm_settings(scenario);
   check_checkpoint_support(scenario);
   check_recovery_support(scenario);
+  const c10::Device device = compute_device(scenario, rank);
   if (options.gloo.join && scenario.real.on_peer_loss != "recover")
     throw ScenarioError(scenario.where("real.on_peer_loss"), "real.on_peer_loss",
                         "\"" + scenario.real.on_peer_loss + "\": --join replaces a lost rank of a run that recovers "
@@ -357,7 +360,7 @@ int run(const NodeProcessOptions& options) {
     live.emplace(path, scenario, plan, model, info, live_clock);
   }
   try {
-    return run_rank(options, RankSetup{scenario, plan, model, spec, gloo, path, emulate, kernel, socket_path}, live,
+    return run_rank(options, RankSetup{scenario, plan, model, spec, gloo, path, emulate, kernel, socket_path, device}, live,
                     live_clock);
   } catch (const std::exception& e) {
     if (live) live->fail(e.what());
@@ -427,7 +430,8 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::opt
   }
   WallCompute compute(scenario.real.emulate_speed
                           ? std::optional<ComputeProfile>(scenario.device_of(rank).compute_profile())
-                          : std::nullopt);
+                          : std::nullopt,
+                      setup.device);
   EventLog log;
   Progress progress(scenario.training.steps, "wall", rank == 0 && Progress::enabled_for(options.progress));
   GlooCollectives collectives(transport);  // for an all-reduce on the executor's collectives

@@ -223,7 +223,7 @@ TEST_CASE("each kind of bad value names file, line, key and what is wrong", "[sc
   const Case cases[] = {
       {"[data]\npath = 3\n", 5, "data.path", "expected a string"},
       {"[model]\nkind = \"rnn\"\n", 5, "model.kind",
-       "unknown value 'rnn' (expected one of: mlp, blocks, cnn)"},
+       "unknown value 'rnn' (expected one of: mlp, blocks, cnn, transformer)"},
       {"[model]\nhead = \"mlp\"\n", 5, "model.head",
        "unknown value 'mlp' (expected one of: none, linear)"},
       {"[output]\ntrace = 1\n", 5, "output.trace", "expected true or false"},
@@ -243,7 +243,8 @@ TEST_CASE("each kind of bad value names file, line, key and what is wrong", "[sc
       {"[training]\nalgorithm = \"\"\n", 5, "training.algorithm", "must not be empty"},
       {"[data]\nfeatures = 0\n", 5, "data.features", "value 0 is out of range [1, 1048576]"},
       {"[data]\nkind = \"imagenet\"\n", 5, "data.kind",
-       "unknown value 'imagenet' (expected one of: synthetic, quadratic, logistic, fashion-mnist, digits, regression)"},
+       "unknown value 'imagenet' (expected one of: synthetic, quadratic, logistic, fashion-mnist, digits, "
+       "regression, sort, text)"},
       {"[output]\ndir = \"\"\n", 5, "output.dir", "must not be empty"},
       {"[real]\nmaster_port = 65536\n", 5, "real.master_port",
        "value 65536 is out of range [0, 65535]"},

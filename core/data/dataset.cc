@@ -11,6 +11,7 @@
 #include <zlib.h>
 
 #include "core/error.h"
+#include "core/data/tokens.h"
 #include "core/problem/problem.h"
 
 namespace rv {
@@ -18,6 +19,8 @@ namespace {
 
 const char* kFashionDir = "/usr/share/datasets/fashion-mnist";
 const char* kDigitsFile = "/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz";
+// Every Debian system has it (base-files): 35,000 characters of English.
+const char* kTextFile = "/usr/share/common-licenses/GPL-3";
 
 std::string read_gz(const std::string& path) {
   gzFile f = gzopen(path.c_str(), "rb");
@@ -75,6 +78,11 @@ DatasetShape dataset_shape(const DataSpec& spec) {
   // column, for the additive block model (model.kind = "blocks").
   if (spec.kind == "quadratic") return {{spec.features, spec.features + 1}, spec.features, TaskKind::kRegression};
   if (spec.kind == "logistic") return {{1, spec.features + 1}, 2};
+  // Token sequences (core/data/tokens.h): ids per sample, and the vocabulary.
+  if (spec.kind == "sort") return {{2 * spec.length - 1}, spec.digits, TaskKind::kNextToken};
+  if (spec.kind == "text")
+    return {{spec.seq_len}, static_cast<int64_t>(read_text(dataset_location(spec)).symbols.size()),
+            TaskKind::kNextToken};
   throw InputError("unknown dataset '" + spec.kind + "'");
 }
 
@@ -82,6 +90,7 @@ std::string dataset_location(const DataSpec& spec) {
   if (!spec.path.empty()) return spec.path;
   if (spec.kind == "fashion-mnist") return kFashionDir;
   if (spec.kind == "digits") return kDigitsFile;
+  if (spec.kind == "text") return kTextFile;
   return "";
 }
 
@@ -223,6 +232,14 @@ Dataset load_dataset(const DataSpec& spec, uint64_t seed) {
     };
     make(p.a, p.b, d.train_x, d.train_y);
     make(p.test_x, p.test_y, d.test_x, d.test_y);
+  } else if (spec.kind == "sort") {
+    TokenSet t = make_sort(spec.length, spec.digits, spec.train_samples > 0 ? spec.train_samples : 8192,
+                           spec.test_samples > 0 ? spec.test_samples : 1024, seed);
+    d.train_x = t.train_x, d.train_y = t.train_y, d.test_x = t.test_x, d.test_y = t.test_y;
+  } else if (spec.kind == "text") {
+    const std::string path = dataset_location(spec);
+    TokenSet t = make_text(read_text(path), spec.seq_len, path);
+    d.train_x = t.train_x, d.train_y = t.train_y, d.test_x = t.test_x, d.test_y = t.test_y;
   } else {
     throw InputError("unknown dataset '" + spec.kind + "'");
   }

@@ -7,6 +7,10 @@
 //                   evaluation: mean cross-entropy and accuracy
 //   regression      outputs: the targets' values; targets: float32 [batch, targets]; loss: mean
 //                   squared error (over samples and targets); evaluation: the same, no accuracy
+//   next-token      outputs: [batch, tokens, vocabulary] logits; targets: int64 [batch, tokens]
+//                   token ids, -1 where a position is not scored; loss: cross-entropy, mean over
+//                   the scored positions; evaluation: per sample the mean over its scored positions
+//                   of the cross-entropy and of correct predictions (an accuracy per token)
 //
 // Thread-safety: tasks are immutable singletons.
 #pragma once
@@ -17,7 +21,7 @@
 
 namespace rv {
 
-enum class TaskKind { kClassification, kRegression };
+enum class TaskKind { kClassification, kRegression, kNextToken };
 
 struct LossResult {
   double loss = 0;        // the task's loss, mean over the micro-batch
@@ -26,7 +30,8 @@ struct LossResult {
 
 struct Score {
   double loss_sum = 0;  // loss summed over the batch's samples
-  int64_t correct = 0;  // correctly predicted samples (tasks with an accuracy)
+  double correct = 0;  // correctly predicted samples (tasks with an accuracy; next-token: the
+                       // share of each sample's positions predicted correctly, summed)
 };
 
 class Task {

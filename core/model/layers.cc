@@ -8,27 +8,27 @@
 #include "core/error.h"
 
 namespace rv {
-namespace {
 
-int64_t product(const std::vector<int64_t>& v) {
+int64_t shape_product(const std::vector<int64_t>& v) {
   int64_t p = 1;
   for (auto x : v) p *= x;
   return p;
 }
 
-// Fills the fields every layer derives the same way.
-LayerProfile finish(LayerProfile p) {
-  p.out_elems = product(p.out_shape);
+LayerProfile finish_profile(LayerProfile p) {
+  p.out_elems = shape_product(p.out_shape);
+  if (p.saved_elems == 0) p.saved_elems = p.out_elems;
   p.name += " -> " + shape_text(p.out_shape);
   return p;
 }
 
-void expect(bool ok, const std::string& layer, const std::vector<int64_t>& in,
-            const std::string& needs) {
+void expect_input(bool ok, const std::string& layer, const std::vector<int64_t>& in, const std::string& needs) {
   if (!ok)
     throw InputError("model: a " + layer + " layer cannot take inputs of shape " + shape_text(in) +
                      " (it needs " + needs + ")");
 }
+
+namespace {
 
 // PyTorch's default initialisation: U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
 at::Tensor uniform(at::Generator& gen, std::vector<int64_t> shape, int64_t fan_in) {
@@ -41,9 +41,9 @@ class Flatten : public Layer {
   LayerProfile profile(const std::vector<int64_t>& in) const override {
     LayerProfile p;
     p.name = "flatten";
-    p.out_shape = {product(in)};
+    p.out_shape = {shape_product(in)};
     p.forward_ops = 0;  // a view
-    return finish(p);
+    return finish_profile(p);
   }
   at::Tensor forward(const at::Tensor& x, const at::Tensor*, const at::Tensor*,
                      const ForwardContext&) const override {
@@ -55,7 +55,7 @@ class Linear : public Layer {
  public:
   Linear(int64_t in, int64_t out) : in_(in), out_(out) {}
   LayerProfile profile(const std::vector<int64_t>& in) const override {
-    expect(in.size() == 1 && in[0] == in_, "linear", in, std::to_string(in_) + " features");
+    expect_input(in.size() == 1 && in[0] == in_, "linear", in, std::to_string(in_) + " features");
     LayerProfile p;
     p.name = "linear(" + std::to_string(in_) + "->" + std::to_string(out_) + ")";
     p.out_shape = {out_};
@@ -63,7 +63,7 @@ class Linear : public Layer {
     p.param_tensors = 2;
     p.forward_flops = 2.0 * in_ * out_;
     p.op_kind = OpKind::kMatmul;  // one addmm
-    return finish(p);
+    return finish_profile(p);
   }
   std::vector<at::Tensor> init_params(at::Generator& gen) const override {
     return {uniform(gen, {out_, in_}, in_), uniform(gen, {out_}, in_)};
@@ -83,8 +83,8 @@ class ReLU : public Layer {
     LayerProfile p;
     p.name = "relu";
     p.out_shape = in;
-    p.forward_flops = static_cast<Flops>(product(in));
-    return finish(p);
+    p.forward_flops = static_cast<Flops>(shape_product(in));
+    return finish_profile(p);
   }
   at::Tensor forward(const at::Tensor& x, const at::Tensor*, const at::Tensor*,
                      const ForwardContext&) const override {
@@ -100,16 +100,13 @@ class Dropout : public Layer {
     p.name = "dropout(" + std::to_string(p_).substr(0, 4) + ")";
     p.out_shape = in;
     p.forward_ops = 3;  // the mask, the product, the scaling
-    p.forward_flops = 3.0 * static_cast<double>(product(in));
-    return finish(p);
+    p.forward_flops = 3.0 * static_cast<double>(shape_product(in));
+    return finish_profile(p);
   }
   at::Tensor forward(const at::Tensor& x, const at::Tensor*, const at::Tensor*,
                      const ForwardContext& ctx) const override {
     if (!ctx.train || p_ <= 0) return x;
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(
-        mix_seed(ctx.dropout_seed, static_cast<uint64_t>(ctx.index)));
-    at::Tensor mask = at::empty_like(x).bernoulli_(1.0 - p_, gen);
-    return x * mask / (1.0 - p_);
+    return seeded_dropout(x, p_, mix_seed(ctx.dropout_seed, static_cast<uint64_t>(ctx.index)));
   }
 
  private:
@@ -121,7 +118,7 @@ class Conv2d : public Layer {
   Conv2d(int64_t in, int64_t out, int64_t kernel, int64_t padding)
       : in_(in), out_(out), kernel_(kernel), padding_(padding) {}
   LayerProfile profile(const std::vector<int64_t>& in) const override {
-    expect(in.size() == 3 && in[0] == in_, "conv", in, std::to_string(in_) + " x H x W");
+    expect_input(in.size() == 3 && in[0] == in_, "conv", in, std::to_string(in_) + " x H x W");
     const int64_t h = in[1] + 2 * padding_ - kernel_ + 1;
     const int64_t w = in[2] + 2 * padding_ - kernel_ + 1;
     LayerProfile p;
@@ -132,7 +129,7 @@ class Conv2d : public Layer {
     p.param_tensors = 2;
     p.forward_flops = 2.0 * in_ * kernel_ * kernel_ * out_ * h * w;
     p.op_kind = OpKind::kConv;  // bias fused
-    return finish(p);
+    return finish_profile(p);
   }
   std::vector<at::Tensor> init_params(at::Generator& gen) const override {
     const int64_t fan_in = in_ * kernel_ * kernel_;
@@ -151,16 +148,16 @@ class BatchNorm2d : public Layer {
  public:
   explicit BatchNorm2d(int64_t channels) : c_(channels) {}
   LayerProfile profile(const std::vector<int64_t>& in) const override {
-    expect(in.size() == 3 && in[0] == c_, "batchnorm", in, std::to_string(c_) + " x H x W");
+    expect_input(in.size() == 3 && in[0] == c_, "batchnorm", in, std::to_string(c_) + " x H x W");
     LayerProfile p;
     p.name = "batchnorm(" + std::to_string(c_) + ")";
     p.out_shape = in;
     p.params = 2 * c_;
     p.param_tensors = 2;
     p.buffers = 2 * c_;
-    p.forward_flops = 4.0 * static_cast<double>(product(in));
+    p.forward_flops = 4.0 * static_cast<double>(shape_product(in));
     p.op_kind = OpKind::kNorm;
-    return finish(p);
+    return finish_profile(p);
   }
   std::vector<at::Tensor> init_params(at::Generator&) const override {
     return {at::ones({c_}, at::kFloat).requires_grad_(true),
@@ -187,13 +184,13 @@ class MaxPool2d : public Layer {
  public:
   explicit MaxPool2d(int64_t kernel) : kernel_(kernel) {}
   LayerProfile profile(const std::vector<int64_t>& in) const override {
-    expect(in.size() == 3, "maxpool", in, "C x H x W");
+    expect_input(in.size() == 3, "maxpool", in, "C x H x W");
     LayerProfile p;
     p.name = "maxpool" + std::to_string(kernel_);
     p.out_shape = {in[0], in[1] / kernel_, in[2] / kernel_};
-    p.forward_flops = static_cast<Flops>(product(in));
+    p.forward_flops = static_cast<Flops>(shape_product(in));
     p.op_kind = OpKind::kPool;
-    return finish(p);
+    return finish_profile(p);
   }
   at::Tensor forward(const at::Tensor& x, const at::Tensor*, const at::Tensor*,
                      const ForwardContext&) const override {
@@ -214,7 +211,7 @@ class Block : public Layer {
  public:
   Block(int64_t rows, int64_t dim, int64_t c0, int64_t c1) : rows_(rows), dim_(dim), c0_(c0), c1_(c1) {}
   LayerProfile profile(const std::vector<int64_t>& in) const override {
-    expect(in == std::vector<int64_t>{rows_, dim_ + 1}, "block", in,
+    expect_input(in == std::vector<int64_t>{rows_, dim_ + 1}, "block", in,
            std::to_string(rows_) + "x" + std::to_string(dim_ + 1));
     LayerProfile p;
     p.name = "block(" + std::to_string(c0_) + ":" + std::to_string(c1_) + ")";
@@ -223,7 +220,7 @@ class Block : public Layer {
     p.param_tensors = 1;
     p.forward_flops = 2.0 * static_cast<double>(rows_ * (c1_ - c0_));
     p.op_kind = OpKind::kMatmul;
-    return finish(p);
+    return finish_profile(p);
   }
   std::vector<at::Tensor> init_params(at::Generator&) const override {
     return {at::zeros({c1_ - c0_}, at::kFloat).requires_grad_(true)};
@@ -244,14 +241,14 @@ class Readout : public Layer {
  public:
   Readout(int64_t rows, int64_t dim, bool logits) : rows_(rows), dim_(dim), logits_(logits) {}
   LayerProfile profile(const std::vector<int64_t>& in) const override {
-    expect(in == std::vector<int64_t>{rows_, dim_ + 1}, "readout", in,
+    expect_input(in == std::vector<int64_t>{rows_, dim_ + 1}, "readout", in,
            std::to_string(rows_) + "x" + std::to_string(dim_ + 1));
     LayerProfile p;
     p.name = logits_ ? "readout(logits)" : "readout";
     p.out_shape = {logits_ ? 2 : rows_};
     p.forward_ops = logits_ ? 2 : 0;
     p.forward_flops = logits_ ? 2.0 : 0.0;
-    return finish(p);
+    return finish_profile(p);
   }
   at::Tensor forward(const at::Tensor& x, const at::Tensor*, const at::Tensor*,
                      const ForwardContext&) const override {
@@ -282,6 +279,12 @@ LayerPtr make_block(int64_t rows, int64_t dim, int64_t c0, int64_t c1) {
   return std::make_shared<Block>(rows, dim, c0, c1);
 }
 LayerPtr make_readout(int64_t rows, int64_t dim, bool logits) { return std::make_shared<Readout>(rows, dim, logits); }
+
+at::Tensor seeded_dropout(const at::Tensor& x, double p, uint64_t seed) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const at::Tensor mask = at::empty(x.sizes(), at::kFloat).bernoulli_(1.0 - p, gen).to(x.device());
+  return x * mask / (1.0 - p);
+}
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s;

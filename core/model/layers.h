@@ -21,6 +21,21 @@
 
 namespace rv {
 
+// One group of a layer's kernels, for layers made of kernels of several kinds (a transformer
+// block: its linear maps, its attention's batched products, its norms and elementwise kernels):
+// `count` operations of `kind` with `flops` per sample among them all, each moving `elems` floats
+// per sample and `fixed` floats besides (its weights). A backward computes `grads` gradients per
+// matmul or conv operation (a linear map's weights and input, or both operands of an attention
+// product), and runs other kinds once.
+struct LayerOp {
+  OpKind kind = OpKind::kElementwise;
+  int count = 1;
+  Flops flops = 0;   // per sample, the group's `count` operations together
+  double elems = 0;  // per sample, per operation
+  double fixed = 0;  // per operation
+  int grads = 2;     // matmul and conv only
+};
+
 // What one layer costs, per sample.
 struct LayerProfile {
   std::string name;                // "linear(784->256) -> 256"
@@ -34,6 +49,13 @@ struct LayerProfile {
   // the forward's flops (0 for a view such as flatten).
   OpKind op_kind = OpKind::kElementwise;
   int forward_ops = 1;
+  // A layer of several kinds of kernels lists them here instead (op_kind and forward_ops are then
+  // unused); forward_flops is their sum.
+  std::vector<LayerOp> ops;
+  // Floats per sample the layer keeps for its backward besides its input (its output, or for a
+  // transformer block every intermediate, attention's seq_len^2 scores per head included); 0:
+  // out_elems.
+  int64_t saved_elems = 0;
 };
 
 // How a forward runs.
@@ -77,6 +99,27 @@ LayerPtr make_max_pool2d(int64_t kernel);
 // the two-class logits (0, sum).
 LayerPtr make_block(int64_t rows, int64_t dim, int64_t c0, int64_t c1);
 LayerPtr make_readout(int64_t rows, int64_t dim, bool logits);
+// GPT-style decoder layers (model.kind = "transformer", core/model/transformer.cc). A sample is a
+// sequence of token ids (as floats, exact below 2^24); the embedding maps it to [tokens, d_model]
+// (token plus position embeddings, then dropout), each block is pre-norm causal self-attention and
+// an MLP (GELU), each with a residual connection and dropout, and the head is the final LayerNorm
+// and a linear map to the vocabulary, giving [tokens, vocab] logits. Weights are initialised as
+// GPT-2's: normal(0, 0.02), the residual projections normal(0, 0.02 / sqrt(2 layers)), biases zero.
+LayerPtr make_token_embedding(int64_t vocab, int64_t positions, int64_t d_model, double dropout);
+LayerPtr make_transformer_block(int64_t d_model, int64_t heads, int64_t d_ff, double dropout, int64_t layers);
+LayerPtr make_lm_head(int64_t d_model, int64_t vocab);
+
+// For layer kinds: the product of a shape's dimensions; a profile with out_elems (and a default
+// saved_elems) filled in and the output shape appended to its name; rv::InputError naming the
+// layer and what it needs unless `ok`.
+int64_t shape_product(const std::vector<int64_t>& v);
+LayerProfile finish_profile(LayerProfile p);
+void expect_input(bool ok, const std::string& layer, const std::vector<int64_t>& in, const std::string& needs);
+
+// Inverted dropout of `x` with probability `p`, its mask fixed by `seed` (so that a forward can be
+// recomputed exactly): drawn on the CPU, whose generator the seed fixes on every device, and moved
+// to x's device.
+at::Tensor seeded_dropout(const at::Tensor& x, double p, uint64_t seed);
 
 // "1x28x28": a shape for messages and layer names.
 std::string shape_text(const std::vector<int64_t>& shape);

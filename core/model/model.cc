@@ -45,11 +45,18 @@ double op_bytes(const ModelDesc& m, int l, int64_t batch) {
 
 }  // namespace
 
+// Bytes one operation of `op` moves for `batch` samples (float32).
+double op_bytes(const LayerOp& op, int64_t batch) {
+  return static_cast<double>(kFloatBytes) * (static_cast<double>(batch) * op.elems + op.fixed);
+}
+
 Work ModelDesc::forward_work(int begin, int end, int64_t batch) const {
   Work w;
   for (int l = begin; l < end; ++l) {
     const LayerProfile& p = profile[static_cast<size_t>(l)];
-    if (p.forward_ops > 0)
+    for (const LayerOp& op : p.ops)
+      w.add(op.kind, Pass::kForward, static_cast<double>(batch) * op.flops / op.count, op_bytes(op, batch), op.count);
+    if (p.ops.empty() && p.forward_ops > 0)
       w.add(p.op_kind, Pass::kForward, static_cast<double>(batch) * p.forward_flops / p.forward_ops,
             op_bytes(*this, l, batch), p.forward_ops);
   }
@@ -64,7 +71,14 @@ Work ModelDesc::backward_work(int begin, int end, int64_t batch) const {
   for (int l = begin; l < end; ++l) {
     const LayerProfile& p = profile[static_cast<size_t>(l)];
     const bool has_params = p.params > 0;
-    if (p.forward_ops > 0 && (input_grad || has_params)) {
+    if (input_grad || has_params) {
+      for (const LayerOp& op : p.ops) {
+        const bool gemm = op.kind == OpKind::kMatmul || op.kind == OpKind::kConv;
+        w.add(op.kind, Pass::kBackward, static_cast<double>(batch) * op.flops / op.count, op_bytes(op, batch),
+              static_cast<double>(op.count) * (gemm ? op.grads : 1));
+      }
+    }
+    if (p.ops.empty() && p.forward_ops > 0 && (input_grad || has_params)) {
       const double op_flops = static_cast<double>(batch) * p.forward_flops / p.forward_ops;
       const double ops = p.forward_ops;
       if (p.op_kind == OpKind::kMatmul || p.op_kind == OpKind::kConv)
@@ -93,7 +107,7 @@ Work ModelDesc::update_work(int begin, int end, double flops_per_param, int ops_
 }
 
 int64_t ModelDesc::activation_elems(int begin, int end) const {
-  return input_elems_of(begin) + prefix_out_elems[end] - prefix_out_elems[begin];
+  return input_elems_of(begin) + prefix_saved_elems[end] - prefix_saved_elems[begin];
 }
 
 int64_t ModelDesc::input_elems_of(int layer) const {
@@ -105,12 +119,12 @@ namespace {
 void add_prefix_sums(ModelDesc& m) {
   m.prefix_params.assign(1, 0);
   m.prefix_buffers.assign(1, 0);
-  m.prefix_out_elems.assign(1, 0);
+  m.prefix_saved_elems.assign(1, 0);
   m.prefix_flops.assign(1, 0.0);
   for (const auto& p : m.profile) {
     m.prefix_params.push_back(m.prefix_params.back() + p.params);
     m.prefix_buffers.push_back(m.prefix_buffers.back() + p.buffers);
-    m.prefix_out_elems.push_back(m.prefix_out_elems.back() + p.out_elems);
+    m.prefix_saved_elems.push_back(m.prefix_saved_elems.back() + p.saved_elems);
     m.prefix_flops.push_back(m.prefix_flops.back() + p.forward_flops);
   }
 }
@@ -122,7 +136,10 @@ constexpr int64_t kMaxModelParams = int64_t{1} << 40;
 constexpr int64_t kMaxSampleElems = int64_t{1} << 40;
 
 void check_size(const ModelDesc& m, const ModelSpec& spec) {
-  const char* key = spec.kind == "cnn" ? "model.channels" : spec.kind == "blocks" ? "model.blocks" : "model.hidden";
+  const char* key = spec.kind == "cnn"           ? "model.channels"
+                    : spec.kind == "blocks"      ? "model.blocks"
+                    : spec.kind == "transformer" ? "model.d_model"
+                                                 : "model.hidden";
   int64_t params = 0;
   for (const LayerProfile& p : m.profile) {
     if (p.out_elems > kMaxSampleElems || p.params > kMaxModelParams)
@@ -171,6 +188,32 @@ ModelDesc build_model(const ModelSpec& spec, const std::vector<int64_t>& input_s
                        std::to_string(outputs) + " outputs");
     add_prefix_sums(m);
     return m;
+  } else if (spec.kind == "transformer") {
+    // A GPT-style decoder over a sequence of token ids: embeddings, blocks, the head; stages cut
+    // between them. Its outputs per sample are [tokens, vocab] logits (the next-token task).
+    if (shape.size() != 1)
+      throw KeyError("model.kind", "\"transformer\" needs token sequences (data.kind = \"sort\" or \"text\")");
+    const int64_t tokens = shape[0];
+    const int64_t positions = spec.seq_len > 0 ? spec.seq_len : tokens;
+    const int64_t vocab = spec.vocab > 0 ? spec.vocab : outputs;
+    if (positions < tokens)
+      throw KeyError("model.seq_len", "the data's sequences have " + std::to_string(tokens) +
+                                          " tokens: the model needs at least as many positions");
+    if (vocab < outputs)
+      throw KeyError("model.vocab", "the data has " + std::to_string(outputs) +
+                                        " token ids: the model's vocabulary needs at least as many");
+    if (spec.d_model % spec.heads != 0)
+      throw KeyError("model.heads", "d_model (" + std::to_string(spec.d_model) + ") must be a multiple of heads (" +
+                                        std::to_string(spec.heads) + ")");
+    const int64_t d_ff = spec.d_ff > 0 ? spec.d_ff : 4 * spec.d_model;
+    shape = add_layer(m, make_token_embedding(vocab, positions, spec.d_model, spec.dropout), shape);
+    for (int64_t i = 0; i < spec.layers; ++i)
+      shape = add_layer(m, make_transformer_block(spec.d_model, spec.heads, d_ff, spec.dropout, spec.layers), shape);
+    shape = add_layer(m, make_lm_head(spec.d_model, vocab), shape);
+    m.outputs = tokens * vocab;  // logits per sample
+    add_prefix_sums(m);
+    check_size(m, spec);
+    return m;
   } else if (spec.kind != "mlp") {
     throw KeyError("model.kind", "unknown model kind '" + spec.kind + "'");
   }
@@ -217,6 +260,11 @@ StageModule::StageModule(const ModelDesc& model, int begin, int end, uint64_t se
   }
 }
 
+void StageModule::to(c10::Device device) {
+  for (auto& p : params_) p = p.detach().to(device).requires_grad_(true);
+  for (auto& b : buffers_) b = b.to(device);
+}
+
 int64_t StageModule::walk_state(const std::function<void(int, int64_t)>& param,
                                 const std::function<void(int, int64_t)>& buffer) const {
   int64_t off = 0;
@@ -261,7 +309,7 @@ at::Tensor StageModule::flatten_like_state(const std::vector<at::Tensor>& per_pa
   RV_CHECK(per_param.size() == params_.size(), "flatten_like_state: one tensor per parameter needed");
   std::vector<at::Tensor> parts;
   walk_state([&](int i, int64_t) { parts.push_back(per_param[i].detach().reshape({-1})); },
-             [&](int i, int64_t) { parts.push_back(at::zeros({buffers_[i].numel()}, at::kFloat)); });
+             [&](int i, int64_t) { parts.push_back(at::zeros({buffers_[i].numel()}, buffers_[i].options())); });
   if (parts.empty()) return at::empty({0}, at::kFloat);
   return at::cat(parts);
 }

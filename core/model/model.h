@@ -19,6 +19,7 @@
 
 #include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include "core/model/layers.h"
 #include "core/scenario/scenario.h"
@@ -30,7 +31,7 @@ struct ModelDesc {
   std::string name;
   std::vector<int64_t> input_shape;  // one sample, e.g. {1, 28, 28}
   int64_t input_elems = 0;
-  int64_t outputs = 0;  // features per sample of the last layer (the task's outputs)
+  int64_t outputs = 0;  // floats per sample of the last layer (the task's outputs; [tokens, vocab] logits)
   std::vector<LayerPtr> layers;
   // Whether runs log every stage's parameters after each update (kParams events, params.csv): the
   // block model of a problem with known constants, whose exact gradient norm is computed from them
@@ -38,7 +39,7 @@ struct ModelDesc {
   bool record_params = false;
   std::vector<LayerProfile> profile;  // one per layer
   // Prefix sums over layers (size layer_count() + 1), so range queries are O(1).
-  std::vector<int64_t> prefix_params, prefix_buffers, prefix_out_elems;
+  std::vector<int64_t> prefix_params, prefix_buffers, prefix_saved_elems;
   std::vector<Flops> prefix_flops;
 
   int layer_count() const { return static_cast<int>(layers.size()); }
@@ -91,6 +92,9 @@ class StageModule {
   // layout, zeros where the buffers are; and back.
   at::Tensor flatten_like_state(const std::vector<at::Tensor>& per_param) const;
   std::vector<at::Tensor> unflatten_params(const at::Tensor& flat) const;
+
+  // Moves the parameters (as new leaves requiring grad) and buffers to `device`.
+  void to(c10::Device device);
 
   // Runs the layers on `x` with the given parameters (params() or a stashed version).
   // train: batch statistics and dropout; `dropout_seed` fixes the dropout masks, so a forward can be

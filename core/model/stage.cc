@@ -10,10 +10,27 @@
 
 namespace rv {
 
-Stage::Stage(const ModelDesc& model, int begin, int end, const TrainingSpec& training, uint64_t seed)
-    : module_(model, begin, end, seed), training_(training), optimizer_(training), seed_(seed) {}
+Stage::Stage(const ModelDesc& model, int begin, int end, const TrainingSpec& training, uint64_t seed,
+             c10::Device device)
+    : module_(model, begin, end, seed), training_(training), optimizer_(training), seed_(seed), device_(device) {
+  // Initialised on the CPU (its generator fixes the weights on every device), then moved.
+  if (!device_.is_cpu()) module_.to(device_);
+}
 
-at::Tensor Stage::forward(int64_t mb, const at::Tensor& x) {
+at::Tensor Stage::to_device(const at::Tensor& t) const {
+  if (!t.defined() || device_.is_cpu()) return t;
+  return t.to(device_, /*non_blocking=*/t.is_pinned());
+}
+
+at::Tensor Stage::to_host(const at::Tensor& t) const {
+  if (!t.defined() || t.is_cpu()) return t;
+  at::Tensor host = at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(true));
+  host.copy_(t);  // waits for the copy: the caller may read it at once
+  return host;
+}
+
+at::Tensor Stage::forward(int64_t mb, const at::Tensor& x_in) {
+  const at::Tensor x = to_device(x_in);
   Saved s;
   s.input = is_first() ? x : x.detach().requires_grad_(true);
   s.version = version_;
@@ -28,10 +45,11 @@ at::Tensor Stage::forward(int64_t mb, const at::Tensor& x) {
     out = module_.forward(s.input, module_.params(), true, dropout_seed(mb), true);
   }
   saved_[mb] = std::move(s);
-  return out;
+  return to_host(out);
 }
 
-at::Tensor Stage::backward(int64_t mb, const at::Tensor& grad_out, int64_t* forward_version) {
+at::Tensor Stage::backward(int64_t mb, const at::Tensor& grad_out_in, int64_t* forward_version) {
+  const at::Tensor grad_out = to_device(grad_out_in);
   auto it = saved_.find(mb);
   RV_CHECK(it != saved_.end(), "backward of micro-batch " + std::to_string(mb) + " without its forward");
   Saved s = std::move(it->second);
@@ -58,7 +76,7 @@ at::Tensor Stage::backward(int64_t mb, const at::Tensor& grad_out, int64_t* forw
     grads.pop_back();
   }
   accumulate(grads);
-  return grad_in;
+  return to_host(grad_in);
 }
 
 void Stage::accumulate(const std::vector<at::Tensor>& grads) {
@@ -127,7 +145,7 @@ void Stage::exchange_gradients(const std::function<at::Tensor(const at::Tensor&)
   module_.set_params(as_grads);
   at::Tensor flat = module_.flat_state();
   module_.set_params(saved);
-  at::Tensor mean = exchange(flat);
+  at::Tensor mean = to_device(exchange(to_host(flat)));
   // Read the averaged gradients back through the same layout, keep the averaged buffers.
   module_.set_flat_state(mean);
   grad_sum_ = module_.params();
@@ -138,25 +156,28 @@ void Stage::exchange_gradients(const std::function<at::Tensor(const at::Tensor&)
 
 at::Tensor Stage::eval_forward(const at::Tensor& x) const {
   c10::NoGradGuard no_grad;
-  return module_.forward(x, module_.params(), false, 0, false);
+  return to_host(module_.forward(to_device(x), module_.params(), false, 0, false));
 }
+
+at::Tensor Stage::flat_state() const { return to_host(module_.flat_state()); }
 
 at::Tensor Stage::averaged_state(bool optimizer) const {
   std::vector<at::Tensor> rows{module_.flat_state()};
   if (optimizer)
     for (int k = 0; k < optimizer_.slots(); ++k)
       rows.push_back(module_.flatten_like_state(optimizer_.slot(k, module_.params())));
-  return at::stack(rows);
+  return to_host(at::stack(rows));
 }
 
 at::Tensor Stage::parameter_mask() const {
   std::vector<at::Tensor> ones;
   for (const auto& p : module_.params()) ones.push_back(at::ones_like(p.detach()));
-  return module_.flatten_like_state(ones);
+  return to_host(module_.flatten_like_state(ones));
 }
 
-void Stage::set_averaged_state(const at::Tensor& rows) {
-  RV_CHECK(rows.dim() == 2 && rows.size(0) >= 1, "set_averaged_state: [rows, n] expected");
+void Stage::set_averaged_state(const at::Tensor& rows_in) {
+  RV_CHECK(rows_in.dim() == 2 && rows_in.size(0) >= 1, "set_averaged_state: [rows, n] expected");
+  const at::Tensor rows = to_device(rows_in);
   module_.set_flat_state(rows[0]);
   RV_CHECK(rows.size(0) == 1 || rows.size(0) == 1 + optimizer_.slots(), "set_averaged_state: wrong number of rows");
   for (int k = 0; k + 1 < rows.size(0); ++k) optimizer_.set_slot(k, module_.unflatten_params(rows[k + 1]));

@@ -6,6 +6,11 @@
 // the forward's weights (PipeDream semantics) and the gradient is applied to the current ones.
 // Weight stashing off: a forward keeps only its input; the backward recomputes the forward with
 // the current weights (same dropout masks), then differentiates.
+//
+// Devices: a stage keeps its parameters, optimizer state, gradients and saved activations on its
+// device (a GPU with real.device = "cuda"). Every tensor that crosses its interface (inputs,
+// outputs, gradients, flat states) is a CPU tensor, as messages are (core/env.h); from a GPU they
+// come through pinned host memory.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +19,7 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include "core/model/model.h"
 #include "core/data/task.h"
@@ -24,7 +30,9 @@ namespace rv {
 
 class Stage {
  public:
-  Stage(const ModelDesc& model, int begin, int end, const TrainingSpec& training, uint64_t seed);
+  Stage(const ModelDesc& model, int begin, int end, const TrainingSpec& training, uint64_t seed,
+        c10::Device device = c10::kCPU);
+  c10::Device device() const { return device_; }
 
   bool is_first() const { return module_.begin() == 0; }
   int64_t version() const { return version_; }  // optimizer steps applied so far
@@ -56,6 +64,8 @@ class Stage {
   void restore(const at::Tensor& rows, int64_t version, int64_t optimizer_steps);
   // Inference forward (no dropout, running BatchNorm statistics, no graph).
   at::Tensor eval_forward(const at::Tensor& x) const;
+  // The flat state (StageModule::flat_state), on the CPU.
+  at::Tensor flat_state() const;
 
   int64_t pending() const { return static_cast<int64_t>(saved_.size()); }
   // Churn: forgets every micro-batch whose backward has not come, and gradients not yet applied.
@@ -64,6 +74,9 @@ class Stage {
   std::vector<int64_t> pending_ids() const;
   const StageModule& module() const { return module_; }
   StageModule& module() { return module_; }
+  // A tensor of the interface to the stage's device, and one of the device to the CPU.
+  at::Tensor to_device(const at::Tensor& t) const;
+  at::Tensor to_host(const at::Tensor& t) const;
 
  private:
   struct Saved {
@@ -79,6 +92,7 @@ class Stage {
   TrainingSpec training_;
   Optimizer optimizer_;
   uint64_t seed_;
+  c10::Device device_;
   int64_t version_ = 0;
   std::map<int64_t, Saved> saved_;
   std::vector<at::Tensor> grad_sum_;

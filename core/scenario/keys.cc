@@ -221,6 +221,9 @@ void add_top_and_devices(Catalog& c) {
       .real("leave_per_hour", &DeviceGroup::leave_per_hour, -1.0, 3600.0, "1/h",
             "churn: the rate at which each of the group's nodes leaves (exponential sessions, mean "
             "1 / rate hours); -1: churn.leave_per_hour")
+      .integer("gpu", &DeviceGroup::gpu, -1, 1023,
+               "real runs with real.device cuda (or auto on a GPU machine): the index of the GPU the "
+               "group's ranks compute on; -1: rank r takes GPU r mod the GPUs visible")
       .flag("client_only", &DeviceGroup::client_only,
             "dedloc: the group's peers accept no inbound connections: they send their gradients but "
             "aggregate no part of the all-reduce")
@@ -232,10 +235,13 @@ void add_top_and_devices(Catalog& c) {
 
 void add_model_and_data(Catalog& c) {
   c.table("model", &Scenario::model)
-      .choice("kind", &ModelSpec::kind, {"mlp", "blocks", "cnn"},
+      .choice("kind", &ModelSpec::kind, {"mlp", "blocks", "cnn", "transformer"},
               "mlp: fully connected layers; cnn: convolution blocks, then fully connected layers; "
               "blocks: the additive block model of a problem (data.kind quadratic or logistic): "
-              "model.blocks parameter blocks, each adding its columns' share of X w to a running sum")
+              "model.blocks parameter blocks, each adding its columns' share of X w to a running sum; "
+              "transformer: a GPT-style decoder over token sequences (data.kind sort or text): token "
+              "and position embeddings, model.layers blocks of causal self-attention and an MLP, the "
+              "final LayerNorm and a linear head; stages cut between them")
       .integers("hidden", &ModelSpec::hidden, 1, kMaxWidth, Empty::kAllowed,
                 "mlp: widths of the hidden layers; cnn: widths of the hidden layers after the "
                 "convolutions")
@@ -250,18 +256,31 @@ void add_model_and_data(Catalog& c) {
               "linear: a final linear layer to the task's outputs (classes, regression targets); "
               "none: the model's last layer must already produce them")
       .integer("blocks", &ModelSpec::blocks, 1, kMaxWidth,
-               "blocks: parameter blocks (layers), at most data.features; stages cut between them");
+               "blocks: parameter blocks (layers), at most data.features; stages cut between them")
+      .integer("layers", &ModelSpec::layers, 0, kMaxWidth, "transformer: decoder blocks")
+      .integer("d_model", &ModelSpec::d_model, 1, kMaxWidth, "transformer: width of the residual stream")
+      .integer("heads", &ModelSpec::heads, 1, kMaxWidth, "transformer: attention heads (d_model a multiple of them)")
+      .integer("d_ff", &ModelSpec::d_ff, 0, kMaxWidth, "transformer: the MLP's hidden width; 0: 4 d_model")
+      .integer("seq_len", &ModelSpec::seq_len, 0, kMaxWidth,
+               "transformer: positions the model embeds; 0: the data's sequence length (at least that)")
+      .integer("vocab", &ModelSpec::vocab, 0, kMaxWidth,
+               "transformer: token ids the model embeds and predicts; 0: the data's vocabulary (at least that)");
   c.table("data", &Scenario::data)
-      .choice("kind", &DataSpec::kind, {"synthetic", "quadratic", "logistic", "fashion-mnist", "digits", "regression"},
+      .choice("kind", &DataSpec::kind,
+              {"synthetic", "quadratic", "logistic", "fashion-mnist", "digits", "regression", "sort", "text"},
               "synthetic: noisy images around one centre per class; fashion-mnist, digits: "
               "Debian's files; regression: synthetic linear regression; quadratic, logistic: problems "
-              "with known constants for model.kind = \"blocks\" (docs/theory.md)")
+              "with known constants for model.kind = \"blocks\" (docs/theory.md); sort: minGPT's "
+              "sorting task (data.length digits, then the same sorted), generated from the seed; text: "
+              "character-level language modelling on the UTF-8 file data.path (next-token prediction, "
+              "for model.kind = \"transformer\")")
       .integer("batch_size", &DataSpec::batch_size, 1, kMaxWidth, "samples per micro-batch")
       .integer("train_samples", &DataSpec::train_samples, 0, kMaxCount,
-               "training samples used; 0: all (synthetic, regression: 8192)")
+               "training samples used; 0: all (synthetic, regression, sort: 8192)")
       .integer("test_samples", &DataSpec::test_samples, 0, kMaxCount,
-               "test samples used; 0: all (synthetic, regression: 2048)")
-      .text("path", &DataSpec::path, "the dataset's folder or file; empty: Debian's location")
+               "test samples used; 0: all (synthetic, regression: 2048; sort: 1024)")
+      .text("path", &DataSpec::path,
+            "the dataset's folder or file; empty: Debian's location (text: /usr/share/common-licenses/GPL-3)")
       .integer("side", &DataSpec::side, 2, 1024, "synthetic: images are 1 x side x side")
       .integer("classes", &DataSpec::classes, 2, kMaxNodes, "synthetic: number of classes")
       .real("noise", &DataSpec::noise, 0.0, 1e6, "",
@@ -280,7 +299,10 @@ void add_model_and_data(Catalog& c) {
             "quadratic: a sample's gradient noise E||n||^2 (a micro-batch of N samples: sigma2 / N)")
       .integer("problem_seed", &DataSpec::problem_seed, 0, kMaxInt64,
                "quadratic, logistic: the problem (its rotation, minimiser, samples), apart from the "
-               "run's seed (the noise and the sampling)");
+               "run's seed (the noise and the sampling)")
+      .integer("length", &DataSpec::length, 1, 1 << 20, "sort: digits per sequence (a sample: 2 length - 1 tokens)")
+      .integer("digits", &DataSpec::digits, 2, 1 << 20, "sort: distinct digits, the vocabulary")
+      .integer("seq_len", &DataSpec::seq_len, 1, 1 << 24, "text: characters per sample");
 }
 
 // Algorithm and all-reduce names are not listed here: the registry (algo/registry.h) validates
@@ -421,7 +443,12 @@ void add_run_tables(Catalog& c) {
               "fail: a rank that loses a peer stops the run (exit 1); recover: ravnest goes on "
               "without it as under churn (its cluster sits out until a spare, an idle rank of the "
               "plan or a replacement process started with `ravnest node --join`, takes the lost "
-              "stage and fetches its state; rank 0 must survive)");
+              "stage and fetches its state; rank 0 must survive)")
+      .choice("device", &RealSpec::device, {"auto", "cpu", "cuda"},
+              "where each rank computes: cuda keeps its stage, optimizer state and activations on a "
+              "GPU (devices[].gpu; messages go through pinned host memory) and is refused where the "
+              "LibTorch this was built against has no CUDA or no GPU is visible; auto: cuda where it "
+              "can, else cpu");
   c.table("output", &Scenario::output)
       .text("dir", &OutputSpec::dir, "run folders go to `<dir>/<name>/<executor>-<timestamp>/`",
             Empty::kRefused)

@@ -35,6 +35,7 @@ struct DeviceGroup {
   // state); the planner plans without them. Such groups come after every other group.
   double join_at_s = 0;
   bool client_only = false;  // dedloc: no inbound connections (aggregates no part of the all-reduce)
+  int gpu = -1;              // real runs on GPUs: the group's GPU index; -1: rank mod the GPUs visible
   std::string profile;       // compute profile file (`ravnest calibrate --out`); "": peak model
   ComputeProfile compute;    // read from `profile` when the scenario is loaded
   double efficiency = 0;     // (0, 1.5]: every operation at this fraction of tflops; 0: the profile's
@@ -74,6 +75,13 @@ struct ModelSpec {
   double dropout = 0.0;
   std::string head = "none";
   int64_t blocks = 4;  // blocks: parameter blocks (one layer each)
+  // transformer: a GPT-style decoder (core/model/transformer.cc)
+  int64_t layers = 2;    // blocks
+  int64_t d_model = 64;  // width of the residual stream
+  int64_t heads = 4;     // attention heads (d_model a multiple of them)
+  int64_t d_ff = 0;      // the MLP's hidden width; 0: 4 d_model
+  int64_t seq_len = 0;   // positions; 0: the data's sequence length
+  int64_t vocab = 0;     // token ids; 0: the data's vocabulary
 };
 
 struct DataSpec {
@@ -92,6 +100,10 @@ struct DataSpec {
   double eig_max = 1.0;
   double sigma2 = 1.0;    // quadratic: a sample's gradient noise, E||n||^2
   uint64_t problem_seed = 1;
+  // Token data (core/data/tokens.h)
+  int64_t length = 6;    // sort: digits to sort
+  int64_t digits = 3;    // sort: distinct digits (the vocabulary)
+  int64_t seq_len = 64;  // text: characters per sample
 };
 
 struct TrainingSpec {
@@ -201,6 +213,7 @@ struct RealSpec {
   Toggle emulate_network = Toggle::kAuto;  // auto: on under `ravnest real`, off elsewhere
   std::string shaper = kUserShaper;
   std::string on_peer_loss = "fail";  // fail | recover (ravnest, as under churn: algo/roster.h)
+  std::string device = "auto";        // auto | cpu | cuda (real/compute_device.h)
 };
 
 struct OutputSpec {

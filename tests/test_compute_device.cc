@@ -1,0 +1,122 @@
+// Where a real run's ranks compute (real.device, devices[].gpu; issue 19): the CPU always, a GPU
+// where the LibTorch built against has CUDA and one is visible, and "cuda" refused with exit
+// status 2 elsewhere. A stage on a GPU keeps its parameters and activations there while every
+// tensor crossing its interface is a CPU tensor. The GPU parts skip themselves without a GPU.
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "catch.h"
+#include "cli_support.h"
+#include "core/error.h"
+#include "core/model/model.h"
+#include "core/model/stage.h"
+#include "core/scenario/scenario.h"
+#include "real/compute_device.h"
+#include "snippets.h"
+
+using namespace rv;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kTwoRanks = std::string(R"(name = "device"
+)") + test::kDigitsMlp + R"([training]
+steps = 4
+[[devices]]
+count = 2
+)";
+
+Scenario two_ranks(const std::vector<std::string>& sets) { return parse_scenario(kTwoRanks, "d.toml", sets); }
+
+TrainingSpec adam() {
+  TrainingSpec t;
+  t.optimizer = "adam";
+  t.lr = 0.01;
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("real.device: cpu is the CPU, auto a GPU only where one is visible", "[device]") {
+  CHECK(compute_device(two_ranks({"real.device=\"cpu\""}), 1) == c10::Device(c10::kCPU));
+  const c10::Device automatic = compute_device(two_ranks({}), 1);
+  if (visible_gpus() == 0) {
+    CHECK(automatic.is_cpu());
+  } else {
+    CHECK(automatic == c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(1 % visible_gpus())));
+  }
+}
+
+TEST_CASE("real.device: cuda without CUDA or a GPU is refused, naming the key", "[device]") {
+  if (visible_gpus() > 0) {
+    std::cout << "SKIPPED: this process sees a GPU, so cuda is not refused here\n";
+    return;
+  }
+  try {
+    compute_device(two_ranks({"real.device=\"cuda\""}), 0);
+    FAIL("no error");
+  } catch (const KeyError& e) {
+    CHECK(std::string(e.what()).find("real.device") != std::string::npos);
+  }
+  // And the command line: exit status 2 before any rank starts.
+  const fs::path d = test::fresh_dir("rv-device", "refused");
+  std::ofstream(d / "s.toml") << kTwoRanks;
+  const test::Result r =
+      test::ravnest({"real", "s.toml", "--set", "real.device=\"cuda\"", "--run-dir", "run", "--progress", "off"}, d);
+  INFO(r.err);
+  CHECK(r.status == 2);
+  CHECK(r.err.find("real.device") != std::string::npos);
+  CHECK_FALSE(fs::exists(d / "run"));
+  fs::remove_all(d);
+}
+
+TEST_CASE("devices[].gpu past the last GPU is refused", "[device]") {
+  if (visible_gpus() == 0) {
+    std::cout << "SKIPPED: no GPU visible (the LibTorch built against has no CUDA, or the machine no GPU)\n";
+    return;
+  }
+  CHECK_THROWS_AS(compute_device(two_ranks({"real.device=\"cuda\"", "devices.0.gpu=" + std::to_string(visible_gpus())}), 0),
+                  KeyError);
+  CHECK(compute_device(two_ranks({"real.device=\"cuda\"", "devices.0.gpu=0"}), 1).index() == 0);
+}
+
+TEST_CASE("a stage on the CPU device is the stage by default, to the bit", "[device]") {
+  const ModelDesc m = build_model(parse_scenario(kTwoRanks, "d.toml", {}));
+  Stage a(m, 0, m.layer_count(), adam(), 9), b(m, 0, m.layer_count(), adam(), 9, c10::kCPU);
+  const at::Tensor x = at::randn({8, 1, 8, 8});
+  const at::Tensor ya = a.forward(0, x), yb = b.forward(0, x);
+  CHECK(at::equal(ya, yb));
+  CHECK(b.device().is_cpu());
+}
+
+TEST_CASE("a stage on a GPU keeps its parameters and activations there, its interface on the CPU",
+          "[device][gpu]") {
+  if (visible_gpus() == 0) {
+    std::cout << "SKIPPED: no GPU visible (the LibTorch built against has no CUDA, or the machine no GPU)\n";
+    return;
+  }
+  const c10::Device gpu(c10::DeviceType::CUDA, 0);
+  const ModelDesc m = build_model(parse_scenario(kTwoRanks, "d.toml", {}));
+  Stage cpu(m, 1, m.layer_count(), adam(), 9), dev(m, 1, m.layer_count(), adam(), 9, gpu);
+  for (const at::Tensor& p : dev.module().params()) CHECK(p.device() == gpu);
+  const at::Tensor x = at::randn({16, m.profile[0].out_elems});
+  const at::Tensor y_cpu = cpu.forward(0, x), y_dev = dev.forward(0, x);
+  CHECK(y_dev.is_cpu());                                  // the interface: CPU tensors
+  CHECK(at::allclose(y_cpu, y_dev, 1e-4, 1e-5));          // the same maths
+  const at::Tensor g = at::randn(y_cpu.sizes());
+  const at::Tensor gi_cpu = cpu.backward(0, g), gi_dev = dev.backward(0, g);
+  CHECK(gi_dev.is_cpu());
+  CHECK(at::allclose(gi_cpu, gi_dev, 1e-4, 1e-5));
+  cpu.update();
+  dev.update();
+  for (const at::Tensor& p : dev.module().params()) CHECK(p.device() == gpu);  // the optimizer's step stays there
+  CHECK(at::allclose(cpu.flat_state(), dev.flat_state(), 1e-4, 1e-5));
+  CHECK(dev.averaged_state(true).is_cpu());
+  // A forward's saved activations stay on the GPU: its output is on the GPU inside the stage.
+  dev.forward(1, x);
+  CHECK(dev.pending() == 1);
+  CHECK(dev.module().forward(dev.to_device(x), dev.module().params(), false, 0, false).device() == gpu);
+}
