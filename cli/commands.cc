@@ -26,7 +26,9 @@
 #include "planner/planner.h"
 #include "real/launcher.h"
 #include "loopback/loopback.h"
+#if RV_WITH_SIM
 #include "sim/sim_runner.h"
+#endif
 
 namespace fs = std::filesystem;
 
@@ -128,6 +130,7 @@ namespace {
 
 Prepared prepare(const CommonOptions& o) { return prepare(load_checked(o.scenario, o.overrides)); }
 
+#if RV_WITH_SIM
 // The checkpoint options of a run in this process writing the folder `path`.
 SimCheckpointOptions sim_checkpoints(const Scenario& s, const std::string& path, const std::optional<Resume>& resume,
                                      int64_t stop_after) {
@@ -138,6 +141,7 @@ SimCheckpointOptions sim_checkpoints(const Scenario& s, const std::string& path,
   c.stop_after = stop_after;
   return c;
 }
+#endif
 
 std::string human_bytes(double b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -207,7 +211,13 @@ std::string run_in_process(const Prepared& p, const std::string& executor, const
   check_faults_target(p);
   if (executor != "sim" && !engine.empty())
     throw InputError("--cfg and --log are SimGrid's options: only for --executor sim");
+#if RV_WITH_SIM
   if (executor == "sim") preflight(s, engine);  // before the folder: bad options or platform leave none
+#else
+  if (executor == "sim")
+    throw InputError("this ravnest was built without the simulator (cmake -DRAVNEST_SIM=OFF): run with "
+                     "--executor loopback, or `ravnest real`");
+#endif
   const bool numeric = executor == "loopback" || s.sim.mode == "numeric";
   Dataset data;
   if (numeric) data = load_dataset(s.data, s.seed);
@@ -230,8 +240,12 @@ std::string run_in_process(const Prepared& p, const std::string& executor, const
     const bool loopback = executor == "loopback";
     Progress progress(total, loopback ? "wall" : "simulated", Progress::enabled_for(progress_mode));
     TeeMetrics both(progress, &live, nullptr);  // one thread at a time: no lock
+#if RV_WITH_SIM
     events = loopback ? run_loopback(spec, s.peer_timeout_s(), -1, nullptr, &both)
                       : run_simulation(spec, &both, engine, sim_checkpoints(s, path, resume, stop_after_checkpoint)).events;
+#else
+    events = run_loopback(spec, s.peer_timeout_s(), -1, nullptr, &both);
+#endif
     progress.finish();
   } catch (const std::exception& e) {
     live.fail(e.what());

@@ -80,6 +80,10 @@ std::string dilation_text(double k) { return fmt::format("dilation={:.17g}", k);
 
 int cmd_validate(const CommonOptions& o, const std::string& self_exe, const std::string& run_path, double dilation,
                  double headroom) {
+#if !RV_WITH_SIM
+  throw InputError("ravnest validate compares a simulation with a real run: this ravnest was built without the "
+                   "simulator (cmake -DRAVNEST_SIM=OFF)");
+#endif
   // The scenario as given, planned once: what the host must keep up with.
   const Prepared base = prepare(load_checked(o.scenario, o.overrides));
   const Scenario& s = base.scenario;

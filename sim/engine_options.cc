@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include <simgrid/s4u/Engine.hpp>
 #include <xbt/log.h>
 
 #include "core/error.h"

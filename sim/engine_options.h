@@ -13,9 +13,11 @@
 #include <string>
 #include <vector>
 
-#include <simgrid/s4u/Engine.hpp>
-
 #include "core/scenario/scenario.h"
+
+namespace simgrid::s4u {
+class Engine;
+}
 
 namespace rv {
 
