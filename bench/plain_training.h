@@ -43,14 +43,14 @@ inline double evaluate_plain(const Scenario& s, const StageModule& whole, const 
   const int64_t n = s.training.eval_samples > 0 ? std::min(s.training.eval_samples, data.test_size())
                                                 : data.test_size();
   const int64_t batch = s.data.batch_size;
-  int64_t correct = 0;
+  double correct = 0;
   for (int64_t start = 0; start < n; start += batch) {
     std::vector<int64_t> rows;
     for (int64_t r = start; r < std::min(n, start + batch); ++r) rows.push_back(r);
     at::Tensor y = whole.forward(data.inputs(rows, true), whole.params(), false, 0, false);
     correct += data.task().score(y, data.targets(rows, true)).correct;
   }
-  return data.task().has_accuracy() && n > 0 ? static_cast<double>(correct) / static_cast<double>(n)
+  return data.task().has_accuracy() && n > 0 ? correct / static_cast<double>(n)
                                              : std::numeric_limits<double>::quiet_NaN();
 }
 

@@ -37,7 +37,9 @@ Seconds time_stage(const Scenario& s, const ModelDesc& model, int begin, int end
   std::vector<int64_t> shape{batch};
   const auto& in = begin == 0 ? model.input_shape : model.profile[static_cast<size_t>(begin - 1)].out_shape;
   shape.insert(shape.end(), in.begin(), in.end());
-  const at::Tensor source = at::randn(shape);
+  // Token ids for a model that embeds them (a transformer's first stage), else floats.
+  const at::Tensor source = begin == 0 && model.input_vocab > 0 ? at::randint(model.input_vocab, shape, at::kLong)
+                                                               : at::randn(shape);
   std::vector<Seconds> t;
   Seconds spent = 0;
   for (int64_t mb = 0; t.size() < 5 || (spent < 0.25 && t.size() < 100); ++mb) {

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <limits>
+#include <queue>
 
 #include "core/model/cost_model.h"
 #include "algo/registry.h"
@@ -356,18 +358,49 @@ double CostModel::single_ring_time(const std::vector<ClusterPlan>& clusters) con
   return collect + 2.0 * (c - 1) * (ring_latency + ring_round) + hand_back;
 }
 
+TargetRound target_round(const std::vector<double>& periods, int64_t batch, double target) {
+  TargetRound r;
+  if (periods.empty() || batch <= 0) return r;
+  for (double p : periods)
+    if (!(p > 0)) return r;
+  const double b = static_cast<double>(batch);
+  const double need = std::max(1.0, std::ceil(target / b - 1e-9));  // finished micro-batches
+  double t = 0;  // when the need-th one finishes
+  if (need <= 1e6) {
+    using Next = std::pair<double, size_t>;  // (time, cluster)
+    std::priority_queue<Next, std::vector<Next>, std::greater<>> next;
+    std::vector<double> done(periods.size(), 0);
+    for (size_t i = 0; i < periods.size(); ++i) next.push({periods[i], i});
+    for (double k = 0; k < need; ++k) {
+      const auto [at, i] = next.top();
+      next.pop();
+      t = at;
+      done[i] += 1;
+      next.push({(done[i] + 1) * periods[i], i});
+    }
+  } else {  // a target of millions of micro-batches: the clusters' summed rate is exact enough
+    double rate = 0;
+    for (double p : periods) rate += 1 / p;
+    t = need / rate;
+  }
+  // Each cluster finishes the micro-batch it is on at t (one it finishes at t is its last), and
+  // trains at least one.
+  for (double p : periods) {
+    const double k = std::max(1.0, std::ceil(t / p - 1e-9));
+    r.samples += k * b;
+    r.seconds = std::max(r.seconds, k * p);
+  }
+  return r;
+}
+
 double CostModel::throughput(const std::vector<double>& periods, double averaging) const {
   if (periods.empty()) return 0.0;
   const double slowest = *std::max_element(periods.begin(), periods.end());
   const double c = static_cast<double>(periods.size());
   if (periods.size() > 1 && algorithm_->traits.target_batch) {
-    // Each cluster at its own pace until together they have the target batch, then the exchange:
-    // the clusters' summed rate, not the slowest's, sets how long the target takes.
-    double rate = 0;  // samples/s
-    for (double p : periods) rate += p > 0 ? static_cast<double>(batch_) / p : 0.0;
     const double target = training_.target_batch > 0 ? static_cast<double>(training_.target_batch) : c * batch_;
-    const double round = (rate > 0 ? target / rate : 0.0) + averaging;
-    return round > 0 ? target / round : 0.0;
+    const TargetRound r = target_round(periods, batch_, target);
+    return r.seconds + averaging > 0 ? r.samples / (r.seconds + averaging) : 0.0;
   }
   const double per_exchange = static_cast<double>(micro_batches_per_exchange(static_cast<int>(c)));
   const double per_update = slowest + (periods.size() > 1 ? averaging / per_exchange : 0.0);
@@ -487,9 +520,20 @@ std::string CostModel::explain(const Plan& plan) const {
   }
   if (plan.clusters.size() > 1) {
     const auto clusters = static_cast<int>(plan.clusters.size());
-    const double per_update = cl.period + plan.averaging_time / static_cast<double>(micro_batches_per_exchange(clusters));
+    double share = 0;  // of the time, averaging
+    if (algorithm_->traits.target_batch) {
+      std::vector<double> periods;
+      for (const auto& c : plan.clusters) periods.push_back(c.period);
+      const double target =
+          training_.target_batch > 0 ? static_cast<double>(training_.target_batch) : static_cast<double>(clusters * batch_);
+      const double round = target_round(periods, batch_, target).seconds + plan.averaging_time;
+      share = round > 0 ? plan.averaging_time / round : 0.0;
+    } else {
+      const double per_update = cl.period + plan.averaging_time / static_cast<double>(micro_batches_per_exchange(clusters));
+      share = per_update > 0 ? (per_update - cl.period) / per_update : 0.0;
+    }
     char buf[96];
-    std::snprintf(buf, sizeof buf, "; averaging takes %.0f%% of the time", 100.0 * (per_update - cl.period) / per_update);
+    std::snprintf(buf, sizeof buf, "; averaging takes %.0f%% of the time", 100.0 * share);
     line += buf;
   }
   int used = 0;

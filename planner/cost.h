@@ -43,6 +43,16 @@ struct PoolNode {
   int region = 0;          // network.topology "regions": its region (core/network/links.h)
 };
 
+// A target-batch round (algo/dedloc.h): every cluster trains micro-batches of `batch` samples back
+// to back from the round's start, one each `periods[i]` seconds; once the finished ones hold
+// `target` samples, each cluster finishes the micro-batch it is on (and trains one at least), and
+// the exchange follows. The round's samples and the seconds until its last micro-batch ends.
+struct TargetRound {
+  double samples = 0;
+  double seconds = 0;
+};
+TargetRound target_round(const std::vector<double>& periods, int64_t batch, double target);
+
 class CostModel {
  public:
   CostModel(const Scenario& scenario, const ModelDesc& model);

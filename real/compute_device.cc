@@ -16,9 +16,8 @@ c10::Device compute_device(const Scenario& s, int rank) {
   const int gpus = visible_gpus();
   if (gpus == 0) {
     if (want == "auto") return c10::kCPU;
-    throw KeyError("real.device", at::hasCUDA() ? "\"cuda\": no GPU is visible to this process"
-                                                : "\"cuda\": the LibTorch this program was built against has no "
-                                                  "CUDA (build against a CUDA LibTorch: README, GPUs)");
+    throw KeyError("real.device", "\"cuda\": no CUDA GPU is available to this process (the LibTorch it was built "
+                                  "against has no CUDA, or no GPU is visible; README, GPUs)");
   }
   const int asked = s.device_of(rank).gpu;
   if (asked >= gpus)

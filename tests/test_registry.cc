@@ -190,20 +190,30 @@ TEST_CASE("the README lists the registry's names as the choices of their keys",
   CHECK(test::readme_keys() == keys_markdown(registry_choices()));
 }
 
-TEST_CASE("a target-batch algorithm's throughput is the peers' summed rate, not the slowest's", "[registry][planner]") {
-  // dedloc: each peer at its own pace until together they have the target batch. Two peers of
-  // periods 0.1 s and 0.4 s per micro-batch of B samples: B (1/0.1 + 1/0.4) samples/s without
-  // averaging; with an exchange of A seconds per target batch T, T / (T / that rate + A). A
-  // synchronous gradient exchange (sync-dp) waits for the slower every step: 2 B / (0.4 + A).
-  const std::vector<double> periods{0.1, 0.4};
-  auto p = test::prepare(kPipeline, {"training.algorithm=\"dedloc\"", "training.target_batch=800"}, false);
+TEST_CASE("a target-batch round: each peer at its own pace until the target, then it finishes its micro-batch",
+          "[registry][planner]") {
+  // dedloc: every peer trains from the round's start; once the finished micro-batches hold the
+  // target's samples, each peer finishes the one it is on. Peers of 0.1 s and 0.4 s per micro-batch
+  // of B samples and a target of 25 B: the 25th micro-batch ends at 2.0 s (20 + 5), no other is
+  // under way then, and without averaging the rate is the peers' summed one, B (1/0.1 + 1/0.4).
+  auto p = test::prepare(kPipeline, {"training.algorithm=\"dedloc\""}, false);
+  const int64_t b = p.scenario.data.batch_size;
+  const TargetRound even = target_round({0.1, 0.4}, b, 25.0 * b);
+  CHECK(even.samples == Approx(25.0 * b));
+  CHECK(even.seconds == Approx(2.0));
+  // Peers of 1 s and 10 s and a target of 2 B: the fast one's second micro-batch ends at 2 s, but
+  // the slow one finishes its first at 10 s: 3 B in 10 s (the slowest bounds a round).
+  const TargetRound uneven = target_round({1.0, 10.0}, b, 2.0 * b);
+  CHECK(uneven.samples == Approx(3.0 * b));
+  CHECK(uneven.seconds == Approx(10.0));
+  // The cost model's throughput is the round's samples over its time and the exchange's.
+  p = test::prepare(kPipeline, {"training.algorithm=\"dedloc\"", "training.target_batch=" + std::to_string(25 * b)}, false);
   const CostModel dedloc(p.scenario, p.model);
-  const double b = static_cast<double>(p.scenario.data.batch_size);
-  const double rate = b * (1 / 0.1 + 1 / 0.4);
-  CHECK(dedloc.throughput(periods, 0.0) == Approx(rate));
-  CHECK(dedloc.throughput(periods, 2.0) == Approx(800 / (800 / rate + 2.0)));
-  CHECK(dedloc.micro_batches_per_exchange(2) == (800 + 2 * p.scenario.data.batch_size - 1) / (2 * p.scenario.data.batch_size));
+  CHECK(dedloc.throughput({0.1, 0.4}, 0.0) == Approx(b * (1 / 0.1 + 1 / 0.4)));
+  CHECK(dedloc.throughput({0.1, 0.4}, 2.0) == Approx(25.0 * b / (2.0 + 2.0)));
+  CHECK(dedloc.micro_batches_per_exchange(2) == 13);  // 25 B over 2 peers, rounded up
+  // A synchronous gradient exchange (sync-dp) waits for the slower every step: 2 B / (0.4 + A).
   auto q = test::prepare(kPipeline, {"training.algorithm=\"sync-dp\""}, false);
   const CostModel sync(q.scenario, q.model);
-  CHECK(sync.throughput(periods, 2.0) == Approx(2 * b / (0.4 + 2.0)));
+  CHECK(sync.throughput({0.1, 0.4}, 2.0) == Approx(2.0 * b / (0.4 + 2.0)));
 }

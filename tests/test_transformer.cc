@@ -97,6 +97,14 @@ TEST_CASE("a block's flops are its matmuls and attention's products, its activat
   // Saved activations: linear in the tokens but for attention's H x T x T probabilities.
   const int64_t s1 = block(64).saved_elems, s2 = block(128).saved_elems;
   CHECK(s2 - 2 * s1 == 2 * H * 64 * 64);
+  // Dropout keeps its masks and, for AV, the dropped probabilities beside the softmax's output.
+  ModelSpec dropped = gpt(1, D, H, F);
+  dropped.dropout = 0.1;
+  CHECK(build_model(dropped, {64}, 11).profile[1].saved_elems - s1 == 2 * H * 64 * 64 + 2 * 64 * D);
+  // Sizes whose saved floats would pass 2^40 are refused, not overflowed.
+  ModelSpec huge = gpt(1, 64, 1 << 16);
+  huge.d_model = 1 << 16;
+  CHECK_THROWS_AS(build_model(huge, {1 << 16}, 11), InputError);
   // The model's work lists every kernel group, forward and backward (matmuls twice: weights and input).
   const ModelDesc d = build_model(gpt(2, D, H, F), {16}, 11);
   const Work fw = d.forward_work(1, 2, 8), bw = d.backward_work(1, 2, 8);
@@ -138,6 +146,16 @@ TEST_CASE("a transformer cut into stages computes what the whole model computes"
     INFO("train " << train);
     CHECK(at::allclose(y, z, 1e-5, 1e-6));
   }
+}
+
+TEST_CASE("a transformer and token data go together, or the scenario is refused", "[transformer][model]") {
+  const std::string base = "name = \"m\"\n[[devices]]\ncount = 2\n";
+  CHECK_THROWS_AS(build_model(parse_scenario(base, "m.toml", {"model.kind=\"transformer\"", "data.kind=\"digits\""})),
+                  ScenarioError);
+  CHECK_THROWS_AS(build_model(parse_scenario(base, "m.toml", {"model.kind=\"transformer\"", "data.kind=\"regression\""})),
+                  ScenarioError);
+  CHECK_THROWS_AS(build_model(parse_scenario(base, "m.toml", {"model.kind=\"mlp\"", "data.kind=\"sort\""})), ScenarioError);
+  CHECK(build_model(parse_scenario(base, "m.toml", {"model.kind=\"transformer\"", "data.kind=\"sort\""})).input_vocab == 3);
 }
 
 TEST_CASE("a transformer needs token data and sizes that fit", "[transformer][model]") {
@@ -212,6 +230,14 @@ TEST_CASE("the sort data is minGPT's task, with no test sequence in the training
   for (int64_t i = 0; i < d.test_size(); ++i) CHECK(train_seqs.count(first_half(d.test_x, i)) == 0);
   // The same seed, the same data.
   CHECK(at::equal(load_dataset(spec, 3).train_x, d.train_x));
+  // The fewest distinct sequences (one digit of two kinds) still split, and drawing ends.
+  DataSpec tiny = spec;
+  tiny.length = 1;
+  tiny.digits = 2;
+  tiny.train_samples = 10;
+  tiny.test_samples = 10;
+  const Dataset t = load_dataset(tiny, 1);
+  CHECK(t.train_x[0][0].item<int64_t>() != t.test_x[0][0].item<int64_t>());
   CHECK(d.inputs({0, 1}, false).scalar_type() == at::kLong);
 }
 
@@ -255,6 +281,11 @@ TEST_CASE("the text data is a file's characters as ids, train before test", "[tr
   spec.path = (dir / "short.txt").string();
   CHECK_THROWS_AS(load_dataset(spec, 1), InputError);
   spec.path = (dir / "missing.txt").string();
+  CHECK_THROWS_AS(dataset_shape(spec), InputError);
+  spec.path = dir.string();  // a folder
+  CHECK_THROWS_AS(dataset_shape(spec), InputError);
+  std::ofstream(dir / "empty.txt").close();
+  spec.path = (dir / "empty.txt").string();
   CHECK_THROWS_AS(dataset_shape(spec), InputError);
   fs::remove_all(dir);
   // The default file is Debian's GPL-3, which every system has (base-files).

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <random>
@@ -47,6 +48,31 @@ size_t decode_utf8(const unsigned char* p, const unsigned char* end, char32_t* o
   return n;
 }
 
+// The hash that sends a sequence of digits to the test set (0 mod kTestOneIn) or not.
+uint64_t sequence_hash(const int64_t* digits, int64_t length) {
+  uint64_t h = 0x9E3779B97F4A7C15ULL;
+  for (int64_t i = 0; i < length; ++i) h = mix_seed(h, static_cast<uint64_t>(digits[i]));
+  return h;
+}
+
+// Where there are few distinct sequences, whether each side of the split has one at all (else
+// drawing for that side would never end): rv::InputError naming the keys if not.
+void check_sort_split(int64_t length, int64_t digits) {
+  if (std::pow(static_cast<double>(digits), static_cast<double>(length)) > 65536.0) return;
+  std::vector<int64_t> seq(static_cast<size_t>(length), 0);
+  bool test = false, train = false;
+  for (;;) {
+    (sequence_hash(seq.data(), length) % kTestOneIn == 0 ? test : train) = true;
+    int64_t i = 0;
+    while (i < length && ++seq[static_cast<size_t>(i)] == digits) seq[static_cast<size_t>(i++)] = 0;
+    if (i == length) break;
+  }
+  if (!test || !train)
+    throw InputError("data.length, data.digits: " + std::to_string(length) + " digits of " + std::to_string(digits) +
+                     " kinds make too few distinct sequences to split into a train and a test set (none falls to the " +
+                     (test ? "train" : "test") + " side); take more digits or kinds");
+}
+
 }  // namespace
 
 TokenSet make_sort(int64_t length, int64_t digits, int64_t train, int64_t test, uint64_t seed) {
@@ -59,18 +85,12 @@ TokenSet make_sort(int64_t length, int64_t digits, int64_t train, int64_t test, 
   s.test_y = at::empty({test, tokens}, at::kLong);
   std::mt19937_64 rng(mix_seed(seed, 0x5047));
   std::uniform_int_distribution<int64_t> digit(0, digits - 1);
-  // Whether a sequence of digits can be drawn for the test set at all (with very few distinct
-  // sequences, e.g. 2 digits of length 1, a hash split could leave one side empty forever).
-  const bool split = std::pow(static_cast<double>(digits), static_cast<double>(length)) >= 2.0 * kTestOneIn;
+  check_sort_split(length, digits);
   int64_t n_train = 0, n_test = 0;
   std::vector<int64_t> seq(static_cast<size_t>(2 * length));
   while (n_train < train || n_test < test) {
-    uint64_t h = 0x9E3779B97F4A7C15ULL;
-    for (int64_t i = 0; i < length; ++i) {
-      seq[static_cast<size_t>(i)] = digit(rng);
-      h = mix_seed(h, static_cast<uint64_t>(seq[static_cast<size_t>(i)]));
-    }
-    const bool to_test = split ? h % kTestOneIn == 0 : n_train >= train;
+    for (int64_t i = 0; i < length; ++i) seq[static_cast<size_t>(i)] = digit(rng);
+    const bool to_test = sequence_hash(seq.data(), length) % kTestOneIn == 0;
     int64_t& n = to_test ? n_test : n_train;
     if (n >= (to_test ? test : train)) continue;
     std::copy(seq.begin(), seq.begin() + length, seq.begin() + length);
@@ -87,10 +107,19 @@ TokenSet make_sort(int64_t length, int64_t digits, int64_t train, int64_t test, 
 }
 
 TextCorpus read_text(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw InputError("data.path: '" + path + "' is not a readable text file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError("data.path: cannot read the text file '" + path + "'");
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string bytes;
+  try {
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  } catch (const std::exception& e) {
+    throw InputError("data.path: reading '" + path + "' failed: " + e.what());
+  }
   if (in.bad()) throw InputError("data.path: reading '" + path + "' failed");
+  if (bytes.empty()) throw InputError("data.path: '" + path + "' is empty");
   std::vector<char32_t> chars;
   chars.reserve(bytes.size());
   const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());

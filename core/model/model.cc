@@ -142,9 +142,10 @@ void check_size(const ModelDesc& m, const ModelSpec& spec) {
                                                  : "model.hidden";
   int64_t params = 0;
   for (const LayerProfile& p : m.profile) {
-    if (p.out_elems > kMaxSampleElems || p.params > kMaxModelParams)
-      throw KeyError(key, "a layer of " + std::to_string(p.params) + " parameters and " +
-                              std::to_string(p.out_elems) + " outputs per sample: more than 2^40");
+    if (p.out_elems > kMaxSampleElems || p.saved_elems > kMaxSampleElems || p.params > kMaxModelParams)
+      throw KeyError(key, "a layer of " + std::to_string(p.params) + " parameters, " + std::to_string(p.out_elems) +
+                              " outputs and " + std::to_string(p.saved_elems) +
+                              " saved floats per sample: more than 2^40");
     params += p.params;  // at most (layers) x 2^40: no overflow below 2^23 layers
     if (params > kMaxModelParams)
       throw KeyError(key, "the model has more than 2^40 parameters");
@@ -211,6 +212,7 @@ ModelDesc build_model(const ModelSpec& spec, const std::vector<int64_t>& input_s
       shape = add_layer(m, make_transformer_block(spec.d_model, spec.heads, d_ff, spec.dropout, spec.layers), shape);
     shape = add_layer(m, make_lm_head(spec.d_model, vocab), shape);
     m.outputs = tokens * vocab;  // logits per sample
+    m.input_vocab = vocab;
     add_prefix_sums(m);
     check_size(m, spec);
     return m;
@@ -243,6 +245,14 @@ ModelDesc build_model(const ModelSpec& spec, const std::vector<int64_t>& input_s
 ModelDesc build_model(const Scenario& s) {
   return s.at_key([&] {
     const DatasetShape shape = dataset_shape(s.data);
+    // Token sequences and the transformer go together: one without the other would meet ids as
+    // features, or features as ids.
+    const bool tokens = shape.task == TaskKind::kNextToken;
+    if (tokens != (s.model.kind == "transformer"))
+      throw KeyError("model.kind", tokens ? "data.kind \"" + s.data.kind + "\" gives token sequences: it needs model.kind "
+                                            "= \"transformer\""
+                                          : "\"transformer\" needs token sequences (data.kind = \"sort\" or \"text\"), "
+                                            "not data.kind \"" + s.data.kind + "\"");
     return build_model(s.model, shape.sample_shape, shape.outputs);
   });
 }

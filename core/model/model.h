@@ -32,6 +32,7 @@ struct ModelDesc {
   std::vector<int64_t> input_shape;  // one sample, e.g. {1, 28, 28}
   int64_t input_elems = 0;
   int64_t outputs = 0;  // floats per sample of the last layer (the task's outputs; [tokens, vocab] logits)
+  int64_t input_vocab = 0;  // > 0: the inputs are token ids below this (int64), not floats
   std::vector<LayerPtr> layers;
   // Whether runs log every stage's parameters after each update (kParams events, params.csv): the
   // block model of a problem with known constants, whose exact gradient norm is computed from them

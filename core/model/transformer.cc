@@ -8,7 +8,8 @@
 //              computed: the causal mask hides half of them but does not skip them), then the
 //              norms and elementwise kernels (softmax, mask and scale, GELU, residual adds, head
 //              reshapes, dropout); saved for the backward 8 T D + 2 T F + H T^2 floats (the
-//              attention probabilities), plus H T^2 + 2 T D of dropout masks
+//              attention probabilities), and with dropout 2 H T^2 + 2 T D more (the masks, and
+//              the dropped probabilities AV keeps besides the softmax's output)
 //   head       params 2 D + D V (the final LayerNorm and an unbiased linear map); flops 2 T D V
 // A dropout is three kernels (mask, product, scaling), as the Dropout layer counts it.
 #include <ATen/ATen.h>
@@ -25,6 +26,7 @@ namespace {
 constexpr double kInitStd = 0.02;  // GPT-2's
 constexpr double kNormEps = 1e-5;
 constexpr double kNormFlopsPerElem = 5;  // mean, variance, normalise, scale, shift
+constexpr double kMaxSavedElems = 1099511627776.0;  // 2^40, as core/model/model.cc bounds a layer
 
 at::Tensor normal(at::Generator& gen, std::vector<int64_t> shape, double std) {
   return at::empty(shape, at::kFloat).normal_(0.0, std, gen).requires_grad_(true);
@@ -115,8 +117,10 @@ class TransformerBlock : public Layer {
     add_dropouts(p, dropout_, scores, 1);
     add_dropouts(p, dropout_, t * d, 2);
     p.forward_flops = sum_flops(p);
-    const int64_t td = in[0] * d_, saved_scores = h_ * in[0] * in[0];
-    p.saved_elems = 8 * td + 2 * in[0] * f_ + saved_scores + (dropout_ > 0 ? saved_scores + 2 * td : 0);
+    // In floating point: H T^2 can pass 2^63 for sizes the keys allow; such a layer is refused.
+    const double saved = 8 * t * d + 2 * t * f + scores + (dropout_ > 0 ? 2 * scores + 2 * t * d : 0.0);
+    expect_input(saved <= kMaxSavedElems, "transformer block", in, "at most 2^40 saved floats per sample");
+    p.saved_elems = static_cast<int64_t>(saved);
     return finish_profile(p);
   }
   std::vector<at::Tensor> init_params(at::Generator& gen) const override {
