@@ -118,7 +118,7 @@ class Peer {
       down.push_back(d.down_bytes_per_s());
       client.push_back(d.client_only);
     }
-    target_ = tr_.target_batch > 0 ? tr_.target_batch : w_.batch() * static_cast<int64_t>(peers_.size());
+    target_ = target_samples(tr_, w_.batch(), static_cast<int>(peers_.size()));
     bounds_ = part_bounds(dedloc_shares(up, down, client).share, spec.model->state_offset(spec.model->layer_count()));
     reports_.resize(peers_.size());
     rates_.assign(peers_.size(), 0.0);

@@ -114,10 +114,14 @@ int64_t micro_batches_per_update(const Algorithm& a, const TrainingSpec& trainin
   return accumulates ? training.micro_batches : 1;
 }
 
+int64_t target_samples(const TrainingSpec& training, int64_t batch, int clusters) {
+  return training.target_batch > 0 ? training.target_batch : batch * clusters;
+}
+
 int64_t micro_batches_per_exchange(const Algorithm& a, const TrainingSpec& training, int64_t batch, int clusters) {
-  if (a.traits.target_batch && training.target_batch > 0 && batch > 0 && clusters > 0) {
+  if (a.traits.target_batch && batch > 0 && clusters > 0) {
     const int64_t each = batch * clusters;
-    return std::max<int64_t>(1, (training.target_batch + each - 1) / each);
+    return std::max<int64_t>(1, (target_samples(training, batch, clusters) + each - 1) / each);
   }
   const int64_t per_update = micro_batches_per_update(a, training);
   const int64_t updates = a.traits.exchange == Exchange::kGradients ? 1 : training.average_every;

@@ -120,6 +120,10 @@ int64_t micro_batches_per_update(const Algorithm& a, const TrainingSpec& trainin
 // from each cluster), rounded up.
 int64_t micro_batches_per_exchange(const Algorithm& a, const TrainingSpec& training, int64_t batch, int clusters);
 
+// A target-batch algorithm's samples per exchange: training.target_batch, or by default one
+// micro-batch of `batch` samples from each of `clusters`.
+int64_t target_samples(const TrainingSpec& training, int64_t batch, int clusters);
+
 // How clusters average (training.allreduce), for every algorithm that exchanges across clusters.
 enum class AllreduceTopology {
   kMultiRing,   // one ring per chunk of the model, all at once (Ravnest's parallel rings)

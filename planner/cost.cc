@@ -393,13 +393,17 @@ TargetRound target_round(const std::vector<double>& periods, int64_t batch, doub
   return r;
 }
 
+TargetRound CostModel::round_of(const std::vector<double>& periods) const {
+  const auto clusters = static_cast<int>(periods.size());
+  return target_round(periods, batch_, static_cast<double>(target_samples(training_, batch_, clusters)));
+}
+
 double CostModel::throughput(const std::vector<double>& periods, double averaging) const {
   if (periods.empty()) return 0.0;
   const double slowest = *std::max_element(periods.begin(), periods.end());
   const double c = static_cast<double>(periods.size());
   if (periods.size() > 1 && algorithm_->traits.target_batch) {
-    const double target = training_.target_batch > 0 ? static_cast<double>(training_.target_batch) : c * batch_;
-    const TargetRound r = target_round(periods, batch_, target);
+    const TargetRound r = round_of(periods);
     return r.seconds + averaging > 0 ? r.samples / (r.seconds + averaging) : 0.0;
   }
   const double per_exchange = static_cast<double>(micro_batches_per_exchange(static_cast<int>(c)));
@@ -524,9 +528,7 @@ std::string CostModel::explain(const Plan& plan) const {
     if (algorithm_->traits.target_batch) {
       std::vector<double> periods;
       for (const auto& c : plan.clusters) periods.push_back(c.period);
-      const double target =
-          training_.target_batch > 0 ? static_cast<double>(training_.target_batch) : static_cast<double>(clusters * batch_);
-      const double round = target_round(periods, batch_, target).seconds + plan.averaging_time;
+      const double round = round_of(periods).seconds + plan.averaging_time;
       share = round > 0 ? plan.averaging_time / round : 0.0;
     } else {
       const double per_update = cl.period + plan.averaging_time / static_cast<double>(micro_batches_per_exchange(clusters));

@@ -114,6 +114,9 @@ class CostModel {
   // Samples per second of the whole plan: C clusters in step, averaging every average_every
   // updates (the slowest cluster gates each bulk-synchronous averaging).
   double throughput(const std::vector<double>& cluster_periods, double averaging) const;
+  // A target-batch algorithm's round over clusters of these periods (target_round, at the
+  // scenario's target).
+  TargetRound round_of(const std::vector<double>& cluster_periods) const;
   // One line on an annotated plan: its slowest cluster's bottleneck (a stage's compute, a node's
   // uplink or downlink, a link's flow, or the round trip when too few micro-batches are in
   // flight), what bounds it, the averaging's share and the nodes used.

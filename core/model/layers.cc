@@ -18,6 +18,10 @@ int64_t shape_product(const std::vector<int64_t>& v) {
 LayerProfile finish_profile(LayerProfile p) {
   p.out_elems = shape_product(p.out_shape);
   if (p.saved_elems == 0) p.saved_elems = p.out_elems;
+  if (!p.ops.empty()) {
+    p.forward_flops = 0;
+    for (const LayerOp& op : p.ops) p.forward_flops += op.flops;
+  }
   p.name += " -> " + shape_text(p.out_shape);
   return p;
 }

@@ -109,8 +109,9 @@ LayerPtr make_token_embedding(int64_t vocab, int64_t positions, int64_t d_model,
 LayerPtr make_transformer_block(int64_t d_model, int64_t heads, int64_t d_ff, double dropout, int64_t layers);
 LayerPtr make_lm_head(int64_t d_model, int64_t vocab);
 
-// For layer kinds: the product of a shape's dimensions; a profile with out_elems (and a default
-// saved_elems) filled in and the output shape appended to its name; rv::InputError naming the
+// For layer kinds: the product of a shape's dimensions; a profile with out_elems (a default
+// saved_elems, and the forward flops of its kernel groups, if it lists any) filled in and the
+// output shape appended to its name; rv::InputError naming the
 // layer and what it needs unless `ok`.
 int64_t shape_product(const std::vector<int64_t>& v);
 LayerProfile finish_profile(LayerProfile p);

@@ -46,12 +46,6 @@ void add_dropouts(LayerProfile& p, double dropout, double elems, int count) {
   p.ops.push_back({OpKind::kElementwise, 3 * count, 3.0 * count * elems, 2.0 * elems, 0.0, 1});
 }
 
-double sum_flops(const LayerProfile& p) {
-  double f = 0;
-  for (const LayerOp& op : p.ops) f += op.flops;
-  return f;
-}
-
 class TokenEmbedding : public Layer {
  public:
   TokenEmbedding(int64_t vocab, int64_t positions, int64_t d_model, double dropout)
@@ -70,7 +64,6 @@ class TokenEmbedding : public Layer {
     p.ops.push_back({OpKind::kElementwise, 1, t * d, t + t * d, static_cast<double>(vocab_) * d, 1});
     p.ops.push_back({OpKind::kElementwise, 1, t * d, 3.0 * t * d, 0.0, 1});
     add_dropouts(p, dropout_, t * d, 1);
-    p.forward_flops = sum_flops(p);
     return finish_profile(p);
   }
   std::vector<at::Tensor> init_params(at::Generator& gen) const override {
@@ -116,7 +109,6 @@ class TransformerBlock : public Layer {
     p.ops.push_back({OpKind::kElementwise, 6, 6 * t * d, 2.5 * t * d, 0.0, 1});
     add_dropouts(p, dropout_, scores, 1);
     add_dropouts(p, dropout_, t * d, 2);
-    p.forward_flops = sum_flops(p);
     // In floating point: H T^2 can pass 2^63 for sizes the keys allow; such a layer is refused.
     const double saved = 8 * t * d + 2 * t * f + scores + (dropout_ > 0 ? 2 * scores + 2 * t * d : 0.0);
     expect_input(saved <= kMaxSavedElems, "transformer block", in, "at most 2^40 saved floats per sample");
@@ -170,7 +162,6 @@ class LmHead : public Layer {
     p.param_tensors = 3;
     p.ops.push_back({OpKind::kNorm, 1, kNormFlopsPerElem * t * d, 2 * t * d, 2 * d, 1});
     p.ops.push_back({OpKind::kMatmul, 1, 2.0 * t * d * v, t * d + t * v, d * v, 2});
-    p.forward_flops = sum_flops(p);
     p.saved_elems = in[0] * d_ + in[0] * vocab_;
     return finish_profile(p);
   }
