@@ -1093,7 +1093,9 @@ void GlooTransport::send(int dst, Message msg) {
   {
     std::lock_guard<std::mutex> lock(s.mu);
     if (s.send_failure) std::rethrow_exception(s.send_failure);
-    if (s.tolerant() && s.unreachable(dst)) return;  // lost (or its replacement not yet in): dropped
+    // Lost: dropped. A replacement being admitted (kJoining) is not: post_send() waits on post_mu
+    // until admit() has posted its hello and opened it (or found it lost, and then drops it).
+    if (s.tolerant() && s.peers[dst] == Impl::PeerState::kFailed) return;
   }
   RV_CHECK(elems <= s.opt.max_payload_elems,
            s.who() + ": a message of " + std::to_string(elems) + " elements, more than the " +
