@@ -49,15 +49,15 @@ Event Averager::event_now(NodeEnv& env, const NodeRole& role, EventKind kind) {
 }
 
 std::unique_ptr<Averager> make_averager(NodeEnv& env, const Plan& plan, const ModelDesc& model, int node,
-                                        const Allreduce& kind) {
+                                        const Allreduce& kind, int64_t piece_bytes) {
   if (kind.executor_collectives) return std::make_unique<CollectiveAverager>(env, plan, model, node);
   switch (kind.topology) {
     case AllreduceTopology::kSingleRing:
-      return std::make_unique<RingAverager>(env, plan, model, node, RingTopology::kSingle);
+      return std::make_unique<RingAverager>(env, plan, model, node, RingTopology::kSingle, piece_bytes);
     case AllreduceTopology::kMultiRing:
       break;
   }
-  return std::make_unique<RingAverager>(env, plan, model, node, RingTopology::kMulti);
+  return std::make_unique<RingAverager>(env, plan, model, node, RingTopology::kMulti, piece_bytes);
 }
 
 }  // namespace rv

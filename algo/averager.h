@@ -81,7 +81,8 @@ class Averager {
 // The averager for the all-reduce `kind` (training.allreduce, algo/registry.h). Throws
 // rv::InputError for one on the executor's collectives where the environment has none (the
 // simulator, loopback).
+// `piece_bytes`: the rings' largest segment in one message (ring_piece_bytes; 0: whole).
 std::unique_ptr<Averager> make_averager(NodeEnv& env, const Plan& plan, const ModelDesc& model, int node,
-                                        const Allreduce& kind);
+                                        const Allreduce& kind, int64_t piece_bytes = 0);
 
 }  // namespace rv

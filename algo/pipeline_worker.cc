@@ -16,7 +16,8 @@ PipelineWorker::PipelineWorker(NodeEnv& env, const RunSpec& spec, int node,
                                const TrainingSpec& training, int64_t in_flight, const NodeRole* role)
     : env_(env), spec_(spec), role_(role != nullptr ? *role : spec.plan->role_of(node)), training_(training),
       batch_(spec.scenario->data.batch_size), in_flight_cap_(in_flight),
-      averager_(make_averager(env, *spec.plan, *spec.model, node, allreduce_of(*spec.scenario))),
+      averager_(make_averager(env, *spec.plan, *spec.model, node, allreduce_of(*spec.scenario),
+                              ring_piece_bytes(spec.scenario->training))),
       average_optimizer_(training.average_optimizer_state),
       average_rows_(1 + (training.average_optimizer_state ? Optimizer::slots(training) : 0)) {
   RV_CHECK(role_.stage >= 0, "node " + std::to_string(node) + " has no stage in the plan");

@@ -1,6 +1,7 @@
 #include "algo/registry.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "algo/algorithm.h"
 #include "core/error.h"
@@ -144,6 +145,16 @@ std::vector<std::string> allreduce_names() { return names_of(allreduces()); }
 
 const Allreduce& allreduce_of(const Scenario& s) {
   return find_named(allreduces(), s.training.allreduce, s, "training.allreduce");
+}
+
+int64_t ring_piece_bytes(const TrainingSpec& training) {
+  return static_cast<int64_t>(std::llround(training.ring_piece_mb * 1e6));
+}
+
+int64_t ring_pieces(int64_t seg_elems, int64_t rows, int64_t piece_bytes) {
+  if (piece_bytes <= 0 || seg_elems <= 0) return 1;
+  const int64_t seg_bytes = kFloatBytes * rows * seg_elems;
+  return std::max<int64_t>(1, std::min({(seg_bytes + piece_bytes - 1) / piece_bytes, seg_elems, kMaxRingPieces}));
 }
 
 std::map<std::string, std::vector<std::string>> registry_choices() {

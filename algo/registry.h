@@ -144,6 +144,14 @@ std::vector<std::string> allreduce_names();
 // The all-reduce that `s` names; throws rv::ScenarioError (file, line, training.allreduce).
 const Allreduce& allreduce_of(const Scenario& s);
 
+// A ring all-reduce's pieces (training.ring_piece_mb): the largest segment in one message, in
+// bytes (0: segments whole), and how many pieces a segment of `seg_elems` elements of `rows` rows
+// goes in: as many as keep each under `piece_bytes`, at most one per element and kMaxRingPieces;
+// 1 without pieces. Every member of a ring cuts its chunk the same way.
+constexpr int64_t kMaxRingPieces = int64_t{1} << 16;
+int64_t ring_piece_bytes(const TrainingSpec& training);
+int64_t ring_pieces(int64_t seg_elems, int64_t rows, int64_t piece_bytes);
+
 // The choices of the scenario keys that name registry entries (training.algorithm,
 // training.allreduce), for the key listing (core/scenario/keys.h: ExtraChoices).
 std::map<std::string, std::vector<std::string>> registry_choices();

@@ -16,8 +16,15 @@ int64_t RingAverager::MyRing::seg_lo(int i) const {
 }
 
 RingAverager::RingAverager(NodeEnv& env, const Plan& plan, const ModelDesc& model, int node,
-                           RingTopology topology)
-    : plan_(plan), model_(model), env_(env), node_(node), role_(plan.role_of(node)), topology_(topology) {
+                           RingTopology topology, int64_t piece_bytes)
+    : plan_(plan),
+      model_(model),
+      env_(env),
+      node_(node),
+      role_(plan.role_of(node)),
+      topology_(topology),
+      piece_bytes_(piece_bytes) {
+  RV_CHECK(piece_bytes >= 0, "averaging: a negative piece size");
   const NodeRole& role = role_;
   clusters_ = static_cast<int>(plan.clusters.size());
   keep_original_ = env.membership != nullptr;
@@ -107,20 +114,22 @@ void RingAverager::form_rings(const std::vector<int>& view, const std::function<
 
 void RingAverager::drop(int node) {
   if (topology_ != RingTopology::kMulti) Averager::drop(node);
-  if (phase_ != Phase::kReduce && phase_ != Phase::kGather) return;
+  if (phase_ != Phase::kRing) return;
+  auto with = [&](const MyRing& r) { return std::find(r.nodes.begin(), r.nodes.end(), node) != r.nodes.end(); };
   bool gave_up = false;
-  for (auto it = rings_.begin(); it != rings_.end();) {
-    if (std::find(it->nodes.begin(), it->nodes.end(), node) == it->nodes.end()) {
+  for (auto it = lanes_.begin(); it != lanes_.end();) {
+    if (!with(*it)) {
       ++it;
       continue;
     }
-    // Its chunk goes back to this node's own values (it may hold a partial sum by now).
+    // Its part of the chunk goes back to this node's own values (it may hold a partial sum by now).
     if (state_.defined() && original_.defined())
       state_.narrow(1, it->lo, it->hi - it->lo).copy_(original_.narrow(1, it->lo, it->hi - it->lo));
-    it = rings_.erase(it);
+    it = lanes_.erase(it);
     gave_up = true;
   }
-  if (gave_up && rings_.empty()) finish();
+  rings_.erase(std::remove_if(rings_.begin(), rings_.end(), with), rings_.end());
+  if (gave_up && std::all_of(lanes_.begin(), lanes_.end(), [](const Lane& l) { return l.done; })) finish();
 }
 
 bool RingAverager::hold(Message& m) {
@@ -142,8 +151,6 @@ void RingAverager::start(at::Tensor state, int64_t rows, int64_t round) {
   RV_CHECK(rows >= 1, "averaging: rows must be at least 1");
   rows_ = rows;
   round_ = round;
-  t_ = 0;
-  sent_ = false;
   state_ = at::Tensor();
   was_1d_ = false;
   if (env_.compute.numeric() && state.defined()) {
@@ -162,8 +169,9 @@ void RingAverager::start(at::Tensor state, int64_t rows, int64_t round) {
     phase_ = Phase::kDone;
     return;
   }
+  make_lanes();
   if (topology_ == RingTopology::kMulti) {
-    phase_ = Phase::kReduce;
+    phase_ = Phase::kRing;
     return;
   }
   phase_ = Phase::kCollect;
@@ -203,15 +211,28 @@ void RingAverager::send(int dst, MsgKind kind, int64_t step, int64_t aux, int64_
   env_.transport.send(dst, std::move(m));
 }
 
-void RingAverager::send_round() {
-  const bool reduce = phase_ == Phase::kReduce;
-  for (const auto& r : rings_) {
-    const int c = r.members;
-    // Reduce-scatter round t sends segment (i - t); all-gather round t sends segment (i + 1 - t).
-    const int seg = reduce ? mod(r.member - t_, c) : mod(r.member + 1 - t_, c);
-    send(r.next, reduce ? MsgKind::kReduce : MsgKind::kGather, t_, r.id, r.seg_lo(seg), r.seg_lo(seg + 1));
+void RingAverager::make_lanes() {
+  lanes_.clear();
+  for (const MyRing& r : rings_) {
+    const int64_t pieces = ring_pieces((r.hi - r.lo) / r.members, rows_, piece_bytes_);
+    RV_CHECK(r.id < (int64_t{1} << 46), "averaging: a ring id too large to name its pieces");
+    for (int64_t j = 0; j < pieces; ++j) {
+      Lane l;
+      static_cast<MyRing&>(l) = r;
+      l.lo = r.lo + (r.hi - r.lo) * j / pieces;
+      l.hi = r.lo + (r.hi - r.lo) * (j + 1) / pieces;
+      l.aux = static_cast<int64_t>(r.id) * kMaxRingPieces + j;
+      lanes_.push_back(l);
+    }
   }
-  sent_ = true;
+}
+
+void RingAverager::send_lane(Lane& l) {
+  const int c = l.members;
+  // Reduce-scatter round t sends segment (i - t); all-gather round t sends segment (i + 1 - t).
+  const int seg = l.gather ? mod(l.member + 1 - l.t, c) : mod(l.member - l.t, c);
+  send(l.next, l.gather ? MsgKind::kGather : MsgKind::kReduce, l.t, l.aux, l.seg_lo(seg), l.seg_lo(seg + 1));
+  l.sent = true;
 }
 
 Message RingAverager::take(MsgKind kind, int64_t aux, int64_t step) {
@@ -250,23 +271,18 @@ bool RingAverager::collect() {
     check(m, mb.hi - mb.lo);
     if (state_.defined()) state_.narrow(1, mb.lo, mb.hi - mb.lo).copy_(m.payload[0]);
   }
-  phase_ = Phase::kReduce;
+  phase_ = Phase::kRing;
   return true;
 }
 
-void RingAverager::divide_reduced() {
-  // After the reduce-scatter, segment (i + 1) of each ring holds the sum over the clusters here:
+void RingAverager::divide_reduced(const Lane& l) {
+  // After the reduce-scatter, segment (i + 1) of the lane holds the sum over the clusters here:
   // the mean is made once, by its owner, and the all-gather hands it on.
-  std::vector<std::pair<int64_t, int64_t>> reduced;  // per ring: [lo, hi) of segment (i + 1)
-  Work divide;                                       // one elementwise kernel per ring
-  for (const auto& r : rings_) {
-    const int seg = mod(r.member + 1, r.members);
-    reduced.emplace_back(r.seg_lo(seg), r.seg_lo(seg + 1));
-    divide.add_elementwise(static_cast<double>((reduced.back().second - reduced.back().first) * rows_));
-  }
-  env_.compute.run(divide, [&] {
-    for (const auto& [lo, hi] : reduced) state_.narrow(1, lo, hi - lo).div_(static_cast<double>(clusters_));
-  });
+  const int seg = mod(l.member + 1, l.members);
+  const int64_t lo = l.seg_lo(seg), hi = l.seg_lo(seg + 1);
+  Work divide;
+  divide.add_elementwise(static_cast<double>((hi - lo) * rows_));
+  env_.compute.run(divide, [&] { state_.narrow(1, lo, hi - lo).div_(static_cast<double>(l.members)); });
 }
 
 void RingAverager::finish() {
@@ -287,40 +303,44 @@ bool RingAverager::progress() {
       if (!collect()) return false;
       continue;
     }
-    if (!sent_) send_round();
-    const bool reduce = phase_ == Phase::kReduce;
-    const MsgKind kind = reduce ? MsgKind::kReduce : MsgKind::kGather;
-    for (const auto& r : rings_)
-      if (!early_.count(std::make_tuple(static_cast<int>(kind), static_cast<int64_t>(r.id),
-                                        static_cast<int64_t>(t_), round_)))
-        return false;
-    // Every ring's segment of this round is here: reduce-scatter adds segment (i - t - 1), the
-    // all-gather copies segment (i - t).
-    for (const auto& r : rings_) {
-      Message m = take(kind, r.id, t_);
-      const int seg = reduce ? mod(r.member - t_ - 1, r.members) : mod(r.member - t_, r.members);
-      const int64_t a = r.seg_lo(seg), b = r.seg_lo(seg + 1);
+    // Each lane at its own pace: its round's segment out, then, once the previous member's is
+    // here, the reduce-scatter adds segment (i - t - 1), the all-gather copies segment (i - t).
+    bool moved = false, all_done = true;
+    for (Lane& l : lanes_) {
+      if (l.done) continue;
+      all_done = false;
+      if (!l.sent) send_lane(l);
+      const MsgKind kind = l.gather ? MsgKind::kGather : MsgKind::kReduce;
+      if (!early_.count(std::make_tuple(static_cast<int>(kind), l.aux, static_cast<int64_t>(l.t), round_))) continue;
+      Message m = take(kind, l.aux, l.t);
+      const int seg = l.gather ? mod(l.member - l.t, l.members) : mod(l.member - l.t - 1, l.members);
+      const int64_t a = l.seg_lo(seg), b = l.seg_lo(seg + 1);
       Work add;  // the reduce-scatter's addition; the all-gather's copy is not charged
-      if (reduce) add.add_elementwise(static_cast<double>((b - a) * rows_), 2);
+      if (!l.gather) add.add_elementwise(static_cast<double>((b - a) * rows_), 2);
       env_.compute.run(add, [&] {
         RV_CHECK(m.payload.size() == 1 && m.payload[0].dim() == 2 && m.payload[0].size(0) == rows_ &&
                      m.payload[0].size(1) == b - a,
                  "averaging: a segment of the wrong size from node " + std::to_string(m.src));
         at::Tensor dst = state_.narrow(1, a, b - a);
-        if (reduce) dst.add_(m.payload[0]);
-        else dst.copy_(m.payload[0]);
+        if (l.gather) dst.copy_(m.payload[0]);
+        else dst.add_(m.payload[0]);
       });
+      moved = true;
+      l.sent = false;
+      if (++l.t < l.members - 1) continue;
+      l.t = 0;
+      if (l.gather) {
+        l.done = true;
+      } else {
+        divide_reduced(l);
+        l.gather = true;
+      }
     }
-    sent_ = false;
-    if (++t_ < clusters_ - 1) continue;
-    t_ = 0;
-    if (reduce) {
-      divide_reduced();
-      phase_ = Phase::kGather;
-      continue;
+    if (all_done) {
+      finish();
+      return true;
     }
-    finish();
-    return true;
+    if (!moved) return false;
   }
 }
 

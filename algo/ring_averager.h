@@ -13,6 +13,13 @@
 // After either, every cluster holds the exact mean (up to float rounding): the owner of each
 // reduced segment divides it by C before the all-gather hands it on.
 //
+// Pieces (training.ring_piece_mb): a ring whose segments are larger than the piece size is cut
+// into P lanes, each a ring of its own over 1/P of the chunk, that go their own pace: a piece's
+// addition (or copy) overlaps the next pieces' transfers, as Gloo's and NCCL's rings pipeline
+// their chunks. Without (0, Ravnest's reference): one lane per ring, each segment whole. Each
+// lane (and so each ring) moves on as soon as its own message is here, not in step with this
+// node's other rings.
+//
 // Memory: a state handed over (std::move) is averaged in its own memory, else in a copy. Slices go
 // to the peers as they are (Message::payload_frozen), with no copy: a ring writes a slice again
 // only after a message that follows from the peer having taken it (reduce-scatter round t sends
@@ -33,7 +40,9 @@ enum class RingTopology { kMulti, kSingle };
 
 class RingAverager : public Averager {
  public:
-  RingAverager(NodeEnv& env, const Plan& plan, const ModelDesc& model, int node, RingTopology topology);
+  // `piece_bytes`: the largest segment a lane sends in one message (rows included); 0: no pieces.
+  RingAverager(NodeEnv& env, const Plan& plan, const ModelDesc& model, int node, RingTopology topology,
+               int64_t piece_bytes = 0);
 
   bool participates() const override { return takes_part_; }
   void start(at::Tensor state, int64_t rows, int64_t round) override;
@@ -55,18 +64,28 @@ class RingAverager : public Averager {
     std::vector<int> nodes;  // every member (churn: a ring with one that left is given up)
     int64_t seg_lo(int i) const;  // segment i of C: [seg_lo(i), seg_lo(i + 1))
   };
+  // A ring of the averaging in progress, or one of its pieces: [lo, hi) is the lane's part of the
+  // chunk. `aux` names it in messages (the ring's id and the piece's index).
+  struct Lane : MyRing {
+    int64_t aux = 0;
+    int t = 0;            // round within its phase
+    bool gather = false;  // in the all-gather (else the reduce-scatter)
+    bool done = false;
+    bool sent = false;    // this round's segment is sent
+  };
   struct Member {  // single ring, on a leader: another stage of its cluster
     int node = -1;
     int64_t lo = 0, hi = 0;  // its slice of the whole model's state
   };
-  enum class Phase { kIdle, kCollect, kReduce, kGather, kDone };
+  enum class Phase { kIdle, kCollect, kRing, kDone };
   // Multi-ring: this node's rings among the clusters of `view`, the holder of ring r in cluster c
   // being holder(r, c).
   void form_rings(const std::vector<int>& view, const std::function<int(int, int)>& holder);
   void send(int dst, MsgKind kind, int64_t step, int64_t aux, int64_t lo, int64_t hi);
-  void send_round();
+  void make_lanes();  // lanes_ from rings_, cut into pieces
+  void send_lane(Lane& l);
   bool collect();   // single ring: the leader has every stage's state, or a member its mean
-  void divide_reduced();  // after the reduce-scatter: this node's reduced segments, divided by C
+  void divide_reduced(const Lane& l);  // after its reduce-scatter: the lane's reduced segment, divided by C
   void finish();          // hands out the slices (single-ring leader), records the span
   void note(EventKind kind, int peer, Bytes bytes);  // a send or receive event
   Message take(MsgKind kind, int64_t aux, int64_t step);
@@ -82,7 +101,9 @@ class RingAverager : public Averager {
   RingTopology topology_;
   bool takes_part_ = false;
   int clusters_ = 0;
+  int64_t piece_bytes_ = 0;
   std::vector<MyRing> rings_;
+  std::vector<Lane> lanes_;  // of the averaging in progress
   // Single ring: this cluster's leader (its first stage) and, on the leader, the other stages.
   int leader_ = -1;
   std::vector<Member> members_;
@@ -91,8 +112,6 @@ class RingAverager : public Averager {
   std::map<std::tuple<int, int64_t, int64_t, int64_t>, Message> early_;  // (kind, aux, step, round)
   // The averaging in progress.
   Phase phase_ = Phase::kIdle;
-  int t_ = 0;            // round within the phase
-  bool sent_ = false;    // this round's segments are sent
   int64_t round_ = 0;
   int64_t rows_ = 1;
   at::Tensor state_;     // [rows, length]: the stage's (multi), the whole model's (single leader)

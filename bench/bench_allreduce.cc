@@ -13,7 +13,7 @@
 //   breakdown  where a ring step's time goes on 2 ranks: a segment's exchange through GlooTransport
 //         and through c10d send/recv, and the addition and copy after it.
 //
-//   bench_allreduce [--part all|sim|real|breakdown] [--reps 9] [--out FILE]
+//   bench_allreduce [--part all|sim|real|breakdown] [--reps 9] [--piece-mb 1] [--out FILE]
 // (One SimGrid engine per process: each simulated case runs in a forked child.)
 #include <sys/wait.h>
 #include <unistd.h>
@@ -232,12 +232,12 @@ double best_of(GlooTransport& t, int reps, const std::function<void(int)>& fn,
 }
 
 // C one-node clusters: our multi-ring (over GlooTransport) against c10d's allreduce on one group.
-json part_real(int reps) {
+json part_real(int reps, double piece_mb) {
   json rows = json::array();
   for (int c : {2, 3}) {
     for (double mb : {4.0, 64.0}) {
       Case k = make_case(c, mb * 1e6, std::vector<double>(c, 1000), 0);
-      auto out = on_ranks(c, 2, [&](GlooTransport& t, int r) {
+      auto out = on_ranks(c, 3, [&](GlooTransport& t, int r) {
         WallClock clock;
         WallCompute compute;
         EventLog log;
@@ -245,27 +245,34 @@ json part_real(int reps) {
         at::Tensor x = at::full({k.model.state_offset(k.model.layer_count())}, static_cast<float>(r));
         // Both work in place on a tensor made before the timing: c10d's allreduce sums into it,
         // the ring averages in the tensor handed over to it (std::move).
-        RingAverager avg(env, k.plan, k.model, r, RingTopology::kMulti);
-        at::Tensor y, mean;  // the mean is kept until the next preparation, as c10d's sum is
-        const double ring = best_of(
-            t, reps,
-            [&](int rep) {
-              mean = avg.average(std::move(y), 1, rep, [&] { return env.transport.recv(); },
-                                 [](Message) { throw Error("unexpected message"); });
-            },
-            [&](int) {
-              mean = at::Tensor();
-              y = x.clone();
-            });
+        // Segments whole (Ravnest's reference), then in pieces (training.ring_piece_mb).
+        std::vector<double> times;
+        for (const int64_t piece : {int64_t{0}, static_cast<int64_t>(piece_mb * 1e6)}) {
+          RingAverager avg(env, k.plan, k.model, r, RingTopology::kMulti, piece);
+          at::Tensor y, mean;  // the mean is kept until the next preparation, as c10d's sum is
+          times.push_back(best_of(
+              t, reps,
+              [&](int rep) {
+                mean = avg.average(std::move(y), 1, rep, [&] { return env.transport.recv(); },
+                                   [](Message) { throw Error("unexpected message"); });
+              },
+              [&](int) {
+                mean = at::Tensor();
+                y = x.clone();
+              }));
+        }
         std::vector<at::Tensor> v;
-        const double gloo = best_of(t, reps, [&](int) { t.group().allreduce(v)->wait(); }, [&](int) { v = {x.clone()}; });
-        return std::vector<double>{ring, gloo};
+        times.push_back(best_of(t, reps, [&](int) { t.group().allreduce(v)->wait(); }, [&](int) { v = {x.clone()}; }));
+        return times;
       });
       const double s = 4.0 * k.model.state_offset(k.model.layer_count());
-      rows.push_back({{"ranks", c}, {"state_mb", s / 1e6}, {"multi_ring_s", out[0]}, {"c10d_allreduce_s", out[1]},
-                      {"ratio", out[0] / out[1]}});
-      std::fprintf(stderr, "real loopback C=%d S=%.0f MB: multi-ring %.4f s, c10d allreduce %.4f s (ratio %.2f)\n",
-                   c, s / 1e6, out[0], out[1], out[0] / out[1]);
+      rows.push_back({{"ranks", c}, {"state_mb", s / 1e6}, {"multi_ring_s", out[0]}, {"piece_mb", piece_mb},
+                      {"multi_ring_pieces_s", out[1]}, {"c10d_allreduce_s", out[2]}, {"ratio", out[0] / out[2]},
+                      {"ratio_pieces", out[1] / out[2]}});
+      std::fprintf(stderr,
+                   "real loopback C=%d S=%.0f MB: multi-ring %.4f s, in %.2g MB pieces %.4f s, c10d allreduce %.4f s "
+                   "(ratios %.2f, %.2f)\n",
+                   c, s / 1e6, out[0], piece_mb, out[1], out[2], out[0] / out[2], out[1] / out[2]);
     }
   }
   return rows;
@@ -367,6 +374,9 @@ int main(int argc, char** argv) {
   CLI::App app{"cross-cluster averaging: simulation against alpha-beta, real rings against c10d"};
   app.add_option("--part", part)->check(CLI::IsMember({"all", "sim", "real", "breakdown"}));
   app.add_option("--reps", reps, "real parts: timed runs of each, the best is reported")->check(CLI::PositiveNumber);
+  double piece_mb = 1;
+  app.add_option("--piece-mb", piece_mb, "real part: the rings' piece size (training.ring_piece_mb) beside whole segments")
+      ->check(CLI::PositiveNumber);
   app.add_option("--out", out);
   CLI11_PARSE(app, argc, argv);
   json j = {{"benchmark", "allreduce"}};
@@ -375,7 +385,7 @@ int main(int argc, char** argv) {
     j["sim_pipelines"] = part_sim_pipelines();
   }
   if (part == "all" || part == "real") {
-    j["real"] = part_real(reps);
+    j["real"] = part_real(reps, piece_mb);
     j["real_pipelines"] = part_real_pipelines(reps);
   }
   if (part == "all" || part == "breakdown") j["breakdown"] = part_breakdown(reps);

@@ -269,6 +269,22 @@ std::vector<double> CostModel::shared_periods(const std::vector<const std::vecto
   return periods;
 }
 
+namespace {
+
+// A ring all-reduce's 2(C - 1) steps, each `round` seconds on its busiest link after `latency`,
+// with segments in `pieces` pieces that move on independently (training.ring_piece_mb): either the
+// busiest link never waits (a piece is back before the link has sent the others), and the steps'
+// bytes follow each other with one latency at the end, or each piece's steps wait for their
+// latency, the last piece (P - 1)/P of a round behind the first. Without pieces, 2(C - 1)(latency
+// + round).
+double ring_steps_time(int c, double latency, double round, int64_t pieces) {
+  if (pieces <= 1) return 2.0 * (c - 1) * (latency + round);
+  const double p = static_cast<double>(pieces);
+  return std::max(2.0 * (c - 1) * round + latency, 2.0 * (c - 1) * (latency + round / p) + (p - 1) * round / p);
+}
+
+}  // namespace
+
 double CostModel::averaging_time(const std::vector<ClusterPlan>& clusters,
                                  const std::vector<Ring>& rings) const {
   const int c = static_cast<int>(clusters.size());
@@ -288,8 +304,12 @@ double CostModel::averaging_time(const std::vector<ClusterPlan>& clusters,
     }
   }
   double hop_latency = 0;
-  for (const Ring& r : rings)
+  int64_t largest = 0;  // the largest ring's chunk, whose pieces set the overlap on the busiest links
+  for (const Ring& r : rings) {
     for (int i = 0; i < c; ++i) hop_latency = std::max(hop_latency, path_latency(r.owners[i], r.owners[(i + 1) % c]));
+    largest = std::max(largest, r.end - r.begin);
+  }
+  const int64_t pieces = ring_pieces(largest / c, 1, ring_piece_bytes(training_));
   double round = 0;
   for (size_t n = 0; n < pool_.size(); ++n) {
     if (up[n] > 0) round = std::max(round, up[n] / (pool_[n].up * factors_.bandwidth));
@@ -308,7 +328,7 @@ double CostModel::averaging_time(const std::vector<ClusterPlan>& clusters,
     for (size_t k = 0; k < across.size(); ++k)
       if (across[k] > 0) round = std::max(round, across[k] / region_rate(static_cast<int>(k)));
   }
-  return 2.0 * (c - 1) * (hop_latency + round);
+  return ring_steps_time(c, hop_latency, round, pieces);
 }
 
 double CostModel::single_ring_time(const std::vector<ClusterPlan>& clusters) const {
@@ -355,7 +375,8 @@ double CostModel::single_ring_time(const std::vector<ClusterPlan>& clusters) con
     }
     if (stepped[x] > 0) ring_round = std::max(ring_round, stepped[x] / region_rate(static_cast<int>(x)));
   }
-  return collect + 2.0 * (c - 1) * (ring_latency + ring_round) + hand_back;
+  const int64_t pieces = ring_pieces(model_->state_offset(model_->layer_count()) / c, 1, ring_piece_bytes(training_));
+  return collect + ring_steps_time(c, ring_latency, ring_round, pieces) + hand_back;
 }
 
 TargetRound target_round(const std::vector<double>& periods, int64_t batch, double target) {

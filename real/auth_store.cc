@@ -608,7 +608,7 @@ std::string seconds(std::chrono::milliseconds ms) {
 
 AuthStore::AuthStore(const std::string& secret, const std::string& addr, int port,
                      std::chrono::milliseconds timeout)
-    : c10d::Store(timeout), where_(addr + ":" + std::to_string(port)) {
+    : c10d::Store(timeout), secret_(secret), addr_(addr), port_(port), where_(addr + ":" + std::to_string(port)) {
   const auto deadline = Clock::now() + timeout;
   std::string why = "timed out";
   for (;;) {
@@ -808,6 +808,10 @@ void AuthStore::wait(const std::vector<std::string>& keys, const std::chrono::mi
                     " to hold " + names + " (a rank has not started or cannot reach it)");
   }
   expect(r, kReady, where_);
+}
+
+c10::intrusive_ptr<c10d::Store> AuthStore::clone() {
+  return c10::make_intrusive<AuthStore>(secret_, addr_, port_, timeout_);
 }
 
 }  // namespace rv

@@ -93,11 +93,17 @@ class AuthStore : public c10d::Store {
   int64_t getNumKeys() override;
   void wait(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
+  // A client of its own (a connection of its own, proved again) to the same server, with this
+  // one's timeout. LibTorch 2.5 and later make c10d::Store::clone() pure virtual and override it
+  // with this; earlier ones have none, so it is declared without `override` to build with both.
+  c10::intrusive_ptr<c10d::Store> clone();
 
  private:
   // One request and its reply; on any failure the connection is closed (later requests fail).
   std::string request(const std::string& frame, std::chrono::milliseconds reply_within);
   std::string exchange(const std::string& frame, std::chrono::milliseconds reply_within);
+  std::string secret_, addr_;  // for clone()
+  int port_ = 0;
   std::string where_;
   int fd_ = -1;
   std::mutex mu_;

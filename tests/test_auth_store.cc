@@ -154,6 +154,13 @@ TEST_CASE("auth store: a client with the secret gets c10d's store semantics", "[
     CHECK(contains(e.what(), "at most 1048576"));
   }
   CHECK(text(b.get("k")) == "new");
+  // A clone (c10d::Store::clone() in LibTorch 2.5+) is a client of its own to the same store.
+  auto c = a.clone();
+  a.set("from-a", bytes("1"));
+  CHECK(text(c->get("from-a")) == "1");
+  c->set("from-clone", bytes("2"));
+  CHECK(text(b.get("from-clone")) == "2");
+  CHECK(c->getTimeout() == milliseconds(5000));
   CHECK(server.refused() == 0);
 }
 

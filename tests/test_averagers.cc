@@ -49,9 +49,10 @@ std::vector<std::string> on_loopback(
 }
 
 // A CNN of 12 layers with BatchNorm (buffers are averaged too) over `clusters` (each a list of
-// layer counts per stage, nodes numbered in order).
-void check_mean(const std::vector<std::vector<int>>& clusters,
-                RingTopology topology = RingTopology::kMulti, int64_t rows = 1) {
+// layer counts per stage, nodes numbered in order), the rings' segments in pieces of at most
+// `piece_bytes` (0: whole). Returns the number of messages the nodes received.
+int64_t check_mean(const std::vector<std::vector<int>>& clusters,
+                   RingTopology topology = RingTopology::kMulti, int64_t rows = 1, int64_t piece_bytes = 0) {
   std::string toml = R"(
 name = "rings"
 [model]
@@ -86,11 +87,16 @@ method = "manual"
   at::Tensor mean = at::stack(full).mean(0);
 
   std::vector<at::Tensor> result(node);
+  std::vector<int64_t> received(static_cast<size_t>(node), 0);
   const std::vector<std::string> errors =
       on_loopback(node, [&](NodeEnv& env, LoopbackTransport& t, int n) {
         NodeRole r = p.plan.role_of(n);
         const int64_t lo = m.state_offset(r.layer_begin), hi = m.state_offset(r.layer_end);
-        RingAverager avg(env, p.plan, m, n, topology);
+        RingAverager avg(env, p.plan, m, n, topology, piece_bytes);
+        auto recv = [&] {
+          ++received[static_cast<size_t>(n)];
+          return t.recv();
+        };
         at::Tensor mine = full[r.cluster].slice(1, lo, hi).clone();
         if (rows == 1) mine = mine.squeeze(0);
         // Two averagings in a row: the second averages the first's means again (a no-op on the
@@ -100,10 +106,10 @@ method = "manual"
         auto fail = [](Message) { throw Error("unexpected message during averaging"); };
         const at::Tensor before = mine.clone();
         at::Tensor held = mine;
-        mine = avg.average(held, rows, 0, [&] { return t.recv(); }, fail);
+        mine = avg.average(held, rows, 0, recv, fail);
         if (!at::equal(held, before)) throw Error("the averager wrote into a state its caller holds");
         held = at::Tensor();
-        mine = avg.average(std::move(mine), rows, 1, [&] { return t.recv(); }, fail);
+        mine = avg.average(std::move(mine), rows, 1, recv, fail);
         result[n] = rows == 1 ? mine.unsqueeze(0) : mine;
       });
   for (int n = 0; n < node; ++n) {
@@ -114,6 +120,9 @@ method = "manual"
     REQUIRE(result[n].sizes() == mean.slice(1, lo, hi).sizes());
     CHECK(at::allclose(result[n], mean.slice(1, lo, hi), 1e-5, 1e-5));
   }
+  int64_t total_received = 0;
+  for (int64_t k : received) total_received += k;
+  return total_received;
 }
 
 }  // namespace
@@ -142,6 +151,21 @@ TEST_CASE("single ring: first stages without parameters still lead their cluster
 TEST_CASE("multi-ring and single ring average several rows (state and optimizer slots)", "[rings]") {
   check_mean({{1, 2, 3, 6}, {6, 6}, {12}}, RingTopology::kMulti, 3);
   check_mean({{1, 2, 3, 6}, {6, 6}, {12}}, RingTopology::kSingle, 2);
+}
+
+TEST_CASE("multi-ring and single ring in pieces: each lane at its own pace, the same mean", "[rings]") {
+  const std::vector<std::vector<int>> shapes{{1, 2, 3, 6}, {6, 6}, {12}, {3, 3, 3, 3}};
+  const int64_t whole = check_mean(shapes);
+  // Pieces of 128, 32 and 1 byte (at most one piece per element of a segment).
+  int64_t before = whole;
+  for (int64_t piece : {128, 32, 1}) {
+    INFO("pieces of " << piece << " bytes");
+    const int64_t n = check_mean(shapes, RingTopology::kMulti, 1, piece);
+    CHECK(n > before);  // smaller pieces, more messages
+    before = n;
+  }
+  CHECK(check_mean(shapes, RingTopology::kMulti, 3, 200) > check_mean(shapes, RingTopology::kMulti, 3));
+  CHECK(check_mean(shapes, RingTopology::kSingle, 2, 100) > check_mean(shapes, RingTopology::kSingle, 2));
 }
 
 // Handed over with std::move, a one-row state is averaged in its own memory (no copy of the

@@ -345,6 +345,11 @@ void add_training(Catalog& c) {
             "how clusters average parameters or gradients, a name from the all-reduce registry "
             "(`ravnest keys` describes each)",
             Empty::kRefused)
+      .real("ring_piece_mb", &TrainingSpec::ring_piece_mb, 0.0, 1e6, "MB",
+            "multi-ring and single-ring: a segment larger than this (all rows) goes round its ring "
+            "in pieces that move on independently, so that each piece's addition overlaps the next "
+            "pieces' transfers (as Gloo's and NCCL's rings do); 0: each segment whole, as Ravnest's "
+            "reference")
       .flag("average_optimizer_state", &TrainingSpec::average_optimizer_state,
             "averaging parameters also averages the optimizer's state (momentum, Adam's moments)")
       .integer("eval_every", &TrainingSpec::eval_every, 0, kMaxCount,

@@ -119,6 +119,7 @@ struct TrainingSpec {
   int64_t average_every = 50;
   std::string averaging = "bulk-sync";
   std::string allreduce = "multi-ring";  // a name from the all-reduce registry (validated there)
+  double ring_piece_mb = 0;            // ring all-reduces: largest segment in one message, MB (0: whole)
   bool average_optimizer_state = false;
   int64_t eval_every = 0;    // 0: only at the end
   int64_t eval_samples = 0;  // 0: the whole test set
