@@ -37,7 +37,6 @@ CostModel::CostModel(const Scenario& scenario, const ModelDesc& model)
   }
   const size_t ranges = static_cast<size_t>(layers() + 1) * static_cast<size_t>(layers() + 1);
   times_.assign(scenario.devices.size(), std::vector<Times>(ranges));
-  work_.assign(ranges, std::nullopt);
 }
 
 const CostModel::Times& CostModel::times(int node, int l, int r) const {
@@ -45,12 +44,13 @@ const CostModel::Times& CostModel::times(int node, int l, int r) const {
   const size_t range = static_cast<size_t>(l * (layers() + 1) + r);
   Times& t = times_[static_cast<size_t>(p.group)][range];
   if (t.compute < 0) {
-    std::optional<StageWork>& w = work_[range];
-    if (!w) w = stage_work(*model_, l, r, training_, batch_);
+    auto it = work_.find(range);
+    if (it == work_.end()) it = work_.emplace(range, stage_work(*model_, l, r, training_, batch_)).first;
+    const StageWork& w = it->second;
     // stage_compute_time() is (forward + backward) + update, summed in that order: the pass's
     // sum is its first term, to the last bit.
-    t.pass = time_of(w->forward, p.compute) + time_of(w->backward, p.compute);
-    t.compute = t.pass + time_of(w->update, p.compute);
+    t.pass = time_of(w.forward, p.compute) + time_of(w.backward, p.compute);
+    t.compute = t.pass + time_of(w.update, p.compute);
   }
   return t;
 }

@@ -173,8 +173,9 @@ class CostModel {
   const Times& times(int node, int l, int r) const;
   mutable std::vector<std::vector<Times>> times_;  // [group][l * (layers + 1) + r]
   // stage_work() by layer range (the same for every device), computed on first use: a pool of
-  // many distinct devices asks for one range once per device.
-  mutable std::vector<std::optional<StageWork>> work_;  // [l * (layers + 1) + r]
+  // many distinct devices asks for one range once per device. A map of the ranges asked for, not
+  // a slot per range: a StageWork is kilobytes, and a 1,000-layer model has a million ranges.
+  mutable std::unordered_map<size_t, StageWork> work_;  // by l * (layers + 1) + r
   // memory() by micro-batches in flight and layer range, computed on first use (-1: not yet);
   // the last table asked for is kept at hand (the partitioners ask one in_flight many times).
   mutable std::unordered_map<int64_t, std::vector<double>> memory_;
