@@ -6,14 +6,15 @@
 //         Pipeline clusters (C clusters of p stages): the multi-ring against the single ring
 //         (leaders collect, one ring over the whole model, hand back), both against alpha-beta;
 //   real  the same rings over c10d/Gloo point-to-point (GlooTransport) between C processes on
-//         127.0.0.1 against c10d's own ProcessGroupGloo::allreduce on the same data; and on
+//         127.0.0.1, segments whole and in pieces of --piece-mb (training.ring_piece_mb), against
+//         c10d's own ProcessGroupGloo::allreduce on the same data; and on
 //         pipeline clusters, the three averagings a run can select (training.allreduce):
 //         multi-ring, single ring and c10d allreduce over the multi-ring's chunks. Both sides
 //         work in place on a state made before the timing (the ring is handed it with std::move).
 //   breakdown  where a ring step's time goes on 2 ranks: a segment's exchange through GlooTransport
 //         and through c10d send/recv, and the addition and copy after it.
 //
-//   bench_allreduce [--part all|sim|real|breakdown] [--reps 9] [--piece-mb 1] [--out FILE]
+//   bench_allreduce [--part all|sim|real|breakdown] [--reps 9] [--piece-mb 4] [--out FILE]
 // (One SimGrid engine per process: each simulated case runs in a forked child.)
 #include <sys/wait.h>
 #include <unistd.h>
@@ -374,7 +375,7 @@ int main(int argc, char** argv) {
   CLI::App app{"cross-cluster averaging: simulation against alpha-beta, real rings against c10d"};
   app.add_option("--part", part)->check(CLI::IsMember({"all", "sim", "real", "breakdown"}));
   app.add_option("--reps", reps, "real parts: timed runs of each, the best is reported")->check(CLI::PositiveNumber);
-  double piece_mb = 1;
+  double piece_mb = 4;
   app.add_option("--piece-mb", piece_mb, "real part: the rings' piece size (training.ring_piece_mb) beside whole segments")
       ->check(CLI::PositiveNumber);
   app.add_option("--out", out);
