@@ -18,8 +18,7 @@ PipelineWorker::PipelineWorker(NodeEnv& env, const RunSpec& spec, int node,
       batch_(spec.scenario->data.batch_size), in_flight_cap_(in_flight),
       averager_(make_averager(env, *spec.plan, *spec.model, node, allreduce_of(*spec.scenario),
                               ring_piece_bytes(spec.scenario->training))),
-      average_optimizer_(training.average_optimizer_state),
-      average_rows_(1 + (training.average_optimizer_state ? Optimizer::slots(training) : 0)) {
+      average_rows_(averaged_rows(algorithm_of(*spec.scenario), training)) {
   RV_CHECK(role_.stage >= 0, "node " + std::to_string(node) + " has no stage in the plan");
   if (env.membership != nullptr)
     roster_ = std::make_unique<Roster>(*spec.plan, spec.scenario->initial_node_count());
@@ -41,9 +40,8 @@ PipelineWorker::PipelineWorker(NodeEnv& env, const RunSpec& spec, int node,
   }
   // diloco, local-sgd: the exchanges carry the parameters alone, and an outer step follows.
   outer_kind_ = algorithm_of(*spec.scenario).traits.outer;
+  average_optimizer_ = average_rows_ > 1;
   if (outer_kind_ != OuterStep::kNone) {
-    average_optimizer_ = false;
-    average_rows_ = 1;
     if (numeric()) {
       const bool nesterov = outer_kind_ == OuterStep::kNesterov;
       outer_ = std::make_unique<OuterOptimizer>(nesterov ? training.outer_lr : 1.0,

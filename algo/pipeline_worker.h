@@ -160,7 +160,7 @@ class PipelineWorker {
   int64_t round_done_ = -1;         // the last round averaged: its state can be served
   int64_t averaging_round_ = -1;    // the round of the last averaging begun
   std::deque<Message> requests_;    // state requests for later rounds
-  bool average_optimizer_;   // averagings carry the optimizer's state too
+  bool average_optimizer_ = false;  // averagings carry the optimizer's state too (average_rows_ > 1)
   int64_t average_rows_;     // rows of an averaged tensor (Stage::averaged_state)
   int64_t averagings_ = 0;
   at::Tensor snapshot_;  // overlapped averaging: the state it started from

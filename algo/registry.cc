@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "algo/algorithm.h"
+#include "core/model/cost_model.h"
 #include "core/error.h"
 
 namespace rv {
@@ -127,6 +128,13 @@ int64_t micro_batches_per_exchange(const Algorithm& a, const TrainingSpec& train
   const int64_t per_update = micro_batches_per_update(a, training);
   const int64_t updates = a.traits.exchange == Exchange::kGradients ? 1 : training.average_every;
   return updates * per_update;
+}
+
+int64_t averaged_rows(const Algorithm& a, const TrainingSpec& training) {
+  if (a.traits.exchange != Exchange::kParameters || a.traits.outer != OuterStep::kNone ||
+      !training.average_optimizer_state)
+    return 1;
+  return 1 + optimizer_state_floats(training);
 }
 
 const std::vector<Allreduce>& allreduces() {

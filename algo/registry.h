@@ -120,6 +120,11 @@ int64_t micro_batches_per_update(const Algorithm& a, const TrainingSpec& trainin
 // from each cluster), rounded up.
 int64_t micro_batches_per_exchange(const Algorithm& a, const TrainingSpec& training, int64_t batch, int clusters);
 
+// Rows of each exchange's averaged tensor: the parameters, and the optimizer's state slots where
+// they are averaged with them (training.average_optimizer_state, a parameter exchange whose mean
+// is the next parameters); 1 for gradients and for an outer step (the inner state stays local).
+int64_t averaged_rows(const Algorithm& a, const TrainingSpec& training);
+
 // A target-batch algorithm's samples per exchange: training.target_batch, or by default one
 // micro-batch of `batch` samples from each of `clusters`.
 int64_t target_samples(const TrainingSpec& training, int64_t batch, int clusters);

@@ -295,9 +295,11 @@ double CostModel::averaging_time(const std::vector<ClusterPlan>& clusters,
   // are summed here without building the graph (the planners ask this for every individual), in
   // the order the flows arise, which is the order link_load() sums them in (a bidirectional
   // graph's edges iterate in insertion order), so the figures are the same to the last bit.
+  // Each averaged element is `rows` floats (the optimizer's state too, where it is averaged).
+  const int64_t rows = averaged_rows(*algorithm_, training_);
   std::vector<double> up(pool_.size(), 0.0), down(pool_.size(), 0.0);
   for (const Ring& r : rings) {
-    const double piece = static_cast<double>(kFloatBytes * (r.end - r.begin)) / c;
+    const double piece = static_cast<double>(kFloatBytes * rows * (r.end - r.begin)) / c;
     for (int i = 0; i < c; ++i) {
       up[static_cast<size_t>(r.owners[i])] += piece;
       down[static_cast<size_t>(r.owners[(i + 1) % c])] += piece;
@@ -309,7 +311,7 @@ double CostModel::averaging_time(const std::vector<ClusterPlan>& clusters,
     for (int i = 0; i < c; ++i) hop_latency = std::max(hop_latency, path_latency(r.owners[i], r.owners[(i + 1) % c]));
     largest = std::max(largest, r.end - r.begin);
   }
-  const int64_t pieces = ring_pieces(largest / c, 1, ring_piece_bytes(training_));
+  const int64_t pieces = ring_pieces(largest / c, rows, ring_piece_bytes(training_));
   double round = 0;
   for (size_t n = 0; n < pool_.size(); ++n) {
     if (up[n] > 0) round = std::max(round, up[n] / (pool_[n].up * factors_.bandwidth));
@@ -319,7 +321,7 @@ double CostModel::averaging_time(const std::vector<ClusterPlan>& clusters,
     // A link between regions carries every ring step that crosses it, all rings at once.
     std::vector<double> across(between_.size(), 0.0);
     for (const Ring& r : rings) {
-      const double piece = static_cast<double>(kFloatBytes * (r.end - r.begin)) / c;
+      const double piece = static_cast<double>(kFloatBytes * rows * (r.end - r.begin)) / c;
       for (int i = 0; i < c; ++i) {
         const int k = region_link(r.owners[i], r.owners[(i + 1) % c]);
         if (k >= 0) across[static_cast<size_t>(k)] += piece;
@@ -337,7 +339,8 @@ double CostModel::single_ring_time(const std::vector<ClusterPlan>& clusters) con
   // hand the stages their means back (up link to down links). The slowest cluster gates each phase.
   const int c = static_cast<int>(clusters.size());
   const double bw = factors_.bandwidth;
-  const double whole = kFloatBytes * static_cast<double>(model_->state_offset(model_->layer_count()));
+  const int64_t rows = averaged_rows(*algorithm_, training_);  // floats per averaged element
+  const double whole = kFloatBytes * static_cast<double>(rows * model_->state_offset(model_->layer_count()));
   double collect = 0, hand_back = 0, ring_round = 0, ring_latency = 0;
   // Bytes over each link between regions: members to leaders (collect; the hand-back mirrors it)
   // and one ring step.
@@ -347,8 +350,8 @@ double CostModel::single_ring_time(const std::vector<ClusterPlan>& clusters) con
     const int leader = stages.front().node;
     double others = 0, lat = 0, member_up = 0, member_down = 0;
     for (size_t s = 1; s < stages.size(); ++s) {
-      const double bytes = kFloatBytes * static_cast<double>(model_->state_offset(stages[s].layer_end) -
-                                                             model_->state_offset(stages[s].layer_begin));
+      const double bytes = kFloatBytes * static_cast<double>(rows * (model_->state_offset(stages[s].layer_end) -
+                                                                     model_->state_offset(stages[s].layer_begin)));
       if (bytes <= 0) continue;
       others += bytes;
       if (const int x = region_link(stages[s].node, leader); x >= 0) collected[static_cast<size_t>(x)] += bytes;
@@ -375,7 +378,7 @@ double CostModel::single_ring_time(const std::vector<ClusterPlan>& clusters) con
     }
     if (stepped[x] > 0) ring_round = std::max(ring_round, stepped[x] / region_rate(static_cast<int>(x)));
   }
-  const int64_t pieces = ring_pieces(model_->state_offset(model_->layer_count()) / c, 1, ring_piece_bytes(training_));
+  const int64_t pieces = ring_pieces(model_->state_offset(model_->layer_count()) / c, rows, ring_piece_bytes(training_));
   return collect + ring_steps_time(c, ring_latency, ring_round, pieces) + hand_back;
 }
 

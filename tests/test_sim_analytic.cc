@@ -302,12 +302,13 @@ namespace {
 // and 10 ms per link (20 ms per transfer); every node starts one averaging at time 0.
 struct Averaging {
   double t = 0;               // when the last node is done, simulated seconds
+  int64_t rows = 1;           // of the averaged tensor (the optimizer's state too, where averaged)
   double S = 0;               // the state's bytes in total
   std::vector<double> chunks;  // and per stage
   double predicted = 0;       // the planner's cost model
 };
 
-Averaging one_averaging(RingTopology topology, double piece_mb = 0) {
+Averaging one_averaging(RingTopology topology, double piece_mb = 0, const std::vector<std::string>& extra = {}) {
   Averaging a;
   std::string toml = R"(
 name = "avg"
@@ -338,19 +339,20 @@ up_mbps = 100
 down_mbps = 100
 latency_ms = 10
 )";
-  auto p = test::prepare(
-      toml,
-      {std::string("training.allreduce=") + (topology == RingTopology::kMulti ? "multi-ring" : "single-ring"),
-       "training.ring_piece_mb=" + std::to_string(piece_mb)},
-      false);
+  std::vector<std::string> overrides{
+      std::string("training.allreduce=") + (topology == RingTopology::kMulti ? "multi-ring" : "single-ring"),
+      "training.ring_piece_mb=" + std::to_string(piece_mb)};
+  overrides.insert(overrides.end(), extra.begin(), extra.end());
+  auto p = test::prepare(toml, overrides, false);
   a.predicted = p.plan.averaging_time;
+  a.rows = averaged_rows(algorithm_of(p.scenario), p.scenario.training);
   a.S = kFloatBytes * static_cast<double>(p.model.state_offset(p.model.layer_count()));
   for (const auto& st : p.plan.clusters[0].stages)
     a.chunks.push_back(kFloatBytes * static_cast<double>(p.model.state_offset(st.layer_end) -
                                                         p.model.state_offset(st.layer_begin)));
   simulate(p.scenario, {0, 1, 2, 3, 4, 5}, false, [&](NodeEnv& env, int node) {
     RingAverager avg(env, p.plan, p.model, node, topology, ring_piece_bytes(p.scenario.training));
-    avg.average(at::Tensor(), 1, 0, [&] { return env.transport.recv(); },
+    avg.average(at::Tensor(), a.rows, 0, [&] { return env.transport.recv(); },
                 [](Message) { throw Error("unexpected message"); });
     env.transport.flush();
     a.t = std::max(a.t, env.clock.now());
@@ -374,6 +376,17 @@ TEST_CASE("one multi-ring averaging of pipeline clusters takes 2(C-1)(latency + 
           "[sim][analytic][rings]") {
   const Averaging a = one_averaging(RingTopology::kMulti);
   const double expected = multi_ring_alpha_beta(a.chunks);
+  INFO("simulated " << a.t << " s, alpha-beta " << expected << " s");
+  CHECK(a.t == Approx(expected).epsilon(0.01));
+}
+
+TEST_CASE("averaging Adam's moments with the parameters moves three rows, and the planner charges them",
+          "[sim][analytic][rings]") {
+  const Averaging a = one_averaging(RingTopology::kMulti, 0, {"training.optimizer=adam", "training.average_optimizer_state=true"});
+  REQUIRE(a.rows == 3);
+  // C = 2: one round each way of half the largest chunk's three rows (plus a header).
+  const double largest = *std::max_element(a.chunks.begin(), a.chunks.end());
+  const double expected = 2 * (kLat + (3 * largest / 2 + kHeaderBytes) / kB);
   INFO("simulated " << a.t << " s, alpha-beta " << expected << " s");
   CHECK(a.t == Approx(expected).epsilon(0.01));
 }
