@@ -248,7 +248,9 @@ json part_real(int reps, double piece_mb) {
         // the ring averages in the tensor handed over to it (std::move).
         // Segments whole (Ravnest's reference), then in pieces (training.ring_piece_mb).
         std::vector<double> times;
-        for (const int64_t piece : {int64_t{0}, static_cast<int64_t>(piece_mb * 1e6)}) {
+        TrainingSpec pieces;
+        pieces.ring_piece_mb = piece_mb;
+        for (const int64_t piece : {int64_t{0}, ring_piece_bytes(pieces)}) {
           RingAverager avg(env, k.plan, k.model, r, RingTopology::kMulti, piece);
           at::Tensor y, mean;  // the mean is kept until the next preparation, as c10d's sum is
           times.push_back(best_of(

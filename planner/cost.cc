@@ -18,6 +18,8 @@ namespace rv {
 CostModel::CostModel(const Scenario& scenario, const ModelDesc& model)
     : model_(&model), algorithm_(&algorithm_of(scenario)), allreduce_(&allreduce_of(scenario)),
       training_(effective_training(scenario)),
+      averaged_rows_(averaged_rows(*algorithm_, training_)),
+      piece_bytes_(ring_piece_bytes(training_)),
       batch_(scenario.data.batch_size), factors_(net_factors(scenario.network)) {
   const int n = scenario.node_count();
   pool_.reserve(n);
@@ -296,7 +298,7 @@ double CostModel::averaging_time(const std::vector<ClusterPlan>& clusters,
   // the order the flows arise, which is the order link_load() sums them in (a bidirectional
   // graph's edges iterate in insertion order), so the figures are the same to the last bit.
   // Each averaged element is `rows` floats (the optimizer's state too, where it is averaged).
-  const int64_t rows = averaged_rows(*algorithm_, training_);
+  const int64_t rows = averaged_rows_;
   std::vector<double> up(pool_.size(), 0.0), down(pool_.size(), 0.0);
   for (const Ring& r : rings) {
     const double piece = static_cast<double>(kFloatBytes * rows * (r.end - r.begin)) / c;
@@ -311,7 +313,7 @@ double CostModel::averaging_time(const std::vector<ClusterPlan>& clusters,
     for (int i = 0; i < c; ++i) hop_latency = std::max(hop_latency, path_latency(r.owners[i], r.owners[(i + 1) % c]));
     largest = std::max(largest, r.end - r.begin);
   }
-  const int64_t pieces = ring_pieces(largest / c, rows, ring_piece_bytes(training_));
+  const int64_t pieces = ring_pieces(largest / c, rows, piece_bytes_);
   double round = 0;
   for (size_t n = 0; n < pool_.size(); ++n) {
     if (up[n] > 0) round = std::max(round, up[n] / (pool_[n].up * factors_.bandwidth));
@@ -339,7 +341,7 @@ double CostModel::single_ring_time(const std::vector<ClusterPlan>& clusters) con
   // hand the stages their means back (up link to down links). The slowest cluster gates each phase.
   const int c = static_cast<int>(clusters.size());
   const double bw = factors_.bandwidth;
-  const int64_t rows = averaged_rows(*algorithm_, training_);  // floats per averaged element
+  const int64_t rows = averaged_rows_;
   const double whole = kFloatBytes * static_cast<double>(rows * model_->state_offset(model_->layer_count()));
   double collect = 0, hand_back = 0, ring_round = 0, ring_latency = 0;
   // Bytes over each link between regions: members to leaders (collect; the hand-back mirrors it)
@@ -378,7 +380,7 @@ double CostModel::single_ring_time(const std::vector<ClusterPlan>& clusters) con
     }
     if (stepped[x] > 0) ring_round = std::max(ring_round, stepped[x] / region_rate(static_cast<int>(x)));
   }
-  const int64_t pieces = ring_pieces(model_->state_offset(model_->layer_count()) / c, rows, ring_piece_bytes(training_));
+  const int64_t pieces = ring_pieces(model_->state_offset(model_->layer_count()) / c, rows, piece_bytes_);
   return collect + ring_steps_time(c, ring_latency, ring_round, pieces) + hand_back;
 }
 

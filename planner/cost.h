@@ -148,6 +148,8 @@ class CostModel {
   const Algorithm* algorithm_;  // the scenario's (algo/registry.h)
   const Allreduce* allreduce_;  // how its clusters average
   TrainingSpec training_;       // as the algorithm runs it (effective_training)
+  int64_t averaged_rows_;       // floats per averaged element (algo/registry.h averaged_rows)
+  int64_t piece_bytes_;         // the rings' pieces (ring_piece_bytes; 0: segments whole)
   int64_t batch_;
   NetFactors factors_;
   std::vector<PoolNode> pool_;
