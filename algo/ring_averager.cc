@@ -122,7 +122,9 @@ void RingAverager::drop(int node) {
       ++it;
       continue;
     }
-    // Its part of the chunk goes back to this node's own values (it may hold a partial sum by now).
+    // Its part of the chunk goes back to this node's own values (it may hold a partial sum by now),
+    // once no transport writes there.
+    withdraw(*it);
     if (state_.defined() && original_.defined())
       state_.narrow(1, it->lo, it->hi - it->lo).copy_(original_.narrow(1, it->lo, it->hi - it->lo));
     it = lanes_.erase(it);
@@ -233,6 +235,28 @@ void RingAverager::send_lane(Lane& l) {
   const int seg = l.gather ? mod(l.member + 1 - l.t, c) : mod(l.member - l.t, c);
   send(l.next, l.gather ? MsgKind::kGather : MsgKind::kReduce, l.t, l.aux, l.seg_lo(seg), l.seg_lo(seg + 1));
   l.sent = true;
+  if (l.gather) offer(l);
+}
+
+MessageMatch RingAverager::gather_match(const Lane& l) const {
+  return MessageMatch{MsgKind::kGather, round_, l.t, l.aux};
+}
+
+void RingAverager::offer(Lane& l) {
+  // Segment (i - t) arrives now. Nothing here reads or writes it until then: it was last sent in
+  // the reduce-scatter, and its mean arrives only after the peer it went to had taken it. A slice
+  // of several rows is not contiguous: it arrives elsewhere and is copied.
+  if (!state_.defined() || rows_ != 1) return;
+  const int seg = mod(l.member - l.t, l.members);
+  const int64_t a = l.seg_lo(seg), b = l.seg_lo(seg + 1);
+  env_.transport.offer(l.prev, gather_match(l), state_.narrow(1, a, b - a));
+  l.offered = true;
+}
+
+void RingAverager::withdraw(Lane& l) {
+  if (!l.offered) return;
+  env_.transport.withdraw(l.prev, gather_match(l));
+  l.offered = false;
 }
 
 Message RingAverager::take(MsgKind kind, int64_t aux, int64_t step) {
@@ -322,9 +346,14 @@ bool RingAverager::progress() {
                      m.payload[0].size(1) == b - a,
                  "averaging: a segment of the wrong size from node " + std::to_string(m.src));
         at::Tensor dst = state_.narrow(1, a, b - a);
-        if (l.gather) dst.copy_(m.payload[0]);
-        else dst.add_(m.payload[0]);
+        if (!l.gather) {
+          dst.add_(m.payload[0]);
+        } else if (m.payload[0].data_ptr() != dst.data_ptr()) {  // not received in place
+          withdraw(l);
+          dst.copy_(m.payload[0]);
+        }
       });
+      l.offered = false;
       moved = true;
       l.sent = false;
       if (++l.t < l.members - 1) continue;
@@ -350,6 +379,7 @@ at::Tensor RingAverager::result() const {
 }
 
 void RingAverager::clear() {
+  for (Lane& l : lanes_) withdraw(l);  // an averaging given up
   phase_ = Phase::kIdle;
   state_ = at::Tensor();
   original_ = at::Tensor();

@@ -72,6 +72,7 @@ class RingAverager : public Averager {
     bool gather = false;  // in the all-gather (else the reduce-scatter)
     bool done = false;
     bool sent = false;    // this round's segment is sent
+    bool offered = false;  // this all-gather round's segment is offered to the transport (offer())
   };
   struct Member {  // single ring, on a leader: another stage of its cluster
     int node = -1;
@@ -84,6 +85,11 @@ class RingAverager : public Averager {
   void send(int dst, MsgKind kind, int64_t step, int64_t aux, int64_t lo, int64_t hi);
   void make_lanes();  // lanes_ from rings_, cut into pieces
   void send_lane(Lane& l);
+  // The all-gather: the segment a lane receives this round, offered as the place its payload may
+  // arrive (Transport::offer), and taken back if unused.
+  MessageMatch gather_match(const Lane& l) const;
+  void offer(Lane& l);
+  void withdraw(Lane& l);
   bool collect();   // single ring: the leader has every stage's state, or a member its mean
   void divide_reduced(const Lane& l);  // after its reduce-scatter: the lane's reduced segment, divided by C
   void finish();          // hands out the slices (single-ring leader), records the span

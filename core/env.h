@@ -65,6 +65,16 @@ struct Message {
   double arrived = -1;
 };
 
+// Names one expected message by its fields (Transport::offer).
+struct MessageMatch {
+  MsgKind kind = MsgKind::kControl;
+  int64_t id = 0, step = 0, aux = 0;
+  bool operator==(const MessageMatch& o) const {
+    return kind == o.kind && id == o.id && step == o.step && aux == o.aux;
+  }
+  bool matches(const Message& m) const { return m.kind == kind && m.id == id && m.step == step && m.aux == aux; }
+};
+
 // Size of the fixed header that precedes every message on the wire, in bytes.
 constexpr Bytes kHeaderBytes = 64;
 
@@ -85,6 +95,18 @@ class Transport {
   virtual std::optional<Message> try_recv() = 0;
   // Blocks until every message sent so far has left this node (safe to stop afterwards).
   virtual void flush() = 0;
+
+  // Receiving without a copy (optional; the default ignores it). `into`, a contiguous CPU float32
+  // tensor, is offered as the place for the payload of the next message from `src` that matches
+  // `match` and has exactly into.numel() elements in one tensor. A transport that uses the offer
+  // hands that message over with payload[0] sharing into's memory (same data_ptr); one that does
+  // not delivers it as usual. From the offer until that message is taken, or withdraw() of the same
+  // match returns, the caller neither reads nor writes `into`; the transport holds a reference.
+  virtual void offer(int src, const MessageMatch& match, at::Tensor into) {
+    (void)src, (void)match, (void)into;
+  }
+  // Takes back an offer not used yet; if a payload is arriving into it now, returns once it has.
+  virtual void withdraw(int src, const MessageMatch& match) { (void)src, (void)match; }
 };
 
 // How long before a modeled instant a wall-clock wait stops sleeping and yields until it comes:

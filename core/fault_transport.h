@@ -42,6 +42,8 @@ class FaultyTransport : public Transport {
   }
   Message recv() override { return inner_.recv(); }
   std::optional<Message> try_recv() override { return inner_.try_recv(); }
+  void offer(int src, const MessageMatch& match, at::Tensor into) override { inner_.offer(src, match, std::move(into)); }
+  void withdraw(int src, const MessageMatch& match) override { inner_.withdraw(src, match); }
   void flush() override { inner_.flush(); }
   int64_t sent() const { return sent_; }
 

@@ -173,6 +173,15 @@ struct GlooTransport::Impl {
   std::exception_ptr failure;                 // first receive-side failure (sticky)
   std::vector<std::vector<WorkPtr>> recv_work;  // per peer: its posted recvs (to abort them)
   bool stopping = false;                      // receivers must not post new recvs
+  // Transport::offer: per peer, places offered for its coming payloads, and the match of the one
+  // its receiver is filling now (withdraw() waits on fill_cv until it is no longer).
+  struct Offer {
+    MessageMatch match;
+    at::Tensor into;
+  };
+  std::vector<std::vector<Offer>> offers;
+  std::vector<std::optional<MessageMatch>> filling;
+  std::condition_variable fill_cv;
   struct Sent {
     int dst;
     int k;  // dst's incarnation
@@ -504,6 +513,29 @@ struct GlooTransport::Impl {
     return forget() && ok;
   }
 
+  // The place offered for this message's payload (taken from the offers, and marked as being
+  // filled), or an undefined tensor.
+  at::Tensor take_offer(int peer, const Message& m, int64_t elems, size_t tensors) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto& mine = offers[peer];
+    for (auto it = mine.begin(); it != mine.end(); ++it) {
+      if (!it->match.matches(m)) continue;
+      at::Tensor into = std::move(it->into);
+      mine.erase(it);
+      if (tensors != 1 || into.numel() != elems) return at::Tensor();  // not this size: withdrawn
+      filling[peer] = MessageMatch{m.kind, m.id, m.step, m.aux};
+      return into;
+    }
+    return at::Tensor();
+  }
+  void end_fill(int peer) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      filling[peer].reset();
+    }
+    fill_cv.notify_all();
+  }
+
   // Posts room for `peer`'s next header (the largest one), fields zeroed so that a header cut
   // short reads as malformed rather than as an earlier message's fields in reused memory.
   std::optional<Posted> post_header(int peer) {
@@ -579,7 +611,18 @@ struct GlooTransport::Impl {
             std::memcpy(flat.data_ptr<float>(), header.tensors[0].data_ptr<int64_t>() + kWInlineData,
                         sizeof(float) * d.elems);
           } else {
-            std::optional<Posted> p = post_recv(peer, {buffers.take(d.elems, at::kFloat)}, kPayloadTag);
+            // Straight into an offered place (Transport::offer), or into pooled memory.
+            at::Tensor into = take_offer(peer, d.msg, d.elems, d.shapes.size());
+            struct EndFill {
+              Impl* s;
+              int peer;
+              bool on;
+              ~EndFill() {
+                if (on) s->end_fill(peer);
+              }
+            } end_fill_guard{this, peer, into.defined()};
+            at::Tensor room = into.defined() ? into.view({-1}) : buffers.take(d.elems, at::kFloat);
+            std::optional<Posted> p = post_recv(peer, {room}, kPayloadTag);
             if (!p || !wait_recv(peer, p->work)) return;
             flat = p->tensors[0];
           }
@@ -996,6 +1039,8 @@ GlooTransport::GlooTransport(const GlooOptions& options) : impl_(std::make_uniqu
     }
   }
   s.recv_work.resize(options.world_size);
+  s.offers.resize(options.world_size);
+  s.filling.resize(options.world_size);
   s.held.assign(options.world_size, false);
   s.authed.assign(options.world_size, false);
   int64_t ticket = -1;  // a replacement's join
@@ -1154,6 +1199,25 @@ std::vector<int> GlooTransport::lost_peers() const {
   for (int p = 0; p < impl_->opt.world_size; ++p)
     if (p != impl_->opt.rank && impl_->peers[p] == Impl::PeerState::kFailed) out.push_back(p);
   return out;
+}
+
+void GlooTransport::offer(int src, const MessageMatch& match, at::Tensor into) {
+  RV_CHECK(src >= 0 && src < impl_->opt.world_size, "offer: no rank " + std::to_string(src));
+  if (src == impl_->opt.rank || !into.defined() || !into.is_cpu() || into.scalar_type() != at::kFloat ||
+      !into.is_contiguous())
+    return;  // delivered as usual
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->offers[src].push_back(Impl::Offer{match, std::move(into)});
+}
+
+void GlooTransport::withdraw(int src, const MessageMatch& match) {
+  RV_CHECK(src >= 0 && src < impl_->opt.world_size, "withdraw: no rank " + std::to_string(src));
+  Impl& s = *impl_;
+  std::unique_lock<std::mutex> lock(s.mu);
+  auto& mine = s.offers[src];
+  mine.erase(std::remove_if(mine.begin(), mine.end(), [&](const Impl::Offer& o) { return o.match == match; }),
+             mine.end());
+  s.fill_cv.wait(lock, [&] { return !(s.filling[src] && *s.filling[src] == match); });
 }
 
 std::optional<Message> GlooTransport::recv_for(Seconds wait) {

@@ -145,6 +145,10 @@ class GlooTransport : public Transport {
   void send(int dst, Message msg) override;
   Message recv() override;
   std::optional<Message> try_recv() override;
+  // A payload offered a place (one contiguous CPU float32 tensor) is received straight into it;
+  // other offers (to oneself, other types) are ignored.
+  void offer(int src, const MessageMatch& match, at::Tensor into) override;
+  void withdraw(int src, const MessageMatch& match) override;
   // Like recv(), but waits at most `wait` seconds, whatever the transport's timeout, and returns
   // nothing if no message arrived by then. Failures throw as in recv().
   std::optional<Message> recv_for(Seconds wait);

@@ -5,7 +5,10 @@
 // optimizer slots).
 #include "catch.h"
 
+#include <algorithm>
 #include <functional>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,8 +27,66 @@ namespace {
 // Runs body(env, transport, node) for nodes 0 .. n - 1, each on its own thread over one loopback
 // hub; returns each node's error ("" if none). A node that fails fails the hub, so none waits on
 // it.
+// A loopback transport that takes up Transport::offer at the earliest moment possible: the sender
+// writes a matching payload into the receiver's offered place as it sends, before the message is
+// even queued. A ring that offered a place it still reads or writes then gets a wrong mean.
+struct OfferBoard {
+  struct Offer {
+    int dst = -1, src = -1;
+    MessageMatch match;
+    at::Tensor into;
+  };
+  std::mutex mu;
+  std::vector<Offer> offers;
+  int64_t used = 0;  // payloads written into an offered place
+};
+
+class InPlaceTransport : public Transport {
+ public:
+  InPlaceTransport(LoopbackTransport& inner, OfferBoard& board) : inner_(inner), board_(board) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  Message recv() override { return inner_.recv(); }
+  std::optional<Message> try_recv() override { return inner_.try_recv(); }
+  void flush() override { inner_.flush(); }
+  void send(int dst, Message m) override {
+    {
+      std::lock_guard<std::mutex> lock(board_.mu);
+      auto& all = board_.offers;
+      for (auto it = all.begin(); it != all.end(); ++it) {
+        if (it->dst != dst || it->src != rank() || !it->match.matches(m) || m.payload.size() != 1 ||
+            m.payload[0].numel() != it->into.numel())
+          continue;
+        it->into.view({-1}).copy_(m.payload[0].reshape({-1}));
+        m.payload[0] = it->into.view(m.payload[0].sizes());
+        all.erase(it);
+        ++board_.used;
+        break;
+      }
+    }
+    inner_.send(dst, std::move(m));
+  }
+  void offer(int src, const MessageMatch& match, at::Tensor into) override {
+    std::lock_guard<std::mutex> lock(board_.mu);
+    board_.offers.push_back({rank(), src, match, std::move(into)});
+  }
+  void withdraw(int src, const MessageMatch& match) override {
+    std::lock_guard<std::mutex> lock(board_.mu);
+    auto& all = board_.offers;
+    all.erase(std::remove_if(all.begin(), all.end(),
+                             [&](const OfferBoard::Offer& o) {
+                               return o.dst == rank() && o.src == src && o.match == match;
+                             }),
+              all.end());
+  }
+
+ private:
+  LoopbackTransport& inner_;
+  OfferBoard& board_;
+};
+
 std::vector<std::string> on_loopback(
-    int n, const std::function<void(NodeEnv&, LoopbackTransport&, int)>& body) {
+    int n, const std::function<void(NodeEnv&, LoopbackTransport&, int)>& body, OfferBoard* board = nullptr) {
   LoopbackHub hub(n, 20);
   std::vector<std::string> errors(static_cast<size_t>(n));
   std::vector<std::thread> threads;
@@ -33,10 +94,12 @@ std::vector<std::string> on_loopback(
     threads.emplace_back([&, node] {
       try {
         LoopbackTransport t(hub, node);
+        std::optional<InPlaceTransport> in_place;
+        if (board) in_place.emplace(t, *board);
         WallClock clock;
         WallCompute compute;
         EventLog log;
-        NodeEnv env{t, clock, compute, log};
+        NodeEnv env{board ? static_cast<Transport&>(*in_place) : t, clock, compute, log};
         body(env, t, node);
       } catch (const std::exception& e) {
         errors[static_cast<size_t>(node)] = e.what();
@@ -50,9 +113,11 @@ std::vector<std::string> on_loopback(
 
 // A CNN of 12 layers with BatchNorm (buffers are averaged too) over `clusters` (each a list of
 // layer counts per stage, nodes numbered in order), the rings' segments in pieces of at most
-// `piece_bytes` (0: whole). Returns the number of messages the nodes received.
+// `piece_bytes` (0: whole), over `board`'s in-place transport if given. Returns the number of
+// messages the nodes received.
 int64_t check_mean(const std::vector<std::vector<int>>& clusters,
-                   RingTopology topology = RingTopology::kMulti, int64_t rows = 1, int64_t piece_bytes = 0) {
+                   RingTopology topology = RingTopology::kMulti, int64_t rows = 1, int64_t piece_bytes = 0,
+                   OfferBoard* board = nullptr) {
   std::string toml = R"(
 name = "rings"
 [model]
@@ -111,7 +176,8 @@ method = "manual"
         held = at::Tensor();
         mine = avg.average(std::move(mine), rows, 1, recv, fail);
         result[n] = rows == 1 ? mine.unsqueeze(0) : mine;
-      });
+      },
+      board);
   for (int n = 0; n < node; ++n) {
     INFO("node " << n << ": " << errors[n]);
     REQUIRE(errors[n].empty());
@@ -166,6 +232,22 @@ TEST_CASE("multi-ring and single ring in pieces: each lane at its own pace, the 
   }
   CHECK(check_mean(shapes, RingTopology::kMulti, 3, 200) > check_mean(shapes, RingTopology::kMulti, 3));
   CHECK(check_mean(shapes, RingTopology::kSingle, 2, 100) > check_mean(shapes, RingTopology::kSingle, 2));
+}
+
+TEST_CASE("multi-ring and single ring: all-gather segments received in place give the same mean", "[rings]") {
+  const std::vector<std::vector<int>> shapes{{1, 2, 3, 6}, {6, 6}, {12}, {3, 3, 3, 3}};
+  for (const RingTopology topology : {RingTopology::kMulti, RingTopology::kSingle}) {
+    for (const int64_t piece : {int64_t{0}, int64_t{32}}) {
+      INFO("topology " << static_cast<int>(topology) << ", pieces of " << piece << " bytes");
+      OfferBoard board;
+      check_mean(shapes, topology, 1, piece, &board);
+      CHECK(board.used > 0);
+      CHECK(board.offers.empty());  // each offer used or taken back
+    }
+  }
+  OfferBoard rows;  // several rows are not contiguous in a segment: nothing offered
+  check_mean(shapes, RingTopology::kMulti, 3, 0, &rows);
+  CHECK(rows.used == 0);
 }
 
 // Handed over with std::move, a one-row state is averaged in its own memory (no copy of the

@@ -867,3 +867,63 @@ TEST_CASE("gloo transport: after drain() a full inbox no longer holds back contr
   });
   CHECK(status == std::vector<int>{0, 0});
 }
+
+TEST_CASE("gloo transport: a payload offered a place arrives in it - other sizes or messages and withdrawn "
+          "offers arrive as usual",
+          "[gloo]") {
+  constexpr int64_t kN = GlooTransport::kInlineFloats + 1000;  // beyond the inline limit
+  const auto status = run_ranks(2, 30, [](int rank, int port) -> int {
+    GlooTransport t(options(rank, 2, port, 20));
+    auto message = [](MsgKind kind, int64_t step, int64_t n, float v) {
+      Message m;
+      m.kind = kind;
+      m.id = 7;
+      m.step = step;
+      m.aux = 3;
+      m.payload = {at::full({1, n}, v)};
+      return m;
+    };
+    if (rank == 0) {
+      t.barrier();  // rank 1's offers are made
+      t.send(1, message(MsgKind::kForward, 0, kN, 1.f));  // the offer's fields but another kind
+      t.send(1, message(MsgKind::kGather, 0, kN, 2.f));   // the offer's message
+      t.send(1, message(MsgKind::kGather, 1, kN, 3.f));   // matches an offer of another size
+      EXPECT_OR_EXIT(t.recv().kind == MsgKind::kStop);     // rank 1 withdrew its third offer
+      t.send(1, message(MsgKind::kGather, 2, kN, 4.f));
+      t.flush();
+    } else {
+      at::Tensor into = at::full({3 * kN}, -1.f);
+      const rv::MessageMatch first{MsgKind::kGather, 7, 0, 3}, second{MsgKind::kGather, 7, 1, 3},
+          third{MsgKind::kGather, 7, 2, 3};
+      t.offer(0, first, into.narrow(0, kN / 2, kN));
+      t.offer(0, second, into.narrow(0, 2 * kN, kN - 1));  // one element short
+      t.offer(0, third, into.narrow(0, 2 * kN, kN));
+      t.barrier();
+      const Message other = t.recv();
+      EXPECT_OR_EXIT(other.kind == MsgKind::kForward && other.payload[0].data_ptr() != into.data_ptr());
+      EXPECT_OR_EXIT(other.payload[0].eq(1.f).all().item<bool>());
+      const Message in_place = t.recv();
+      EXPECT_OR_EXIT(in_place.kind == MsgKind::kGather && in_place.step == 0);
+      EXPECT_OR_EXIT(in_place.payload.size() == 1 && in_place.payload[0].sizes() == at::IntArrayRef({1, kN}));
+      EXPECT_OR_EXIT(in_place.payload[0].data_ptr<float>() == into.data_ptr<float>() + kN / 2);
+      EXPECT_OR_EXIT(into.narrow(0, kN / 2, kN).eq(2.f).all().item<bool>());
+      EXPECT_OR_EXIT(into.narrow(0, 0, kN / 2).eq(-1.f).all().item<bool>());
+      EXPECT_OR_EXIT(into.narrow(0, kN + kN / 2, 3 * kN - kN - kN / 2).eq(-1.f).all().item<bool>());
+      const Message short_place = t.recv();
+      EXPECT_OR_EXIT(short_place.step == 1 && short_place.payload[0].eq(3.f).all().item<bool>());
+      EXPECT_OR_EXIT(into.narrow(0, 2 * kN, kN).eq(-1.f).all().item<bool>());
+      t.withdraw(0, second);  // already dropped: nothing to take back
+      t.withdraw(0, third);
+      Message go;
+      go.kind = MsgKind::kStop;
+      t.send(0, std::move(go));
+      const Message withdrawn = t.recv();
+      EXPECT_OR_EXIT(withdrawn.step == 2 && withdrawn.payload[0].eq(4.f).all().item<bool>());
+      EXPECT_OR_EXIT(withdrawn.payload[0].data_ptr() != into.data_ptr());
+      EXPECT_OR_EXIT(into.narrow(0, 2 * kN, kN).eq(-1.f).all().item<bool>());
+    }
+    t.close();
+    return 0;
+  });
+  CHECK(status == std::vector<int>{0, 0});
+}
