@@ -232,50 +232,85 @@ double best_of(GlooTransport& t, int reps, const std::function<void(int)>& fn,
   return best;
 }
 
+// Seconds of each of `fns` (between barriers) in each of `reps` rounds, the functions taking turns
+// within a round, so that a burst of load on the host lands on all of them alike rather than on
+// one function's block of runs; `prepares[i]` runs before fns[i], untimed. out[i][rep].
+std::vector<std::vector<double>> taking_turns(GlooTransport& t, int reps, const std::vector<std::function<void(int)>>& fns,
+                                              const std::vector<std::function<void(int)>>& prepares) {
+  std::vector<std::vector<double>> out(fns.size());
+  WallClock clock;
+  for (int rep = 0; rep < reps; ++rep) {
+    for (size_t i = 0; i < fns.size(); ++i) {
+      prepares[i](rep);
+      t.barrier();
+      const double t0 = clock.now();
+      fns[i](rep);
+      t.flush();
+      t.barrier();
+      out[i].push_back(clock.now() - t0);
+    }
+  }
+  return out;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 // C one-node clusters: our multi-ring (over GlooTransport) against c10d's allreduce on one group.
+// Reported: the best time of each, and the median over rounds of each ring's time over c10d's in
+// the same round (the runs take turns: a load burst on this shared host moves both alike).
 json part_real(int reps, double piece_mb) {
   json rows = json::array();
   for (int c : {2, 3}) {
     for (double mb : {4.0, 64.0}) {
       Case k = make_case(c, mb * 1e6, std::vector<double>(c, 1000), 0);
-      auto out = on_ranks(c, 3, [&](GlooTransport& t, int r) {
+      auto out = on_ranks(c, 5, [&](GlooTransport& t, int r) {
         WallClock clock;
         WallCompute compute;
         EventLog log;
         NodeEnv env{t, clock, compute, log};
         at::Tensor x = at::full({k.model.state_offset(k.model.layer_count())}, static_cast<float>(r));
-        // Both work in place on a tensor made before the timing: c10d's allreduce sums into it,
+        // All work in place on a tensor made before the timing: c10d's allreduce sums into it,
         // the ring averages in the tensor handed over to it (std::move).
         // Segments whole (Ravnest's reference), then in pieces (training.ring_piece_mb).
-        std::vector<double> times;
         TrainingSpec pieces;
         pieces.ring_piece_mb = piece_mb;
-        for (const int64_t piece : {int64_t{0}, ring_piece_bytes(pieces)}) {
-          RingAverager avg(env, k.plan, k.model, r, RingTopology::kMulti, piece);
-          at::Tensor y, mean;  // the mean is kept until the next preparation, as c10d's sum is
-          times.push_back(best_of(
-              t, reps,
-              [&](int rep) {
-                mean = avg.average(std::move(y), 1, rep, [&] { return env.transport.recv(); },
-                                   [](Message) { throw Error("unexpected message"); });
-              },
-              [&](int) {
-                mean = at::Tensor();
-                y = x.clone();
-              }));
-        }
+        RingAverager whole(env, k.plan, k.model, r, RingTopology::kMulti, 0);
+        RingAverager cut(env, k.plan, k.model, r, RingTopology::kMulti, ring_piece_bytes(pieces));
+        at::Tensor y, mean;  // the mean is kept until the next preparation, as c10d's sum is
         std::vector<at::Tensor> v;
-        times.push_back(best_of(t, reps, [&](int) { t.group().allreduce(v)->wait(); }, [&](int) { v = {x.clone()}; }));
-        return times;
+        auto ring = [&](RingAverager& avg) {
+          return [&](int rep) {
+            mean = avg.average(std::move(y), 1, rep, [&] { return env.transport.recv(); },
+                               [](Message) { throw Error("unexpected message"); });
+          };
+        };
+        auto fresh = [&](int) {
+          mean = at::Tensor();
+          y = x.clone();
+        };
+        const auto times = taking_turns(t, reps, {ring(whole), ring(cut), [&](int) { t.group().allreduce(v)->wait(); }},
+                                        {fresh, fresh, [&](int) { v = {x.clone()}; }});
+        std::vector<double> ratio_whole, ratio_cut;
+        for (int i = 0; i < reps; ++i) {
+          ratio_whole.push_back(times[0][i] / times[2][i]);
+          ratio_cut.push_back(times[1][i] / times[2][i]);
+        }
+        auto best = [](const std::vector<double>& w) { return *std::min_element(w.begin(), w.end()); };
+        return std::vector<double>{best(times[0]), best(times[1]), best(times[2]), median(ratio_whole),
+                                   median(ratio_cut)};
       });
       const double s = 4.0 * k.model.state_offset(k.model.layer_count());
       rows.push_back({{"ranks", c}, {"state_mb", s / 1e6}, {"multi_ring_s", out[0]}, {"piece_mb", piece_mb},
                       {"multi_ring_pieces_s", out[1]}, {"c10d_allreduce_s", out[2]}, {"ratio", out[0] / out[2]},
-                      {"ratio_pieces", out[1] / out[2]}});
+                      {"ratio_pieces", out[1] / out[2]}, {"median_ratio", out[3]}, {"median_ratio_pieces", out[4]}});
       std::fprintf(stderr,
-                   "real loopback C=%d S=%.0f MB: multi-ring %.4f s, in %.2g MB pieces %.4f s, c10d allreduce %.4f s "
-                   "(ratios %.2f, %.2f)\n",
-                   c, s / 1e6, out[0], piece_mb, out[1], out[2], out[0] / out[2], out[1] / out[2]);
+                   "real loopback C=%d S=%.0f MB: best multi-ring %.4f s, in %.2g MB pieces %.4f s, c10d allreduce %.4f s "
+                   "(ratios %.2f, %.2f); median ratio in turns %.2f, %.2f\n",
+                   c, s / 1e6, out[0], piece_mb, out[1], out[2], out[0] / out[2], out[1] / out[2], out[3], out[4]);
     }
   }
   return rows;
