@@ -117,27 +117,29 @@ void RingAverager::drop(int node) {
   if (phase_ != Phase::kRing) return;
   auto with = [&](const MyRing& r) { return std::find(r.nodes.begin(), r.nodes.end(), node) != r.nodes.end(); };
   bool gave_up = false;
-  for (auto it = lanes_.begin(); it != lanes_.end();) {
-    if (!with(*it)) {
-      ++it;
-      continue;
-    }
+  for (Lane& l : lanes_) {
+    if (l.done || !with(l)) continue;
     // Its part of the chunk goes back to this node's own values (it may hold a partial sum by now),
     // once no transport writes there.
-    withdraw(*it);
+    withdraw(l);
     if (state_.defined() && original_.defined())
-      state_.narrow(1, it->lo, it->hi - it->lo).copy_(original_.narrow(1, it->lo, it->hi - it->lo));
-    it = lanes_.erase(it);
+      state_.narrow(1, l.lo, l.hi - l.lo).copy_(original_.narrow(1, l.lo, l.hi - l.lo));
+    l.done = true;
+    --lanes_left_;
     gave_up = true;
   }
   rings_.erase(std::remove_if(rings_.begin(), rings_.end(), with), rings_.end());
-  if (gave_up && std::all_of(lanes_.begin(), lanes_.end(), [](const Lane& l) { return l.done; })) finish();
+  if (gave_up && lanes_left_ == 0) finish();
 }
 
 bool RingAverager::hold(Message& m) {
   if (m.kind != MsgKind::kReduce && m.kind != MsgKind::kGather && m.kind != MsgKind::kCollect &&
       m.kind != MsgKind::kDistribute)
     return false;
+  if (phase_ == Phase::kRing && m.id == round_ && (m.kind == MsgKind::kReduce || m.kind == MsgKind::kGather)) {
+    const auto lane = lane_of_.find(m.aux);
+    if (lane != lane_of_.end()) ready_.push_back(lane->second);
+  }
   early_.emplace(std::make_tuple(static_cast<int>(m.kind), m.aux, m.step, m.id), std::move(m));
   return true;
 }
@@ -167,6 +169,10 @@ void RingAverager::start(at::Tensor state, int64_t rows, int64_t round) {
   if (keep_original_ && state_.defined()) original_ = state_.clone();
   span_ = event_now(env_, role_, EventKind::kAverage);
   span_.step = round;
+  lanes_.clear();
+  lane_of_.clear();
+  ready_.clear();
+  lanes_left_ = 0;
   if (!takes_part_) {
     phase_ = Phase::kDone;
     return;
@@ -227,6 +233,14 @@ void RingAverager::make_lanes() {
       lanes_.push_back(l);
     }
   }
+  // Every lane begins (its first segment out; messages that came before the start are in early_).
+  lane_of_.clear();
+  ready_.clear();
+  for (size_t i = 0; i < lanes_.size(); ++i) {
+    lane_of_[lanes_[i].aux] = i;
+    ready_.push_back(i);
+  }
+  lanes_left_ = lanes_.size();
 }
 
 void RingAverager::send_lane(Lane& l) {
@@ -329,10 +343,12 @@ bool RingAverager::progress() {
     }
     // Each lane at its own pace: its round's segment out, then, once the previous member's is
     // here, the reduce-scatter adds segment (i - t - 1), the all-gather copies segment (i - t).
-    bool moved = false, all_done = true;
-    for (Lane& l : lanes_) {
+    // Only lanes that may move are looked at (ready_), in turn.
+    while (!ready_.empty()) {
+      const size_t i = ready_.front();
+      ready_.pop_front();
+      Lane& l = lanes_[i];
       if (l.done) continue;
-      all_done = false;
       if (!l.sent) send_lane(l);
       const MsgKind kind = l.gather ? MsgKind::kGather : MsgKind::kReduce;
       if (!early_.count(std::make_tuple(static_cast<int>(kind), l.aux, static_cast<int64_t>(l.t), round_))) continue;
@@ -354,22 +370,23 @@ bool RingAverager::progress() {
         }
       });
       l.offered = false;
-      moved = true;
       l.sent = false;
+      ready_.push_back(i);  // its next segment out, and its next message may be here already
       if (++l.t < l.members - 1) continue;
       l.t = 0;
       if (l.gather) {
         l.done = true;
+        --lanes_left_;
       } else {
         divide_reduced(l);
         l.gather = true;
       }
     }
-    if (all_done) {
+    if (lanes_left_ == 0) {
       finish();
       return true;
     }
-    if (!moved) return false;
+    return false;
   }
 }
 

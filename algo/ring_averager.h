@@ -28,7 +28,9 @@
 #pragma once
 
 #include <functional>
+#include <deque>
 #include <map>
+#include <unordered_map>
 #include <tuple>
 #include <vector>
 
@@ -109,7 +111,12 @@ class RingAverager : public Averager {
   int clusters_ = 0;
   int64_t piece_bytes_ = 0;
   std::vector<MyRing> rings_;
-  std::vector<Lane> lanes_;  // of the averaging in progress
+  std::vector<Lane> lanes_;  // of the averaging in progress (a lane given up stays, done)
+  // Lanes that may move (a message for them came, or they advanced or began), in turn; so that
+  // each message costs one lane's work, not a look at every lane (thousands, in pieces).
+  std::deque<size_t> ready_;
+  std::unordered_map<int64_t, size_t> lane_of_;  // a lane's aux -> its index in lanes_
+  size_t lanes_left_ = 0;                        // lanes not done
   // Single ring: this cluster's leader (its first stage) and, on the leader, the other stages.
   int leader_ = -1;
   std::vector<Member> members_;
