@@ -121,12 +121,25 @@ void Stage::update() {
 }
 
 double Stage::take_applied_norm2() {
-  // One pass over each gradient, one reduction and one read back (a single device sync); a stage
-  // without parameters applied a gradient of norm 0.
-  std::vector<at::Tensor> norms;
+  // One pass over each gradient (one multi-tensor norm), each norm squared and summed in double; a
+  // stage without parameters applied a gradient of norm 0. Where the gradients live on the CPU the
+  // norms are read one by one (a dispatch each: a numeric run's overhead is in dispatches, not in
+  // this arithmetic); on a device they are summed there and read back once (a single sync).
+  std::vector<at::Tensor> defined;
   for (const at::Tensor& g : applied_)
-    if (g.defined()) norms.push_back(g.norm().to(at::kDouble));
-  const double sum = norms.empty() ? 0.0 : at::stack(norms).square().sum().item<double>();
+    if (g.defined()) defined.push_back(g);
+  double sum = 0.0;
+  if (!defined.empty()) {
+    const std::vector<at::Tensor> norms = at::_foreach_norm(defined);
+    if (defined.front().is_cpu()) {
+      for (const at::Tensor& n : norms) {
+        const double v = n.item<double>();
+        sum += v * v;
+      }
+    } else {
+      sum = at::stack(norms).to(at::kDouble).square().sum().item<double>();
+    }
+  }
   const bool valid = applied_valid_;
   applied_.clear();
   applied_valid_ = false;
