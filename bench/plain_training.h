@@ -8,6 +8,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
+#include <deque>
 #include <limits>
 #include <vector>
 
@@ -32,6 +33,42 @@ inline StageModule train_plain(const Scenario& s, const ModelDesc& model, const 
     auto grads = torch::autograd::grad({loss}, whole.params());
     whole.set_params(opt.step(whole.params(), grads));
   }
+  return whole;
+}
+
+// The same loop with `in_flight` micro-batches in flight, as an asynchronous pipeline holds them:
+// each step runs a new micro-batch's forward (its graph, activations and weights kept alive) and,
+// once `in_flight` are pending, the backward and update of the oldest, with the weights its forward
+// used (weight stashing). So up to `in_flight` micro-batches' activations and weight versions are
+// alive at once, as in the pipeline; the maths per micro-batch is train_plain's (in_flight = 1 is
+// train_plain's schedule).
+inline StageModule train_plain_in_flight(const Scenario& s, const ModelDesc& model, const Dataset& data,
+                                         int64_t steps, int64_t in_flight) {
+  StageModule whole(model, 0, model.layer_count(), s.seed);
+  Optimizer opt(s.training);
+  Sampler sampler(data.train_size(), s.data.batch_size, s.seed);
+  struct Pending {
+    at::Tensor loss;
+    std::vector<at::Tensor> params;  // the weights its forward used
+  };
+  std::deque<Pending> pending;
+  auto oldest_back = [&] {
+    Pending p = std::move(pending.front());
+    pending.pop_front();
+    auto grads = torch::autograd::grad({p.loss}, p.params);
+    whole.set_params(opt.step(whole.params(), grads));
+  };
+  for (int64_t mb = 0; mb < steps; ++mb) {
+    auto rows = sampler.indices(mb);
+    c10::AutoGradMode g(true);
+    Pending p;
+    p.params = whole.params();
+    at::Tensor logits = whole.forward(data.inputs(rows, false), p.params, true, mb, true);
+    p.loss = at::nll_loss(at::log_softmax(logits, 1), data.targets(rows, false));
+    pending.push_back(std::move(p));
+    if (static_cast<int64_t>(pending.size()) >= in_flight) oldest_back();
+  }
+  while (!pending.empty()) oldest_back();
   return whole;
 }
 
