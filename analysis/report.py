@@ -172,9 +172,10 @@ class Run:
         # algorithm registry labels it (run.json); a run folder without one is its algorithm.
         self.variant = run_json.get("variant") or self.algorithm
         # run.json's status: "running" (still going, or killed: its rows are what it did),
-        # "failed" (with its error), "complete"; folders from before live outputs have none.
+        # "failed" (with its error), "stopped" (on request, to be resumed) or "interrupted" (by a
+        # signal; both with a reason), "complete"; folders from before live outputs have none.
         self.status = run_json.get("status", "complete")
-        self.error = run_json.get("error", "")
+        self.error = run_json.get("error") or run_json.get("reason", "")
         clusters = s.get("clusters")
         self.label = (f"{self.scenario} {self.variant}"
                       f"{f', {clusters} clusters' if clusters and int(clusters) > 1 else ''} ({self.executor})")

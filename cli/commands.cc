@@ -16,6 +16,7 @@
 #include "exec/env_assembly.h"
 #include "exec/progress.h"
 #include "exec/wall_env.h"
+#include "core/checkpoint/checkpoint.h"
 #include "core/model/cost_model.h"
 #include "algo/registry.h"
 #include "core/data/dataset.h"
@@ -247,6 +248,9 @@ std::string run_in_process(const Prepared& p, const std::string& executor, const
     events = run_loopback(spec, s.peer_timeout_s(), -1, nullptr, &both);
 #endif
     progress.finish();
+  } catch (const StoppedAtCheckpoint& e) {
+    live.stop(e.what());
+    throw;
   } catch (const std::exception& e) {
     live.fail(e.what());
     throw;

@@ -415,7 +415,7 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
     } catch (const Interrupted& e) {
       // The ranks go first, so that rank 0 writes no more; the folder keeps its rows, marked.
       children.kill_all();
-      mark_run_failed(run_path, e.what());
+      mark_run(run_path, "interrupted", e.what());
       throw;
     }
     const std::pair<int, int> r = children.reap(false);

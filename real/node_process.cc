@@ -362,6 +362,9 @@ int run(const NodeProcessOptions& options) {
   try {
     return run_rank(options, RankSetup{scenario, plan, model, spec, gloo, path, emulate, kernel, socket_path, device}, live,
                     live_clock);
+  } catch (const StoppedAtCheckpoint& e) {
+    if (live) live->stop(e.what());
+    throw;
   } catch (const std::exception& e) {
     if (live) live->fail(e.what());
     throw;

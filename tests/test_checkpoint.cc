@@ -90,7 +90,12 @@ void check_stop_and_resume(const std::string& toml, const std::vector<std::strin
   REQUIRE(point);
   CHECK(point->done == 40 * stop);
   CHECK(point->nodes == trainers);  // an idle node keeps nothing
-  CHECK(nlohmann::json::parse(test::slurp(d / "stopped" / "run.json")).at("status") == "failed");
+  // Stopped on request, not failed: the reason says where, for --resume.
+  const nlohmann::json stopped_run = nlohmann::json::parse(test::slurp(d / "stopped" / "run.json"));
+  CHECK(stopped_run.at("status") == "stopped");
+  CHECK(stopped_run.at("reason").get<std::string>().find("stopped after checkpoint " + std::to_string(stop)) !=
+        std::string::npos);
+  CHECK_FALSE(stopped_run.contains("error"));
 
   const test::Result resumed = test::ravnest({"sim", "--resume", "stopped", "--run-dir", "resumed", "--progress", "off"}, d);
   INFO(resumed.err);
@@ -286,6 +291,8 @@ TEST_CASE("a real run stopped after a checkpoint resumes where it stopped", "[ch
   const auto point = last_checkpoint((d / "stopped" / "checkpoints").string());
   REQUIRE(point);
   CHECK(point->done == 40);
+  // Rank 0 marked its folder stopped, and the launcher left that as it was.
+  CHECK(nlohmann::json::parse(test::slurp(d / "stopped" / "run.json")).at("status") == "stopped");
   const test::Result resumed = test::ravnest({"real", "--resume", "stopped", "--run-dir", "resumed", "--progress", "off"}, d);
   INFO(resumed.err);
   REQUIRE(resumed.status == 0);

@@ -180,6 +180,30 @@ TEST_CASE("a live run folder shows its rows as they come and ends complete, or f
   CHECK(text_of(base / "failed" / "eval.csv").find("0.75") != std::string::npos);
   { LiveRun live((base / "dropped").string(), p.scenario, p.plan, p.model, RunInfo{}, wall); }
   CHECK(status_of(base / "dropped") == "failed");
+  // A run stopped on request keeps its rows and says why as a reason, not an error; a launcher's
+  // later word leaves it stopped, but takes a failed (or running) folder for interrupted.
+  {
+    LiveRun live((base / "stopped").string(), p.scenario, p.plan, p.model, RunInfo{"sim", "numeric", 0, ""}, wall);
+    for (const Event& e : events) live.record(e);
+    live.stop("stopped after checkpoint 1");
+  }
+  mark_run((base / "stopped").string(), "interrupted", "interrupted by signal 2");
+  mark_run((base / "failed").string(), "interrupted", "interrupted by signal 15");
+  {
+    std::ifstream in(base / "stopped" / "run.json");
+    const auto j = nlohmann::json::parse(in);
+    CHECK(j["status"] == "stopped");
+    CHECK(j["reason"] == "stopped after checkpoint 1");
+    CHECK_FALSE(j.contains("error"));
+  }
+  CHECK(text_of(base / "stopped" / "eval.csv").find("0.75") != std::string::npos);
+  {
+    std::ifstream in(base / "failed" / "run.json");
+    const auto j = nlohmann::json::parse(in);
+    CHECK(j["status"] == "interrupted");
+    CHECK(j["reason"] == "interrupted by signal 15");
+    CHECK_FALSE(j.contains("error"));
+  }
   fs::remove_all(base);
 }
 

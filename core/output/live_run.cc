@@ -103,7 +103,7 @@ void LiveRows::close() {
   }
 }
 
-void mark_run_failed(const std::string& path, const std::string& why) {
+void mark_run(const std::string& path, const std::string& status, const std::string& why) {
   const fs::path file = fs::path(path) / "run.json";
   std::error_code ec;
   if (!fs::is_regular_file(file, ec)) return;
@@ -113,9 +113,11 @@ void mark_run_failed(const std::string& path, const std::string& why) {
   } catch (const std::exception&) {
     return;  // not a run.json this code wrote whole: leave it
   }
-  if (!j.is_object() || !j.contains("status") || j["status"] == "complete") return;
-  j["status"] = "failed";
-  j["error"] = why;
+  if (!j.is_object() || !j.contains("status") || j["status"] == "complete" || j["status"] == "stopped") return;
+  j["status"] = status;
+  j.erase("error");
+  j.erase("reason");
+  j[status == "failed" ? "error" : "reason"] = why;
   write_whole_file(file.string(), j.dump(2) + "\n");
 }
 
@@ -149,9 +151,9 @@ void LiveRun::record(const Event& e) {
   if (!done_) rows_->record(e);
 }
 
-void LiveRun::write_status(const std::string& status, const std::string& error, Seconds wall_seconds) {
+void LiveRun::write_status(const std::string& status, const std::string& why, Seconds wall_seconds) {
   info_.wall_seconds = wall_seconds;
-  write_whole_file((fs::path(path_) / "run.json").string(), run_json_text(info_, status, error));
+  write_whole_file((fs::path(path_) / "run.json").string(), run_json_text(info_, status, why));
 }
 
 std::string LiveRun::finish(std::vector<Event> events) {
@@ -189,6 +191,13 @@ void LiveRun::fail(const std::string& why) {
   done_ = true;
   rows_->close();  // run.json below still says what failed, if it can
   write_status("failed", why, wall_.now() - start_);
+}
+
+void LiveRun::stop(const std::string& why) {
+  if (done_) return;
+  done_ = true;
+  rows_->close();  // whole rows: a resumed run's folder is another one
+  write_status("stopped", why, wall_.now() - start_);
 }
 
 }  // namespace rv

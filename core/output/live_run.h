@@ -12,6 +12,10 @@
 //             are written beside, then moved over the live files one by one, run.json last
 //             ({"status": "complete"}): each file is whole at every moment
 //   fail      run.json {"status": "failed", "error": ...}; what was appended stays
+//   stop      run.json {"status": "stopped", "reason": ...}: stopped on request after a checkpoint
+//             (--stop-after-checkpoint), to be resumed (--resume); what was appended stays
+//   interrupt a signal (SIGINT, SIGTERM) ended it: run.json {"status": "interrupted", "reason": ...}
+//             where the launcher of several processes caught it (mark_run)
 //   killed    run.json still says "running": the rows appended so far are what the run did
 //
 // Time: the flushes' cadence and a failed run's wall time come from `wall`, the executor's wall
@@ -63,11 +67,13 @@ class LiveRows : public Metrics {
   Seconds last_flush_;  // by wall_
 };
 
-// Rewrites the run.json of the folder at `path` as failed with `why` unless it says complete: what
-// the launcher of several processes does when its run failed, since it knows the root cause (a
-// writer that was killed left "running"; one that stopped because it lost a peer said only that).
-// Does nothing where there is no such folder.
-void mark_run_failed(const std::string& path, const std::string& why);
+// Rewrites the run.json of the folder at `path` as `status` ("failed" or "interrupted") with `why`
+// unless it says complete or stopped (an end its writer chose): what the launcher of several
+// processes does when its run failed or was interrupted, since it knows the root cause (a writer
+// that was killed left "running"; one that stopped because it lost a peer said only that). Does
+// nothing where there is no such folder.
+void mark_run(const std::string& path, const std::string& status, const std::string& why);
+inline void mark_run_failed(const std::string& path, const std::string& why) { mark_run(path, "failed", why); }
 
 class LiveRun : public Metrics {
  public:
@@ -86,10 +92,12 @@ class LiveRun : public Metrics {
   std::string finish(std::vector<Event> events);
   // run.json says failed, with `why`.
   void fail(const std::string& why);
+  // run.json says stopped, with `why`: the run ended on request and is to be resumed.
+  void stop(const std::string& why);
   const std::string& path() const { return path_; }
 
  private:
-  void write_status(const std::string& status, const std::string& error, Seconds wall_seconds);
+  void write_status(const std::string& status, const std::string& why, Seconds wall_seconds);
 
   std::string path_;
   const Scenario& scenario_;
