@@ -22,6 +22,10 @@ enum RecordKind : int64_t { kHello = 1, kSend = 2, kDeliver = 3 };
 
 // How often a client waiting for a delivery looks at its transport (failures, arrivals).
 constexpr double kPollSeconds = 0.02;
+// A tolerant client waiting for a delivered message's bytes looks first after this long, then
+// twice as long each time, up to kPollSeconds: a message a little late is taken a little late
+// (not up to kPollSeconds late, which distorted the emulated time), a long wait costs little CPU.
+constexpr double kFirstPollSeconds = 0.0002;
 
 struct Record {
   int64_t kind = 0, a = 0, b = 0, c = 0;
@@ -334,6 +338,7 @@ Message EmulatorClient::recv(Transport& inner) {
   using Clock = std::chrono::steady_clock;
   auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                      std::chrono::duration<double>(timeout_));
+  double poll = kFirstPollSeconds;  // tolerant: the next look at the transport, after this long
   for (;;) {
     take_arrived(inner);
     if (std::optional<Message> m = take_delivered()) return std::move(*m);
@@ -355,7 +360,8 @@ Message EmulatorClient::recv(Transport& inner) {
     // when tolerant: its sender may be lost meanwhile, and forgotten).
     if (tolerant_) {
       take_arrived(inner);
-      std::this_thread::sleep_for(std::chrono::duration<double>(kPollSeconds));
+      std::this_thread::sleep_for(std::chrono::duration<double>(poll));
+      poll = std::min(kPollSeconds, 2 * poll);
       continue;
     }
     Message m = inner.recv();
