@@ -117,7 +117,7 @@ void mark_run(const std::string& path, const std::string& status, const std::str
   j["status"] = status;
   j.erase("error");
   j.erase("reason");
-  j[status == "failed" ? "error" : "reason"] = why;
+  j[why_key(status)] = why;
   write_whole_file(file.string(), j.dump(2) + "\n");
 }
 
@@ -186,18 +186,15 @@ std::string LiveRun::finish(std::vector<Event> events) {
   return path_;
 }
 
-void LiveRun::fail(const std::string& why) {
-  if (done_) return;
-  done_ = true;
-  rows_->close();  // run.json below still says what failed, if it can
-  write_status("failed", why, wall_.now() - start_);
-}
+void LiveRun::fail(const std::string& why) { end("failed", why); }
 
-void LiveRun::stop(const std::string& why) {
+void LiveRun::stop(const std::string& why) { end("stopped", why); }
+
+void LiveRun::end(const std::string& status, const std::string& why) {
   if (done_) return;
   done_ = true;
-  rows_->close();  // whole rows: a resumed run's folder is another one
-  write_status("stopped", why, wall_.now() - start_);
+  rows_->close();  // the rows appended stay, whole; run.json below says why, if it can
+  write_status(status, why, wall_.now() - start_);
 }
 
 }  // namespace rv

@@ -98,6 +98,7 @@ class LiveRun : public Metrics {
 
  private:
   void write_status(const std::string& status, const std::string& why, Seconds wall_seconds);
+  void end(const std::string& status, const std::string& why);  // fail(), stop()
 
   std::string path_;
   const Scenario& scenario_;

@@ -522,8 +522,7 @@ std::string run_json_text(const RunInfo& info, const std::string& status, const 
   json run{{"executor", info.executor}, {"mode", info.mode}, {"wall_seconds", info.wall_seconds},
            {"status", status}};
   if (!info.variant.empty()) run["variant"] = info.variant;
-  // Why it ended: a failure's error, or the reason it was stopped or interrupted.
-  if (!why.empty()) run[status == "failed" ? "error" : "reason"] = why;
+  if (!why.empty()) run[why_key(status)] = why;
   if (!info.resumed_from.empty()) run["resumed_from"] = {{"run", info.resumed_from}, {"updates", info.resumed_at}};
   run.update(to_json(provenance_of_run(info.started_unix_s)));
   return run.dump(2) + "\n";

@@ -94,9 +94,13 @@ void append_event_row(std::ostream& os, const Event& e);
 void append_eval_row(std::ostream& os, const Event& e);
 // plan.json's text: the plan and the model's layers.
 std::string plan_file_text(const Plan& plan, const ModelDesc& model);
-// run.json's text: what ran (`info`), `status` (running, complete, failed), the error of a failed
-// run, and the provenance (core/output/provenance.h) of a run that started at info.started_unix_s.
+// run.json's text: what ran (`info`), `status` (running, complete, failed, stopped, interrupted),
+// why it ended (under why_key(status)), and the provenance (core/output/provenance.h) of a run that
+// started at info.started_unix_s.
 std::string run_json_text(const RunInfo& info, const std::string& status, const std::string& why);
+// run.json's key for why a run ended: "error" for a failed run, "reason" for one stopped or
+// interrupted.
+inline const char* why_key(const std::string& status) { return status == "failed" ? "error" : "reason"; }
 // Every output file of a finished run into the folder `dir`, which exists (write_run_folder and
 // LiveRun::finish write into a temporary folder and move the files into place).
 void write_run_outputs(const std::string& dir, const Scenario& s, const Plan& plan, const ModelDesc& model,
