@@ -220,7 +220,6 @@ void RingAverager::send(int dst, MsgKind kind, int64_t step, int64_t aux, int64_
 }
 
 void RingAverager::make_lanes() {
-  lanes_.clear();
   for (const MyRing& r : rings_) {
     const int64_t pieces = ring_pieces((r.hi - r.lo) / r.members, rows_, piece_bytes_);
     RV_CHECK(r.id < (int64_t{1} << 46), "averaging: a ring id too large to name its pieces");
@@ -234,8 +233,6 @@ void RingAverager::make_lanes() {
     }
   }
   // Every lane begins (its first segment out; messages that came before the start are in early_).
-  lane_of_.clear();
-  ready_.clear();
   for (size_t i = 0; i < lanes_.size(); ++i) {
     lane_of_[lanes_[i].aux] = i;
     ready_.push_back(i);

@@ -85,7 +85,7 @@ class RingAverager : public Averager {
   // being holder(r, c).
   void form_rings(const std::vector<int>& view, const std::function<int(int, int)>& holder);
   void send(int dst, MsgKind kind, int64_t step, int64_t aux, int64_t lo, int64_t hi);
-  void make_lanes();  // lanes_ from rings_, cut into pieces
+  void make_lanes();  // lanes_ (empty: start() resets them) from rings_, cut into pieces, all ready
   void send_lane(Lane& l);
   // The all-gather: the segment a lane receives this round, offered as the place its payload may
   // arrive (Transport::offer), and taken back if unused.

@@ -25,6 +25,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
+#include <c10/util/ScopeExit.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
@@ -521,9 +522,10 @@ struct GlooTransport::Impl {
     for (auto it = mine.begin(); it != mine.end(); ++it) {
       if (!it->match.matches(m)) continue;
       at::Tensor into = std::move(it->into);
+      const MessageMatch match = it->match;
       mine.erase(it);
       if (tensors != 1 || into.numel() != elems) return at::Tensor();  // not this size: withdrawn
-      filling[peer] = MessageMatch{m.kind, m.id, m.step, m.aux};
+      filling[peer] = match;
       return into;
     }
     return at::Tensor();
@@ -612,15 +614,10 @@ struct GlooTransport::Impl {
                         sizeof(float) * d.elems);
           } else {
             // Straight into an offered place (Transport::offer), or into pooled memory.
-            at::Tensor into = take_offer(peer, d.msg, d.elems, d.shapes.size());
-            struct EndFill {
-              Impl* s;
-              int peer;
-              bool on;
-              ~EndFill() {
-                if (on) s->end_fill(peer);
-              }
-            } end_fill_guard{this, peer, into.defined()};
+            const at::Tensor into = take_offer(peer, d.msg, d.elems, d.shapes.size());
+            const auto filled = c10::make_scope_exit([&] {
+              if (into.defined()) end_fill(peer);
+            });
             at::Tensor room = into.defined() ? into.view({-1}) : buffers.take(d.elems, at::kFloat);
             std::optional<Posted> p = post_recv(peer, {room}, kPayloadTag);
             if (!p || !wait_recv(peer, p->work)) return;
