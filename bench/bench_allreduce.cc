@@ -253,12 +253,6 @@ std::vector<std::vector<double>> taking_turns(GlooTransport& t, int reps, const 
   return out;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 // C one-node clusters: our multi-ring (over GlooTransport) against c10d's allreduce on one group.
 // Reported: the best time of each, and the median over rounds of each ring's time over c10d's in
 // the same round (the runs take turns: a load burst on this shared host moves both alike).
@@ -300,8 +294,8 @@ json part_real(int reps, double piece_mb) {
           ratio_cut.push_back(times[1][i] / times[2][i]);
         }
         auto best = [](const std::vector<double>& w) { return *std::min_element(w.begin(), w.end()); };
-        return std::vector<double>{best(times[0]), best(times[1]), best(times[2]), median(ratio_whole),
-                                   median(ratio_cut)};
+        return std::vector<double>{best(times[0]), best(times[1]), best(times[2]), bench::median(ratio_whole),
+                                   bench::median(ratio_cut)};
       });
       const double s = 4.0 * k.model.state_offset(k.model.layer_count());
       rows.push_back({{"ranks", c}, {"state_mb", s / 1e6}, {"multi_ring_s", out[0]}, {"piece_mb", piece_mb},

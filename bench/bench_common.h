@@ -23,6 +23,13 @@ inline double wall_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// The median of `v` (the mean of the middle two for an even count); `v` not empty.
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 // Prints `j` and, if `path` is not empty, writes it there.
 inline void emit(const nlohmann::json& j, const std::string& path) {
   std::cout << j.dump(2) << std::endl;

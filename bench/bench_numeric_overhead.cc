@@ -37,11 +37,7 @@ using namespace rv;
 
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using bench::median;
 
 nlohmann::json measure(const std::string& path, const std::vector<std::string>& sets, int64_t steps,
                        int repeats) {
@@ -65,18 +61,16 @@ nlohmann::json measure(const std::string& path, const std::vector<std::string>& 
   for (int r = 0; r < repeats; ++r) {
     // The plain loop: same model, same samples, same optimizer, one process, no pipeline; then the
     // final evaluation that a run makes.
-    plain.push_back(bench::in_child([&] {
-      const double t0 = bench::wall_now();
-      StageModule whole = bench::train_plain(s, model, data, steps);
-      bench::evaluate_plain(s, whole, data);
-      return bench::wall_now() - t0;
-    }));
-    plain_k.push_back(bench::in_child([&] {
-      const double t0 = bench::wall_now();
-      StageModule whole = bench::train_plain_in_flight(s, model, data, steps, in_flight);
-      bench::evaluate_plain(s, whole, data);
-      return bench::wall_now() - t0;
-    }));
+    auto plain_loop = [&](int64_t k) {
+      return bench::in_child([&] {
+        const double t0 = bench::wall_now();
+        StageModule whole = bench::train_plain_in_flight(s, model, data, steps, k);
+        bench::evaluate_plain(s, whole, data);
+        return bench::wall_now() - t0;
+      });
+    };
+    plain.push_back(plain_loop(1));
+    plain_k.push_back(plain_loop(in_flight));
     sim.push_back(bench::in_child([&] {
       RunSpec spec{&s, &plan, &model, &data};
       const double t0 = bench::wall_now();

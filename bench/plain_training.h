@@ -19,29 +19,12 @@
 
 namespace rv::bench {
 
-// Trains `steps` micro-batches and returns the final module.
-inline StageModule train_plain(const Scenario& s, const ModelDesc& model, const Dataset& data,
-                               int64_t steps) {
-  StageModule whole(model, 0, model.layer_count(), s.seed);
-  Optimizer opt(s.training);
-  Sampler sampler(data.train_size(), s.data.batch_size, s.seed);
-  for (int64_t mb = 0; mb < steps; ++mb) {
-    auto rows = sampler.indices(mb);
-    c10::AutoGradMode g(true);
-    at::Tensor logits = whole.forward(data.inputs(rows, false), whole.params(), true, mb, true);
-    at::Tensor loss = at::nll_loss(at::log_softmax(logits, 1), data.targets(rows, false));
-    auto grads = torch::autograd::grad({loss}, whole.params());
-    whole.set_params(opt.step(whole.params(), grads));
-  }
-  return whole;
-}
-
-// The same loop with `in_flight` micro-batches in flight, as an asynchronous pipeline holds them:
-// each step runs a new micro-batch's forward (its graph, activations and weights kept alive) and,
-// once `in_flight` are pending, the backward and update of the oldest, with the weights its forward
-// used (weight stashing). So up to `in_flight` micro-batches' activations and weight versions are
-// alive at once, as in the pipeline; the maths per micro-batch is train_plain's (in_flight = 1 is
-// train_plain's schedule).
+// Trains `steps` micro-batches with `in_flight` of them in flight, as an asynchronous pipeline holds
+// them, and returns the final module: each step runs a new micro-batch's forward (its graph,
+// activations and weights kept alive) and, once `in_flight` are pending, the backward and update
+// of the oldest, with the weights its forward used (weight stashing). So up to `in_flight`
+// micro-batches' activations and weight versions are alive at once, as in the pipeline; the maths
+// per micro-batch is the same whatever `in_flight` (1: forward, backward, update, one at a time).
 inline StageModule train_plain_in_flight(const Scenario& s, const ModelDesc& model, const Dataset& data,
                                          int64_t steps, int64_t in_flight) {
   StageModule whole(model, 0, model.layer_count(), s.seed);
@@ -70,6 +53,11 @@ inline StageModule train_plain_in_flight(const Scenario& s, const ModelDesc& mod
   }
   while (!pending.empty()) oldest_back();
   return whole;
+}
+
+// The plain loop: one micro-batch at a time.
+inline StageModule train_plain(const Scenario& s, const ModelDesc& model, const Dataset& data, int64_t steps) {
+  return train_plain_in_flight(s, model, data, steps, 1);
 }
 
 // The final evaluation a pipeline run makes: the test set (the first `training.eval_samples`
