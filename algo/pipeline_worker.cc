@@ -417,9 +417,15 @@ bool PipelineWorker::intercept(Message& m) {
   }
   if (!pipeline_kind(m.kind)) return false;
   // Only this stage's neighbours now send it pipeline messages: anything else was meant for a
-  // pipeline that has since changed (a node that left, or this node's earlier life).
-  const int from = m.kind == MsgKind::kBackward ? role_.next : role_.prev;
-  if (m.src != from) return true;
+  // pipeline that has since changed (a node that left, or this node's earlier life). The role this
+  // node was given may predate the neighbour, though: a replacement that heard of a seal first may
+  // send before this node's notice of it arrives (the real membership is polled). So a sender
+  // that is not the neighbour is checked again against the membership as it stands now.
+  auto from = [&](const NodeRole& r) { return m.kind == MsgKind::kBackward ? r.next : r.prev; };
+  if (m.src != from(role_)) {
+    on_member();
+    if (m.src != from(roster_->role_of(role_.node))) return true;
+  }
   // A micro-batch of a period this node has left behind, or of the period its cluster gave up
   // (down), is stale. One of a later period is kept: a neighbour that had less state to fetch
   // may start the period after a rebuild first.

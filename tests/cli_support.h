@@ -2,15 +2,18 @@
 // and stderr (each test case runs in its own process, so forking is safe).
 #pragma once
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace rv::test {
@@ -61,14 +64,31 @@ inline pid_t start_ravnest(const std::vector<std::string>& args, const std::file
   return pid;
 }
 
-// Waits for a process started by start_ravnest.
-inline Result finish_ravnest(pid_t pid, const std::filesystem::path& cwd) {
+// Waits for a process started by start_ravnest, at most `deadline` seconds: one still running
+// then is sent SIGTERM (a launcher ends its ranks and marks its run interrupted), and SIGKILL 10 s
+// later; its status is then 124 and its stderr ends with a line saying so. A test that has waited
+// that long has failed anyway; the deadline keeps a hang from costing the whole suite's timeout.
+inline Result finish_ravnest(pid_t pid, const std::filesystem::path& cwd, double deadline = 600) {
+  using Clock = std::chrono::steady_clock;
+  const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(deadline));
   int st = 0;
-  waitpid(pid, &st, 0);
+  bool killed = false;
+  for (int sig : {0, SIGTERM, SIGKILL}) {
+    if (sig != 0) {
+      ::kill(pid, sig);
+      killed = true;
+    }
+    const auto until = sig == 0 ? end : Clock::now() + std::chrono::seconds(10);
+    pid_t got = 0;
+    while ((got = waitpid(pid, &st, WNOHANG)) == 0 && Clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (got != 0) break;
+  }
   Result r;
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  r.status = killed ? 124 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
   r.out = slurp(cwd / ".stdout");
   r.err = slurp(cwd / ".stderr");
+  if (killed) r.err += "\n[test] ravnest still ran after " + std::to_string(deadline) + " s: killed\n";
   return r;
 }
 

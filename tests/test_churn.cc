@@ -14,12 +14,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include "algo/pipeline_worker.h"
 #include "algo/registry.h"
 #include "algo/roster.h"
 #include "core/churn/schedule.h"
 #include "core/error.h"
+#include "core/output/metrics.h"
 #include "core/output/run_output.h"
+#include "exec/wall_env.h"
+#include "loopback/loopback.h"
 #include "cli_support.h"
+#include "snippets.h"
 #include "test_support.h"
 
 using namespace rv;
@@ -326,6 +331,60 @@ TEST_CASE("roster: spares take lost stages, newcomers fill waiting ones, rounds 
   again.update(m);
   CHECK(again.assignment() == r.assignment());
   for (int64_t k = 0; k < 4; ++k) CHECK(again.view(k) == r.view(k));
+}
+
+// A Compute for timing mode: no maths, no time.
+struct NoCompute : Compute {
+  bool numeric() const override { return false; }
+  void run(const Work&, const std::function<void()>&) override {}
+};
+
+TEST_CASE("churn: a replacement's first messages are kept though this node has not yet heard of it", "[churn]") {
+  // Clusters {0, 1} and {2, 3}. Node 2 left; node 3 last took its role while stage 0 waited for a
+  // node (prev -1). Node 2's replacement joins, round 0 is sealed, and the replacement (which
+  // heard of the seal first: the real membership is polled) sends its first forward of period 1
+  // before node 3's notice arrives. Node 3 must keep it: dropped, both ends would wait forever.
+  const test::Prepared p = test::prepare(std::string("name = \"early\"\n") + test::kDigitsMlp +
+                                             "[sim]\nmode = \"timing\"\n[training]\nsteps = 40\naverage_every = 20\n"
+                                             "[planner]\nmethod = \"manual\"\n[[planner.cluster]]\nnodes = [0, 1]\n"
+                                             "[[planner.cluster]]\nnodes = [2, 3]\n[[devices]]\ncount = 4\n",
+                                         {}, false);
+  const RunSpec spec = p.spec();
+  FakeMembership members;
+  members.log.push_back({2, false, 1.0});
+  LoopbackHub hub(4, 5.0);
+  LoopbackTransport transport(hub, 3);
+  WallClock clock;
+  NoCompute compute;
+  EventLog log;
+  NodeEnv env{transport, clock, compute, log};
+  env.membership = &members;
+  PipelineWorker w(env, spec, 3, p.scenario.training, 2);
+  w.recovering(true);
+  w.refresh();
+  w.set_role(w.roster()->role_of(3));
+  REQUIRE(w.role().cluster == 1);
+  REQUIRE(w.role().prev == -1);
+  w.set_period(0, true);  // cluster 1 sits round 0 out
+
+  members.log.push_back({2, true, 2.0});  // the replacement; node 3 gets no notice of it yet
+  members.seal(0);
+  auto forward = [](int src, int64_t id) {
+    Message m;
+    m.kind = MsgKind::kForward;
+    m.src = src;
+    m.id = id;
+    m.bytes = kHeaderBytes;
+    return m;
+  };
+  hub.put(3, forward(0, 20));  // not a neighbour, now or later: dropped
+  hub.put(3, forward(2, 5));   // the old node 2's, of the period given up: dropped
+  hub.put(3, forward(2, 20));  // the replacement's, of period 1: kept
+  const std::optional<Message> got = w.try_recv();
+  REQUIRE(got.has_value());
+  CHECK(got->src == 2);
+  CHECK(got->id == 20);
+  CHECK_FALSE(w.try_recv().has_value());
 }
 
 TEST_CASE("churn: ravnest loses a first, a middle or a last stage, and the spare takes it over", "[churn][sim]") {

@@ -211,13 +211,13 @@ TEST_CASE("a replacement process joins a running job and takes the lost stage", 
   join.insert(join.end(), sets.begin(), sets.end());
   test::Result joined;
   for (int attempt = 0; attempt < 100; ++attempt) {
-    joined = test::finish_ravnest(test::start_ravnest(join, jd), jd);
+    joined = test::finish_ravnest(test::start_ravnest(join, jd), jd, 240);
     if (joined.status != 2 || joined.err.find("still in the run") == std::string::npos) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   INFO(joined.err);
   CHECK(joined.status == 0);
-  const test::Result r = test::finish_ravnest(launcher, d);
+  const test::Result r = test::finish_ravnest(launcher, d, 120);
   INFO(r.err);
   REQUIRE(r.status == 0);
 
