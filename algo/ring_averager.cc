@@ -270,9 +270,9 @@ void RingAverager::withdraw(Lane& l) {
   l.offered = false;
 }
 
-Message RingAverager::take(MsgKind kind, int64_t aux, int64_t step) {
+std::optional<Message> RingAverager::take(MsgKind kind, int64_t aux, int64_t step) {
   auto it = early_.find(std::make_tuple(static_cast<int>(kind), aux, step, round_));
-  RV_CHECK(it != early_.end(), "averaging: a message taken before it arrived");
+  if (it == early_.end()) return std::nullopt;
   Message m = std::move(it->second);
   early_.erase(it);
   note(EventKind::kRecv, m.src, m.bytes);
@@ -290,10 +290,10 @@ bool RingAverager::collect() {
              "averaging: a state of the wrong size from node " + std::to_string(m.src));
   };
   if (leader_ != node_) {
-    if (!here(MsgKind::kDistribute, node_)) return false;
-    Message m = take(MsgKind::kDistribute, node_, 0);
-    check(m, own_);
-    if (state_.defined()) state_ = m.payload[0];
+    std::optional<Message> m = take(MsgKind::kDistribute, node_, 0);
+    if (!m) return false;
+    check(*m, own_);
+    if (state_.defined()) state_ = m->payload[0];
     span_.end = env_.clock.now();
     env_.metrics.record(span_);
     phase_ = Phase::kDone;
@@ -302,7 +302,7 @@ bool RingAverager::collect() {
   for (const auto& m : members_)
     if (!here(MsgKind::kCollect, m.node)) return false;
   for (const auto& mb : members_) {
-    Message m = take(MsgKind::kCollect, mb.node, 0);
+    Message m = std::move(*take(MsgKind::kCollect, mb.node, 0));  // here (above)
     check(m, mb.hi - mb.lo);
     if (state_.defined()) state_.narrow(1, mb.lo, mb.hi - mb.lo).copy_(m.payload[0]);
   }
@@ -348,8 +348,9 @@ bool RingAverager::progress() {
       if (l.done) continue;
       if (!l.sent) send_lane(l);
       const MsgKind kind = l.gather ? MsgKind::kGather : MsgKind::kReduce;
-      if (!early_.count(std::make_tuple(static_cast<int>(kind), l.aux, static_cast<int64_t>(l.t), round_))) continue;
-      Message m = take(kind, l.aux, l.t);
+      std::optional<Message> got = take(kind, l.aux, l.t);
+      if (!got) continue;
+      Message m = std::move(*got);
       const int seg = l.gather ? mod(l.member - l.t, l.members) : mod(l.member - l.t - 1, l.members);
       const int64_t a = l.seg_lo(seg), b = l.seg_lo(seg + 1);
       Work add;  // the reduce-scatter's addition; the all-gather's copy is not charged

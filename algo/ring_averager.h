@@ -30,6 +30,7 @@
 #include <functional>
 #include <deque>
 #include <map>
+#include <optional>
 #include <unordered_map>
 #include <tuple>
 #include <vector>
@@ -96,7 +97,9 @@ class RingAverager : public Averager {
   void divide_reduced(const Lane& l);  // after its reduce-scatter: the lane's reduced segment, divided by C
   void finish();          // hands out the slices (single-ring leader), records the span
   void note(EventKind kind, int peer, Bytes bytes);  // a send or receive event
-  Message take(MsgKind kind, int64_t aux, int64_t step);
+  // The early message of this round with that key, taken out of early_ (and its receive recorded);
+  // nothing if it is not here yet.
+  std::optional<Message> take(MsgKind kind, int64_t aux, int64_t step);
 
   const Plan& plan_;
   const ModelDesc& model_;

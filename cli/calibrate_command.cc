@@ -8,6 +8,7 @@
 #include <fmt/core.h>
 
 #include "core/error.h"
+#include "core/output/whole_file.h"
 #include "exec/calibrate.h"
 
 namespace rv {
@@ -47,7 +48,7 @@ int run_calibrate_command(const CalibrateCommand& c) {
                 (c.quick ? " (--quick)" : "");
   std::cout << "\n" << profile_to_toml(p, comment);
   if (!c.out.empty()) {
-    write_profile(c.out, p, comment);
+    write_whole_file(c.out, profile_to_toml(p, comment));
     std::cout << "wrote " << c.out << "\n";
   }
   return 0;

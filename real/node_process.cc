@@ -167,30 +167,18 @@ void send_events(GlooTransport& t, const std::string& text) {
 
 // Waits for the kControl message `id`, however long: peers may still be training. A dead peer
 // still ends the wait (the transport reports it), and every other wait of a node has a timeout,
-// so this cannot hang for good.
-Message wait_control(GlooTransport& t, int64_t id) {
+// so this cannot hang for good. With `enough` (real.on_peer_loss = "recover", where a lost peer
+// ends no wait): returns nothing as soon as enough() holds, checked every second, since the ranks
+// still awaited may be lost meanwhile; rank 0 gathers the run's events, so its loss ends another
+// rank's wait with rv::PeerError.
+std::optional<Message> wait_control(GlooTransport& t, int64_t id, const std::function<bool()>& enough = {}) {
   for (;;) {
-    std::optional<Message> m = t.recv_control(3600);
-    if (!m) continue;
-    if (m->id != id) {
-      throw InputError("rank " + std::to_string(m->src) + " sent control message " +
-                       std::to_string(m->id) + " where " + std::to_string(id) + " was expected");
-    }
-    return std::move(*m);
-  }
-}
-
-// real.on_peer_loss = "recover": like wait_control(), but returns nothing as soon as `enough()`
-// (checked every second: the ranks still awaited may be lost meanwhile). Rank 0 gathers the
-// run's events, so its loss ends another rank's wait with rv::PeerError.
-std::optional<Message> wait_control_unless_lost(GlooTransport& t, int64_t id, const std::function<bool()>& enough) {
-  for (;;) {
-    if (enough()) return std::nullopt;
+    if (enough && enough()) return std::nullopt;
     std::optional<Message> m;
     try {
-      m = t.recv_control(1.0);
+      m = t.recv_control(enough ? 1.0 : 3600.0);
     } catch (const PeerError&) {
-      if (enough()) return std::nullopt;  // the last peer it waited for was lost meanwhile
+      if (enough && enough()) return std::nullopt;  // the last peer it waited for was lost meanwhile
       throw;
     }
     if (m) {
@@ -199,6 +187,7 @@ std::optional<Message> wait_control_unless_lost(GlooTransport& t, int64_t id, co
                          " where " + std::to_string(id) + " was expected");
       return m;
     }
+    if (!enough) continue;
     const std::vector<int> lost = t.lost_peers();
     if (t.rank() != 0 && std::find(lost.begin(), lost.end(), 0) != lost.end())
       throw PeerError("rank " + std::to_string(t.rank()) + ": rank 0 was lost, and with it the run's gathering "
@@ -428,7 +417,7 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::opt
         transport.send(r, std::move(m));
       }
     } else {
-      clock.set_origin_ns(wait_control(transport, kClockId).step);
+      clock.set_origin_ns(wait_control(transport, kClockId)->step);
     }
   }
   WallCompute compute(scenario.real.emulate_speed
@@ -510,8 +499,7 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::opt
     if (joined) joined->close();  // before rank 0 can finish the folder
     send_events(transport, events_to_text(log.events()));
     transport.flush();
-    if (recover) wait_control_unless_lost(transport, kDoneId, [] { return false; });
-    else wait_control(transport, kDoneId);
+    wait_control(transport, kDoneId, recover ? std::function<bool()>([] { return false; }) : nullptr);
     transport.close();
     return 0;
   }
@@ -527,8 +515,8 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::opt
     return true;
   };
   for (int complete = 1; recover ? !all_in() : complete < world;) {
-    std::optional<Message> got_one = recover ? wait_control_unless_lost(transport, kEventsId, all_in)
-                                             : std::optional<Message>(wait_control(transport, kEventsId));
+    std::optional<Message> got_one =
+        wait_control(transport, kEventsId, recover ? std::function<bool()>(all_in) : nullptr);
     if (!got_one) break;
     const Message m = std::move(*got_one);
     const auto src = static_cast<size_t>(m.src);

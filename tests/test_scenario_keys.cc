@@ -45,7 +45,7 @@ std::string profile_file() {
     const std::string p = (std::filesystem::temp_directory_path() /
                            ("rv-keys-profile-" + std::to_string(::getpid()) + ".toml"))
                               .string();
-    write_profile(p, ComputeProfile{});
+    std::ofstream(p) << profile_to_toml(ComputeProfile{});
     return p;
   }();
   return path;

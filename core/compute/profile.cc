@@ -137,14 +137,4 @@ std::string profile_to_toml(const ComputeProfile& p, const std::string& comment)
   return os.str();
 }
 
-void write_profile(const std::string& path, const ComputeProfile& p, const std::string& comment) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << profile_to_toml(p, comment);
-    if (!out) throw Error(path + ": cannot write the compute profile");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw Error(path + ": cannot write the compute profile");
-}
-
 }  // namespace rv

@@ -68,11 +68,10 @@ struct ComputeProfile {
 Seconds time_of(const Work& work, const ComputeProfile& profile);
 
 // The profile file (above). read_profile throws rv::InputError naming the file, the key and what
-// is wrong; write_profile writes the same format (rv::Error if it cannot), with `comment` as a
-// header line.
+// is wrong; profile_to_toml gives the same format, with `comment` as a header line (written whole
+// by core/output/whole_file.h).
 ComputeProfile read_profile(const std::string& path);
 ComputeProfile parse_profile(const std::string& text, const std::string& source);
 std::string profile_to_toml(const ComputeProfile& p, const std::string& comment = "");
-void write_profile(const std::string& path, const ComputeProfile& p, const std::string& comment = "");
 
 }  // namespace rv
