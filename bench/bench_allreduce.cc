@@ -29,6 +29,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include "bench/bench_common.h"
+#include "core/compute/allocator.h"
 #include "algo/averager.h"
 #include "algo/ring_averager.h"
 #include "core/compute_threads.h"
@@ -401,6 +402,7 @@ json part_breakdown(int reps) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  rv::configure_allocator();  // as ravnest does (core/compute/allocator.h)
   std::string part = "all", out;
   int reps = 9;
   CLI::App app{"cross-cluster averaging: simulation against alpha-beta, real rings against c10d"};

@@ -24,6 +24,7 @@
 #include <CLI/CLI.hpp>
 
 #include "bench/bench_common.h"
+#include "core/compute/allocator.h"
 #include "bench/plain_training.h"
 #include "core/compute_threads.h"
 #include "core/data/dataset.h"
@@ -109,6 +110,7 @@ nlohmann::json measure(const std::string& path, const std::vector<std::string>& 
 }  // namespace
 
 int main(int argc, char** argv) {
+  rv::configure_allocator();  // as ravnest does (core/compute/allocator.h)
   std::vector<std::string> paths, sets;
   std::string out;
   int64_t steps = 0;

@@ -18,6 +18,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include "bench/bench_common.h"
+#include "core/compute/allocator.h"
 #include "bench/plain_training.h"
 #include "core/compute_threads.h"
 #include "core/data/dataset.h"
@@ -54,6 +55,7 @@ int run(const std::vector<std::string>& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  rv::configure_allocator();  // as ravnest does (core/compute/allocator.h)
   int epochs = 10;
   std::string out;
   const std::string scenario_path = std::string(RV_SOURCE_DIR) + "/scenarios/digits-cnn.toml";

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "bench/bench_common.h"
+#include "core/compute/allocator.h"
 #include "core/compute_threads.h"
 #include "core/data/dataset.h"
 #include "core/model/cost_model.h"
@@ -42,6 +43,7 @@ void evict(int64_t mib) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  rv::configure_allocator();  // as ravnest does (core/compute/allocator.h)
   std::string path, out;
   int64_t mbs = 60;
   CLI::App app{"stage compute in isolation"};
