@@ -72,6 +72,7 @@ struct LayerCase {
   std::vector<int64_t> input;
   std::string label;
   bool fixed_cost = false;
+  bool first = false;  // timed as a network's first layer: its input needs no gradient
 };
 
 // A case's forward and backward samples with the work.h conventions, their times still 0.
@@ -86,12 +87,13 @@ std::pair<CalibrationSample, CalibrationSample> describe(const LayerCase& c) {
   const double ops = prof.forward_ops;
   const Flops flops = batch * prof.forward_flops;
   const bool gemm = c.kind == OpKind::kMatmul || c.kind == OpKind::kConv;
+  const double grads = gemm ? (c.first ? 1 : 2) : 1;  // a first layer's: the weights' alone
   return {{Pass::kForward, c.kind, c.label, ops, flops, bytes, 0, c.fixed_cost},
-          {Pass::kBackward, c.kind, c.label, gemm ? 2 * ops : ops, gemm ? 2 * flops : flops, bytes, 0, c.fixed_cost}};
+          {Pass::kBackward, c.kind, c.label, grads * ops, grads * flops, bytes, 0, c.fixed_cost}};
 }
 
 // One case's layer, input and gradient, ready to run its forward (autograd recording) and its
-// backward (to the weights and the input) again and again.
+// backward (to the weights and the input; a first layer's to the weights alone) again and again.
 class LayerRun {
  public:
   explicit LayerRun(const LayerCase& c) : c_(c) {
@@ -119,7 +121,7 @@ class LayerRun {
     forward();
     gradient_ = at::randn_like(y_);
   }
-  void fresh_input() { x_ = source_.clone().requires_grad_(true); }
+  void fresh_input() { x_ = source_.clone().requires_grad_(!c_.first); }
   void forward() {
     c10::AutoGradMode grad(true);
     y_ = c_.layer->forward(x_, params_.data(), buffers_.empty() ? nullptr : buffers_.data(), ctx_);
@@ -132,7 +134,7 @@ class LayerRun {
   }
   void backward() {
     std::vector<at::Tensor> inputs = params_;
-    inputs.push_back(x_);
+    if (!c_.first) inputs.push_back(x_);
     for (const at::Tensor& t : torch::autograd::grad({y_}, inputs, {g_})) keep(t);
   }
 
@@ -194,8 +196,10 @@ void time_chain(const std::vector<const LayerCase*>& cases, int repeats, std::ve
 
 std::vector<LayerCase> layer_cases(bool quick) {
   std::vector<LayerCase> cases;
-  auto add = [&](OpKind kind, LayerPtr layer, std::vector<int64_t> input, std::string label, bool fixed = false) {
-    cases.push_back({kind, std::move(layer), input, label + " " + dims(input), fixed});
+  auto add = [&](OpKind kind, LayerPtr layer, std::vector<int64_t> input, std::string label, bool fixed = false,
+                 bool first = false) {
+    cases.push_back({kind, std::move(layer), input, label + " " + dims(input) + (first ? " (first)" : ""), fixed,
+                     first});
   };
   // Fixed costs: layers on a handful of values, three batch sizes each. (A batch of one takes
   // other code paths, matrix-vector products and the like: two at least.)
@@ -228,9 +232,13 @@ std::vector<LayerCase> layer_cases(bool quick) {
             : std::vector<Conv>{{1, 16, 30},  {1, 32, 20},  {3, 32, 30}, {8, 8, 30},   {8, 16, 24},
                                 {16, 16, 20}, {16, 32, 12}, {32, 64, 12}, {64, 64, 6}, {32, 16, 6}};
   const std::vector<int64_t> image_batches = quick ? std::vector<int64_t>{8} : std::vector<int64_t>{8, 32, 128};
+  // A convolution of an image's 1 or 3 channels is a network's first layer: its backward computes
+  // the weights' gradient alone (the model charges it so: core/model/model.cc backward_work). The
+  // input's gradient of so few channels runs at a fraction of the weights' rate, and would pass
+  // for the efficiency of the one gradient such a layer computes (2.4x its time here).
   for (int64_t b : image_batches)
     for (const Conv& c : convs)
-      add(OpKind::kConv, make_conv2d(c.cin, c.cout, 3, 1), {b, c.cin, c.side, c.side}, "conv3x3");
+      add(OpKind::kConv, make_conv2d(c.cin, c.cout, 3, 1), {b, c.cin, c.side, c.side}, "conv3x3", false, c.cin <= 3);
 
   struct Map {
     int64_t channels, side;

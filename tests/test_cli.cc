@@ -20,6 +20,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -895,6 +896,28 @@ TEST_CASE("calibrate writes this host's profile, which a device can then use", "
   INFO(cal.err);
   REQUIRE(cal.status == 0);
   CHECK(cal.out.find("matmul") != std::string::npos);
+  // A convolution of an image's channels is timed as a first layer: its backward is the weights'
+  // gradient alone (as many flops as its forward), any other's both gradients (twice).
+  {
+    const std::regex conv_case(R"(^(forward|backward)\s+conv\s+(conv3x3 \S+( \(first\))?)\s+(\S+))");
+    std::map<std::string, std::pair<double, double>> flops;  // case -> (forward, backward)
+    std::istringstream out(cal.out);
+    for (std::string line; std::getline(out, line);) {
+      std::smatch m;
+      if (line.find("fixed cost") != std::string::npos || !std::regex_search(line, m, conv_case)) continue;
+      auto& f = flops[m[2].str()];
+      (m[1] == "forward" ? f.first : f.second) = std::stod(m[4].str());
+    }
+    int first = 0;
+    for (const auto& [name, f] : flops) {
+      INFO(name);
+      const bool is_first = name.find("(first)") != std::string::npos;
+      first += is_first;
+      CHECK(f.second == Approx((is_first ? 1 : 2) * f.first).epsilon(1e-3));
+    }
+    CHECK(first >= 1);
+    CHECK(flops.size() > static_cast<size_t>(first));
+  }
   const std::string profile = slurp(d / "host.toml");
   CHECK(profile.find("peak_tflops = ") != std::string::npos);
   CHECK(profile.find("threads = 1") != std::string::npos);
