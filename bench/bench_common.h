@@ -17,6 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/error.h"
+
 namespace rv::bench {
 
 inline double wall_now() {
@@ -70,6 +72,14 @@ inline std::vector<double> in_child(size_t n, const std::function<std::vector<do
 // One figure.
 inline double in_child(const std::function<double()>& fn) {
   return in_child(1, [&] { return std::vector<double>{fn()}; })[0];
+}
+
+// What a bench's main does with an exception that ends it (`int main(...) try { ... } catch (const
+// std::exception& e) { return bench::failed(e); }`), as ravnest does: "error: ..." on stderr, and
+// exit status 2 for bad input (a scenario, an argument: rv::InputError), 1 for anything else.
+inline int failed(const std::exception& e) {
+  std::cerr << "error: " << e.what() << "\n";
+  return dynamic_cast<const InputError*>(&e) != nullptr ? 2 : 1;
 }
 
 }  // namespace rv::bench

@@ -109,7 +109,7 @@ nlohmann::json measure(const std::string& path, const std::vector<std::string>& 
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   rv::configure_allocator();  // as ravnest does (core/compute/allocator.h)
   std::vector<std::string> paths, sets;
   std::string out;
@@ -140,4 +140,6 @@ int main(int argc, char** argv) {
   nlohmann::json figures = nlohmann::json::array();
   for (const auto& c : cases) figures.push_back(measure(c.path, c.sets, steps > 0 ? steps : c.steps, repeats));
   bench::emit({{"benchmark", "numeric_overhead"}, {"intra_op_threads", 1}, {"cases", figures}}, out);
+} catch (const std::exception& e) {
+  return bench::failed(e);
 }

@@ -42,7 +42,7 @@ void evict(int64_t mib) {
 }
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   rv::configure_allocator();  // as ravnest does (core/compute/allocator.h)
   std::string path, out;
   int64_t mbs = 60;
@@ -148,4 +148,6 @@ int main(int argc, char** argv) {
                       {"layers", layers}});
   }
   bench::emit({{"benchmark", "stage_compute"}, {"scenario", s.name}, {"batch", batch}, {"stages", stages}}, out);
+} catch (const std::exception& e) {
+  return bench::failed(e);
 }
