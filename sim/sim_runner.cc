@@ -1,5 +1,6 @@
 #include "sim/sim_runner.h"
 
+#include <chrono>
 #include <exception>
 #include <optional>
 #include <string>
@@ -96,7 +97,9 @@ SimResult simulate(const Scenario& s, const std::vector<int>& nodes, bool numeri
     };
     start_churn(s, membership, present, churn_log, launch, stop);
   }
+  const auto loop_start = std::chrono::steady_clock::now();
   engine.run();
+  const Seconds loop_wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();
   actors.clear();
   if (checkpoints && checkpoints->error()) std::rethrow_exception(checkpoints->error());
   if (first_error) {
@@ -117,6 +120,7 @@ SimResult simulate(const Scenario& s, const std::vector<int>& nodes, bool numeri
   SimResult res;
   res.events = log.take();
   res.simulated_time = sg4::Engine::get_clock();
+  res.event_loop_wall_s = loop_wall;
   return res;
 }
 

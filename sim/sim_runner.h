@@ -15,6 +15,7 @@ namespace rv {
 struct SimResult {
   std::vector<Event> events;  // every node's events (with output.metrics = "summary", folded)
   Seconds simulated_time = 0;
+  Seconds event_loop_wall_s = 0;  // wall time of SimGrid's event loop alone (not the setup before it)
 };
 
 // One node's body inside the simulation (an algorithm, or a test's own code).
