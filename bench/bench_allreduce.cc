@@ -29,9 +29,9 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include "bench/bench_common.h"
-#include "core/compute/allocator.h"
 #include "algo/averager.h"
 #include "algo/ring_averager.h"
+#include "core/compute/allocator.h"
 #include "core/compute_threads.h"
 #include "core/data/dataset.h"
 #include "core/error.h"

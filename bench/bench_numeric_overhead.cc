@@ -24,8 +24,8 @@
 #include <CLI/CLI.hpp>
 
 #include "bench/bench_common.h"
-#include "core/compute/allocator.h"
 #include "bench/plain_training.h"
+#include "core/compute/allocator.h"
 #include "core/compute_threads.h"
 #include "core/data/dataset.h"
 #include "core/error.h"

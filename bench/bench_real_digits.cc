@@ -18,8 +18,8 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include "bench/bench_common.h"
-#include "core/compute/allocator.h"
 #include "bench/plain_training.h"
+#include "core/compute/allocator.h"
 #include "core/compute_threads.h"
 #include "core/data/dataset.h"
 #include "core/model/model.h"
