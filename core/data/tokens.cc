@@ -109,17 +109,17 @@ TokenSet make_sort(int64_t length, int64_t digits, int64_t train, int64_t test, 
 TextCorpus read_text(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec))
-    throw InputError("data.path: '" + path + "' is not a readable text file");
+    throw KeyError("data.path", "'" + path + "' is not a readable text file");
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError("data.path: cannot read the text file '" + path + "'");
+  if (!in) throw KeyError("data.path", "cannot read the text file '" + path + "'");
   std::string bytes;
   try {
     bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   } catch (const std::exception& e) {
-    throw InputError("data.path: reading '" + path + "' failed: " + e.what());
+    throw KeyError("data.path", "reading '" + path + "' failed: " + e.what());
   }
-  if (in.bad()) throw InputError("data.path: reading '" + path + "' failed");
-  if (bytes.empty()) throw InputError("data.path: '" + path + "' is empty");
+  if (in.bad()) throw KeyError("data.path", "reading '" + path + "' failed");
+  if (bytes.empty()) throw KeyError("data.path", "'" + path + "' is empty");
   std::vector<char32_t> chars;
   chars.reserve(bytes.size());
   const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
@@ -128,7 +128,7 @@ TextCorpus read_text(const std::string& path) {
     char32_t cp = 0;
     const size_t n = decode_utf8(at, end, &cp);
     if (n == 0)
-      throw InputError("data.path: '" + path + "' is not UTF-8 text (byte " + std::to_string(at - p) + ")");
+      throw KeyError("data.path", "'" + path + "' is not UTF-8 text (byte " + std::to_string(at - p) + ")");
     chars.push_back(cp);
     at += n;
   }
@@ -146,7 +146,7 @@ TokenSet make_text(const TextCorpus& corpus, int64_t seq_len, const std::string&
   const auto cut = static_cast<int64_t>(static_cast<double>(n) * kTextTrainShare);
   // Each side needs one sample: seq_len characters and the one after.
   if (cut < seq_len + 1 || n - cut < seq_len + 1)
-    throw InputError("data.path: '" + path + "' has " + std::to_string(n) + " characters: too few for samples of " +
+    throw KeyError("data.path", "'" + path + "' has " + std::to_string(n) + " characters: too few for samples of " +
                      std::to_string(seq_len) + " (data.seq_len) on both sides of its 90/10 train/test split");
   const at::Tensor stream = at::tensor(corpus.ids, at::kLong);
   TokenSet s;
