@@ -70,7 +70,7 @@ Event PipelineWorker::event(EventKind kind) const {
 void PipelineWorker::finish(Event& e) const { e.end = env_.clock.now(); }
 
 void PipelineWorker::compute(Event& e, const Work& work, const std::function<void()>& maths) {
-  env_.compute.run(work, [&] {
+  e.device = env_.compute.run(work, [&] {
     const Seconds cpu = env_.clock.thread_cpu_now();
     maths();
     e.cpu = env_.clock.thread_cpu_now() - cpu;

@@ -73,7 +73,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 METRICS_HEADER = ["kind", "node", "cluster", "stage", "step", "micro_batch", "start_s", "end_s",
-                  "loss", "accuracy", "staleness", "bytes", "peer", "samples", "cpu_s", "grad_norm2"]
+                  "loss", "accuracy", "staleness", "bytes", "peer", "samples", "cpu_s", "grad_norm2", "device_s"]
+# Run folders written before device_s (a GPU span's kernel time) have the columns before it.
+METRICS_HEADER_NO_DEVICE = METRICS_HEADER[:-1]
 THEORY_HEADER = ["k", "grad_norm2", "running_mean", "bound"]
 EVAL_HEADER = ["time_s", "node", "cluster", "step", "train_samples", "test_loss", "test_accuracy"]
 SPAN_COLOURS = {"wait": "#e8e8e8", "forward": "tab:blue", "backward": "tab:orange",
@@ -90,8 +92,9 @@ class ReportError(Exception):
     """A problem with the inputs; reported as `report: error: ...`, exit status 2."""
 
 
-def read_table(path, header):
-    """Reads a CSV with exactly `header` into {column: float array}; empty fields are NaN.
+def read_table(path, header, older=None):
+    """Reads a CSV with exactly `header` (or `older`, an earlier version of it, whose missing
+    columns come back all NaN) into {column: float array}; empty fields are NaN.
 
     The first column of metrics.csv (`kind`) stays a list of strings."""
     try:
@@ -99,6 +102,9 @@ def read_table(path, header):
             rows = list(csv.reader(f))
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise ReportError(f"cannot read {path}: {e}")
+    full = header
+    if rows and older is not None and [c.strip() for c in rows[0]] == older:
+        header = older
     if not rows or [c.strip() for c in rows[0]] != header:
         got = ",".join(rows[0]) if rows else "(empty file)"
         raise ReportError(f"{path}:1: bad header '{got}', expected '{','.join(header)}'")
@@ -118,8 +124,13 @@ def read_table(path, header):
                 cols[name].append(float(field) if field else math.nan)
             except ValueError:
                 raise ReportError(f"{path}:{lineno}: column '{name}': not a number: '{field}'")
-    return {name: (vals if i < text_cols else np.array(vals, dtype=float))
-            for i, (name, vals) in enumerate(cols.items())}
+    table = {name: (vals if i < text_cols else np.array(vals, dtype=float))
+             for i, (name, vals) in enumerate(cols.items())}
+    n = len(rows) - 1 - sum(1 for r in rows[1:] if not r)
+    for name in full:
+        if name not in table:
+            table[name] = np.full(n, math.nan)
+    return table
 
 
 def read_json(path):
@@ -146,7 +157,7 @@ class Run:
                                   "(output.metrics = \"summary\"); run it again with output.metrics = "
                                   "\"events\" to plot it")
             raise ReportError(f"no metrics.csv in run folder {folder}")
-        table = read_table(metrics_path, METRICS_HEADER)
+        table = read_table(metrics_path, METRICS_HEADER, METRICS_HEADER_NO_DEVICE)
         kinds = np.array(table["kind"], dtype=object)
         self.by_kind = {k: {c: table[c][kinds == k] for c in METRICS_HEADER[1:]}
                         for k in set(table["kind"])}

@@ -25,7 +25,9 @@ import tomllib
 import pandas as pd
 
 METRICS_COLUMNS = ["kind", "node", "cluster", "stage", "step", "micro_batch", "start_s", "end_s",
-                   "loss", "accuracy", "staleness", "bytes", "peer", "samples", "cpu_s", "grad_norm2"]
+                   "loss", "accuracy", "staleness", "bytes", "peer", "samples", "cpu_s", "grad_norm2", "device_s"]
+# Run folders written before device_s (a GPU span's kernel time): read with it all NaN.
+METRICS_COLUMNS_NO_DEVICE = METRICS_COLUMNS[:-1]
 EVAL_COLUMNS = ["time_s", "node", "cluster", "step", "train_samples", "test_loss", "test_accuracy"]
 
 
@@ -33,13 +35,19 @@ class RunError(Exception):
     """A folder that is not a readable run folder: the message names the file and the problem."""
 
 
-def _read_csv(path, columns=None):
+def _read_csv(path, columns=None, older=None):
+    """The CSV at `path` (None if there is none), whose columns must be `columns`, or `older` (an
+    earlier version of them: the missing ones are added, all NaN)."""
     if not os.path.exists(path):
         return None
     try:
         df = pd.read_csv(path)
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:
         raise RunError(f"{path}: cannot read it as CSV: {e}") from e
+    if older is not None and list(df.columns) == older:
+        for c in columns:
+            if c not in df.columns:
+                df[c] = float("nan")
     if columns is not None and list(df.columns) != columns:
         raise RunError(f"{path}: expected the columns {','.join(columns)}, found {','.join(map(str, df.columns))}")
     return df
@@ -66,7 +74,7 @@ class Run:
         self.info = _read_json(path("run.json"))
         self.summary = _read_json(path("summary.json"))
         self.plan = _read_json(path("plan.json"))
-        self.metrics = _read_csv(path("metrics.csv"), METRICS_COLUMNS)
+        self.metrics = _read_csv(path("metrics.csv"), METRICS_COLUMNS, METRICS_COLUMNS_NO_DEVICE)
         self.node_metrics = _read_csv(path("node_metrics.csv"))
         self.eval = _read_csv(path("eval.csv"), EVAL_COLUMNS)
         if self.metrics is None and self.node_metrics is None and self.summary is None:

@@ -11,7 +11,7 @@ import tempfile
 import unittest
 
 REPORT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "report.py")
-HEADER = "kind,node,cluster,stage,step,micro_batch,start_s,end_s,loss,accuracy,staleness,bytes,peer,samples,cpu_s,grad_norm2"
+HEADER = "kind,node,cluster,stage,step,micro_batch,start_s,end_s,loss,accuracy,staleness,bytes,peer,samples,cpu_s,grad_norm2,device_s"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -77,7 +77,7 @@ def make_run(folder, name="quick", algorithm="ravnest", executor="sim", with_los
         p["busy_fraction"] = p["busy_s"] / end_time
         p["idle_fraction"] = 1 - p["busy_fraction"]
     with open(os.path.join(folder, "metrics.csv"), "w") as f:
-        f.write("\n".join(rows[:1] + [r + ",," for r in rows[1:]]) + "\n")  # cpu_s, grad_norm2: none
+        f.write("\n".join(rows[:1] + [r + ",,," for r in rows[1:]]) + "\n")  # cpu_s, grad_norm2, device_s: none
     with open(os.path.join(folder, "eval.csv"), "w") as f:
         f.write("\n".join(evals) + "\n")
     summary = {"scenario": name, "executor": executor, "mode": "numeric", "algorithm": algorithm,
@@ -270,9 +270,19 @@ class ReportTest(unittest.TestCase):
         run = os.path.join(self.dir, "bare")
         os.makedirs(run)
         with open(os.path.join(run, "metrics.csv"), "w") as f:
-            f.write(HEADER + "\nforward,0,0,0,0,0,0.0,0.5,,,,,,,,\nbackward,0,0,0,0,0,0.5,1.5,,,,,,,,\n")
+            f.write(HEADER + "\nforward,0,0,0,0,0,0.0,0.5,,,,,,,,,\nbackward,0,0,0,0,0,0.5,1.5,,,,,,,,,\n")
         proc = self.report_ok(run)
         self.assert_png(os.path.join(run, "report", "timeline_bare.png"))
+        self.assert_png(os.path.join(run, "report", "utilisation.png"))
+
+    def test_folder_from_before_device_s_reads(self):
+        # metrics.csv of a run folder written before the device_s column: reported as before.
+        run = os.path.join(self.dir, "older")
+        os.makedirs(run)
+        with open(os.path.join(run, "metrics.csv"), "w") as f:
+            f.write(HEADER.rsplit(",", 1)[0] +
+                    "\nforward,0,0,0,0,0,0.0,0.5,,,,,,,,\nbackward,0,0,0,0,0,0.5,1.5,,,,,,,,\n")
+        self.report_ok(run)
         self.assert_png(os.path.join(run, "report", "utilisation.png"))
 
     def read_json(self, *parts):
@@ -282,7 +292,7 @@ class ReportTest(unittest.TestCase):
     def test_timeline_draws_transfer_lanes_beside_compute(self):
         run = make_run(os.path.join(self.dir, "t"), clusters=1, stages=2)
         with open(os.path.join(run, "metrics.csv"), "a") as f:   # a last send that never arrives
-            f.write("send,0,0,0,99,99,10.0,10.0,,,,4096,1,,,\n")
+            f.write("send,0,0,0,99,99,10.0,10.0,,,,4096,1,,,,\n")
         out = os.path.join(self.dir, "out")
         proc = self.report_ok(run, "--out", out)
         self.assert_png(os.path.join(out, "timeline_quick_ravnest_sim.png"))
@@ -500,8 +510,8 @@ class ReportTest(unittest.TestCase):
             summary["final"]["test_accuracy"] = acc
             if rate > 0:
                 with open(os.path.join(folder, "metrics.csv"), "a") as f:
-                    f.write("leave,1,-1,-1,-1,-1,0.100000,0.100000,,,-1,0,-1,0,,\n"
-                            "join,5,-1,-1,-1,-1,0.200000,0.200000,,,-1,0,-1,0,,\n")
+                    f.write("leave,1,-1,-1,-1,-1,0.100000,0.100000,,,-1,0,-1,0,,,\n"
+                            "join,5,-1,-1,-1,-1,0.200000,0.200000,,,-1,0,-1,0,,,\n")
                 summary["churn"] = {"leaves": 1, "joins": 1, "takeovers": 1, "dropped_micro_batches": 2,
                                     "rounds_sat_out": 1, "state_transfers": 2, "state_transfer_bytes": 1 << 20,
                                     "planned_samples": summary["train_samples"] * 2,
@@ -555,7 +565,7 @@ class ReportTest(unittest.TestCase):
     def test_unparsable_number_names_line(self):
         run = make_run(os.path.join(self.dir, "badnum"))
         with open(os.path.join(run, "metrics.csv"), "a") as f:
-            f.write("forward,0,0,0,1,1,abc,0.2,,,,,,,,\n")
+            f.write("forward,0,0,0,1,1,abc,0.2,,,,,,,,,\n")
         with open(os.path.join(run, "metrics.csv")) as f:
             n_lines = len(f.read().splitlines())
         proc = run_report(run)

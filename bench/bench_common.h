@@ -69,6 +69,24 @@ inline std::vector<double> in_child(size_t n, const std::function<std::vector<do
   return v;
 }
 
+// Runs the program argv[0] with `argv` in a child process and waits for it: its exit status, or
+// 128 where a signal ended it (127: it could not be started).
+inline int run_program(const std::vector<std::string>& argv) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    std::vector<std::string> a = argv;
+    std::vector<char*> args;
+    for (auto& s : a) args.push_back(s.data());
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  if (pid < 0) return 127;
+  int st = 0;
+  waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
 // One figure.
 inline double in_child(const std::function<double()>& fn) {
   return in_child(1, [&] { return std::vector<double>{fn()}; })[0];

@@ -37,21 +37,6 @@ double cpu_of_children() {
   return u.ru_utime.tv_sec + u.ru_utime.tv_usec * 1e-6 + u.ru_stime.tv_sec + u.ru_stime.tv_usec * 1e-6;
 }
 
-int run(const std::vector<std::string>& args) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    std::vector<std::string> a = args;
-    std::vector<char*> argv;
-    for (auto& s : a) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  int st = 0;
-  waitpid(pid, &st, 0);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -75,7 +60,7 @@ int main(int argc, char** argv) {
   fs::remove_all(run_dir);
   const double cpu0 = cpu_of_children();
   double t0 = bench::wall_now();
-  int rc = run({std::string(RV_BINARY_DIR) + "/ravnest", "real", scenario_path, "--set",
+  int rc = bench::run_program({std::string(RV_BINARY_DIR) + "/ravnest", "real", scenario_path, "--set",
                 "training.steps=" + std::to_string(steps), "--set", "training.eval_every=0",
                 "--run-dir", run_dir.string()});
   const double real_wall = bench::wall_now() - t0;

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every benchmark and writes its figures to bench/results/*.json. Not part of the tests.
+# Runs every benchmark that needs no GPU and writes its figures to bench/results/*.json. Not part of
+# the tests. The GPU ones (bench_device_pipeline) run on a GPU machine: bench/gpu.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh bench_sim_speed bench_numeric_overhead bench_real_digits bench_allreduce ravnest

@@ -138,8 +138,9 @@ class Compute {
   // Runs `maths` (when numeric) and accounts for `work` on this node. In the simulator the node's
   // clock advances by the device's modeled time for it (core/compute/profile.h time_of); for real,
   // by the time the maths takes (optionally stretched to the modeled time, emulating a slower
-  // device).
-  virtual void run(const Work& work, const std::function<void()>& maths) = 0;
+  // device). Returns the seconds a GPU spent on the maths' kernels, measured with device events
+  // on its stream; NaN where nothing measures them (the CPU, the simulator).
+  virtual Seconds run(const Work& work, const std::function<void()>& maths) = 0;
   // Where the maths runs: a stage's tensors live there; those crossing NodeEnv stay on the CPU.
   virtual c10::Device device() const { return c10::kCPU; }
 };

@@ -5,7 +5,12 @@
 
 #include <thread>
 
+#include <c10/core/Event.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
+#include <torch/version.h>
+
+// c10::Event::elapsedTime (timing between two device events) is in LibTorch 2.x, not in 1.13.
+#define RV_DEVICE_EVENT_TIMING (TORCH_VERSION_MAJOR >= 2)
 
 namespace rv {
 
@@ -33,12 +38,29 @@ void WallClock::wait_until(Seconds t) {
   while (now() < t) std::this_thread::yield();
 }
 
-void WallCompute::run(const Work& work, const std::function<void()>& maths) {
+Seconds WallCompute::run(const Work& work, const std::function<void()>& maths) {
   const Seconds t0 = clock_.now();
-  maths();
-  if (!device_.is_cpu()) c10::impl::VirtualGuardImpl(device_.type()).getStream(device_).synchronize();
+  Seconds kernels = kNaN;
+  if (device_.is_cpu()) {
+    maths();
+  } else {
+    const c10::Stream stream = c10::impl::VirtualGuardImpl(device_.type()).getStream(device_);
+#if RV_DEVICE_EVENT_TIMING
+    // Events with timing (BACKEND_DEFAULT) around the maths on the stream its kernels run on.
+    c10::Event begin(device_.type(), c10::EventFlag::BACKEND_DEFAULT), end(device_.type(), c10::EventFlag::BACKEND_DEFAULT);
+    begin.record(stream);
+    maths();
+    end.record(stream);
+    end.synchronize();
+    kernels = begin.elapsedTime(end) * 1e-3;  // ms
+#else
+    maths();
+    stream.synchronize();
+#endif
+  }
   // On time, not a timed sleep's milliseconds late (which would lengthen every emulated span).
   if (emulate_) clock_.wait_until(t0 + time_of(work, *emulate_));
+  return kernels;
 }
 
 }  // namespace rv

@@ -494,6 +494,13 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::opt
   mem.bytes = peak_rss_bytes();
   log.record(mem);
   if (live_rows != nullptr) live_rows->record(mem);
+  if (const std::optional<DeviceMemoryPeak> gpu = device_memory_peak(setup.device)) {
+    Event g = mem;
+    g.kind = EventKind::kMeasuredDeviceMemory;
+    g.bytes = gpu->allocated;
+    log.record(g);
+    if (live_rows != nullptr) live_rows->record(g);
+  }
 
   if (rank != 0) {
     if (joined) joined->close();  // before rank 0 can finish the folder

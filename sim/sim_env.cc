@@ -18,10 +18,11 @@ void SimClock::sleep_for(Seconds s) {
   if (s > 0) sg4::this_actor::sleep_for(s);
 }
 
-void SimCompute::run(const Work& work, const std::function<void()>& maths) {
+Seconds SimCompute::run(const Work& work, const std::function<void()>& maths) {
   if (numeric_) maths();
   const Seconds t = time_of(work, device_);
   if (t > 0) sg4::this_actor::execute(t * host_speed_);
+  return kNaN;
 }
 
 }  // namespace rv

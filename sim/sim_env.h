@@ -45,7 +45,7 @@ class SimCompute : public Compute {
       : numeric_(numeric), device_(std::move(device)),
         host_speed_(host_speed > 0 ? host_speed : device_.peak_flops_per_s) {}
   bool numeric() const override { return numeric_; }
-  void run(const Work& work, const std::function<void()>& maths) override;
+  Seconds run(const Work& work, const std::function<void()>& maths) override;
 
  private:
   bool numeric_;

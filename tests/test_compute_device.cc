@@ -4,16 +4,21 @@
 // tensor crossing its interface is a CPU tensor. The GPU parts skip themselves without a GPU.
 #include <ATen/ATen.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+
+#include <nlohmann/json.hpp>
 
 #include "catch.h"
 #include "cli_support.h"
 #include "core/error.h"
 #include "core/model/model.h"
 #include "core/model/stage.h"
+#include "core/output/run_output.h"
 #include "core/scenario/scenario.h"
+#include "exec/wall_env.h"
 #include "real/compute_device.h"
 #include "snippets.h"
 
@@ -119,4 +124,77 @@ TEST_CASE("a stage on a GPU keeps its parameters and activations there, its inte
   dev.forward(1, x);
   CHECK(dev.pending() == 1);
   CHECK(dev.module().forward(dev.to_device(x), dev.module().params(), false, 0, false).device() == gpu);
+}
+
+TEST_CASE("wall compute on the CPU measures no device time", "[device]") {
+  const Work work;  // no emulation: the work's size does not matter
+  WallCompute cpu;
+  at::Tensor a = at::randn({64, 64});
+  bool ran = false;
+  CHECK(std::isnan(cpu.run(work, [&] {
+    a = at::mm(a, a);
+    ran = true;
+  })));
+  CHECK(ran);
+}
+
+TEST_CASE("wall compute times a GPU's kernels with device events", "[device][gpu]") {
+  if (visible_gpus() == 0) {
+    std::cout << "SKIPPED: no GPU visible (the LibTorch built against has no CUDA, or the machine no GPU)\n";
+    return;
+  }
+  const Work work;  // no emulation: the work's size does not matter
+  const c10::Device gpu(c10::DeviceType::CUDA, 0);
+  WallCompute dev(std::nullopt, gpu);
+  at::Tensor m = at::randn({2048, 2048}).to(gpu);
+  dev.run(work, [&] { m = at::mm(m, m).div_(2048.0); });  // the first product sets cuBLAS up
+  const Seconds small = dev.run(work, [&] { m = at::mm(m, m).div_(2048.0); });
+  const Seconds large = dev.run(work, [&] {
+    for (int i = 0; i < 20; ++i) m = at::mm(m, m).div_(2048.0);
+  });
+  INFO("one product " << small << " s, twenty " << large << " s");
+  REQUIRE(std::isfinite(small));
+  CHECK(small > 0);
+  CHECK(large > 5 * small);  // the kernels' time, not a constant: 20 products take longer than 1
+}
+
+TEST_CASE("a real run on a GPU records its spans' kernel time and each node's GPU memory", "[device][gpu]") {
+  if (visible_gpus() == 0) {
+    std::cout << "SKIPPED: no GPU visible (the LibTorch built against has no CUDA, or the machine no GPU)\n";
+    return;
+  }
+  const fs::path d = test::fresh_dir("rv-device", "gpu-run");
+  std::ofstream(d / "s.toml") << R"(name = "gpu-run"
+seed = 5
+[model]
+kind = "mlp"
+hidden = [256, 256]
+head = "linear"
+[data]
+kind = "synthetic"
+side = 16
+classes = 4
+batch_size = 32
+[training]
+steps = 12
+[[devices]]
+count = 2
+)";
+  const test::Result r =
+      test::ravnest({"real", "s.toml", "--set", "real.device=\"cuda\"", "--run-dir", "run", "--progress", "off"}, d);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  const nlohmann::json summary = nlohmann::json::parse(std::ifstream(d / "run" / "summary.json"));
+  for (const auto& n : summary["per_node"]) CHECK(n["measured_device_peak_bytes"].get<int64_t>() > 0);
+  std::ifstream csv(d / "run" / "metrics.csv");
+  const std::vector<Event> events = parse_events_csv(csv, "metrics.csv");
+  int timed = 0, forwards = 0;
+  for (const Event& e : events) {
+    if (e.kind != EventKind::kForward) continue;
+    ++forwards;
+    if (std::isfinite(e.device) && e.device > 0 && e.device <= e.end - e.start + 1e-3) ++timed;
+  }
+  CHECK(forwards > 0);
+  CHECK(timed == forwards);  // every forward span carries its kernels' time, within the span
+  fs::remove_all(d);
 }

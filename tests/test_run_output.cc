@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -76,6 +77,49 @@ TEST_CASE("metrics.csv round-trips", "[output]") {
   }
   CHECK(back.back().accuracy == 0.75);
   fs::remove(p);
+}
+
+TEST_CASE("metrics.csv carries a GPU span's kernel time and reads folders written before it", "[output]") {
+  std::vector<Event> ev = some_events();
+  ev[0].device = 0.25;  // a forward on a GPU
+  Event gpu;
+  gpu.kind = EventKind::kMeasuredDeviceMemory;
+  gpu.node = 1;
+  gpu.bytes = 123456789;
+  ev.push_back(gpu);
+  std::istringstream now(events_csv(ev));
+  const std::vector<Event> back = parse_events_csv(now, "metrics.csv");
+  REQUIRE(back.size() == ev.size());
+  CHECK(back[0].device == 0.25);
+  CHECK(std::isnan(back[1].device));
+  CHECK(back.back().kind == EventKind::kMeasuredDeviceMemory);
+  CHECK(back.back().bytes == 123456789);
+  // A folder from before device_s: its 16 columns read with device_s empty.
+  std::istringstream old(
+      "kind,node,cluster,stage,step,micro_batch,start_s,end_s,loss,accuracy,staleness,bytes,peer,samples,cpu_s,grad_norm2\n"
+      "forward,0,0,0,-1,3,1,1.5,,,-1,0,-1,0,0.4,\n");
+  const std::vector<Event> older = parse_events_csv(old, "old.csv");
+  REQUIRE(older.size() == 1);
+  CHECK(older[0].cpu == 0.4);
+  CHECK(std::isnan(older[0].device));
+  // But not a row of one header under the other.
+  std::istringstream mixed(
+      "kind,node,cluster,stage,step,micro_batch,start_s,end_s,loss,accuracy,staleness,bytes,peer,samples,cpu_s,grad_norm2\n"
+      "forward,0,0,0,-1,3,1,1.5,,,-1,0,-1,0,0.4,,0.1\n");
+  CHECK_THROWS_AS(parse_events_csv(mixed, "mixed.csv"), InputError);
+}
+
+TEST_CASE("summary.json gives each node's measured GPU memory", "[output]") {
+  auto p = test::prepare("name = \"out\"\n[model]\nhead = \"linear\"\n[[devices]]\ncount = 2\n", {}, false);
+  std::vector<Event> ev = some_events();
+  Event gpu;
+  gpu.kind = EventKind::kMeasuredDeviceMemory;
+  gpu.node = 1;
+  gpu.bytes = 5000;
+  ev.push_back(gpu);
+  const nlohmann::json j = summarize(p.scenario, p.plan, ev, RunInfo{});
+  CHECK(j["per_node"][1]["measured_device_peak_bytes"].get<int64_t>() == 5000);
+  CHECK(j["per_node"][0]["measured_device_peak_bytes"].get<int64_t>() == 0);
 }
 
 TEST_CASE("a run folder holds every output file", "[output]") {

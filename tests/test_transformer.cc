@@ -287,6 +287,18 @@ TEST_CASE("the text data is a file's characters as ids, train before test", "[tr
   std::ofstream(dir / "empty.txt").close();
   spec.path = (dir / "empty.txt").string();
   CHECK_THROWS_AS(dataset_shape(spec), InputError);
+  // In a scenario, the message says where: the file, the line and the key data.path.
+  const std::string scenario = "name = \"t\"\n[model]\nkind = \"transformer\"\nlayers = 1\nd_model = 8\nheads = 2\n"
+                               "[data]\nkind = \"text\"\nseq_len = 8\npath = \"" + (dir / "missing.txt").string() +
+                               "\"\n[[devices]]\ncount = 1\n";
+  try {
+    build_model(parse_scenario(scenario, "t.toml", {}));
+    FAIL("no error");
+  } catch (const ScenarioError& e) {
+    CHECK(e.key() == "data.path");
+    CHECK(std::string(e.what()).find("t.toml:10") != std::string::npos);
+    CHECK(std::string(e.what()).find("missing.txt") != std::string::npos);
+  }
   fs::remove_all(dir);
   // The default file is Debian's GPL-3, which every system has (base-files).
   DataSpec gpl;
@@ -315,6 +327,21 @@ TEST_CASE("a small GPT learns to sort across two clusters of two stages in simul
   INFO("mean loss of the first 20 micro-batches " << early << ", of the last 20 " << late);
   CHECK(late < 0.5 * early);
   CHECK(summary["final"]["test_accuracy"].get<double>() > 0.8);
+}
+
+TEST_CASE("gpt-pipeline is one pipeline of four stages cut between blocks", "[transformer]") {
+  // The GPU case (bench/gpu.sh): as its comment says, 8 blocks of d_model 512 (25 million
+  // parameters), the embeddings with two blocks, two, two, and two with the head.
+  auto p = test::prepare(slurp(test::source_path("scenarios/gpt-pipeline.toml")));
+  CHECK(p.model.total_params() > 25'000'000);
+  CHECK(p.model.total_params() < 26'000'000);
+  REQUIRE(p.plan.clusters.size() == 1);
+  const ClusterPlan& c = p.plan.clusters[0];
+  REQUIRE(c.stages.size() == 4);
+  CHECK(c.stages[0].layer_begin == 0);
+  CHECK(c.stages[3].layer_end == p.model.layer_count());
+  CHECK(p.model.layer_count() == 10);  // the embeddings, 8 blocks, the final norm with the head
+  for (const StagePlan& st : c.stages) CHECK(p.model.params(st.layer_begin, st.layer_end) > 6'000'000);
 }
 
 TEST_CASE("a 1.3-billion-parameter GPT trains on 1,024 PCs in timing mode as the planner predicts",

@@ -17,7 +17,7 @@ namespace fs = std::filesystem;
 namespace rv {
 namespace {
 
-constexpr char kMagic[8] = {'R', 'V', 'C', 'K', 'P', 'T', '0', '1'};
+constexpr char kMagic[8] = {'R', 'V', 'C', 'K', 'P', 'T', '0', '2'};  // 02: events carry `device`
 constexpr char kEventsMagic[8] = {'R', 'V', 'E', 'V', 'T', 'S', '0', '1'};
 constexpr int64_t kMaxDims = 8;
 constexpr const char* kComplete = "complete.json";
@@ -97,6 +97,7 @@ void put_event(Writer& w, const Event& e) {
   w.put(e.samples);
   w.put(e.cpu);
   w.put(e.grad_norm2);
+  w.put(e.device);
   w.put(e.count);
   w.put(static_cast<int64_t>(e.values.size()));
   w.raw(e.values.data(), e.values.size() * sizeof(float));
@@ -122,6 +123,7 @@ Event get_event(Reader& r) {
   e.samples = r.get<int64_t>();
   e.cpu = r.get<double>();
   e.grad_norm2 = r.get<double>();
+  e.device = r.get<double>();
   e.count = r.get<int64_t>();
   e.values.resize(static_cast<size_t>(r.count(sizeof(float))));
   r.raw(e.values.data(), e.values.size() * sizeof(float));

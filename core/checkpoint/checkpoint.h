@@ -11,7 +11,7 @@
 // next one is written, that one's partial folder).
 //
 // The binary format (little-endian as this machine writes it; the files are for resuming on the
-// same kind of machine): the magic "RVCKPT01", then fields in a fixed order, tensors as their
+// same kind of machine): the magic "RVCKPT02", then fields in a fixed order, tensors as their
 // shape and float32 data. A file that is short, has another magic, or whose sizes exceed what
 // remains is malformed: rv::InputError naming the file.
 #pragma once

@@ -27,6 +27,7 @@ const char* to_string(EventKind kind) {
     case EventKind::kDrop: return "drop";
     case EventKind::kTransfer: return "transfer";
     case EventKind::kOut: return "out";
+    case EventKind::kMeasuredDeviceMemory: return "measured_device_memory";
   }
   return "unknown";
 }

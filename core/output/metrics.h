@@ -35,7 +35,9 @@ enum class EventKind : int32_t {
   kDrop = 17,      // instant: micro-batch `micro_batch` of `samples` samples was dropped unfinished
   kTransfer = 18,  // span: `node` fetched its stage's state after averaging `step` (`bytes` in all)
   kOut = 19,       // instant: cluster `cluster` sits out averaging `step` (recorded by its nodes)
-  kLastKind = kOut,
+  kMeasuredDeviceMemory = 20,  // instant: peak GPU memory the node's stage held (its caching
+                               // allocator's peak allocated bytes), `bytes`; real runs on a GPU
+  kLastKind = kMeasuredDeviceMemory,
 };
 
 const char* to_string(EventKind kind);
@@ -61,6 +63,9 @@ struct Event {
   // host's own work (below end - start where the host gave its core to others meanwhile, or where
   // the span waited out an emulated device's modeled time); NaN where the clock has none.
   Seconds cpu = kNaN;
+  // Compute spans on a GPU: seconds the device spent on the span's kernels, between two device
+  // (CUDA) events recorded on its stream before and after the maths; NaN elsewhere.
+  Seconds device = kNaN;
   // kUpdate in numeric runs: the squared norm of the gradient the stage's update applied (its mean
   // over the update's micro-batches), computed after the span, not charged to it; NaN elsewhere.
   double grad_norm2 = kNaN;

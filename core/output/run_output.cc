@@ -23,6 +23,10 @@ namespace rv {
 namespace {
 
 const char* kCsvHeader =
+    "kind,node,cluster,stage,step,micro_batch,start_s,end_s,loss,accuracy,staleness,bytes,peer,samples,cpu_s,grad_norm2,"
+    "device_s";
+// The header before device_s (run folders written before it): read with device_s empty.
+const char* kCsvHeaderNoDevice =
     "kind,node,cluster,stage,step,micro_batch,start_s,end_s,loss,accuracy,staleness,bytes,peer,samples,cpu_s,grad_norm2";
 
 std::string num(double v) {
@@ -83,14 +87,16 @@ std::string new_run_path(const Scenario& s, const std::string& executor) {
 
 namespace {
 
-// The rows of a CSV text with `header` first: `row(line)` for each non-empty line after it, and
-// any std::logic_error it throws (std::stoi and the like) as rv::InputError naming `where` and the
-// line.
+// The rows of a CSV text with `header` first (nullptr: the caller has read and checked it):
+// `row(line)` for each non-empty line after it, and any std::logic_error it throws (std::stoi and
+// the like) as rv::InputError naming `where` and the line.
 void for_each_row(std::istream& in, const std::string& where, const char* header, const char* what,
                   const std::function<void(const std::string&, int)>& row) {
   std::string line;
-  std::getline(in, line);
-  if (line != header) throw InputError(where + ":1: not a " + what + " header");
+  if (header != nullptr) {
+    std::getline(in, line);
+    if (line != header) throw InputError(where + ":1: not a " + what + " header");
+  }
   int line_no = 1;
   while (std::getline(in, line)) {
     ++line_no;
@@ -120,7 +126,7 @@ void append_event_row(std::ostream& os, const Event& e) {
   os << to_string(e.kind) << ',' << e.node << ',' << e.cluster << ',' << e.stage << ',' << e.step
      << ',' << e.micro_batch << ',' << time_str(e.start) << ',' << time_str(e.end) << ','
      << num(e.loss) << ',' << num(e.accuracy) << ',' << e.staleness << ',' << e.bytes << ','
-     << e.peer << ',' << e.samples << ',' << num(e.cpu) << ',' << num(e.grad_norm2) << "\n";
+     << e.peer << ',' << e.samples << ',' << num(e.cpu) << ',' << num(e.grad_norm2) << ',' << num(e.device) << "\n";
 }
 
 void append_eval_row(std::ostream& os, const Event& e) {
@@ -140,12 +146,18 @@ std::vector<Event> parse_events_csv(std::istream& in, const std::string& where) 
   for (int k = 1; k <= static_cast<int>(EventKind::kLastKind); ++k)
     if (k != static_cast<int>(EventKind::kParams)) kinds[to_string(static_cast<EventKind>(k))] = static_cast<EventKind>(k);
   std::vector<Event> out;
-  for_each_row(in, where, kCsvHeader, "metrics.csv", [&](const std::string& line, int line_no) {
+  // Folders written before device_s have one field less (read as NaN).
+  std::string header;
+  std::getline(in, header);
+  if (header != kCsvHeader && header != kCsvHeaderNoDevice) throw InputError(where + ":1: not a metrics.csv header");
+  const size_t fields = header == kCsvHeader ? 17 : 16;
+  for_each_row(in, where, nullptr, "metrics.csv", [&](const std::string& line, int line_no) {
     std::vector<std::string> f;
     std::stringstream ss(line);
     for (std::string c; std::getline(ss, c, ',');) f.push_back(c);
     if (line.back() == ',') f.push_back("");
-    if (f.size() != 16) throw InputError(where + ":" + std::to_string(line_no) + ": expected 16 fields");
+    if (f.size() != fields)
+      throw InputError(where + ":" + std::to_string(line_no) + ": expected " + std::to_string(fields) + " fields");
     Event e;
     auto k = kinds.find(f[0]);
     if (k == kinds.end())
@@ -166,6 +178,7 @@ std::vector<Event> parse_events_csv(std::istream& in, const std::string& where) 
     e.samples = std::stoll(f[13]);
     e.cpu = f[14].empty() ? kNaN : std::stod(f[14]);
     e.grad_norm2 = f[15].empty() ? kNaN : std::stod(f[15]);
+    if (fields > 16) e.device = f[16].empty() ? kNaN : std::stod(f[16]);
     out.push_back(e);
   });
   return out;
@@ -257,7 +270,7 @@ nlohmann::json summarize(const Scenario& s, const Plan& plan, const std::vector<
   struct NodeStats {
     double busy = 0, wait = 0, averaging = 0;
     int64_t averagings = 0;
-    Bytes sent = 0, received = 0, peak = 0, measured = 0;
+    Bytes sent = 0, received = 0, peak = 0, measured = 0, measured_device = 0;
     int64_t updates = 0, stale_sum = 0, stale_max = 0;
   };
   std::vector<NodeStats> ns(plan.nodes);
@@ -281,6 +294,7 @@ nlohmann::json summarize(const Scenario& s, const Plan& plan, const std::vector<
     if (e.kind == EventKind::kRecv) n.received += e.bytes;
     if (e.kind == EventKind::kMemory) n.peak = std::max(n.peak, e.bytes);
     if (e.kind == EventKind::kMeasuredMemory) n.measured = std::max(n.measured, e.bytes);
+    if (e.kind == EventKind::kMeasuredDeviceMemory) n.measured_device = std::max(n.measured_device, e.bytes);
     if (e.kind == EventKind::kUpdate) {
       ++n.updates;
       if (e.staleness >= 0) {
@@ -401,6 +415,7 @@ nlohmann::json summarize(const Scenario& s, const Plan& plan, const std::vector<
                      {"bytes_received", n.received},
                      {"peak_memory_bytes", n.peak},
                      {"measured_peak_memory_bytes", n.measured},
+                     {"measured_device_peak_bytes", n.measured_device},
                      {"updates", n.updates},
                      {"staleness_mean", n.updates ? static_cast<double>(n.stale_sum) / n.updates : 0.0},
                      {"staleness_max", n.stale_max}});

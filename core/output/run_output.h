@@ -4,11 +4,12 @@
 //     scenario.toml  resolved scenario (every key)
 //     plan.json      clusters, stages, layer ranges, predicted stage times, model profile
 //     metrics.csv    one row per event: kind,node,cluster,stage,step,micro_batch,start_s,end_s,
-//                    loss,accuracy,staleness,bytes,peer,samples,cpu_s,grad_norm2   (times in
-//                    seconds from the start; cpu_s: a real run's compute spans, the CPU time the
-//                    node's thread spent on the maths, without the wait that emulates a slower
+//                    loss,accuracy,staleness,bytes,peer,samples,cpu_s,grad_norm2,device_s   (times
+//                    in seconds from the start; cpu_s: a real run's compute spans, the CPU time
+//                    the node's thread spent on the maths, without the wait that emulates a slower
 //                    device; grad_norm2: a numeric run's updates, the squared norm of the gradient
-//                    the stage applied)
+//                    the stage applied; device_s: compute spans on a GPU, the kernels' time between
+//                    two CUDA events; folders from before device_s are read without it)
 //     eval.csv       time_s,node,cluster,step,train_samples,test_loss,test_accuracy
 //     node_metrics.csv  instead of metrics.csv where output.metrics = "summary": one row per node
 //                    (node_metrics_csv)
