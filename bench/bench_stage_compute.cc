@@ -31,10 +31,7 @@
 using namespace rv;
 
 namespace {
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using bench::median;  // the mean of the middle two for an even count, as compute_model.py's
 std::vector<char> evict_buf;
 void evict(int64_t mib) {
   evict_buf.resize(static_cast<size_t>(mib) << 20);

@@ -34,7 +34,10 @@ std::vector<at::Tensor> Optimizer::step(const std::vector<at::Tensor>& params,
       v_[i].mul_(b2).addcmul_(g, g, 1 - b2);
       const double c1 = 1 - std::pow(b1, static_cast<double>(t_));
       const double c2 = 1 - std::pow(b2, static_cast<double>(t_));
-      np = p - (lr / c1) * m_[i] / ((v_[i] / c2).sqrt() + eps);
+      // p - lr/c1 * m / (sqrt(v/c2) + eps), as torch.optim.Adam computes it: two new tensors
+      // (the denominator, the new weights) rather than one per operation.
+      const at::Tensor denom = v_[i].sqrt().div_(std::sqrt(c2)).add_(eps);
+      np = p.addcdiv(m_[i], denom, -lr / c1);
     } else if (spec_.momentum > 0) {
       m_[i].mul_(spec_.momentum).add_(g);
       np = p - lr * m_[i];
