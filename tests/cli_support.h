@@ -40,13 +40,15 @@ inline std::filesystem::path fresh_dir(const std::string& prefix, const std::str
 }
 
 // Starts build/ravnest with `args` in `cwd` without waiting (TMPDIR set to `tmpdir` unless
-// empty); stdout and stderr go to cwd/.stdout and cwd/.stderr.
+// empty); stdout and stderr go to cwd/.stdout and cwd/.stderr. It leads a process group of its
+// own, which the ranks it starts join, so that finish_ravnest can end them all.
 inline pid_t start_ravnest(const std::vector<std::string>& args, const std::filesystem::path& cwd,
                            const std::filesystem::path& tmpdir = {},
                            const std::string& exe = std::string(RV_BINARY_DIR) + "/ravnest") {
   std::filesystem::path out = cwd / ".stdout", err = cwd / ".stderr";
   const pid_t pid = fork();
   if (pid == 0) {
+    ::setpgid(0, 0);
     if (chdir(cwd.c_str()) != 0) _exit(126);
     if (!tmpdir.empty()) ::setenv("TMPDIR", tmpdir.c_str(), 1);
     FILE* o = freopen(out.c_str(), "w", stdout);
@@ -65,9 +67,11 @@ inline pid_t start_ravnest(const std::vector<std::string>& args, const std::file
 }
 
 // Waits for a process started by start_ravnest, at most `deadline` seconds: one still running
-// then is sent SIGTERM (a launcher ends its ranks and marks its run interrupted), and SIGKILL 10 s
-// later; its status is then 124 and its stderr ends with a line saying so. A test that has waited
-// that long has failed anyway; the deadline keeps a hang from costing the whole suite's timeout.
+// then is sent SIGTERM (a launcher ends its ranks and marks its run interrupted), and 10 s later
+// its whole process group SIGKILL (so that no rank outlives it, holding ports and cores while the
+// next tests run); its status is then 124 and its stderr ends with a line saying so. A test that
+// has waited that long has failed anyway; the deadline keeps a hang from costing the suite's
+// timeout.
 inline Result finish_ravnest(pid_t pid, const std::filesystem::path& cwd, double deadline = 600) {
   using Clock = std::chrono::steady_clock;
   const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(deadline));
@@ -75,7 +79,7 @@ inline Result finish_ravnest(pid_t pid, const std::filesystem::path& cwd, double
   bool killed = false;
   for (int sig : {0, SIGTERM, SIGKILL}) {
     if (sig != 0) {
-      ::kill(pid, sig);
+      ::kill(sig == SIGKILL ? -pid : pid, sig);
       killed = true;
     }
     const auto until = sig == 0 ? end : Clock::now() + std::chrono::seconds(10);

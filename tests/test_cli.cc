@@ -1373,3 +1373,28 @@ TEST_CASE("node: a rank started by hand without the run's secret is refused (exi
   CHECK(r.err.find("RAVNEST_SECRET_FILE") != std::string::npos);
   fs::remove_all(d);
 }
+
+TEST_CASE("a test's deadline ends what it started with every process that started, SIGTERM or not", "[cli][signal]") {
+  // A program that ignores SIGTERM, as a hung launcher may, and starts a child that ignores it too:
+  // past the deadline both get SIGKILL, by their process group, so no child outlives the test.
+  const fs::path d = rv::test::fresh_dir("rv-cli", "deadline");
+  const pid_t pid = start_ravnest({"-c", "trap '' TERM; sleep 1000 & echo $! > child; wait"}, d, {}, "/bin/sh");
+  pid_t child = 0;
+  for (int i = 0; i < 500 && child == 0; ++i) {
+    std::ifstream in(d / "child");
+    if (!(in >> child)) child = 0;
+    if (child == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  REQUIRE(child > 0);
+  const Result r = finish_ravnest(pid, d, 0.5);
+  CHECK(r.status == 124);
+  CHECK(r.err.find("killed") != std::string::npos);
+  bool gone = false;  // reparented and reaped: a zombie may linger for a moment
+  for (int i = 0; i < 200 && !gone; ++i) {
+    gone = ::kill(child, 0) != 0 && errno == ESRCH;
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(gone);
+  if (!gone) ::kill(child, SIGKILL);
+  fs::remove_all(d);
+}
