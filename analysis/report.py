@@ -126,10 +126,9 @@ def read_table(path, header, older=None):
                 raise ReportError(f"{path}:{lineno}: column '{name}': not a number: '{field}'")
     table = {name: (vals if i < text_cols else np.array(vals, dtype=float))
              for i, (name, vals) in enumerate(cols.items())}
-    n = len(rows) - 1 - sum(1 for r in rows[1:] if not r)
     for name in full:
         if name not in table:
-            table[name] = np.full(n, math.nan)
+            table[name] = np.full(len(cols[header[0]]), math.nan)
     return table
 
 

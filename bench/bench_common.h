@@ -70,7 +70,7 @@ inline std::vector<double> in_child(size_t n, const std::function<std::vector<do
 }
 
 // Runs the program argv[0] with `argv` in a child process and waits for it: its exit status, or
-// 128 where a signal ended it (127: it could not be started).
+// 128 + the signal that ended it (127: it could not be started), as the shell reports them.
 inline int run_program(const std::vector<std::string>& argv) {
   const pid_t pid = fork();
   if (pid == 0) {
@@ -84,7 +84,7 @@ inline int run_program(const std::vector<std::string>& argv) {
   if (pid < 0) return 127;
   int st = 0;
   waitpid(pid, &st, 0);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
 // One figure.
