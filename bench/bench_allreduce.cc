@@ -16,6 +16,7 @@
 //
 //   bench_allreduce [--part all|sim|real|breakdown] [--reps 9] [--piece-mb 4] [--out FILE]
 // (One SimGrid engine per process: each simulated case runs in a forked child.)
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -233,22 +234,36 @@ double best_of(GlooTransport& t, int reps, const std::function<void(int)>& fn,
   return best;
 }
 
+// This process's minor page faults so far: first touches of memory it was given (on a VM they
+// can cost as much as the copy that touches them).
+double minor_faults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_minflt);
+}
+
 // Seconds of each of `fns` (between barriers) in each of `reps` rounds, the functions taking turns
 // within a round, so that a burst of load on the host lands on all of them alike rather than on
-// one function's block of runs; `prepares[i]` runs before fns[i], untimed. out[i][rep].
-std::vector<std::vector<double>> taking_turns(GlooTransport& t, int reps, const std::vector<std::function<void(int)>>& fns,
-                                              const std::vector<std::function<void(int)>>& prepares) {
-  std::vector<std::vector<double>> out(fns.size());
+// one function's block of runs; `prepares[i]` runs before fns[i], untimed. seconds[i][rep], and
+// faults[i][rep]: the minor page faults of this process in the same span (every thread's).
+struct Turns {
+  std::vector<std::vector<double>> seconds, faults;
+};
+Turns taking_turns(GlooTransport& t, int reps, const std::vector<std::function<void(int)>>& fns,
+                   const std::vector<std::function<void(int)>>& prepares) {
+  Turns out{std::vector<std::vector<double>>(fns.size()), std::vector<std::vector<double>>(fns.size())};
   WallClock clock;
   for (int rep = 0; rep < reps; ++rep) {
     for (size_t i = 0; i < fns.size(); ++i) {
       prepares[i](rep);
       t.barrier();
+      const double f0 = minor_faults();
       const double t0 = clock.now();
       fns[i](rep);
       t.flush();
       t.barrier();
-      out[i].push_back(clock.now() - t0);
+      out.seconds[i].push_back(clock.now() - t0);
+      out.faults[i].push_back(minor_faults() - f0);
     }
   }
   return out;
@@ -262,7 +277,7 @@ json part_real(int reps, double piece_mb) {
   for (int c : {2, 3}) {
     for (double mb : {4.0, 64.0}) {
       Case k = make_case(c, mb * 1e6, std::vector<double>(c, 1000), 0);
-      auto out = on_ranks(c, 5, [&](GlooTransport& t, int r) {
+      auto out = on_ranks(c, 8, [&](GlooTransport& t, int r) {
         WallClock clock;
         WallCompute compute;
         EventLog log;
@@ -287,8 +302,9 @@ json part_real(int reps, double piece_mb) {
           mean = at::Tensor();
           y = x.clone();
         };
-        const auto times = taking_turns(t, reps, {ring(whole), ring(cut), [&](int) { t.group().allreduce(v)->wait(); }},
-                                        {fresh, fresh, [&](int) { v = {x.clone()}; }});
+        const Turns turns = taking_turns(t, reps, {ring(whole), ring(cut), [&](int) { t.group().allreduce(v)->wait(); }},
+                                         {fresh, fresh, [&](int) { v = {x.clone()}; }});
+        const auto& times = turns.seconds;
         std::vector<double> ratio_whole, ratio_cut;
         for (int i = 0; i < reps; ++i) {
           ratio_whole.push_back(times[0][i] / times[2][i]);
@@ -296,16 +312,19 @@ json part_real(int reps, double piece_mb) {
         }
         auto best = [](const std::vector<double>& w) { return *std::min_element(w.begin(), w.end()); };
         return std::vector<double>{best(times[0]), best(times[1]), best(times[2]), bench::median(ratio_whole),
-                                   bench::median(ratio_cut)};
+                                   bench::median(ratio_cut), bench::median(turns.faults[0]),
+                                   bench::median(turns.faults[1]), bench::median(turns.faults[2])};
       });
       const double s = 4.0 * k.model.state_offset(k.model.layer_count());
       rows.push_back({{"ranks", c}, {"state_mb", s / 1e6}, {"multi_ring_s", out[0]}, {"piece_mb", piece_mb},
                       {"multi_ring_pieces_s", out[1]}, {"c10d_allreduce_s", out[2]}, {"ratio", out[0] / out[2]},
-                      {"ratio_pieces", out[1] / out[2]}, {"median_ratio", out[3]}, {"median_ratio_pieces", out[4]}});
+                      {"ratio_pieces", out[1] / out[2]}, {"median_ratio", out[3]}, {"median_ratio_pieces", out[4]},
+                      {"rank0_minor_faults", {{"multi_ring", out[5]}, {"multi_ring_pieces", out[6]}, {"c10d_allreduce", out[7]}}}});
       std::fprintf(stderr,
                    "real loopback C=%d S=%.0f MB: best multi-ring %.4f s, in %.2g MB pieces %.4f s, c10d allreduce %.4f s "
-                   "(ratios %.2f, %.2f); median ratio in turns %.2f, %.2f\n",
-                   c, s / 1e6, out[0], piece_mb, out[1], out[2], out[0] / out[2], out[1] / out[2], out[3], out[4]);
+                   "(ratios %.2f, %.2f); median ratio in turns %.2f, %.2f; rank 0's page faults per round %.0f, %.0f, %.0f\n",
+                   c, s / 1e6, out[0], piece_mb, out[1], out[2], out[0] / out[2], out[1] / out[2], out[3], out[4], out[5],
+                   out[6], out[7]);
     }
   }
   return rows;

@@ -5,18 +5,24 @@
 #    of a 2-node real run: with the threads each node gets (cores / 2), the other device's load
 #    running beside it (--share 2).
 # 2. For the MLP and the CNN, at two batch sizes, a 2-node scenario whose devices are this host
-#    (tflops = the profile's peak, devices.profile = the profile) runs for real with
-#    emulate_speed = false and no network emulation, and in the simulator.
+#    (tflops = the profile's peak, devices.profile = the profile) runs in the simulator, and for
+#    real with emulate_speed = false and no network emulation REPEATS times (<case>-real,
+#    <case>-real.2, ...): the repeats go round the cases (case 1..4, then 1..4 again), so that a
+#    stretch of a slow host lands on different cases in different rounds.
 # 3. bench_stage_compute runs each stage alone in one process (no pipeline, no other node), on the
 #    activations the stages before it make of the data.
 # 4. bench/compute_model.py compares each stage's median forward and backward time per micro-batch:
-#    simulated, real (CPU and wall time), and alone.
+#    simulated, real (CPU and wall time; the median over the repeats), and alone; and it says how
+#    far the real repeats lie from each other (the host's own spread, which bounds what any
+#    model can be checked to).
 #
 # Nothing is fitted to these scenarios: the profile comes from the microbenchmark alone.
-# Usage: bench/compute_model.sh [OUT_DIR]   (default bench/results/compute_model)
+# Usage: bench/compute_model.sh [OUT_DIR] [REPEATS]   (default bench/results/compute_model, 3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$(realpath -m "${1:-bench/results/compute_model}")
+repeats=${2:-3}
+[[ "$repeats" =~ ^[1-9][0-9]*$ ]] || { echo "REPEATS must be a positive integer, not '$repeats'" >&2; exit 2; }
 scripts/build.sh ravnest bench_stage_compute >/dev/null
 rm -rf "$out" && mkdir -p "$out"
 cores=$(nproc)
@@ -60,9 +66,14 @@ up_mbps = 1000
 down_mbps = 1000
 latency_ms = 0.1
 TOML
-    build/ravnest real "$out/$case.toml" --run-dir "$out/$case-real" --progress off > /dev/null
     build/ravnest sim "$out/$case.toml" --run-dir "$out/$case-sim" --progress off > /dev/null
     build/bench/bench_stage_compute --scenario "$out/$case.toml" --out "$out/$case-isolated.json" > /dev/null
+  done
+done
+for rep in $(seq 1 "$repeats"); do
+  suffix=$([ "$rep" = 1 ] && echo "" || echo ".$rep")
+  for case in mlp-32 mlp-128 cnn-32 cnn-128; do
+    build/ravnest real "$out/$case.toml" --run-dir "$out/$case-real$suffix" --progress off > /dev/null
   done
 done
 python3 bench/compute_model.py "$out" | tee "$out/summary.txt"
