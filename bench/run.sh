@@ -25,10 +25,10 @@ for v in cnn cnn_avg500 mlp; do
 done
 build/bench/bench_planner --part scale --out bench/results/planner_scale.json
 build/bench/bench_allreduce --out bench/results/allreduce.json
-# The compute model against real compute (issue 11), and what pooling's time owes to its values.
+# The compute model against real compute (issue 11), and what layers owe to their values and shapes.
 bench/compute_model.sh bench/results/compute_model
-scripts/build.sh bench_value_cost
-build/bench/bench_value_cost --out bench/results/value_cost.json
+scripts/build.sh bench_layer_cost
+build/bench/bench_layer_cost --out bench/results/layer_cost.json
 # The network emulator end to end (EmulatorServer, clients, ShapedTransport over Gloo): bandwidth,
 # latency and fairness against the configured links (~2 minutes).
 scripts/build.sh bench_emulator

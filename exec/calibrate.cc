@@ -103,7 +103,7 @@ class LayerRun {
     // As in a stage, every call's input and incoming gradient are fresh tensors (just written by
     // the layer before), not the same warm buffers again: that costs elementwise kinds up to 3x.
     // Pooling's comparisons notice the values (one shape costs 1.7-3.6x more on independent
-    // random values than on a smooth field here: bench/bench_value_cost). In a network it follows a
+    // random values than on a smooth field here: bench/bench_layer_cost). In a network it follows a
     // convolution, a normalisation and a ReLU, so its input is made by that chain, with random
     // weights, from an image-like field (random, smooth over 4 pixels: bilinear from a quarter
     // of the side).
