@@ -61,8 +61,7 @@ using SteadyClock = std::chrono::steady_clock;
 using namespace wire;
 using WorkPtr = c10::intrusive_ptr<c10d::Work>;
 
-constexpr int kHeaderTag = 0;             // Gloo slot of headers (collectives use prefixed slots)
-constexpr int kPayloadTag = 1;            // Gloo slot of payloads
+constexpr int kHeaderTag = 0;             // Gloo slot of headers and chunks (collectives use prefixed slots)
 // Gloo turns a timed-out wait into a failure of the whole context, so its waits are "forever"
 // (30 days, which stays far from overflowing steady_clock arithmetic) and are aborted instead;
 // the timeouts the user sees are kept by the inbox and flush() waits.
@@ -290,7 +289,7 @@ struct GlooTransport::Impl {
     nonces[opt.rank] = nonce;
     for (int p : open) {
       nonces[p] = nonce_of(*store, p, inc[p]);
-      post_send(p, hello_header(p, nonces[p]), at::Tensor(), false);
+      post_send(p, {hello_header(p, nonces[p])}, false);
     }
     const int want = static_cast<int>(open.size());
     std::unique_lock<std::mutex> lock(mu);
@@ -588,7 +587,7 @@ struct GlooTransport::Impl {
         }
         {
           std::lock_guard<std::mutex> lock(mu);
-          live->heard(peer, now_s(), d.inline_payload ? 0 : kFloatBytes * d.elems);
+          live->heard(peer, now_s(), d.chunked ? kFloatBytes * (d.elems - kInlineFloats) : 0);
         }
         if (d.msg.kind == MsgKind::kControl && d.msg.id == kBeatId) continue;
         if (d.msg.kind == MsgKind::kControl && d.msg.id == kByeId) {
@@ -613,15 +612,26 @@ struct GlooTransport::Impl {
             std::memcpy(flat.data_ptr<float>(), header.tensors[0].data_ptr<int64_t>() + kWInlineData,
                         sizeof(float) * d.elems);
           } else {
-            // Straight into an offered place (Transport::offer), or into pooled memory.
+            // Chunked: into an offered place (Transport::offer), or into pooled memory, chunk by
+            // chunk as they come, each in room posted ahead.
             const at::Tensor into = take_offer(peer, d.msg, d.elems, d.shapes.size());
             const auto filled = c10::make_scope_exit([&] {
               if (into.defined()) end_fill(peer);
             });
-            at::Tensor room = into.defined() ? into.view({-1}) : buffers.take(d.elems, at::kFloat);
-            std::optional<Posted> p = post_recv(peer, {room}, kPayloadTag);
-            if (!p || !wait_recv(peer, p->work)) return;
-            flat = p->tensors[0];
+            flat = into.defined() ? into.view({-1}) : buffers.take(d.elems, at::kFloat);
+            float* to = flat.data_ptr<float>();
+            std::memcpy(to, header.tensors[0].data_ptr<int64_t>() + kWInlineData, sizeof(float) * kInlineFloats);
+            for (int64_t index = 1; index < message_count(d.elems); ++index) {
+              const Posted chunk = std::move(headers.front());
+              headers.pop_front();
+              if (!fill() || !wait_recv(peer, chunk.work)) return;  // the next room posted first
+              const float* from = decode_chunk(chunk.tensors[0].data_ptr<int64_t>(),
+                                               static_cast<size_t>(chunk.tensors[0].numel()), peer, d.elems, index);
+              const int64_t first = index * kInlineFloats;
+              std::memcpy(to + first, from, sizeof(float) * std::min(kInlineFloats, d.elems - first));
+              std::lock_guard<std::mutex> lock(mu);
+              live->heard(peer, now_s(), kFloatBytes * std::max<int64_t>(0, d.elems - first - kInlineFloats));
+            }
           }
           int64_t offset = 0;
           for (const auto& shape : d.shapes) {
@@ -699,7 +709,7 @@ struct GlooTransport::Impl {
       lock.unlock();
       for (int p : open) {
         try {
-          post_send(p, header, at::Tensor(), false);
+          post_send(p, {header}, false);
         } catch (const std::exception&) {
           // That peer's receiver reports its loss.
         }
@@ -728,9 +738,10 @@ struct GlooTransport::Impl {
 
   // `bounded`: waits (up to the timeout) while opt.queue_bytes of bounded sends are in flight;
   // heartbeats, hellos and byes are not bounded (they are small, and must not wait).
-  void post_send(int dst, const at::Tensor& header, const at::Tensor& flat, bool bounded = true) {
-    const size_t bytes = static_cast<size_t>(header.numel()) * sizeof(int64_t) +
-                         (flat.defined() ? static_cast<size_t>(flat.numel()) * kFloatBytes : 0);
+  // `parts`: a message's header, then its chunks (wire_format.h).
+  void post_send(int dst, const std::vector<at::Tensor>& parts, bool bounded = true) {
+    size_t bytes = 0;
+    for (const at::Tensor& t : parts) bytes += static_cast<size_t>(t.numel()) * sizeof(int64_t);
     if (bounded) {
       std::unique_lock<std::mutex> lock(mu);
       const bool room = send_cv.wait_until(lock, SteadyClock::now() + to_ms(opt.timeout), [&] {
@@ -746,14 +757,14 @@ struct GlooTransport::Impl {
       }
       send_bytes += bytes;
     }
-    // A message's header and payload go out back to back: the receiver pairs them in order.
+    // A message's header and chunks go out back to back: the receiver takes them in order.
     std::lock_guard<std::mutex> post_lock(post_mu);
-    post_locked(dst, header, flat, bytes, bounded, false);
+    post_locked(dst, parts, bytes, bounded, false);
   }
 
   // post_send() with post_mu held. `hello`: the first message on a replacement's link, the only
   // one that goes while it is joining. Tolerant: a message to a peer not open is dropped.
-  void post_locked(int dst, const at::Tensor& header, const at::Tensor& flat, size_t bytes, bool bounded, bool hello) {
+  void post_locked(int dst, const std::vector<at::Tensor>& parts, size_t bytes, bool bounded, bool hello) {
     Link link;
     int k = 0;
     {
@@ -766,13 +777,11 @@ struct GlooTransport::Impl {
         return;
       }
     }
-    std::vector<at::Tensor> h{header};
     std::vector<WorkPtr> posted;
     try {
-      posted.push_back(link.pg->send(h, link.index, kHeaderTag));
-      if (flat.defined()) {
-        std::vector<at::Tensor> p{flat};
-        posted.push_back(link.pg->send(p, link.index, kPayloadTag));
+      for (const at::Tensor& t : parts) {
+        std::vector<at::Tensor> one{t};
+        posted.push_back(link.pg->send(one, link.index, kHeaderTag));
       }
     } catch (const std::exception& e) {
       {
@@ -780,9 +789,9 @@ struct GlooTransport::Impl {
         if (bounded) send_bytes -= std::min(send_bytes, bytes);
       }
       if (!posted.empty()) {
-        // The header went without its payload; the peer's receiver will report the loss.
+        // The header went without all its chunks; the peer's receiver will report the loss.
         std::lock_guard<std::mutex> lock(mu);
-        sends.push_back(Sent{dst, k, std::move(posted[0]), 0});
+        for (WorkPtr& w : posted) sends.push_back(Sent{dst, k, std::move(w), 0});
       }
       auto err = std::make_exception_ptr(PeerError(who() + ": send to peer " + std::to_string(dst) +
                                                    " failed: " + short_what(e)));
@@ -901,7 +910,7 @@ struct GlooTransport::Impl {
         held[r] = false;
         recv_work[r].clear();
       }
-      post_locked(r, hello_header(r, their_nonce), at::Tensor(), 0, false, true);
+      post_locked(r, {hello_header(r, their_nonce)}, 0, false, true);
       std::lock_guard<std::mutex> lock(mu);
       if (peers[r] != PeerState::kJoining) return;  // its hello failed: it stays lost
       peers[r] = PeerState::kOpen;
@@ -1145,13 +1154,9 @@ void GlooTransport::send(int dst, Message msg) {
   at::Tensor flat;
   if (elems > 0) {
     at::Tensor& t0 = msg.payload[0];
-    // Zero copy when this message held the only reference to a contiguous CPU tensor, or its
-    // sender will never write it again (payload_frozen); otherwise copy, so that the sender may
-    // reuse its tensors while the send is in flight.
-    // An inline payload is copied into the header right here, so it needs no copy of its own.
-    const bool alone = t0.use_count() == 1 && t0.storage().use_count() == 1;
-    const bool now = elems <= kInlineFloats;
-    if (msg.payload.size() == 1 && t0.is_cpu() && t0.is_contiguous() && (alone || msg.payload_frozen || now)) {
+    // The payload is copied into the header and its chunks right here (wire_format.h), so a
+    // contiguous CPU tensor is read where it is; the sender may write it again once send() returns.
+    if (msg.payload.size() == 1 && t0.is_cpu() && t0.is_contiguous()) {
       flat = t0.detach().view({-1});
     } else if (msg.payload.size() == 1) {
       flat = flat_copy(t0);
@@ -1162,11 +1167,16 @@ void GlooTransport::send(int dst, Message msg) {
     }
   }
   try {
-    if (elems > 0 && elems <= kInlineFloats) {
-      s.post_send(dst, encode_header(msg, msg.payload, elems, flat.contiguous()), at::Tensor());
+    std::vector<at::Tensor> parts;
+    if (elems == 0) {
+      parts.push_back(encode_header(msg, msg.payload, 0));
     } else {
-      s.post_send(dst, encode_header(msg, msg.payload, elems), flat);
+      flat = flat.contiguous();
+      parts.push_back(encode_header(msg, msg.payload, elems, flat));
+      for (int64_t index = 1; index < message_count(elems); ++index)
+        parts.push_back(encode_chunk(flat.data_ptr<float>(), elems, index));
     }
+    s.post_send(dst, parts);
   } catch (const PeerError&) {
     // Tolerant: a message to a peer taken for lost meanwhile is dropped; any other failure stands.
     std::lock_guard<std::mutex> lock(s.mu);
@@ -1308,7 +1318,7 @@ void GlooTransport::close() {
     bye.kind = MsgKind::kControl;
     bye.id = kByeId;
     try {
-      s.post_send(p, encode_header(bye, {}, 0), at::Tensor(), false);
+      s.post_send(p, {encode_header(bye, {}, 0)}, false);
     } catch (const std::exception&) {
       // The receiver thread of that peer reports it.
     }

@@ -15,26 +15,25 @@
 // wait: back-pressure, not memory). Sends in flight are bounded the same way: send() waits for
 // room, and a send that finds none within `timeout` raises rv::PeerError.
 //
-// Wire format (real/wire_format.h): every message is an int64 header tensor (tag 0): its fields,
-// the payload's tensor count and shapes (at most kMaxPayloadTensors tensors of at most
-// kMaxPayloadDims dimensions), and, for a payload of at most kInlineFloats elements, the payload
-// itself as float32; a larger payload follows as one flat float32 tensor (tag 1). Payloads of at
-// most kInlineFloats travel inside the header: one Gloo message instead of two, because the second
-// can only go once the receiver has read the header and posted room for it, and the notice that it
-// has crosses back behind the receiver's own uploads (a round trip per message that no application
-// protocol has). A header is as long as what it carries; receivers
-// post room for the longest. One receiver thread per peer takes that peer's headers and payloads
-// in order (a per-source recv, so that a peer's death wakes it at once, which Gloo's
-// recvAnysource does not) and fills one inbox; recv()/try_recv() read the inbox. send() is
-// asynchronous: a reaper thread waits for the c10d work objects, which keep the tensors alive until
-// sent; flush() waits.
-// Gloo sends are rendezvous: data moves once the receiver has posted its recv and its notice of
-// that has reached the sender. Each receiver thread keeps kHeadersAhead header recvs posted, so a
-// header (and an inline payload) goes at once; only a payload beyond kInlineFloats waits for the
-// receiver to read its header, a round trip that no application protocol over TCP pays (through
-// a shaped network its notice queues behind the receiver's own uploads). Memory: each receiver
-// thread holds kHeadersAhead buffers of kHeaderWords words (about 1 MiB each), touched only as
-// far as messages fill them.
+// Wire format (real/wire_format.h): every message is an int64 header tensor: its fields, the
+// payload's tensor count and shapes (at most kMaxPayloadTensors tensors of at most
+// kMaxPayloadDims dimensions), and the payload itself as float32: whole for a payload of at most
+// kInlineFloats elements, its first kInlineFloats otherwise, the rest following right behind in
+// chunks of kInlineFloats, each a message of its own (all posted together, so nothing comes
+// between them). A header or chunk is as long as what it carries; receivers post room for the
+// longest. Gloo sends are rendezvous: data moves once the receiver has posted its recv and its
+// notice of that has reached the sender. One receiver thread per peer keeps kHeadersAhead such
+// rooms posted, takes that peer's headers and chunks in order (a per-source recv, so that a peer's
+// death wakes it at once, which Gloo's recvAnysource does not) and fills one inbox; recv()/
+// try_recv() read the inbox, and posts the next room as it takes one. So no payload waits for its
+// receiver to read a header and then post room for it, a round trip that no application protocol over TCP pays
+// (through a shaped network its notice queues behind the receiver's own uploads), and one that
+// cost a ring all-reduce of fresh state half its time on loopback (bench_allreduce: 1 MB pieces
+// 0.5-0.7x c10d's allreduce, 1.1 MB pieces, each one payload after its header, 1.1-1.3x). The
+// price is a copy on each side (into the chunks, out of the rooms). send() is asynchronous: a reaper thread waits
+// for the c10d work objects, which keep the headers and chunks alive until sent; flush() waits.
+// Memory: each receiver thread holds kHeadersAhead rooms of kHeaderWords words (about 1 MiB
+// each), touched only as far as messages fill them.
 //
 // Local sockets: with MASTER_ADDR on the loopback (127.x, localhost) every rank binds 127.0.0.1;
 // otherwise GLOO_SOCKET_IFNAME names the interface to bind, as for PyTorch, and without it Gloo
@@ -130,7 +129,7 @@ class GlooTransport : public Transport {
   static constexpr int64_t kInlineFloats = wire::kInlineFloats;
   static constexpr int kHeaderWords = wire::kHeaderWords;
   // Header recvs each receiving thread keeps posted ahead of its peer's messages.
-  static constexpr size_t kHeadersAhead = 2;
+  static constexpr size_t kHeadersAhead = 4;
 
   // Blocks until every rank has joined (or throws rv::PeerError after `timeout`).
   explicit GlooTransport(const GlooOptions& options);
@@ -139,14 +138,15 @@ class GlooTransport : public Transport {
   int rank() const override;
   int size() const override;
   // Payload: at most kMaxPayloadTensors defined float32 CPU tensors of at most kMaxPayloadDims
-  // dimensions (rv::Error otherwise). The tensors are copied unless the message held the only
-  // reference or they are frozen (Message::payload_frozen). Sending to oneself puts the message
-  // in one's own inbox.
+  // dimensions (rv::Error otherwise). It is copied into the message's header and chunks before
+  // send() returns: the sender may write its tensors again at once. Sending to oneself puts the
+  // message in one's own inbox.
   void send(int dst, Message msg) override;
   Message recv() override;
   std::optional<Message> try_recv() override;
-  // A payload offered a place (one contiguous CPU float32 tensor) is received straight into it;
-  // other offers (to oneself, other types) are ignored.
+  // A payload of more than kInlineFloats offered a place (one contiguous CPU float32 tensor) is
+  // written straight into it as its chunks come; other offers (smaller payloads, to oneself, other
+  // types) are ignored.
   void offer(int src, const MessageMatch& match, at::Tensor into) override;
   void withdraw(int src, const MessageMatch& match) override;
   // Like recv(), but waits at most `wait` seconds, whatever the transport's timeout, and returns

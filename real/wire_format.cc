@@ -1,5 +1,6 @@
 #include "real/wire_format.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -9,9 +10,14 @@
 
 namespace rv::wire {
 
+int64_t message_count(int64_t elems) {
+  return elems <= kInlineFloats ? 1 : (elems + kInlineFloats - 1) / kInlineFloats;
+}
+
 at::Tensor encode_header(const Message& m, const std::vector<at::Tensor>& payload, int64_t elems,
-                         const at::Tensor& inline_flat) {
-  const int64_t words = kWInlineData + (inline_flat.defined() ? (elems + 1) / 2 : 0);
+                         const at::Tensor& flat) {
+  const int64_t carried = flat.defined() ? std::min(elems, kInlineFloats) : 0;
+  const int64_t words = kWInlineData + (carried + 1) / 2;
   at::Tensor h = at::empty({words}, at::kLong);
   int64_t* w = h.data_ptr<int64_t>();
   std::memset(w, 0, sizeof(int64_t) * kWInlineData);
@@ -29,12 +35,45 @@ at::Tensor encode_header(const Message& m, const std::vector<at::Tensor>& payloa
     s[0] = payload[i].dim();
     for (int64_t d = 0; d < payload[i].dim(); ++d) s[1 + d] = payload[i].size(d);
   }
-  if (inline_flat.defined()) {
-    w[kWInline] = 1;
+  if (flat.defined()) {
+    w[kWInline] = elems <= kInlineFloats ? 1 : 2;
     w[words - 1] = 0;  // the odd float's other half
-    std::memcpy(w + kWInlineData, inline_flat.data_ptr<float>(), sizeof(float) * elems);
+    std::memcpy(w + kWInlineData, flat.data_ptr<float>(), sizeof(float) * carried);
   }
   return h;
+}
+
+at::Tensor encode_chunk(const float* flat, int64_t elems, int64_t index) {
+  const int64_t first = index * kInlineFloats, floats = std::min(kInlineFloats, elems - first);
+  const int64_t words = kWInlineData + (floats + 1) / 2;
+  at::Tensor c = at::empty({words}, at::kLong);
+  int64_t* w = c.data_ptr<int64_t>();
+  std::memset(w, 0, sizeof(int64_t) * kWInlineData);
+  w[kCMagic] = kChunkMagic;
+  w[kCIndex] = index;
+  w[kCFloats] = floats;
+  w[words - 1] = 0;  // the odd float's other half
+  std::memcpy(w + kWInlineData, flat + first, sizeof(float) * floats);
+  return c;
+}
+
+const float* decode_chunk(const int64_t* w, size_t words, int peer, int64_t elems, int64_t index) {
+  auto bad = [peer](const std::string& what) {
+    return InputError("malformed payload chunk from peer " + std::to_string(peer) + ": " + what);
+  };
+  const int64_t floats = std::min(kInlineFloats, elems - index * kInlineFloats);
+  if (words < static_cast<size_t>(kWInlineData)) throw bad("a chunk of " + std::to_string(words) + " words");
+  if (w[kCMagic] != kChunkMagic) {
+    throw bad("magic word " + std::to_string(w[kCMagic]) + " where chunk " + std::to_string(index) +
+              " of a payload of " + std::to_string(elems) + " floats belongs");
+  }
+  if (w[kCIndex] != index || w[kCFloats] != floats) {
+    throw bad("chunk " + std::to_string(w[kCIndex]) + " of " + std::to_string(w[kCFloats]) + " floats where chunk " +
+              std::to_string(index) + " of " + std::to_string(floats) + " floats belongs");
+  }
+  if (words < static_cast<size_t>(kWInlineData + (floats + 1) / 2))
+    throw bad("chunk " + std::to_string(index) + " of " + std::to_string(floats) + " floats in " + std::to_string(words) + " words");
+  return reinterpret_cast<const float*>(w + kWInlineData);
 }
 
 Decoded decode_header(const int64_t* w, size_t words, int peer, int64_t max_elems) {
@@ -95,11 +134,15 @@ Decoded decode_header(const int64_t* w, size_t words, int peer, int64_t max_elem
               " elements does not match its shapes (" + std::to_string(total) + " elements)");
   }
   d.elems = total;
-  if (w[kWInline] != 0 && (w[kWInline] != 1 || total > kInlineFloats))
-    throw bad("inline payload flag " + std::to_string(w[kWInline]) + " for " + std::to_string(total) + " elements");
-  d.inline_payload = w[kWInline] == 1;
-  if (d.inline_payload && static_cast<size_t>(kWInlineData + (total + 1) / 2) > words)
-    throw bad("an inline payload of " + std::to_string(total) + " elements in a header of " + std::to_string(words) + " words");
+  // Every payload travels in headers and chunks: inline up to kInlineFloats, chunked beyond.
+  const int64_t flag = w[kWInline];
+  if (flag != (total == 0 ? 0 : total <= kInlineFloats ? 1 : 2))
+    throw bad("inline payload flag " + std::to_string(flag) + " for " + std::to_string(total) + " elements");
+  d.inline_payload = flag == 1;
+  d.chunked = flag == 2;
+  const int64_t carried = std::min(total, kInlineFloats);
+  if (static_cast<size_t>(kWInlineData + (carried + 1) / 2) > words)
+    throw bad("an inline payload of " + std::to_string(carried) + " elements in a header of " + std::to_string(words) + " words");
   return d;
 }
 

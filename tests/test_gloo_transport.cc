@@ -9,10 +9,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <optional>
 #include <string>
@@ -24,6 +26,7 @@
 #include "core/error.h"
 #include "real/gloo_collectives.h"
 #include "real/gloo_transport.h"
+#include "real/wire_format.h"
 
 namespace {
 
@@ -513,7 +516,7 @@ TEST_CASE("gloo transport: a malformed header raises InputError", "[gloo]") {
       // A header with the right size and magic word but an unknown kind, straight through c10d.
       const int words = GlooTransport::kHeaderWords;
       std::vector<at::Tensor> h{at::zeros({words}, at::kLong)};
-      h[0][0] = 0x52564e5401;
+      h[0][0] = rv::wire::kMagic;
       h[0][1] = 42;
       t.group().send(h, 0, 0)->wait();
       try {
@@ -550,7 +553,7 @@ TEST_CASE("gloo transport: a header cut short raises InputError, not an earlier 
       t.flush();
       t.recv_for(5);  // rank 0's go-ahead
       // Then only the magic word, straight through c10d: the fields after it never come.
-      std::vector<at::Tensor> h{at::full({1}, int64_t{0x52564e5401}, at::kLong)};
+      std::vector<at::Tensor> h{at::full({1}, rv::wire::kMagic, at::kLong)};
       t.group().send(h, 0, 0)->wait();
       try {
         t.recv_for(2);
@@ -569,6 +572,89 @@ TEST_CASE("gloo transport: a header cut short raises InputError, not an earlier 
     } catch (const rv::InputError& e) {
       EXPECT_OR_EXIT(contains(e.what(), "malformed message header from peer 1"));
       EXPECT_OR_EXIT(contains(e.what(), "kind 0"));
+    }
+    return 0;
+  });
+  CHECK(status == std::vector<int>{0, 0});
+}
+
+TEST_CASE("wire format: a payload beyond the inline size goes in chunks that check their place", "[gloo]") {
+  using namespace rv::wire;
+  const int64_t n = 2 * kInlineFloats + 7;  // the header's share, one whole chunk and 7 floats
+  const at::Tensor flat = at::arange(n, at::kFloat);
+  Message m;
+  m.kind = MsgKind::kReduce;
+  m.id = 5;
+  const at::Tensor header = encode_header(m, {flat}, n, flat);
+  CHECK(message_count(n) == 3);
+  CHECK(message_count(kInlineFloats) == 1);
+  CHECK(header.numel() == kWInlineData + kInlineFloats / 2);
+  const Decoded d = decode_header(header.data_ptr<int64_t>(), static_cast<size_t>(header.numel()), 1);
+  CHECK(d.chunked);
+  CHECK_FALSE(d.inline_payload);
+  CHECK(d.elems == n);
+  std::vector<float> got(static_cast<size_t>(n));
+  std::memcpy(got.data(), header.data_ptr<int64_t>() + kWInlineData, sizeof(float) * kInlineFloats);
+  for (int64_t i = 1; i < message_count(n); ++i) {
+    const at::Tensor c = encode_chunk(flat.data_ptr<float>(), n, i);
+    const float* f = decode_chunk(c.data_ptr<int64_t>(), static_cast<size_t>(c.numel()), 1, n, i);
+    std::memcpy(got.data() + i * kInlineFloats, f, sizeof(float) * std::min(kInlineFloats, n - i * kInlineFloats));
+  }
+  CHECK(std::equal(got.begin(), got.end(), flat.data_ptr<float>()));
+  // A chunk out of place, or of another length, or a header where a chunk belongs, is malformed.
+  const at::Tensor second = encode_chunk(flat.data_ptr<float>(), n, 2);
+  auto refused = [](const std::function<void()>& f, const std::string& what) {
+    try {
+      f();
+    } catch (const rv::InputError& e) {
+      return contains(e.what(), "from peer 1") && contains(e.what(), what);
+    }
+    return false;
+  };
+  CHECK(refused([&] { decode_chunk(second.data_ptr<int64_t>(), static_cast<size_t>(second.numel()), 1, n, 1); },
+                "chunk 2 of 7 floats where chunk 1 of 262144 floats belongs"));
+  CHECK(refused([&] { decode_chunk(header.data_ptr<int64_t>(), static_cast<size_t>(header.numel()), 1, n, 1); },
+                "malformed payload chunk"));
+  CHECK(refused([&] { decode_chunk(second.data_ptr<int64_t>(), static_cast<size_t>(second.numel()), 1, n + 1, 2); },
+                "where chunk 2 of 8 floats belongs"));
+  // The inline flag must say how the payload travels: whole in the header, or chunked.
+  at::Tensor wrong = header.clone();
+  wrong.data_ptr<int64_t>()[kWInline] = 1;
+  CHECK(refused([&] { decode_header(wrong.data_ptr<int64_t>(), static_cast<size_t>(wrong.numel()), 1); },
+                "inline payload flag 1"));
+  const at::Tensor small = at::ones({10});
+  at::Tensor inline_header = encode_header(m, {small}, 10, small);
+  inline_header.data_ptr<int64_t>()[kWInline] = 2;
+  CHECK(refused([&] { decode_header(inline_header.data_ptr<int64_t>(), static_cast<size_t>(inline_header.numel()), 1); },
+                "inline payload flag 2"));
+}
+
+TEST_CASE("gloo transport: a header announcing chunks and then anything but its chunk is malformed", "[gloo]") {
+  const auto status = run_ranks(2, 25, [](int rank, int port) -> int {
+    GlooTransport t(options(rank, 2, port, 10));
+    t.barrier();
+    if (rank == 1) {
+      // A header that announces a chunked payload, then another header where its chunk belongs.
+      const int64_t n = GlooTransport::kInlineFloats + 10;
+      const at::Tensor flat = at::ones({n});
+      Message m;
+      m.kind = MsgKind::kForward;
+      std::vector<at::Tensor> h{rv::wire::encode_header(m, {flat}, n, flat)};
+      t.group().send(h, 0, 0)->wait();
+      std::vector<at::Tensor> again{rv::wire::encode_header(m, {}, 0)};
+      t.group().send(again, 0, 0)->wait();
+      try {
+        t.recv_for(2);
+      } catch (const rv::PeerError&) {
+      }
+      return 0;
+    }
+    try {
+      t.recv();
+      return 11;
+    } catch (const rv::InputError& e) {
+      EXPECT_OR_EXIT(contains(e.what(), "malformed payload chunk from peer 1"));
+      EXPECT_OR_EXIT(contains(e.what(), "where chunk 1 of a payload of"));
     }
     return 0;
   });
