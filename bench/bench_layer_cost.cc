@@ -4,7 +4,7 @@
 //           timed on four inputs of that shape:
 //             smooth   a random field smooth over 4 pixels (bilinear from a quarter of the side), ReLU'd
 //             network  that field through a 3x3 convolution of random weights, batch normalisation
-//                      and a ReLU (what `ravnest calibrate` pools: exec/calibrate.cc)
+//                      and a ReLU (what `ravnest calibrate` pools: network_activations, exec/calibrate.h)
 //             noise    independent normal values, ReLU'd
 //             zeros    all zero
 //   planes  batch normalisation's backward (to the input, the scale and the shift) on maps of
@@ -26,6 +26,7 @@
 #include "bench/bench_common.h"
 #include "core/compute/allocator.h"
 #include "core/compute_threads.h"
+#include "exec/calibrate.h"
 
 using nlohmann::json;
 namespace bench = rv::bench;
@@ -49,12 +50,8 @@ json part_values(int reps) {
                                                  {128, 32, 14, 14}, {128, 64, 6, 6}};
   for (const auto& shape : shapes) {
     const int64_t n = shape[0], c = shape[1], h = shape[2], w = shape[3];
-    const at::Tensor smooth = at::upsample_bilinear2d(
-        at::randn({n, c, std::max<int64_t>(1, h / 4), std::max<int64_t>(1, w / 4)}), {h, w}, false);
-    const at::Tensor weight = at::randn({c, c, 3, 3}) / std::sqrt(9.0 * static_cast<double>(c));
-    const at::Tensor network =
-        at::relu(at::batch_norm(at::conv2d(smooth, weight, {}, 1, 1), {}, {}, {}, {}, true, 0.1, 1e-5, false))
-            .contiguous();
+    const at::Tensor smooth = rv::image_like_field(shape);
+    const at::Tensor network = rv::network_activations(smooth);
     const double ms_smooth = pool_ms(at::relu(smooth).contiguous(), reps);
     const double ms_network = pool_ms(network, reps);
     const double ms_noise = pool_ms(at::relu(at::randn(shape)), reps);

@@ -92,6 +92,24 @@ std::pair<CalibrationSample, CalibrationSample> describe(const LayerCase& c) {
           {Pass::kBackward, c.kind, c.label, grads * ops, grads * flops, bytes, 0, c.fixed_cost}};
 }
 
+}  // namespace
+
+at::Tensor image_like_field(const std::vector<int64_t>& nchw) {
+  RV_CHECK(nchw.size() == 4, "image_like_field: a shape of 4 dimensions (N, C, H, W)");
+  const int64_t h = nchw[2], w = nchw[3];
+  return at::upsample_bilinear2d(at::randn({nchw[0], nchw[1], std::max<int64_t>(1, h / 4), std::max<int64_t>(1, w / 4)}),
+                                 {h, w}, false);
+}
+
+at::Tensor network_activations(const at::Tensor& field) {
+  const int64_t channels = field.size(1);
+  const at::Tensor weight = at::randn({channels, channels, 3, 3}) / std::sqrt(9.0 * static_cast<double>(channels));
+  return at::relu(at::batch_norm(at::conv2d(field, weight, {}, 1, 1), {}, {}, {}, {}, true, 0.1, 1e-5, false))
+      .contiguous();
+}
+
+namespace {
+
 // One case's layer, input and gradient, ready to run its forward (autograd recording) and its
 // backward (to the weights and the input; a first layer's to the weights alone) again and again.
 class LayerRun {
@@ -102,18 +120,9 @@ class LayerRun {
     buffers_ = c.layer->init_buffers();
     // As in a stage, every call's input and incoming gradient are fresh tensors (just written by
     // the layer before), not the same warm buffers again: that costs elementwise kinds up to 3x.
-    // Pooling's comparisons notice the values (one shape costs 1.7-3.6x more on independent
-    // random values than on a smooth field here: bench/bench_layer_cost). In a network it follows a
-    // convolution, a normalisation and a ReLU, so its input is made by that chain, with random
-    // weights, from an image-like field (random, smooth over 4 pixels: bilinear from a quarter
-    // of the side).
+    // Pooling is fed what a network feeds it (network_activations, calibrate.h).
     if (c.kind == OpKind::kPool) {
-      const int64_t h = c.input[2], w = c.input[3], channels = c.input[1];
-      const at::Tensor image = at::upsample_bilinear2d(
-          at::randn({c.input[0], channels, std::max<int64_t>(1, h / 4), std::max<int64_t>(1, w / 4)}), {h, w}, false);
-      const at::Tensor weight = at::randn({channels, channels, 3, 3}) / std::sqrt(9.0 * static_cast<double>(channels));
-      const at::Tensor conv = at::conv2d(image, weight, {}, 1, 1);
-      source_ = at::relu(at::batch_norm(conv, {}, {}, {}, {}, true, 0.1, 1e-5, false)).contiguous();
+      source_ = network_activations(image_like_field(c.input));
     } else {
       source_ = at::randn(c.input);
     }

@@ -20,9 +20,19 @@
 #include <string>
 #include <vector>
 
+#include <ATen/core/Tensor.h>
+
 #include "core/compute/profile.h"
 
 namespace rv {
+
+// What the calibration pools: pooling's time depends on its input's values, not only its shape
+// (bench/bench_layer_cost), and in a network its input comes out of a convolution, a
+// normalisation and a ReLU. image_like_field: random values of shape N x C x H x W, smooth over 4
+// pixels (bilinear from a quarter of the side). network_activations: `field` through a 3x3
+// convolution of random weights (C to C channels), batch normalisation and a ReLU, contiguous.
+at::Tensor image_like_field(const std::vector<int64_t>& nchw);
+at::Tensor network_activations(const at::Tensor& field);
 
 struct CalibrateOptions {
   int threads = 0;     // LibTorch threads to measure with; 0: every core

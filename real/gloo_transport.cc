@@ -117,14 +117,6 @@ std::string join_done_key(int64_t t) { return "rv/join/done/" + std::to_string(t
 // How often the acceptor looks for joins, and a replacement for its turn.
 constexpr std::chrono::milliseconds kJoinPoll(50);
 
-// A flat CPU copy of `t` that shares no storage with it.
-at::Tensor flat_copy(const at::Tensor& t) {
-  at::Tensor c = t.detach();
-  if (!c.is_cpu()) return c.to(at::kCPU).reshape({-1});
-  if (!c.is_contiguous()) return c.contiguous().view({-1});
-  return c.reshape({-1}).clone();
-}
-
 }  // namespace
 
 struct GlooTransport::Impl {
@@ -1151,27 +1143,22 @@ void GlooTransport::send(int dst, Message msg) {
   RV_CHECK(elems <= s.opt.max_payload_elems,
            s.who() + ": a message of " + std::to_string(elems) + " elements, more than the " +
                std::to_string(s.opt.max_payload_elems) + " a peer accepts (GlooOptions::max_payload_elems)");
+  // The payload as one flat contiguous CPU tensor, read where it is when it already is one (no
+  // copy: the header and its chunks copy it right here, wire_format.h, so the sender may write
+  // it again once send() returns).
   at::Tensor flat;
-  if (elems > 0) {
-    at::Tensor& t0 = msg.payload[0];
-    // The payload is copied into the header and its chunks right here (wire_format.h), so a
-    // contiguous CPU tensor is read where it is; the sender may write it again once send() returns.
-    if (msg.payload.size() == 1 && t0.is_cpu() && t0.is_contiguous()) {
-      flat = t0.detach().view({-1});
-    } else if (msg.payload.size() == 1) {
-      flat = flat_copy(t0);
-    } else {
-      std::vector<at::Tensor> parts;
-      for (auto& t : msg.payload) parts.push_back(t.detach().to(at::kCPU).reshape({-1}));
-      flat = at::cat(parts);  // a copy
-    }
+  if (msg.payload.size() == 1) {
+    flat = msg.payload[0].detach().to(at::kCPU).contiguous().view({-1});
+  } else if (elems > 0) {
+    std::vector<at::Tensor> parts;
+    for (auto& t : msg.payload) parts.push_back(t.detach().to(at::kCPU).reshape({-1}));
+    flat = at::cat(parts);
   }
   try {
     std::vector<at::Tensor> parts;
     if (elems == 0) {
       parts.push_back(encode_header(msg, msg.payload, 0));
     } else {
-      flat = flat.contiguous();
       parts.push_back(encode_header(msg, msg.payload, elems, flat));
       for (int64_t index = 1; index < message_count(elems); ++index)
         parts.push_back(encode_chunk(flat.data_ptr<float>(), elems, index));
