@@ -18,6 +18,7 @@
 #include <xbt/log.h>
 
 #include "bench/bench_common.h"
+#include "core/compute/allocator.h"
 #include "core/data/dataset.h"
 #include "core/model/model.h"
 #include "core/scenario/scenario.h"
@@ -60,6 +61,7 @@ double bare_rate(const Scenario& s, int64_t per_actor, uint64_t bytes) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  configure_allocator();  // the C heap's policy, as ravnest's (core/compute/allocator.h)
   int nodes = 10, steps = 20, width = 1448;
   std::string out;
   CLI::App app{"simulator speed in timing mode"};

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <exception>
+#include <iterator>
 #include <optional>
 #include <thread>
 
@@ -128,7 +129,10 @@ std::vector<Event> run_loopback(const RunSpec& spec, Seconds timeout, int faulty
   }
   if (first) std::rethrow_exception(first);
   std::vector<Event> all;
-  for (auto& l : logs) all.insert(all.end(), l.events().begin(), l.events().end());
+  for (auto& l : logs) {
+    std::vector<Event> mine = l.take();
+    std::move(mine.begin(), mine.end(), std::back_inserter(all));
+  }
   return all;
 }
 

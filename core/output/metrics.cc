@@ -1,6 +1,7 @@
 #include "core/output/metrics.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "core/error.h"
 
@@ -45,7 +46,11 @@ void EventLog::fold(std::vector<char> folded) {
 void EventLog::record(const Event& e) {
   if (!is_message_kind(e.kind) || e.node < 0 || static_cast<size_t>(e.node) >= folded_.size() ||
       !folded_[static_cast<size_t>(e.node)]) {
-    events_.push_back(e);
+    if (chunks_.empty() || chunks_.back().size() >= kChunk) {
+      chunks_.emplace_back();
+      chunks_.back().reserve(kChunk);
+    }
+    chunks_.back().push_back(e);
     return;
   }
   Event& t = totals_[static_cast<size_t>(e.node) * 3 + total_slot(e.kind)];
@@ -67,15 +72,31 @@ void EventLog::record(const Event& e) {
 
 void EventLog::restore(std::vector<Event> events, std::vector<Event> totals) {
   RV_CHECK(totals.size() == totals_.size(), "EventLog::restore: the checkpoint's log folds other nodes");
-  events_ = std::move(events);
+  chunks_.clear();
+  if (!events.empty()) chunks_.push_back(std::move(events));  // the next event starts a chunk
   totals_ = std::move(totals);
 }
 
+size_t EventLog::size() const {
+  size_t n = 0;
+  for (const auto& c : chunks_) n += c.size();
+  return n;
+}
+
+std::vector<Event> EventLog::events() const {
+  std::vector<Event> out;
+  out.reserve(size());
+  for (const auto& c : chunks_) out.insert(out.end(), c.begin(), c.end());
+  return out;
+}
+
 std::vector<Event> EventLog::take() {
-  std::vector<Event> out = std::move(events_);
+  std::vector<Event> out;
+  out.reserve(size() + totals_.size());
+  for (auto& c : chunks_) std::move(c.begin(), c.end(), std::back_inserter(out));
   for (auto& t : totals_)
     if (t.count > 0) out.push_back(std::move(t));
-  events_.clear();
+  chunks_.clear();
   totals_.clear();
   folded_.clear();
   return out;
