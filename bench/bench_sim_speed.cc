@@ -7,7 +7,11 @@
 // allows one engine per process). `activities_per_bare_message` is the project's compute spans plus
 // messages per wall second of its whole run over bare SimGrid's messages per wall second of its
 // event loop; `loop_activities_per_bare_message` takes both rates over the event loop alone (the
-// like-for-like figure: bare SimGrid's setup is not timed either).
+// like-for-like figure: bare SimGrid's setup is not timed either). Between the two, the project's
+// network layer alone (SimNetwork, no algorithm): `network_layer_per_bare_message` is what the
+// stream model's SimGrid calls cost against a bare message, and
+// `loop_activities_per_network_layer_with_spans` (a span and a message per step, counted as two
+// activities) what the algorithm layer and its metrics cost on top.
 //
 //   bench_sim_speed --nodes 1000 --steps 20 [--width 1448] [--out FILE]
 // bench/run.sh loops over N.
@@ -23,7 +27,9 @@
 #include "core/model/model.h"
 #include "core/scenario/scenario.h"
 #include "planner/planner.h"
+#include "core/network/links.h"
 #include "sim/platform.h"
+#include "sim/sim_network.h"
 #include "sim/sim_runner.h"
 
 using namespace rv;
@@ -52,6 +58,42 @@ double bare_rate(const Scenario& s, int64_t per_actor, uint64_t bytes) {
         if (r > 0) in->get<char>();
         if (r < n - 1) out->put(&token, bytes);
       }
+    });
+  const double t0 = bench::wall_now();
+  engine.run();
+  return static_cast<double>(per_actor) * (n - 1) / (bench::wall_now() - t0);
+}
+
+// The project's network layer alone (sim/sim_network.h) on `s`'s platform: node r takes a message
+// from r - 1 and sends one of `bytes` to r + 1, `per_actor` times, through SimNetwork (its
+// per-pair carriers, latency timers and inboxes), and executes `flops` on its host before each
+// send when `flops` > 0 (as a stage's span). No algorithm, no event log. Returns messages per wall
+// second of engine.run(). Between bare SimGrid and the project: what the stream model itself
+// costs in SimGrid calls, and what the algorithm layer and its metrics add.
+double network_rate(const Scenario& s, int64_t per_actor, uint64_t bytes, double flops) {
+  int argc = 1;
+  char arg0[] = "network";
+  char* argv[] = {arg0, nullptr};
+  sg4::Engine engine(&argc, argv);
+  xbt_log_control_set("root.thresh:critical");
+  configure_network(engine, s.network);
+  engine.set_config("contexts/guard-size:0");
+  const std::vector<sg4::Host*> hosts = build_platform(s);
+  const int n = static_cast<int>(hosts.size());
+  SimNetwork network(hosts, links_of(s));
+  for (int r = 0; r < n; ++r)
+    sg4::Actor::create("a" + std::to_string(r), hosts[r], [r, n, per_actor, bytes, flops, &network] {
+      for (int64_t k = 0; k < per_actor; ++k) {
+        if (r > 0) network.recv(r);
+        if (flops > 0) sg4::this_actor::execute(flops);
+        if (r < n - 1) {
+          Message m;
+          m.id = k;
+          m.bytes = static_cast<Bytes>(bytes);
+          network.send(r, r + 1, std::move(m));
+        }
+      }
+      network.flush(r);
     });
   const double t0 = bench::wall_now();
   engine.run();
@@ -110,6 +152,10 @@ int main(int argc, char** argv) {
   const int64_t per_actor = std::max<int64_t>(1, messages / std::max(1, nodes - 1));
   const Bytes mean_bytes = sent / std::max<int64_t>(messages, 1);
   const double bare = bench::in_child([&] { return bare_rate(s, per_actor, static_cast<uint64_t>(mean_bytes)); });
+  const double net = bench::in_child([&] { return network_rate(s, per_actor, static_cast<uint64_t>(mean_bytes), 0); });
+  // With a span before each send: the SimGrid calls of a stage that computes, then sends.
+  const double net_exec =
+      bench::in_child([&] { return network_rate(s, per_actor, static_cast<uint64_t>(mean_bytes), 1e9); });
   const double project = static_cast<double>(compute_events + messages) / wall;
   // Bare SimGrid's rate is of its event loop alone; so is this one (the setup before it: building
   // the platform, the plan's actors and their state).
@@ -130,6 +176,10 @@ int main(int argc, char** argv) {
                       {"event_loop_wall_s", run[5]},
                       {"activities_per_event_loop_s", project_loop},
                       {"bare_simgrid_messages_per_wall_s", bare},
+                      {"network_layer_messages_per_wall_s", net},
+                      {"network_layer_with_spans_activities_per_wall_s", 2 * net_exec},
+                      {"network_layer_per_bare_message", net / bare},
+                      {"loop_activities_per_network_layer_with_spans", project_loop / (2 * net_exec)},
                       {"activities_per_bare_message", project / bare},
                       {"loop_activities_per_bare_message", project_loop / bare}};
   bench::emit(j, out);
