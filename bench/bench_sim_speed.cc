@@ -15,6 +15,9 @@
 //
 //   bench_sim_speed --nodes 1000 --steps 20 [--width 1448] [--out FILE]
 // bench/run.sh loops over N.
+#include <functional>
+#include <memory>
+
 #include <CLI/CLI.hpp>
 #include <simgrid/s4u/Actor.hpp>
 #include <simgrid/s4u/Engine.hpp>
@@ -37,67 +40,71 @@ namespace sg4 = simgrid::s4u;
 
 namespace {
 
-// Bare SimGrid on `s`'s platform: actor r gets a message from r - 1 and puts one of `bytes` to
-// r + 1, `per_actor` times. Returns messages per wall second of engine.run().
-double bare_rate(const Scenario& s, int64_t per_actor, uint64_t bytes) {
+// One engine on `s`'s platform (as the project's timing runs: its network model, no stack guards),
+// with a chain of actors, one per host, made by `populate(hosts)`; each but the last sends
+// `per_actor` messages. `populate` returns what its actors use, released after the run and before
+// the engine. Returns messages per wall second of engine.run().
+using Populate = std::function<std::shared_ptr<void>(const std::vector<sg4::Host*>&)>;
+double chain_rate(const Scenario& s, int64_t per_actor, const Populate& populate) {
   int argc = 1;
-  char arg0[] = "bare";
-  char* argv[] = {arg0, nullptr};
-  sg4::Engine engine(&argc, argv);
-  xbt_log_control_set("root.thresh:critical");
-  configure_network(engine, s.network);
-  engine.set_config("contexts/guard-size:0");  // as the project's timing runs
-  const std::vector<sg4::Host*> hosts = build_platform(s);
-  const int n = static_cast<int>(hosts.size());
-  static char token;
-  for (int r = 0; r < n; ++r)
-    sg4::Actor::create("a" + std::to_string(r), hosts[r], [r, n, per_actor, bytes] {
-      sg4::Mailbox* in = sg4::Mailbox::by_name("m" + std::to_string(r));
-      sg4::Mailbox* out = sg4::Mailbox::by_name("m" + std::to_string(r + 1));
-      for (int64_t k = 0; k < per_actor; ++k) {
-        if (r > 0) in->get<char>();
-        if (r < n - 1) out->put(&token, bytes);
-      }
-    });
-  const double t0 = bench::wall_now();
-  engine.run();
-  return static_cast<double>(per_actor) * (n - 1) / (bench::wall_now() - t0);
-}
-
-// The project's network layer alone (sim/sim_network.h) on `s`'s platform: node r takes a message
-// from r - 1 and sends one of `bytes` to r + 1, `per_actor` times, through SimNetwork (its
-// per-pair carriers, latency timers and inboxes), and executes `flops` on its host before each
-// send when `flops` > 0 (as a stage's span). No algorithm, no event log. Returns messages per wall
-// second of engine.run(). Between bare SimGrid and the project: what the stream model itself
-// costs in SimGrid calls, and what the algorithm layer and its metrics add.
-double network_rate(const Scenario& s, int64_t per_actor, uint64_t bytes, double flops) {
-  int argc = 1;
-  char arg0[] = "network";
+  char arg0[] = "bench";
   char* argv[] = {arg0, nullptr};
   sg4::Engine engine(&argc, argv);
   xbt_log_control_set("root.thresh:critical");
   configure_network(engine, s.network);
   engine.set_config("contexts/guard-size:0");
   const std::vector<sg4::Host*> hosts = build_platform(s);
-  const int n = static_cast<int>(hosts.size());
-  SimNetwork network(hosts, links_of(s));
-  for (int r = 0; r < n; ++r)
-    sg4::Actor::create("a" + std::to_string(r), hosts[r], [r, n, per_actor, bytes, flops, &network] {
-      for (int64_t k = 0; k < per_actor; ++k) {
-        if (r > 0) network.recv(r);
-        if (flops > 0) sg4::this_actor::execute(flops);
-        if (r < n - 1) {
-          Message m;
-          m.id = k;
-          m.bytes = static_cast<Bytes>(bytes);
-          network.send(r, r + 1, std::move(m));
-        }
-      }
-      network.flush(r);
-    });
+  std::shared_ptr<void> used = populate(hosts);
   const double t0 = bench::wall_now();
   engine.run();
-  return static_cast<double>(per_actor) * (n - 1) / (bench::wall_now() - t0);
+  const double wall = bench::wall_now() - t0;
+  used.reset();
+  return static_cast<double>(per_actor) * static_cast<double>(hosts.size() - 1) / wall;
+}
+
+// Bare SimGrid: actor r gets a message from r - 1 and puts one of `bytes` to r + 1.
+double bare_rate(const Scenario& s, int64_t per_actor, uint64_t bytes) {
+  return chain_rate(s, per_actor, [&](const std::vector<sg4::Host*>& hosts) {
+    static char token;
+    const int n = static_cast<int>(hosts.size());
+    for (int r = 0; r < n; ++r)
+      sg4::Actor::create("a" + std::to_string(r), hosts[r], [r, n, per_actor, bytes] {
+        sg4::Mailbox* in = sg4::Mailbox::by_name("m" + std::to_string(r));
+        sg4::Mailbox* out = sg4::Mailbox::by_name("m" + std::to_string(r + 1));
+        for (int64_t k = 0; k < per_actor; ++k) {
+          if (r > 0) in->get<char>();
+          if (r < n - 1) out->put(&token, bytes);
+        }
+      });
+    return std::shared_ptr<void>();
+  });
+}
+
+// The project's network layer alone (sim/sim_network.h): node r takes a message from r - 1 and
+// sends one of `bytes` to r + 1 through SimNetwork (its per-pair carriers, latency timers and
+// inboxes), executing `flops` on its host before each send when `flops` > 0 (as a stage's span).
+// No algorithm, no event log. Between bare SimGrid and the project: what the stream model itself
+// costs in SimGrid calls, and what the algorithm layer and its metrics add.
+double network_rate(const Scenario& s, int64_t per_actor, uint64_t bytes, double flops) {
+  return chain_rate(s, per_actor, [&](const std::vector<sg4::Host*>& hosts) {
+    auto net = std::make_shared<SimNetwork>(hosts, links_of(s));
+    const int n = static_cast<int>(hosts.size());
+    for (int r = 0; r < n; ++r)
+      sg4::Actor::create("a" + std::to_string(r), hosts[r], [r, n, per_actor, bytes, flops, net = net.get()] {
+        for (int64_t k = 0; k < per_actor; ++k) {
+          if (r > 0) net->recv(r);
+          if (flops > 0) sg4::this_actor::execute(flops);
+          if (r < n - 1) {
+            Message m;
+            m.id = k;
+            m.bytes = static_cast<Bytes>(bytes);
+            net->send(r, r + 1, std::move(m));
+          }
+        }
+        net->flush(r);
+      });
+    return std::shared_ptr<void>(net);
+  });
 }
 
 }  // namespace
@@ -129,7 +136,7 @@ int main(int argc, char** argv) {
   Plan plan = make_plan(s, model);
   double t_plan = bench::wall_now() - t0;
   // The project's run, then bare SimGrid's, each in its own child (one engine per process).
-  const std::vector<double> run = bench::in_child(6, [&] {
+  const std::vector<double> run = bench::in_child(7, [&] {
     RunSpec spec{&s, &plan, &model, nullptr};
     const double start = bench::wall_now();
     SimResult r = run_simulation(spec);
@@ -142,7 +149,8 @@ int main(int argc, char** argv) {
         sent += static_cast<double>(e.bytes);
       }
     }
-    return std::vector<double>{wall, r.simulated_time, compute_events, messages, sent, r.event_loop_wall_s};
+    return std::vector<double>{wall, r.simulated_time, compute_events, messages, sent, r.event_loop_wall_s,
+                               static_cast<double>(r.events.size())};
   });
   const double wall = run[0];
   const auto compute_events = static_cast<int64_t>(run[2]);
@@ -170,6 +178,7 @@ int main(int argc, char** argv) {
                       {"plan_wall_s", t_plan},
                       {"micro_batch_events", compute_events},
                       {"messages", messages},
+                      {"events_recorded", static_cast<int64_t>(run[6])},
                       {"events_per_wall_s", compute_events / wall},
                       {"messages_per_wall_s", messages / wall},
                       {"activities_per_wall_s", project},
