@@ -504,7 +504,7 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::opt
 
   if (rank != 0) {
     if (joined) joined->close();  // before rank 0 can finish the folder
-    send_events(transport, events_to_text(log.events()));
+    send_events(transport, events_to_text(log.take()));
     transport.flush();
     // Recovering, nothing ends this wait early, but it looks every second whether rank 0 is lost.
     const std::function<bool()> never = [] { return false; };
@@ -513,7 +513,7 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::opt
     return 0;
   }
 
-  std::vector<Event> events = log.events();
+  std::vector<Event> events = log.take();
   std::vector<std::string> texts(static_cast<size_t>(world));
   std::vector<int64_t> pieces(static_cast<size_t>(world), 0), got(static_cast<size_t>(world), 0);
   // Recovering: the ranks lost on the way send nothing (what one had sent is dropped).

@@ -14,13 +14,29 @@ int64_t message_count(int64_t elems) {
   return elems <= kInlineFloats ? 1 : (elems + kInlineFloats - 1) / kInlineFloats;
 }
 
+namespace {
+
+// A message of kWInlineData words, zero until its writer fills them, then `count` floats from
+// `floats` packed two to a word (an odd count's last word padded with zeros).
+at::Tensor message_words(const float* floats, int64_t count) {
+  const int64_t words = kWInlineData + (count + 1) / 2;
+  at::Tensor t = at::empty({words}, at::kLong);
+  int64_t* w = t.data_ptr<int64_t>();
+  std::memset(w, 0, sizeof(int64_t) * kWInlineData);
+  if (count > 0) {
+    w[words - 1] = 0;  // the odd float's other half
+    std::memcpy(w + kWInlineData, floats, sizeof(float) * count);
+  }
+  return t;
+}
+
+}  // namespace
+
 at::Tensor encode_header(const Message& m, const std::vector<at::Tensor>& payload, int64_t elems,
                          const at::Tensor& flat) {
   const int64_t carried = flat.defined() ? std::min(elems, kInlineFloats) : 0;
-  const int64_t words = kWInlineData + (carried + 1) / 2;
-  at::Tensor h = at::empty({words}, at::kLong);
+  at::Tensor h = message_words(carried > 0 ? flat.data_ptr<float>() : nullptr, carried);
   int64_t* w = h.data_ptr<int64_t>();
-  std::memset(w, 0, sizeof(int64_t) * kWInlineData);
   w[kWMagic] = kMagic;
   w[kWKind] = static_cast<int64_t>(m.kind);
   w[kWId] = m.id;
@@ -35,25 +51,17 @@ at::Tensor encode_header(const Message& m, const std::vector<at::Tensor>& payloa
     s[0] = payload[i].dim();
     for (int64_t d = 0; d < payload[i].dim(); ++d) s[1 + d] = payload[i].size(d);
   }
-  if (flat.defined()) {
-    w[kWInline] = elems <= kInlineFloats ? 1 : 2;
-    w[words - 1] = 0;  // the odd float's other half
-    std::memcpy(w + kWInlineData, flat.data_ptr<float>(), sizeof(float) * carried);
-  }
+  if (flat.defined()) w[kWInline] = elems <= kInlineFloats ? 1 : 2;
   return h;
 }
 
 at::Tensor encode_chunk(const float* flat, int64_t elems, int64_t index) {
   const int64_t first = index * kInlineFloats, floats = std::min(kInlineFloats, elems - first);
-  const int64_t words = kWInlineData + (floats + 1) / 2;
-  at::Tensor c = at::empty({words}, at::kLong);
+  at::Tensor c = message_words(flat + first, floats);
   int64_t* w = c.data_ptr<int64_t>();
-  std::memset(w, 0, sizeof(int64_t) * kWInlineData);
   w[kCMagic] = kChunkMagic;
   w[kCIndex] = index;
   w[kCFloats] = floats;
-  w[words - 1] = 0;  // the odd float's other half
-  std::memcpy(w + kWInlineData, flat + first, sizeof(float) * floats);
   return c;
 }
 

@@ -92,8 +92,12 @@ std::vector<Event> EventLog::events() const {
 
 std::vector<Event> EventLog::take() {
   std::vector<Event> out;
-  out.reserve(size() + totals_.size());
-  for (auto& c : chunks_) std::move(c.begin(), c.end(), std::back_inserter(out));
+  if (chunks_.size() == 1) {
+    out = std::move(chunks_.front());  // no second copy of a short log
+  } else {
+    out.reserve(size() + totals_.size());
+    for (auto& c : chunks_) std::move(c.begin(), c.end(), std::back_inserter(out));
+  }
   for (auto& t : totals_)
     if (t.count > 0) out.push_back(std::move(t));
   chunks_.clear();
