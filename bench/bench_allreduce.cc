@@ -32,7 +32,7 @@
 #include "bench/bench_common.h"
 #include "algo/averager.h"
 #include "algo/ring_averager.h"
-#include "core/compute/allocator.h"
+#include "core/memory/allocator.h"
 #include "core/compute_threads.h"
 #include "core/data/dataset.h"
 #include "core/error.h"
@@ -421,7 +421,7 @@ json part_breakdown(int reps) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  rv::configure_allocator();  // as ravnest does (core/compute/allocator.h)
+  rv::configure_allocator();  // as ravnest does (core/memory/allocator.h)
   std::string part = "all", out;
   int reps = 9;
   CLI::App app{"cross-cluster averaging: simulation against alpha-beta, real rings against c10d"};

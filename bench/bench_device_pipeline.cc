@@ -21,7 +21,7 @@
 
 #include "bench/bench_common.h"
 #include "bench/plain_training.h"
-#include "core/compute/allocator.h"
+#include "core/memory/allocator.h"
 #include "core/compute_threads.h"
 #include "core/data/dataset.h"
 #include "core/model/model.h"
@@ -32,7 +32,7 @@ using namespace rv;
 namespace fs = std::filesystem;
 
 int main(int argc, char** argv) try {
-  rv::configure_allocator();  // as ravnest does (core/compute/allocator.h)
+  rv::configure_allocator();  // as ravnest does (core/memory/allocator.h)
   std::string scenario_path = std::string(RV_SOURCE_DIR) + "/scenarios/gpt-pipeline.toml";
   std::string device_name = "cuda", out;
   int64_t steps = 0;

@@ -24,7 +24,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include "bench/bench_common.h"
-#include "core/compute/allocator.h"
+#include "core/memory/allocator.h"
 #include "core/compute_threads.h"
 #include "exec/calibrate.h"
 

@@ -26,7 +26,7 @@
 
 #include "bench/bench_common.h"
 #include "bench/plain_training.h"
-#include "core/compute/allocator.h"
+#include "core/memory/allocator.h"
 #include "core/compute_threads.h"
 #include "core/data/dataset.h"
 #include "core/error.h"
@@ -117,7 +117,7 @@ nlohmann::json measure(const std::string& path, const std::vector<std::string>& 
 }  // namespace
 
 int main(int argc, char** argv) try {
-  rv::configure_allocator();  // as ravnest does (core/compute/allocator.h)
+  rv::configure_allocator();  // as ravnest does (core/memory/allocator.h)
   std::vector<std::string> paths, sets;
   std::string out;
   int64_t steps = 0;

@@ -19,7 +19,7 @@
 
 #include "bench/bench_common.h"
 #include "bench/plain_training.h"
-#include "core/compute/allocator.h"
+#include "core/memory/allocator.h"
 #include "core/compute_threads.h"
 #include "core/data/dataset.h"
 #include "core/model/model.h"
@@ -40,7 +40,7 @@ double cpu_of_children() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  rv::configure_allocator();  // as ravnest does (core/compute/allocator.h)
+  rv::configure_allocator();  // as ravnest does (core/memory/allocator.h)
   int epochs = 10;
   std::string out;
   const std::string scenario_path = std::string(RV_SOURCE_DIR) + "/scenarios/digits-cnn.toml";

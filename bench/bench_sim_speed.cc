@@ -25,7 +25,7 @@
 #include <xbt/log.h>
 
 #include "bench/bench_common.h"
-#include "core/compute/allocator.h"
+#include "core/memory/allocator.h"
 #include "core/data/dataset.h"
 #include "core/model/model.h"
 #include "core/scenario/scenario.h"
@@ -45,7 +45,7 @@ namespace {
 // `per_actor` messages. `populate` returns what its actors use, released after the run and before
 // the engine. Returns messages per wall second of engine.run().
 // The chains' actors' stacks, as the network layer's carriers'. (At SimGrid's default of 8 MB,
-// without guard pages, each stack is a calloc that the C heap's policy (core/compute/allocator.h)
+// without guard pages, each stack is a calloc that the C heap's policy (core/memory/allocator.h)
 // serves from the heap; where the heap reuses memory, calloc clears all 8 MB: the network layer's
 // chain of 1,000 spent 40 s there.)
 constexpr unsigned kChainStack = 256 * 1024;
@@ -115,7 +115,7 @@ double network_rate(const Scenario& s, int64_t per_actor, uint64_t bytes, double
 }  // namespace
 
 int main(int argc, char** argv) {
-  configure_allocator();  // the C heap's policy, as ravnest's (core/compute/allocator.h)
+  configure_allocator();  // the C heap's policy, as ravnest's (core/memory/allocator.h)
   int nodes = 10, steps = 20, width = 1448;
   std::string out;
   CLI::App app{"simulator speed in timing mode"};

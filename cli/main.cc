@@ -12,7 +12,7 @@
 #include "cli/commands.h"
 #include "cli/keys_command.h"
 #include "cli/theory_command.h"
-#include "core/compute/allocator.h"
+#include "core/memory/allocator.h"
 #include "core/error.h"
 #include "core/input/integer.h"
 #include "exec/calibrate.h"
@@ -61,7 +61,7 @@ void add_common(CLI::App* app, rv::CommonOptions& o, bool resumable = false) {
 
 int main(int argc, char** argv) {
   // Before any tensor: the calibration and the runs it predicts allocate under one policy.
-  if (!rv::configure_allocator()) std::cerr << "warning: the C library refused the heap settings (core/compute/allocator.h)\n";
+  if (!rv::configure_allocator()) std::cerr << "warning: the C library refused the heap settings (core/memory/allocator.h)\n";
   CLI::App app{"ravnest: decentralized asynchronous training on heterogeneous PCs, simulated (SimGrid) "
                "and real (LibTorch over c10d/Gloo)"};
   app.require_subcommand(1);

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <thread>
 
 #include <fmt/core.h>
@@ -60,12 +61,24 @@ SpanTimes span_times(const Prepared& p, const std::string& metrics) {
     device.push_back(s.device_of(i).compute_profile());
   }
   SpanTimes out;
-  for (const Event& e : read_events_csv(metrics)) {
-    if (e.node < 0 || e.node >= p.plan.nodes || e.micro_batch < 0) continue;
+  // Each node's compute spans in time order, for the idle wait before each (time_of's `idle`).
+  std::vector<Event> spans;
+  for (const Event& e : read_events_csv(metrics))
+    if (e.node >= 0 && e.node < p.plan.nodes &&
+        (e.kind == EventKind::kForward || e.kind == EventKind::kBackward || e.kind == EventKind::kUpdate))
+      spans.push_back(e);
+  std::stable_sort(spans.begin(), spans.end(), [](const Event& a, const Event& b) {
+    return a.node != b.node ? a.node < b.node : a.start < b.start;
+  });
+  std::vector<Seconds> last_end(static_cast<size_t>(p.plan.nodes), -std::numeric_limits<Seconds>::infinity());
+  for (const Event& e : spans) {
+    const Seconds idle = e.start - last_end[static_cast<size_t>(e.node)];
+    last_end[static_cast<size_t>(e.node)] = e.end;
+    if (e.micro_batch < 0) continue;
     const StageWork& w = work[static_cast<size_t>(e.node)];
     Seconds modeled = -1;
-    if (e.kind == EventKind::kForward) modeled = time_of(w.forward, device[static_cast<size_t>(e.node)]);
-    if (e.kind == EventKind::kBackward) modeled = time_of(w.backward, device[static_cast<size_t>(e.node)]);
+    if (e.kind == EventKind::kForward) modeled = time_of(w.forward, device[static_cast<size_t>(e.node)], idle);
+    if (e.kind == EventKind::kBackward) modeled = time_of(w.backward, device[static_cast<size_t>(e.node)], idle);
     if (modeled <= 0) continue;
     out.took.push_back(e.end - e.start);
     out.cpu.push_back(e.cpu);

@@ -32,11 +32,15 @@ Seconds now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// The median time of `op`, in seconds, each call after its own untimed `setup`: a warm-up, then
-// repeats until `budget` seconds have passed, setups included (at least 5, at most 200 repeats).
-Seconds median_time(const std::function<void()>& setup, const std::function<void()>& op, Seconds budget) {
-  setup();
-  op();
+// The median time of `op`, in seconds, each call after its own untimed `setup`: `warmup` untimed
+// calls, then repeats until `budget` seconds have passed, setups included (at least 5, at most 200
+// repeats).
+Seconds median_time(const std::function<void()>& setup, const std::function<void()>& op, Seconds budget,
+                    int warmup = 1) {
+  for (int i = 0; i < warmup; ++i) {
+    setup();
+    op();
+  }
   std::vector<Seconds> t;
   Seconds spent = 0;
   while (t.size() < 5 || (spent < budget && t.size() < 200)) {
@@ -114,6 +118,8 @@ namespace {
 // backward (to the weights and the input; a first layer's to the weights alone) again and again.
 class LayerRun {
  public:
+  static constexpr int kKept = 4;            // outputs kept alive, as a stage keeps its last ones
+  static constexpr int kWarmup = kKept + 1;  // calls before the heap reuses what they free
   explicit LayerRun(const LayerCase& c) : c_(c) {
     auto gen = at::make_generator<at::CPUGeneratorImpl>(1);
     params_ = c.layer->init_params(gen);
@@ -159,15 +165,19 @@ class LayerRun {
   std::vector<at::Tensor> params_, buffers_;
   at::Tensor source_, gradient_, x_, y_, g_;
   ForwardContext ctx_;
-  std::array<at::Tensor, 4> kept_;
+  std::array<at::Tensor, kKept> kept_;
   size_t next_ = 0;
 };
 
 // Times a layer's forward and backward, each over and over, and adds both samples.
 void time_layer(const LayerCase& c, Seconds budget, std::vector<CalibrationSample>& out) {
   LayerRun run(c);
-  const Seconds tf = median_time([&] { run.fresh_input(); }, [&] { run.forward(); }, budget);
-  const Seconds tb = median_time([&] { run.before_backward(); }, [&] { run.backward(); }, budget);
+  // Untimed until the kept outputs have gone round once: from then on each call's buffers take
+  // the places the calls before freed, the heap's steady state, as a stage's loop reaches it after
+  // its first steps (before that, every call faults in fresh pages: a ReLU over 3 million floats
+  // took 42 ms in its first calls, 0.6 ms after).
+  const Seconds tf = median_time([&] { run.fresh_input(); }, [&] { run.forward(); }, budget, LayerRun::kWarmup);
+  const Seconds tb = median_time([&] { run.before_backward(); }, [&] { run.backward(); }, budget, LayerRun::kWarmup);
   auto [f, b] = describe(c);
   f.time = tf;
   b.time = tb;
@@ -338,6 +348,45 @@ void fit_fixed_costs(const std::vector<CalibrationSample>& samples, ComputeProfi
   }
 }
 
+// The idle wait after which a working set the size of a stage's (kIdleSetBytes: beyond a core's
+// own cache) is as good as gone from the caches: read back to back, after a write of 64 MiB
+// elsewhere (cold), and after each wait of kIdleWaits (the other devices' load running, as in a
+// real run of them on this host); the shortest wait whose read costs at least half-way from warm
+// to cold. 0 if none does (an idle core keeps its caches). Medians of 9 reads each.
+constexpr size_t kIdleSetBytes = size_t{8} << 20;
+constexpr std::array<double, 6> kIdleWaits{{1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2}};  // s
+
+Seconds idle_cold_wait(bool quick) {
+  std::vector<float> set(kIdleSetBytes / sizeof(float), 1.0f), other((size_t{64} << 20) / sizeof(float), 2.0f);
+  volatile float sink = 0;
+  auto touch = [](std::vector<float>& v) {  // a float of every cache line
+    float sum = 0;
+    for (size_t i = 0; i < v.size(); i += 16) sum += v[i];
+    return sum;
+  };
+  auto read_after = [&](const std::function<void()>& before) {
+    std::vector<double> t;
+    for (int r = 0; r < (quick ? 3 : 9); ++r) {
+      sink = touch(set);
+      before();
+      const Seconds a = now();
+      sink = touch(set);
+      t.push_back(now() - a);
+    }
+    return median(t);
+  };
+  const double warm = read_after([] {});
+  const double cold = read_after([&] {
+    for (size_t i = 0; i < other.size(); i += 16) other[i] += 1.0f;
+  });
+  if (!(cold > warm)) return 0;
+  for (double wait : kIdleWaits) {
+    const double t = read_after([wait] { std::this_thread::sleep_for(std::chrono::duration<double>(wait)); });
+    if (t >= warm + 0.5 * (cold - warm)) return wait;
+  }
+  return 0;
+}
+
 }  // namespace
 
 void calibration_load(const CalibrateOptions& options, int parent) {
@@ -390,6 +439,7 @@ Calibration calibrate(const CalibrateOptions& options) {
     const Seconds t = median_time([] {}, [&] { at::sum(big); }, budget);
     p.memory_bytes_per_s = static_cast<double>(big.numel()) * kFloatBytes / t;
     p.cache_bytes = last_level_cache_bytes() / options.share;
+    p.idle_cold_s = idle_cold_wait(options.quick);
   }
 
   // Rounds over the whole list, each case's time the median of its rounds: a host whose speed
@@ -438,16 +488,19 @@ void fit_profile(const std::vector<CalibrationSample>& samples, ComputeProfile& 
       std::array<double, kOpClasses> eff{};
       for (size_t c = 0; c < eff.size(); ++c)
         if (!by_class[c].empty()) eff[c] = std::clamp(median(by_class[c]), 1e-6, kMaxEfficiency);
-      // A class without a case takes the nearest measured one: the same intensity of the other
-      // footprint before the next intensity.
+      // A class without a case takes the nearest measured one: the same intensity of another
+      // footprint before the next intensity; of two as near, the larger footprint (the slower,
+      // as a class beyond the cache is), then the lower intensity.
       const std::array<double, kOpClasses> measured = eff;
       for (int c = 0; c < kOpClasses; ++c) {
         double best = 1e9;
+        int best_footprint = -1;
         for (int d = 0; d < kOpClasses && measured[static_cast<size_t>(c)] == 0; ++d) {
           if (measured[static_cast<size_t>(d)] == 0) continue;
           const double distance = std::abs(c % kIntensities - d % kIntensities) +
                                   0.5 * std::abs(c / kIntensities - d / kIntensities);
-          if (distance < best) {
+          if (distance < best || (distance == best && d / kIntensities > best_footprint)) {
+            best_footprint = d / kIntensities;
             best = distance;
             eff[static_cast<size_t>(c)] = measured[static_cast<size_t>(d)];
           }

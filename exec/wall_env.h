@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <limits>
 #include <optional>
 
 #include "core/compute/profile.h"
@@ -40,8 +41,8 @@ class WallClock : public Clock {
 class WallCompute : public Compute {
  public:
   // With `emulate`: after the maths, sleep until the device's modeled time for the work
-  // (core/compute/profile.h time_of) has passed since the unit began (a device slower than this
-  // machine); without: no emulation.
+  // (core/compute/profile.h time_of, idle: the wall time since the previous unit ended) has passed
+  // since the unit began (a device slower than this machine); without: no emulation.
   // On a GPU (`device`), a unit's span ends when the device has finished its kernels (its stream
   // is synchronised after the maths), so that the span is the kernels' time, not their launch's;
   // run() returns the kernels' seconds between two events recorded on the stream before and
@@ -56,6 +57,7 @@ class WallCompute : public Compute {
   std::optional<ComputeProfile> emulate_;
   c10::Device device_;
   WallClock clock_;
+  Seconds last_end_ = -std::numeric_limits<Seconds>::infinity();  // clock_ s
 };
 
 }  // namespace rv

@@ -20,8 +20,9 @@ void SimClock::sleep_for(Seconds s) {
 
 Seconds SimCompute::run(const Work& work, const std::function<void()>& maths) {
   if (numeric_) maths();
-  const Seconds t = time_of(work, device_);
+  const Seconds t = time_of(work, device_, sg4::Engine::get_clock() - last_end_);
   if (t > 0) sg4::this_actor::execute(t * host_speed_);
+  last_end_ = sg4::Engine::get_clock();
   return kNaN;
 }
 

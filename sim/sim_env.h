@@ -7,6 +7,8 @@
 // flops on the node's host. Must be used from the node's own actor.
 #pragma once
 
+#include <limits>
+
 #include "core/compute/profile.h"
 #include "core/env.h"
 #include "sim/sim_network.h"
@@ -35,8 +37,9 @@ class SimClock : public Clock {
   void sleep_for(Seconds s) override;
 };
 
-// Charges work at the node's device model: time_of(work, device) seconds of the host, whose speed
-// is the device's peak, so that actors sharing a host share its time.
+// Charges work at the node's device model: time_of(work, device, idle) seconds of the host, whose
+// speed is the device's peak, so that actors sharing a host share its time; `idle` is the simulated
+// time since the node's previous unit of work ended (its first unit: after an unbounded wait).
 class SimCompute : public Compute {
  public:
   // `host_speed`: the flop/s of the host it runs on (0: the device's peak, which the scenario's
@@ -51,6 +54,7 @@ class SimCompute : public Compute {
   bool numeric_;
   ComputeProfile device_;
   double host_speed_;
+  Seconds last_end_ = -std::numeric_limits<Seconds>::infinity();  // simulated s
 };
 
 }  // namespace rv

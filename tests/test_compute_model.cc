@@ -7,12 +7,8 @@
 #include <filesystem>
 #include <fstream>
 #include <unistd.h>
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
 
 #include "catch.h"
-#include "core/compute/allocator.h"
 #include "core/compute/profile.h"
 #include "core/compute/work.h"
 #include "core/error.h"
@@ -48,24 +44,6 @@ fs::path temp_file(const std::string& name, const std::string& text) {
 
 }  // namespace
 
-TEST_CASE("under the heap policy a freed tensor-sized block is reused and not mapped afresh", "[compute]") {
-#if defined(__GLIBC__)
-  REQUIRE(configure_allocator());
-  // Allocated and freed in turn, as the calibration repeats an operation. Under glibc's default a
-  // block of 3 MiB is a mapping of its own (until a larger one has been freed).
-  for (int turn = 0; turn < 3; ++turn) {
-    const size_t mapped = mallinfo2().hblks;
-    void* block = std::malloc(size_t{3} << 20);
-    REQUIRE(block != nullptr);
-    static_cast<volatile char*>(block)[0] = 1;
-    CHECK(mallinfo2().hblks == mapped);
-    std::free(block);
-  }
-#else
-  SKIP("the heap policy is glibc's (mallopt)");
-#endif
-}
-
 TEST_CASE("work counts operations by pass, kind and intensity class", "[compute]") {
   Work w;
   w.add(OpKind::kMatmul, Pass::kForward, 1000, 1000);     // 1 flop/B: the first class
@@ -86,7 +64,10 @@ TEST_CASE("work counts operations by pass, kind and intensity class", "[compute]
   // No bytes: nothing bounds it but the flops.
   CHECK(op_class_of(10, 0) == kIntensities - 1);
   CHECK(op_class_of(1e8, 2e6) == kIntensities + 4);  // 50 flop/B beyond the cache
-  CHECK(op_class_name(kIntensities + 1) == "<8 flop/B, large");
+  CHECK(op_class_of(1e9, 2e7) == 2 * kIntensities + 4);  // 50 flop/B streamed from memory
+  CHECK(op_class_of(5e6, kStreamedBytes) == kIntensities);  // 8 MiB itself: the middle footprint
+  CHECK(op_class_name(kIntensities + 1) == "<8 flop/B, beyond 1 MiB");
+  CHECK(op_class_name(2 * kIntensities + 1) == "<8 flop/B, beyond 8 MiB");
   CHECK(op_class_name(kIntensities - 1) == ">=64 flop/B");
   CHECK_THROWS_AS(w.add(OpKind::kConv, Pass::kForward, -1, 1), Error);
   CHECK_THROWS_AS(w.add(OpKind::kConv, Pass::kForward, 1, -1), Error);
@@ -95,10 +76,10 @@ TEST_CASE("work counts operations by pass, kind and intensity class", "[compute]
 TEST_CASE("a device's time: a fixed cost per operation plus flops at its efficiency", "[compute]") {
   const ComputeProfile p = example_profile();
   Work w;
-  w.add(OpKind::kMatmul, Pass::kForward, 1e9, 1e7, 2);  // 100 flop/B, 10 MB: the last class, 0.12
+  w.add(OpKind::kMatmul, Pass::kForward, 1e9, 1e7, 2);  // 100 flop/B, 10 MB: the last class, 0.18
   w.add(OpKind::kConv, Pass::kBackward, 1e5, 1e5, 4);   // 1 flop/B, cached: the first, 0.021
   w.add(OpKind::kPool, Pass::kForward, 2e6, 2e5);       // 10 flop/B, cached: the third, 0.12
-  const double expected = 2 * 20e-6 + 2e9 / (2e11 * 0.12) + 4 * 31e-6 + 4e5 / (2e11 * 0.021) + 23e-6 +
+  const double expected = 2 * 20e-6 + 2e9 / (2e11 * 0.18) + 4 * 31e-6 + 4e5 / (2e11 * 0.021) + 23e-6 +
                           2e6 / (2e11 * 0.12);
   CHECK(time_of(w, p) == Approx(expected).epsilon(1e-12));
   // The default profile is the peak model: flops over the peak, nothing per operation.
@@ -137,6 +118,32 @@ TEST_CASE("cold memory: a span whose stage outgrows the cache reads its cold byt
   CHECK(q.memory_bytes_per_s == Approx(2e9).epsilon(1e-6));
   CHECK(q.cache_bytes == Approx(9e6).epsilon(1e-6));
   CHECK(profile_to_toml(example_profile()).find("memory_gbps") == std::string::npos);
+  // After an idle wait of at least idle_cold_s the span reads its cold and idle-cold bytes from
+  // memory, whether or not its stage fits the cache; back to back, only what the cache misses.
+  w.add_idle_cold(6e6);
+  CHECK(w.idle_cold_bytes() == 6e6);
+  CHECK(time_of(w, p, 1.0) == warm);  // no idle_cold_s in the profile: never
+  p.idle_cold_s = 1e-3;
+  CHECK(time_of(w, p, 0) == warm);
+  CHECK(time_of(w, p, 0.9e-3) == warm);
+  CHECK(time_of(w, p, 1e-3) == Approx(warm + 10e6 / 2e9).epsilon(1e-12));
+  p.cache_bytes = 8e6;  // the stage misses the cache: 4 MB cold back to back, 10 MB after a wait
+  CHECK(time_of(w, p, 0) == Approx(warm + 4e6 / 2e9).epsilon(1e-12));
+  CHECK(time_of(w, p, 5e-3) == Approx(warm + 10e6 / 2e9).epsilon(1e-12));
+  CHECK(w.scaled(2).idle_cold_bytes() == 12e6);
+  CHECK_THROWS_AS(w.add_idle_cold(-1), Error);
+  const ComputeProfile idle = parse_profile(profile_to_toml(p), "p.toml");
+  CHECK(idle.idle_cold_s == Approx(1e-3).epsilon(1e-6));
+  CHECK(profile_to_toml(example_profile()).find("idle_cold_ms") == std::string::npos);
+  for (const std::string& bad : {std::string("peak_tflops = 1\nidle_cold_ms = 1\n"),
+                                 std::string("peak_tflops = 1\nmemory_gbps = 1\ncache_mib = 1\nidle_cold_ms = -1\n")}) {
+    try {
+      parse_profile(bad, "i.toml");
+      FAIL("accepted " << bad);
+    } catch (const InputError& e) {
+      CHECK(std::string(e.what()).find("idle_cold_ms") != std::string::npos);
+    }
+  }
   for (const std::string& one : {std::string("memory_gbps = 3\n"), std::string("cache_mib = 3\n")}) {
     try {
       parse_profile(one + profile_to_toml(example_profile()), "p.toml");
@@ -231,6 +238,14 @@ count = 1
             .epsilon(1e-12));
   CHECK(sw.backward.resident_bytes() == sw.forward.resident_bytes());
   CHECK(sw.update.cold_bytes() == 0);
+  // After an idle wait: a later stage's forward fetches its input; a backward its saved
+  // activations, and the incoming gradient but for the last stage's.
+  CHECK(sw.forward.idle_cold_bytes() == 0);
+  CHECK(sw.backward.idle_cold_bytes() == kFloatBytes * 16.0 * static_cast<double>(m.activation_elems(0, n)));
+  CHECK(middle.forward.idle_cold_bytes() == kFloatBytes * 16.0 * static_cast<double>(m.input_elems_of(1)));
+  CHECK(middle.backward.idle_cold_bytes() ==
+        kFloatBytes * 16.0 * static_cast<double>(m.activation_elems(1, n - 1) + m.profile[static_cast<size_t>(n - 2)].out_elems));
+  CHECK(sw.update.idle_cold_bytes() == 0);
 }
 
 TEST_CASE("profile files read back as written, bad ones name the key", "[compute]") {
@@ -246,6 +261,21 @@ TEST_CASE("profile files read back as written, bad ones name the key", "[compute
       for (size_t c = 0; c < kOpClasses; ++c)
         CHECK(b.efficiency[c] == Approx(a.efficiency[c]).epsilon(1e-6));
     }
+  // A profile of 12 efficiencies per kind (before the middle footprint) gives its second six to
+  // both footprints beyond the cache.
+  {
+    const std::string old_row = " = [2, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2]\n";
+    const std::string old_kinds =
+        "matmul" + old_row + "conv" + old_row + "norm" + old_row + "pool" + old_row + "elementwise" + old_row;
+    const ComputeProfile o = parse_profile("peak_tflops = 1\n[forward]\n" + old_kinds + "[backward]\n" + old_kinds, "o.toml");
+    const KindCost& m = o.of(Pass::kBackward, OpKind::kPool);
+    CHECK(m.overhead == Approx(2e-6));
+    for (int c = 0; c < kIntensities; ++c) {
+      CHECK(m.efficiency[static_cast<size_t>(c)] == Approx(0.1 * (c + 1)));
+      CHECK(m.efficiency[static_cast<size_t>(kIntensities + c)] == Approx(0.1 * (c + 7)));
+      CHECK(m.efficiency[static_cast<size_t>(2 * kIntensities + c)] == Approx(0.1 * (c + 7)));
+    }
+  }
   const std::string good = profile_to_toml(p);
   struct Bad {
     std::string text, says;
@@ -318,6 +348,28 @@ TEST_CASE("a device's profile: the simulator and the planner charge time_of, not
   CHECK(stage_compute_time(w, device) >
         (c.forward + c.backward + c.update) / device.peak_flops_per_s);
   fs::remove(file);
+}
+
+TEST_CASE("the simulator charges a span after an idle wait its cold bytes (idle_cold_ms)", "[compute][sim]") {
+  // The node's first span follows an unbounded wait and reads cold; the others follow its own
+  // spans back to back (one node: nothing to wait for) and do not.
+  ComputeProfile idle = example_profile();
+  idle.memory_bytes_per_s = 1e9;
+  idle.cache_bytes = 1e12;
+  idle.idle_cold_s = 1e-6;
+  const fs::path idle_file = temp_file("idle.toml", profile_to_toml(idle));
+  auto q = test::prepare(kOneNode, {"devices.0.profile=\"" + idle_file.string() + "\""}, false);
+  const ComputeProfile idle_device = q.scenario.devices[0].compute_profile();
+  const StageWork w = stage_work(q.model, 0, q.model.layer_count(), q.scenario.training, 32);
+  std::vector<Seconds> forwards;
+  for (const Event& e : run_simulation(q.spec()).events)
+    if (e.kind == EventKind::kForward && e.node == 0 && e.micro_batch >= 0) forwards.push_back(e.end - e.start);
+  REQUIRE(forwards.size() == 5);
+  const Seconds warm = time_of(w.forward, idle_device), cold = time_of(w.forward, idle_device, 1.0);
+  CHECK(cold == Approx(warm + w.forward.cold_bytes() / 1e9).epsilon(1e-12));
+  CHECK(forwards[0] == Approx(cold).epsilon(1e-9));
+  for (size_t i = 1; i < forwards.size(); ++i) CHECK(forwards[i] == Approx(warm).epsilon(1e-9));
+  fs::remove(idle_file);
 }
 
 TEST_CASE("a missing or bad profile file is a scenario error naming the device's key", "[compute]") {

@@ -22,7 +22,7 @@ std::string number(double v) {
 
 }  // namespace
 
-Seconds time_of(const Work& work, const ComputeProfile& p) {
+Seconds time_of(const Work& work, const ComputeProfile& p, Seconds idle) {
   Seconds t = 0;
   for (int q = 0; q < kPasses; ++q)
     for (int k = 0; k < kOpKinds; ++k) {
@@ -36,8 +36,12 @@ Seconds time_of(const Work& work, const ComputeProfile& p) {
              work.flops(kind, pass, c) / (p.peak_flops_per_s * cost.efficiency[static_cast<size_t>(c)]);
       }
     }
-  if (p.memory_bytes_per_s > 0 && p.cache_bytes > 0 && work.resident_bytes() > p.cache_bytes)
-    t += work.cold_bytes() / p.memory_bytes_per_s;
+  if (p.memory_bytes_per_s > 0) {
+    if (p.idle_cold_s > 0 && idle >= p.idle_cold_s)
+      t += (work.cold_bytes() + work.idle_cold_bytes()) / p.memory_bytes_per_s;
+    else if (p.cache_bytes > 0 && work.resident_bytes() > p.cache_bytes)
+      t += work.cold_bytes() / p.memory_bytes_per_s;
+  }
   return t;
 }
 
@@ -49,8 +53,9 @@ ComputeProfile parse_profile(const std::string& text, const std::string& source)
   for (const auto& [k, v] : root) {
     const std::string key(k.str());
     if (key != "name" && key != "peak_tflops" && key != "threads" && key != "memory_gbps" && key != "cache_mib" &&
-        key != "forward" && key != "backward")
-      fail(key, "unknown key (expected name, peak_tflops, threads, memory_gbps, cache_mib, [forward], [backward])");
+        key != "idle_cold_ms" && key != "forward" && key != "backward")
+      fail(key, "unknown key (expected name, peak_tflops, threads, memory_gbps, cache_mib, idle_cold_ms, [forward], "
+                "[backward])");
   }
   ComputeProfile p;
   p.name = root["name"].value_or(std::string("profile"));
@@ -70,6 +75,12 @@ ComputeProfile parse_profile(const std::string& text, const std::string& source)
     p.memory_bytes_per_s = *gbps * 1e9;
     p.cache_bytes = *mib * 1048576.0;
   }
+  if (root.contains("idle_cold_ms")) {
+    const auto ms = root["idle_cold_ms"].value<double>();
+    if (!ms || !(*ms >= 0) || *ms > 1e6) fail("idle_cold_ms", "expected a number in [0, 1e6] (0: never)");
+    if (*ms > 0 && p.memory_bytes_per_s <= 0) fail("idle_cold_ms", "needs memory_gbps and cache_mib");
+    p.idle_cold_s = *ms * 1e-3;
+  }
   for (int q = 0; q < kPasses; ++q) {
     const std::string pass = pass_name(static_cast<Pass>(q));
     const toml::table* t = root[pass].as_table();
@@ -82,15 +93,19 @@ ComputeProfile parse_profile(const std::string& text, const std::string& source)
     for (int k = 0; k < kOpKinds; ++k) {
       const std::string key = pass + "." + op_kind_name(static_cast<OpKind>(k));
       const toml::array* a = (*t)[op_kind_name(static_cast<OpKind>(k))].as_array();
-      if (a == nullptr || a->size() != 1 + kOpClasses)
-        fail(key, "expected [fixed cost in us, then 12 efficiencies: intensity < 4, < 8, < 16, < 32, < 64, >= 64 flop/B within 1 MiB, the same beyond]");
+      // kOpClasses efficiencies, or the 12 of a profile from before the middle footprint (work.h).
+      constexpr size_t kTwoFootprints = 2 * kIntensities;
+      if (a == nullptr || (a->size() != 1 + kOpClasses && a->size() != 1 + kTwoFootprints))
+        fail(key, "expected [fixed cost in us, then 18 efficiencies: intensity < 4, < 8, < 16, < 32, < 64, >= 64 flop/B within 1 MiB, the same up to 8 MiB, the same beyond] (or 12: within 1 MiB, beyond)");
+      const bool two = a->size() == 1 + kTwoFootprints;
       KindCost& cost = p.of(static_cast<Pass>(q), static_cast<OpKind>(k));
       const auto overhead = (*a)[0].value<double>();
       if (!overhead || !(*overhead >= 0) || *overhead > 1e6)
         fail(key, "expected a fixed cost in [0, 1e6] us first");
       cost.overhead = *overhead * 1e-6;
       for (int c = 0; c < kOpClasses; ++c) {
-        const auto e = (*a)[static_cast<size_t>(c + 1)].value<double>();
+        const int from = two && c >= kTwoFootprints ? c - kIntensities : c;
+        const auto e = (*a)[static_cast<size_t>(from + 1)].value<double>();
         if (!e || !(*e > 0) || *e > kMaxEfficiency) fail(key, "expected efficiencies in (0, 16]");
         cost.efficiency[static_cast<size_t>(c)] = *e;
       }
@@ -121,11 +136,12 @@ std::string profile_to_toml(const ComputeProfile& p, const std::string& comment)
   if (p.memory_bytes_per_s > 0 && p.cache_bytes > 0) {
     os << "memory_gbps = " << number(p.memory_bytes_per_s / 1e9) << "\n";
     os << "cache_mib = " << number(p.cache_bytes / 1048576.0) << "\n";
+    if (p.idle_cold_s > 0) os << "idle_cold_ms = " << number(p.idle_cold_s * 1e3) << "\n";
   }
   for (int q = 0; q < kPasses; ++q) {
     os << "[" << pass_name(static_cast<Pass>(q)) << "]";
     if (q == 0)
-      os << "  # per kind: [fixed cost in us, efficiency at intensity < 4, < 8, < 16, < 32, < 64, >= 64 flop/B within 1 MiB, the same beyond]";
+      os << "  # per kind: [fixed cost in us, efficiency at intensity < 4, < 8, < 16, < 32, < 64, >= 64 flop/B within 1 MiB, the same up to 8 MiB, the same beyond]";
     os << "\n";
     for (int k = 0; k < kOpKinds; ++k) {
       const KindCost& cost = p.of(static_cast<Pass>(q), static_cast<OpKind>(k));

@@ -13,9 +13,13 @@
 //   threads = 1              # LibTorch threads it was measured with
 //   memory_gbps = 12.0       # optional: memory read bandwidth, 1e9 B/s (the cold-memory term)
 //   cache_mib = 4            # optional: the cache the device has to itself, MiB
+//   idle_cold_ms = 1         # optional (with memory_gbps): an idle wait this long leaves the
+//                            # device's caches cold (below)
 //   [forward]    # per kind: fixed cost (us), then the efficiency of each operation class (work.h):
-//                # intensity < 4, < 8, < 16, < 32, < 64, >= 64 flop/B within 1 MiB; the same beyond
-//   matmul = [4.6, 0.41, 0.6, 0.88, 1.05, 1.1, 1.1, 0.41, 0.75, 0.8, 0.95, 1.1, 1.1]
+//                # intensity < 4, < 8, < 16, < 32, < 64, >= 64 flop/B within 1 MiB; the same up to
+//                # 8 MiB; the same beyond (18 efficiencies; a file of 12, as profiles were before
+//                # the middle footprint, gives its second six to both larger footprints)
+//   matmul = [4.6, 0.41, 0.6, 0.88, 1.05, 1.1, 1.1, 0.41, 0.75, 0.8, 0.95, 1.1, 1.1, 0.4, ...]
 //   conv = [6.7, ...]
 //   norm = [5.9, ...]
 //   pool = [2.3, ...]
@@ -43,7 +47,13 @@ constexpr double kMaxEfficiency = 16.0;
 // One kind of operation in one pass on one device.
 struct KindCost {
   Seconds overhead = 0;  // per operation
-  std::array<double, kOpClasses> efficiency{{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}};  // achieved / peak, by class
+  std::array<double, kOpClasses> efficiency = ones();  // achieved / peak, by class
+
+  static std::array<double, kOpClasses> ones() {
+    std::array<double, kOpClasses> a{};
+    a.fill(1.0);
+    return a;
+  }
 };
 
 struct ComputeProfile {
@@ -53,6 +63,12 @@ struct ComputeProfile {
   // The cold-memory term (work.h): 0 in either turns it off.
   double memory_bytes_per_s = 0;  // B/s
   double cache_bytes = 0;         // B
+  // A span that starts after the device idled at least this long (a stage waiting for its next
+  // message) finds nothing of its stage in the caches: it also reads its idle-cold bytes (work.h)
+  // from memory. Where an idle core keeps its caches, never (0). On the VMs this project is
+  // developed on, an idle wait of a millisecond cost a stage's next span up to 1.7x its time
+  // back to back (the hypervisor runs other work on an idle virtual CPU's core).
+  Seconds idle_cold_s = 0;
   // By pass, then kind. The default (no fixed cost, every efficiency 1) is the peak-FLOPS model:
   // every flop at the device's peak.
   std::array<std::array<KindCost, kOpKinds>, kPasses> cost{};
@@ -64,8 +80,11 @@ struct ComputeProfile {
 };
 
 // How long `work` takes on a device of `profile`, in seconds: its operations, plus its cold bytes
-// at the memory bandwidth where its resident bytes exceed the cache.
-Seconds time_of(const Work& work, const ComputeProfile& profile);
+// at the memory bandwidth where its resident bytes exceed the cache, or, where the device idled at
+// least profile.idle_cold_s before it (`idle`, seconds since its last work ended), its cold and
+// idle-cold bytes. The planner's steady state charges back-to-back spans (idle 0): the stage that
+// bounds a pipeline's period does not wait.
+Seconds time_of(const Work& work, const ComputeProfile& profile, Seconds idle = 0);
 
 // The profile file (above). read_profile throws rv::InputError naming the file, the key and what
 // is wrong; profile_to_toml gives the same format, with `comment` as a header line (written whole

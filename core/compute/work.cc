@@ -26,7 +26,7 @@ const char* op_kind_name(OpKind k) {
 const char* pass_name(Pass p) { return p == Pass::kForward ? "forward" : "backward"; }
 
 int op_class_of(Flops op_flops, double op_bytes) {
-  const int footprint = op_bytes > kCachedBytes ? kIntensities : 0;
+  const int footprint = kIntensities * ((op_bytes > kCachedBytes ? 1 : 0) + (op_bytes > kStreamedBytes ? 1 : 0));
   if (op_bytes <= 0) return kIntensities - 1;
   const double intensity = op_flops / op_bytes;
   int c = 0;
@@ -42,7 +42,8 @@ std::string op_class_name(int c) {
     std::snprintf(buf, sizeof buf, "<%g flop/B", kIntensityBounds[static_cast<size_t>(i)]);
   else
     std::snprintf(buf, sizeof buf, ">=%g flop/B", kIntensityBounds.back());
-  return std::string(buf) + (c >= kIntensities ? ", large" : "");
+  const int level = c / kIntensities;
+  return std::string(buf) + (level == 0 ? "" : level == 1 ? ", beyond 1 MiB" : ", beyond 8 MiB");
 }
 
 void Work::add(OpKind kind, Pass pass, Flops op_flops, double op_bytes, double count) {
@@ -63,12 +64,18 @@ void Work::add_cold(double cold, double resident) {
   resident_ = std::max(resident_, resident);
 }
 
+void Work::add_idle_cold(double bytes) {
+  RV_CHECK(bytes >= 0, "work: negative idle-cold bytes");
+  idle_cold_ += bytes;
+}
+
 void Work::add(const Work& other) {
   for (size_t i = 0; i < b_.size(); ++i) {
     b_[i].ops += other.b_[i].ops;
     b_[i].flops += other.b_[i].flops;
   }
   cold_ += other.cold_;
+  idle_cold_ += other.idle_cold_;
   resident_ = std::max(resident_, other.resident_);
 }
 
@@ -80,6 +87,7 @@ Work Work::scaled(double factor) const {
     b.flops *= factor;
   }
   w.cold_ *= factor;
+  w.idle_cold_ *= factor;
   return w;
 }
 

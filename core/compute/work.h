@@ -47,14 +47,20 @@ constexpr int kPasses = 2;
 const char* pass_name(Pass p);  // "forward", "backward"
 
 // Operation classes: by arithmetic intensity (flops per byte moved: below 4, 8, 16, 32, 64, and
-// beyond) and by footprint (whether the bytes an operation moves fit a core's cache), 6 x 2.
+// beyond) and by footprint (the bytes an operation moves: within a core's own cache, up to
+// kStreamedBytes, or beyond, where it streams from memory), 6 x 3. The middle level exists because
+// one "beyond the cache" class averaged rates 2.6x apart: on the host measured, a ReLU's backward
+// ran at 0.055 of the peak over 4.8 MB and at 0.021-0.029 over 9.6-36 MB, and batch
+// normalisation's backward at batch 128 took 1.4-1.8x what the same class at batch 32 gave.
 constexpr int kIntensities = 6;
 constexpr std::array<double, kIntensities - 1> kIntensityBounds{{4, 8, 16, 32, 64}};  // flop/B
-constexpr double kCachedBytes = 1 << 20;  // up to here an operation runs from the cache
-constexpr int kOpClasses = 2 * kIntensities;
-// intensity + kIntensities * (op_bytes > kCachedBytes)
+constexpr double kCachedBytes = 1 << 20;    // up to here an operation runs from the core's cache
+constexpr double kStreamedBytes = 8 << 20;  // beyond here it streams from memory
+constexpr int kFootprints = 3;
+constexpr int kOpClasses = kFootprints * kIntensities;
+// intensity + kIntensities * footprint (0: <= kCachedBytes, 1: <= kStreamedBytes, 2: beyond)
 int op_class_of(Flops op_flops, double op_bytes);
-std::string op_class_name(int c);  // "<4 flop/B", ..., ">=64 flop/B, large"
+std::string op_class_name(int c);  // "<4 flop/B", ..., ">=64 flop/B, beyond 1 MiB", ">=64 flop/B, beyond 8 MiB"
 
 class Work {
  public:
@@ -67,11 +73,17 @@ class Work {
   // spans) do not fit the device's cache. Adds to the cold bytes; the resident bytes are the
   // largest given.
   void add_cold(double cold, double resident);
-  void add(const Work& other);       // cold bytes add; resident bytes: the larger
+  // Bytes this work reads that a device keeps in its caches between back-to-back spans but not
+  // over an idle wait (a stage waiting for its next message): the activations it reads (a
+  // forward's input; a backward's saved activations and incoming gradient). After such a wait the
+  // span reads them, and its cold bytes, from memory (profile.h, idle_cold_s).
+  void add_idle_cold(double bytes);
+  void add(const Work& other);       // cold and idle-cold bytes add; resident bytes: the larger
   Work scaled(double factor) const;  // `factor` times as many of every operation and cold bytes
 
   double cold_bytes() const { return cold_; }
   double resident_bytes() const { return resident_; }
+  double idle_cold_bytes() const { return idle_cold_; }
 
   double ops(OpKind kind, Pass pass, int c) const { return at(kind, pass, c).ops; }
   Flops flops(OpKind kind, Pass pass, int c) const { return at(kind, pass, c).flops; }
@@ -88,8 +100,9 @@ class Work {
   }
   const Bucket& at(OpKind k, Pass p, int c) const { return b_[index(k, p, c)]; }
   std::array<Bucket, static_cast<size_t>(kPasses) * kOpKinds * kOpClasses> b_{};  // by pass, kind, class
-  double cold_ = 0;      // bytes
-  double resident_ = 0;  // bytes
+  double cold_ = 0;       // bytes
+  double resident_ = 0;   // bytes
+  double idle_cold_ = 0;  // bytes
 };
 
 }  // namespace rv

@@ -11,6 +11,7 @@
 #include <zlib.h>
 
 #include "core/error.h"
+#include "core/memory/table_memory.h"
 #include "core/data/tokens.h"
 #include "core/problem/problem.h"
 
@@ -248,6 +249,9 @@ Dataset load_dataset(const DataSpec& spec, uint64_t seed) {
   d.test_x = take_rows(d.test_x, spec.test_samples);
   d.test_y = take_rows(d.test_y, spec.test_samples);
   if (d.train_size() < 1 || d.test_size() < 1) throw InputError(d.name + ": empty train or test set");
+  // Gathered a random row at a time (table_memory.h).
+  d.train_x = on_huge_pages(d.train_x);
+  d.test_x = on_huge_pages(d.test_x);
   return d;
 }
 
