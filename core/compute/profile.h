@@ -66,8 +66,8 @@ struct ComputeProfile {
   // A span that starts after the device idled at least this long (a stage waiting for its next
   // message) finds nothing of its stage in the caches: it also reads its idle-cold bytes (work.h)
   // from memory. Where an idle core keeps its caches, never (0). On the VMs this project is
-  // developed on, an idle wait of a millisecond cost a stage's next span up to 1.7x its time
-  // back to back (the hypervisor runs other work on an idle virtual CPU's core).
+  // developed on, a wait of 1-3 ms cost a stage's next span 1.3-1.5x its time back to back
+  // (bench_stage_compute --sleep-us; the host runs other work on an idle virtual CPU's core).
   Seconds idle_cold_s = 0;
   // By pass, then kind. The default (no fixed cost, every efficiency 1) is the peak-FLOPS model:
   // every flop at the device's peak.
