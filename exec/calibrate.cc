@@ -349,15 +349,17 @@ void fit_fixed_costs(const std::vector<CalibrationSample>& samples, ComputeProfi
 }
 
 // The idle wait after which a working set the size of a stage's (kIdleSetBytes: beyond a core's
-// own cache) is as good as gone from the caches: read back to back, after a write of 64 MiB
-// elsewhere (cold), and after each wait of kIdleWaits (the other devices' load running, as in a
+// own cache) is as good as gone from the caches: read back to back, after a write of every cache
+// line of `evict` (the bandwidth's 64 MiB: cold), and after each wait of kIdleWaits (the other devices' load running, as in a
 // real run of them on this host); the shortest wait whose read costs at least half-way from warm
 // to cold. 0 if none does (an idle core keeps its caches). Medians of 9 reads each.
 constexpr size_t kIdleSetBytes = size_t{8} << 20;
 constexpr std::array<double, 6> kIdleWaits{{1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2}};  // s
 
-Seconds idle_cold_wait(bool quick) {
-  std::vector<float> set(kIdleSetBytes / sizeof(float), 1.0f), other((size_t{64} << 20) / sizeof(float), 2.0f);
+Seconds idle_cold_wait(at::Tensor& evict, bool quick) {
+  std::vector<float> set(kIdleSetBytes / sizeof(float), 1.0f);
+  float* other = evict.data_ptr<float>();
+  const int64_t other_floats = evict.numel();
   volatile float sink = 0;
   auto touch = [](std::vector<float>& v) {  // a float of every cache line
     float sum = 0;
@@ -377,7 +379,7 @@ Seconds idle_cold_wait(bool quick) {
   };
   const double warm = read_after([] {});
   const double cold = read_after([&] {
-    for (size_t i = 0; i < other.size(); i += 16) other[i] += 1.0f;
+    for (int64_t i = 0; i < other_floats; i += 16) other[i] += 1.0f;
   });
   if (!(cold > warm)) return 0;
   for (double wait : kIdleWaits) {
@@ -435,11 +437,11 @@ Calibration calibrate(const CalibrateOptions& options) {
   // with the other devices' load running, and this device's share of the last-level cache.
   {
     at::NoGradGuard no_grad;
-    const at::Tensor big = at::rand({int64_t{16} << 20});
+    at::Tensor big = at::rand({int64_t{16} << 20});
     const Seconds t = median_time([] {}, [&] { at::sum(big); }, budget);
     p.memory_bytes_per_s = static_cast<double>(big.numel()) * kFloatBytes / t;
     p.cache_bytes = last_level_cache_bytes() / options.share;
-    p.idle_cold_s = idle_cold_wait(options.quick);
+    p.idle_cold_s = idle_cold_wait(big, options.quick);
   }
 
   // Rounds over the whole list, each case's time the median of its rounds: a host whose speed

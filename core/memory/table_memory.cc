@@ -11,11 +11,10 @@ namespace rv {
 
 at::Tensor on_huge_pages(const at::Tensor& t) {
   const size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
-  if (!t.is_contiguous() || bytes < kTableHugeBytes) return t;
-  constexpr size_t kHuge = size_t{2} << 20;
-  const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
+  if (!t.is_contiguous() || bytes < kHugePageBytes) return t;
+  const size_t rounded = (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
   void* p = nullptr;
-  if (posix_memalign(&p, kHuge, rounded) != 0) throw std::bad_alloc();
+  if (posix_memalign(&p, kHugePageBytes, rounded) != 0) throw std::bad_alloc();
 #ifdef MADV_HUGEPAGE
   madvise(p, rounded, MADV_HUGEPAGE);  // advice: where refused, the same memory on small pages
 #endif

@@ -16,13 +16,14 @@
 
 namespace rv {
 
-// Tables of at least kTableHugeBytes are moved to huge-page memory; smaller ones stay where they are.
-constexpr size_t kTableHugeBytes = size_t{2} << 20;
+// x86-64's huge page. Tables of at least one are moved to huge-page memory; smaller ones stay
+// where they are.
+constexpr size_t kHugePageBytes = size_t{2} << 20;
 
-// `t`'s values in memory aligned to 2 MiB and advised to the kernel as huge pages (madvise
+// `t`'s values in memory aligned to kHugePageBytes and advised to the kernel as huge pages (madvise
 // MADV_HUGEPAGE; where the kernel declines, ordinary pages, the same values). Returns `t` itself
 // if it is not contiguous (an expanded or overlapping view: a copy would multiply its memory) or
-// smaller than kTableHugeBytes.
+// smaller than kHugePageBytes.
 at::Tensor on_huge_pages(const at::Tensor& t);
 
 }  // namespace rv
