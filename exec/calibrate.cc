@@ -348,15 +348,19 @@ void fit_fixed_costs(const std::vector<CalibrationSample>& samples, ComputeProfi
   }
 }
 
-// The idle wait after which a working set the size of a stage's (kIdleSetBytes: beyond a core's
-// own cache) is as good as gone from the caches: read back to back, after a write of every cache
-// line of `evict` (the bandwidth's 64 MiB: cold), and after each wait of kIdleWaits (the other devices' load running, as in a
-// real run of them on this host); the shortest wait whose read costs at least half-way from warm
-// to cold. 0 if none does (an idle core keeps its caches). Medians of 9 reads each.
+// The cooling curve (profile.h, idle_cold): how far a working set the size of a stage's
+// (kIdleSetBytes: beyond a core's own cache) is from warm to cold after each idle wait of
+// kIdleWaits, the other devices' load running (as in a real run of them on this host). Its read
+// back to back is warm; after a write of every cache line of `evict` (the bandwidth's 64 MiB),
+// cold; after a wait, the fraction (t - warm) / (cold - warm), clamped to [0, 1] and made
+// nondecreasing. Rounds go over warm, cold and every wait in turn, so that a stretch of a slow host
+// lands on all of them; each figure is the median of its rounds (a step measured once moved from
+// 3 to 10 ms between calibrations an hour apart; the curve's points move less). Empty if a cold
+// read is no slower than a warm one (an idle core keeps its caches).
 constexpr size_t kIdleSetBytes = size_t{8} << 20;
-constexpr std::array<double, 6> kIdleWaits{{1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2}};  // s
+constexpr std::array<double, 7> kIdleWaits{{1e-4, 3e-4, 1e-3, 2e-3, 4e-3, 1e-2, 3e-2}};  // s
 
-Seconds idle_cold_wait(at::Tensor& evict, bool quick) {
+std::vector<ComputeProfile::Cooling> idle_cooling(at::Tensor& evict, bool quick) {
   std::vector<float> set(kIdleSetBytes / sizeof(float), 1.0f);
   float* other = evict.data_ptr<float>();
   const int64_t other_floats = evict.numel();
@@ -367,26 +371,32 @@ Seconds idle_cold_wait(at::Tensor& evict, bool quick) {
     return sum;
   };
   auto read_after = [&](const std::function<void()>& before) {
-    std::vector<double> t;
-    for (int r = 0; r < (quick ? 3 : 9); ++r) {
-      sink = touch(set);
-      before();
-      const Seconds a = now();
-      sink = touch(set);
-      t.push_back(now() - a);
-    }
-    return median(t);
+    sink = touch(set);
+    before();
+    const Seconds a = now();
+    sink = touch(set);
+    return now() - a;
   };
-  const double warm = read_after([] {});
-  const double cold = read_after([&] {
-    for (int64_t i = 0; i < other_floats; i += 16) other[i] += 1.0f;
-  });
-  if (!(cold > warm)) return 0;
-  for (double wait : kIdleWaits) {
-    const double t = read_after([wait] { std::this_thread::sleep_for(std::chrono::duration<double>(wait)); });
-    if (t >= warm + 0.5 * (cold - warm)) return wait;
+  std::vector<double> warm, cold;
+  std::vector<std::vector<double>> after(kIdleWaits.size());
+  for (int r = 0; r < (quick ? 3 : 15); ++r) {
+    warm.push_back(read_after([] {}));
+    cold.push_back(read_after([&] {
+      for (int64_t i = 0; i < other_floats; i += 16) other[i] += 1.0f;
+    }));
+    for (size_t i = 0; i < kIdleWaits.size(); ++i)
+      after[i].push_back(read_after([i] { std::this_thread::sleep_for(std::chrono::duration<double>(kIdleWaits[i])); }));
   }
-  return 0;
+  const double w = median(warm), c = median(cold);
+  if (!(c > w)) return {};
+  std::vector<ComputeProfile::Cooling> curve;
+  double fraction = 0;
+  for (size_t i = 0; i < kIdleWaits.size(); ++i) {
+    fraction = std::max(fraction, std::clamp((median(after[i]) - w) / (c - w), 0.0, 1.0));
+    curve.push_back({kIdleWaits[i], fraction});
+  }
+  if (fraction == 0) return {};
+  return curve;
 }
 
 }  // namespace
@@ -441,7 +451,7 @@ Calibration calibrate(const CalibrateOptions& options) {
     const Seconds t = median_time([] {}, [&] { at::sum(big); }, budget);
     p.memory_bytes_per_s = static_cast<double>(big.numel()) * kFloatBytes / t;
     p.cache_bytes = last_level_cache_bytes() / options.share;
-    p.idle_cold_s = idle_cold_wait(big, options.quick);
+    p.idle_cold = idle_cooling(big, options.quick);
   }
 
   // Rounds over the whole list, each case's time the median of its rounds: a host whose speed

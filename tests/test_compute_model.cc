@@ -118,12 +118,13 @@ TEST_CASE("cold memory: a span whose stage outgrows the cache reads its cold byt
   CHECK(q.memory_bytes_per_s == Approx(2e9).epsilon(1e-6));
   CHECK(q.cache_bytes == Approx(9e6).epsilon(1e-6));
   CHECK(profile_to_toml(example_profile()).find("memory_gbps") == std::string::npos);
-  // After an idle wait of at least idle_cold_s the span reads its cold and idle-cold bytes from
-  // memory, whether or not its stage fits the cache; back to back, only what the cache misses.
+  // After an idle wait the span reads, of its cold and idle-cold bytes, the fraction of its stage
+  // the cooling curve says is gone from the caches, whether or not its stage fits the cache; back
+  // to back, only what the cache misses.
   w.add_idle_cold(6e6);
   CHECK(w.idle_cold_bytes() == 6e6);
-  CHECK(time_of(w, p, 1.0) == warm);  // no idle_cold_s in the profile: never
-  p.idle_cold_s = 1e-3;
+  CHECK(time_of(w, p, 1.0) == warm);  // no cooling curve in the profile: never
+  p.idle_cold = {{1e-3, 1.0}};  // a step: all cold from 1 ms on
   CHECK(time_of(w, p, 0) == warm);
   CHECK(time_of(w, p, 0.9e-3) == warm);
   CHECK(time_of(w, p, 1e-3) == Approx(warm + 10e6 / 2e9).epsilon(1e-12));
@@ -132,16 +133,53 @@ TEST_CASE("cold memory: a span whose stage outgrows the cache reads its cold byt
   CHECK(time_of(w, p, 5e-3) == Approx(warm + 10e6 / 2e9).epsilon(1e-12));
   CHECK(w.scaled(2).idle_cold_bytes() == 12e6);
   CHECK_THROWS_AS(w.add_idle_cold(-1), Error);
+  // A graded curve: linear in the logarithm of the wait between its points, 0 before the first,
+  // the last's fraction after it.
+  p.idle_cold = {{1e-4, 0.1}, {1e-3, 0.4}, {1e-2, 0.8}};
+  CHECK(cold_fraction(p, 0) == 0);
+  CHECK(cold_fraction(p, 0.99e-4) == 0);
+  CHECK(cold_fraction(p, 1e-4) == Approx(0.1).epsilon(1e-12));
+  CHECK(cold_fraction(p, std::sqrt(1e-4 * 1e-3)) == Approx(0.25).epsilon(1e-9));
+  CHECK(cold_fraction(p, 1e-3) == Approx(0.4).epsilon(1e-12));
+  CHECK(cold_fraction(p, std::sqrt(1e-3 * 1e-2)) == Approx(0.6).epsilon(1e-9));
+  CHECK(cold_fraction(p, 1.0) == Approx(0.8).epsilon(1e-12));
+  // 4 MB missed back to back, and 0.4 of the other 6 MB after 1 ms.
+  CHECK(time_of(w, p, 1e-3) == Approx(warm + (4e6 + 0.4 * 6e6) / 2e9).epsilon(1e-12));
+  p.cache_bytes = 9e6;  // fits: 0.4 of all 10 MB
+  CHECK(time_of(w, p, 1e-3) == Approx(warm + 0.4 * 10e6 / 2e9).epsilon(1e-12));
   const ComputeProfile idle = parse_profile(profile_to_toml(p), "p.toml");
-  CHECK(idle.idle_cold_s == Approx(1e-3).epsilon(1e-6));
-  CHECK(profile_to_toml(example_profile()).find("idle_cold_ms") == std::string::npos);
-  for (const std::string& bad : {std::string("peak_tflops = 1\nidle_cold_ms = 1\n"),
-                                 std::string("peak_tflops = 1\nmemory_gbps = 1\ncache_mib = 1\nidle_cold_ms = -1\n")}) {
+  REQUIRE(idle.idle_cold.size() == 3);
+  for (size_t i = 0; i < 3; ++i) {
+    CHECK(idle.idle_cold[i].wait == Approx(p.idle_cold[i].wait).epsilon(1e-6));
+    CHECK(idle.idle_cold[i].cold == Approx(p.idle_cold[i].cold).epsilon(1e-6));
+  }
+  // A profile written with the step (idle_cold_ms) still reads, as the curve [[ms, 1]].
+  const std::string memory = "peak_tflops = 1\nmemory_gbps = 1\ncache_mib = 1\n";
+  const ComputeProfile step = parse_profile(memory + "idle_cold_ms = 3\n" + profile_to_toml(example_profile()).substr(
+                                                profile_to_toml(example_profile()).find("[forward]")),
+                                            "s.toml");
+  REQUIRE(step.idle_cold.size() == 1);
+  CHECK(step.idle_cold[0].wait == Approx(3e-3).epsilon(1e-9));
+  CHECK(step.idle_cold[0].cold == 1.0);
+  CHECK(profile_to_toml(example_profile()).find("idle_cold") == std::string::npos);
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"peak_tflops = 1\nidle_cold_ms = 1\n", "idle_cold_ms"},
+      {memory + "idle_cold_ms = -1\n", "idle_cold_ms"},
+      {"peak_tflops = 1\nidle_cold = [[1, 0.5]]\n", "idle_cold"},
+      {memory + "idle_cold = [[1, 0.5]]\nidle_cold_ms = 1\n", "idle_cold_ms"},
+      {memory + "idle_cold = 1\n", "idle_cold"},
+      {memory + "idle_cold = [[1, 0.5], [1, 0.6]]\n", "idle_cold[1]"},
+      {memory + "idle_cold = [[1, 0.5], [2, 0.4]]\n", "idle_cold[1]"},
+      {memory + "idle_cold = [[1, 1.5]]\n", "idle_cold[0]"},
+      {memory + "idle_cold = [[0, 0.5]]\n", "idle_cold[0]"},
+      {memory + "idle_cold = [[1]]\n", "idle_cold[0]"},
+      {memory + "idle_cold = [[1, \"a\"]]\n", "idle_cold[0]"}};
+  for (const auto& [text, key] : bad) {
     try {
-      parse_profile(bad, "i.toml");
-      FAIL("accepted " << bad);
+      parse_profile(text, "i.toml");
+      FAIL("accepted " << text);
     } catch (const InputError& e) {
-      CHECK(std::string(e.what()).find("idle_cold_ms") != std::string::npos);
+      CHECK(std::string(e.what()).find("i.toml: key '" + key + "'") != std::string::npos);
     }
   }
   for (const std::string& one : {std::string("memory_gbps = 3\n"), std::string("cache_mib = 3\n")}) {
@@ -350,13 +388,13 @@ TEST_CASE("a device's profile: the simulator and the planner charge time_of, not
   fs::remove(file);
 }
 
-TEST_CASE("the simulator charges a span after an idle wait its cold bytes (idle_cold_ms)", "[compute][sim]") {
+TEST_CASE("the simulator charges a span after an idle wait its cold bytes (idle_cold)", "[compute][sim]") {
   // The node's first span follows an unbounded wait and reads cold; the others follow its own
   // spans back to back (one node: nothing to wait for) and do not.
   ComputeProfile idle = example_profile();
   idle.memory_bytes_per_s = 1e9;
   idle.cache_bytes = 1e12;
-  idle.idle_cold_s = 1e-6;
+  idle.idle_cold = {{1e-6, 1.0}};
   const fs::path idle_file = temp_file("idle.toml", profile_to_toml(idle));
   auto q = test::prepare(kOneNode, {"devices.0.profile=\"" + idle_file.string() + "\""}, false);
   const ComputeProfile idle_device = q.scenario.devices[0].compute_profile();

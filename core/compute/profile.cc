@@ -22,6 +22,19 @@ std::string number(double v) {
 
 }  // namespace
 
+double cold_fraction(const ComputeProfile& p, Seconds idle) {
+  const auto& curve = p.idle_cold;
+  if (curve.empty() || !(idle >= curve.front().wait)) return 0;
+  for (size_t i = 1; i < curve.size(); ++i) {
+    if (idle >= curve[i].wait) continue;
+    const ComputeProfile::Cooling& a = curve[i - 1];
+    const ComputeProfile::Cooling& b = curve[i];
+    const double x = std::log(idle / a.wait) / std::log(b.wait / a.wait);
+    return a.cold + x * (b.cold - a.cold);
+  }
+  return curve.back().cold;
+}
+
 Seconds time_of(const Work& work, const ComputeProfile& p, Seconds idle) {
   Seconds t = 0;
   for (int q = 0; q < kPasses; ++q)
@@ -37,10 +50,9 @@ Seconds time_of(const Work& work, const ComputeProfile& p, Seconds idle) {
       }
     }
   if (p.memory_bytes_per_s > 0) {
-    if (p.idle_cold_s > 0 && idle >= p.idle_cold_s)
-      t += (work.cold_bytes() + work.idle_cold_bytes()) / p.memory_bytes_per_s;
-    else if (p.cache_bytes > 0 && work.resident_bytes() > p.cache_bytes)
-      t += work.cold_bytes() / p.memory_bytes_per_s;
+    const double missed = p.cache_bytes > 0 && work.resident_bytes() > p.cache_bytes ? work.cold_bytes() : 0;
+    const double cooled = cold_fraction(p, idle) * (work.cold_bytes() + work.idle_cold_bytes() - missed);
+    t += (missed + cooled) / p.memory_bytes_per_s;
   }
   return t;
 }
@@ -53,9 +65,9 @@ ComputeProfile parse_profile(const std::string& text, const std::string& source)
   for (const auto& [k, v] : root) {
     const std::string key(k.str());
     if (key != "name" && key != "peak_tflops" && key != "threads" && key != "memory_gbps" && key != "cache_mib" &&
-        key != "idle_cold_ms" && key != "forward" && key != "backward")
-      fail(key, "unknown key (expected name, peak_tflops, threads, memory_gbps, cache_mib, idle_cold_ms, [forward], "
-                "[backward])");
+        key != "idle_cold" && key != "idle_cold_ms" && key != "forward" && key != "backward")
+      fail(key, "unknown key (expected name, peak_tflops, threads, memory_gbps, cache_mib, idle_cold (or "
+                "idle_cold_ms), [forward], [backward])");
   }
   ComputeProfile p;
   p.name = root["name"].value_or(std::string("profile"));
@@ -75,11 +87,30 @@ ComputeProfile parse_profile(const std::string& text, const std::string& source)
     p.memory_bytes_per_s = *gbps * 1e9;
     p.cache_bytes = *mib * 1048576.0;
   }
+  if (root.contains("idle_cold") && root.contains("idle_cold_ms"))
+    fail("idle_cold_ms", "give the cooling curve (idle_cold) or its step (idle_cold_ms), not both");
   if (root.contains("idle_cold_ms")) {
     const auto ms = root["idle_cold_ms"].value<double>();
     if (!ms || !(*ms >= 0) || *ms > 1e6) fail("idle_cold_ms", "expected a number in [0, 1e6] (0: never)");
     if (*ms > 0 && p.memory_bytes_per_s <= 0) fail("idle_cold_ms", "needs memory_gbps and cache_mib");
-    p.idle_cold_s = *ms * 1e-3;
+    if (*ms > 0) p.idle_cold.push_back({*ms * 1e-3, 1.0});
+  }
+  if (root.contains("idle_cold")) {
+    const toml::array* a = root["idle_cold"].as_array();
+    if (a == nullptr) fail("idle_cold", "expected an array of [wait ms, fraction cold] pairs");
+    if (!a->empty() && p.memory_bytes_per_s <= 0) fail("idle_cold", "needs memory_gbps and cache_mib");
+    for (size_t i = 0; i < a->size(); ++i) {
+      const std::string at = "idle_cold[" + std::to_string(i) + "]";
+      const toml::array* point = (*a)[i].as_array();
+      const auto ms = point && point->size() == 2 ? (*point)[0].value<double>() : std::nullopt;
+      const auto cold = point && point->size() == 2 ? (*point)[1].value<double>() : std::nullopt;
+      if (!ms || !cold) fail(at, "expected [wait ms, fraction cold]");
+      if (!(*ms > 0) || *ms > 1e6) fail(at, "expected a wait in (0, 1e6] ms");
+      if (!(*cold >= 0) || *cold > 1) fail(at, "expected a fraction in [0, 1]");
+      if (i > 0 && !(*ms * 1e-3 > p.idle_cold.back().wait)) fail(at, "waits must increase");
+      if (i > 0 && *cold < p.idle_cold.back().cold) fail(at, "fractions must not decrease (a cache does not warm up idle)");
+      p.idle_cold.push_back({*ms * 1e-3, *cold});
+    }
   }
   for (int q = 0; q < kPasses; ++q) {
     const std::string pass = pass_name(static_cast<Pass>(q));
@@ -136,7 +167,12 @@ std::string profile_to_toml(const ComputeProfile& p, const std::string& comment)
   if (p.memory_bytes_per_s > 0 && p.cache_bytes > 0) {
     os << "memory_gbps = " << number(p.memory_bytes_per_s / 1e9) << "\n";
     os << "cache_mib = " << number(p.cache_bytes / 1048576.0) << "\n";
-    if (p.idle_cold_s > 0) os << "idle_cold_ms = " << number(p.idle_cold_s * 1e3) << "\n";
+    if (!p.idle_cold.empty()) {
+      os << "idle_cold = [";
+      for (size_t i = 0; i < p.idle_cold.size(); ++i)
+        os << (i ? ", [" : "[") << number(p.idle_cold[i].wait * 1e3) << ", " << number(p.idle_cold[i].cold) << "]";
+      os << "]  # [wait ms, fraction cold]\n";
+    }
   }
   for (int q = 0; q < kPasses; ++q) {
     os << "[" << pass_name(static_cast<Pass>(q)) << "]";

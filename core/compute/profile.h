@@ -13,8 +13,9 @@
 //   threads = 1              # LibTorch threads it was measured with
 //   memory_gbps = 12.0       # optional: memory read bandwidth, 1e9 B/s (the cold-memory term)
 //   cache_mib = 4            # optional: the cache the device has to itself, MiB
-//   idle_cold_ms = 1         # optional (with memory_gbps): an idle wait this long leaves the
-//                            # device's caches cold (below)
+//   idle_cold = [[0.1, 0.05], [1, 0.4], [3, 0.6], [10, 0.8]]
+//                            # optional (with memory_gbps): the cooling curve, [wait ms, fraction
+//                            # cold] (below); `idle_cold_ms = 3` is the step [[3, 1]]
 //   [forward]    # per kind: fixed cost (us), then the efficiency of each operation class (work.h):
 //                # intensity < 4, < 8, < 16, < 32, < 64, >= 64 flop/B within 1 MiB; the same up to
 //                # 8 MiB; the same beyond (18 efficiencies; a file of 12, as profiles were before
@@ -34,6 +35,7 @@
 
 #include <array>
 #include <string>
+#include <vector>
 
 #include "core/compute/work.h"
 #include "core/units.h"
@@ -63,12 +65,19 @@ struct ComputeProfile {
   // The cold-memory term (work.h): 0 in either turns it off.
   double memory_bytes_per_s = 0;  // B/s
   double cache_bytes = 0;         // B
-  // A span that starts after the device idled at least this long (a stage waiting for its next
-  // message) finds nothing of its stage in the caches: it also reads its idle-cold bytes (work.h)
-  // from memory. Where an idle core keeps its caches, never (0). On the VMs this project is
-  // developed on, a wait of 1-3 ms cost a stage's next span 1.3-1.5x its time back to back
-  // (bench_stage_compute --sleep-us; the host runs other work on an idle virtual CPU's core).
-  Seconds idle_cold_s = 0;
+  // The cooling curve: after the device idled `wait` seconds (a stage waiting for its next
+  // message), the fraction `cold` of its stage that is gone from the caches. A span after such a
+  // wait reads that fraction of its cold and idle-cold bytes (work.h) from memory. Points in
+  // increasing wait with fractions nondecreasing in [0, 1]; cold_fraction() interpolates. Empty:
+  // an idle core keeps its caches. On the VMs this project is developed on, a wait of 1-3 ms cost
+  // a stage's next span 1.3-1.5x its time back to back (bench_stage_compute --sleep-us; the host
+  // runs other work on an idle virtual CPU's core), and an 8 MiB working set read 0.40 / 0.59 /
+  // 0.82 of the way from warm to cold after 1 / 3 / 10 ms.
+  struct Cooling {
+    Seconds wait = 0;
+    double cold = 0;  // in [0, 1]
+  };
+  std::vector<Cooling> idle_cold;
   // By pass, then kind. The default (no fixed cost, every efficiency 1) is the peak-FLOPS model:
   // every flop at the device's peak.
   std::array<std::array<KindCost, kOpKinds>, kPasses> cost{};
@@ -79,11 +88,17 @@ struct ComputeProfile {
   KindCost& of(Pass p, OpKind k) { return cost[static_cast<size_t>(p)][static_cast<size_t>(k)]; }
 };
 
-// How long `work` takes on a device of `profile`, in seconds: its operations, plus its cold bytes
-// at the memory bandwidth where its resident bytes exceed the cache, or, where the device idled at
-// least profile.idle_cold_s before it (`idle`, seconds since its last work ended), its cold and
-// idle-cold bytes. The planner's steady state charges back-to-back spans (idle 0): the stage that
-// bounds a pipeline's period does not wait.
+// The fraction of a stage gone from the device's caches after an idle wait of `idle` seconds:
+// profile.idle_cold interpolated linearly in the logarithm of the wait between its points; 0
+// before the first point (and where the curve is empty), the last point's fraction after it.
+double cold_fraction(const ComputeProfile& profile, Seconds idle);
+
+// How long `work` takes on a device of `profile`, in seconds: its operations, plus, at the memory
+// bandwidth, the bytes it reads from memory: its cold bytes where its resident bytes exceed the
+// cache (the misses of back-to-back spans), and of the rest of its cold and idle-cold bytes the
+// fraction cold_fraction(profile, idle) (`idle`: seconds since the device's last work ended). The
+// planner's steady state charges back-to-back spans (idle 0): the stage that bounds a pipeline's
+// period does not wait.
 Seconds time_of(const Work& work, const ComputeProfile& profile, Seconds idle = 0);
 
 // The profile file (above). read_profile throws rv::InputError naming the file, the key and what

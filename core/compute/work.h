@@ -76,7 +76,8 @@ class Work {
   // Bytes this work reads that a device keeps in its caches between back-to-back spans but not
   // over an idle wait (a stage waiting for its next message): the activations it reads (a
   // forward's input; a backward's saved activations and incoming gradient). After such a wait the
-  // span reads them, and its cold bytes, from memory (profile.h, idle_cold_s).
+  // span reads the fraction of them, and of its cold bytes, that the device's cooling curve gives
+  // (profile.h, idle_cold) from memory.
   void add_idle_cold(double bytes);
   void add(const Work& other);       // cold and idle-cold bytes add; resident bytes: the larger
   Work scaled(double factor) const;  // `factor` times as many of every operation and cold bytes

@@ -83,7 +83,7 @@ StageWork stage_work(const ModelDesc& model, int begin, int end, const TrainingS
       static_cast<double>(kFloatBytes) * b * static_cast<double>(model.activation_elems(begin, end));
   w.forward.add_cold(weights, resident);
   w.backward.add_cold(weights * ((begin > 0 || !training.weight_stashing) ? 2 : 1), resident);
-  // After an idle wait (profile.h, idle_cold_s) a span also fetches the activations it reads: a
+  // After an idle wait (profile.h, idle_cold) a span also fetches the activations it reads: a
   // later stage's forward its input; a backward the micro-batch's saved activations and, but for
   // the last stage (whose gradient starts from its own loss), the incoming gradient.
   const double act = static_cast<double>(kFloatBytes) * b;
