@@ -354,9 +354,10 @@ void fit_fixed_costs(const std::vector<CalibrationSample>& samples, ComputeProfi
 // back to back is warm; after a write of every cache line of `evict` (the bandwidth's 64 MiB),
 // cold; after a wait, the fraction (t - warm) / (cold - warm), clamped to [0, 1] and made
 // nondecreasing. Rounds go over warm, cold and every wait in turn, so that a stretch of a slow host
-// lands on all of them; each figure is the median of its rounds (a step measured once moved from
-// 3 to 10 ms between calibrations an hour apart; the curve's points move less). Empty if a cold
-// read is no slower than a warm one (an idle core keeps its caches).
+// lands on all of them; each figure is the median of its rounds. (The one step this replaced, the
+// shortest wait half-way to cold, moved from 3 to 10 ms between calibrations an hour apart and
+// with it the whole charge; where a point of the curve moves, the charge moves by as much.) Empty
+// if a cold read is no slower than a warm one (an idle core keeps its caches).
 constexpr size_t kIdleSetBytes = size_t{8} << 20;
 constexpr std::array<double, 7> kIdleWaits{{1e-4, 3e-4, 1e-3, 2e-3, 4e-3, 1e-2, 3e-2}};  // s
 
