@@ -2,8 +2,11 @@
 bench/compute_model.sh wrote (<case>-sim, and the real repeats <case>-real, <case>-real.2, ...).
 The real figure of a span is the median over the repeats of each repeat's median; beside it, the
 repeats' spread (largest over smallest): where the same real run moves more than 10% from one
-repeat to the next, the host, not the model, decides whether a 10% check passes. Prints a table
-and writes compute_model.json beside the runs.
+repeat to the next, the host, not the model, decides whether a 10% check passes. Where the runs
+were also simulated with a second calibration taken after them (<case>-sim-after), it says how far
+the two calibrations' predictions lie apart: the host's speed drifting over the bench's minutes,
+which no single calibration can follow. Prints a table and writes compute_model.json beside the
+runs.
 
 A real span's wall time counts the moments the host gave the node's core to something else (on a
 host with no spare core: the other nodes' transport threads); its CPU time (cpu_s) does not. The
@@ -63,6 +66,8 @@ def main(out):
     for case in cases:
         reals = [spans(r) for r in repeats(out, case)]
         sim = spans(os.path.join(out, case + "-sim"))
+        after_dir = os.path.join(out, case + "-sim-after")
+        sim_after = spans(after_dir) if os.path.exists(after_dir) else {}
         alone = isolated(out, case)
         for key in sorted(reals[0]):
             cpus = [r[key][1] for r in reals if key in r]
@@ -70,12 +75,14 @@ def main(out):
             cpu, wall = statistics.median(cpus), statistics.median(walls)
             spread = max(cpus) / min(cpus)
             s = sim.get(key, (math.nan, math.nan))[0]
+            s_after = sim_after.get(key, (math.nan, math.nan))[0]
             a = alone.get(key, math.nan)
             rows.append({"case": case, "span": key[0], "stage": key[1], "real_cpu_s": cpu, "real_wall_s": wall,
                          "real_cpu_s_repeats": cpus, "repeat_spread": spread,
                          "alone_s": a, "sim_s": s, "ratio_cpu": s / cpu, "ratio_wall": s / wall,
                          "ratio_alone": s / a, "within_10pct": abs(s / cpu - 1) <= 0.10,
-                         "repeats_within_10pct": all(abs(c / cpu - 1) <= 0.10 for c in cpus)})
+                         "repeats_within_10pct": all(abs(c / cpu - 1) <= 0.10 for c in cpus),
+                         "sim_after_s": s_after, "calibration_drift": s_after / s})
             print(f"{case:<10} {key[0]:<9} {key[1]:>5} {cpu * 1e3:>12.3f} {spread:>7.3f} {wall * 1e3:>13.3f}"
                   f" {a * 1e3:>9.3f} {s * 1e3:>9.3f} {s / cpu:>8.3f} {s / wall:>9.3f} {s / a:>10.3f}")
     within = sum(r["within_10pct"] for r in rows)
@@ -87,10 +94,15 @@ def main(out):
           f"{within_alone} of the stage run alone)")
     print(f"the host: {steady} of {len(rows)} spans have every one of their {n_repeats} real repeats within 10% "
           f"of the repeats' median")
+    drifts = [r["calibration_drift"] for r in rows if not math.isnan(r["calibration_drift"])]
+    calibration_steady = sum(abs(d - 1) <= 0.10 for d in drifts)
+    if drifts:
+        print(f"the calibration: {calibration_steady} of {len(drifts)} spans' simulated times within 10% between a "
+              f"calibration before the real runs and one after (after/before {min(drifts):.3f}-{max(drifts):.3f})")
     with open(os.path.join(out, "compute_model.json"), "w") as f:
         json.dump({"rows": rows, "within_10pct": within, "within_10pct_wall": within_wall,
                    "within_10pct_alone": within_alone, "repeats_within_10pct": steady, "repeats": n_repeats,
-                   "count": len(rows)},
+                   "calibration_within_10pct": calibration_steady if drifts else None, "count": len(rows)},
                   f, indent=2)
 
 

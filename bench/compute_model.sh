@@ -76,4 +76,14 @@ for rep in $(seq 1 "$repeats"); do
     build/ravnest real "$out/$case.toml" --run-dir "$out/$case-real$suffix" --progress off > /dev/null
   done
 done
+# 5. A second calibration after the real runs, and each case simulated again with it
+#    (<case>-sim-after): how far the host's own speed moved while the bench ran. The check above
+#    stays with the first calibration; this says how much of its outcome is the host's.
+build/ravnest calibrate --threads "$threads" --share 2 --out "$out/host-after.toml" > "$out/calibrate-after.txt"
+peak_after=$(sed -n 's/^peak_tflops = //p' "$out/host-after.toml")
+for case in mlp-32 mlp-128 cnn-32 cnn-128; do
+  sed -e "s|^tflops = .*|tflops = $peak_after|" -e "s|^profile = .*|profile = \"$out/host-after.toml\"|" \
+    "$out/$case.toml" > "$out/$case-after.toml"
+  build/ravnest sim "$out/$case-after.toml" --run-dir "$out/$case-sim-after" --progress off > /dev/null
+done
 python3 bench/compute_model.py "$out" | tee "$out/summary.txt"
