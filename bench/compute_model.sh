@@ -30,9 +30,11 @@ threads=$(( cores / 2 > 0 ? cores / 2 : 1 ))
 build/ravnest calibrate --threads "$threads" --share 2 --out "$out/host.toml" > "$out/calibrate.txt"
 peak=$(sed -n 's/^peak_tflops = //p' "$out/host.toml")
 
+cases=()  # written once here; the real repeats and the second calibration go over the same list
 for model in mlp cnn; do
   for batch in 32 128; do
     case=$model-$batch
+    cases+=("$case")
     if [ $model = mlp ]; then
       model_toml=$'kind = "mlp"\nhidden = [512, 256]\n[data]\nkind = "fashion-mnist"'
     else
@@ -72,7 +74,7 @@ TOML
 done
 for rep in $(seq 1 "$repeats"); do
   suffix=$([ "$rep" = 1 ] && echo "" || echo ".$rep")
-  for case in mlp-32 mlp-128 cnn-32 cnn-128; do
+  for case in "${cases[@]}"; do
     build/ravnest real "$out/$case.toml" --run-dir "$out/$case-real$suffix" --progress off > /dev/null
   done
 done
@@ -81,7 +83,7 @@ done
 #    stays with the first calibration; this says how much of its outcome is the host's.
 build/ravnest calibrate --threads "$threads" --share 2 --out "$out/host-after.toml" > "$out/calibrate-after.txt"
 peak_after=$(sed -n 's/^peak_tflops = //p' "$out/host-after.toml")
-for case in mlp-32 mlp-128 cnn-32 cnn-128; do
+for case in "${cases[@]}"; do
   sed -e "s|^tflops = .*|tflops = $peak_after|" -e "s|^profile = .*|profile = \"$out/host-after.toml\"|" \
     "$out/$case.toml" > "$out/$case-after.toml"
   build/ravnest sim "$out/$case-after.toml" --run-dir "$out/$case-sim-after" --progress off > /dev/null

@@ -361,7 +361,7 @@ void fit_fixed_costs(const std::vector<CalibrationSample>& samples, ComputeProfi
 constexpr size_t kIdleSetBytes = size_t{8} << 20;
 constexpr std::array<double, 7> kIdleWaits{{1e-4, 3e-4, 1e-3, 2e-3, 4e-3, 1e-2, 3e-2}};  // s
 
-std::vector<ComputeProfile::Cooling> idle_cooling(at::Tensor& evict, bool quick) {
+std::vector<ComputeProfile::Cooling> idle_cooling(const at::Tensor& evict, bool quick) {
   std::vector<float> set(kIdleSetBytes / sizeof(float), 1.0f);
   float* other = evict.data_ptr<float>();
   const int64_t other_floats = evict.numel();
@@ -448,7 +448,7 @@ Calibration calibrate(const CalibrateOptions& options) {
   // with the other devices' load running, and this device's share of the last-level cache.
   {
     at::NoGradGuard no_grad;
-    at::Tensor big = at::rand({int64_t{16} << 20});
+    const at::Tensor big = at::rand({int64_t{16} << 20});
     const Seconds t = median_time([] {}, [&] { at::sum(big); }, budget);
     p.memory_bytes_per_s = static_cast<double>(big.numel()) * kFloatBytes / t;
     p.cache_bytes = last_level_cache_bytes() / options.share;

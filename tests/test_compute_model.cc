@@ -155,13 +155,12 @@ TEST_CASE("cold memory: a span whose stage outgrows the cache reads its cold byt
   }
   // A profile written with the step (idle_cold_ms) still reads, as the curve [[ms, 1]].
   const std::string memory = "peak_tflops = 1\nmemory_gbps = 1\ncache_mib = 1\n";
-  const ComputeProfile step = parse_profile(memory + "idle_cold_ms = 3\n" + profile_to_toml(example_profile()).substr(
-                                                profile_to_toml(example_profile()).find("[forward]")),
-                                            "s.toml");
+  const std::string example = profile_to_toml(example_profile());
+  const ComputeProfile step = parse_profile(memory + "idle_cold_ms = 3\n" + example.substr(example.find("[forward]")), "s.toml");
   REQUIRE(step.idle_cold.size() == 1);
   CHECK(step.idle_cold[0].wait == Approx(3e-3).epsilon(1e-9));
   CHECK(step.idle_cold[0].cold == 1.0);
-  CHECK(profile_to_toml(example_profile()).find("idle_cold") == std::string::npos);
+  CHECK(example.find("idle_cold") == std::string::npos);
   const std::vector<std::pair<std::string, std::string>> bad = {
       {"peak_tflops = 1\nidle_cold_ms = 1\n", "idle_cold_ms"},
       {memory + "idle_cold_ms = -1\n", "idle_cold_ms"},
