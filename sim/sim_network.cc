@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include <simgrid/s4u/Actor.hpp>
+#include <simgrid/s4u/Activity.hpp>
 #include <simgrid/s4u/Comm.hpp>
 #include <simgrid/s4u/Engine.hpp>
 #include <simgrid/simix.hpp>
@@ -20,18 +20,31 @@ SimNetwork::SimNetwork(std::vector<sg4::Host*> hosts, NetworkLinks links, bool p
       links_(std::move(links)),
       platform_routes_(platform_routes),
       inboxes_(hosts_.size()),
-      receivers_(hosts_.size()),
       senders_(hosts_.size()) {
   RV_CHECK(links_.nodes.size() == hosts_.size(), "simulated network: links per host");
+  // SimGrid's signals are the process's, not an engine's, and keep their callbacks: one callback
+  // for every network of the process, which finds its pair through the transfer's data.
+  static const bool connected = [] {
+    sg4::Activity::on_completion_cb(&SimNetwork::on_completion);
+    return true;
+  }();
+  (void)connected;
 }
 
 SimNetwork::~SimNetwork() {
-  for (auto& [key, p] : pairs_)
+  for (auto& [key, p] : pairs_) {
     if (p.timer != nullptr) p.timer->remove();
+    // Under way only where the engine stopped early: it frees the transfer itself, so the handle
+    // is let go without the release that would report it unfinished.
+    if (p.comm) {
+      p.comm->set_data(nullptr);
+      (void)p.comm.detach();
+    }
+  }
 }
 
-// Semaphores are made on first use, from an actor (SimGrid's synchronisation objects belong to
-// the running simulation).
+// Semaphores are made on first use (SimGrid's synchronisation objects belong to the running
+// simulation).
 SimNetwork::Inbox& SimNetwork::inbox(int node) {
   Inbox& in = inboxes_.at(static_cast<size_t>(node));
   if (!in.wake) in.wake = sg4::Semaphore::create(0);
@@ -48,35 +61,19 @@ void SimNetwork::send(int src, int dst, Message msg) {
   RV_CHECK(src >= 0 && src < size() && dst >= 0 && dst < size() && src != dst,
            "send to an invalid node " + std::to_string(dst));
   Pair& p = pair(src, dst);
-  const bool first = !p.wake;
-  if (first) {
-    p.wake = sg4::Semaphore::create(0);
+  if (p.net == nullptr) {
+    p.net = this;
+    p.src = src;
+    p.dst = dst;
     // The same sum as the emulator's (StarNetwork::delay), so that both give the same times, less
     // the sliver SimGrid charges itself.
     p.delay = delay(src, dst);
   }
-  const Seconds starts = sg4::Engine::get_clock() + p.delay;
-  p.queue.push_back({starts, std::move(msg)});
+  const bool idle = p.queue.empty() && p.timer == nullptr && !p.comm;
+  p.queue.push_back({sg4::Engine::get_clock() + p.delay, std::move(msg)});
   ++sender(src).in_flight;
-  if (p.idle) {
-    // The carrier is woken when the message may start, by a timer of SimGrid's kernel, rather than
-    // woken now to sleep until then: one blocking call fewer per message.
-    p.idle = false;
-    simgrid::kernel::actor::simcall_answered([&p, starts] {
-      p.timer = simgrid::kernel::timer::Timer::set(starts, [&p] {
-        p.timer = nullptr;  // the kernel deletes a timer once it has run
-        p.wake->release();
-      });
-    });
-  }
-  if (first) {
-    const std::string name = "n" + std::to_string(src) + ">n" + std::to_string(dst);
-    p.wire = sg4::Mailbox::by_name(name);
-    p.wire->set_receiver(receiver(dst));
-    // A carrier runs only SimGrid calls: a small stack, so that tens of thousands of them fit.
-    constexpr unsigned kStack = 256 * 1024;
-    sg4::Actor::init(name, hosts_[src])->set_stacksize(kStack)->start([this, src, dst] { carry(src, dst); })->daemonize();
-  }
+  // A busy connection takes the message up when the one before it is through (arrived()).
+  if (idle) simgrid::kernel::actor::simcall_answered([this, &p] { next(p); });
 }
 
 Seconds SimNetwork::delay(int src, int dst) const {
@@ -89,49 +86,53 @@ Seconds SimNetwork::delay(int src, int dst) const {
   return std::max(0.0, links_.route_delay(src, dst) - kSimGridLatencyFactor * links_.route_latency(src, dst));
 }
 
-void SimNetwork::carry(int src, int dst) {
-  Pair& p = pair(src, dst);
-  for (;;) {
-    while (p.queue.empty()) {
-      p.idle = true;
-      p.wake->acquire();
-      if (p.retired) return;
-    }
-    Queued q = std::move(p.queue.front());
-    p.queue.pop_front();
-    // Still to wait: a message that was queued behind another, or the pair's first.
-    const Seconds wait = q.starts - sg4::Engine::get_clock();
-    if (wait > 0) sg4::this_actor::sleep_for(wait);
-    const auto bytes = static_cast<uint64_t>(std::max<Bytes>(q.msg.bytes, 1));
-    static char token;  // a transfer carries no data here: the message goes to the inbox below
-    p.wire->put(&token, bytes);
-    p.wire->get<char>();  // takes the finished transfer off the mailbox's list (no simulated time)
-    Inbox& in = inbox(dst);
-    in.queue.push_back(std::move(q.msg));
-    if (in.waiting) {
-      in.waiting = false;
-      in.wake->release();
-    }
-    Sender& s = sender(src);
-    if (--s.in_flight == 0 && s.waiting) {
-      s.waiting = false;
-      s.flushed->release();
-    }
+// Kernel side: the queue's front starts now if its delay is over, else when a timer fires.
+void SimNetwork::next(Pair& p) {
+  if (p.queue.empty()) return;  // idle
+  const Seconds starts = p.queue.front().starts;
+  if (starts <= sg4::Engine::get_clock()) {
+    start(p);
+    return;
   }
+  p.timer = simgrid::kernel::timer::Timer::set(starts, [&p] {
+    p.timer = nullptr;  // the kernel deletes a timer once it has run
+    p.net->start(p);
+  });
 }
 
-sg4::ActorPtr SimNetwork::receiver(int dst) {
-  sg4::ActorPtr& a = receivers_.at(static_cast<size_t>(dst));
-  if (!a) {
-    a = sg4::Actor::init("n" + std::to_string(dst) + "<", hosts_[dst])
-            ->set_stacksize(64 * 1024)
-            ->start([] { sg4::Semaphore::create(0)->acquire(); });  // never runs again
-    a->daemonize();
-  }
-  return a;
+void SimNetwork::start(Pair& p) {
+  Queued q = std::move(p.queue.front());
+  p.queue.pop_front();
+  p.carried = std::move(q.msg);
+  // Made in the kernel, the transfer is the maestro's: the kernel reports its end through
+  // Activity::on_completion.
+  p.comm = sg4::Comm::sendto_init(hosts_[static_cast<size_t>(p.src)], hosts_[static_cast<size_t>(p.dst)]);
+  p.comm->set_payload_size(static_cast<uint64_t>(std::max<Bytes>(p.carried.bytes, 1)));
+  p.comm->set_data(&p);
+  p.comm->start();
 }
 
-void SimNetwork::deliver(int dst, Message msg) {
+void SimNetwork::on_completion(const sg4::Activity& a) {
+  // Every activity's end comes here (each exec's too): only a transfer of a pair carries data.
+  auto* p = a.get_data<Pair>();
+  if (p == nullptr || p->comm.get() != &a) return;
+  if (a.get_state() != sg4::Activity::State::FINISHED) return;  // cancelled by the engine's end
+  p->net->arrived(*p);
+}
+
+void SimNetwork::arrived(Pair& p) {
+  p.done = std::move(p.comm);  // its completion is still running: freed with the next one's
+  p.done->set_data(nullptr);
+  put_in_inbox(p.dst, std::move(p.carried));
+  Sender& s = sender(p.src);
+  if (--s.in_flight == 0 && s.waiting) {
+    s.waiting = false;
+    s.flushed->release();
+  }
+  next(p);
+}
+
+void SimNetwork::put_in_inbox(int dst, Message msg) {
   Inbox& in = inbox(dst);
   in.queue.push_back(std::move(msg));
   if (in.waiting) {
@@ -139,6 +140,8 @@ void SimNetwork::deliver(int dst, Message msg) {
     in.wake->release();
   }
 }
+
+void SimNetwork::deliver(int dst, Message msg) { put_in_inbox(dst, std::move(msg)); }
 
 void SimNetwork::quiesce() {
   for (int r = 0; r < size(); ++r) {
@@ -148,18 +151,9 @@ void SimNetwork::quiesce() {
       throw Error("checkpoint: node " + std::to_string(r) + " has messages " +
                   (in.queue.empty() ? "in flight" : "unread") + " at the checkpoint");
   }
-  for (auto& [key, p] : pairs_) {
-    RV_CHECK(p.idle && p.queue.empty() && p.timer == nullptr, "quiesce: a busy connection");
-    p.retired = true;
-    p.wake->release();
-  }
-  retired_.push_back(std::move(pairs_));
+  for (auto& [key, p] : pairs_)
+    RV_CHECK(p.queue.empty() && p.timer == nullptr && !p.comm, "quiesce: a busy connection");
   pairs_.clear();
-  for (auto& a : receivers_)
-    if (a) {
-      a->kill();
-      a = nullptr;
-    }
 }
 
 void SimNetwork::clear_inbox(int dst) { inbox(dst).queue.clear(); }

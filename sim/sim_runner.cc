@@ -1,5 +1,6 @@
 #include "sim/sim_runner.h"
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <optional>
@@ -30,7 +31,7 @@ SimResult simulate(const Scenario& s, const std::vector<int>& nodes, bool numeri
   xbt_log_control_set("root.thresh:critical");
   configure_network(engine, s.network);
   // Without guard pages an actor's stack is one plain allocation, so a 10,000-node run's tens of
-  // thousands of actors (a node and a receiver per node, a carrier per connection) stay under
+  // thousands of node actors stay under
   // Linux's 65,530 memory mappings per process (with guards, two each). Timing runs only: a numeric node runs LibTorch on its stack, where an
   // overflow must stop at a guard page.
   if (!numeric) engine.set_config("contexts/guard-size:0");
@@ -47,6 +48,10 @@ SimResult simulate(const Scenario& s, const std::vector<int>& nodes, bool numeri
   int first_error_node = -1;
   std::vector<char> finished(n, 1);
   std::vector<char> present(n, 0);
+  // The run's simulated time: when its last node actor ended (finished, failed or killed). The
+  // engine's clock may go on after it: transfers under way are simulated to their end
+  // (sim/sim_network.h), where the carrier actors of old were killed with the last node.
+  Seconds last_exit = 0;
   const bool churn = s.churn.enabled(s.devices);
   SimMembership membership(network, present);
   std::optional<SimCheckpoints> checkpoints;
@@ -62,6 +67,10 @@ SimResult simulate(const Scenario& s, const std::vector<int>& nodes, bool numeri
     present[r] = 1;
     if (actors[r]) network.clear_inbox(r);  // it comes back: what was sent to it before is gone
     actors[r] = sg4::Actor::create("node" + std::to_string(r), hosts[r], [&, r] {
+      struct Exit {  // on every way out, a kill's unwinding included
+        Seconds& last;
+        ~Exit() { last = std::max(last, sg4::Engine::get_clock()); }
+      } exit{last_exit};
       try {
         SimTransport transport(r, network);
         SimClock clock;
@@ -119,7 +128,7 @@ SimResult simulate(const Scenario& s, const std::vector<int>& nodes, bool numeri
   if (!stuck.empty()) throw Error("simulation deadlocked: nodes " + stuck + " never finished");
   SimResult res;
   res.events = log.take();
-  res.simulated_time = sg4::Engine::get_clock();
+  res.simulated_time = nodes.empty() ? sg4::Engine::get_clock() : last_exit;
   res.event_loop_wall_s = loop_wall;
   return res;
 }
