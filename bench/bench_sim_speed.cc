@@ -44,10 +44,10 @@ namespace {
 // with a chain of actors, one per host, made by `populate(hosts)`; each but the last sends
 // `per_actor` messages. `populate` returns what its actors use, released after the run and before
 // the engine. Returns messages per wall second of engine.run().
-// The chains' actors' stacks, as the network layer's carriers'. (At SimGrid's default of 8 MB,
-// without guard pages, each stack is a calloc that the C heap's policy (core/memory/allocator.h)
-// serves from the heap; where the heap reuses memory, calloc clears all 8 MB: the network layer's
-// chain of 1,000 spent 40 s there.)
+// The chains' actors' stacks, as the network layer's carriers' (where it has any). (At SimGrid's
+// default of 8 MB, without guard pages, each stack is a calloc that the C heap's policy
+// (core/memory/allocator.h) serves from the heap; where the heap reuses memory, calloc clears all
+// 8 MB: the network layer's chain of 1,000 spent 40 s there.)
 constexpr unsigned kChainStack = 256 * 1024;
 using Populate = std::function<std::shared_ptr<void>(const std::vector<sg4::Host*>&)>;
 double chain_rate(const Scenario& s, int64_t per_actor, const Populate& populate) {
@@ -86,7 +86,7 @@ double bare_rate(const Scenario& s, int64_t per_actor, uint64_t bytes) {
 }
 
 // The project's network layer alone (sim/sim_network.h): node r takes a message from r - 1 and
-// sends one of `bytes` to r + 1 through SimNetwork (its per-pair carriers, latency timers and
+// sends one of `bytes` to r + 1 through SimNetwork (its latency timers, kernel transfers and
 // inboxes), executing `flops` on its host before each send when `flops` > 0 (as a stage's span).
 // No algorithm, no event log. Between bare SimGrid and the project: what the stream model itself
 // costs in SimGrid calls, and what the algorithm layer and its metrics add.

@@ -15,12 +15,17 @@ namespace sg4 = simgrid::s4u;
 
 namespace rv {
 
+int SimNetwork::kernel_transfers_limit_ = SimNetwork::kKernelTransfers;
+int64_t SimNetwork::kernel_messages_ = 0;
+int64_t SimNetwork::carrier_messages_ = 0;
+
 SimNetwork::SimNetwork(std::vector<sg4::Host*> hosts, NetworkLinks links, bool platform_routes)
     : hosts_(std::move(hosts)),
       links_(std::move(links)),
       platform_routes_(platform_routes),
       inboxes_(hosts_.size()),
-      senders_(hosts_.size()) {
+      senders_(hosts_.size()),
+      receivers_(hosts_.size()) {
   RV_CHECK(links_.nodes.size() == hosts_.size(), "simulated network: links per host");
   // SimGrid's signals are the process's, not an engine's, and keep their callbacks: one callback
   // for every network of the process, which finds its pair through the transfer's data.
@@ -69,7 +74,7 @@ void SimNetwork::send(int src, int dst, Message msg) {
     // the sliver SimGrid charges itself.
     p.delay = delay(src, dst);
   }
-  const bool idle = p.queue.empty() && p.timer == nullptr && !p.comm;
+  const bool idle = p.queue.empty() && p.timer == nullptr && !p.comm && !p.by_carrier;
   p.queue.push_back({sg4::Engine::get_clock() + p.delay, std::move(msg)});
   ++sender(src).in_flight;
   // A busy connection takes the message up when the one before it is through (arrived()).
@@ -104,6 +109,26 @@ void SimNetwork::start(Pair& p) {
   Queued q = std::move(p.queue.front());
   p.queue.pop_front();
   p.carried = std::move(q.msg);
+  if (kernel_transfers_ >= kernel_transfers_limit_) {  // the carrier's way (see the header)
+    p.by_carrier = true;
+    ++carrier_messages_;
+    if (!p.wake) {
+      p.wake = sg4::Semaphore::create(0);
+      const std::string name = "n" + std::to_string(p.src) + ">n" + std::to_string(p.dst);
+      p.wire = sg4::Mailbox::by_name(name);
+      p.wire->set_receiver(receiver(p.dst));
+      // A carrier runs only SimGrid calls: a small stack, so that tens of thousands of them fit.
+      constexpr unsigned kStack = 256 * 1024;
+      sg4::Actor::init(name, hosts_[static_cast<size_t>(p.src)])
+          ->set_stacksize(kStack)
+          ->start([this, &p] { carry(p); })
+          ->daemonize();
+    }
+    p.wake->release();
+    return;
+  }
+  ++kernel_transfers_;
+  ++kernel_messages_;
   // Made in the kernel, the transfer is the maestro's: the kernel reports its end through
   // Activity::on_completion.
   p.comm = sg4::Comm::sendto_init(hosts_[static_cast<size_t>(p.src)], hosts_[static_cast<size_t>(p.dst)]);
@@ -117,12 +142,39 @@ void SimNetwork::on_completion(const sg4::Activity& a) {
   auto* p = a.get_data<Pair>();
   if (p == nullptr || p->comm.get() != &a) return;
   if (a.get_state() != sg4::Activity::State::FINISHED) return;  // cancelled by the engine's end
+  --p->net->kernel_transfers_;
+  p->done = std::move(p->comm);  // its completion is still running: freed with the next one's
+  p->done->set_data(nullptr);
   p->net->arrived(*p);
 }
 
+void SimNetwork::carry(Pair& p) {
+  static char token;  // a transfer carries no data here: the message goes to the inbox
+  for (;;) {
+    p.wake->acquire();
+    if (p.retired) return;
+    p.wire->put(&token, static_cast<uint64_t>(std::max<Bytes>(p.carried.bytes, 1)));
+    p.wire->get<char>();  // takes the finished transfer off the mailbox's list (no simulated time)
+    simgrid::kernel::actor::simcall_answered([&p] {
+      p.by_carrier = false;
+      p.net->arrived(p);
+    });
+  }
+}
+
+sg4::ActorPtr SimNetwork::receiver(int dst) {
+  sg4::ActorPtr& a = receivers_.at(static_cast<size_t>(dst));
+  if (!a) {
+    a = sg4::Actor::init("n" + std::to_string(dst) + "<", hosts_[static_cast<size_t>(dst)])
+            ->set_stacksize(64 * 1024)
+            ->start([] { sg4::Semaphore::create(0)->acquire(); });  // never runs again
+    a->daemonize();
+  }
+  return a;
+}
+
+// Kernel side: the message under way is through.
 void SimNetwork::arrived(Pair& p) {
-  p.done = std::move(p.comm);  // its completion is still running: freed with the next one's
-  p.done->set_data(nullptr);
   put_in_inbox(p.dst, std::move(p.carried));
   Sender& s = sender(p.src);
   if (--s.in_flight == 0 && s.waiting) {
@@ -151,9 +203,20 @@ void SimNetwork::quiesce() {
       throw Error("checkpoint: node " + std::to_string(r) + " has messages " +
                   (in.queue.empty() ? "in flight" : "unread") + " at the checkpoint");
   }
-  for (auto& [key, p] : pairs_)
-    RV_CHECK(p.queue.empty() && p.timer == nullptr && !p.comm, "quiesce: a busy connection");
+  for (auto& [key, p] : pairs_) {
+    RV_CHECK(p.queue.empty() && p.timer == nullptr && !p.comm && !p.by_carrier, "quiesce: a busy connection");
+    if (p.wake) {
+      p.retired = true;
+      p.wake->release();
+    }
+  }
+  retired_.push_back(std::move(pairs_));
   pairs_.clear();
+  for (auto& a : receivers_)
+    if (a) {
+      a->kill();
+      a = nullptr;
+    }
 }
 
 void SimNetwork::clear_inbox(int dst) { inbox(dst).queue.clear(); }

@@ -13,17 +13,23 @@
 // route's latency as CM02 does; this class charges the rest (a message queued behind another
 // pays that sliver again: 1e-6 of its route's latency).
 //
-// Cost, as SimGrid calls per message (timing mode at 1,024 or 10,000 nodes sends millions): no
-// actor carries the messages. The kernel itself does, as SimGrid runs activities started by its
-// maestro (as SimDAG does): send() arms a kernel timer for the message's start (one simcall, and
-// only when the pair's connection is idle; a message queued behind a busy one costs none); the
-// timer starts the transfer, a host-to-host Comm (Comm::sendto_init); the end of a transfer, seen
-// by a callback on Activity::on_completion, puts the message in the inbox and starts the pair's
-// next message or arms the timer for it. So a message costs the receiver's wake-up and, now and
-// then, the sender's timer, against a bare mailbox message's four simcalls (the carrier actor per
-// pair that this replaced cost six more, and a 256 KB stack per pair). SimGrid keeps such
-// transfers in one list, which it searches once when each ends: the cost grows with the
-// transfers in flight at once.
+// Cost, as SimGrid calls per message (timing mode at 1,024 or 10,000 nodes sends millions). No
+// actor need carry a message: the kernel can, as SimGrid runs activities started by its maestro
+// (as SimDAG does). send() arms a kernel timer for the message's start (one simcall, and only when
+// the pair's connection is idle: a message queued behind a busy one costs none); the timer starts
+// the transfer, a host-to-host Comm (Comm::sendto_init); its end, seen by a callback on
+// Activity::on_completion, puts the message in the inbox and starts the pair's next message or
+// arms the timer for it. A message then costs the receiver's wake-up and, now and then, the
+// sender's timer, against a bare mailbox message's four simcalls. But SimGrid 3.32 keeps the
+// maestro's transfers in one list, searched from end to end as each one ends: with thousands in
+// flight at once (an averaging round of 1,024 nodes) that search costs more than an actor would.
+// So beyond kKernelTransfers (256) under way at once, a message goes as it did before: a daemon
+// carrier actor of its pair (on the sender's host, started at the pair's first such message,
+// woken by the same timer) puts it on the pair's own mailbox, whose permanent receiver (an actor
+// on the receiver's host that never runs) lets the transfer start at once, takes it off the
+// mailbox's list of finished transfers, and puts the message in the inbox (six simcalls more
+// than the kernel's way, and a 256 KB stack per carrier). Both ways cross the same links at the
+// same times.
 //
 // Transfers still under way when the last node actor ends are simulated to their end (nobody
 // reads them); the runner takes the run's simulated time from its nodes, not from the engine.
@@ -38,8 +44,10 @@
 #include <vector>
 
 #include <simgrid/kernel/Timer.hpp>
+#include <simgrid/s4u/Actor.hpp>
 #include <simgrid/s4u/Comm.hpp>
 #include <simgrid/s4u/Host.hpp>
+#include <simgrid/s4u/Mailbox.hpp>
 #include <simgrid/s4u/Semaphore.hpp>
 
 #include "core/env.h"
@@ -77,25 +85,39 @@ class SimNetwork {
   // otherwise), forgets every connection, so that the network is as a new simulation's.
   void quiesce();
 
+  // The kernel's transfers under way at once, at most, beyond which the carriers take messages.
+  static constexpr int kKernelTransfers = 256;
+  // For tests: another limit, for every network of this process (0: carriers only); and how many
+  // messages went each way in this process.
+  static void limit_kernel_transfers(int n) { kernel_transfers_limit_ = n; }
+  static int64_t kernel_messages() { return kernel_messages_; }
+  static int64_t carrier_messages() { return carrier_messages_; }
+
  private:
   struct Queued {
     Seconds starts = 0;  // sent + the route's delay: its bytes may start
     Message msg;
   };
   // One connection. Its state is one of: idle (no transfer, no timer: the queue is empty), armed
-  // (`timer` set: the queue's front starts when it fires) or sending (`comm` under way, carrying
-  // `carried`). Only the kernel (maestro) moves it out of armed or sending.
+  // (`timer` set: the queue's front starts when it fires) or sending `carried`, by the kernel
+  // (`comm` under way) or by the carrier (`by_carrier`). Only the kernel (maestro) moves it from
+  // one state to the next.
   struct Pair {
     SimNetwork* net = nullptr;  // the completion callback finds its way back through the pair
     int src = -1, dst = -1;
     std::deque<Queued> queue;  // sent, not yet started
     simgrid::kernel::timer::Timer* timer = nullptr;
-    simgrid::s4u::CommPtr comm;  // the transfer under way (its data: this pair)
-    Message carried;             // its message
-    // The previous transfer, kept until the next one ends: the kernel still uses it after the
-    // completion callback returns.
+    Message carried;             // the message under way
+    simgrid::s4u::CommPtr comm;  // its transfer, when the kernel's (its data: this pair)
+    // The kernel's previous transfer, kept until the next one ends: the kernel still uses it after
+    // the completion callback returns.
     simgrid::s4u::CommPtr done;
     Seconds delay = 0;  // delay(src, dst), computed with the pair's first message
+    // The carrier: released once per message it is to carry (`by_carrier` while it does).
+    simgrid::s4u::SemaphorePtr wake;
+    bool by_carrier = false;
+    simgrid::s4u::Mailbox* wire = nullptr;  // its transfers: put, then taken, by carry()
+    bool retired = false;                   // quiesce(): the carrier ends when it wakes
   };
   // A node blocks on its semaphore only while it has nothing to do (`waiting`), and is released
   // only then: a message that finds it busy costs no SimGrid call.
@@ -109,12 +131,20 @@ class SimNetwork {
     simgrid::s4u::SemaphorePtr flushed;  // released when in_flight drops to 0 while flush() waits
     bool waiting = false;
   };
+  // The kernel's transfers under way at most (kKernelTransfers, or what
+  // limit_kernel_transfers() set); beyond, the pairs' carriers take the messages.
+  static int kernel_transfers_limit_;
+  static int64_t kernel_messages_, carrier_messages_;
   // Kernel side (maestro, or inside a simcall): start the queue's front now, or arm the timer for
   // it; and what the end of a transfer does.
   void start(Pair& p);
   void next(Pair& p);
   void arrived(Pair& p);
   static void on_completion(const simgrid::s4u::Activity& a);
+  void carry(Pair& p);  // the pair's carrier actor, on the sender's host
+  // The receiver's host's actor that the pairs into `dst` name as their mailboxes' permanent
+  // receiver, so that a put starts its transfer at once; it never runs.
+  simgrid::s4u::ActorPtr receiver(int dst);
   void put_in_inbox(int dst, Message msg);
   Inbox& inbox(int node);
   Sender& sender(int node);
@@ -125,11 +155,14 @@ class SimNetwork {
   // Seconds a message from src to dst waits before its bytes start, less SimGrid's sliver (once per
   // pair: a platform file's route is looked up in SimGrid).
   Seconds delay(int src, int dst) const;
-  // By src * size() + dst; elements never move (a transfer's data points to its pair).
+  // By src * size() + dst; elements never move (a transfer's data and a carrier point to the pair).
   std::unordered_map<int64_t, Pair> pairs_;
+  std::vector<std::unordered_map<int64_t, Pair>> retired_;  // quiesce()d pairs, whose carriers end
+  int kernel_transfers_ = 0;  // under way
   Pair& pair(int src, int dst) { return pairs_[static_cast<int64_t>(src) * size() + dst]; }
   std::vector<Inbox> inboxes_;
   std::vector<Sender> senders_;
+  std::vector<simgrid::s4u::ActorPtr> receivers_;
 };
 
 }  // namespace rv

@@ -31,8 +31,9 @@ SimResult simulate(const Scenario& s, const std::vector<int>& nodes, bool numeri
   xbt_log_control_set("root.thresh:critical");
   configure_network(engine, s.network);
   // Without guard pages an actor's stack is one plain allocation, so a 10,000-node run's tens of
-  // thousands of node actors stay under
-  // Linux's 65,530 memory mappings per process (with guards, two each). Timing runs only: a numeric node runs LibTorch on its stack, where an
+  // thousands of actors (its nodes, and the network's carriers and receivers where many transfers
+  // run at once: sim/sim_network.h) stay under Linux's 65,530 memory mappings per process (with
+  // guards, two each). Timing runs only: a numeric node runs LibTorch on its stack, where an
   // overflow must stop at a guard page.
   if (!numeric) engine.set_config("contexts/guard-size:0");
   apply_engine_options(engine, engine_options);
@@ -49,8 +50,8 @@ SimResult simulate(const Scenario& s, const std::vector<int>& nodes, bool numeri
   std::vector<char> finished(n, 1);
   std::vector<char> present(n, 0);
   // The run's simulated time: when its last node actor ended (finished, failed or killed). The
-  // engine's clock may go on after it: transfers under way are simulated to their end
-  // (sim/sim_network.h), where the carrier actors of old were killed with the last node.
+  // engine's clock may go on after it: the network's kernel transfers under way are simulated to
+  // their end (sim/sim_network.h), where carrier actors, daemons, are killed with the last node.
   Seconds last_exit = 0;
   const bool churn = s.churn.enabled(s.devices);
   SimMembership membership(network, present);

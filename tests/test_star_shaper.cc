@@ -8,6 +8,7 @@
 #include "catch.h"
 #include "emu/emulated_network.h"
 #include "emu/star_shaper.h"
+#include "sim/sim_network.h"
 #include "sim/sim_runner.h"
 #include "test_support.h"
 
@@ -146,7 +147,10 @@ namespace {
 // run's do.
 // With `regions`, the nodes are spread over three regions joined by links slower than most nodes'
 // own, so that messages between regions share them.
-void check_trace(const std::string& network, bool regions = false) {
+// `kernel_transfers`: the simulated network's limit on its kernel's transfers under way, beyond
+// which carrier actors take the messages (sim/sim_network.h); both ways must give the same times.
+void check_trace(const std::string& network, bool regions = false,
+                 int kernel_transfers = SimNetwork::kKernelTransfers) {
   // One simulation per process (SimGrid): one trace, with every kind of contention.
   const unsigned seed = 11;
   const int senders = 6, receivers = 4, n = senders + receivers;
@@ -180,6 +184,7 @@ void check_trace(const std::string& network, bool regions = false) {
   std::vector<int> nodes(n);
   for (int i = 0; i < n; ++i) nodes[i] = i;
   std::vector<Seconds> simulated(sends.size(), -1);
+  SimNetwork::limit_kernel_transfers(kernel_transfers);
   simulate(s, nodes, false, [&](NodeEnv& env, int node) {
     if (node < senders) {
       for (size_t k = 0; k < sends.size(); ++k) {
@@ -221,6 +226,15 @@ void check_trace(const std::string& network, bool regions = false) {
   CHECK(worst <= 1e-6);
   // The trace exercises the connections' queues.
   CHECK(queued >= 5);
+  // ... and the ways the simulated network carries messages that its limit asks for.
+  const auto total = static_cast<int64_t>(sends.size());
+  CHECK(SimNetwork::kernel_messages() + SimNetwork::carrier_messages() == total);
+  if (kernel_transfers == 0) CHECK(SimNetwork::kernel_messages() == 0);
+  if (kernel_transfers >= static_cast<int>(sends.size())) CHECK(SimNetwork::carrier_messages() == 0);
+  if (kernel_transfers > 0 && kernel_transfers < 10) {
+    CHECK(SimNetwork::kernel_messages() >= 10);
+    CHECK(SimNetwork::carrier_messages() >= 10);
+  }
   if (regions) {
     // ... and the links between regions: some message's transfer took longer than its own two
     // links alone would allow.
@@ -244,6 +258,17 @@ TEST_CASE("a trace through the emulator gets the simulator's delivery times (ide
 
 TEST_CASE("a trace through the emulator gets the simulator's delivery times (regions)", "[emu][sim]") {
   check_trace("topology = \"regions\"\nmodel = \"ideal\"\nlatency_factor = 1.5", true);
+}
+
+TEST_CASE("a trace through the emulator gets the simulator's delivery times (carrier actors)",
+          "[emu][sim]") {
+  check_trace("model = \"ideal\"", false, 0);
+}
+
+TEST_CASE("a trace through the emulator gets the simulator's delivery times (kernel and carriers)",
+          "[emu][sim]") {
+  // Three of the kernel's transfers at most: the others, whichever pair they are of, go by carrier.
+  check_trace("topology = \"regions\"\nmodel = \"ideal\"\nlatency_factor = 1.5", true, 3);
 }
 
 TEST_CASE("a trace through the emulator gets the simulator's delivery times (factors of one's own)",
