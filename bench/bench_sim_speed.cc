@@ -4,17 +4,23 @@
 // limit on this machine: bare SimGrid's message rate between N actors on the same platform (each
 // actor takes a message from its predecessor and puts one to its successor, of the project's mean
 // message size, as many messages as the project's run sent). Each runs in a child process (SimGrid
-// allows one engine per process). `activities_per_bare_message` is the project's compute spans plus
-// messages per wall second of its whole run over bare SimGrid's messages per wall second of its
-// event loop; `loop_activities_per_bare_message` takes both rates over the event loop alone (the
+// allows one engine per process). `activities_per_bare_message` is the project's compute spans
+// (forward, backward and update: each one SimGrid execution) plus messages per wall second of its
+// whole run over bare SimGrid's messages per wall second of its event loop; `loop_activities_per_bare_message` takes both rates over the event loop alone (the
 // like-for-like figure: bare SimGrid's setup is not timed either). Between the two, the project's
 // network layer alone (SimNetwork, no algorithm): `network_layer_per_bare_message` is what the
 // stream model's SimGrid calls cost against a bare message, and
 // `loop_activities_per_network_layer_with_spans` (a span and a message per step, counted as two
-// activities) what the algorithm layer and its metrics cost on top.
+// activities) what the algorithm layer and its metrics cost on top. With --repeats R, the project's
+// run and bare SimGrid's run R times, one right after the other, and the ratios are the medians of
+// the R pairs' (the host's speed drifts between runs a minute apart). --metrics summary runs the
+// project as the shipped scale scenarios do (output.metrics = "summary": messages and waits kept
+// as per-node totals); the default keeps every event.
 //
-//   bench_sim_speed --nodes 1000 --steps 20 [--width 1448] [--out FILE]
+//   bench_sim_speed --nodes 1000 --steps 20 [--width 1448] [--repeats R] [--metrics events|summary]
+//                   [--out FILE]
 // bench/run.sh loops over N.
+#include <algorithm>
 #include <functional>
 #include <memory>
 
@@ -116,21 +122,31 @@ double network_rate(const Scenario& s, int64_t per_actor, uint64_t bytes, double
 
 int main(int argc, char** argv) {
   configure_allocator();  // the C heap's policy, as ravnest's (core/memory/allocator.h)
-  int nodes = 10, steps = 20, width = 1448;
-  std::string out;
+  int nodes = 10, steps = 20, width = 1448, repeats = 1, kernel_transfers = SimNetwork::kKernelTransfers;
+  std::string out, metrics = "events";
   CLI::App app{"simulator speed in timing mode"};
   app.add_option("--nodes", nodes);
   app.add_option("--steps", steps);
   app.add_option("--width", width);
   app.add_option("--out", out);
+  app.add_option("--repeats", repeats, "pairs of the project's run and bare SimGrid's (medians reported)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--metrics", metrics, "output.metrics: events (every event kept) or summary")
+      ->check(CLI::IsMember({"events", "summary"}));
+  app.add_option("--kernel-transfers", kernel_transfers,
+                 "the simulated network's limit on the kernel's transfers under way (sim/sim_network.h)")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
+  SimNetwork::limit_kernel_transfers(kernel_transfers);
 
   std::string hidden;
   for (int i = 0; i < nodes; ++i) hidden += (i ? ", " : "") + std::to_string(width);
   const std::string text = "name = \"sim-speed\"\n[model]\nhead = \"linear\"\nkind = \"mlp\"\nhidden = [" + hidden +
                            "]\n[data]\nkind = \"synthetic\"\nside = 32\nbatch_size = 32\n"
                            "[training]\nmax_in_flight = 16\nsteps = " + std::to_string(steps) +
-                           "\n[sim]\nmode = \"timing\"\n[[devices]]\nname = \"slow\"\ncount = " +
+                           "\n[sim]\nmode = \"timing\"\n[output]\nmetrics = \"" + metrics +
+                           // Summary: no trace (the pipeline is one cluster, which a trace keeps whole).
+                           (metrics == "summary" ? "\"\ntrace = false" : "\"") + "\n[[devices]]\nname = \"slow\"\ncount = " +
                            std::to_string(nodes / 2) +
                            "\ntflops = 2\nram_gb = 8\nup_mbps = 20\ndown_mbps = 100\nlatency_ms = 30\n"
                            "[[devices]]\nname = \"fast\"\ncount = " + std::to_string(nodes - nodes / 2) +
@@ -141,40 +157,69 @@ int main(int argc, char** argv) {
   Plan plan = make_plan(s, model);
   double t_plan = bench::wall_now() - t0;
   // The project's run, then bare SimGrid's, each in its own child (one engine per process).
-  const std::vector<double> run = bench::in_child(7, [&] {
-    RunSpec spec{&s, &plan, &model, nullptr};
-    const double start = bench::wall_now();
-    SimResult r = run_simulation(spec);
-    const double wall = bench::wall_now() - start;
-    double compute_events = 0, messages = 0, sent = 0;
-    for (const auto& e : r.events) {
-      compute_events += e.kind == EventKind::kForward || e.kind == EventKind::kBackward;
-      if (e.kind == EventKind::kSend) {
-        ++messages;
-        sent += static_cast<double>(e.bytes);
+  auto project_run = [&] {
+    return bench::in_child(8, [&] {
+      RunSpec spec{&s, &plan, &model, nullptr};
+      const double start = bench::wall_now();
+      SimResult r = run_simulation(spec);
+      const double wall = bench::wall_now() - start;
+      double compute_events = 0, messages = 0, sent = 0, updates = 0;
+      for (const auto& e : r.events) {
+        compute_events += e.kind == EventKind::kForward || e.kind == EventKind::kBackward;
+        updates += e.kind == EventKind::kUpdate;
+        if (e.kind == EventKind::kSend) {
+          messages += static_cast<double>(e.count);  // a folded total stands for `count` sends
+          sent += static_cast<double>(e.bytes);
+        }
       }
-    }
-    return std::vector<double>{wall, r.simulated_time, compute_events, messages, sent, r.event_loop_wall_s,
-                               static_cast<double>(r.events.size())};
-  });
-  const double wall = run[0];
+      return std::vector<double>{wall, r.simulated_time, compute_events, messages, sent, r.event_loop_wall_s,
+                                 static_cast<double>(r.events.size()), updates};
+    });
+  };
+  std::vector<double> run = project_run();
   const auto compute_events = static_cast<int64_t>(run[2]);
+  const auto updates = static_cast<int64_t>(run[7]);
   const auto messages = static_cast<int64_t>(run[3]);
   const auto sent = static_cast<Bytes>(run[4]);
   // The same number of messages between the same number of actors, of the same mean size.
   const int64_t per_actor = std::max<int64_t>(1, messages / std::max(1, nodes - 1));
   const Bytes mean_bytes = sent / std::max<int64_t>(messages, 1);
-  const double bare = bench::in_child([&] { return bare_rate(s, per_actor, static_cast<uint64_t>(mean_bytes)); });
+  auto bare_run = [&] {
+    return bench::in_child([&] { return bare_rate(s, per_actor, static_cast<uint64_t>(mean_bytes)); });
+  };
+  // This host's speed drifts by up to 3x within minutes: each repeat runs the project and, right
+  // after it, bare SimGrid, and the figures below are the medians over the repeats of each pair.
+  std::vector<double> walls, loops, bares, whole_ratios, loop_ratios, loop_ratios_passes;
+  for (int k = 0; k < repeats; ++k) {
+    if (k > 0) run = project_run();
+    const double bare = bare_run();
+    walls.push_back(run[0]);
+    loops.push_back(run[5]);
+    bares.push_back(bare);
+    whole_ratios.push_back(static_cast<double>(compute_events + updates + messages) / run[0] / bare);
+    loop_ratios.push_back(static_cast<double>(compute_events + updates + messages) / run[5] / bare);
+    loop_ratios_passes.push_back(static_cast<double>(compute_events + messages) / run[5] / bare);
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t m = v.size() / 2;
+    return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+  };
+  const double wall = median(walls);
+  const double bare = median(bares);
   const double net = bench::in_child([&] { return network_rate(s, per_actor, static_cast<uint64_t>(mean_bytes), 0); });
   // With a span before each send: the SimGrid calls of a stage that computes, then sends.
   const double net_exec =
       bench::in_child([&] { return network_rate(s, per_actor, static_cast<uint64_t>(mean_bytes), 1e9); });
-  const double project = static_cast<double>(compute_events + messages) / wall;
+  const double project = static_cast<double>(compute_events + updates + messages) / wall;
   // Bare SimGrid's rate is of its event loop alone; so is this one (the setup before it: building
   // the platform, the plan's actors and their state).
-  const double project_loop = static_cast<double>(compute_events + messages) / run[5];
+  const double loop_wall = median(loops);
+  const double project_loop = static_cast<double>(compute_events + updates + messages) / loop_wall;
   nlohmann::json j = {{"benchmark", "sim_speed"},
                       {"nodes", nodes},
+                      {"metrics", metrics},
+                      {"kernel_transfers", kernel_transfers},
                       {"stages", plan.clusters[0].stages.size()},
                       {"parameters", model.total_params()},
                       {"micro_batches", steps},
@@ -182,19 +227,24 @@ int main(int argc, char** argv) {
                       {"wall_s", wall},
                       {"plan_wall_s", t_plan},
                       {"micro_batch_events", compute_events},
+                      {"update_spans", updates},
                       {"messages", messages},
                       {"events_recorded", static_cast<int64_t>(run[6])},
                       {"events_per_wall_s", compute_events / wall},
                       {"messages_per_wall_s", messages / wall},
                       {"activities_per_wall_s", project},
-                      {"event_loop_wall_s", run[5]},
+                      {"event_loop_wall_s", loop_wall},
+                      {"repeats", repeats},
                       {"activities_per_event_loop_s", project_loop},
                       {"bare_simgrid_messages_per_wall_s", bare},
                       {"network_layer_messages_per_wall_s", net},
                       {"network_layer_with_spans_activities_per_wall_s", 2 * net_exec},
                       {"network_layer_per_bare_message", net / bare},
                       {"loop_activities_per_network_layer_with_spans", project_loop / (2 * net_exec)},
-                      {"activities_per_bare_message", project / bare},
-                      {"loop_activities_per_bare_message", project_loop / bare}};
+                      {"activities_per_bare_message", median(whole_ratios)},
+                      {"loop_activities_per_bare_message", median(loop_ratios)},
+                      {"loop_activities_per_bare_message_each", loop_ratios},
+                      // The same without the update spans (this bench's figure before they counted).
+                      {"loop_passes_and_messages_per_bare_message", median(loop_ratios_passes)}};
   bench::emit(j, out);
 }

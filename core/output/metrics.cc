@@ -1,6 +1,10 @@
 #include "core/output/metrics.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdint>
 #include <iterator>
 
 #include "core/error.h"
@@ -35,6 +39,18 @@ const char* to_string(EventKind kind) {
 
 namespace {
 int total_slot(EventKind k) { return k == EventKind::kSend ? 0 : k == EventKind::kRecv ? 1 : 2; }
+
+// Faults a new chunk's pages in with one call rather than one trap per page as events fill it
+// (under this project's hypervisor a trap costs about 7 us: a seventh of a timing run's event loop
+// at 10 nodes went there). Linux 5.14 and later; elsewhere the pages fault in as they are written.
+void prefault(const std::vector<Event>& chunk) {
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = (reinterpret_cast<uintptr_t>(chunk.data()) + page - 1) / page * page;
+  const auto end = reinterpret_cast<uintptr_t>(chunk.data() + chunk.capacity()) / page * page;
+#ifdef MADV_POPULATE_WRITE
+  if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE);
+#endif
+}
 }  // namespace
 
 void EventLog::fold(std::vector<char> folded) {
@@ -49,6 +65,7 @@ void EventLog::record(const Event& e) {
     if (chunks_.empty() || chunks_.back().size() >= kChunk) {
       chunks_.emplace_back();
       chunks_.back().reserve(kChunk);
+      prefault(chunks_.back());
     }
     chunks_.back().push_back(e);
     return;
