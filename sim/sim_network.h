@@ -1,13 +1,12 @@
 // The simulator's network between nodes: the model of emu/star_shaper.h, run on SimGrid's links.
 //
 // Each ordered pair of nodes has one connection, as over TCP, which takes the pair's messages in
-// send order. A message sent
-// at a waits until a + L (L: the route's latency, L_s + L_d, each times the network model's
-// latency factor), or until the message before it is through if that is later, then its bytes
-// cross the sender's uplink and the receiver's downlink as one SimGrid transfer, which
-// shares the links with every other transfer under the model SimGrid is configured with (CM02 or
-// LV08: their weights, bandwidth factor and window cap); when its last byte is through it is in
-// the receiver's inbox. So the latency is paid once per stream, not per message, and a message
+// send order. A message sent at a waits until a + L (L: the route's latency, L_s + L_d, each times
+// the network model's latency factor), or until the message before it is through if that is
+// later, then its bytes cross the sender's uplink and the receiver's downlink as one SimGrid
+// transfer, which shares the links with every other transfer under the model SimGrid is
+// configured with (CM02 or LV08: their weights, bandwidth factor and window cap); when its last
+// byte is through it is in the receiver's inbox. So the latency is paid once per stream, not per message, and a message
 // queued behind another follows that one's last byte at once. SimGrid itself charges only a
 // sliver of the latency (kSimGridLatencyFactor, sim/platform.h), so that it weighs flows by their
 // route's latency as CM02 does; this class charges the rest (a message queued behind another
@@ -34,8 +33,8 @@
 // Transfers still under way when the last node actor ends are simulated to their end (nobody
 // reads them); the runner takes the run's simulated time from its nodes, not from the engine.
 //
-// Must be used from SimGrid actors of one engine (all calls run one at a time, so there are no
-// locks). Units: bytes, seconds.
+// Must be used from SimGrid actors of one engine (all calls, and the kernel's callbacks, run one at
+// a time, so there are no locks). Units: bytes, seconds.
 #pragma once
 
 #include <deque>
