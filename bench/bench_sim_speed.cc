@@ -6,8 +6,9 @@
 // message size, as many messages as the project's run sent). Each runs in a child process (SimGrid
 // allows one engine per process). `activities_per_bare_message` is the project's compute spans
 // (forward, backward and update: each one SimGrid execution) plus messages per wall second of its
-// whole run over bare SimGrid's messages per wall second of its event loop; `loop_activities_per_bare_message` takes both rates over the event loop alone (the
-// like-for-like figure: bare SimGrid's setup is not timed either). Between the two, the project's
+// whole run over bare SimGrid's messages per wall second of its event loop;
+// `loop_activities_per_bare_message` takes both rates over the event loop alone (the like-for-like
+// figure: bare SimGrid's setup is not timed either). Between the two, the project's
 // network layer alone (SimNetwork, no algorithm): `network_layer_per_bare_message` is what the
 // stream model's SimGrid calls cost against a bare message, and
 // `loop_activities_per_network_layer_with_spans` (a span and a message per step, counted as two
@@ -20,7 +21,6 @@
 //   bench_sim_speed --nodes 1000 --steps 20 [--width 1448] [--repeats R] [--metrics events|summary]
 //                   [--out FILE]
 // bench/run.sh loops over N.
-#include <algorithm>
 #include <functional>
 #include <memory>
 
@@ -187,6 +187,8 @@ int main(int argc, char** argv) {
   auto bare_run = [&] {
     return bench::in_child([&] { return bare_rate(s, per_actor, static_cast<uint64_t>(mean_bytes)); });
   };
+  // Compute spans and messages: the same in every repeat (the simulation is deterministic).
+  const auto activities = static_cast<double>(compute_events + updates + messages);
   // This host's speed drifts by up to 3x within minutes: each repeat runs the project and, right
   // after it, bare SimGrid, and the figures below are the medians over the repeats of each pair.
   std::vector<double> walls, loops, bares, whole_ratios, loop_ratios, loop_ratios_passes;
@@ -196,26 +198,21 @@ int main(int argc, char** argv) {
     walls.push_back(run[0]);
     loops.push_back(run[5]);
     bares.push_back(bare);
-    whole_ratios.push_back(static_cast<double>(compute_events + updates + messages) / run[0] / bare);
-    loop_ratios.push_back(static_cast<double>(compute_events + updates + messages) / run[5] / bare);
+    whole_ratios.push_back(activities / run[0] / bare);
+    loop_ratios.push_back(activities / run[5] / bare);
     loop_ratios_passes.push_back(static_cast<double>(compute_events + messages) / run[5] / bare);
   }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const size_t m = v.size() / 2;
-    return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
-  };
-  const double wall = median(walls);
-  const double bare = median(bares);
+  const double wall = bench::median(walls);
+  const double bare = bench::median(bares);
   const double net = bench::in_child([&] { return network_rate(s, per_actor, static_cast<uint64_t>(mean_bytes), 0); });
   // With a span before each send: the SimGrid calls of a stage that computes, then sends.
   const double net_exec =
       bench::in_child([&] { return network_rate(s, per_actor, static_cast<uint64_t>(mean_bytes), 1e9); });
-  const double project = static_cast<double>(compute_events + updates + messages) / wall;
+  const double project = activities / wall;
   // Bare SimGrid's rate is of its event loop alone; so is this one (the setup before it: building
   // the platform, the plan's actors and their state).
-  const double loop_wall = median(loops);
-  const double project_loop = static_cast<double>(compute_events + updates + messages) / loop_wall;
+  const double loop_wall = bench::median(loops);
+  const double project_loop = activities / loop_wall;
   nlohmann::json j = {{"benchmark", "sim_speed"},
                       {"nodes", nodes},
                       {"metrics", metrics},
@@ -241,10 +238,10 @@ int main(int argc, char** argv) {
                       {"network_layer_with_spans_activities_per_wall_s", 2 * net_exec},
                       {"network_layer_per_bare_message", net / bare},
                       {"loop_activities_per_network_layer_with_spans", project_loop / (2 * net_exec)},
-                      {"activities_per_bare_message", median(whole_ratios)},
-                      {"loop_activities_per_bare_message", median(loop_ratios)},
+                      {"activities_per_bare_message", bench::median(whole_ratios)},
+                      {"loop_activities_per_bare_message", bench::median(loop_ratios)},
                       {"loop_activities_per_bare_message_each", loop_ratios},
                       // The same without the update spans (this bench's figure before they counted).
-                      {"loop_passes_and_messages_per_bare_message", median(loop_ratios_passes)}};
+                      {"loop_passes_and_messages_per_bare_message", bench::median(loop_ratios_passes)}};
   bench::emit(j, out);
 }

@@ -74,7 +74,7 @@ void SimNetwork::send(int src, int dst, Message msg) {
     // the sliver SimGrid charges itself.
     p.delay = delay(src, dst);
   }
-  const bool idle = p.queue.empty() && p.timer == nullptr && !p.comm && !p.by_carrier;
+  const bool idle = p.idle();
   p.queue.push_back({sg4::Engine::get_clock() + p.delay, std::move(msg)});
   ++sender(src).in_flight;
   // A busy connection takes the message up when the one before it is through (arrived()).
@@ -132,7 +132,7 @@ void SimNetwork::start(Pair& p) {
   // Made in the kernel, the transfer is the maestro's: the kernel reports its end through
   // Activity::on_completion.
   p.comm = sg4::Comm::sendto_init(hosts_[static_cast<size_t>(p.src)], hosts_[static_cast<size_t>(p.dst)]);
-  p.comm->set_payload_size(static_cast<uint64_t>(std::max<Bytes>(p.carried.bytes, 1)));
+  p.comm->set_payload_size(p.carried_bytes());
   p.comm->set_data(&p);
   p.comm->start();
 }
@@ -153,7 +153,7 @@ void SimNetwork::carry(Pair& p) {
   for (;;) {
     p.wake->acquire();
     if (p.retired) return;
-    p.wire->put(&token, static_cast<uint64_t>(std::max<Bytes>(p.carried.bytes, 1)));
+    p.wire->put(&token, p.carried_bytes());
     p.wire->get<char>();  // takes the finished transfer off the mailbox's list (no simulated time)
     simgrid::kernel::actor::simcall_answered([&p] {
       p.by_carrier = false;
@@ -204,7 +204,7 @@ void SimNetwork::quiesce() {
                   (in.queue.empty() ? "in flight" : "unread") + " at the checkpoint");
   }
   for (auto& [key, p] : pairs_) {
-    RV_CHECK(p.queue.empty() && p.timer == nullptr && !p.comm && !p.by_carrier, "quiesce: a busy connection");
+    RV_CHECK(p.idle(), "quiesce: a busy connection");
     if (p.wake) {
       p.retired = true;
       p.wake->release();

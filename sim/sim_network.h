@@ -37,6 +37,8 @@
 // a time, so there are no locks). Units: bytes, seconds.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <deque>
 #include <optional>
 #include <unordered_map>
@@ -117,6 +119,9 @@ class SimNetwork {
     bool by_carrier = false;
     simgrid::s4u::Mailbox* wire = nullptr;  // its transfers: put, then taken, by carry()
     bool retired = false;                   // quiesce(): the carrier ends when it wakes
+    bool idle() const { return queue.empty() && timer == nullptr && !comm && !by_carrier; }
+    // The transfer's size: SimGrid does not move an empty payload.
+    uint64_t carried_bytes() const { return static_cast<uint64_t>(std::max<Bytes>(carried.bytes, 1)); }
   };
   // A node blocks on its semaphore only while it has nothing to do (`waiting`), and is released
   // only then: a message that finds it busy costs no SimGrid call.
