@@ -241,6 +241,8 @@ int main(int argc, char** argv) {
                       {"activities_per_bare_message", bench::median(whole_ratios)},
                       {"loop_activities_per_bare_message", bench::median(loop_ratios)},
                       {"loop_activities_per_bare_message_each", loop_ratios},
+                      {"event_loop_wall_s_each", loops},
+                      {"bare_simgrid_messages_per_wall_s_each", bares},
                       // The same without the update spans (this bench's figure before they counted).
                       {"loop_passes_and_messages_per_bare_message", bench::median(loop_ratios_passes)}};
   bench::emit(j, out);

@@ -21,7 +21,10 @@ void SimClock::sleep_for(Seconds s) {
 Seconds SimCompute::run(const Work& work, const std::function<void()>& maths) {
   if (numeric_) maths();
   const Seconds t = time_of(work, device_, sg4::Engine::get_clock() - last_end_);
-  if (t > 0) sg4::this_actor::execute(t * host_speed_);
+  if (t > 0) {
+    if (host_speed_ > 0) sg4::this_actor::execute(t * host_speed_);
+    else sg4::this_actor::sleep_for(t);
+  }
   last_end_ = sg4::Engine::get_clock();
   return kNaN;
 }

@@ -37,23 +37,29 @@ class SimClock : public Clock {
   void sleep_for(Seconds s) override;
 };
 
-// Charges work at the node's device model: time_of(work, device, idle) seconds of the host, whose
-// speed is the device's peak, so that actors sharing a host share its time; `idle` is the simulated
-// time since the node's previous unit of work ended (its first unit: after an unbounded wait).
+// Charges work at the node's device model: time_of(work, device, idle) seconds; `idle` is the
+// simulated time since the node's previous unit of work ended (its first unit: after an unbounded
+// wait).
+//
+// On a host of a platform file the time is an execution of the host's flops (the file's host may
+// be shared, or change speed over time: SimGrid's CPU model decides). On the scenario's own
+// platform each node has a host of its own at a constant speed, which nothing else computes on,
+// so an execution would take exactly the modeled time: the node sleeps for it instead, one SimGrid
+// call where an execution takes five (its creation, host, amount, start and wait), each a switch
+// to SimGrid's kernel and back (the greater part of a timing run's calls).
 class SimCompute : public Compute {
  public:
-  // `host_speed`: the flop/s of the host it runs on (0: the device's peak, which the scenario's
-  // own platform gives its host), so that a unit of work takes the device model's time.
+  // `host_speed`: the flop/s of the platform file's host it runs on, whose executions it charges;
+  // 0: a host of its own (the scenario's platform), whose time it charges.
   SimCompute(bool numeric, ComputeProfile device, double host_speed = 0)
-      : numeric_(numeric), device_(std::move(device)),
-        host_speed_(host_speed > 0 ? host_speed : device_.peak_flops_per_s) {}
+      : numeric_(numeric), device_(std::move(device)), host_speed_(host_speed) {}
   bool numeric() const override { return numeric_; }
   Seconds run(const Work& work, const std::function<void()>& maths) override;
 
  private:
   bool numeric_;
   ComputeProfile device_;
-  double host_speed_;
+  double host_speed_;  // flop/s; 0: a host of its own
   Seconds last_end_ = -std::numeric_limits<Seconds>::infinity();  // simulated s
 };
 
