@@ -82,6 +82,30 @@ TEST_CASE("on a platform file's host a unit of work takes the device model's tim
   CHECK(took[0] == Approx(3.0 * 1e9 / 2e9).epsilon(1e-9));
 }
 
+// On the scenario's own platform a unit of work is one sleep of the modeled time (sim/sim_env.h):
+// exactly time_of, one unit after another, on every node at once.
+TEST_CASE("on the scenario's own platform a unit of work takes exactly the device model's time", "[sim]") {
+  const Scenario s = parse_scenario(
+      "name = \"own\"\n[network]\nmodel = \"ideal\"\n[[devices]]\nname = \"a\"\ntflops = 0.0023\n"
+      "[[devices]]\nname = \"b\"\ncount = 2\ntflops = 0.0037\n",
+      "own");
+  Work w;
+  w.add(OpKind::kMatmul, Pass::kForward, 1.2345678e9, 1e6, 3);
+  std::vector<Seconds> first(3, -1), second(3, -1);
+  simulate(s, {0, 1, 2}, false, [&](NodeEnv& env, int node) {
+    env.compute.run(w, [] {});
+    first[static_cast<size_t>(node)] = env.clock.now();
+    env.compute.run(w, [] {});
+    second[static_cast<size_t>(node)] = env.clock.now();
+  });
+  for (int node = 0; node < 3; ++node) {
+    const Seconds t = time_of(w, s.device_of(node).compute_profile());
+    CHECK(first[static_cast<size_t>(node)] == t);
+    CHECK(second[static_cast<size_t>(node)] == t + t);
+  }
+  CHECK(first[0] == Approx(3.0 * 1.2345678e9 / 2.3e9).epsilon(1e-12));
+}
+
 TEST_CASE("a platform file that lacks a node's host or cannot be read is refused naming the key",
           "[sim][platform]") {
   Scenario s = lab_scenario();
