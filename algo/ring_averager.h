@@ -75,7 +75,10 @@ class RingAverager : public Averager {
     bool gather = false;  // in the all-gather (else the reduce-scatter)
     bool done = false;
     bool sent = false;    // this round's segment is sent
-    bool offered = false;  // this all-gather round's segment is offered to the transport (offer())
+    // All-gather rounds [offered_from(), offers) have their segment offered to the transport
+    // (offer()): each from the reduce-scatter round that sends the same segment on.
+    int offers = 0;
+    int offered_from() const { return gather ? t : 0; }
   };
   struct Member {  // single ring, on a leader: another stage of its cluster
     int node = -1;
@@ -88,13 +91,17 @@ class RingAverager : public Averager {
   void send(int dst, MsgKind kind, int64_t step, int64_t aux, int64_t lo, int64_t hi);
   void make_lanes();  // lanes_ (empty: start() resets them) from rings_, cut into pieces, all ready
   void send_lane(Lane& l);
-  // The all-gather: the segment a lane receives this round, offered as the place its payload may
-  // arrive (Transport::offer), and taken back if unused.
-  MessageMatch gather_match(const Lane& l) const;
-  void offer(Lane& l);
-  void withdraw(Lane& l);
+  // The all-gather: the segment a lane receives in round t, offered as the place its payload may
+  // arrive (Transport::offer) as soon as nothing here reads or writes it before that payload
+  // (offer(): once the reduce-scatter has sent it), and taken back if unused.
+  MessageMatch gather_match(const Lane& l, int t) const;
+  void offer(Lane& l, int t);
+  void withdraw(Lane& l, int t);
+  void withdraw(Lane& l);  // every offer of the lane still out
   bool collect();   // single ring: the leader has every stage's state, or a member its mean
-  void divide_reduced(const Lane& l);  // after its reduce-scatter: the lane's reduced segment, divided by C
+  // After its reduce-scatter: the lane's reduced segment, divided by C (by the last addition: this
+  // charges its work).
+  void divide_reduced(const Lane& l);
   void finish();          // hands out the slices (single-ring leader), records the span
   void note(EventKind kind, int peer, Bytes bytes);  // a send or receive event
   // The early message of this round with that key, taken out of early_ (and its receive recorded);

@@ -61,7 +61,10 @@ using SteadyClock = std::chrono::steady_clock;
 using namespace wire;
 using WorkPtr = c10::intrusive_ptr<c10d::Work>;
 
-constexpr int kHeaderTag = 0;             // Gloo slot of headers and chunks (collectives use prefixed slots)
+// Gloo slots (c10d tags; collectives use prefixed slots): headers and leads, posted ahead; bodies,
+// posted into their destination on reading the header (wire_format.h).
+constexpr int kHeaderTag = 0;
+constexpr int kBodyTag = 1;
 // Gloo turns a timed-out wait into a failure of the whole context, so its waits are "forever"
 // (30 days, which stays far from overflowing steady_clock arithmetic) and are aborted instead;
 // the timeouts the user sees are kept by the inbox and flush() waits.
@@ -174,10 +177,10 @@ struct GlooTransport::Impl {
   std::vector<std::vector<Offer>> offers;
   std::vector<std::optional<MessageMatch>> filling;
   std::condition_variable fill_cv;
-  struct Sent {
+  struct Sent {  // one message's parts: header, then lead and body if split
     int dst;
     int k;  // dst's incarnation
-    WorkPtr work;
+    std::vector<WorkPtr> works;
     size_t bytes;   // counted in send_bytes
   };
   std::deque<Sent> sends;  // posted, not yet completed (front is waited)
@@ -412,7 +415,8 @@ struct GlooTransport::Impl {
     --open_peers;
     if (tolerant()) {
       for (auto& sent : sends)
-        if (sent.dst == peer) abort_quietly(sent.work);
+        if (sent.dst == peer)
+          for (const WorkPtr& w : sent.works) abort_quietly(w);
       for (auto& w : recv_work[peer]) abort_quietly(w);
       room_cv.notify_all();  // its receiver, if held back, ends
     }
@@ -505,6 +509,16 @@ struct GlooTransport::Impl {
     return forget() && ok;
   }
 
+  // A posted recv given up before it completed: aborted and no longer tracked, so that it is
+  // released with its last reference (Gloo then writes nothing more into its tensor).
+  void forget_recv(int peer, const WorkPtr& w) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto& posted = recv_work[peer];
+    const auto it = std::find(posted.begin(), posted.end(), w);
+    if (it != posted.end()) posted.erase(it);
+    abort_quietly(w);
+  }
+
   // The place offered for this message's payload (taken from the offers, and marked as being
   // filled), or an undefined tensor.
   at::Tensor take_offer(int peer, const Message& m, int64_t elems, size_t tensors) {
@@ -579,7 +593,7 @@ struct GlooTransport::Impl {
         }
         {
           std::lock_guard<std::mutex> lock(mu);
-          live->heard(peer, now_s(), d.chunked ? kFloatBytes * (d.elems - kInlineFloats) : 0);
+          live->heard(peer, now_s(), d.split ? kFloatBytes * d.elems : 0);
         }
         if (d.msg.kind == MsgKind::kControl && d.msg.id == kBeatId) continue;
         if (d.msg.kind == MsgKind::kControl && d.msg.id == kByeId) {
@@ -604,26 +618,35 @@ struct GlooTransport::Impl {
             std::memcpy(flat.data_ptr<float>(), header.tensors[0].data_ptr<int64_t>() + kWInlineData,
                         sizeof(float) * d.elems);
           } else {
-            // Chunked: into an offered place (Transport::offer), or into pooled memory, chunk by
-            // chunk as they come, each in room posted ahead.
+            // Split: into an offered place (Transport::offer) or pooled memory. The body's recv is
+            // posted there now, while the lead comes into room posted ahead, so that its notice
+            // reaches the sender before the lead has arrived; then the lead is copied in front.
             const at::Tensor into = take_offer(peer, d.msg, d.elems, d.shapes.size());
             const auto filled = c10::make_scope_exit([&] {
               if (into.defined()) end_fill(peer);
             });
             flat = into.defined() ? into.view({-1}) : buffers.take(d.elems, at::kFloat);
-            float* to = flat.data_ptr<float>();
-            std::memcpy(to, header.tensors[0].data_ptr<int64_t>() + kWInlineData, sizeof(float) * kInlineFloats);
-            for (int64_t index = 1; index < message_count(d.elems); ++index) {
-              const Posted chunk = std::move(headers.front());
-              headers.pop_front();
-              if (!fill() || !wait_recv(peer, chunk.work)) return;  // the next room posted first
-              const float* from = decode_chunk(chunk.tensors[0].data_ptr<int64_t>(),
-                                               static_cast<size_t>(chunk.tensors[0].numel()), peer, d.elems, index);
-              const int64_t first = index * kInlineFloats;
-              std::memcpy(to + first, from, sizeof(float) * std::min(kInlineFloats, d.elems - first));
+            const int64_t body_floats = d.elems - d.lead;
+            std::optional<Posted> body = post_recv(peer, {flat.narrow(0, d.lead, body_floats)}, kBodyTag);
+            if (!body) return;
+            // Left unfinished (a failure, a shutdown), the body's recv is aborted and released, so
+            // that nothing lands in an offered place once it is handed back.
+            const auto unposted = c10::make_scope_exit([&] {
+              if (body) forget_recv(peer, body->work);
+            });
+            const Posted lead = std::move(headers.front());
+            headers.pop_front();
+            if (!fill() || !wait_recv(peer, lead.work)) return;  // the next room posted first
+            const float* from =
+                decode_lead(lead.tensors[0].data_ptr<int64_t>(), static_cast<size_t>(lead.tensors[0].numel()), peer, d);
+            std::memcpy(flat.data_ptr<float>(), from, sizeof(float) * d.lead);
+            {
               std::lock_guard<std::mutex> lock(mu);
-              live->heard(peer, now_s(), kFloatBytes * std::max<int64_t>(0, d.elems - first - kInlineFloats));
+              live->heard(peer, now_s(), kFloatBytes * body_floats);
             }
+            const WorkPtr work = body->work;
+            body.reset();
+            if (!wait_recv(peer, work)) return;
           }
           int64_t offset = 0;
           for (const auto& shape : d.shapes) {
@@ -655,18 +678,22 @@ struct GlooTransport::Impl {
     }
   }
 
-  // Waits for posted sends in order, so that their tensors are released and errors are seen.
+  // Waits for posted sends in order, so that their tensors are released and errors are seen. A
+  // message's last part first: the others went before it on the same connection, so that one
+  // wake-up of this thread serves the whole message.
   void reap_loop() {
     std::unique_lock<std::mutex> lock(mu);
     for (;;) {
       send_cv.wait(lock, [&] { return !sends.empty() || reaper_stop; });
       if (sends.empty()) return;
       const int dst = sends.front().dst, k = sends.front().k;
-      WorkPtr w = sends.front().work;
+      const std::vector<WorkPtr> works = sends.front().works;
       lock.unlock();
       std::exception_ptr err;
       try {
-        w->wait(kForever);
+        // (A c10d work is waited once: each wait takes one completion of its Gloo buffer.)
+        if (!works.empty()) works.back()->wait(kForever);
+        for (size_t i = 0; i + 1 < works.size(); ++i) works[i]->wait(kForever);
       } catch (const std::exception& e) {
         err = std::make_exception_ptr(PeerError(who() + ": send to peer " + std::to_string(dst) +
                                                 " failed: " + short_what(e)));
@@ -730,10 +757,11 @@ struct GlooTransport::Impl {
 
   // `bounded`: waits (up to the timeout) while opt.queue_bytes of bounded sends are in flight;
   // heartbeats, hellos and byes are not bounded (they are small, and must not wait).
-  // `parts`: a message's header, then its chunks (wire_format.h).
-  void post_send(int dst, const std::vector<at::Tensor>& parts, bool bounded = true) {
-    size_t bytes = 0;
-    for (const at::Tensor& t : parts) bytes += static_cast<size_t>(t.numel()) * sizeof(int64_t);
+  // `parts`: a message's header, then its lead if it is split; `body`: a split payload's body
+  // (wire_format.h), read where it is until its send completes.
+  void post_send(int dst, const std::vector<at::Tensor>& parts, bool bounded = true, const at::Tensor& body = {}) {
+    size_t bytes = body.defined() ? body.nbytes() : 0;
+    for (const at::Tensor& t : parts) bytes += t.nbytes();
     if (bounded) {
       std::unique_lock<std::mutex> lock(mu);
       const bool room = send_cv.wait_until(lock, SteadyClock::now() + to_ms(opt.timeout), [&] {
@@ -749,14 +777,15 @@ struct GlooTransport::Impl {
       }
       send_bytes += bytes;
     }
-    // A message's header and chunks go out back to back: the receiver takes them in order.
+    // A message's header, lead and body are posted back to back: the receiver takes them in order.
     std::lock_guard<std::mutex> post_lock(post_mu);
-    post_locked(dst, parts, bytes, bounded, false);
+    post_locked(dst, parts, bytes, bounded, false, body);
   }
 
   // post_send() with post_mu held. `hello`: the first message on a replacement's link, the only
   // one that goes while it is joining. Tolerant: a message to a peer not open is dropped.
-  void post_locked(int dst, const std::vector<at::Tensor>& parts, size_t bytes, bool bounded, bool hello) {
+  void post_locked(int dst, const std::vector<at::Tensor>& parts, size_t bytes, bool bounded, bool hello,
+                   const at::Tensor& body = {}) {
     Link link;
     int k = 0;
     {
@@ -775,15 +804,19 @@ struct GlooTransport::Impl {
         std::vector<at::Tensor> one{t};
         posted.push_back(link.pg->send(one, link.index, kHeaderTag));
       }
+      if (body.defined()) {
+        std::vector<at::Tensor> one{body};
+        posted.push_back(link.pg->send(one, link.index, kBodyTag));
+      }
     } catch (const std::exception& e) {
       {
         std::lock_guard<std::mutex> lock(mu);
         if (bounded) send_bytes -= std::min(send_bytes, bytes);
       }
       if (!posted.empty()) {
-        // The header went without all its chunks; the peer's receiver will report the loss.
+        // The header went without all its parts; the peer's receiver will report the loss.
         std::lock_guard<std::mutex> lock(mu);
-        for (WorkPtr& w : posted) sends.push_back(Sent{dst, k, std::move(w), 0});
+        sends.push_back(Sent{dst, k, std::move(posted), 0});
       }
       auto err = std::make_exception_ptr(PeerError(who() + ": send to peer " + std::to_string(dst) +
                                                    " failed: " + short_what(e)));
@@ -795,8 +828,7 @@ struct GlooTransport::Impl {
     }
     {
       std::lock_guard<std::mutex> lock(mu);
-      for (size_t i = 0; i < posted.size(); ++i)
-        sends.push_back(Sent{dst, k, std::move(posted[i]), bounded && i + 1 == posted.size() ? bytes : 0});
+      sends.push_back(Sent{dst, k, std::move(posted), bounded ? bytes : 0});
     }
     send_cv.notify_all();
   }
@@ -965,12 +997,8 @@ struct GlooTransport::Impl {
           }
         }
       }
-      for (auto& s : sends) {
-        try {
-          s.work->abort();
-        } catch (...) {
-        }
-      }
+      for (auto& s : sends)
+        for (const WorkPtr& w : s.works) abort_quietly(w);
     }
     send_cv.notify_all();
     inbox_cv.notify_all();
@@ -1143,27 +1171,29 @@ void GlooTransport::send(int dst, Message msg) {
   RV_CHECK(elems <= s.opt.max_payload_elems,
            s.who() + ": a message of " + std::to_string(elems) + " elements, more than the " +
                std::to_string(s.opt.max_payload_elems) + " a peer accepts (GlooOptions::max_payload_elems)");
-  // The payload as one flat contiguous CPU tensor, read where it is when it already is one (no
-  // copy: the header and its chunks copy it right here, wire_format.h, so the sender may write
-  // it again once send() returns).
+  // The payload as one flat contiguous CPU tensor. A split payload's body is sent from it as it is
+  // (wire_format.h), after send() returns: so it is read where it is only if no one will write it
+  // meanwhile (Message::payload_frozen, or this message alone holds its memory); else a copy.
   at::Tensor flat;
   if (msg.payload.size() == 1) {
-    flat = msg.payload[0].detach().to(at::kCPU).contiguous().view({-1});
+    const at::Tensor& t = msg.payload[0];
+    const bool alone = msg.payload_frozen || (t.use_count() == 1 && t.storage().use_count() == 1);
+    flat = t.detach().to(at::kCPU).contiguous().view({-1});
+    if (!alone && is_split(elems) && flat.storage().is_alias_of(t.storage())) flat = flat.clone();
   } else if (elems > 0) {
     std::vector<at::Tensor> parts;
     for (auto& t : msg.payload) parts.push_back(t.detach().to(at::kCPU).reshape({-1}));
     flat = at::cat(parts);
   }
   try {
-    std::vector<at::Tensor> parts;
-    if (elems == 0) {
-      parts.push_back(encode_header(msg, msg.payload, 0));
-    } else {
-      parts.push_back(encode_header(msg, msg.payload, elems, flat));
-      for (int64_t index = 1; index < message_count(elems); ++index)
-        parts.push_back(encode_chunk(flat.data_ptr<float>(), elems, index));
+    std::vector<at::Tensor> parts{encode_header(msg, msg.payload, elems, flat)};
+    at::Tensor body;
+    if (is_split(elems)) {
+      const int64_t lead = kLeadFloats;
+      parts.push_back(encode_lead(flat.data_ptr<float>(), elems, lead));
+      body = flat.narrow(0, lead, elems - lead);
     }
-    s.post_send(dst, parts);
+    s.post_send(dst, parts, true, body);
   } catch (const PeerError&) {
     // Tolerant: a message to a peer taken for lost meanwhile is dropped; any other failure stands.
     std::lock_guard<std::mutex> lock(s.mu);

@@ -17,21 +17,25 @@
 //
 // Wire format (real/wire_format.h): every message is an int64 header tensor: its fields, the
 // payload's tensor count and shapes (at most kMaxPayloadTensors tensors of at most
-// kMaxPayloadDims dimensions), and the payload itself as float32: whole for a payload of at most
-// kInlineFloats elements, its first kInlineFloats otherwise, the rest following right behind in
-// chunks of kInlineFloats, each a message of its own (all posted together, so nothing comes
-// between them). A header or chunk is as long as what it carries; receivers post room for the
-// longest. Gloo sends are rendezvous: data moves once the receiver has posted its recv and its
-// notice of that has reached the sender. One receiver thread per peer keeps kHeadersAhead such
-// rooms posted, takes that peer's headers and chunks in order (a per-source recv, so that a peer's
+// kMaxPayloadDims dimensions), and the payload itself as float32 if it has at most kInlineFloats
+// elements. A larger payload is split: its lead (its first wire::kLeadFloats) follows the header
+// on the same Gloo slot, its body (the rest) on a slot of its own, straight from the sender's
+// memory into the receiver's. A header or lead is as long as what it carries; receivers post room
+// for the longest. Gloo sends are rendezvous: data moves once the receiver has posted its recv and
+// its notice of that has reached the sender. One receiver thread per peer keeps kHeadersAhead such
+// rooms posted, takes that peer's headers and leads in order (a per-source recv, so that a peer's
 // death wakes it at once, which Gloo's recvAnysource does not) and fills one inbox; recv()/
-// try_recv() read the inbox, and posts the next room as it takes one. So no payload waits for its
-// receiver to read a header and then post room for it, a round trip that no application protocol over TCP pays
-// (through a shaped network its notice queues behind the receiver's own uploads), and one that
-// cost a ring all-reduce of fresh state half its time on loopback (bench_allreduce: 1 MB pieces
-// 0.5-0.7x c10d's allreduce, 1.1 MB pieces, each one payload after its header, 1.1-1.3x). The
-// price is a copy on each side (into the chunks, out of the rooms). send() is asynchronous: a reaper thread waits
-// for the c10d work objects, which keep the headers and chunks alive until sent; flush() waits.
+// try_recv() read the inbox, and posts the next room as it takes one. So no header or small
+// payload waits for its receiver to post room for it, a round trip that no application protocol
+// over TCP pays (through a shaped network its notice queues behind the receiver's own uploads),
+// and one that cost a ring all-reduce of fresh state half its time on loopback (bench_allreduce:
+// 1 MB pieces 0.5-0.7x c10d's allreduce, 1.1 MB pieces, each one payload after its header,
+// 1.1-1.3x). A body's recv is posted, into its destination (an offered place, or pooled memory),
+// as soon as its header is read, while its lead is still coming: the lead covers that round trip,
+// and the body, the bulk of a large payload, is copied on neither side (copies of both were 40% of
+// a 32 MB segment's exchange: bench_allreduce --part breakdown). send() is asynchronous: a reaper
+// thread waits for the c10d work objects, which keep the headers, leads and bodies alive until
+// sent; flush() waits.
 // Memory: each receiver thread holds kHeadersAhead rooms of kHeaderWords words (about 1 MiB
 // each), touched only as far as messages fill them.
 //
@@ -138,15 +142,16 @@ class GlooTransport : public Transport {
   int rank() const override;
   int size() const override;
   // Payload: at most kMaxPayloadTensors defined float32 CPU tensors of at most kMaxPayloadDims
-  // dimensions (rv::Error otherwise). It is copied into the message's header and chunks before
-  // send() returns: the sender may write its tensors again at once. Sending to oneself puts the
-  // message in one's own inbox.
+  // dimensions (rv::Error otherwise). The sender may write its tensors again once send() returns:
+  // a small payload is copied into its header, a split one's body is sent from a copy unless
+  // Message::payload_frozen is set or the message alone holds its memory (then from where it is,
+  // until it is sent). Sending to oneself puts the message in one's own inbox.
   void send(int dst, Message msg) override;
   Message recv() override;
   std::optional<Message> try_recv() override;
   // A payload of more than kInlineFloats offered a place (one contiguous CPU float32 tensor) is
-  // written straight into it as its chunks come; other offers (smaller payloads, to oneself, other
-  // types) are ignored.
+  // written straight into it (its body by Gloo, its lead copied); other offers (smaller payloads,
+  // to oneself, other types) are ignored.
   void offer(int src, const MessageMatch& match, at::Tensor into) override;
   void withdraw(int src, const MessageMatch& match) override;
   // Like recv(), but waits at most `wait` seconds, whatever the transport's timeout, and returns

@@ -10,10 +10,6 @@
 
 namespace rv::wire {
 
-int64_t message_count(int64_t elems) {
-  return elems <= kInlineFloats ? 1 : (elems + kInlineFloats - 1) / kInlineFloats;
-}
-
 namespace {
 
 // A message of kWInlineData words, zero until its writer fills them, then `count` floats from
@@ -34,7 +30,7 @@ at::Tensor message_words(const float* floats, int64_t count) {
 
 at::Tensor encode_header(const Message& m, const std::vector<at::Tensor>& payload, int64_t elems,
                          const at::Tensor& flat) {
-  const int64_t carried = flat.defined() ? std::min(elems, kInlineFloats) : 0;
+  const int64_t carried = flat.defined() && !is_split(elems) ? elems : 0;
   at::Tensor h = message_words(carried > 0 ? flat.data_ptr<float>() : nullptr, carried);
   int64_t* w = h.data_ptr<int64_t>();
   w[kWMagic] = kMagic;
@@ -51,36 +47,34 @@ at::Tensor encode_header(const Message& m, const std::vector<at::Tensor>& payloa
     s[0] = payload[i].dim();
     for (int64_t d = 0; d < payload[i].dim(); ++d) s[1 + d] = payload[i].size(d);
   }
-  if (flat.defined()) w[kWInline] = elems <= kInlineFloats ? 1 : 2;
+  if (flat.defined() && elems > 0) w[kWInline] = is_split(elems) ? 2 : 1;
+  if (flat.defined() && is_split(elems)) w[kWLead] = kLeadFloats;
   return h;
 }
 
-at::Tensor encode_chunk(const float* flat, int64_t elems, int64_t index) {
-  const int64_t first = index * kInlineFloats, floats = std::min(kInlineFloats, elems - first);
-  at::Tensor c = message_words(flat + first, floats);
+at::Tensor encode_lead(const float* flat, int64_t elems, int64_t lead) {
+  at::Tensor c = message_words(flat, lead);
   int64_t* w = c.data_ptr<int64_t>();
-  w[kCMagic] = kChunkMagic;
-  w[kCIndex] = index;
-  w[kCFloats] = floats;
+  w[kLMagic] = kLeadMagic;
+  w[kLFloats] = lead;
+  w[kLBodyFloats] = elems - lead;
   return c;
 }
 
-const float* decode_chunk(const int64_t* w, size_t words, int peer, int64_t elems, int64_t index) {
+const float* decode_lead(const int64_t* w, size_t words, int peer, const Decoded& d) {
   auto bad = [peer](const std::string& what) {
-    return InputError("malformed payload chunk from peer " + std::to_string(peer) + ": " + what);
+    return InputError("malformed payload lead from peer " + std::to_string(peer) + ": " + what);
   };
-  const int64_t floats = std::min(kInlineFloats, elems - index * kInlineFloats);
-  if (words < static_cast<size_t>(kWInlineData)) throw bad("a chunk of " + std::to_string(words) + " words");
-  if (w[kCMagic] != kChunkMagic) {
-    throw bad("magic word " + std::to_string(w[kCMagic]) + " where chunk " + std::to_string(index) +
-              " of a payload of " + std::to_string(elems) + " floats belongs");
+  if (words < static_cast<size_t>(kWInlineData + (d.lead + 1) / 2))
+    throw bad("a lead of " + std::to_string(d.lead) + " floats in " + std::to_string(words) + " words");
+  if (w[kLMagic] != kLeadMagic) {
+    throw bad("magic word " + std::to_string(w[kLMagic]) + " where the lead of a payload of " + std::to_string(d.elems) +
+              " floats belongs");
   }
-  if (w[kCIndex] != index || w[kCFloats] != floats) {
-    throw bad("chunk " + std::to_string(w[kCIndex]) + " of " + std::to_string(w[kCFloats]) + " floats where chunk " +
-              std::to_string(index) + " of " + std::to_string(floats) + " floats belongs");
+  if (w[kLFloats] != d.lead || w[kLBodyFloats] != d.elems - d.lead) {
+    throw bad("a lead of " + std::to_string(w[kLFloats]) + " floats and a body of " + std::to_string(w[kLBodyFloats]) +
+              " where " + std::to_string(d.lead) + " and " + std::to_string(d.elems - d.lead) + " belong");
   }
-  if (words < static_cast<size_t>(kWInlineData + (floats + 1) / 2))
-    throw bad("chunk " + std::to_string(index) + " of " + std::to_string(floats) + " floats in " + std::to_string(words) + " words");
   return reinterpret_cast<const float*>(w + kWInlineData);
 }
 
@@ -142,13 +136,17 @@ Decoded decode_header(const int64_t* w, size_t words, int peer, int64_t max_elem
               " elements does not match its shapes (" + std::to_string(total) + " elements)");
   }
   d.elems = total;
-  // Every payload travels in headers and chunks: inline up to kInlineFloats, chunked beyond.
+  // Every payload travels inline up to kInlineFloats, split beyond.
   const int64_t flag = w[kWInline];
-  if (flag != (total == 0 ? 0 : total <= kInlineFloats ? 1 : 2))
+  if (flag != (total == 0 ? 0 : is_split(total) ? 2 : 1))
     throw bad("inline payload flag " + std::to_string(flag) + " for " + std::to_string(total) + " elements");
   d.inline_payload = flag == 1;
-  d.chunked = flag == 2;
-  const int64_t carried = std::min(total, kInlineFloats);
+  d.split = flag == 2;
+  d.lead = w[kWLead];
+  if (d.lead != 0 && !(d.split && d.lead >= 1 && d.lead <= kInlineFloats))
+    throw bad("a lead of " + std::to_string(d.lead) + " floats for " + std::to_string(total) + " elements");
+  if (d.split && d.lead == 0) throw bad("a split payload of " + std::to_string(total) + " elements without a lead");
+  const int64_t carried = d.inline_payload ? total : 0;
   if (static_cast<size_t>(kWInlineData + (carried + 1) / 2) > words)
     throw bad("an inline payload of " + std::to_string(carried) + " elements in a header of " + std::to_string(words) + " words");
   return d;

@@ -114,7 +114,7 @@ bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
 
-// {300, 257} travels inside the header, {513, 513} (beyond kInlineFloats) in chunks behind it.
+// {300, 257} travels inside the header, {513, 513} (beyond kInlineFloats) split in a lead and a body.
 const std::vector<std::vector<int64_t>> kShapes = {{},        {3},        {2, 5},
                                                    {4, 1, 3, 2}, {0},     {7, 0, 2},
                                                    {300, 257}, {1, 2, 1, 2, 1, 2}, {513, 513}};
@@ -584,46 +584,44 @@ TEST_CASE("gloo transport: a header cut short raises InputError, not an earlier 
   CHECK(status == std::vector<int>{0, 0});
 }
 
-TEST_CASE("wire format: a payload beyond the inline size goes in chunks that check their place", "[gloo]") {
+TEST_CASE("wire format: a payload beyond the inline size is split in a lead that checks its place and a body",
+          "[gloo]") {
   using namespace rv::wire;
-  const int64_t n = 2 * kInlineFloats + 7;  // the header's share, one whole chunk and 7 floats
+  const int64_t n = 2 * kInlineFloats + 7;
   const at::Tensor flat = at::arange(n, at::kFloat);
   Message m;
   m.kind = MsgKind::kReduce;
   m.id = 5;
   const at::Tensor header = encode_header(m, {flat}, n, flat);
-  CHECK(message_count(n) == 3);
-  CHECK(message_count(kInlineFloats) == 1);
-  CHECK(header.numel() == kWInlineData + kInlineFloats / 2);
+  CHECK(is_split(n));
+  CHECK_FALSE(is_split(kInlineFloats));
+  CHECK(header.numel() == kWInlineData);  // no floats: they follow in the lead and the body
   const Decoded d = decode_header(header.data_ptr<int64_t>(), static_cast<size_t>(header.numel()), 1);
-  CHECK(d.chunked);
+  CHECK(d.split);
   CHECK_FALSE(d.inline_payload);
   CHECK(d.elems == n);
-  std::vector<float> got(static_cast<size_t>(n));
-  std::memcpy(got.data(), header.data_ptr<int64_t>() + kWInlineData, sizeof(float) * kInlineFloats);
-  for (int64_t i = 1; i < message_count(n); ++i) {
-    const at::Tensor c = encode_chunk(flat.data_ptr<float>(), n, i);
-    const float* f = decode_chunk(c.data_ptr<int64_t>(), static_cast<size_t>(c.numel()), 1, n, i);
-    std::memcpy(got.data() + i * kInlineFloats, f, sizeof(float) * std::min(kInlineFloats, n - i * kInlineFloats));
-  }
-  CHECK(std::equal(got.begin(), got.end(), flat.data_ptr<float>()));
-  // A chunk out of place, or of another length, or a header where a chunk belongs, is malformed.
-  const at::Tensor second = encode_chunk(flat.data_ptr<float>(), n, 2);
-  auto refused = [](const std::function<void()>& f, const std::string& what) {
+  CHECK(d.lead == kLeadFloats);
+  const at::Tensor lead = encode_lead(flat.data_ptr<float>(), n, d.lead);
+  CHECK(lead.numel() == kWInlineData + kLeadFloats / 2);
+  const float* f = decode_lead(lead.data_ptr<int64_t>(), static_cast<size_t>(lead.numel()), 1, d);
+  CHECK(std::equal(f, f + d.lead, flat.data_ptr<float>()));
+  auto refused = [](const std::function<void()>& fn, const std::string& what) {
     try {
-      f();
+      fn();
     } catch (const rv::InputError& e) {
-      return contains(e.what(), "from peer 1") && contains(e.what(), what);
+      if (contains(e.what(), "from peer 1") && contains(e.what(), what)) return true;
+      std::fprintf(stderr, "'%s' lacks '%s'\n", e.what(), what.c_str());
     }
     return false;
   };
-  CHECK(refused([&] { decode_chunk(second.data_ptr<int64_t>(), static_cast<size_t>(second.numel()), 1, n, 1); },
-                "chunk 2 of 7 floats where chunk 1 of 262144 floats belongs"));
-  CHECK(refused([&] { decode_chunk(header.data_ptr<int64_t>(), static_cast<size_t>(header.numel()), 1, n, 1); },
-                "malformed payload chunk"));
-  CHECK(refused([&] { decode_chunk(second.data_ptr<int64_t>(), static_cast<size_t>(second.numel()), 1, n + 1, 2); },
-                "where chunk 2 of 8 floats belongs"));
-  // The inline flag must say how the payload travels: whole in the header, or chunked.
+  // A lead of another payload, a header where the lead belongs, or a lead in too little room.
+  const at::Tensor other = encode_lead(flat.data_ptr<float>(), n + 1, d.lead);
+  CHECK(refused([&] { decode_lead(other.data_ptr<int64_t>(), static_cast<size_t>(other.numel()), 1, d); },
+                "a lead of 65536 floats and a body of " + std::to_string(n + 1 - kLeadFloats)));
+  CHECK(refused([&] { decode_lead(header.data_ptr<int64_t>(), static_cast<size_t>(header.numel()), 1, d); },
+                "malformed payload lead"));
+  CHECK(refused([&] { decode_lead(lead.data_ptr<int64_t>(), kWInlineData, 1, d); }, "in " + std::to_string(kWInlineData) + " words"));
+  // The inline flag must say how the payload travels: whole in the header, or split.
   at::Tensor wrong = header.clone();
   wrong.data_ptr<int64_t>()[kWInline] = 1;
   CHECK(refused([&] { decode_header(wrong.data_ptr<int64_t>(), static_cast<size_t>(wrong.numel()), 1); },
@@ -633,14 +631,22 @@ TEST_CASE("wire format: a payload beyond the inline size goes in chunks that che
   inline_header.data_ptr<int64_t>()[kWInline] = 2;
   CHECK(refused([&] { decode_header(inline_header.data_ptr<int64_t>(), static_cast<size_t>(inline_header.numel()), 1); },
                 "inline payload flag 2"));
+  // And a split payload's lead must be 1..kInlineFloats floats.
+  for (int64_t bad_lead : {int64_t{0}, kInlineFloats + 1, int64_t{-3}}) {
+    at::Tensor bad = header.clone();
+    bad.data_ptr<int64_t>()[kWLead] = bad_lead;
+    CHECK(refused([&] { decode_header(bad.data_ptr<int64_t>(), static_cast<size_t>(bad.numel()), 1); },
+                  bad_lead == 0 ? "without a lead" : "a lead of " + std::to_string(bad_lead) + " floats"));
+  }
 }
 
-TEST_CASE("gloo transport: a header announcing chunks and then anything but its chunk is malformed", "[gloo]") {
+TEST_CASE("gloo transport: a header announcing a split payload and then anything but its lead is malformed",
+          "[gloo]") {
   const auto status = run_ranks(2, 25, [](int rank, int port) -> int {
     GlooTransport t(options(rank, 2, port, 10));
     t.barrier();
     if (rank == 1) {
-      // A header that announces a chunked payload, then another header where its chunk belongs.
+      // A header that announces a split payload, then another header where its lead belongs.
       const int64_t n = GlooTransport::kInlineFloats + 10;
       const at::Tensor flat = at::ones({n});
       Message m;
@@ -648,7 +654,56 @@ TEST_CASE("gloo transport: a header announcing chunks and then anything but its 
       send_raw(t, {rv::wire::encode_header(m, {flat}, n, flat), rv::wire::encode_header(m, {}, 0)});
       return 0;
     }
-    return recv_malformed(t, {"malformed payload chunk from peer 1", "where chunk 1 of a payload of"});
+    return recv_malformed(t, {"malformed payload lead from peer 1", "where the lead of a payload of"});
+  });
+  CHECK(status == std::vector<int>{0, 0});
+}
+
+TEST_CASE("gloo transport: a split payload sent without a copy is read where it was, and a payload held elsewhere "
+          "is copied before send() returns",
+          "[gloo]") {
+  constexpr int64_t kN = 3 * GlooTransport::kInlineFloats + 5;
+  const auto status = run_ranks(2, 30, [](int rank, int port) -> int {
+    GlooTransport t(options(rank, 2, port, 20));
+    if (rank == 0) {
+      // Frozen: sent from where it is (the sender keeps its promise not to write it).
+      at::Tensor frozen = at::arange(kN, at::kFloat);
+      Message a;
+      a.kind = MsgKind::kForward;
+      a.id = 1;
+      a.payload = {frozen};
+      a.payload_frozen = true;
+      t.send(1, std::move(a));
+      // Not frozen and held by the caller too: copied, so that writing it at once changes nothing.
+      at::Tensor mine = at::full({kN}, 2.f);
+      Message b;
+      b.kind = MsgKind::kForward;
+      b.id = 2;
+      b.payload = {mine};
+      t.send(1, std::move(b));
+      mine.fill_(-1.f);
+      // Several tensors: one flat copy of them, whatever the sender does next.
+      at::Tensor x = at::full({2, GlooTransport::kInlineFloats}, 3.f), y = at::full({7}, 4.f);
+      Message c;
+      c.kind = MsgKind::kForward;
+      c.id = 3;
+      c.payload = {x, y};
+      t.send(1, std::move(c));
+      x.fill_(-1.f);
+      y.fill_(-1.f);
+      t.flush();
+    } else {
+      const Message a = t.recv();
+      EXPECT_OR_EXIT(a.id == 1 && a.payload.size() == 1 && a.payload[0].numel() == kN);
+      EXPECT_OR_EXIT(a.payload[0].equal(at::arange(kN, at::kFloat)));
+      const Message b = t.recv();
+      EXPECT_OR_EXIT(b.id == 2 && b.payload[0].eq(2.f).all().item<bool>());
+      const Message c = t.recv();
+      EXPECT_OR_EXIT(c.id == 3 && c.payload.size() == 2 && c.payload[0].sizes() == at::IntArrayRef({2, GlooTransport::kInlineFloats}));
+      EXPECT_OR_EXIT(c.payload[0].eq(3.f).all().item<bool>() && c.payload[1].eq(4.f).all().item<bool>());
+    }
+    t.close();
+    return 0;
   });
   CHECK(status == std::vector<int>{0, 0});
 }
@@ -660,7 +715,7 @@ TEST_CASE("gloo transport: two threads sending at once deliver every message int
     GlooTransport t(options(rank, kWorld, port, 20));
     t.barrier();
     if (rank == 0) {
-      // Sizes on both sides of the inline limit: some messages go in chunks.
+      // Sizes on both sides of the inline limit: some messages are split.
       auto sender = [&t](int thread) {
         for (int i = 0; i < kEach; ++i) {
           Message m;
