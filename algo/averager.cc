@@ -32,7 +32,7 @@ void Averager::drop(int) {
 }
 
 at::Tensor Averager::take_over(at::Tensor state) {
-  const bool alone = state.use_count() == 1 && state.storage().use_count() == 1 && state.is_contiguous();
+  const bool alone = holds_alone(state) && state.is_contiguous();
   at::Tensor rows = state.dim() == 1 ? state.unsqueeze(0) : state;
   return alone ? rows : rows.clone();
 }

@@ -395,6 +395,7 @@ bool RingAverager::progress() {
       if (++l.t < l.members - 1) continue;
       l.t = 0;
       if (l.gather) {
+        l.offers = 0;  // every round's offer was taken or withdrawn
         l.done = true;
         --lanes_left_;
       } else {

@@ -2,6 +2,8 @@
 
 namespace rv {
 
+bool holds_alone(const at::Tensor& t) { return t.use_count() == 1 && t.storage().use_count() == 1; }
+
 const char* to_string(MsgKind kind) {
   switch (kind) {
     case MsgKind::kForward: return "forward";

@@ -65,6 +65,10 @@ struct Message {
   double arrived = -1;
 };
 
+// Whether `t` is the only tensor with its memory (no other handle, view or storage user): whoever
+// holds it may hand that memory on without a copy (Message::payload_frozen's "holds alone").
+bool holds_alone(const at::Tensor& t);
+
 // Names one expected message by its fields (Transport::offer).
 struct MessageMatch {
   MsgKind kind = MsgKind::kControl;

@@ -491,12 +491,18 @@ struct GlooTransport::Impl {
     return p;
   }
 
+  // Lock held: a posted recv of `peer` no longer tracked (shutdown no longer aborts it).
+  void untrack(int peer, const WorkPtr& w) {
+    auto& posted = recv_work[peer];
+    const auto it = std::find(posted.begin(), posted.end(), w);
+    if (it != posted.end()) posted.erase(it);
+  }
+
   // Waits for a posted recv; false if it was aborted (shutdown).
   bool wait_recv(int peer, const WorkPtr& w) {
     auto forget = [&] {
       std::lock_guard<std::mutex> lock(mu);
-      auto& posted = recv_work[peer];
-      posted.erase(std::find(posted.begin(), posted.end(), w));
+      untrack(peer, w);
       return !stopping;
     };
     bool ok = false;
@@ -513,9 +519,7 @@ struct GlooTransport::Impl {
   // released with its last reference (Gloo then writes nothing more into its tensor).
   void forget_recv(int peer, const WorkPtr& w) {
     std::lock_guard<std::mutex> lock(mu);
-    auto& posted = recv_work[peer];
-    const auto it = std::find(posted.begin(), posted.end(), w);
-    if (it != posted.end()) posted.erase(it);
+    untrack(peer, w);
     abort_quietly(w);
   }
 
@@ -1177,7 +1181,7 @@ void GlooTransport::send(int dst, Message msg) {
   at::Tensor flat;
   if (msg.payload.size() == 1) {
     const at::Tensor& t = msg.payload[0];
-    const bool alone = msg.payload_frozen || (t.use_count() == 1 && t.storage().use_count() == 1);
+    const bool alone = msg.payload_frozen || holds_alone(t);
     flat = t.detach().to(at::kCPU).contiguous().view({-1});
     if (!alone && is_split(elems) && flat.storage().is_alias_of(t.storage())) flat = flat.clone();
   } else if (elems > 0) {
@@ -1189,9 +1193,8 @@ void GlooTransport::send(int dst, Message msg) {
     std::vector<at::Tensor> parts{encode_header(msg, msg.payload, elems, flat)};
     at::Tensor body;
     if (is_split(elems)) {
-      const int64_t lead = kLeadFloats;
-      parts.push_back(encode_lead(flat.data_ptr<float>(), elems, lead));
-      body = flat.narrow(0, lead, elems - lead);
+      parts.push_back(encode_lead(flat.data_ptr<float>(), elems, kLeadFloats));
+      body = flat.narrow(0, kLeadFloats, elems - kLeadFloats);
     }
     s.post_send(dst, parts, true, body);
   } catch (const PeerError&) {

@@ -5,9 +5,10 @@
 // in two messages that follow the header: on the same Gloo slot its lead, its first floats behind
 // a short prefix (kLeadMagic, the lead's float count, the body's float count, zeros up to
 // kWInlineData), and on a slot of its own its body, the remaining floats as they are in the
-// sender's memory (no prefix, no copy on either side). Headers and leads fit the room a receiver keeps posted ahead
-// (kHeaderWords); the body goes straight into its destination, which the receiver posts on reading
-// the header, while the lead is still on its way (gloo_transport.h: why that matters).
+// sender's memory (no prefix, no copy on either side). Headers and leads fit the room a receiver
+// keeps posted ahead (kHeaderWords); the body goes straight into its destination, which the
+// receiver posts on reading the header, while the lead is still on its way (gloo_transport.h: why
+// that matters).
 //
 // Contract: decode_header() and decode_lead() accept exactly what encode_header() and
 // encode_lead() write (within the limits below) and throw rv::InputError naming the peer and the
