@@ -61,7 +61,8 @@ SpanTimes span_times(const Prepared& p, const std::string& metrics) {
     device.push_back(s.device_of(i).compute_profile());
   }
   SpanTimes out;
-  // Each node's compute spans in time order, for the idle wait before each (time_of's `idle`).
+  // Each node's compute spans in time order, for what the model needs of the spans before each
+  // (DeviceHistory: the idle wait, and the wait after which its code first runs again).
   std::vector<Event> spans;
   for (const Event& e : read_events_csv(metrics))
     if (e.node >= 0 && e.node < p.plan.nodes &&
@@ -70,16 +71,14 @@ SpanTimes span_times(const Prepared& p, const std::string& metrics) {
   std::stable_sort(spans.begin(), spans.end(), [](const Event& a, const Event& b) {
     return a.node != b.node ? a.node < b.node : a.start < b.start;
   });
-  std::vector<Seconds> last_end(static_cast<size_t>(p.plan.nodes), -std::numeric_limits<Seconds>::infinity());
+  std::vector<DeviceHistory> history(static_cast<size_t>(p.plan.nodes));
   for (const Event& e : spans) {
-    const Seconds idle = e.start - last_end[static_cast<size_t>(e.node)];
-    last_end[static_cast<size_t>(e.node)] = e.end;
-    if (e.micro_batch < 0) continue;
     const StageWork& w = work[static_cast<size_t>(e.node)];
-    Seconds modeled = -1;
-    if (e.kind == EventKind::kForward) modeled = time_of(w.forward, device[static_cast<size_t>(e.node)], idle);
-    if (e.kind == EventKind::kBackward) modeled = time_of(w.backward, device[static_cast<size_t>(e.node)], idle);
-    if (modeled <= 0) continue;
+    const Work& unit = e.kind == EventKind::kForward ? w.forward : e.kind == EventKind::kBackward ? w.backward : w.update;
+    DeviceHistory& h = history[static_cast<size_t>(e.node)];
+    const Seconds modeled = h.begin(unit, device[static_cast<size_t>(e.node)], e.start);
+    h.end(e.end);
+    if (e.micro_batch < 0 || e.kind == EventKind::kUpdate || modeled <= 0) continue;
     out.took.push_back(e.end - e.start);
     out.cpu.push_back(e.cpu);
     out.modeled.push_back(modeled);

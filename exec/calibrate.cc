@@ -279,6 +279,60 @@ std::vector<LayerCase> layer_cases(bool quick) {
   return cases;
 }
 
+// The wake-up curve (profile.h, idle_op): the fixed-cost cases (layers on a handful of values,
+// whose time is their operations' fixed costs) run as a network runs them, every forward and then
+// every backward in the reverse order, back to back (warm) and after a wait of each of
+// kWakeWaits, the other devices' load running. A point's cost is its time over the warm one per
+// operation (as the model counts them: describe()), its wait the one measured from the end of the
+// chain before (a sleep overshoots what it asks for); costs made nondecreasing, none below 0.
+// Rounds go over warm and every wait in turn, so that a stretch of a slow host lands on all of
+// them; each figure is the median of its rounds. Empty if no wait costs anything.
+constexpr std::array<double, 7> kWakeWaits{{3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2}};  // s
+
+std::vector<ComputeProfile::Waking> wake_curve(const std::vector<const LayerCase*>& cases, bool quick) {
+  std::vector<std::unique_ptr<LayerRun>> runs;
+  double ops = 0;
+  for (const LayerCase* c : cases) {
+    runs.push_back(std::make_unique<LayerRun>(*c));
+    runs.back()->before_backward();  // its incoming gradient
+    const auto [f, b] = describe(*c);
+    ops += f.ops + b.ops;
+  }
+  Seconds last_end = 0;
+  auto chain = [&] {
+    const Seconds a = now();
+    for (auto& r : runs) r->forward();
+    for (size_t i = runs.size(); i-- > 0;) runs[i]->backward();
+    last_end = now();
+    return last_end - a;
+  };
+  std::vector<double> warm;
+  std::vector<std::vector<double>> after(kWakeWaits.size()), waited(kWakeWaits.size());
+  // More rounds than the cooling curve's: after the shorter waits a point is a few percent of
+  // the chain's time.
+  for (int r = 0; r < (quick ? 3 : 41); ++r) {
+    chain();
+    warm.push_back(chain());
+    for (size_t i = 0; i < kWakeWaits.size(); ++i) {
+      chain();
+      std::this_thread::sleep_for(std::chrono::duration<double>(kWakeWaits[i]));
+      waited[i].push_back(now() - last_end);
+      after[i].push_back(chain());
+    }
+  }
+  const double w = median(warm);
+  std::vector<ComputeProfile::Waking> curve;
+  double cost = 0;
+  for (size_t i = 0; i < kWakeWaits.size(); ++i) {
+    const Seconds wait = median(waited[i]);
+    if (!curve.empty() && !(wait > curve.back().wait)) continue;  // waits must increase
+    cost = std::max(cost, (median(after[i]) - w) / ops);
+    curve.push_back({wait, cost});
+  }
+  if (cost <= 0) return {};
+  return curve;
+}
+
 // The load processes of a shared calibration: started with it, stopped (and reaped) with it.
 class LoadProcesses {
  public:
@@ -477,6 +531,8 @@ Calibration calibrate(const CalibrateOptions& options) {
     }
     return out;
   };
+  // The wake-up curve, on the same fixed-cost cases.
+  p.idle_op = wake_curve(fixed, options.quick);
   cal.samples = median_of_rounds(by_round);
   cal.network_fixed = median_of_rounds(chain_by_round);
   // Efficiencies against the loops' own fixed costs (what a loop's time holds beyond its flops);

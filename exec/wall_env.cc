@@ -59,8 +59,10 @@ Seconds WallCompute::run(const Work& work, const std::function<void()>& maths) {
 #endif
   }
   // On time, not a timed sleep's milliseconds late (which would lengthen every emulated span).
-  if (emulate_) clock_.wait_until(t0 + time_of(work, *emulate_, t0 - last_end_));
-  last_end_ = clock_.now();
+  if (emulate_) {
+    clock_.wait_until(t0 + history_.begin(work, *emulate_, t0));
+    history_.end(clock_.now());
+  }
   return kernels;
 }
 

@@ -41,8 +41,9 @@ class WallClock : public Clock {
 class WallCompute : public Compute {
  public:
   // With `emulate`: after the maths, sleep until the device's modeled time for the work
-  // (core/compute/profile.h time_of, idle: the wall time since the previous unit ended) has passed
-  // since the unit began (a device slower than this machine); without: no emulation.
+  // (core/compute/profile.h time_of, its idle and wake from the wall times of the units before,
+  // as DeviceHistory gives them) has passed since the unit began (a device slower than this
+  // machine); without: no emulation.
   // On a GPU (`device`), a unit's span ends when the device has finished its kernels (its stream
   // is synchronised after the maths), so that the span is the kernels' time, not their launch's;
   // run() returns the kernels' seconds between two events recorded on the stream before and
@@ -57,7 +58,7 @@ class WallCompute : public Compute {
   std::optional<ComputeProfile> emulate_;
   c10::Device device_;
   WallClock clock_;
-  Seconds last_end_ = -std::numeric_limits<Seconds>::infinity();  // clock_ s
+  DeviceHistory history_;  // clock_ s
 };
 
 }  // namespace rv

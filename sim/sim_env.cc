@@ -20,12 +20,12 @@ void SimClock::sleep_for(Seconds s) {
 
 Seconds SimCompute::run(const Work& work, const std::function<void()>& maths) {
   if (numeric_) maths();
-  const Seconds t = time_of(work, device_, sg4::Engine::get_clock() - last_end_);
+  const Seconds t = history_.begin(work, device_, sg4::Engine::get_clock());
   if (t > 0) {
     if (host_speed_ > 0) sg4::this_actor::execute(t * host_speed_);
     else sg4::this_actor::sleep_for(t);
   }
-  last_end_ = sg4::Engine::get_clock();
+  history_.end(sg4::Engine::get_clock());
   return kNaN;
 }
 

@@ -37,9 +37,9 @@ class SimClock : public Clock {
   void sleep_for(Seconds s) override;
 };
 
-// Charges work at the node's device model: time_of(work, device, idle) seconds; `idle` is the
+// Charges work at the node's device model: time_of(work, device, idle, wake) seconds, `idle` the
 // simulated time since the node's previous unit of work ended (its first unit: after an unbounded
-// wait).
+// wait) and `wake` as DeviceHistory (core/compute/profile.h) gives it.
 //
 // On a host of a platform file the time is an execution of the host's flops (the file's host may
 // be shared, or change speed over time: SimGrid's CPU model decides). On the scenario's own
@@ -60,7 +60,7 @@ class SimCompute : public Compute {
   bool numeric_;
   ComputeProfile device_;
   double host_speed_;  // flop/s; 0: a host of its own
-  Seconds last_end_ = -std::numeric_limits<Seconds>::infinity();  // simulated s
+  DeviceHistory history_;  // simulated s
 };
 
 }  // namespace rv

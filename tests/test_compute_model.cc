@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <unistd.h>
 
 #include "catch.h"
@@ -189,6 +190,81 @@ TEST_CASE("cold memory: a span whose stage outgrows the cache reads its cold byt
       CHECK(std::string(e.what()).find(one.find("memory") == 0 ? "cache_mib" : "memory_gbps") != std::string::npos);
     }
   }
+}
+
+TEST_CASE("the wake-up curve: after a wait each operation costs more, once per code", "[compute]") {
+  ComputeProfile p = example_profile();
+  Work fwd, bwd, step;
+  fwd.add(OpKind::kMatmul, Pass::kForward, 1e6, 1e5, 3);
+  bwd.add(OpKind::kMatmul, Pass::kBackward, 1e6, 1e5, 5);
+  step.add_elementwise(1e4, 2, 4);
+  CHECK(fwd.code() != bwd.code());
+  CHECK(fwd.code() != step.code());
+  CHECK(fwd.code() == fwd.scaled(2).code());  // the same operations, more of them: the same code
+  const Seconds warm = time_of(fwd, p);
+  CHECK(time_of(fwd, p, 1.0, 1.0) == warm);  // no curve: nothing
+  // Linear in the logarithm of the wait between points, 0 before the first, the last's after it.
+  p.idle_op = {{1e-4, 2e-6}, {1e-3, 4e-6}, {1e-2, 10e-6}};
+  CHECK(wake_cost(p, 0) == 0);
+  CHECK(wake_cost(p, 0.99e-4) == 0);
+  CHECK(wake_cost(p, 1e-4) == Approx(2e-6).epsilon(1e-12));
+  CHECK(wake_cost(p, std::sqrt(1e-4 * 1e-3)) == Approx(3e-6).epsilon(1e-9));
+  CHECK(wake_cost(p, std::sqrt(1e-3 * 1e-2)) == Approx(7e-6).epsilon(1e-9));
+  CHECK(wake_cost(p, 5.0) == Approx(10e-6).epsilon(1e-12));
+  CHECK(time_of(fwd, p, 1.0) == warm);  // a wait, but the span's code is warm (wake 0)
+  CHECK(time_of(fwd, p, 0, 1e-3) == Approx(warm + 3 * 4e-6).epsilon(1e-12));
+  // A device's spans in turn (DeviceHistory): after a wait the curve charges, each code pays once,
+  // at that wait, however the spans follow each other; back to back (or after a wait the curve
+  // does not charge) a warm code pays nothing.
+  DeviceHistory h;
+  auto span = [&](const Work& w, Seconds start, Seconds took) {
+    const Seconds t = h.begin(w, p, start);
+    h.end(start + took);
+    return t;
+  };
+  const Seconds inf = std::numeric_limits<Seconds>::infinity();
+  CHECK(span(fwd, 0, 1e-3) == Approx(time_of(fwd, p, inf, inf)).epsilon(1e-12));  // the first: after ever
+  CHECK(span(bwd, 1e-3, 1e-3) == Approx(time_of(bwd, p, 0, inf)).epsilon(1e-12));
+  CHECK(span(fwd, 2e-3, 1e-3) == time_of(fwd, p));
+  CHECK(span(step, 3e-3, 1e-3) == Approx(time_of(step, p, 0, inf)).epsilon(1e-12));
+  CHECK(span(fwd, 4e-3 + 5e-5, 1e-3) == time_of(fwd, p, 5e-5));  // 50 us: below the curve, warm
+  // 1 ms: a new busy period; the forward pays, the backward right after it too (its code did not
+  // run since), the next forward not.
+  CHECK(span(fwd, 6.05e-3, 1e-3) == Approx(time_of(fwd, p, 1e-3, 1e-3)).epsilon(1e-9));
+  CHECK(span(bwd, 7.05e-3, 1e-3) == Approx(time_of(bwd, p, 0, 1e-3)).epsilon(1e-9));
+  CHECK(span(fwd, 8.05e-3, 1e-3) == time_of(fwd, p));
+  CHECK(span(bwd, 9.05e-3 + 1e-2, 1e-3) == Approx(time_of(bwd, p, 1e-2, 1e-2)).epsilon(1e-9));
+  // Without a curve the history charges what time_of charges for the wait alone.
+  DeviceHistory plain;
+  const ComputeProfile none = example_profile();
+  CHECK(plain.begin(fwd, none, 0) == time_of(fwd, none, inf));
+  // The profile file: written and read back; bad points name their key.
+  const ComputeProfile q = parse_profile(profile_to_toml(p), "p.toml");
+  REQUIRE(q.idle_op.size() == 3);
+  for (size_t i = 0; i < 3; ++i) {
+    CHECK(q.idle_op[i].wait == Approx(p.idle_op[i].wait).epsilon(1e-6));
+    CHECK(q.idle_op[i].op == Approx(p.idle_op[i].op).epsilon(1e-6));
+  }
+  CHECK(profile_to_toml(example_profile()).find("idle_op_us") == std::string::npos);
+  const std::string head = "peak_tflops = 1\n", rest = profile_to_toml(example_profile());
+  const std::string tables = rest.substr(rest.find("[forward]"));
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"idle_op_us = 3\n", "idle_op_us"},
+      {"idle_op_us = [[1]]\n", "idle_op_us[0]"},
+      {"idle_op_us = [[1, \"a\"]]\n", "idle_op_us[0]"},
+      {"idle_op_us = [[0, 1]]\n", "idle_op_us[0]"},
+      {"idle_op_us = [[1, -1]]\n", "idle_op_us[0]"},
+      {"idle_op_us = [[1, 2], [1, 3]]\n", "idle_op_us[1]"},
+      {"idle_op_us = [[1, 2], [2, 1]]\n", "idle_op_us[1]"}};
+  for (const auto& [text, key] : bad) {
+    try {
+      parse_profile(head + text + tables, "o.toml");
+      FAIL("accepted " << text);
+    } catch (const InputError& e) {
+      CHECK(std::string(e.what()).find("o.toml: key '" + key + "'") != std::string::npos);
+    }
+  }
+  CHECK(parse_profile(head + "idle_op_us = []\n" + tables, "o.toml").idle_op.empty());
 }
 
 TEST_CASE("a model's work: its layers' operations, the backward's gradients", "[compute]") {
@@ -407,6 +483,43 @@ TEST_CASE("the simulator charges a span after an idle wait its cold bytes (idle_
   CHECK(forwards[0] == Approx(cold).epsilon(1e-9));
   for (size_t i = 1; i < forwards.size(); ++i) CHECK(forwards[i] == Approx(warm).epsilon(1e-9));
   fs::remove(idle_file);
+}
+
+TEST_CASE("the simulator charges each span's code once after a wait (idle_op)", "[compute][sim]") {
+  // One node: its first spans follow an unbounded wait, each of its forward, backward and step
+  // pays once; after them it runs back to back and pays nothing. A dilation doubles the cost per
+  // operation, as it does the fixed costs. (One simulation per process: SimGrid's engine.)
+  ComputeProfile waking = example_profile();
+  waking.idle_op = {{1e-4, 5e-6}, {1e-2, 20e-6}};
+  const fs::path file = temp_file("waking.toml", profile_to_toml(waking));
+  for (double dilation : {1.0, 2.0}) {
+    auto q = test::prepare(kOneNode, {"devices.0.profile=\"" + file.string() + "\"",
+                                      "dilation=" + std::to_string(dilation)}, false);
+    const ComputeProfile device = q.scenario.devices[0].compute_profile();
+    REQUIRE(device.idle_op.size() == 2);
+    CHECK(device.idle_op[1].wait == 1e-2);
+    CHECK(device.idle_op[1].op == Approx(20e-6 * dilation).epsilon(1e-12));
+    CHECK(device.of(Pass::kForward, OpKind::kMatmul).overhead == Approx(20e-6 * dilation).epsilon(1e-12));
+    if (dilation == 1.0) continue;
+    const StageWork w = stage_work(q.model, 0, q.model.layer_count(), q.scenario.training, 32);
+    std::vector<Seconds> forwards, backwards;
+    for (const Event& e : run_simulation(q.spec()).events) {
+      if (e.node != 0 || e.micro_batch < 0) continue;
+      if (e.kind == EventKind::kForward) forwards.push_back(e.end - e.start);
+      if (e.kind == EventKind::kBackward) backwards.push_back(e.end - e.start);
+    }
+    REQUIRE(forwards.size() == 5);
+    REQUIRE(backwards.size() == 5);
+    const Seconds inf = std::numeric_limits<Seconds>::infinity();
+    CHECK(forwards[0] == Approx(time_of(w.forward, device) + w.forward.total_ops() * 20e-6 * dilation).epsilon(1e-9));
+    CHECK(backwards[0] == Approx(time_of(w.backward, device, 0, inf)).epsilon(1e-9));
+    CHECK(backwards[0] > time_of(w.backward, device));
+    for (size_t i = 1; i < forwards.size(); ++i) {
+      CHECK(forwards[i] == Approx(time_of(w.forward, device)).epsilon(1e-9));
+      CHECK(backwards[i] == Approx(time_of(w.backward, device)).epsilon(1e-9));
+    }
+  }
+  fs::remove(file);
 }
 
 TEST_CASE("a missing or bad profile file is a scenario error naming the device's key", "[compute]") {

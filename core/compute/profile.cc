@@ -1,5 +1,6 @@
 #include "core/compute/profile.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -13,29 +14,56 @@
 namespace rv {
 namespace {
 
-
 std::string number(double v) {
   char buf[40];
   std::snprintf(buf, sizeof buf, "%.6g", v);
   return buf;
 }
 
+// A curve of (wait, value) points at `wait`: linear in the logarithm of the wait between points,
+// 0 before the first, the last point's value after it.
+template <class Point>
+double on_curve(const std::vector<Point>& curve, double Point::*value, Seconds wait) {
+  if (curve.empty() || !(wait >= curve.front().wait)) return 0;
+  for (size_t i = 1; i < curve.size(); ++i) {
+    if (wait >= curve[i].wait) continue;
+    const Point& a = curve[i - 1];
+    const Point& b = curve[i];
+    const double x = std::log(wait / a.wait) / std::log(b.wait / a.wait);
+    return a.*value + x * (b.*value - a.*value);
+  }
+  return curve.back().*value;
+}
+
 }  // namespace
 
 double cold_fraction(const ComputeProfile& p, Seconds idle) {
-  const auto& curve = p.idle_cold;
-  if (curve.empty() || !(idle >= curve.front().wait)) return 0;
-  for (size_t i = 1; i < curve.size(); ++i) {
-    if (idle >= curve[i].wait) continue;
-    const ComputeProfile::Cooling& a = curve[i - 1];
-    const ComputeProfile::Cooling& b = curve[i];
-    const double x = std::log(idle / a.wait) / std::log(b.wait / a.wait);
-    return a.cold + x * (b.cold - a.cold);
-  }
-  return curve.back().cold;
+  return on_curve(p.idle_cold, &ComputeProfile::Cooling::cold, idle);
 }
 
-Seconds time_of(const Work& work, const ComputeProfile& p, Seconds idle) {
+Seconds wake_cost(const ComputeProfile& p, Seconds wait) {
+  return on_curve(p.idle_op, &ComputeProfile::Waking::op, wait);
+}
+
+Seconds DeviceHistory::begin(const Work& work, const ComputeProfile& profile, Seconds start) {
+  const Seconds idle = start - last_end_;
+  if (profile.idle_op.empty()) return time_of(work, profile, idle);
+  if (wake_cost(profile, idle) > 0) {  // a wait the curve charges: a new busy period
+    woke_after_ = idle;
+    warm_.clear();
+  }
+  Seconds wake = 0;
+  const uint64_t code = work.code();
+  if (woke_after_ > 0 && std::find(warm_.begin(), warm_.end(), code) == warm_.end()) {
+    wake = woke_after_;
+    warm_.push_back(code);
+  }
+  return time_of(work, profile, idle, wake);
+}
+
+void DeviceHistory::end(Seconds at) { last_end_ = at; }
+
+Seconds time_of(const Work& work, const ComputeProfile& p, Seconds idle, Seconds wake) {
   Seconds t = 0;
   for (int q = 0; q < kPasses; ++q)
     for (int k = 0; k < kOpKinds; ++k) {
@@ -54,6 +82,7 @@ Seconds time_of(const Work& work, const ComputeProfile& p, Seconds idle) {
     const double cooled = cold_fraction(p, idle) * (work.cold_bytes() + work.idle_cold_bytes() - missed);
     t += (missed + cooled) / p.memory_bytes_per_s;
   }
+  if (wake > 0 && !p.idle_op.empty()) t += work.total_ops() * wake_cost(p, wake);
   return t;
 }
 
@@ -65,9 +94,9 @@ ComputeProfile parse_profile(const std::string& text, const std::string& source)
   for (const auto& [k, v] : root) {
     const std::string key(k.str());
     if (key != "name" && key != "peak_tflops" && key != "threads" && key != "memory_gbps" && key != "cache_mib" &&
-        key != "idle_cold" && key != "idle_cold_ms" && key != "forward" && key != "backward")
+        key != "idle_cold" && key != "idle_cold_ms" && key != "idle_op_us" && key != "forward" && key != "backward")
       fail(key, "unknown key (expected name, peak_tflops, threads, memory_gbps, cache_mib, idle_cold (or "
-                "idle_cold_ms), [forward], [backward])");
+                "idle_cold_ms), idle_op_us, [forward], [backward])");
   }
   ComputeProfile p;
   p.name = root["name"].value_or(std::string("profile"));
@@ -95,22 +124,33 @@ ComputeProfile parse_profile(const std::string& text, const std::string& source)
     if (*ms > 0 && p.memory_bytes_per_s <= 0) fail("idle_cold_ms", "needs memory_gbps and cache_mib");
     if (*ms > 0) p.idle_cold.push_back({*ms * 1e-3, 1.0});
   }
-  if (root.contains("idle_cold")) {
-    const toml::array* a = root["idle_cold"].as_array();
-    if (a == nullptr) fail("idle_cold", "expected an array of [wait ms, fraction cold] pairs");
-    if (!a->empty() && p.memory_bytes_per_s <= 0) fail("idle_cold", "needs memory_gbps and cache_mib");
+  // A curve's [wait ms, value] points: waits increasing, values in [0, most] and nondecreasing.
+  auto curve = [&](const std::string& key, const std::string& value, double most, const std::string& rising) {
+    std::vector<std::pair<Seconds, double>> points;
+    const toml::array* a = root[key].as_array();
+    if (a == nullptr) fail(key, "expected an array of [wait ms, " + value + "] pairs");
     for (size_t i = 0; i < a->size(); ++i) {
-      const std::string at = "idle_cold[" + std::to_string(i) + "]";
+      const std::string at = key + "[" + std::to_string(i) + "]";
       const toml::array* point = (*a)[i].as_array();
       const auto ms = point && point->size() == 2 ? (*point)[0].value<double>() : std::nullopt;
-      const auto cold = point && point->size() == 2 ? (*point)[1].value<double>() : std::nullopt;
-      if (!ms || !cold) fail(at, "expected [wait ms, fraction cold]");
+      const auto v = point && point->size() == 2 ? (*point)[1].value<double>() : std::nullopt;
+      if (!ms || !v) fail(at, "expected [wait ms, " + value + "]");
       if (!(*ms > 0) || *ms > 1e6) fail(at, "expected a wait in (0, 1e6] ms");
-      if (!(*cold >= 0) || *cold > 1) fail(at, "expected a fraction in [0, 1]");
-      if (i > 0 && !(*ms * 1e-3 > p.idle_cold.back().wait)) fail(at, "waits must increase");
-      if (i > 0 && *cold < p.idle_cold.back().cold) fail(at, "fractions must not decrease (a cache does not warm up idle)");
-      p.idle_cold.push_back({*ms * 1e-3, *cold});
+      if (!(*v >= 0) || *v > most) fail(at, "expected a " + value + " in [0, " + number(most) + "]");
+      if (i > 0 && !(*ms * 1e-3 > points.back().first)) fail(at, "waits must increase");
+      if (i > 0 && *v < points.back().second) fail(at, rising);
+      points.emplace_back(*ms * 1e-3, *v);
     }
+    return points;
+  };
+  if (root.contains("idle_cold")) {
+    const auto points = curve("idle_cold", "fraction cold", 1, "fractions must not decrease (a cache does not warm up idle)");
+    if (!points.empty() && p.memory_bytes_per_s <= 0) fail("idle_cold", "needs memory_gbps and cache_mib");
+    for (const auto& [wait, cold] : points) p.idle_cold.push_back({wait, cold});
+  }
+  if (root.contains("idle_op_us")) {
+    for (const auto& [wait, us] : curve("idle_op_us", "us per operation", 1e6, "costs must not decrease (a longer wait loses no less)"))
+      p.idle_op.push_back({wait, us * 1e-6});
   }
   for (int q = 0; q < kPasses; ++q) {
     const std::string pass = pass_name(static_cast<Pass>(q));
@@ -173,6 +213,12 @@ std::string profile_to_toml(const ComputeProfile& p, const std::string& comment)
         os << (i ? ", [" : "[") << number(p.idle_cold[i].wait * 1e3) << ", " << number(p.idle_cold[i].cold) << "]";
       os << "]  # [wait ms, fraction cold]\n";
     }
+  }
+  if (!p.idle_op.empty()) {
+    os << "idle_op_us = [";
+    for (size_t i = 0; i < p.idle_op.size(); ++i)
+      os << (i ? ", [" : "[") << number(p.idle_op[i].wait * 1e3) << ", " << number(p.idle_op[i].op * 1e6) << "]";
+    os << "]  # [wait ms, us more per operation]\n";
   }
   for (int q = 0; q < kPasses; ++q) {
     os << "[" << pass_name(static_cast<Pass>(q)) << "]";

@@ -16,6 +16,9 @@
 //   idle_cold = [[0.1, 0.05], [1, 0.4], [3, 0.6], [10, 0.8]]
 //                            # optional (with memory_gbps): the cooling curve, [wait ms, fraction
 //                            # cold] (below); `idle_cold_ms = 3` is the step [[3, 1]]
+//   idle_op_us = [[0.03, 2.1], [0.3, 3.5], [3, 6]]
+//                            # optional: the wake-up curve, [wait ms, us more per operation]
+//                            # (below)
 //   [forward]    # per kind: fixed cost (us), then the efficiency of each operation class (work.h):
 //                # intensity < 4, < 8, < 16, < 32, < 64, >= 64 flop/B within 1 MiB; the same up to
 //                # 8 MiB; the same beyond (18 efficiencies; a file of 12, as profiles were before
@@ -34,6 +37,8 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -78,6 +83,20 @@ struct ComputeProfile {
     double cold = 0;  // in [0, 1]
   };
   std::vector<Cooling> idle_cold;
+  // The wake-up curve: after the device idled `wait` seconds, each operation costs `op` seconds
+  // more the first time its code runs again (the code of a span's kind: core/compute/work.h
+  // Work::code; DeviceHistory below says which spans pay). What an operation runs besides its
+  // arithmetic (dispatch, autograd, the allocator: code, branch history, address translations)
+  // is gone after a wait as the data is, and it is no matter of bytes: on the VMs this project is
+  // developed on, a span of 8 small operations took 0.02 ms back to back and 0.05-0.06 ms after
+  // a wait of only 50 us (bench_stage_compute --sleep-us 50), while an 8 MiB read lost nothing
+  // to waits up to 1 ms. Points in increasing wait with costs nondecreasing; wake_cost()
+  // interpolates. Empty: none. Seconds, undilated like the fixed costs it adds to.
+  struct Waking {
+    Seconds wait = 0;
+    Seconds op = 0;  // per operation
+  };
+  std::vector<Waking> idle_op;
   // By pass, then kind. The default (no fixed cost, every efficiency 1) is the peak-FLOPS model:
   // every flop at the device's peak.
   std::array<std::array<KindCost, kOpKinds>, kPasses> cost{};
@@ -93,13 +112,40 @@ struct ComputeProfile {
 // before the first point (and where the curve is empty), the last point's fraction after it.
 double cold_fraction(const ComputeProfile& profile, Seconds idle);
 
+// Seconds more per operation after an idle wait of `wait` seconds: profile.idle_op interpolated
+// as cold_fraction interpolates the cooling curve (0 before its first point, the last point's
+// cost after it).
+Seconds wake_cost(const ComputeProfile& profile, Seconds wait);
+
 // How long `work` takes on a device of `profile`, in seconds: its operations, plus, at the memory
 // bandwidth, the bytes it reads from memory: its cold bytes where its resident bytes exceed the
 // cache (the misses of back-to-back spans), and of the rest of its cold and idle-cold bytes the
 // fraction cold_fraction(profile, idle) (`idle`: seconds since the device's last work ended). The
 // planner's steady state charges back-to-back spans (idle 0): the stage that bounds a pipeline's
-// period does not wait.
-Seconds time_of(const Work& work, const ComputeProfile& profile, Seconds idle = 0);
+// period does not wait. `wake`: the wait after which this span's code first runs again (the
+// wake-up curve: wake_cost(profile, wake) per operation; 0: its code is warm); DeviceHistory
+// gives both for a device's spans in turn.
+Seconds time_of(const Work& work, const ComputeProfile& profile, Seconds idle = 0, Seconds wake = 0);
+
+// What the model needs of a device's history before each span, in the simulator, emulate_speed
+// and `ravnest validate` alike: the wait since its last span ended (`idle`), and, where the span's
+// code (Work::code) has not run since the device last woke from a wait that the wake-up curve
+// charges, that wait (`wake`). So the spans after a wait each pay for their own code once: a
+// stage's forward after it waited for its input, and the last stage's backward right after it,
+// whose code the forward did not run; a stage that never waits pays nothing. The first span
+// follows an unbounded wait.
+class DeviceHistory {
+ public:
+  // time_of(work, profile, idle, wake) for a span of `work` that starts at `start` (seconds, on
+  // the clock end() is given), counting it as run.
+  Seconds begin(const Work& work, const ComputeProfile& profile, Seconds start);
+  void end(Seconds at);  // the span ended
+
+ private:
+  Seconds last_end_ = -std::numeric_limits<Seconds>::infinity();
+  Seconds woke_after_ = 0;       // the wait that began the current busy period (0: none charged)
+  std::vector<uint64_t> warm_;  // the codes run since
+};
 
 // The profile file (above). read_profile throws rv::InputError naming the file, the key and what
 // is wrong; profile_to_toml gives the same format, with `comment` as a header line (written whole

@@ -97,6 +97,15 @@ Flops Work::total_flops() const {
   return f;
 }
 
+uint64_t Work::code() const {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the indices of the buckets in use
+  for (size_t i = 0; i < b_.size(); ++i) {
+    if (b_[i].ops == 0) continue;
+    h = (h ^ static_cast<uint64_t>(i + 1)) * 1099511628211ull;
+  }
+  return h;
+}
+
 double Work::total_ops() const {
   double n = 0;
   for (const Bucket& b : b_) n += b.ops;

@@ -28,6 +28,7 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "core/units.h"
@@ -90,6 +91,10 @@ class Work {
   Flops flops(OpKind kind, Pass pass, int c) const { return at(kind, pass, c).flops; }
   Flops total_flops() const;
   double total_ops() const;
+  // Which code the work runs: a fingerprint of the buckets (pass, kind, class) it has operations
+  // in. A stage's forward, backward and optimizer step differ; two micro-batches' forwards do
+  // not. The wake-up curve (profile.h) charges each code once after a wait.
+  uint64_t code() const;
 
  private:
   struct Bucket {

@@ -53,6 +53,7 @@ struct DeviceGroup {
     // twice as fast reads its weights twice as fast.
     if (compute.peak_flops_per_s > 0) p.memory_bytes_per_s *= flops_per_s() / compute.peak_flops_per_s;
     p.peak_flops_per_s = flops_per_s();
+    for (auto& point : p.idle_op) point.op *= dilation;  // a time per operation, as the fixed costs
     for (auto& pass : p.cost)
       for (KindCost& kind : pass) {
         kind.overhead *= dilation;
