@@ -74,7 +74,14 @@ SpanTimes span_times(const Prepared& p, const std::string& metrics) {
   std::vector<DeviceHistory> history(static_cast<size_t>(p.plan.nodes));
   for (const Event& e : spans) {
     const StageWork& w = work[static_cast<size_t>(e.node)];
-    const Work& unit = e.kind == EventKind::kForward ? w.forward : e.kind == EventKind::kBackward ? w.backward : w.update;
+    // An evaluation's forward (micro_batch < 0) is charged as the worker charges it: the layers
+    // alone, without the first stage's input preparation (another code).
+    const NodeRole r = p.plan.role_of(e.node);
+    const Work eval = e.micro_batch < 0 && r.stage >= 0 ? p.model.forward_work(r.layer_begin, r.layer_end, s.data.batch_size)
+                                                         : Work{};
+    const Work& unit = e.kind == EventKind::kForward ? (e.micro_batch < 0 ? eval : w.forward)
+                       : e.kind == EventKind::kBackward ? w.backward
+                                                        : w.update;
     DeviceHistory& h = history[static_cast<size_t>(e.node)];
     const Seconds modeled = h.begin(unit, device[static_cast<size_t>(e.node)], e.start);
     h.end(e.end);

@@ -215,7 +215,13 @@ TEST_CASE("the wake-up curve: after a wait each operation costs more, once per c
   CHECK(time_of(fwd, p, 0, 1e-3) == Approx(warm + 3 * 4e-6).epsilon(1e-12));
   // A device's spans in turn (DeviceHistory): after a wait the curve charges, each code pays once,
   // at that wait, however the spans follow each other; back to back (or after a wait the curve
-  // does not charge) a warm code pays nothing.
+  // does not charge) a warm code pays nothing. Each span's idle wait (the cold bytes' term) is the
+  // one just before it.
+  p.memory_bytes_per_s = 1e9;
+  p.cache_bytes = 1e12;
+  p.idle_cold = {{1e-5, 0.5}, {1e-2, 1.0}};
+  fwd.add_idle_cold(2e5);
+  bwd.add_idle_cold(3e5);
   DeviceHistory h;
   auto span = [&](const Work& w, Seconds start, Seconds took) {
     const Seconds t = h.begin(w, p, start);
@@ -227,17 +233,22 @@ TEST_CASE("the wake-up curve: after a wait each operation costs more, once per c
   CHECK(span(bwd, 1e-3, 1e-3) == Approx(time_of(bwd, p, 0, inf)).epsilon(1e-12));
   CHECK(span(fwd, 2e-3, 1e-3) == time_of(fwd, p));
   CHECK(span(step, 3e-3, 1e-3) == Approx(time_of(step, p, 0, inf)).epsilon(1e-12));
-  CHECK(span(fwd, 4e-3 + 5e-5, 1e-3) == time_of(fwd, p, 5e-5));  // 50 us: below the curve, warm
+  CHECK(span(fwd, 4e-3 + 5e-5, 1e-3) == Approx(time_of(fwd, p, 5e-5)).epsilon(1e-9));  // 50 us: below the curve, warm
   // 1 ms: a new busy period; the forward pays, the backward right after it too (its code did not
   // run since), the next forward not.
   CHECK(span(fwd, 6.05e-3, 1e-3) == Approx(time_of(fwd, p, 1e-3, 1e-3)).epsilon(1e-9));
   CHECK(span(bwd, 7.05e-3, 1e-3) == Approx(time_of(bwd, p, 0, 1e-3)).epsilon(1e-9));
   CHECK(span(fwd, 8.05e-3, 1e-3) == time_of(fwd, p));
   CHECK(span(bwd, 9.05e-3 + 1e-2, 1e-3) == Approx(time_of(bwd, p, 1e-2, 1e-2)).epsilon(1e-9));
-  // Without a curve the history charges what time_of charges for the wait alone.
+  CHECK(time_of(fwd, p, 5e-5) > time_of(fwd, p));  // the idle waits above were charged
+  // Without a wake-up curve the history charges what time_of charges for the wait alone.
   DeviceHistory plain;
-  const ComputeProfile none = example_profile();
+  ComputeProfile none = p;
+  none.idle_op.clear();
   CHECK(plain.begin(fwd, none, 0) == time_of(fwd, none, inf));
+  plain.end(1e-3);
+  CHECK(plain.begin(bwd, none, 1.5e-3) == Approx(time_of(bwd, none, 0.5e-3)).epsilon(1e-12));
+  CHECK(time_of(bwd, none, 0.5e-3) > time_of(bwd, none));
   // The profile file: written and read back; bad points name their key.
   const ComputeProfile q = parse_profile(profile_to_toml(p), "p.toml");
   REQUIRE(q.idle_op.size() == 3);
@@ -497,19 +508,24 @@ TEST_CASE("the simulator charges each span's code once after a wait (idle_op)", 
                                       "dilation=" + std::to_string(dilation)}, false);
     const ComputeProfile device = q.scenario.devices[0].compute_profile();
     REQUIRE(device.idle_op.size() == 2);
-    CHECK(device.idle_op[1].wait == 1e-2);
+    CHECK(device.idle_op[1].wait == Approx(1e-2 * dilation).epsilon(1e-12));  // a wait, dilated too
     CHECK(device.idle_op[1].op == Approx(20e-6 * dilation).epsilon(1e-12));
     CHECK(device.of(Pass::kForward, OpKind::kMatmul).overhead == Approx(20e-6 * dilation).epsilon(1e-12));
     if (dilation == 1.0) continue;
     const StageWork w = stage_work(q.model, 0, q.model.layer_count(), q.scenario.training, 32);
-    std::vector<Seconds> forwards, backwards;
+    std::vector<Seconds> forwards, backwards, steps;
     for (const Event& e : run_simulation(q.spec()).events) {
-      if (e.node != 0 || e.micro_batch < 0) continue;
+      if (e.node != 0) continue;
+      if (e.kind == EventKind::kUpdate) steps.push_back(e.end - e.start);
+      if (e.micro_batch < 0) continue;
       if (e.kind == EventKind::kForward) forwards.push_back(e.end - e.start);
       if (e.kind == EventKind::kBackward) backwards.push_back(e.end - e.start);
     }
     REQUIRE(forwards.size() == 5);
     REQUIRE(backwards.size() == 5);
+    REQUIRE(steps.size() == 5);
+    CHECK(steps[0] == Approx(time_of(w.update, device) + w.update.total_ops() * 20e-6 * dilation).epsilon(1e-9));
+    for (size_t i = 1; i < steps.size(); ++i) CHECK(steps[i] == Approx(time_of(w.update, device)).epsilon(1e-9));
     const Seconds inf = std::numeric_limits<Seconds>::infinity();
     CHECK(forwards[0] == Approx(time_of(w.forward, device) + w.forward.total_ops() * 20e-6 * dilation).epsilon(1e-9));
     CHECK(backwards[0] == Approx(time_of(w.backward, device, 0, inf)).epsilon(1e-9));

@@ -132,8 +132,8 @@ Seconds time_of(const Work& work, const ComputeProfile& profile, Seconds idle = 
 // code (Work::code) has not run since the device last woke from a wait that the wake-up curve
 // charges, that wait (`wake`). So the spans after a wait each pay for their own code once: a
 // stage's forward after it waited for its input, and the last stage's backward right after it,
-// whose code the forward did not run; a stage that never waits pays nothing. The first span
-// follows an unbounded wait.
+// whose code the forward did not run; a stage that never waits pays for each code's first run
+// only (the first span follows an unbounded wait).
 class DeviceHistory {
  public:
   // time_of(work, profile, idle, wake) for a span of `work` that starts at `start` (seconds, on

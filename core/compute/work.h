@@ -91,9 +91,11 @@ class Work {
   Flops flops(OpKind kind, Pass pass, int c) const { return at(kind, pass, c).flops; }
   Flops total_flops() const;
   double total_ops() const;
-  // Which code the work runs: a fingerprint of the buckets (pass, kind, class) it has operations
-  // in. A stage's forward, backward and optimizer step differ; two micro-batches' forwards do
-  // not. The wake-up curve (profile.h) charges each code once after a wait.
+  // Which code the work runs, as far as its buckets tell: a fingerprint of the buckets (pass,
+  // kind, class) it has operations in. A stage's forward, backward and optimizer step differ; two
+  // micro-batches' forwards do not; two works of one kind and class (an optimizer step and an
+  // averaging sum, both forward elementwise) count as one code. The wake-up curve (profile.h)
+  // charges each code once after a wait.
   uint64_t code() const;
 
  private:

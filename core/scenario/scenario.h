@@ -44,7 +44,8 @@ struct DeviceGroup {
   // executor. Under a dilation k every rate is divided by k and every time multiplied by k.
   double flops_per_s() const { return tflops * kTflopsToFlopsPerSecond / dilation; }
   // The device's compute model (core/compute/profile.h): its profile's per-operation cost and
-  // efficiencies at this device's peak (tflops), its memory bandwidth scaled with the peak;
+  // efficiencies at this device's peak (tflops), its memory bandwidth scaled with the peak, its
+  // curves' waits and costs dilated;
   // `efficiency`, where set, replaces every one of the profile's efficiencies and keeps its fixed
   // costs.
   ComputeProfile compute_profile() const {
@@ -53,7 +54,12 @@ struct DeviceGroup {
     // twice as fast reads its weights twice as fast.
     if (compute.peak_flops_per_s > 0) p.memory_bytes_per_s *= flops_per_s() / compute.peak_flops_per_s;
     p.peak_flops_per_s = flops_per_s();
-    for (auto& point : p.idle_op) point.op *= dilation;  // a time per operation, as the fixed costs
+    // Times: the curves' waits and the cost per operation, as the fixed costs.
+    for (auto& point : p.idle_op) {
+      point.wait *= dilation;
+      point.op *= dilation;
+    }
+    for (auto& point : p.idle_cold) point.wait *= dilation;
     for (auto& pass : p.cost)
       for (KindCost& kind : pass) {
         kind.overhead *= dilation;
