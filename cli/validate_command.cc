@@ -53,11 +53,15 @@ struct SpanTimes {
 SpanTimes span_times(const Prepared& p, const std::string& metrics) {
   const Scenario& s = p.scenario;
   std::vector<StageWork> work;
+  // An evaluation's forward (micro_batch < 0) is charged as the worker charges it: the layers
+  // alone, without the first stage's input preparation (another code).
+  std::vector<Work> eval;
   std::vector<ComputeProfile> device;
   for (int i = 0; i < p.plan.nodes; ++i) {
     const NodeRole r = p.plan.role_of(i);
     work.push_back(r.stage >= 0 ? stage_work(p.model, r.layer_begin, r.layer_end, s.training, s.data.batch_size)
                                 : StageWork{});
+    eval.push_back(r.stage >= 0 ? p.model.forward_work(r.layer_begin, r.layer_end, s.data.batch_size) : Work{});
     device.push_back(s.device_of(i).compute_profile());
   }
   SpanTimes out;
@@ -74,12 +78,7 @@ SpanTimes span_times(const Prepared& p, const std::string& metrics) {
   std::vector<DeviceHistory> history(static_cast<size_t>(p.plan.nodes));
   for (const Event& e : spans) {
     const StageWork& w = work[static_cast<size_t>(e.node)];
-    // An evaluation's forward (micro_batch < 0) is charged as the worker charges it: the layers
-    // alone, without the first stage's input preparation (another code).
-    const NodeRole r = p.plan.role_of(e.node);
-    const Work eval = e.micro_batch < 0 && r.stage >= 0 ? p.model.forward_work(r.layer_begin, r.layer_end, s.data.batch_size)
-                                                         : Work{};
-    const Work& unit = e.kind == EventKind::kForward ? (e.micro_batch < 0 ? eval : w.forward)
+    const Work& unit = e.kind == EventKind::kForward ? (e.micro_batch < 0 ? eval[static_cast<size_t>(e.node)] : w.forward)
                        : e.kind == EventKind::kBackward ? w.backward
                                                         : w.update;
     DeviceHistory& h = history[static_cast<size_t>(e.node)];
