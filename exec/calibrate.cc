@@ -299,23 +299,31 @@ class TightSleeps {
 // whose time is their operations' fixed costs) run in a network's order, every forward and then
 // every backward in the reverse order (on the same inputs each time: what a wait costs is the
 // difference), back to back (warm) and after a wait of each of kWakeWaits, the other devices'
-// load running. A point's cost is its time over the warm one per operation (as the model counts
-// them: describe()), its wait the one measured from the end of the chain before (a sleep wakes
-// late: the shortest came out at 0.08 ms here; the model charges nothing below the first point);
-// costs made nondecreasing, none below 0. Rounds go over warm and every wait in turn, so that a
-// stretch of a slow host lands on all of them; each figure is the median of its rounds. Empty if
-// no wait costs anything.
+// load running; and so does a span of one operation (the first elementwise case's forward). What
+// a wait adds to each, e1 and eN for spans of n1 and N operations (as the model counts them:
+// describe()), gives the point's costs: per operation (eN - e1) / (N - n1), per span the rest of
+// e1 (most of it here: the first operation after a wait pays it). Its wait is the one measured
+// from the end of the chain before (a sleep wakes late: the shortest came out at 0.08 ms here; the
+// model charges nothing below the first point); costs made nondecreasing, none below 0. Rounds go
+// over warm and every wait in turn, so that a stretch of a slow host lands on all of them; each
+// figure is the median of its rounds. Empty if no wait costs anything.
 constexpr std::array<double, 7> kWakeWaits{{3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2}};  // s
 
 std::vector<ComputeProfile::Waking> wake_curve(const std::vector<const LayerCase*>& cases, bool quick) {
   std::vector<std::unique_ptr<LayerRun>> runs;
-  double ops = 0;
+  double ops = 0, single_ops = 0;
+  LayerRun* single_run = nullptr;
   for (const LayerCase* c : cases) {
     runs.push_back(std::make_unique<LayerRun>(*c));
     runs.back()->before_backward();  // its incoming gradient
     const auto [f, b] = describe(*c);
     ops += f.ops + b.ops;
+    if (single_run == nullptr && c->kind == OpKind::kElementwise) {
+      single_run = runs.back().get();
+      single_ops = f.ops;
+    }
   }
+  RV_CHECK(single_run != nullptr && single_ops > 0 && ops > single_ops, "calibrate: no elementwise fixed-cost case");
   Seconds last_end = 0;
   auto chain = [&] {
     const Seconds a = now();
@@ -324,31 +332,46 @@ std::vector<ComputeProfile::Waking> wake_curve(const std::vector<const LayerCase
     last_end = now();
     return last_end - a;
   };
+  auto single = [&] {
+    const Seconds a = now();
+    single_run->forward();
+    last_end = now();
+    return last_end - a;
+  };
   const TightSleeps tight;
-  std::vector<double> warm;
-  std::vector<std::vector<double>> after(kWakeWaits.size()), waited(kWakeWaits.size());
+  std::vector<double> warm, warm_single;
+  std::vector<std::vector<double>> after(kWakeWaits.size()), after_single(kWakeWaits.size()),
+      waited(kWakeWaits.size());
   // More rounds than the cooling curve's: after the shorter waits a point is a few percent of
   // the chain's time.
   for (int r = 0; r < (quick ? 3 : 41); ++r) {
     chain();
     warm.push_back(chain());
+    single();
+    warm_single.push_back(single());
     for (size_t i = 0; i < kWakeWaits.size(); ++i) {
       chain();
       std::this_thread::sleep_for(std::chrono::duration<double>(kWakeWaits[i]));
       waited[i].push_back(now() - last_end);
       after[i].push_back(chain());
+      single();
+      std::this_thread::sleep_for(std::chrono::duration<double>(kWakeWaits[i]));
+      after_single[i].push_back(single());
     }
   }
-  const double w = median(warm);
+  const double w = median(warm), w1 = median(warm_single);
   std::vector<ComputeProfile::Waking> curve;
-  double cost = 0;
+  double per_op = 0, per_span = 0;
   for (size_t i = 0; i < kWakeWaits.size(); ++i) {
     const Seconds wait = median(waited[i]);
     if (!curve.empty() && !(wait > curve.back().wait)) continue;  // waits must increase
-    cost = std::max(cost, (median(after[i]) - w) / ops);
-    curve.push_back({wait, cost});
+    const double e1 = std::max(0.0, median(after_single[i]) - w1), en = std::max(0.0, median(after[i]) - w);
+    const double op = std::max(0.0, (en - e1) / (ops - single_ops));
+    per_op = std::max(per_op, op);
+    per_span = std::max(per_span, e1 - op * single_ops);
+    curve.push_back({wait, per_op, per_span});
   }
-  if (cost <= 0) return {};
+  if (per_op <= 0 && per_span <= 0) return {};
   return curve;
 }
 

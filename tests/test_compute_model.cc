@@ -266,7 +266,11 @@ TEST_CASE("the wake-up curve: after a wait each operation costs more, once per c
       {"idle_op_us = [[0, 1]]\n", "idle_op_us[0]"},
       {"idle_op_us = [[1, -1]]\n", "idle_op_us[0]"},
       {"idle_op_us = [[1, 2], [1, 3]]\n", "idle_op_us[1]"},
-      {"idle_op_us = [[1, 2], [2, 1]]\n", "idle_op_us[1]"}};
+      {"idle_op_us = [[1, 2], [2, 1]]\n", "idle_op_us[1]"},
+      {"idle_op_us = [[1, 2, -1]]\n", "idle_op_us[0]"},  // a span cost, the third number
+      {"idle_op_us = [[1, 2, \"a\"]]\n", "idle_op_us[0]"},
+      {"idle_op_us = [[1, 2, 3, 4]]\n", "idle_op_us[0]"},
+      {"idle_op_us = [[1, 2, 3], [2, 2, 1]]\n", "idle_op_us[1]"}};
   for (const auto& [text, key] : bad) {
     try {
       parse_profile(head + text + tables, "o.toml");
@@ -276,6 +280,65 @@ TEST_CASE("the wake-up curve: after a wait each operation costs more, once per c
     }
   }
   CHECK(parse_profile(head + "idle_op_us = []\n" + tables, "o.toml").idle_op.empty());
+}
+
+TEST_CASE("the wake-up curve's span cost: the span that ends a wait pays it once", "[compute]") {
+  ComputeProfile p = example_profile();
+  Work fwd, bwd;
+  fwd.add(OpKind::kMatmul, Pass::kForward, 1e6, 1e5, 3);
+  bwd.add(OpKind::kMatmul, Pass::kBackward, 1e6, 1e5, 5);
+  const Seconds warm_f = time_of(fwd, p), warm_b = time_of(bwd, p);
+  p.idle_op = {{1e-4, 2e-6, 10e-6}, {1e-2, 4e-6, 30e-6}};
+  CHECK(wake_span_cost(p, 0) == 0);
+  CHECK(wake_span_cost(p, 0.99e-4) == 0);
+  CHECK(wake_span_cost(p, 1e-4) == Approx(10e-6).epsilon(1e-12));
+  CHECK(wake_span_cost(p, 1e-3) == Approx(20e-6).epsilon(1e-9));  // half way, in the logarithm
+  CHECK(wake_span_cost(p, 5.0) == Approx(30e-6).epsilon(1e-12));
+  CHECK(wake_cost(p, 1e-3) == Approx(3e-6).epsilon(1e-9));
+  // time_of: the span after an idle wait pays the span cost; the code's first run after a wait,
+  // the cost per operation; back to back, neither.
+  CHECK(time_of(fwd, p) == warm_f);
+  CHECK(time_of(fwd, p, 1e-3) == Approx(warm_f + 20e-6).epsilon(1e-12));
+  CHECK(time_of(fwd, p, 0, 1e-3) == Approx(warm_f + 3 * 3e-6).epsilon(1e-12));
+  CHECK(time_of(fwd, p, 1e-3, 1e-3) == Approx(warm_f + 20e-6 + 3 * 3e-6).epsilon(1e-12));
+  CHECK(time_of(fwd, p, 0.5e-4, 0.5e-4) == warm_f);  // below the curve
+  // A device's spans: the forward that ends a 1 ms wait pays both, the backward right after it
+  // the cost per operation alone, then nothing until the next wait.
+  DeviceHistory h;
+  auto span = [&](const Work& w, Seconds start, Seconds took) {
+    const Seconds t = h.begin(w, p, start);
+    h.end(start + took);
+    return t;
+  };
+  span(fwd, 0, 1e-3);
+  span(bwd, 1e-3, 1e-3);
+  CHECK(span(fwd, 3e-3, 1e-3) == Approx(warm_f + 20e-6 + 3 * 3e-6).epsilon(1e-9));
+  CHECK(span(bwd, 4e-3, 1e-3) == Approx(warm_b + 5 * 3e-6).epsilon(1e-9));
+  CHECK(span(fwd, 5e-3, 1e-3) == Approx(warm_f).epsilon(1e-12));
+  // A curve that charges spans alone still starts a busy period, and charges no operation.
+  p.idle_op = {{1e-4, 0, 10e-6}, {1e-2, 0, 30e-6}};
+  DeviceHistory g;
+  g.begin(fwd, p, 0);
+  g.end(1e-3);
+  CHECK(g.begin(fwd, p, 2e-3) == Approx(warm_f + 20e-6).epsilon(1e-9));
+  g.end(3e-3);
+  CHECK(g.begin(bwd, p, 3e-3) == Approx(warm_b).epsilon(1e-12));
+  // The profile file: three numbers a point, read back; two still read (no span cost). (Bad
+  // points: the test case before.)
+  p.idle_op = {{1e-4, 2e-6, 10e-6}, {1e-2, 4e-6, 30e-6}};
+  const ComputeProfile q = parse_profile(profile_to_toml(p), "p.toml");
+  REQUIRE(q.idle_op.size() == 2);
+  for (size_t i = 0; i < 2; ++i) {
+    CHECK(q.idle_op[i].wait == Approx(p.idle_op[i].wait).epsilon(1e-6));
+    CHECK(q.idle_op[i].op == Approx(p.idle_op[i].op).epsilon(1e-6));
+    CHECK(q.idle_op[i].span == Approx(p.idle_op[i].span).epsilon(1e-6));
+  }
+  const std::string head = "peak_tflops = 1\n", rest = profile_to_toml(example_profile());
+  const std::string tables = rest.substr(rest.find("[forward]"));
+  const ComputeProfile two = parse_profile(head + "idle_op_us = [[1, 2], [3, 4]]\n" + tables, "o.toml");
+  REQUIRE(two.idle_op.size() == 2);
+  CHECK(two.idle_op[1].op == Approx(4e-6).epsilon(1e-12));
+  CHECK(two.idle_op[1].span == 0);
 }
 
 TEST_CASE("a model's work: its layers' operations, the backward's gradients", "[compute]") {
@@ -501,7 +564,7 @@ TEST_CASE("the simulator charges each span's code once after a wait (idle_op)", 
   // pays once; after them it runs back to back and pays nothing. A dilation doubles the cost per
   // operation, as it does the fixed costs. (One simulation per process: SimGrid's engine.)
   ComputeProfile waking = example_profile();
-  waking.idle_op = {{1e-4, 5e-6}, {1e-2, 20e-6}};
+  waking.idle_op = {{1e-4, 5e-6, 40e-6}, {1e-2, 20e-6, 80e-6}};
   const fs::path file = temp_file("waking.toml", profile_to_toml(waking));
   for (double dilation : {1.0, 2.0}) {
     auto q = test::prepare(kOneNode, {"devices.0.profile=\"" + file.string() + "\"",
@@ -510,6 +573,7 @@ TEST_CASE("the simulator charges each span's code once after a wait (idle_op)", 
     REQUIRE(device.idle_op.size() == 2);
     CHECK(device.idle_op[1].wait == Approx(1e-2 * dilation).epsilon(1e-12));  // a wait, dilated too
     CHECK(device.idle_op[1].op == Approx(20e-6 * dilation).epsilon(1e-12));
+    CHECK(device.idle_op[1].span == Approx(80e-6 * dilation).epsilon(1e-12));
     CHECK(device.of(Pass::kForward, OpKind::kMatmul).overhead == Approx(20e-6 * dilation).epsilon(1e-12));
     if (dilation == 1.0) continue;
     const StageWork w = stage_work(q.model, 0, q.model.layer_count(), q.scenario.training, 32);
@@ -527,7 +591,9 @@ TEST_CASE("the simulator charges each span's code once after a wait (idle_op)", 
     CHECK(steps[0] == Approx(time_of(w.update, device) + w.update.total_ops() * 20e-6 * dilation).epsilon(1e-9));
     for (size_t i = 1; i < steps.size(); ++i) CHECK(steps[i] == Approx(time_of(w.update, device)).epsilon(1e-9));
     const Seconds inf = std::numeric_limits<Seconds>::infinity();
-    CHECK(forwards[0] == Approx(time_of(w.forward, device) + w.forward.total_ops() * 20e-6 * dilation).epsilon(1e-9));
+    // The first forward ends the unbounded wait before the run: it pays the span cost too.
+    CHECK(forwards[0] ==
+          Approx(time_of(w.forward, device) + 80e-6 * dilation + w.forward.total_ops() * 20e-6 * dilation).epsilon(1e-9));
     CHECK(backwards[0] == Approx(time_of(w.backward, device, 0, inf)).epsilon(1e-9));
     CHECK(backwards[0] > time_of(w.backward, device));
     for (size_t i = 1; i < forwards.size(); ++i) {

@@ -45,10 +45,14 @@ Seconds wake_cost(const ComputeProfile& p, Seconds wait) {
   return on_curve(p.idle_op, &ComputeProfile::Waking::op, wait);
 }
 
+Seconds wake_span_cost(const ComputeProfile& p, Seconds wait) {
+  return on_curve(p.idle_op, &ComputeProfile::Waking::span, wait);
+}
+
 Seconds DeviceHistory::begin(const Work& work, const ComputeProfile& profile, Seconds start) {
   const Seconds idle = start - last_end_;
   if (profile.idle_op.empty()) return time_of(work, profile, idle);
-  if (wake_cost(profile, idle) > 0) {  // a wait the curve charges: a new busy period
+  if (wake_cost(profile, idle) > 0 || wake_span_cost(profile, idle) > 0) {  // a wait the curve charges: a new busy period
     woke_after_ = idle;
     warm_.clear();
   }
@@ -82,7 +86,10 @@ Seconds time_of(const Work& work, const ComputeProfile& p, Seconds idle, Seconds
     const double cooled = cold_fraction(p, idle) * (work.cold_bytes() + work.idle_cold_bytes() - missed);
     t += (missed + cooled) / p.memory_bytes_per_s;
   }
-  if (wake > 0 && !p.idle_op.empty()) t += work.total_ops() * wake_cost(p, wake);
+  if (!p.idle_op.empty()) {
+    if (idle > 0) t += wake_span_cost(p, idle);
+    if (wake > 0) t += work.total_ops() * wake_cost(p, wake);
+  }
   return t;
 }
 
@@ -124,33 +131,45 @@ ComputeProfile parse_profile(const std::string& text, const std::string& source)
     if (*ms > 0 && p.memory_bytes_per_s <= 0) fail("idle_cold_ms", "needs memory_gbps and cache_mib");
     if (*ms > 0) p.idle_cold.push_back({*ms * 1e-3, 1.0});
   }
-  // A curve's [wait ms, value] points: waits increasing, values in [0, most] and nondecreasing.
-  auto curve = [&](const std::string& key, const std::string& value, double most, const std::string& rising) {
-    std::vector<std::pair<Seconds, double>> points;
+  // A curve's [wait ms, value] points, or [wait ms, value, second] where `second` names one:
+  // waits increasing, values in [0, most] and each nondecreasing (the second 0 where absent).
+  struct Point {
+    Seconds wait;
+    double value, second;
+  };
+  auto curve = [&](const std::string& key, const std::string& value, double most, const std::string& rising,
+                   const std::string& second = "") {
+    std::vector<Point> points;
+    const std::string form = "[wait ms, " + value + (second.empty() ? "" : "(, " + second + ")") + "]";
     const toml::array* a = root[key].as_array();
-    if (a == nullptr) fail(key, "expected an array of [wait ms, " + value + "] pairs");
+    if (a == nullptr) fail(key, "expected an array of " + form + " points");
     for (size_t i = 0; i < a->size(); ++i) {
       const std::string at = key + "[" + std::to_string(i) + "]";
       const toml::array* point = (*a)[i].as_array();
-      const auto ms = point && point->size() == 2 ? (*point)[0].value<double>() : std::nullopt;
-      const auto v = point && point->size() == 2 ? (*point)[1].value<double>() : std::nullopt;
-      if (!ms || !v) fail(at, "expected [wait ms, " + value + "]");
+      const size_t n = point ? point->size() : 0;
+      if (n != 2 && (second.empty() || n != 3)) fail(at, "expected " + form);
+      const auto ms = (*point)[0].value<double>();
+      const auto v = (*point)[1].value<double>();
+      const auto w = n == 3 ? (*point)[2].value<double>() : std::optional<double>(0.0);
+      if (!ms || !v || !w) fail(at, "expected " + form);
       if (!(*ms > 0) || *ms > 1e6) fail(at, "expected a wait in (0, 1e6] ms");
       if (!(*v >= 0) || *v > most) fail(at, "expected a " + value + " in [0, " + number(most) + "]");
-      if (i > 0 && !(*ms * 1e-3 > points.back().first)) fail(at, "waits must increase");
-      if (i > 0 && *v < points.back().second) fail(at, rising);
-      points.emplace_back(*ms * 1e-3, *v);
+      if (!(*w >= 0) || *w > most) fail(at, "expected a " + second + " in [0, " + number(most) + "]");
+      if (i > 0 && !(*ms * 1e-3 > points.back().wait)) fail(at, "waits must increase");
+      if (i > 0 && (*v < points.back().value || *w < points.back().second)) fail(at, rising);
+      points.push_back({*ms * 1e-3, *v, *w});
     }
     return points;
   };
   if (root.contains("idle_cold")) {
     const auto points = curve("idle_cold", "fraction cold", 1, "fractions must not decrease (a cache does not warm up idle)");
     if (!points.empty() && p.memory_bytes_per_s <= 0) fail("idle_cold", "needs memory_gbps and cache_mib");
-    for (const auto& [wait, cold] : points) p.idle_cold.push_back({wait, cold});
+    for (const Point& q : points) p.idle_cold.push_back({q.wait, q.value});
   }
   if (root.contains("idle_op_us")) {
-    for (const auto& [wait, us] : curve("idle_op_us", "us per operation", 1e6, "costs must not decrease (a longer wait loses no less)"))
-      p.idle_op.push_back({wait, us * 1e-6});
+    for (const Point& q : curve("idle_op_us", "us per operation", 1e6, "costs must not decrease (a longer wait loses no less)",
+                                "us per span"))
+      p.idle_op.push_back({q.wait, q.value * 1e-6, q.second * 1e-6});
   }
   for (int q = 0; q < kPasses; ++q) {
     const std::string pass = pass_name(static_cast<Pass>(q));
@@ -217,8 +236,9 @@ std::string profile_to_toml(const ComputeProfile& p, const std::string& comment)
   if (!p.idle_op.empty()) {
     os << "idle_op_us = [";
     for (size_t i = 0; i < p.idle_op.size(); ++i)
-      os << (i ? ", [" : "[") << number(p.idle_op[i].wait * 1e3) << ", " << number(p.idle_op[i].op * 1e6) << "]";
-    os << "]  # [wait ms, us more per operation]\n";
+      os << (i ? ", [" : "[") << number(p.idle_op[i].wait * 1e3) << ", " << number(p.idle_op[i].op * 1e6) << ", "
+         << number(p.idle_op[i].span * 1e6) << "]";
+    os << "]  # [wait ms, us more per operation, us more for the span that ends the wait]\n";
   }
   for (int q = 0; q < kPasses; ++q) {
     os << "[" << pass_name(static_cast<Pass>(q)) << "]";

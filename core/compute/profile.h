@@ -16,9 +16,10 @@
 //   idle_cold = [[0.1, 0.05], [1, 0.4], [3, 0.6], [10, 0.8]]
 //                            # optional (with memory_gbps): the cooling curve, [wait ms, fraction
 //                            # cold] (below); `idle_cold_ms = 3` is the step [[3, 1]]
-//   idle_op_us = [[0.03, 2.1], [0.3, 3.5], [3, 6]]
-//                            # optional: the wake-up curve, [wait ms, us more per operation]
-//                            # (below)
+//   idle_op_us = [[0.03, 2.1, 6], [0.3, 3.5, 9], [3, 6, 30]]
+//                            # optional: the wake-up curve, [wait ms, us more per operation,
+//                            # us more for the span that ends the wait] (below; a point of two
+//                            # numbers charges no span)
 //   [forward]    # per kind: fixed cost (us), then the efficiency of each operation class (work.h):
 //                # intensity < 4, < 8, < 16, < 32, < 64, >= 64 flop/B within 1 MiB; the same up to
 //                # 8 MiB; the same beyond (18 efficiencies; a file of 12, as profiles were before
@@ -83,18 +84,24 @@ struct ComputeProfile {
     double cold = 0;  // in [0, 1]
   };
   std::vector<Cooling> idle_cold;
-  // The wake-up curve: after the device idled `wait` seconds, each operation costs `op` seconds
-  // more the first time its code runs again (the code of a span's kind: core/compute/work.h
-  // Work::code; DeviceHistory below says which spans pay). What an operation runs besides its
-  // arithmetic (dispatch, autograd, the allocator: code, branch history, address translations)
-  // is gone after a wait as the data is, and it is no matter of bytes: on the VMs this project is
-  // developed on, a span of 8 small operations took 0.02 ms back to back and 0.05-0.06 ms after
-  // a wait of only 50 us (bench_stage_compute --sleep-us 50), while an 8 MiB read lost nothing
-  // to waits up to 1 ms. Points in increasing wait with costs nondecreasing; wake_cost()
-  // interpolates. Empty: none. Seconds, undilated like the fixed costs it adds to.
+  // The wake-up curve: after the device idled `wait` seconds, the span that ends the wait costs
+  // `span` seconds more, once, and each operation costs `op` seconds more the first time its
+  // code runs again (the code of a span's kind: core/compute/work.h Work::code; DeviceHistory
+  // below says which spans pay). What an operation runs besides its arithmetic (dispatch,
+  // autograd, the allocator: code, branch history, address translations) is gone after a wait as
+  // the data is, and it is no matter of bytes: on the VMs this project is developed on, a span of
+  // 8 small operations took 0.02 ms back to back and 0.05-0.06 ms after a wait of only 50 us
+  // (bench_stage_compute --sleep-us 50), while an 8 MiB read lost nothing to waits up to 1 ms.
+  // Most of it is paid once, by the first operation after the wait: a ReLU on 32 x 64 values took
+  // 9 / 14 / 31 us more after waits of 0.3 / 1 / 3 ms, and 64 of them in a row 19 / 25 / 38 us
+  // more (so `span` is most of a short span's cost, and `op` spread over a long one's operations
+  // would charge a short one too little). Points in increasing wait with both costs
+  // nondecreasing; wake_cost() and wake_span_cost() interpolate. Empty: none. Seconds, undilated
+  // like the fixed costs they add to.
   struct Waking {
     Seconds wait = 0;
-    Seconds op = 0;  // per operation
+    Seconds op = 0;    // per operation
+    Seconds span = 0;  // once, for the span that ends the wait
   };
   std::vector<Waking> idle_op;
   // By pass, then kind. The default (no fixed cost, every efficiency 1) is the peak-FLOPS model:
@@ -116,21 +123,26 @@ double cold_fraction(const ComputeProfile& profile, Seconds idle);
 // as cold_fraction interpolates the cooling curve (0 before its first point, the last point's
 // cost after it).
 Seconds wake_cost(const ComputeProfile& profile, Seconds wait);
+// Seconds more for the span that ends an idle wait of `wait` seconds: the curve's `span`, the same
+// way.
+Seconds wake_span_cost(const ComputeProfile& profile, Seconds wait);
 
 // How long `work` takes on a device of `profile`, in seconds: its operations, plus, at the memory
 // bandwidth, the bytes it reads from memory: its cold bytes where its resident bytes exceed the
 // cache (the misses of back-to-back spans), and of the rest of its cold and idle-cold bytes the
 // fraction cold_fraction(profile, idle) (`idle`: seconds since the device's last work ended). The
 // planner's steady state charges back-to-back spans (idle 0): the stage that bounds a pipeline's
-// period does not wait. `wake`: the wait after which this span's code first runs again (the
-// wake-up curve: wake_cost(profile, wake) per operation; 0: its code is warm); DeviceHistory
-// gives both for a device's spans in turn.
+// period does not wait. The span ends that wait: it pays wake_span_cost(profile, idle) once.
+// `wake`: the wait after which this span's code first runs again (the wake-up curve:
+// wake_cost(profile, wake) per operation; 0: its code is warm); DeviceHistory gives both for a
+// device's spans in turn.
 Seconds time_of(const Work& work, const ComputeProfile& profile, Seconds idle = 0, Seconds wake = 0);
 
 // What the model needs of a device's history before each span, in the simulator, emulate_speed
 // and `ravnest validate` alike: the wait since its last span ended (`idle`), and, where the span's
 // code (Work::code) has not run since the device last woke from a wait that the wake-up curve
-// charges, that wait (`wake`). So the spans after a wait each pay for their own code once: a
+// charges, that wait (`wake`). So the span that ends a wait pays the wake-up curve's span cost
+// (time_of, from its idle wait), and the spans after a wait each pay for their own code once: a
 // stage's forward after it waited for its input, and the last stage's backward right after it,
 // whose code the forward did not run; a stage that never waits pays for each code's first run
 // only (the first span follows an unbounded wait).

@@ -54,10 +54,11 @@ struct DeviceGroup {
     // twice as fast reads its weights twice as fast.
     if (compute.peak_flops_per_s > 0) p.memory_bytes_per_s *= flops_per_s() / compute.peak_flops_per_s;
     p.peak_flops_per_s = flops_per_s();
-    // Times: the curves' waits and the cost per operation, as the fixed costs.
+    // Times: the curves' waits and the wake-up costs, as the fixed costs.
     for (auto& point : p.idle_op) {
       point.wait *= dilation;
       point.op *= dilation;
+      point.span *= dilation;
     }
     for (auto& point : p.idle_cold) point.wait *= dilation;
     for (auto& pass : p.cost)
