@@ -5,8 +5,11 @@ repeats' spread (largest over smallest): where the same real run moves more than
 repeat to the next, the host, not the model, decides whether a 10% check passes. Where the runs
 were also simulated with a second calibration taken after them (<case>-sim-after), it says how far
 the two calibrations' predictions lie apart: the host's speed drifting over the bench's minutes,
-which no single calibration can follow. Prints a table and writes compute_model.json beside the
-runs.
+which no single calibration can follow. Where rounds of repeats after the first were calibrated
+again just before their real runs (<case>-sim.2, ... beside <case>-real.2, ...), each real repeat
+is also compared with the simulation of its own round's calibration, and the median of those
+ratios ("paired") is a second check: a calibration next to each run, as a researcher would take
+one on a host whose speed drifts. Prints a table and writes compute_model.json beside the runs.
 
 A real span's wall time counts the moments the host gave the node's core to something else (on a
 host with no spare core: the other nodes' transport threads); its CPU time (cpu_s) does not. The
@@ -58,17 +61,34 @@ def repeats(out, case):
     return [os.path.join(out, d) for _, d in sorted(found)]
 
 
+def paired_ratios(out, case, real_spans):
+    """[(simulated / real CPU) per repeat] of each span, each repeat against the simulation with
+    its own round's calibration (<case>-sim for the first, <case>-sim.N for <case>-real.N)."""
+    got = {}
+    for run, real in zip(repeats(out, case), real_spans):
+        suffix = run[len(os.path.join(out, case + "-real")):]
+        sim_dir = os.path.join(out, case + "-sim" + suffix)
+        if not os.path.exists(sim_dir):
+            continue
+        sim = spans(sim_dir)
+        for key, (_, cpu) in real.items():
+            if key in sim:
+                got.setdefault(key, []).append(sim[key][0] / cpu)
+    return got
+
+
 def main(out):
     rows = []
     cases = sorted(d[: -len("-real")] for d in os.listdir(out) if d.endswith("-real"))
     print(f"{'case':<10} {'span':<9} {'stage':>5} {'real cpu ms':>12} {'spread':>7} {'real wall ms':>13}"
-          f" {'alone ms':>9} {'sim ms':>9} {'sim/cpu':>8} {'sim/wall':>9} {'sim/alone':>10}")
+          f" {'alone ms':>9} {'sim ms':>9} {'sim/cpu':>8} {'sim/wall':>9} {'sim/alone':>10} {'paired':>7}")
     for case in cases:
         reals = [spans(r) for r in repeats(out, case)]
         sim = spans(os.path.join(out, case + "-sim"))
         after_dir = os.path.join(out, case + "-sim-after")
         sim_after = spans(after_dir) if os.path.exists(after_dir) else {}
         alone = isolated(out, case)
+        pairs = paired_ratios(out, case, reals)
         for key in sorted(reals[0]):
             cpus = [r[key][1] for r in reals if key in r]
             walls = [r[key][0] for r in reals if key in r]
@@ -77,14 +97,16 @@ def main(out):
             s = sim.get(key, (math.nan, math.nan))[0]
             s_after = sim_after.get(key, (math.nan, math.nan))[0]
             a = alone.get(key, math.nan)
+            paired = statistics.median(pairs[key]) if pairs.get(key) else math.nan
             rows.append({"case": case, "span": key[0], "stage": key[1], "real_cpu_s": cpu, "real_wall_s": wall,
                          "real_cpu_s_repeats": cpus, "repeat_spread": spread,
                          "alone_s": a, "sim_s": s, "ratio_cpu": s / cpu, "ratio_wall": s / wall,
                          "ratio_alone": s / a, "within_10pct": abs(s / cpu - 1) <= 0.10,
                          "repeats_within_10pct": all(abs(c / cpu - 1) <= 0.10 for c in cpus),
-                         "sim_after_s": s_after, "calibration_drift": s_after / s})
+                         "sim_after_s": s_after, "calibration_drift": s_after / s,
+                         "paired_ratios": pairs.get(key, []), "paired_ratio": paired})
             print(f"{case:<10} {key[0]:<9} {key[1]:>5} {cpu * 1e3:>12.3f} {spread:>7.3f} {wall * 1e3:>13.3f}"
-                  f" {a * 1e3:>9.3f} {s * 1e3:>9.3f} {s / cpu:>8.3f} {s / wall:>9.3f} {s / a:>10.3f}")
+                  f" {a * 1e3:>9.3f} {s * 1e3:>9.3f} {s / cpu:>8.3f} {s / wall:>9.3f} {s / a:>10.3f} {paired:>7.3f}")
     within = sum(r["within_10pct"] for r in rows)
     within_wall = sum(abs(r["ratio_wall"] - 1) <= 0.10 for r in rows)
     within_alone = sum(abs(r["ratio_alone"] - 1) <= 0.10 for r in rows)
@@ -94,6 +116,12 @@ def main(out):
           f"{within_alone} of the stage run alone)")
     print(f"the host: {steady} of {len(rows)} spans have every one of their {n_repeats} real repeats within 10% "
           f"of the repeats' median")
+    paired_rows = [r for r in rows if not math.isnan(r["paired_ratio"])]
+    paired_within = sum(abs(r["paired_ratio"] - 1) <= 0.10 for r in paired_rows)
+    n_pairs = min(len(r["paired_ratios"]) for r in paired_rows) if paired_rows else 0
+    if n_pairs > 1:
+        print(f"{paired_within} of {len(paired_rows)} within 10% paired: each real repeat against the calibration "
+              f"taken just before it ({n_pairs} pairs a span, their median)")
     drifts = [r["calibration_drift"] for r in rows if not math.isnan(r["calibration_drift"])]
     calibration_steady = sum(abs(d - 1) <= 0.10 for d in drifts)
     if drifts:
@@ -102,6 +130,7 @@ def main(out):
     with open(os.path.join(out, "compute_model.json"), "w") as f:
         json.dump({"rows": rows, "within_10pct": within, "within_10pct_wall": within_wall,
                    "within_10pct_alone": within_alone, "repeats_within_10pct": steady, "repeats": n_repeats,
+                   "within_10pct_paired": paired_within if n_pairs > 1 else None, "pairs": n_pairs,
                    "calibration_within_10pct": calibration_steady if drifts else None, "count": len(rows)},
                   f, indent=2)
 

@@ -14,7 +14,10 @@
 # 4. bench/compute_model.py compares each stage's median forward and backward time per micro-batch:
 #    simulated, real (CPU and wall time; the median over the repeats), and alone; and it says how
 #    far the real repeats lie from each other (the host's own spread, which bounds what any
-#    model can be checked to).
+#    model can be checked to). Each round of repeats after the first is calibrated again right
+#    before its real runs: beside the first calibration's prediction against the repeats' median,
+#    each real repeat against the simulation with the calibration taken just before it (the median
+#    of those ratios), which a host whose speed drifts over the bench's minutes does not blur.
 #
 # Nothing is fitted to these scenarios: the profile comes from the microbenchmark alone.
 # Usage: bench/compute_model.sh [OUT_DIR] [REPEATS]   (default bench/results/compute_model, 3)
@@ -72,20 +75,32 @@ TOML
     build/bench/bench_stage_compute --scenario "$out/$case.toml" --out "$out/$case-isolated.json" > /dev/null
   done
 done
+# Each round of repeats after the first is calibrated again just before its real runs, and each
+# case simulated with that calibration (<case>-sim.2, ...): the pairs compared in step 4.
+# simulate_with PROFILE NAME SUFFIX: every case with its devices' profile PROFILE (<case>-NAME.toml),
+# simulated into <case>-simSUFFIX.
+simulate_with() {
+  local peak_p
+  peak_p=$(sed -n 's/^peak_tflops = //p' "$1")
+  for case in "${cases[@]}"; do
+    sed -e "s|^tflops = .*|tflops = $peak_p|" -e "s|^profile = .*|profile = \"$1\"|" \
+      "$out/$case.toml" > "$out/$case-$2.toml"
+    build/ravnest sim "$out/$case-$2.toml" --run-dir "$out/$case-sim$3" --progress off > /dev/null
+  done
+}
 for rep in $(seq 1 "$repeats"); do
   suffix=$([ "$rep" = 1 ] && echo "" || echo ".$rep")
+  if [ "$rep" != 1 ]; then
+    build/ravnest calibrate --threads "$threads" --share 2 --out "$out/host$suffix.toml" > "$out/calibrate$suffix.txt"
+    simulate_with "$out/host$suffix.toml" "round$rep" "$suffix"
+  fi
   for case in "${cases[@]}"; do
     build/ravnest real "$out/$case.toml" --run-dir "$out/$case-real$suffix" --progress off > /dev/null
   done
 done
 # 5. A second calibration after the real runs, and each case simulated again with it
-#    (<case>-sim-after): how far the host's own speed moved while the bench ran. The check above
-#    stays with the first calibration; this says how much of its outcome is the host's.
+#    (<case>-sim-after): how far the host's own speed moved while the bench ran, which is how much
+#    of the first calibration's check is the host's.
 build/ravnest calibrate --threads "$threads" --share 2 --out "$out/host-after.toml" > "$out/calibrate-after.txt"
-peak_after=$(sed -n 's/^peak_tflops = //p' "$out/host-after.toml")
-for case in "${cases[@]}"; do
-  sed -e "s|^tflops = .*|tflops = $peak_after|" -e "s|^profile = .*|profile = \"$out/host-after.toml\"|" \
-    "$out/$case.toml" > "$out/$case-after.toml"
-  build/ravnest sim "$out/$case-after.toml" --run-dir "$out/$case-sim-after" --progress off > /dev/null
-done
+simulate_with "$out/host-after.toml" after -after
 python3 bench/compute_model.py "$out" | tee "$out/summary.txt"
