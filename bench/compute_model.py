@@ -3,13 +3,14 @@ bench/compute_model.sh wrote (<case>-sim, and the real repeats <case>-real, <cas
 The real figure of a span is the median over the repeats of each repeat's median; beside it, the
 repeats' spread (largest over smallest): where the same real run moves more than 10% from one
 repeat to the next, the host, not the model, decides whether a 10% check passes. Where the runs
-were also simulated with a second calibration taken after them (<case>-sim-after), it says how far
+were also simulated with a calibration taken after them (<case>-sim-after), it says how far
 the two calibrations' predictions lie apart: the host's speed drifting over the bench's minutes,
 which no single calibration can follow. Where rounds of repeats after the first were calibrated
 again just before their real runs (<case>-sim.2, ... beside <case>-real.2, ...), each real repeat
-is also compared with the simulation of its own round's calibration, and the median of those
-ratios ("paired") is a second check: a calibration next to each run, as a researcher would take
-one on a host whose speed drifts. Prints a table and writes compute_model.json beside the runs.
+is also compared with the simulation of its own round's calibration (the first repeat with the
+first calibration), and the median of those ratios ("paired", where a span has two or more) is a
+second check: a calibration next to each run, as a researcher would take one on a host whose speed
+drifts. Prints a table and writes compute_model.json beside the runs.
 
 A real span's wall time counts the moments the host gave the node's core to something else (on a
 host with no spare core: the other nodes' transport threads); its CPU time (cpu_s) does not. The
@@ -72,7 +73,7 @@ def paired_ratios(out, case, real_spans):
             continue
         sim = spans(sim_dir)
         for key, (_, cpu) in real.items():
-            if key in sim:
+            if key in sim and math.isfinite(cpu) and cpu > 0:
                 got.setdefault(key, []).append(sim[key][0] / cpu)
     return got
 
@@ -97,7 +98,7 @@ def main(out):
             s = sim.get(key, (math.nan, math.nan))[0]
             s_after = sim_after.get(key, (math.nan, math.nan))[0]
             a = alone.get(key, math.nan)
-            paired = statistics.median(pairs[key]) if pairs.get(key) else math.nan
+            paired = statistics.median(pairs[key]) if len(pairs.get(key, [])) > 1 else math.nan
             rows.append({"case": case, "span": key[0], "stage": key[1], "real_cpu_s": cpu, "real_wall_s": wall,
                          "real_cpu_s_repeats": cpus, "repeat_spread": spread,
                          "alone_s": a, "sim_s": s, "ratio_cpu": s / cpu, "ratio_wall": s / wall,
@@ -118,10 +119,12 @@ def main(out):
           f"of the repeats' median")
     paired_rows = [r for r in rows if not math.isnan(r["paired_ratio"])]
     paired_within = sum(abs(r["paired_ratio"] - 1) <= 0.10 for r in paired_rows)
-    n_pairs = min(len(r["paired_ratios"]) for r in paired_rows) if paired_rows else 0
-    if n_pairs > 1:
-        print(f"{paired_within} of {len(paired_rows)} within 10% paired: each real repeat against the calibration "
-              f"taken just before it ({n_pairs} pairs a span, their median)")
+    counts = [len(r["paired_ratios"]) for r in paired_rows]
+    n_pairs = min(counts) if counts else 0
+    if paired_rows:
+        pairs_text = f"{n_pairs}" if n_pairs == max(counts) else f"{n_pairs}-{max(counts)}"
+        print(f"{paired_within} of {len(paired_rows)} within 10% paired: each real repeat against its round's "
+              f"calibration ({pairs_text} pairs a span, their median)")
     drifts = [r["calibration_drift"] for r in rows if not math.isnan(r["calibration_drift"])]
     calibration_steady = sum(abs(d - 1) <= 0.10 for d in drifts)
     if drifts:
@@ -130,7 +133,7 @@ def main(out):
     with open(os.path.join(out, "compute_model.json"), "w") as f:
         json.dump({"rows": rows, "within_10pct": within, "within_10pct_wall": within_wall,
                    "within_10pct_alone": within_alone, "repeats_within_10pct": steady, "repeats": n_repeats,
-                   "within_10pct_paired": paired_within if n_pairs > 1 else None, "pairs": n_pairs,
+                   "within_10pct_paired": paired_within if paired_rows else None, "pairs": n_pairs,
                    "calibration_within_10pct": calibration_steady if drifts else None, "count": len(rows)},
                   f, indent=2)
 

@@ -16,8 +16,10 @@
 #    far the real repeats lie from each other (the host's own spread, which bounds what any
 #    model can be checked to). Each round of repeats after the first is calibrated again right
 #    before its real runs: beside the first calibration's prediction against the repeats' median,
-#    each real repeat against the simulation with the calibration taken just before it (the median
-#    of those ratios), which a host whose speed drifts over the bench's minutes does not blur.
+#    each real repeat against the simulation with its round's calibration (the first round's is
+#    the first calibration, a few minutes before it: the simulations and the stage runs alone come
+#    between), the median of those ratios, which a host whose speed drifts over the bench's
+#    minutes blurs less.
 #
 # Nothing is fitted to these scenarios: the profile comes from the microbenchmark alone.
 # Usage: bench/compute_model.sh [OUT_DIR] [REPEATS]   (default bench/results/compute_model, 3)
@@ -33,7 +35,7 @@ threads=$(( cores / 2 > 0 ? cores / 2 : 1 ))
 build/ravnest calibrate --threads "$threads" --share 2 --out "$out/host.toml" > "$out/calibrate.txt"
 peak=$(sed -n 's/^peak_tflops = //p' "$out/host.toml")
 
-cases=()  # written once here; the real repeats and the second calibration go over the same list
+cases=()  # written once here; the real repeats and the later calibrations go over the same list
 for model in mlp cnn; do
   for batch in 32 128; do
     case=$model-$batch
@@ -80,7 +82,7 @@ done
 # simulate_with PROFILE NAME SUFFIX: every case with its devices' profile PROFILE (<case>-NAME.toml),
 # simulated into <case>-simSUFFIX.
 simulate_with() {
-  local peak_p
+  local peak_p case
   peak_p=$(sed -n 's/^peak_tflops = //p' "$1")
   for case in "${cases[@]}"; do
     sed -e "s|^tflops = .*|tflops = $peak_p|" -e "s|^profile = .*|profile = \"$1\"|" \
@@ -98,7 +100,7 @@ for rep in $(seq 1 "$repeats"); do
     build/ravnest real "$out/$case.toml" --run-dir "$out/$case-real$suffix" --progress off > /dev/null
   done
 done
-# 5. A second calibration after the real runs, and each case simulated again with it
+# 5. One more calibration after the real runs, and each case simulated again with it
 #    (<case>-sim-after): how far the host's own speed moved while the bench ran, which is how much
 #    of the first calibration's check is the host's.
 build/ravnest calibrate --threads "$threads" --share 2 --out "$out/host-after.toml" > "$out/calibrate-after.txt"

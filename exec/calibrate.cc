@@ -303,7 +303,7 @@ class TightSleeps {
 // a wait adds to each, e1 and eN for spans of n1 and N operations (as the model counts them:
 // describe()), gives the point's costs: per operation (eN - e1) / (N - n1), per span the rest of
 // e1 (most of it here: the first operation after a wait pays it). Its wait is the one measured
-// from the end of the chain before (a sleep wakes late: the shortest came out at 0.08 ms here; the
+// from the end of the chain before (the one-operation span's sleeps are taken to end as late) (a sleep wakes late: the shortest came out at 0.08 ms here; the
 // model charges nothing below the first point); costs made nondecreasing, none below 0. Rounds go
 // over warm and every wait in turn, so that a stretch of a slow host lands on all of them; each
 // figure is the median of its rounds. Empty if no wait costs anything.
@@ -368,7 +368,7 @@ std::vector<ComputeProfile::Waking> wake_curve(const std::vector<const LayerCase
     const double e1 = std::max(0.0, median(after_single[i]) - w1), en = std::max(0.0, median(after[i]) - w);
     const double op = std::max(0.0, (en - e1) / (ops - single_ops));
     per_op = std::max(per_op, op);
-    per_span = std::max(per_span, e1 - op * single_ops);
+    per_span = std::max(per_span, e1 - per_op * single_ops);  // with the cost per operation the point keeps
     curve.push_back({wait, per_op, per_span});
   }
   if (per_op <= 0 && per_span <= 0) return {};

@@ -140,14 +140,14 @@ ComputeProfile parse_profile(const std::string& text, const std::string& source)
   auto curve = [&](const std::string& key, const std::string& value, double most, const std::string& rising,
                    const std::string& second = "") {
     std::vector<Point> points;
-    const std::string form = "[wait ms, " + value + (second.empty() ? "" : "(, " + second + ")") + "]";
+    const std::string form = "[wait ms, " + value + (second.empty() ? "" : " (, " + second + ", 0 if absent)") + "]";
     const toml::array* a = root[key].as_array();
     if (a == nullptr) fail(key, "expected an array of " + form + " points");
     for (size_t i = 0; i < a->size(); ++i) {
       const std::string at = key + "[" + std::to_string(i) + "]";
       const toml::array* point = (*a)[i].as_array();
       const size_t n = point ? point->size() : 0;
-      if (n != 2 && (second.empty() || n != 3)) fail(at, "expected " + form);
+      if (point == nullptr || (n != 2 && (second.empty() || n != 3))) fail(at, "expected " + form);
       const auto ms = (*point)[0].value<double>();
       const auto v = (*point)[1].value<double>();
       const auto w = n == 3 ? (*point)[2].value<double>() : std::optional<double>(0.0);

@@ -132,8 +132,8 @@ Seconds wake_span_cost(const ComputeProfile& profile, Seconds wait);
 // cache (the misses of back-to-back spans), and of the rest of its cold and idle-cold bytes the
 // fraction cold_fraction(profile, idle) (`idle`: seconds since the device's last work ended). The
 // planner's steady state charges back-to-back spans (idle 0): the stage that bounds a pipeline's
-// period does not wait. The span ends that wait: it pays wake_span_cost(profile, idle) once.
-// `wake`: the wait after which this span's code first runs again (the wake-up curve:
+// period does not wait. A span whose idle wait the wake-up curve charges pays
+// wake_span_cost(profile, idle) once. `wake`: the wait after which this span's code first runs again (the wake-up curve:
 // wake_cost(profile, wake) per operation; 0: its code is warm); DeviceHistory gives both for a
 // device's spans in turn.
 Seconds time_of(const Work& work, const ComputeProfile& profile, Seconds idle = 0, Seconds wake = 0);
