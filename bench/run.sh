@@ -29,6 +29,9 @@ build/bench/bench_allreduce --out bench/results/allreduce.json
 bench/compute_model.sh bench/results/compute_model
 scripts/build.sh bench_layer_cost
 build/bench/bench_layer_cost --out bench/results/layer_cost.json
+# What an idle wait costs the work after it (the wake-up and cooling curves' evidence).
+scripts/build.sh bench_wake
+build/bench/bench_wake --out bench/results/wake.json
 # The network emulator end to end (EmulatorServer, clients, ShapedTransport over Gloo): bandwidth,
 # latency and fairness against the configured links (~2 minutes).
 scripts/build.sh bench_emulator

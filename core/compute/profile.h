@@ -94,7 +94,7 @@ struct ComputeProfile {
   // (bench_stage_compute --sleep-us 50), while an 8 MiB read lost nothing to waits up to 1 ms.
   // Most of it is paid once, by the first operation after the wait: a ReLU on 32 x 64 values took
   // 9 / 14 / 31 us more after waits of 0.3 / 1 / 3 ms, and 64 of them in a row 19 / 25 / 38 us
-  // more (so `span` is most of a short span's cost, and `op` spread over a long one's operations
+  // more (bench_wake; in a calmer hour 6 / 8 / 13 and -4 / 2 / 13) (so `span` is most of a short span's cost, and `op` spread over a long one's operations
   // would charge a short one too little). Points in increasing wait with both costs
   // nondecreasing; wake_cost() and wake_span_cost() interpolate. Empty: none. Seconds, undilated
   // like the fixed costs they add to.
