@@ -303,8 +303,9 @@ class TightSleeps {
 // a wait adds to each, e1 and eN for spans of n1 and N operations (as the model counts them:
 // describe()), gives the point's costs: per operation (eN - e1) / (N - n1), per span the rest of
 // e1 (most of it here: the first operation after a wait pays it). Its wait is the one measured
-// from the end of the chain before (the one-operation span's sleeps are taken to end as late) (a sleep wakes late: the shortest came out at 0.08 ms here; the
-// model charges nothing below the first point); costs made nondecreasing, none below 0. Rounds go
+// from the end of the chain before, the one-operation span's sleeps taken to end as late (a
+// sleep wakes late: the shortest came out at 0.08 ms here; the model charges nothing below the
+// first point); costs made nondecreasing, none below 0. Rounds go
 // over warm and every wait in turn, so that a stretch of a slow host lands on all of them; each
 // figure is the median of its rounds. Empty if no wait costs anything.
 constexpr std::array<double, 7> kWakeWaits{{3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2}};  // s

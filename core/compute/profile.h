@@ -94,8 +94,9 @@ struct ComputeProfile {
   // (bench_stage_compute --sleep-us 50), while an 8 MiB read lost nothing to waits up to 1 ms.
   // Most of it is paid once, by the first operation after the wait: a ReLU on 32 x 64 values took
   // 9 / 14 / 31 us more after waits of 0.3 / 1 / 3 ms, and 64 of them in a row 19 / 25 / 38 us
-  // more (bench_wake; in a calmer hour 6 / 8 / 13 and -4 / 2 / 13) (so `span` is most of a short span's cost, and `op` spread over a long one's operations
-  // would charge a short one too little). Points in increasing wait with both costs
+  // more (bench_wake; in a calmer hour 6 / 8 / 13 and -4 / 2 / 13). So `span` is most of a short
+  // span's cost, and `op` spread over a long one's operations would charge a short one too
+  // little. Points in increasing wait with both costs
   // nondecreasing; wake_cost() and wake_span_cost() interpolate. Empty: none. Seconds, undilated
   // like the fixed costs they add to.
   struct Waking {
@@ -133,9 +134,9 @@ Seconds wake_span_cost(const ComputeProfile& profile, Seconds wait);
 // fraction cold_fraction(profile, idle) (`idle`: seconds since the device's last work ended). The
 // planner's steady state charges back-to-back spans (idle 0): the stage that bounds a pipeline's
 // period does not wait. A span whose idle wait the wake-up curve charges pays
-// wake_span_cost(profile, idle) once. `wake`: the wait after which this span's code first runs again (the wake-up curve:
-// wake_cost(profile, wake) per operation; 0: its code is warm); DeviceHistory gives both for a
-// device's spans in turn.
+// wake_span_cost(profile, idle) once. `wake`: the wait after which this span's code first runs
+// again (the wake-up curve: wake_cost(profile, wake) per operation; 0: its code is warm);
+// DeviceHistory gives both for a device's spans in turn.
 Seconds time_of(const Work& work, const ComputeProfile& profile, Seconds idle = 0, Seconds wake = 0);
 
 // What the model needs of a device's history before each span, in the simulator, emulate_speed
