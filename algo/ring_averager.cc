@@ -180,6 +180,10 @@ void RingAverager::start(at::Tensor state, int64_t rows, int64_t round) {
   for (auto it = early_.begin(); it != early_.end();)
     it = std::get<3>(it->first) < round ? early_.erase(it) : std::next(it);
   if (keep_original_ && state_.defined()) original_ = state_.clone();
+  // The same on every node (algo/ring_averager.h): the channel is the run's, rows and churn too.
+  direct_ = env_.direct != nullptr && !keep_original_ && state_.defined() && rows_ == 1;
+  direct_round_ = -1;
+  direct_lane_ = 0;
   span_ = event_now(env_, role_, EventKind::kAverage);
   span_.step = round;
   lanes_.clear();
@@ -242,7 +246,7 @@ void RingAverager::make_lanes() {
       l.lo = r.lo + (r.hi - r.lo) * j / pieces;
       l.hi = r.lo + (r.hi - r.lo) * (j + 1) / pieces;
       l.aux = static_cast<int64_t>(r.id) * kMaxRingPieces + j;
-      lanes_.push_back(l);
+      lanes_.push_back(std::move(l));
     }
   }
   // Every lane begins (its first segment out; messages that came before the start are in early_).
@@ -358,6 +362,7 @@ bool RingAverager::progress() {
       if (!collect()) return false;
       continue;
     }
+    if (direct_) return progress_direct();
     // Each lane at its own pace: its round's segment out, then, once the previous member's is
     // here, the reduce-scatter adds segment (i - t - 1), the all-gather copies segment (i - t).
     // Only lanes that may move are looked at (ready_), in turn.
@@ -408,6 +413,112 @@ bool RingAverager::progress() {
       return true;
     }
     return false;
+  }
+}
+
+namespace {
+
+// The direct channel's tag of every ring exchange: between two nodes, in one direction, their
+// rounds meet in the order both post them (DirectChannel), which the one order makes the same.
+constexpr int64_t kDirectRingTag = 0;
+
+}  // namespace
+
+void RingAverager::post_direct(Lane& l) {
+  const int c = l.members;
+  // The segment this round receives: its place is posted first, so that the previous member's
+  // send finds it. An empty segment moves nothing (on both ends alike); its message's bytes are
+  // recorded all the same, as the message it replaces.
+  const int rseg = l.gather ? mod(l.member - l.t, c) : mod(l.member - l.t - 1, c);
+  const int64_t ra = l.seg_lo(rseg), rb = l.seg_lo(rseg + 1);
+  if (rb > ra) {
+    at::Tensor into = l.gather ? state_.narrow(1, ra, rb - ra).view({-1}) : l.scratch.narrow(0, 0, rb - ra);
+    l.rx = env_.direct->recv(l.prev, kDirectRingTag, std::move(into));
+  }
+  const int sseg = l.gather ? mod(l.member + 1 - l.t, c) : mod(l.member - l.t, c);
+  const int64_t sa = l.seg_lo(sseg), sb = l.seg_lo(sseg + 1);
+  note(EventKind::kSend, l.next, kHeaderBytes + kFloatBytes * (sb - sa));
+  if (sb > sa) l.tx.push_back(env_.direct->send(l.next, kDirectRingTag, state_.narrow(1, sa, sb - sa).view({-1})));
+}
+
+bool RingAverager::progress_direct() {
+  const int rounds = 2 * (lanes_.front().members - 1);
+  if (direct_round_ < 0) {  // the rings begin: the reduce-scatter's memory, every lane's first round
+    int64_t total = 0;
+    for (const Lane& l : lanes_) total += (l.hi - l.lo + l.members - 1) / l.members;
+    if (!scratch_.defined() || scratch_.numel() < total) scratch_ = at::empty({std::max<int64_t>(total, 1)}, at::kFloat);
+    int64_t at = 0;
+    for (Lane& l : lanes_) {
+      const int64_t n = (l.hi - l.lo + l.members - 1) / l.members;
+      l.scratch = scratch_.narrow(0, at, n);
+      at += n;
+    }
+    direct_round_ = 0;
+    direct_lane_ = 0;
+    for (Lane& l : lanes_) post_direct(l);
+  }
+  while (direct_round_ < rounds) {
+    Lane& l = lanes_[direct_lane_];
+    if (l.rx && !l.rx->done()) return false;
+    l.rx.reset();
+    const int seg = l.gather ? mod(l.member - l.t, l.members) : mod(l.member - l.t - 1, l.members);
+    const int64_t a = l.seg_lo(seg), b = l.seg_lo(seg + 1);
+    note(EventKind::kRecv, l.prev, kHeaderBytes + kFloatBytes * (b - a));
+    if (!l.gather) {  // the reduce-scatter's addition (the all-gather's segment is in place)
+      Work add;
+      add.add_elementwise(static_cast<double>(b - a), 2);
+      const bool last_add = l.t == l.members - 2;
+      env_.compute.run(add, [&] {
+        const at::Tensor dst = state_.narrow(1, a, b - a), src = l.scratch.narrow(0, 0, b - a).view({1, -1});
+        if (last_add) {
+          add_then_divide(dst, src, l.members);
+        } else {
+          dst.add_(src);
+        }
+      });
+    }
+    if (++l.t == l.members - 1) {
+      l.t = 0;
+      if (l.gather) {
+        l.done = true;
+      } else {
+        divide_reduced(l);
+        l.gather = true;
+      }
+    }
+    if (!l.done) post_direct(l);
+    if (++direct_lane_ == lanes_.size()) {
+      direct_lane_ = 0;
+      ++direct_round_;
+    }
+  }
+  // Every lane is done once its sends have left: the peers have them (nothing is dropped unsent).
+  for (Lane& l : lanes_) {
+    while (!l.tx.empty() && l.tx.back()->done()) l.tx.pop_back();
+    if (!l.tx.empty()) return false;
+  }
+  lanes_left_ = 0;
+  finish();
+  return true;
+}
+
+void RingAverager::wait(const std::function<Message()>& recv, const std::function<void(Message)>& other) {
+  while (!progress()) {
+    if (phase_ == Phase::kRing && direct_ && direct_round_ >= 0) {  // what the one order waits for
+      const int rounds = 2 * (lanes_.front().members - 1);
+      if (direct_round_ < rounds) {
+        lanes_[direct_lane_].rx->wait();
+      } else {
+        for (Lane& l : lanes_)
+          if (!l.tx.empty()) {
+            l.tx.back()->wait();
+            break;
+          }
+      }
+      continue;
+    }
+    Message m = recv();
+    if (!hold(m)) other(std::move(m));
   }
 }
 

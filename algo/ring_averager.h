@@ -20,6 +20,17 @@
 // lane (and so each ring) moves on as soon as its own message is here, not in step with this
 // node's other rings.
 //
+// Direct exchanges (NodeEnv::direct, the real executor with no emulated network or faults): with
+// one row and no churn, a lane's segments go through the executor's direct channel instead of
+// messages: each round posts its receive (into the state for the all-gather, into scratch for the
+// reduce-scatter) before it sends, and the data moves once, with no header, receiving thread or
+// inbox between. The lanes then go in one order on every node, round by round and lane by lane
+// (by ring, then piece), as Gloo's own ring does: a node waits for the first lane of its round,
+// and since what that lane waits for was sent by a node that went the same order, no node waits
+// for one that waits for it. Every node of a run decides alike (the channel is there for all or
+// none, and the rows and churn are the run's), and the bytes each exchange records are those of
+// the message it replaces, so the simulation and the metrics of both ways agree.
+//
 // Memory: a state handed over (std::move) is averaged in its own memory, else in a copy. Slices go
 // to the peers as they are (Message::payload_frozen), with no copy: a ring writes a slice again
 // only after a message that follows from the peer having taken it (reduce-scatter round t sends
@@ -30,6 +41,7 @@
 #include <functional>
 #include <deque>
 #include <map>
+#include <memory>
 #include <optional>
 #include <unordered_map>
 #include <tuple>
@@ -56,6 +68,8 @@ class RingAverager : public Averager {
   void clear() override;
   void reconfigure(const NodeRole& role, const Assignment& nodes, const std::vector<int>& view) override;
   void drop(int node) override;
+  // As Averager::wait(), but a ring on the direct channel waits for its lanes' receives there.
+  void wait(const std::function<Message()>& recv, const std::function<void(Message)>& other) override;
 
  private:
   struct MyRing {
@@ -79,6 +93,11 @@ class RingAverager : public Averager {
     // (offer()): each from the reduce-scatter round that sends the same segment on.
     int offers = 0;
     int offered_from() const { return gather ? t : 0; }
+    // Direct exchanges: this round's receive, the sends so far, and the place a reduce-scatter
+    // round receives into (a slice of scratch_).
+    std::unique_ptr<CollectiveWork> rx;
+    std::vector<std::unique_ptr<CollectiveWork>> tx;
+    at::Tensor scratch;
   };
   struct Member {  // single ring, on a leader: another stage of its cluster
     int node = -1;
@@ -103,6 +122,10 @@ class RingAverager : public Averager {
   // charges its work).
   void divide_reduced(const Lane& l);
   void finish();          // hands out the slices (single-ring leader), records the span
+  // Direct exchanges: the lane's round posted (its receive, then its segment sent), and the
+  // rounds done in the one order while their receives are here; true once every lane is done.
+  void post_direct(Lane& l);
+  bool progress_direct();
   void note(EventKind kind, int peer, Bytes bytes);  // a send or receive event
   // The early message of this round with that key, taken out of early_ (and its receive recorded);
   // nothing if it is not here yet.
@@ -139,6 +162,12 @@ class RingAverager : public Averager {
   int64_t rows_ = 1;
   at::Tensor state_;     // [rows, length]: the stage's (multi), the whole model's (single leader)
   bool was_1d_ = false;
+  // Direct exchanges in this averaging (see above); where the one order stands (the round of every
+  // lane, and the lane within it); the reduce-scatter's receiving memory, kept between averagings.
+  bool direct_ = false;
+  int direct_round_ = 0;
+  size_t direct_lane_ = 0;
+  at::Tensor scratch_;
   Event span_;
 };
 

@@ -5,9 +5,10 @@
 //         set by the slowest link of the ring;
 //         Pipeline clusters (C clusters of p stages): the multi-ring against the single ring
 //         (leaders collect, one ring over the whole model, hand back), both against alpha-beta;
-//   real  the same rings over c10d/Gloo point-to-point (GlooTransport) between C processes on
-//         127.0.0.1, segments whole and in pieces of --piece-mb (training.ring_piece_mb), against
-//         c10d's own ProcessGroupGloo::allreduce on the same data; and on
+//   real  the same rings over c10d/Gloo point-to-point (GlooTransport's direct channel, as runs
+//         without an emulated network; and over its messages) between C processes on 127.0.0.1,
+//         segments whole and in pieces of --piece-mb (training.ring_piece_mb), against c10d's own
+//         ProcessGroupGloo::allreduce on the same data; and on
 //         pipeline clusters, the three averagings a run can select (training.allreduce):
 //         multi-ring, single ring and c10d allreduce over the multi-ring's chunks. Both sides
 //         work in place on a state made before the timing (the ring is handed it with std::move).
@@ -269,32 +270,37 @@ Turns taking_turns(GlooTransport& t, int reps, const std::vector<std::function<v
   return out;
 }
 
-// C one-node clusters: our multi-ring (over GlooTransport) against c10d's allreduce on one group.
-// Reported: the best time of each, and the median over rounds of each ring's time over c10d's in
-// the same round (the runs take turns: a load burst on this shared host moves both alike).
+// C one-node clusters: our multi-ring against c10d's allreduce on one group. The ring as real runs
+// without an emulated network average (GlooTransport's direct channel: NodeEnv::direct), segments
+// whole and in pieces of --piece-mb (training.ring_piece_mb), and the same ring over messages (as
+// under the emulator, or with faults injected). Reported: the best time of each, and the median
+// over rounds of each one's time over c10d's in the same round (the runs take turns: a load burst
+// on this shared host moves them alike). c10d's allreduce sums; the rings average (their last
+// addition divides by C in the same pass): c10d's sum followed by that division is reported too.
 json part_real(int reps, double piece_mb) {
   json rows = json::array();
   for (int c : {2, 3}) {
     for (double mb : {4.0, 64.0}) {
       Case k = make_case(c, mb * 1e6, std::vector<double>(c, 1000), 0);
-      auto out = on_ranks(c, 8, [&](GlooTransport& t, int r) {
+      auto out = on_ranks(c, 14, [&](GlooTransport& t, int r) {
         WallClock clock;
         WallCompute compute;
         EventLog log;
-        NodeEnv env{t, clock, compute, log};
+        NodeEnv messages{t, clock, compute, log};
+        NodeEnv direct{t, clock, compute, log, nullptr, nullptr, nullptr, &t.direct()};
         at::Tensor x = at::full({k.model.state_offset(k.model.layer_count())}, static_cast<float>(r));
         // All work in place on a tensor made before the timing: c10d's allreduce sums into it,
         // the ring averages in the tensor handed over to it (std::move).
-        // Segments whole (Ravnest's reference), then in pieces (training.ring_piece_mb).
         TrainingSpec pieces;
         pieces.ring_piece_mb = piece_mb;
-        RingAverager whole(env, k.plan, k.model, r, RingTopology::kMulti, 0);
-        RingAverager cut(env, k.plan, k.model, r, RingTopology::kMulti, ring_piece_bytes(pieces));
+        RingAverager whole(direct, k.plan, k.model, r, RingTopology::kMulti, 0);
+        RingAverager cut(direct, k.plan, k.model, r, RingTopology::kMulti, ring_piece_bytes(pieces));
+        RingAverager over_messages(messages, k.plan, k.model, r, RingTopology::kMulti, 0);
         at::Tensor y, mean;  // the mean is kept until the next preparation, as c10d's sum is
         std::vector<at::Tensor> v;
         auto ring = [&](RingAverager& avg) {
           return [&](int rep) {
-            mean = avg.average(std::move(y), 1, rep, [&] { return env.transport.recv(); },
+            mean = avg.average(std::move(y), 1, rep, [&] { return t.recv(); },
                                [](Message) { throw Error("unexpected message"); });
           };
         };
@@ -302,29 +308,41 @@ json part_real(int reps, double piece_mb) {
           mean = at::Tensor();
           y = x.clone();
         };
-        const Turns turns = taking_turns(t, reps, {ring(whole), ring(cut), [&](int) { t.group().allreduce(v)->wait(); }},
-                                         {fresh, fresh, [&](int) { v = {x.clone()}; }});
+        auto c10d_fresh = [&](int) { v = {x.clone()}; };
+        const Turns turns = taking_turns(
+            t, reps,
+            {ring(whole), ring(cut), ring(over_messages), [&](int) { t.group().allreduce(v)->wait(); },
+             [&](int) {
+               t.group().allreduce(v)->wait();
+               v[0].div_(c);
+             }},
+            {fresh, fresh, fresh, c10d_fresh, c10d_fresh});
         const auto& times = turns.seconds;
-        std::vector<double> ratio_whole, ratio_cut;
-        for (int i = 0; i < reps; ++i) {
-          ratio_whole.push_back(times[0][i] / times[2][i]);
-          ratio_cut.push_back(times[1][i] / times[2][i]);
-        }
         auto best = [](const std::vector<double>& w) { return *std::min_element(w.begin(), w.end()); };
-        return std::vector<double>{best(times[0]), best(times[1]), best(times[2]), bench::median(ratio_whole),
-                                   bench::median(ratio_cut), bench::median(turns.faults[0]),
-                                   bench::median(turns.faults[1]), bench::median(turns.faults[2])};
+        auto median_over = [&](size_t i, size_t base) {
+          std::vector<double> ratio;
+          for (int j = 0; j < reps; ++j) ratio.push_back(times[i][static_cast<size_t>(j)] / times[base][static_cast<size_t>(j)]);
+          return bench::median(ratio);
+        };
+        return std::vector<double>{best(times[0]), best(times[1]), best(times[2]), best(times[3]), best(times[4]),
+                                   median_over(0, 3), median_over(1, 3), median_over(2, 3), median_over(0, 4),
+                                   median_over(1, 4), bench::median(turns.faults[0]), bench::median(turns.faults[1]),
+                                   bench::median(turns.faults[2]), bench::median(turns.faults[3])};
       });
       const double s = 4.0 * k.model.state_offset(k.model.layer_count());
-      rows.push_back({{"ranks", c}, {"state_mb", s / 1e6}, {"multi_ring_s", out[0]}, {"piece_mb", piece_mb},
-                      {"multi_ring_pieces_s", out[1]}, {"c10d_allreduce_s", out[2]}, {"ratio", out[0] / out[2]},
-                      {"ratio_pieces", out[1] / out[2]}, {"median_ratio", out[3]}, {"median_ratio_pieces", out[4]},
-                      {"rank0_minor_faults", {{"multi_ring", out[5]}, {"multi_ring_pieces", out[6]}, {"c10d_allreduce", out[7]}}}});
+      rows.push_back({{"ranks", c}, {"state_mb", s / 1e6}, {"piece_mb", piece_mb}, {"multi_ring_s", out[0]},
+                      {"multi_ring_pieces_s", out[1]}, {"multi_ring_messages_s", out[2]}, {"c10d_allreduce_s", out[3]},
+                      {"c10d_allreduce_divide_s", out[4]}, {"ratio", out[0] / out[3]}, {"median_ratio", out[5]},
+                      {"median_ratio_pieces", out[6]}, {"median_ratio_messages", out[7]},
+                      {"median_ratio_to_sum_divide", out[8]}, {"median_ratio_pieces_to_sum_divide", out[9]},
+                      {"rank0_minor_faults",
+                       {{"multi_ring", out[10]}, {"multi_ring_pieces", out[11]}, {"multi_ring_messages", out[12]},
+                        {"c10d_allreduce", out[13]}}}});
       std::fprintf(stderr,
-                   "real loopback C=%d S=%.0f MB: best multi-ring %.4f s, in %.2g MB pieces %.4f s, c10d allreduce %.4f s "
-                   "(ratios %.2f, %.2f); median ratio in turns %.2f, %.2f; rank 0's page faults per round %.0f, %.0f, %.0f\n",
-                   c, s / 1e6, out[0], piece_mb, out[1], out[2], out[0] / out[2], out[1] / out[2], out[3], out[4], out[5],
-                   out[6], out[7]);
+                   "real loopback C=%d S=%.0f MB: best multi-ring %.4f s, in %.2g MB pieces %.4f s, over messages %.4f s, "
+                   "c10d allreduce %.4f s (+ divide %.4f s); median ratio to c10d allreduce in turns %.2f, pieces %.2f, "
+                   "messages %.2f; to allreduce + divide %.2f, pieces %.2f\n",
+                   c, s / 1e6, out[0], piece_mb, out[1], out[2], out[3], out[4], out[5], out[6], out[7], out[8], out[9]);
     }
   }
   return rows;
@@ -345,7 +363,7 @@ json part_real_pipelines(int reps) {
         WallClock clock;
         WallCompute compute;
         EventLog log;
-        NodeEnv env{t, clock, compute, log, &coll};
+        NodeEnv env{t, clock, compute, log, &coll, nullptr, nullptr, &t.direct()};  // as a run's, emulation off
         const NodeRole role = k.plan.role_of(r);
         at::Tensor x = at::full({k.model.state_offset(role.layer_end) - k.model.state_offset(role.layer_begin)},
                                 static_cast<float>(r));

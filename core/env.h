@@ -197,6 +197,35 @@ class Membership {
 // Checkpoints (core/checkpoint/checkpoint.h): the executor keeps each node's state at a
 // checkpoint and hands it back when the run resumes. Executors without them provide none
 // (NodeEnv::checkpoints is null).
+// Direct exchanges (optional; the real executor without an emulated network or injected faults):
+// a tensor goes from a send() straight into the place its receiver posted with recv(), moved once,
+// with no message around it, for algorithms whose two ends both know what flows when (a ring
+// all-reduce's schedule). What a receiver posts is where the data lands: it must be posted in
+// time for nothing to wait long, and a sender's tensor moves only once its receiver's place is
+// there (rendezvous). Nothing here goes through the Transport: no recv() sees it, no network
+// emulator delays it, no fault touches it; so an executor offers a channel only where the
+// transport has none of those, for every node of the run alike (an algorithm decides from its
+// presence, and both ends must decide the same).
+//
+// Matching: between two nodes, in one direction, under one tag, the k-th send meets the k-th
+// recv (first in, first out), so both ends post them in the same order, and their lengths agree
+// (the algorithm's schedule must make sure of both: a mismatch is a bug, which the channel does not
+// promise to catch). Tags: [0, kMaxTag].
+//
+// Memory: `from` is read and `into` written until the work is done; the caller keeps both alive
+// and neither writes `from` nor reads or writes `into` meanwhile (the works hold references).
+// Threading: the node's own thread.
+class DirectChannel {
+ public:
+  static constexpr int64_t kMaxTag = (int64_t{1} << 30) - 1;
+  virtual ~DirectChannel() = default;
+  // Starts sending `from` (a contiguous CPU float32 tensor) to node `dst`.
+  virtual std::unique_ptr<CollectiveWork> send(int dst, int64_t tag, at::Tensor from) = 0;
+  // Starts receiving from node `src` into `into` (a contiguous CPU float32 tensor): the data of
+  // its matching send, exactly into.numel() elements.
+  virtual std::unique_ptr<CollectiveWork> recv(int src, int64_t tag, at::Tensor into) = 0;
+};
+
 struct NodeState;
 
 class Checkpoints {
@@ -223,6 +252,7 @@ struct NodeEnv {
   Collectives* collectives = nullptr;  // the executor's own collectives, if it has any
   Membership* membership = nullptr;    // churn: the run's membership, if nodes may come and go
   Checkpoints* checkpoints = nullptr;  // the run's checkpoints, if it takes them
+  DirectChannel* direct = nullptr;     // direct exchanges, where the executor offers them (above)
 };
 
 }  // namespace rv

@@ -6,6 +6,7 @@
 //              faults for this node (or an override)
 //   metrics    the node's own sink, teed to an optional observer (progress, a test), under the
 //              observer's lock when several nodes share it from different threads
+//   direct     the executor's direct channel, only where no wrapper above acts in this run
 //
 // Lifetime: the base parts, the observer and its lock outlive the NodeEnvStack, which owns the
 // wrappers. Threading: one stack belongs to one node, like the NodeEnv it holds.
@@ -33,6 +34,11 @@ struct EnvParts {
   NetworkEmulator* network = nullptr;  // the emulated network the node's sends go through, if any
   Membership* membership = nullptr;    // churn: the run's membership, if nodes come and go
   Checkpoints* checkpoints = nullptr;  // the run's checkpoints, if it takes them
+  // Direct exchanges (core/env.h DirectChannel), if the executor has them. The node's NodeEnv gets
+  // the channel only if nothing wraps the transport in any node of the run: no emulated network
+  // here, no fault injected anywhere in the scenario (a per-node override below included), for a
+  // channel would bypass both, and every node must see the same.
+  DirectChannel* direct = nullptr;
 };
 
 // Records into the node's sink, then into the observer (under its lock, if any).
@@ -60,6 +66,9 @@ class NodeEnvStack {
   NodeEnv& env() { return env_; }
 
  private:
+  // Whether the node may use the executor's direct channel (EnvParts::direct).
+  static bool direct_allowed(const Scenario& s, const EnvParts& base, const FaultSpec* faults);
+
   std::optional<ShapedTransport> shaped_;
   FaultyTransport transport_;
   TeeMetrics metrics_;

@@ -3,42 +3,10 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include "core/error.h"
+#include "real/gloo_work.h"
 
 namespace rv {
 namespace {
-
-class GlooWork : public CollectiveWork {
- public:
-  GlooWork(c10::intrusive_ptr<c10d::Work> work, std::vector<at::Tensor> tensors, std::string what)
-      : work_(std::move(work)), tensors_(std::move(tensors)), what_(std::move(what)) {}
-  bool done() override {
-    if (!work_->isCompleted()) return false;
-    check();
-    return true;
-  }
-  void wait() override {
-    try {
-      work_->wait();
-    } catch (const std::exception& e) {
-      throw PeerError(what_ + " failed: " + e.what());
-    }
-    check();
-  }
-
- private:
-  void check() {
-    if (auto e = work_->exception()) {
-      try {
-        std::rethrow_exception(e);
-      } catch (const std::exception& ex) {
-        throw PeerError(what_ + " failed: " + ex.what());
-      }
-    }
-  }
-  c10::intrusive_ptr<c10d::Work> work_;
-  std::vector<at::Tensor> tensors_;  // kept alive until the work is done
-  std::string what_;
-};
 
 std::string group_name(const std::vector<int>& ranks) {
   std::string s = "c10d allreduce over ranks";

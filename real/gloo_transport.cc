@@ -33,6 +33,7 @@
 #include "real/auth.h"
 #include "real/auth_store.h"
 #include "real/buffer_pool.h"
+#include "real/gloo_work.h"
 #include "real/liveness.h"
 #include "real/wire_format.h"
 
@@ -65,6 +66,7 @@ using WorkPtr = c10::intrusive_ptr<c10d::Work>;
 // posted into their destination on reading the header (wire_format.h).
 constexpr int kHeaderTag = 0;
 constexpr int kBodyTag = 1;
+constexpr int kDirectTagBase = 2;  // the direct channel's tag t is c10d's tag kDirectTagBase + t
 // Gloo turns a timed-out wait into a failure of the whole context, so its waits are "forever"
 // (30 days, which stays far from overflowing steady_clock arithmetic) and are aborted instead;
 // the timeouts the user sees are kept by the inbox and flush() waits.
@@ -1371,6 +1373,50 @@ void GlooTransport::close() {
   s.shutdown();
   if (failure) std::rethrow_exception(failure);
   if (!problem.empty()) throw PeerError(s.who() + ": close: " + problem);
+}
+
+class GlooTransport::Direct : public DirectChannel {
+ public:
+  explicit Direct(GlooTransport::Impl& s) : s_(s) {}
+  std::unique_ptr<CollectiveWork> send(int dst, int64_t tag, at::Tensor from) override {
+    return post(true, dst, tag, std::move(from));
+  }
+  std::unique_ptr<CollectiveWork> recv(int src, int64_t tag, at::Tensor into) override {
+    return post(false, src, tag, std::move(into));
+  }
+
+ private:
+  std::unique_ptr<CollectiveWork> post(bool sending, int peer, int64_t tag, at::Tensor t) {
+    const std::string what = s_.who() + ": a direct " + (sending ? "send to" : "receive from") + " peer " +
+                             std::to_string(peer);
+    RV_CHECK(peer >= 0 && peer < s_.opt.world_size && peer != s_.opt.rank,
+             what + ": no other rank of a world of " + std::to_string(s_.opt.world_size));
+    RV_CHECK(tag >= 0 && tag <= DirectChannel::kMaxTag, what + ": tag " + std::to_string(tag) + " out of range");
+    RV_CHECK(t.defined() && t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous(),
+             what + ": needs a contiguous float32 CPU tensor");
+    RV_CHECK(!s_.opt.join && !s_.tolerant(), what + ": no direct channel on a transport that takes peers for lost");
+    Impl::Link link;
+    {
+      std::lock_guard<std::mutex> lock(s_.mu);
+      if (s_.stopping) throw PeerError(what + " after close()");
+      if (s_.peers[peer] == Impl::PeerState::kFailed || s_.failure) {
+        throw PeerError(what + ": the peer is lost or the transport failed");
+      }
+      link = s_.links[peer];
+    }
+    std::vector<at::Tensor> tensors{std::move(t)};
+    const int c10d_tag = kDirectTagBase + static_cast<int>(tag);
+    c10::intrusive_ptr<c10d::Work> work =
+        sending ? link.pg->send(tensors, link.index, c10d_tag) : link.pg->recv(tensors, link.index, c10d_tag);
+    return std::make_unique<GlooWork>(std::move(work), std::move(tensors), what);
+  }
+  GlooTransport::Impl& s_;
+};
+
+DirectChannel& GlooTransport::direct() {
+  RV_CHECK(!impl_->closed, impl_->who() + ": direct() after close()");
+  if (!direct_) direct_ = std::make_unique<Direct>(*impl_);
+  return *direct_;
 }
 
 c10d::ProcessGroupGloo& GlooTransport::group() {

@@ -452,6 +452,9 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::opt
   }
   EnvParts parts{transport, clock, compute, log, &collectives, &observer, nullptr, emulator.get()};
   if (checkpoints) parts.checkpoints = &*checkpoints;
+  // Direct exchanges where no peer is taken for lost (NodeEnvStack drops them under an emulated
+  // network or injected faults).
+  if (!recover) parts.direct = &transport.direct();
   // Recovering: the run's membership in the store; the peers lost so far are reported to it now,
   // later ones by the transport as they go.
   std::optional<StoreMembership> membership;

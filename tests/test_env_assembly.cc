@@ -74,3 +74,36 @@ TEST_CASE("every event reaches the node's sink and the observer, under its lock"
   CHECK(&stack.env().clock == &clock);
   CHECK(&stack.env().compute == &compute);
 }
+
+TEST_CASE("the executor's direct channel reaches a node only where nothing wraps any node's transport", "[env]") {
+  struct NoChannel : DirectChannel {  // never used: only where the assembly hands it is checked
+    std::unique_ptr<CollectiveWork> send(int, int64_t, at::Tensor) override { throw Error("not here"); }
+    std::unique_ptr<CollectiveWork> recv(int, int64_t, at::Tensor) override { throw Error("not here"); }
+  } channel;
+  struct HeldAtSender : NetworkEmulator {
+    void submit(Transport& inner, int, int dst, Message msg) override { inner.send(dst, std::move(msg)); }
+    void drain(int) override {}
+  } network;
+  LoopbackHub hub(2, 1.0);
+  LoopbackTransport t(hub, 0);
+  WallClock clock;
+  WallCompute compute;
+  EventLog log;
+  auto direct_of = [&](const Scenario& s, NetworkEmulator* net, const FaultSpec* override_faults) {
+    EnvParts parts{t, clock, compute, log};
+    parts.network = net;
+    parts.direct = &channel;
+    NodeEnvStack stack(s, 0, parts, override_faults);
+    return stack.env().direct;
+  };
+  CHECK(direct_of(with_faults("node = -1\n"), nullptr, nullptr) == &channel);
+  // A fault on another node: its ring partners must not use the channel either.
+  CHECK(direct_of(with_faults("node = 1\ndelay_ms = 5\n"), nullptr, nullptr) == nullptr);
+  CHECK(direct_of(with_faults("node = 0\ndrop_every = 2\n"), nullptr, nullptr) == nullptr);
+  CHECK(direct_of(with_faults("node = -1\n"), &network, nullptr) == nullptr);
+  FaultSpec crash;
+  crash.crash_after_sends = 3;
+  CHECK(direct_of(with_faults("node = -1\n"), nullptr, &crash) == nullptr);
+  FaultSpec none;
+  CHECK(direct_of(with_faults("node = -1\n"), nullptr, &none) == &channel);
+}

@@ -23,7 +23,11 @@
 #include <vector>
 
 #include "catch.h"
+#include "algo/ring_averager.h"
 #include "core/error.h"
+#include "core/output/metrics.h"
+#include "exec/wall_env.h"
+#include "planner/planner.h"
 #include "real/gloo_collectives.h"
 #include "real/gloo_transport.h"
 #include "real/wire_format.h"
@@ -1059,4 +1063,155 @@ TEST_CASE("gloo transport: a payload offered a place arrives in it - other sizes
     return 0;
   });
   CHECK(status == std::vector<int>{0, 0});
+}
+
+TEST_CASE("gloo transport: the direct channel moves tensors in order per tag, beside messages, and refuses "
+          "what it cannot send",
+          "[gloo][direct]") {
+  constexpr int64_t kLarge = GlooTransport::kInlineFloats + 777;
+  const auto status = run_ranks(2, 60, [](int rank, int port) -> int {
+    GlooTransport t(options(rank, 2, port, 20));
+    rv::DirectChannel& d = t.direct();
+    const int peer = 1 - rank;
+    auto values = [](int from, int k, int64_t n) { return at::arange(n, at::kFloat) + static_cast<float>(1000 * from + k); };
+    // Receives posted first (tag 0: two, in order; tag 7: one), then the sends in another order
+    // across tags, a message among them.
+    at::Tensor a = at::zeros({5}), b = at::zeros({kLarge}), c = at::zeros({3});
+    auto ra = d.recv(peer, 0, a), rb = d.recv(peer, 0, b), rc = d.recv(peer, 7, c);
+    t.barrier();
+    at::Tensor sa = values(rank, 1, 5), sb = values(rank, 2, kLarge), sc = values(rank, 3, 3);
+    auto tc = d.send(peer, 7, sc);
+    auto ta = d.send(peer, 0, sa);
+    Message m;
+    m.kind = MsgKind::kForward;
+    m.id = 42;
+    m.payload = {at::full({4}, 9.f)};
+    t.send(peer, std::move(m));
+    auto tb = d.send(peer, 0, sb);
+    for (auto* w : {&ra, &rb, &rc, &ta, &tb, &tc}) (*w)->wait();
+    EXPECT_OR_EXIT(at::equal(a, values(peer, 1, 5)));
+    EXPECT_OR_EXIT(at::equal(b, values(peer, 2, kLarge)));
+    EXPECT_OR_EXIT(at::equal(c, values(peer, 3, 3)));
+    const Message got = t.recv();
+    EXPECT_OR_EXIT(got.kind == MsgKind::kForward && got.id == 42 && got.payload[0].eq(9.f).all().item<bool>());
+    EXPECT_OR_EXIT(ra->done() && tb->done());
+    // What it refuses, with rv::Error: itself, no rank, a tag out of range, a tensor not contiguous
+    // float32.
+    auto refused = [&](const std::function<void()>& f) {
+      try {
+        f();
+      } catch (const rv::Error&) {
+        return true;
+      }
+      return false;
+    };
+    at::Tensor x = at::zeros({4});
+    EXPECT_OR_EXIT(refused([&] { d.send(rank, 0, x); }));
+    EXPECT_OR_EXIT(refused([&] { d.recv(2, 0, x); }));
+    EXPECT_OR_EXIT(refused([&] { d.send(peer, -1, x); }));
+    EXPECT_OR_EXIT(refused([&] { d.recv(peer, rv::DirectChannel::kMaxTag + 1, x); }));
+    EXPECT_OR_EXIT(refused([&] { d.send(peer, 0, at::zeros({4, 4}).t()); }));
+    EXPECT_OR_EXIT(refused([&] { d.recv(peer, 0, at::zeros({4}, at::kDouble)); }));
+    t.close();
+    return 0;
+  });
+  CHECK(status == std::vector<int>{0, 0});
+}
+
+TEST_CASE("gloo transport: a direct receive from a peer that dies fails with PeerError, not a hang",
+          "[gloo][direct]") {
+  const auto status = run_ranks(2, 60, [](int rank, int port) -> int {
+    GlooTransport t(options(rank, 2, port, 15));
+    if (rank == 1) {
+      t.barrier();
+      _exit(0);  // gone without close(): its connections drop
+    }
+    at::Tensor into = at::zeros({1000});
+    auto w = t.direct().recv(1, 3, into);
+    t.barrier();
+    try {
+      w->wait();
+    } catch (const rv::PeerError& e) {
+      std::fprintf(stderr, "rank 0: %s\n", e.what());
+      EXPECT_OR_EXIT(contains(e.what(), "direct receive from peer 1"));
+      return 0;
+    }
+    return 11;
+  });
+  CHECK(status == std::vector<int>{0, 0});
+}
+
+TEST_CASE("multi-ring over the direct channel: every cluster holds the mean, no ring message goes through the "
+          "transport, rounds and pieces do not mix",
+          "[gloo][direct][rings]") {
+  // Three clusters cut at different layers (6 ranks): rings of several lengths, nodes in several
+  // rings with different neighbours; whole segments, then pieces of at most 64 bytes (many lanes).
+  const std::string toml = R"(
+name = "rings"
+[model]
+head = "linear"
+kind = "cnn"
+channels = [4, 8]
+hidden = [16]
+[data]
+kind = "synthetic"
+side = 8
+[planner]
+method = "manual"
+[[planner.cluster]]
+nodes = [0]
+stage_layers = [12]
+[[planner.cluster]]
+nodes = [1, 2]
+stage_layers = [5, 7]
+[[planner.cluster]]
+nodes = [3, 4, 5]
+stage_layers = [3, 3, 6]
+[[devices]]
+count = 6
+)";
+  constexpr int kWorld = 6;
+  const auto status = run_ranks(kWorld, 240, [&](int rank, int port) -> int {
+    const rv::Scenario sc = rv::parse_scenario(toml, "rings.toml");
+    const rv::ModelDesc model = rv::build_model(sc);
+    const rv::Plan plan = rv::make_plan(sc, model);
+    const int64_t total = model.state_offset(model.layer_count());
+    auto full = [&](int cluster) {  // cluster c's state: its own values
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(500 + cluster);
+      return at::randn({total}, gen, at::kFloat) * (cluster + 1) + cluster;
+    };
+    const rv::NodeRole role = plan.role_of(rank);
+    const int64_t lo = model.state_offset(role.layer_begin), hi = model.state_offset(role.layer_end);
+    const at::Tensor mean = (full(0) + full(1) + full(2)).div(3).narrow(0, lo, hi - lo);
+    GlooTransport t(options(rank, kWorld, port, 60));
+    rv::WallClock clock;
+    rv::WallCompute compute;
+    rv::EventLog log;
+    rv::NodeEnv env{t, clock, compute, log, nullptr, nullptr, nullptr, &t.direct()};
+    auto no_message = [&]() -> Message { throw rv::Error("a ring waited for a message: not on the direct channel"); };
+    auto unexpected = [](Message) { throw rv::Error("an unexpected message"); };
+    int64_t round = 0;
+    for (int64_t piece : {int64_t{0}, int64_t{64}}) {
+      rv::RingAverager avg(env, plan, model, rank, rv::RingTopology::kMulti, piece);
+      at::Tensor mine = full(role.cluster).narrow(0, lo, hi - lo).clone();
+      // A state its caller holds (must come back unchanged), then one handed over (a no-op on the
+      // means: the rounds must not mix).
+      const at::Tensor before = mine.clone();
+      at::Tensor got = avg.average(mine, 1, round++, no_message, unexpected);
+      EXPECT_OR_EXIT(at::equal(mine, before));
+      EXPECT_OR_EXIT(at::allclose(got, mean, 1e-5, 1e-5));
+      got = avg.average(got.clone(), 1, round++, no_message, unexpected);
+      EXPECT_OR_EXIT(at::allclose(got, mean, 1e-5, 1e-5));
+    }
+    // The exchanges are recorded as the messages they replace: a send and a receive per round.
+    int64_t sends = 0, recvs = 0;
+    for (const rv::Event& e : log.events()) {
+      sends += e.kind == rv::EventKind::kSend;
+      recvs += e.kind == rv::EventKind::kRecv;
+    }
+    EXPECT_OR_EXIT(sends > 0 && sends == recvs);
+    t.close();
+    return 0;
+  });
+  CHECK(status == std::vector<int>(kWorld, 0));
 }
