@@ -16,6 +16,11 @@ void Averager::wait(const std::function<Message()>& recv, const std::function<vo
 at::Tensor Averager::average(at::Tensor state, int64_t rows, int64_t round,
                              const std::function<Message()>& recv, const std::function<void(Message)>& other) {
   if (!participates()) return state;
+  struct Blocking {
+    bool& flag;
+    ~Blocking() { flag = false; }
+  } blocking{blocking_};
+  blocking_ = true;
   start(std::move(state), rows, round);
   wait(recv, other);
   at::Tensor mean = result();  // undefined in timing mode, as the state given there

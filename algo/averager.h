@@ -71,11 +71,18 @@ class Averager {
                      const std::function<Message()>& recv, const std::function<void(Message)>& other);
 
  protected:
+  // True from average()'s start() to its return: the caller waits in wait() for this averaging,
+  // so an averager may make progress only there (the direct channel's works complete in a wait:
+  // ring_averager.h). Every node averages a round the same way (blocking or not: the scenario's).
+  bool blocking() const { return blocking_; }
   // An event of `kind` of the node in `role` (no micro-batch), starting and ending now.
   static Event event_now(NodeEnv& env, const NodeRole& role, EventKind kind);
   // `state` as [rows, n] in memory the averager may write: its own if the caller handed over the
   // only reference to a contiguous tensor, else a copy.
   static at::Tensor take_over(at::Tensor state);
+
+ private:
+  bool blocking_ = false;
 };
 
 // The averager for the all-reduce `kind` (training.allreduce, algo/registry.h). Throws

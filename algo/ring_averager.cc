@@ -180,8 +180,9 @@ void RingAverager::start(at::Tensor state, int64_t rows, int64_t round) {
   for (auto it = early_.begin(); it != early_.end();)
     it = std::get<3>(it->first) < round ? early_.erase(it) : std::next(it);
   if (keep_original_ && state_.defined()) original_ = state_.clone();
-  // The same on every node (algo/ring_averager.h): the channel is the run's, rows and churn too.
-  direct_ = env_.direct != nullptr && !keep_original_ && state_.defined() && rows_ == 1;
+  // The same on every node (algo/ring_averager.h): the channel is the run's, rows, churn and
+  // whether averagings block too.
+  direct_ = env_.direct != nullptr && blocking() && !keep_original_ && state_.defined() && rows_ == 1;
   direct_round_ = -1;
   direct_lane_ = 0;
   span_ = event_now(env_, role_, EventKind::kAverage);

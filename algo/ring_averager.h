@@ -20,11 +20,14 @@
 // lane (and so each ring) moves on as soon as its own message is here, not in step with this
 // node's other rings.
 //
-// Direct exchanges (NodeEnv::direct, the real executor with no emulated network or faults): with
-// one row and no churn, a lane's segments go through the executor's direct channel instead of
-// messages: each round posts its receive (into the state for the all-gather, into scratch for the
-// reduce-scatter) before it sends, and the data moves once, with no header, receiving thread or
-// inbox between. The lanes then go in one order on every node, round by round and lane by lane
+// Direct exchanges (NodeEnv::direct, the real executor with no emulated network or faults): in a
+// blocking averaging (average(), which waits in wait()) of one row without churn, a lane's segments
+// go through the executor's direct channel instead of messages: each round posts its receive (into
+// the state for the all-gather, into scratch for the reduce-scatter) before it sends, and the data
+// moves once, with no header, receiving thread or inbox between. Overlapped averagings (start(),
+// then progress() between training steps) keep to messages: c10d's sends and receives complete
+// only in a wait, which progress() may not do (the node would stop training), so the rings would
+// stand still until the end. The lanes then go in one order on every node, round by round and lane by lane
 // (by ring, then piece), as Gloo's own ring does: a node waits for the first lane of its round,
 // and since what that lane waits for was sent by a node that went the same order, no node waits
 // for one that waits for it. Every node of a run decides alike (the channel is there for all or

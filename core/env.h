@@ -212,6 +212,8 @@ class Membership {
 // (the algorithm's schedule must make sure of both: a mismatch is a bug, which the channel does not
 // promise to catch). Tags: [0, kMaxTag].
 //
+// Progress: a work may report done() only once wait() was called on it (c10d's sends and receives
+// complete in a wait), so a caller that must not block cannot rely on done() alone.
 // Memory: `from` is read and `into` written until the work is done; the caller keeps both alive
 // and neither writes `from` nor reads or writes `into` meanwhile (the works hold references).
 // Threading: the node's own thread.

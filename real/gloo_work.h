@@ -1,7 +1,9 @@
 // GlooWork: NodeEnv's CollectiveWork over a c10d work of ProcessGroupGloo (a collective, a send or
 // a receive), for GlooCollectives and GlooTransport's direct channel.
 //
-// done() never blocks; done() and wait() throw rv::PeerError naming `what` if the operation failed
+// done() never blocks (a c10d send or receive reports done only once it was waited for: c10d
+// completes those works in wait()); done() and wait() throw rv::PeerError naming `what` if the
+// operation failed
 // (wait() also if it did not end within the process group's timeout). The tensors the operation
 // reads or writes are kept alive until the GlooWork goes. A GlooWork that goes before its
 // operation ended (a failure elsewhere ended the run's part that waited for it) aborts it.
