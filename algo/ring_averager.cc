@@ -258,10 +258,45 @@ void RingAverager::make_lanes() {
   lanes_left_ = lanes_.size();
 }
 
-void RingAverager::send_lane(Lane& l) {
-  const int c = l.members;
+int RingAverager::send_seg(const Lane& l) {
   // Reduce-scatter round t sends segment (i - t); all-gather round t sends segment (i + 1 - t).
-  const int seg = l.gather ? mod(l.member + 1 - l.t, c) : mod(l.member - l.t, c);
+  return l.gather ? mod(l.member + 1 - l.t, l.members) : mod(l.member - l.t, l.members);
+}
+
+int RingAverager::recv_seg(const Lane& l) {
+  // The reduce-scatter adds into segment (i - t - 1), the all-gather writes segment (i - t).
+  return l.gather ? mod(l.member - l.t, l.members) : mod(l.member - l.t - 1, l.members);
+}
+
+void RingAverager::add_segment(const Lane& l, int64_t a, int64_t b, const std::function<at::Tensor()>& received) {
+  Work add;
+  add.add_elementwise(static_cast<double>((b - a) * rows_), 2);
+  const bool last_add = l.t == l.members - 2;  // the sum is whole: the mean follows
+  env_.compute.run(add, [&] {
+    const at::Tensor dst = state_.narrow(1, a, b - a), src = received();
+    if (last_add) {
+      add_then_divide(dst, src, l.members);
+    } else {
+      dst.add_(src);
+    }
+  });
+}
+
+void RingAverager::next_round(Lane& l) {
+  if (++l.t < l.members - 1) return;
+  l.t = 0;
+  if (l.gather) {
+    l.offers = 0;  // every round's offer was taken or withdrawn
+    l.done = true;
+    --lanes_left_;
+  } else {
+    divide_reduced(l);
+    l.gather = true;
+  }
+}
+
+void RingAverager::send_lane(Lane& l) {
+  const int seg = send_seg(l);
   send(l.next, l.gather ? MsgKind::kGather : MsgKind::kReduce, l.t, l.aux, l.seg_lo(seg), l.seg_lo(seg + 1));
   l.sent = true;
   if (!l.gather) offer(l, l.t);
@@ -377,37 +412,28 @@ bool RingAverager::progress() {
       std::optional<Message> got = take(kind, l.aux, l.t);
       if (!got) continue;
       Message m = std::move(*got);
-      const int seg = l.gather ? mod(l.member - l.t, l.members) : mod(l.member - l.t - 1, l.members);
+      const int seg = recv_seg(l);
       const int64_t a = l.seg_lo(seg), b = l.seg_lo(seg + 1);
-      Work add;  // the reduce-scatter's addition; the all-gather's copy is not charged
-      if (!l.gather) add.add_elementwise(static_cast<double>((b - a) * rows_), 2);
-      const bool last_add = !l.gather && l.t == l.members - 2;  // the sum is whole: the mean follows
-      env_.compute.run(add, [&] {
+      auto payload = [&] {
         RV_CHECK(m.payload.size() == 1 && m.payload[0].dim() == 2 && m.payload[0].size(0) == rows_ &&
                      m.payload[0].size(1) == b - a,
                  "averaging: a segment of the wrong size from node " + std::to_string(m.src));
-        at::Tensor dst = state_.narrow(1, a, b - a);
-        if (last_add) {
-          add_then_divide(dst, m.payload[0], l.members);
-        } else if (!l.gather) {
-          dst.add_(m.payload[0]);
-        } else if (m.payload[0].data_ptr() != dst.data_ptr()) {  // not received in place
-          withdraw(l, l.t);
-          dst.copy_(m.payload[0]);
-        }
-      });
+        return m.payload[0];
+      };
+      if (!l.gather) {
+        add_segment(l, a, b, payload);
+      } else {
+        env_.compute.run(Work{}, [&] {  // the all-gather's copy is not charged
+          const at::Tensor dst = state_.narrow(1, a, b - a), got = payload();
+          if (got.data_ptr() != dst.data_ptr()) {  // not received in place
+            withdraw(l, l.t);
+            dst.copy_(got);
+          }
+        });
+      }
       l.sent = false;
       ready_.push_back(i);  // its next segment out, and its next message may be here already
-      if (++l.t < l.members - 1) continue;
-      l.t = 0;
-      if (l.gather) {
-        l.offers = 0;  // every round's offer was taken or withdrawn
-        l.done = true;
-        --lanes_left_;
-      } else {
-        divide_reduced(l);
-        l.gather = true;
-      }
+      next_round(l);
     }
     if (lanes_left_ == 0) {
       finish();
@@ -426,24 +452,24 @@ constexpr int64_t kDirectRingTag = 0;
 }  // namespace
 
 void RingAverager::post_direct(Lane& l) {
-  const int c = l.members;
   // The segment this round receives: its place is posted first, so that the previous member's
   // send finds it. An empty segment moves nothing (on both ends alike); its message's bytes are
   // recorded all the same, as the message it replaces.
-  const int rseg = l.gather ? mod(l.member - l.t, c) : mod(l.member - l.t - 1, c);
+  const int rseg = recv_seg(l);
   const int64_t ra = l.seg_lo(rseg), rb = l.seg_lo(rseg + 1);
   if (rb > ra) {
     at::Tensor into = l.gather ? state_.narrow(1, ra, rb - ra).view({-1}) : l.scratch.narrow(0, 0, rb - ra);
     l.rx = env_.direct->recv(l.prev, kDirectRingTag, std::move(into));
   }
-  const int sseg = l.gather ? mod(l.member + 1 - l.t, c) : mod(l.member - l.t, c);
+  const int sseg = send_seg(l);
   const int64_t sa = l.seg_lo(sseg), sb = l.seg_lo(sseg + 1);
   note(EventKind::kSend, l.next, kHeaderBytes + kFloatBytes * (sb - sa));
   if (sb > sa) l.tx.push_back(env_.direct->send(l.next, kDirectRingTag, state_.narrow(1, sa, sb - sa).view({-1})));
 }
 
+int RingAverager::direct_rounds() const { return 2 * (lanes_.front().members - 1); }
+
 bool RingAverager::progress_direct() {
-  const int rounds = 2 * (lanes_.front().members - 1);
   if (direct_round_ < 0) {  // the rings begin: the reduce-scatter's memory, every lane's first round
     int64_t total = 0;
     for (const Lane& l : lanes_) total += (l.hi - l.lo + l.members - 1) / l.members;
@@ -458,35 +484,16 @@ bool RingAverager::progress_direct() {
     direct_lane_ = 0;
     for (Lane& l : lanes_) post_direct(l);
   }
-  while (direct_round_ < rounds) {
+  while (direct_round_ < direct_rounds()) {
     Lane& l = lanes_[direct_lane_];
     if (l.rx && !l.rx->done()) return false;
     l.rx.reset();
-    const int seg = l.gather ? mod(l.member - l.t, l.members) : mod(l.member - l.t - 1, l.members);
+    const int seg = recv_seg(l);
     const int64_t a = l.seg_lo(seg), b = l.seg_lo(seg + 1);
     note(EventKind::kRecv, l.prev, kHeaderBytes + kFloatBytes * (b - a));
-    if (!l.gather) {  // the reduce-scatter's addition (the all-gather's segment is in place)
-      Work add;
-      add.add_elementwise(static_cast<double>(b - a), 2);
-      const bool last_add = l.t == l.members - 2;
-      env_.compute.run(add, [&] {
-        const at::Tensor dst = state_.narrow(1, a, b - a), src = l.scratch.narrow(0, 0, b - a).view({1, -1});
-        if (last_add) {
-          add_then_divide(dst, src, l.members);
-        } else {
-          dst.add_(src);
-        }
-      });
-    }
-    if (++l.t == l.members - 1) {
-      l.t = 0;
-      if (l.gather) {
-        l.done = true;
-      } else {
-        divide_reduced(l);
-        l.gather = true;
-      }
-    }
+    // The reduce-scatter's addition (the all-gather's segment is in place).
+    if (!l.gather) add_segment(l, a, b, [&] { return l.scratch.narrow(0, 0, b - a).view({1, -1}); });
+    next_round(l);
     if (!l.done) post_direct(l);
     if (++direct_lane_ == lanes_.size()) {
       direct_lane_ = 0;
@@ -498,7 +505,6 @@ bool RingAverager::progress_direct() {
     while (!l.tx.empty() && l.tx.back()->done()) l.tx.pop_back();
     if (!l.tx.empty()) return false;
   }
-  lanes_left_ = 0;
   finish();
   return true;
 }
@@ -506,8 +512,7 @@ bool RingAverager::progress_direct() {
 void RingAverager::wait(const std::function<Message()>& recv, const std::function<void(Message)>& other) {
   while (!progress()) {
     if (phase_ == Phase::kRing && direct_ && direct_round_ >= 0) {  // what the one order waits for
-      const int rounds = 2 * (lanes_.front().members - 1);
-      if (direct_round_ < rounds) {
+      if (direct_round_ < direct_rounds()) {
         lanes_[direct_lane_].rx->wait();
       } else {
         for (Lane& l : lanes_)

@@ -113,6 +113,14 @@ class RingAverager : public Averager {
   void send(int dst, MsgKind kind, int64_t step, int64_t aux, int64_t lo, int64_t hi);
   void make_lanes();  // lanes_ (empty: start() resets them) from rings_, cut into pieces, all ready
   void send_lane(Lane& l);
+  // The segment a lane sends, and the one it receives, in its round.
+  static int send_seg(const Lane& l);
+  static int recv_seg(const Lane& l);
+  // The reduce-scatter's addition into segment [a, b) of what `received` gives ([rows, b - a]; it is
+  // called only in numeric runs), charged as its work; the round's last divides by C in the same pass.
+  void add_segment(const Lane& l, int64_t a, int64_t b, const std::function<at::Tensor()>& received);
+  // The lane's next round; after its last, the reduce-scatter's mean or the lane's end.
+  void next_round(Lane& l);
   // The all-gather: the segment a lane receives in round t, offered as the place its payload may
   // arrive (Transport::offer) as soon as nothing here reads or writes it before that payload
   // (offer(): once the reduce-scatter has sent it), and taken back if unused.
@@ -129,6 +137,7 @@ class RingAverager : public Averager {
   // rounds done in the one order while their receives are here; true once every lane is done.
   void post_direct(Lane& l);
   bool progress_direct();
+  int direct_rounds() const;  // of every lane: 2 (C - 1)
   void note(EventKind kind, int peer, Bytes bytes);  // a send or receive event
   // The early message of this round with that key, taken out of early_ (and its receive recorded);
   // nothing if it is not here yet.

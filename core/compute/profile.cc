@@ -147,7 +147,7 @@ ComputeProfile parse_profile(const std::string& text, const std::string& source)
       const std::string at = key + "[" + std::to_string(i) + "]";
       const toml::array* point = (*a)[i].as_array();
       const size_t n = point ? point->size() : 0;
-      if (point == nullptr || (n != 2 && (second.empty() || n != 3))) fail(at, "expected " + form);
+      if (n != 2 && (second.empty() || n != 3)) fail(at, "expected " + form);  // not an array: n = 0
       const auto ms = (*point)[0].value<double>();
       const auto v = (*point)[1].value<double>();
       const auto w = n == 3 ? (*point)[2].value<double>() : std::optional<double>(0.0);
