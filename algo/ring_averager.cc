@@ -148,16 +148,24 @@ namespace {
 
 int mod(int a, int c) { return ((a % c) + c) % c; }
 
-// dst = (dst + src) / c, elementwise as add_() then div_(), but block by block, so that the
-// division finds each block still in cache: one pass over memory instead of two.
+// d[i] = (d[i] + s[i]) / c for i < n (the sum rounded, then the quotient), in one vectorised pass
+// over memory: the rings' last addition is on their critical path, and add_() then div_() took
+// twice as long as this one pass on this project's 2-core host (2 MB: 340 us against 170 us).
+void add_then_divide(float* __restrict d, const float* __restrict s, int64_t n, float c) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) d[i] = (d[i] + s[i]) / c;
+}
+
+// dst = (dst + src) / c for float32 [rows, n] tensors, row by row (each row of a state's slice
+// and of a received segment is contiguous; anything else takes add_() then div_()).
 void add_then_divide(const at::Tensor& dst, const at::Tensor& src, int c) {
-  constexpr int64_t kBlock = int64_t{1} << 17;  // elements (512 KiB of floats)
-  const int64_t n = dst.size(1);
-  for (int64_t a = 0; a < n; a += kBlock) {
-    const int64_t len = std::min(kBlock, n - a);
-    at::Tensor d = dst.narrow(1, a, len);
-    d.add_(src.narrow(1, a, len));
-    d.div_(static_cast<double>(c));
+  for (int64_t r = 0; r < dst.size(0); ++r) {
+    const at::Tensor d = dst.select(0, r), s = src.select(0, r);
+    if (d.scalar_type() != at::kFloat || s.scalar_type() != at::kFloat || d.stride(0) != 1 || s.stride(0) != 1) {
+      d.add_(s).div_(static_cast<double>(c));
+      continue;
+    }
+    add_then_divide(d.data_ptr<float>(), s.data_ptr<float>(), d.numel(), static_cast<float>(c));
   }
 }
 
@@ -445,9 +453,12 @@ bool RingAverager::progress() {
 
 namespace {
 
-// The direct channel's tag of every ring exchange: between two nodes, in one direction, their
-// rounds meet in the order both post them (DirectChannel), which the one order makes the same.
-constexpr int64_t kDirectRingTag = 0;
+// The direct channel's tags of the ring exchanges: between two nodes, in one direction, under one
+// tag, the rounds meet in the order both post them (DirectChannel), which the one order makes the
+// same. The all-gather's receives are posted ahead of the reduce-scatter's later rounds, so the
+// two phases go under tags of their own.
+constexpr int64_t kReduceTag = 0;
+constexpr int64_t kGatherTag = 1;
 
 }  // namespace
 
@@ -457,14 +468,23 @@ void RingAverager::post_direct(Lane& l) {
   // recorded all the same, as the message it replaces.
   const int rseg = recv_seg(l);
   const int64_t ra = l.seg_lo(rseg), rb = l.seg_lo(rseg + 1);
-  if (rb > ra) {
-    at::Tensor into = l.gather ? state_.narrow(1, ra, rb - ra).view({-1}) : l.scratch.narrow(0, 0, rb - ra);
-    l.rx = env_.direct->recv(l.prev, kDirectRingTag, std::move(into));
-  }
   const int sseg = send_seg(l);
   const int64_t sa = l.seg_lo(sseg), sb = l.seg_lo(sseg + 1);
+  if (l.gather) {  // posted with the reduce-scatter round that sent the same segment on (below)
+    l.rx = std::move(l.gather_rx.front());
+    l.gather_rx.pop_front();
+  } else {
+    if (rb > ra) l.rx = env_.direct->recv(l.prev, kReduceTag, l.scratch.narrow(0, 0, rb - ra));
+    // All-gather round t brings back the mean of segment (i - t), which this round sends on: its
+    // receive is posted now, so that the previous member's send finds it waiting and goes at once.
+    // Nothing writes the segment before (the mean follows from the next member having taken this
+    // round's send, and later reduce-scatter rounds touch other segments: offer()).
+    l.gather_rx.push_back(sb > sa ? env_.direct->recv(l.prev, kGatherTag, state_.narrow(1, sa, sb - sa).view({-1}))
+                                  : nullptr);
+  }
   note(EventKind::kSend, l.next, kHeaderBytes + kFloatBytes * (sb - sa));
-  if (sb > sa) l.tx.push_back(env_.direct->send(l.next, kDirectRingTag, state_.narrow(1, sa, sb - sa).view({-1})));
+  if (sb > sa)
+    l.tx.push_back(env_.direct->send(l.next, l.gather ? kGatherTag : kReduceTag, state_.narrow(1, sa, sb - sa).view({-1})));
 }
 
 int RingAverager::direct_rounds() const { return 2 * (lanes_.front().members - 1); }

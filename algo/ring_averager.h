@@ -24,7 +24,10 @@
 // blocking averaging (average(), which waits in wait()) of one row without churn, a lane's segments
 // go through the executor's direct channel instead of messages: each round posts its receive (into
 // the state for the all-gather, into scratch for the reduce-scatter) before it sends, and the data
-// moves once, with no header, receiving thread or inbox between. Overlapped averagings (start(),
+// moves once, with no header, receiving thread or inbox between. All-gather round t's receive is
+// posted with reduce-scatter round t (the segment that round sends on comes back as the mean), so
+// the previous member's send of the mean finds it waiting and goes at once (Gloo's transport sends
+// only to a posted receive); the two phases go under tags of their own. Overlapped averagings (start(),
 // then progress() between training steps) keep to messages: c10d's sends and receives complete
 // only in a wait, which progress() may not do (the node would stop training), so the rings would
 // stand still until the end. The lanes then go in one order on every node, round by round and lane by lane
@@ -96,9 +99,11 @@ class RingAverager : public Averager {
     // (offer()): each from the reduce-scatter round that sends the same segment on.
     int offers = 0;
     int offered_from() const { return gather ? t : 0; }
-    // Direct exchanges: this round's receive, the sends so far, and the place a reduce-scatter
-    // round receives into (a slice of scratch_).
+    // Direct exchanges: this round's receive, the all-gather rounds' receives posted ahead (round
+    // t's with reduce-scatter round t, which sends the same segment on), the sends so far, and the
+    // place a reduce-scatter round receives into (a slice of scratch_).
     std::unique_ptr<CollectiveWork> rx;
+    std::deque<std::unique_ptr<CollectiveWork>> gather_rx;
     std::vector<std::unique_ptr<CollectiveWork>> tx;
     at::Tensor scratch;
   };

@@ -21,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <cstdio>
@@ -245,8 +246,11 @@ double minor_faults() {
 
 // Seconds of each of `fns` (between barriers) in each of `reps` rounds, the functions taking turns
 // within a round, so that a burst of load on the host lands on all of them alike rather than on
-// one function's block of runs; `prepares[i]` runs before fns[i], untimed. seconds[i][rep], and
-// faults[i][rep]: the minor page faults of this process in the same span (every thread's).
+// one function's block of runs; `prepares[i]` runs before fns[i], untimed. Each round runs them in
+// a new order (a shuffle from a fixed seed, the same on every rank): on this project's hosts the
+// first function of a round ran 10-30% slower than the same function later in it, so a fixed
+// order would measure the order. seconds[i][rep], and faults[i][rep]: the minor page faults of
+// this process in the same span (every thread's).
 struct Turns {
   std::vector<std::vector<double>> seconds, faults;
 };
@@ -254,8 +258,12 @@ Turns taking_turns(GlooTransport& t, int reps, const std::vector<std::function<v
                    const std::vector<std::function<void(int)>>& prepares) {
   Turns out{std::vector<std::vector<double>>(fns.size()), std::vector<std::vector<double>>(fns.size())};
   WallClock clock;
+  std::mt19937 order_rng(20261129);
+  std::vector<size_t> order(fns.size());
+  std::iota(order.begin(), order.end(), size_t{0});
   for (int rep = 0; rep < reps; ++rep) {
-    for (size_t i = 0; i < fns.size(); ++i) {
+    std::shuffle(order.begin(), order.end(), order_rng);
+    for (size_t i : order) {
       prepares[i](rep);
       t.barrier();
       const double f0 = minor_faults();
@@ -277,12 +285,14 @@ Turns taking_turns(GlooTransport& t, int reps, const std::vector<std::function<v
 // over rounds of each one's time over c10d's in the same round (the runs take turns: a load burst
 // on this shared host moves them alike). c10d's allreduce sums; the rings average (their last
 // addition divides by C in the same pass): c10d's sum followed by that division is reported too.
+// A control, c10d's allreduce in a second place in each round, against the first: what the
+// median ratio of two identical runs is on this host (1.00 where the bench measures fairly).
 json part_real(int reps, double piece_mb) {
   json rows = json::array();
   for (int c : {2, 3}) {
     for (double mb : {4.0, 64.0}) {
       Case k = make_case(c, mb * 1e6, std::vector<double>(c, 1000), 0);
-      auto out = on_ranks(c, 14, [&](GlooTransport& t, int r) {
+      auto out = on_ranks(c, 15, [&](GlooTransport& t, int r) {
         WallClock clock;
         WallCompute compute;
         EventLog log;
@@ -315,8 +325,9 @@ json part_real(int reps, double piece_mb) {
              [&](int) {
                t.group().allreduce(v)->wait();
                v[0].div_(c);
-             }},
-            {fresh, fresh, fresh, c10d_fresh, c10d_fresh});
+             },
+             [&](int) { t.group().allreduce(v)->wait(); }},
+            {fresh, fresh, fresh, c10d_fresh, c10d_fresh, c10d_fresh});
         const auto& times = turns.seconds;
         auto best = [](const std::vector<double>& w) { return *std::min_element(w.begin(), w.end()); };
         auto median_over = [&](size_t i, size_t base) {
@@ -327,7 +338,7 @@ json part_real(int reps, double piece_mb) {
         return std::vector<double>{best(times[0]), best(times[1]), best(times[2]), best(times[3]), best(times[4]),
                                    median_over(0, 3), median_over(1, 3), median_over(2, 3), median_over(0, 4),
                                    median_over(1, 4), bench::median(turns.faults[0]), bench::median(turns.faults[1]),
-                                   bench::median(turns.faults[2]), bench::median(turns.faults[3])};
+                                   bench::median(turns.faults[2]), bench::median(turns.faults[3]), median_over(5, 3)};
       });
       const double s = 4.0 * k.model.state_offset(k.model.layer_count());
       rows.push_back({{"ranks", c}, {"state_mb", s / 1e6}, {"piece_mb", piece_mb}, {"multi_ring_s", out[0]},
@@ -335,14 +346,16 @@ json part_real(int reps, double piece_mb) {
                       {"c10d_allreduce_divide_s", out[4]}, {"ratio", out[0] / out[3]}, {"median_ratio", out[5]},
                       {"median_ratio_pieces", out[6]}, {"median_ratio_messages", out[7]},
                       {"median_ratio_to_sum_divide", out[8]}, {"median_ratio_pieces_to_sum_divide", out[9]},
+                      {"median_ratio_control", out[14]},
                       {"rank0_minor_faults",
                        {{"multi_ring", out[10]}, {"multi_ring_pieces", out[11]}, {"multi_ring_messages", out[12]},
                         {"c10d_allreduce", out[13]}}}});
       std::fprintf(stderr,
                    "real loopback C=%d S=%.0f MB: best multi-ring %.4f s, in %.2g MB pieces %.4f s, over messages %.4f s, "
                    "c10d allreduce %.4f s (+ divide %.4f s); median ratio to c10d allreduce in turns %.2f, pieces %.2f, "
-                   "messages %.2f; to allreduce + divide %.2f, pieces %.2f\n",
-                   c, s / 1e6, out[0], piece_mb, out[1], out[2], out[3], out[4], out[5], out[6], out[7], out[8], out[9]);
+                   "messages %.2f; to allreduce + divide %.2f, pieces %.2f; control (c10d against itself) %.2f\n",
+                   c, s / 1e6, out[0], piece_mb, out[1], out[2], out[3], out[4], out[5], out[6], out[7], out[8], out[9],
+                   out[14]);
     }
   }
   return rows;
