@@ -12,6 +12,7 @@
 //         pipeline clusters, the three averagings a run can select (training.allreduce):
 //         multi-ring, single ring and c10d allreduce over the multi-ring's chunks. Both sides
 //         work in place on a state made before the timing (the ring is handed it with std::move).
+//         The functions compared take turns, in a new shuffled order each round (taking_turns).
 //   breakdown  where a ring step's time goes on 2 ranks: a segment's exchange through GlooTransport
 //         and through c10d send/recv, and the addition and copy after it.
 //
@@ -219,23 +220,6 @@ std::vector<double> on_ranks(int world, size_t n, const std::function<std::vecto
   return out;
 }
 
-// Seconds of `fn` (between barriers), the best of `reps`; `prepare` runs before each, untimed.
-double best_of(GlooTransport& t, int reps, const std::function<void(int)>& fn,
-               const std::function<void(int)>& prepare = nullptr) {
-  double best = 0;
-  WallClock clock;
-  for (int rep = 0; rep < reps; ++rep) {
-    if (prepare) prepare(rep);
-    t.barrier();
-    const double t0 = clock.now();
-    fn(rep);
-    t.flush();
-    t.barrier();
-    best = rep == 0 ? clock.now() - t0 : std::min(best, clock.now() - t0);
-  }
-  return best;
-}
-
 // This process's minor page faults so far: first touches of memory it was given (on a VM they
 // can cost as much as the copy that touches them).
 double minor_faults() {
@@ -253,6 +237,14 @@ double minor_faults() {
 // this process in the same span (every thread's).
 struct Turns {
   std::vector<std::vector<double>> seconds, faults;
+  // The best (least) seconds of fns[i].
+  double best(size_t i) const { return *std::min_element(seconds[i].begin(), seconds[i].end()); }
+  // The median over rounds of fns[i]'s seconds over fns[base]'s in the same round.
+  double median_ratio(size_t i, size_t base) const {
+    std::vector<double> ratio;
+    for (size_t j = 0; j < seconds[i].size(); ++j) ratio.push_back(seconds[i][j] / seconds[base][j]);
+    return bench::median(ratio);
+  }
 };
 Turns taking_turns(GlooTransport& t, int reps, const std::vector<std::function<void(int)>>& fns,
                    const std::vector<std::function<void(int)>>& prepares) {
@@ -328,17 +320,11 @@ json part_real(int reps, double piece_mb) {
              },
              [&](int) { t.group().allreduce(v)->wait(); }},
             {fresh, fresh, fresh, c10d_fresh, c10d_fresh, c10d_fresh});
-        const auto& times = turns.seconds;
-        auto best = [](const std::vector<double>& w) { return *std::min_element(w.begin(), w.end()); };
-        auto median_over = [&](size_t i, size_t base) {
-          std::vector<double> ratio;
-          for (int j = 0; j < reps; ++j) ratio.push_back(times[i][static_cast<size_t>(j)] / times[base][static_cast<size_t>(j)]);
-          return bench::median(ratio);
-        };
-        return std::vector<double>{best(times[0]), best(times[1]), best(times[2]), best(times[3]), best(times[4]),
-                                   median_over(0, 3), median_over(1, 3), median_over(2, 3), median_over(0, 4),
-                                   median_over(1, 4), bench::median(turns.faults[0]), bench::median(turns.faults[1]),
-                                   bench::median(turns.faults[2]), bench::median(turns.faults[3]), median_over(5, 3)};
+        return std::vector<double>{turns.best(0), turns.best(1), turns.best(2), turns.best(3), turns.best(4),
+                                   turns.median_ratio(0, 3), turns.median_ratio(1, 3), turns.median_ratio(2, 3),
+                                   turns.median_ratio(0, 4), turns.median_ratio(1, 4), bench::median(turns.faults[0]),
+                                   bench::median(turns.faults[1]), bench::median(turns.faults[2]),
+                                   bench::median(turns.faults[3]), turns.median_ratio(5, 3)};
       });
       const double s = 4.0 * k.model.state_offset(k.model.layer_count());
       rows.push_back({{"ranks", c}, {"state_mb", s / 1e6}, {"piece_mb", piece_mb}, {"multi_ring_s", out[0]},
@@ -363,15 +349,16 @@ json part_real(int reps, double piece_mb) {
 
 // Pipeline clusters on loopback, real processes: one averaging of every stage's state by our
 // multi-ring, by the single ring, and by c10d allreduce (ProcessGroupGloo) over the same chunks
-// (training.allreduce = multi-ring, single-ring, gloo). Best of 3 each, rank 0's barrier-to-barrier
-// wall time.
+// (training.allreduce = multi-ring, single-ring, gloo), taking turns in a shuffled order (as
+// part_real). Reported: rank 0's best barrier-to-barrier time of each, and the median over rounds
+// of the multi-ring's time over c10d's and the single ring's over the multi-ring's.
 json part_real_pipelines(int reps) {
   json rows = json::array();
   for (int c : {2, 3}) {
     for (int64_t h : {1024, 2048}) {
       const int p = 2;
       Case k = make_pipeline_case(c, p, h, 1000, 0);
-      auto out = on_ranks(c * p, 3, [&](GlooTransport& t, int r) {
+      auto out = on_ranks(c * p, 5, [&](GlooTransport& t, int r) {
         GlooCollectives coll(t);
         WallClock clock;
         WallCompute compute;
@@ -380,31 +367,32 @@ json part_real_pipelines(int reps) {
         const NodeRole role = k.plan.role_of(r);
         at::Tensor x = at::full({k.model.state_offset(role.layer_end) - k.model.state_offset(role.layer_begin)},
                                 static_cast<float>(r));
-        std::vector<double> best;
-        for (const Allreduce& kind : allreduces()) {  // multi-ring, single-ring, gloo
-          auto avg = make_averager(env, k.plan, k.model, r, kind);
-          at::Tensor y, mean;
-          best.push_back(best_of(
-              t, reps,
-              [&](int rep) {
-                mean = avg->average(std::move(y), 1, rep, [&] { return env.transport.recv(); },
-                                    [](Message) { throw Error("unexpected message"); });
-              },
-              [&](int) {
-                mean = at::Tensor();
-                y = x.clone();
-              }));
+        std::vector<std::unique_ptr<Averager>> avgs;
+        for (const Allreduce& kind : allreduces()) avgs.push_back(make_averager(env, k.plan, k.model, r, kind));
+        at::Tensor y, mean;  // the mean is kept until the next preparation
+        std::vector<std::function<void(int)>> fns, prepares;
+        for (auto& avg : avgs) {  // multi-ring, single-ring, gloo
+          fns.push_back([&](int rep) {
+            mean = avg->average(std::move(y), 1, rep, [&] { return env.transport.recv(); },
+                                [](Message) { throw Error("unexpected message"); });
+          });
+          prepares.push_back([&](int) {
+            mean = at::Tensor();
+            y = x.clone();
+          });
         }
-        return best;
+        const Turns turns = taking_turns(t, reps, fns, prepares);
+        return std::vector<double>{turns.best(0), turns.best(1), turns.best(2), turns.median_ratio(0, 2),
+                                   turns.median_ratio(1, 0)};
       });
       const double s = 4.0 * k.model.state_offset(k.model.layer_count());
       rows.push_back({{"clusters", c}, {"stages", p}, {"state_mb", s / 1e6}, {"multi_ring_s", out[0]},
-                      {"single_ring_s", out[1]}, {"c10d_allreduce_s", out[2]}, {"multi_over_c10d", out[0] / out[2]},
-                      {"single_over_multi", out[1] / out[0]}});
+                      {"single_ring_s", out[1]}, {"c10d_allreduce_s", out[2]}, {"multi_over_c10d", out[3]},
+                      {"single_over_multi", out[4]}});
       std::fprintf(stderr,
-                   "real loopback pipelines C=%d p=%d S=%.0f MB: multi-ring %.4f s, single ring %.4f s, c10d allreduce "
-                   "%.4f s (multi/c10d %.2f)\n",
-                   c, p, s / 1e6, out[0], out[1], out[2], out[0] / out[2]);
+                   "real loopback pipelines C=%d p=%d S=%.0f MB: best multi-ring %.4f s, single ring %.4f s, c10d "
+                   "allreduce %.4f s; median in turns multi/c10d %.2f, single/multi %.2f\n",
+                   c, p, s / 1e6, out[0], out[1], out[2], out[3], out[4]);
     }
   }
   return rows;
@@ -413,7 +401,7 @@ json part_real_pipelines(int reps) {
 // Where a ring step's time goes, on 2 ranks: one exchange of a segment (each rank sends its
 // segment to the other and receives the other's) through GlooTransport and through c10d's own
 // send/recv into a buffer posted beforehand, and the addition and the copy a step makes after it.
-// Best of --reps each.
+// Best of --reps each, taking turns in a shuffled order (as part_real).
 json part_breakdown(int reps) {
   json rows = json::array();
   for (double mb : {2.0, 32.0}) {
@@ -421,7 +409,7 @@ json part_breakdown(int reps) {
     auto out = on_ranks(2, 4, [&](GlooTransport& t, int r) {
       const int peer = 1 - r;
       at::Tensor x = at::full({n}, 1.0f), buf = at::empty({n}), y = at::full({n}, 2.0f);
-      const double transport = best_of(t, reps, [&](int) {
+      auto transport = [&](int) {
         Message m;
         m.kind = MsgKind::kReduce;
         m.payload.push_back(x);
@@ -429,17 +417,18 @@ json part_breakdown(int reps) {
         m.bytes = kFloatBytes * n;
         t.send(peer, std::move(m));
         t.recv();
-      });
-      const double c10d = best_of(t, reps, [&](int) {
+      };
+      auto c10d = [&](int) {
         std::vector<at::Tensor> rb{buf}, sb{x};
         auto rw = t.group().recv(rb, peer, 7);
         auto sw = t.group().send(sb, peer, 7);
         rw->wait();
         sw->wait();
-      });
-      const double add = best_of(t, reps, [&](int) { y.add_(x); });
-      const double copy = best_of(t, reps, [&](int) { buf.copy_(x); });
-      return std::vector<double>{transport, c10d, add, copy};
+      };
+      auto nothing = [](int) {};
+      const Turns turns = taking_turns(t, reps, {transport, c10d, [&](int) { y.add_(x); }, [&](int) { buf.copy_(x); }},
+                                       {nothing, nothing, nothing, nothing});
+      return std::vector<double>{turns.best(0), turns.best(1), turns.best(2), turns.best(3)};
     });
     rows.push_back({{"segment_mb", mb}, {"transport_exchange_s", out[0]}, {"c10d_send_recv_s", out[1]},
                     {"add_s", out[2]}, {"copy_s", out[3]}});
