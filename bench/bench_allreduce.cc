@@ -228,15 +228,23 @@ double minor_faults() {
   return static_cast<double>(u.ru_minflt);
 }
 
+// This process's CPU seconds so far, user and system, every thread's (Gloo's device thread too).
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
 // Seconds of each of `fns` (between barriers) in each of `reps` rounds, the functions taking turns
 // within a round, so that a burst of load on the host lands on all of them alike rather than on
 // one function's block of runs; `prepares[i]` runs before fns[i], untimed. Each round runs them in
 // a new order (a shuffle from a fixed seed, the same on every rank): on this project's hosts the
 // first function of a round ran 10-30% slower than the same function later in it, so a fixed
-// order would measure the order. seconds[i][rep], and faults[i][rep]: the minor page faults of
-// this process in the same span (every thread's).
+// order would measure the order. seconds[i][rep], and faults[i][rep] and cpu[i][rep]: the minor
+// page faults and the CPU seconds of this process in the same span (every thread's).
 struct Turns {
-  std::vector<std::vector<double>> seconds, faults;
+  std::vector<std::vector<double>> seconds, faults, cpu;
   // The best (least) seconds of fns[i].
   double best(size_t i) const { return *std::min_element(seconds[i].begin(), seconds[i].end()); }
   // The median over rounds of fns[i]'s seconds over fns[base]'s in the same round.
@@ -248,7 +256,8 @@ struct Turns {
 };
 Turns taking_turns(GlooTransport& t, int reps, const std::vector<std::function<void(int)>>& fns,
                    const std::vector<std::function<void(int)>>& prepares) {
-  Turns out{std::vector<std::vector<double>>(fns.size()), std::vector<std::vector<double>>(fns.size())};
+  Turns out{std::vector<std::vector<double>>(fns.size()), std::vector<std::vector<double>>(fns.size()),
+            std::vector<std::vector<double>>(fns.size())};
   WallClock clock;
   std::mt19937 order_rng(20261129);
   std::vector<size_t> order(fns.size());
@@ -258,13 +267,14 @@ Turns taking_turns(GlooTransport& t, int reps, const std::vector<std::function<v
     for (size_t i : order) {
       prepares[i](rep);
       t.barrier();
-      const double f0 = minor_faults();
+      const double f0 = minor_faults(), c0 = cpu_seconds();
       const double t0 = clock.now();
       fns[i](rep);
       t.flush();
       t.barrier();
       out.seconds[i].push_back(clock.now() - t0);
       out.faults[i].push_back(minor_faults() - f0);
+      out.cpu[i].push_back(cpu_seconds() - c0);
     }
   }
   return out;
@@ -284,7 +294,7 @@ json part_real(int reps, double piece_mb) {
   for (int c : {2, 3}) {
     for (double mb : {4.0, 64.0}) {
       Case k = make_case(c, mb * 1e6, std::vector<double>(c, 1000), 0);
-      auto out = on_ranks(c, 15, [&](GlooTransport& t, int r) {
+      auto out = on_ranks(c, 19, [&](GlooTransport& t, int r) {
         WallClock clock;
         WallCompute compute;
         EventLog log;
@@ -324,7 +334,9 @@ json part_real(int reps, double piece_mb) {
                                    turns.median_ratio(0, 3), turns.median_ratio(1, 3), turns.median_ratio(2, 3),
                                    turns.median_ratio(0, 4), turns.median_ratio(1, 4), bench::median(turns.faults[0]),
                                    bench::median(turns.faults[1]), bench::median(turns.faults[2]),
-                                   bench::median(turns.faults[3]), turns.median_ratio(5, 3)};
+                                   bench::median(turns.faults[3]), turns.median_ratio(5, 3),
+                                   bench::median(turns.cpu[0]), bench::median(turns.cpu[1]),
+                                   bench::median(turns.cpu[2]), bench::median(turns.cpu[3])};
       });
       const double s = 4.0 * k.model.state_offset(k.model.layer_count());
       rows.push_back({{"ranks", c}, {"state_mb", s / 1e6}, {"piece_mb", piece_mb}, {"multi_ring_s", out[0]},
@@ -335,13 +347,17 @@ json part_real(int reps, double piece_mb) {
                       {"median_ratio_control", out[14]},
                       {"rank0_minor_faults",
                        {{"multi_ring", out[10]}, {"multi_ring_pieces", out[11]}, {"multi_ring_messages", out[12]},
-                        {"c10d_allreduce", out[13]}}}});
+                        {"c10d_allreduce", out[13]}}},
+                      {"rank0_cpu_s",
+                       {{"multi_ring", out[15]}, {"multi_ring_pieces", out[16]}, {"multi_ring_messages", out[17]},
+                        {"c10d_allreduce", out[18]}}}});
       std::fprintf(stderr,
                    "real loopback C=%d S=%.0f MB: best multi-ring %.4f s, in %.2g MB pieces %.4f s, over messages %.4f s, "
                    "c10d allreduce %.4f s (+ divide %.4f s); median ratio to c10d allreduce in turns %.2f, pieces %.2f, "
-                   "messages %.2f; to allreduce + divide %.2f, pieces %.2f; control (c10d against itself) %.2f\n",
+                   "messages %.2f; to allreduce + divide %.2f, pieces %.2f; control (c10d against itself) %.2f; rank 0's "
+                   "CPU (median, all threads) multi-ring %.2f ms, pieces %.2f ms, messages %.2f ms, c10d %.2f ms\n",
                    c, s / 1e6, out[0], piece_mb, out[1], out[2], out[3], out[4], out[5], out[6], out[7], out[8], out[9],
-                   out[14]);
+                   out[14], 1e3 * out[15], 1e3 * out[16], 1e3 * out[17], 1e3 * out[18]);
     }
   }
   return rows;
