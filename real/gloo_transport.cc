@@ -17,6 +17,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <numeric>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -147,6 +148,9 @@ struct GlooTransport::Impl {
   // the world group, make_group()'s and the links. Made before any of them, read only after.
   std::shared_ptr<::gloo::transport::Device> device;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;  // the world group (none for a replacement)
+  // GlooOptions::direct_reverse: the world's second connections, for direct exchanges from a
+  // higher rank to a lower one (set in the constructor, read only after).
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> reverse;
   std::vector<Link> links;  // per rank (guarded by mu once the threads run)
   std::vector<int> inc;     // per rank: its incarnation as this rank knows it (guarded by mu)
   // Joining: a store client of its own (a link's making waits in the store for the other end,
@@ -1021,6 +1025,7 @@ struct GlooTransport::Impl {
       recv_work.clear();
       sends.clear();
       links.clear();
+      reverse.reset();
       pg.reset();
       link_store.reset();
       store.reset();
@@ -1129,6 +1134,11 @@ GlooTransport::GlooTransport(const GlooOptions& options) : impl_(std::make_uniqu
   s.start_threads();
   try {
     s.authenticate();
+    if (options.direct_reverse && options.world_size > 1) {
+      std::vector<int> all(static_cast<size_t>(options.world_size));
+      std::iota(all.begin(), all.end(), 0);
+      s.reverse = make_group(all);
+    }
   } catch (...) {
     s.shutdown();  // (no destructor runs for a constructor that throws)
     throw;
@@ -1406,8 +1416,12 @@ class GlooTransport::Direct : public DirectChannel {
     }
     std::vector<at::Tensor> tensors{std::move(t)};
     const int c10d_tag = kDirectTagBase + static_cast<int>(tag);
-    c10::intrusive_ptr<c10d::Work> work =
-        sending ? link.pg->send(tensors, link.index, c10d_tag) : link.pg->recv(tensors, link.index, c10d_tag);
+    // From a higher rank to a lower one over the second connections, where there are some
+    // (GlooOptions::direct_reverse): both ends pick the same.
+    const bool downward = sending ? peer < s_.opt.rank : s_.opt.rank < peer;
+    c10d::ProcessGroupGloo& pg = downward && s_.reverse && link.pg == s_.pg ? *s_.reverse : *link.pg;
+    const int index = &pg == s_.reverse.get() ? peer : link.index;
+    c10::intrusive_ptr<c10d::Work> work = sending ? pg.send(tensors, index, c10d_tag) : pg.recv(tensors, index, c10d_tag);
     return std::make_unique<GlooWork>(std::move(work), std::move(tensors), what);
   }
   GlooTransport::Impl& s_;

@@ -378,6 +378,8 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::opt
   auto hook = std::make_shared<LossHook>();
   GlooOptions transport_options = gloo;
   if (recover) transport_options.peer_lost = [hook](int peer, int incarnation) { hook->lost(peer, incarnation); };
+  // Offered the direct channel below (as every rank of the run, from the scenario alike).
+  transport_options.direct_reverse = !recover;
   const bool replacement = gloo.join;  // this process took a lost rank's place in a running job
   const int64_t run_origin = replacement ? read_run_info(gloo) : 0;
   GlooTransport transport(transport_options);

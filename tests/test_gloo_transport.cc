@@ -1069,76 +1069,88 @@ TEST_CASE("gloo transport: the direct channel moves tensors in order per tag, be
           "what it cannot send",
           "[gloo][direct]") {
   constexpr int64_t kLarge = GlooTransport::kInlineFloats + 777;
-  const auto status = run_ranks(2, 60, [](int rank, int port) -> int {
-    GlooTransport t(options(rank, 2, port, 20));
-    rv::DirectChannel& d = t.direct();
-    const int peer = 1 - rank;
-    auto values = [](int from, int k, int64_t n) { return at::arange(n, at::kFloat) + static_cast<float>(1000 * from + k); };
-    // Receives posted first (tag 0: two, in order; tag 7: one), then the sends in another order
-    // across tags, a message among them.
-    at::Tensor a = at::zeros({5}), b = at::zeros({kLarge}), c = at::zeros({3});
-    auto ra = d.recv(peer, 0, a), rb = d.recv(peer, 0, b), rc = d.recv(peer, 7, c);
-    t.barrier();
-    at::Tensor sa = values(rank, 1, 5), sb = values(rank, 2, kLarge), sc = values(rank, 3, 3);
-    auto tc = d.send(peer, 7, sc);
-    auto ta = d.send(peer, 0, sa);
-    Message m;
-    m.kind = MsgKind::kForward;
-    m.id = 42;
-    m.payload = {at::full({4}, 9.f)};
-    t.send(peer, std::move(m));
-    auto tb = d.send(peer, 0, sb);
-    for (auto* w : {&ra, &rb, &rc, &ta, &tb, &tc}) (*w)->wait();
-    EXPECT_OR_EXIT(at::equal(a, values(peer, 1, 5)));
-    EXPECT_OR_EXIT(at::equal(b, values(peer, 2, kLarge)));
-    EXPECT_OR_EXIT(at::equal(c, values(peer, 3, 3)));
-    const Message got = t.recv();
-    EXPECT_OR_EXIT(got.kind == MsgKind::kForward && got.id == 42 && got.payload[0].eq(9.f).all().item<bool>());
-    EXPECT_OR_EXIT(ra->done() && tb->done());
-    // What it refuses, with rv::Error: itself, no rank, a tag out of range, a tensor not contiguous
-    // float32.
-    auto refused = [&](const std::function<void()>& f) {
-      try {
-        f();
-      } catch (const rv::Error&) {
-        return true;
-      }
-      return false;
-    };
-    at::Tensor x = at::zeros({4});
-    EXPECT_OR_EXIT(refused([&] { d.send(rank, 0, x); }));
-    EXPECT_OR_EXIT(refused([&] { d.recv(2, 0, x); }));
-    EXPECT_OR_EXIT(refused([&] { d.send(peer, -1, x); }));
-    EXPECT_OR_EXIT(refused([&] { d.recv(peer, rv::DirectChannel::kMaxTag + 1, x); }));
-    EXPECT_OR_EXIT(refused([&] { d.send(peer, 0, at::zeros({4, 4}).t()); }));
-    EXPECT_OR_EXIT(refused([&] { d.recv(peer, 0, at::zeros({4}, at::kDouble)); }));
-    t.close();
-    return 0;
-  });
-  CHECK(status == std::vector<int>{0, 0});
+  // Over the one connection between the ranks, and with the second one for rank 1 to rank 0
+  // (GlooOptions::direct_reverse).
+  for (const bool reverse : {false, true}) {
+    INFO("direct_reverse = " << reverse);
+    const auto status = run_ranks(2, 60, [reverse](int rank, int port) -> int {
+      GlooOptions o = options(rank, 2, port, 20);
+      o.direct_reverse = reverse;
+      GlooTransport t(o);
+      rv::DirectChannel& d = t.direct();
+      const int peer = 1 - rank;
+      auto values = [](int from, int k, int64_t n) { return at::arange(n, at::kFloat) + static_cast<float>(1000 * from + k); };
+      // Receives posted first (tag 0: two, in order; tag 7: one), then the sends in another order
+      // across tags, a message among them.
+      at::Tensor a = at::zeros({5}), b = at::zeros({kLarge}), c = at::zeros({3});
+      auto ra = d.recv(peer, 0, a), rb = d.recv(peer, 0, b), rc = d.recv(peer, 7, c);
+      t.barrier();
+      at::Tensor sa = values(rank, 1, 5), sb = values(rank, 2, kLarge), sc = values(rank, 3, 3);
+      auto tc = d.send(peer, 7, sc);
+      auto ta = d.send(peer, 0, sa);
+      Message m;
+      m.kind = MsgKind::kForward;
+      m.id = 42;
+      m.payload = {at::full({4}, 9.f)};
+      t.send(peer, std::move(m));
+      auto tb = d.send(peer, 0, sb);
+      for (auto* w : {&ra, &rb, &rc, &ta, &tb, &tc}) (*w)->wait();
+      EXPECT_OR_EXIT(at::equal(a, values(peer, 1, 5)));
+      EXPECT_OR_EXIT(at::equal(b, values(peer, 2, kLarge)));
+      EXPECT_OR_EXIT(at::equal(c, values(peer, 3, 3)));
+      const Message got = t.recv();
+      EXPECT_OR_EXIT(got.kind == MsgKind::kForward && got.id == 42 && got.payload[0].eq(9.f).all().item<bool>());
+      EXPECT_OR_EXIT(ra->done() && tb->done());
+      // What it refuses, with rv::Error: itself, no rank, a tag out of range, a tensor not contiguous
+      // float32.
+      auto refused = [&](const std::function<void()>& f) {
+        try {
+          f();
+        } catch (const rv::Error&) {
+          return true;
+        }
+        return false;
+      };
+      at::Tensor x = at::zeros({4});
+      EXPECT_OR_EXIT(refused([&] { d.send(rank, 0, x); }));
+      EXPECT_OR_EXIT(refused([&] { d.recv(2, 0, x); }));
+      EXPECT_OR_EXIT(refused([&] { d.send(peer, -1, x); }));
+      EXPECT_OR_EXIT(refused([&] { d.recv(peer, rv::DirectChannel::kMaxTag + 1, x); }));
+      EXPECT_OR_EXIT(refused([&] { d.send(peer, 0, at::zeros({4, 4}).t()); }));
+      EXPECT_OR_EXIT(refused([&] { d.recv(peer, 0, at::zeros({4}, at::kDouble)); }));
+      t.close();
+      return 0;
+    });
+    CHECK(status == std::vector<int>{0, 0});
+  }
 }
 
 TEST_CASE("gloo transport: a direct receive from a peer that dies fails with PeerError, not a hang",
           "[gloo][direct]") {
-  const auto status = run_ranks(2, 60, [](int rank, int port) -> int {
-    GlooTransport t(options(rank, 2, port, 15));
-    if (rank == 1) {
+  for (const bool reverse : {false, true}) {  // from rank 1 to 0 over the second connection too
+    INFO("direct_reverse = " << reverse);
+    const auto status = run_ranks(2, 60, [reverse](int rank, int port) -> int {
+      GlooOptions o = options(rank, 2, port, 15);
+      o.direct_reverse = reverse;
+      GlooTransport t(o);
+      if (rank == 1) {
+        t.barrier();
+        _exit(0);  // gone without close(): its connections drop
+      }
+      at::Tensor into = at::zeros({1000});
+      auto w = t.direct().recv(1, 3, into);
       t.barrier();
-      _exit(0);  // gone without close(): its connections drop
-    }
-    at::Tensor into = at::zeros({1000});
-    auto w = t.direct().recv(1, 3, into);
-    t.barrier();
-    try {
-      w->wait();
-    } catch (const rv::PeerError& e) {
-      std::fprintf(stderr, "rank 0: %s\n", e.what());
-      EXPECT_OR_EXIT(contains(e.what(), "direct receive from peer 1"));
-      return 0;
-    }
-    return 11;
-  });
-  CHECK(status == std::vector<int>{0, 0});
+      try {
+        w->wait();
+      } catch (const rv::PeerError& e) {
+        std::fprintf(stderr, "rank 0: %s\n", e.what());
+        EXPECT_OR_EXIT(contains(e.what(), "direct receive from peer 1"));
+        return 0;
+      }
+      return 11;
+    });
+    CHECK(status == std::vector<int>{0, 0});
+  }
 }
 
 TEST_CASE("multi-ring over the direct channel: every cluster holds the mean, no ring message goes through the "
@@ -1183,7 +1195,9 @@ count = 6
     const rv::NodeRole role = plan.role_of(rank);
     const int64_t lo = model.state_offset(role.layer_begin), hi = model.state_offset(role.layer_end);
     const at::Tensor mean = (full(0) + full(1) + full(2)).div(3).narrow(0, lo, hi - lo);
-    GlooTransport t(options(rank, kWorld, port, 60));
+    GlooOptions o = options(rank, kWorld, port, 60);
+    o.direct_reverse = true;  // as real runs offering the channel
+    GlooTransport t(o);
     rv::WallClock clock;
     rv::WallCompute compute;
     rv::EventLog log;
