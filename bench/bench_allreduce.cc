@@ -221,20 +221,18 @@ std::vector<double> on_ranks(int world, size_t n, const std::function<std::vecto
   return out;
 }
 
-// This process's minor page faults so far: first touches of memory it was given (on a VM they
-// can cost as much as the copy that touches them).
-double minor_faults() {
+// This process's use so far, every thread's (Gloo's device thread too): its minor page faults
+// (first touches of memory it was given; on a VM they can cost as much as the copy that touches
+// them) and its CPU seconds, user and system.
+struct Usage {
+  double faults, cpu;
+};
+Usage usage() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_minflt);
-}
-
-// This process's CPU seconds so far, user and system, every thread's (Gloo's device thread too).
-double cpu_seconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+  return {static_cast<double>(u.ru_minflt),
+          static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+              1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec)};
 }
 
 // Seconds of each of `fns` (between barriers) in each of `reps` rounds, the functions taking turns
@@ -268,14 +266,15 @@ Turns taking_turns(GlooTransport& t, int reps, const std::vector<std::function<v
     for (size_t i : order) {
       prepares[i](rep);
       t.barrier();
-      const double f0 = minor_faults(), c0 = cpu_seconds();
+      const Usage u0 = usage();
       const double t0 = clock.now();
       fns[i](rep);
       t.flush();
       t.barrier();
       out.seconds[i].push_back(clock.now() - t0);
-      out.faults[i].push_back(minor_faults() - f0);
-      out.cpu[i].push_back(cpu_seconds() - c0);
+      const Usage u1 = usage();
+      out.faults[i].push_back(u1.faults - u0.faults);
+      out.cpu[i].push_back(u1.cpu - u0.cpu);
     }
   }
   return out;

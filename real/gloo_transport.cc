@@ -16,8 +16,8 @@
 #include <exception>
 #include <map>
 #include <mutex>
-#include <optional>
 #include <numeric>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -1417,11 +1417,12 @@ class GlooTransport::Direct : public DirectChannel {
     std::vector<at::Tensor> tensors{std::move(t)};
     const int c10d_tag = kDirectTagBase + static_cast<int>(tag);
     // From a higher rank to a lower one over the second connections, where there are some
-    // (GlooOptions::direct_reverse): both ends pick the same.
+    // (GlooOptions::direct_reverse): both ends pick the same. (The channel has world links only:
+    // a transport that admits replacements has none, above.)
     const bool downward = sending ? peer < s_.opt.rank : s_.opt.rank < peer;
-    c10d::ProcessGroupGloo& pg = downward && s_.reverse && link.pg == s_.pg ? *s_.reverse : *link.pg;
-    const int index = &pg == s_.reverse.get() ? peer : link.index;
-    c10::intrusive_ptr<c10d::Work> work = sending ? pg.send(tensors, index, c10d_tag) : pg.recv(tensors, index, c10d_tag);
+    c10d::ProcessGroupGloo& pg = downward && s_.reverse ? *s_.reverse : *link.pg;
+    c10::intrusive_ptr<c10d::Work> work =
+        sending ? pg.send(tensors, link.index, c10d_tag) : pg.recv(tensors, link.index, c10d_tag);
     return std::make_unique<GlooWork>(std::move(work), std::move(tensors), what);
   }
   GlooTransport::Impl& s_;

@@ -378,8 +378,12 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::opt
   auto hook = std::make_shared<LossHook>();
   GlooOptions transport_options = gloo;
   if (recover) transport_options.peer_lost = [hook](int peer, int incarnation) { hook->lost(peer, incarnation); };
-  // Offered the direct channel below (as every rank of the run, from the scenario alike).
-  transport_options.direct_reverse = !recover;
+  // The direct channel, where the env assembly will hand it on (NodeEnvStack::direct_allowed: no
+  // network emulator, below, and no injected faults) and no peer is taken for lost; every rank
+  // decides alike, from the scenario and the run's launch. Its second connections are made with
+  // the transport.
+  const bool direct = !recover && !kernel && !emulate && scenario.faults.node < 0;
+  transport_options.direct_reverse = direct;
   const bool replacement = gloo.join;  // this process took a lost rank's place in a running job
   const int64_t run_origin = replacement ? read_run_info(gloo) : 0;
   GlooTransport transport(transport_options);
@@ -454,9 +458,7 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::opt
   }
   EnvParts parts{transport, clock, compute, log, &collectives, &observer, nullptr, emulator.get()};
   if (checkpoints) parts.checkpoints = &*checkpoints;
-  // Direct exchanges where no peer is taken for lost (NodeEnvStack drops them under an emulated
-  // network or injected faults).
-  if (!recover) parts.direct = &transport.direct();
+  if (direct) parts.direct = &transport.direct();
   // Recovering: the run's membership in the store; the peers lost so far are reported to it now,
   // later ones by the transport as they go.
   std::optional<StoreMembership> membership;
