@@ -66,7 +66,7 @@ int main(int argc, char** argv) try {
     Sampler sampler(data.train_size(), batch, s.seed);
     StageModule before(model, 0, std::max(st.layer_begin, 1), s.seed);
     const bool first = st.layer_begin == 0, last = st.layer_end == model.layer_count();
-    std::vector<double> fw, bw;
+    std::vector<double> fw, bw, up;
     for (int64_t mb = 0; mb < mbs; ++mb) {
       // A later stage's input is what the layers before it make of the data (not random values:
       // pooling and ReLU cost depends on them), computed untimed.
@@ -97,9 +97,11 @@ int main(int argc, char** argv) try {
       if (gi.defined()) gi = gi.contiguous();
       double t3 = bench::wall_now();
       stage.update();
+      double t4 = bench::wall_now();
       if (mb >= 5) {
         fw.push_back(t1 - t0);
         bw.push_back(t3 - t2);
+        up.push_back(t4 - t3);
       }
     }
     const StageWork w = stage_work(model, st.layer_begin, st.layer_end, s.training, batch);
@@ -153,6 +155,9 @@ int main(int argc, char** argv) try {
                       // The last stage's backward follows its forward, yet runs code the forward
                       // did not (core/compute/profile.h DeviceHistory): the same wake.
                       {"model_backward_ms", model_time(w.backward, last ? 0.0 : idle) * 1e3},
+                      // The optimizer step follows the backward at once.
+                      {"update_ms", median(up) * 1e3},
+                      {"model_update_ms", model_time(w.update, 0.0) * 1e3},
                       {"layers", layers}});
   }
   bench::emit({{"benchmark", "stage_compute"}, {"scenario", s.name}, {"batch", batch}, {"stages", stages}}, out);

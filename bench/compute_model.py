@@ -1,5 +1,5 @@
-"""Compares each stage's median compute time per micro-batch, real against simulated, for the runs
-bench/compute_model.sh wrote (<case>-sim, and the real repeats <case>-real, <case>-real.2, ...).
+"""Compares each stage's median compute time per micro-batch (its forward, backward and optimizer
+step spans, and their sum), real against simulated, for the runs bench/compute_model.sh wrote (<case>-sim, and the real repeats <case>-real, <case>-real.2, ...).
 The real figure of a span is the median over the repeats of each repeat's median; beside it, the
 repeats' spread (largest over smallest): where the same real run moves more than 10% from one
 repeat to the next, the host, not the model, decides whether a 10% check passes. Where the runs
@@ -24,12 +24,16 @@ import statistics
 import sys
 
 
+SPANS = ("forward", "backward", "update")
+
+
 def spans(run):
-    """Median duration (wall, cpu) of forward and backward spans per stage (training only)."""
+    """Median duration (wall, cpu) of forward, backward and update (optimizer step) spans per stage
+    (training only)."""
     by = {}
     with open(os.path.join(run, "metrics.csv")) as f:
         for row in csv.DictReader(f):
-            if row["kind"] not in ("forward", "backward") or int(row["micro_batch"]) < 0:
+            if row["kind"] not in SPANS or int(row["micro_batch"]) < 0:
                 continue
             key = (row["kind"], int(row["stage"]))
             cpu = float(row["cpu_s"]) if row.get("cpu_s") else math.nan
@@ -48,6 +52,8 @@ def isolated(out, case):
     for s in j["stages"]:
         got[("forward", s["stage"])] = s["forward_ms"] / 1e3
         got[("backward", s["stage"])] = s["backward_ms"] / 1e3
+        if "update_ms" in s:
+            got[("update", s["stage"])] = s["update_ms"] / 1e3
     return got
 
 
@@ -75,6 +81,22 @@ def paired_ratios(out, case, real_spans):
         for key, (_, cpu) in real.items():
             if key in sim and math.isfinite(cpu) and cpu > 0:
                 got.setdefault(key, []).append(sim[key][0] / cpu)
+    return got
+
+
+def stage_totals(rows):
+    """Per case and stage, the compute of one micro-batch (its forward, backward and optimizer
+    step, where all three were measured), simulated against the real CPU time."""
+    by = {}
+    for r in rows:
+        by.setdefault((r["case"], r["stage"]), {})[r["span"]] = r
+    got = []
+    for (case, stage), s in sorted(by.items()):
+        if not all(k in s for k in SPANS):
+            continue
+        cpu = sum(s[k]["real_cpu_s"] for k in SPANS)
+        sim = sum(s[k]["sim_s"] for k in SPANS)
+        got.append({"case": case, "stage": stage, "real_cpu_s": cpu, "sim_s": sim, "ratio_cpu": sim / cpu})
     return got
 
 
@@ -108,13 +130,24 @@ def main(out):
                          "paired_ratios": pairs.get(key, []), "paired_ratio": paired})
             print(f"{case:<10} {key[0]:<9} {key[1]:>5} {cpu * 1e3:>12.3f} {spread:>7.3f} {wall * 1e3:>13.3f}"
                   f" {a * 1e3:>9.3f} {s * 1e3:>9.3f} {s / cpu:>8.3f} {s / wall:>9.3f} {s / a:>10.3f} {paired:>7.3f}")
+    totals = stage_totals(rows)
+    updates = [r for r in rows if r["span"] == "update"]
+    rows = [r for r in rows if r["span"] != "update"]  # the forward and backward spans, as before
     within = sum(r["within_10pct"] for r in rows)
     within_wall = sum(abs(r["ratio_wall"] - 1) <= 0.10 for r in rows)
     within_alone = sum(abs(r["ratio_alone"] - 1) <= 0.10 for r in rows)
     steady = sum(r["repeats_within_10pct"] for r in rows)
     n_repeats = min(len(r["real_cpu_s_repeats"]) for r in rows) if rows else 0
-    print(f"{within} of {len(rows)} within 10% of the real CPU time ({within_wall} of the wall time, "
-          f"{within_alone} of the stage run alone)")
+    print(f"{within} of {len(rows)} forward and backward spans within 10% of the real CPU time ({within_wall} of "
+          f"the wall time, {within_alone} of the stage run alone)")
+    if updates:
+        print(f"{sum(r['within_10pct'] for r in updates)} of {len(updates)} optimizer steps within 10% of the real "
+              f"CPU time (sim/cpu {min(r['ratio_cpu'] for r in updates):.3f}-"
+              f"{max(r['ratio_cpu'] for r in updates):.3f})")
+    if totals:
+        print(f"{sum(abs(t['ratio_cpu'] - 1) <= 0.10 for t in totals)} of {len(totals)} stages' compute per "
+              f"micro-batch (forward + backward + optimizer step) within 10% of the real CPU time (sim/cpu "
+              f"{min(t['ratio_cpu'] for t in totals):.3f}-{max(t['ratio_cpu'] for t in totals):.3f})")
     print(f"the host: {steady} of {len(rows)} spans have every one of their {n_repeats} real repeats within 10% "
           f"of the repeats' median")
     paired_rows = [r for r in rows if not math.isnan(r["paired_ratio"])]
@@ -134,7 +167,8 @@ def main(out):
         json.dump({"rows": rows, "within_10pct": within, "within_10pct_wall": within_wall,
                    "within_10pct_alone": within_alone, "repeats_within_10pct": steady, "repeats": n_repeats,
                    "within_10pct_paired": paired_within if paired_rows else None, "pairs": n_pairs,
-                   "calibration_within_10pct": calibration_steady if drifts else None, "count": len(rows)},
+                   "calibration_within_10pct": calibration_steady if drifts else None, "count": len(rows),
+                  "updates": updates, "stage_totals": totals},
                   f, indent=2)
 
 

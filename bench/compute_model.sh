@@ -11,7 +11,8 @@
 #    stretch of a slow host lands on different cases in different rounds.
 # 3. bench_stage_compute runs each stage alone in one process (no pipeline, no other node), on the
 #    activations the stages before it make of the data.
-# 4. bench/compute_model.py compares each stage's median forward and backward time per micro-batch:
+# 4. bench/compute_model.py compares each stage's median forward, backward and optimizer-step time
+#    per micro-batch (each, and their sum):
 #    simulated, real (CPU and wall time; the median over the repeats), and alone; and it says how
 #    far the real repeats lie from each other (the host's own spread, which bounds what any
 #    model can be checked to). Each round of repeats after the first is calibrated again right

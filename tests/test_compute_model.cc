@@ -399,16 +399,22 @@ count = 1
   CHECK(b.total_flops() == Approx(2 * f.total_flops() - first_conv - other_flops).epsilon(1e-12));
   // A later stage's backward also computes its input's gradient.
   CHECK(ops(m.backward_work(1, n, 16), OpKind::kConv, Pass::kBackward) == 2);
-  // The stage adds the first stage's input preparation and the last stage's loss; its update
-  // charges every parameter.
+  // The stage adds the first stage's input preparation (the indices, then 5 kernels over the
+  // inputs) and the last stage's loss (8 kernels); its update runs Adam's 8 kernels on every
+  // parameter tensor, one flop per element each.
   TrainingSpec tr = prep.scenario.training;
   tr.optimizer = "adam";
   const StageCost c = stage_cost(m, 0, n, tr, 16, 1);
   const StageWork sw = stage_work(m, 0, n, tr, 16);
+  size_t tensors = 0;
+  for (const LayerProfile& p : m.profile) tensors += p.param_elems.size();
+  CHECK(tensors > 0);
   CHECK(sw.update.total_flops() == Approx(c.update).epsilon(1e-12));
-  CHECK(sw.forward.total_flops() == Approx(c.forward + 5.0 * 16 * m.input_elems).epsilon(1e-12));
-  CHECK(sw.forward.total_ops() == f.total_ops() + 5);
-  CHECK(sw.backward.total_ops() == b.total_ops() + 4);
+  CHECK(sw.update.total_flops() == Approx(8.0 * static_cast<double>(m.params(0, n))).epsilon(1e-12));
+  CHECK(sw.update.total_ops() == 8.0 * static_cast<double>(tensors));
+  CHECK(sw.forward.total_flops() == Approx(c.forward + 5.0 * 16 * m.input_elems + 16).epsilon(1e-12));
+  CHECK(sw.forward.total_ops() == f.total_ops() + 6);
+  CHECK(sw.backward.total_ops() == b.total_ops() + 8);
   const StageWork middle = stage_work(m, 1, n - 1, tr, 16);
   CHECK(middle.forward.total_ops() == m.forward_work(1, n - 1, 16).total_ops());
   CHECK(middle.backward.total_ops() == m.backward_work(1, n - 1, 16).total_ops());
@@ -433,6 +439,66 @@ count = 1
   CHECK(middle.backward.idle_cold_bytes() ==
         kFloatBytes * 16.0 * static_cast<double>(m.activation_elems(1, n - 1) + m.profile[static_cast<size_t>(n - 2)].out_elems));
   CHECK(sw.update.idle_cold_bytes() == 0);
+}
+
+TEST_CASE("an optimizer step: its kernels on each parameter tensor, each at that tensor's size", "[compute]") {
+  auto prep = test::prepare(R"(
+name = "u"
+[model]
+head = "linear"
+kind = "mlp"
+hidden = [512, 256]
+[data]
+kind = "synthetic"
+side = 8
+classes = 10
+batch_size = 16
+[sim]
+mode = "timing"
+[[devices]]
+count = 1
+)");
+  const ModelDesc& m = prep.model;
+  int lin = -1;  // linear(512->256): a weight of 131,072 floats and a bias of 256
+  for (int l = 0; l < m.layer_count(); ++l)
+    if (m.profile[static_cast<size_t>(l)].name.rfind("linear(512->256)", 0) == 0) lin = l;
+  REQUIRE(lin >= 0);
+  CHECK(m.profile[static_cast<size_t>(lin)].param_elems == std::vector<int64_t>{512 * 256, 256});
+  CHECK(m.profile[static_cast<size_t>(lin)].params == 512 * 256 + 256);
+  // Kernels per tensor as Optimizer::step runs them: (reads, count) of one flop per element.
+  auto expect = [&](const TrainingSpec& tr, std::vector<std::pair<int, int>> kernels) {
+    const Work w = m.update_work(lin, lin + 1, tr);
+    double ops = 0;
+    for (auto [reads, count] : kernels) {
+      ops += 2 * count;
+      // Each tensor's kernels fall in the class of that tensor's size: the weight's p - lr g
+      // (12 bytes an element, 1.5 MiB) beyond the core's cache, the bias's within it.
+      for (double elements : {512.0 * 256, 256.0}) {
+        const int c = op_class_of(elements, kFloatBytes * elements * (reads + 1));
+        CHECK(w.ops(OpKind::kElementwise, Pass::kForward, c) >= count);
+      }
+    }
+    CHECK(w.total_ops() == ops);
+    CHECK(w.total_flops() == Approx(ops / 2 * (512 * 256 + 256)).epsilon(1e-12));
+  };
+  TrainingSpec sgd = prep.scenario.training;
+  sgd.optimizer = "sgd";
+  sgd.momentum = 0;
+  sgd.weight_decay = 0;
+  expect(sgd, {{1, 1}, {2, 1}});
+  CHECK(op_class_of(512 * 256, 12.0 * 512 * 256) / kIntensities == 1);
+  CHECK(op_class_of(256, 12.0 * 256) / kIntensities == 0);
+  TrainingSpec momentum = sgd;
+  momentum.momentum = 0.9;
+  expect(momentum, {{1, 2}, {2, 2}});
+  TrainingSpec adam = sgd;
+  adam.optimizer = "adam";
+  expect(adam, {{1, 5}, {2, 2}, {3, 1}});
+  adam.weight_decay = 0.01;
+  expect(adam, {{1, 6}, {2, 3}, {3, 1}});
+  TrainingSpec adamw = adam;
+  adamw.optimizer = "adamw";
+  expect(adamw, {{1, 6}, {2, 2}, {3, 1}});
 }
 
 TEST_CASE("profile files read back as written, bad ones name the key", "[compute]") {

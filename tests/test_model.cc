@@ -39,9 +39,14 @@ TEST_CASE("profile matches the instantiated module", "[model]") {
     for (int i = 0; i < m.layer_count(); ++i) {
       StageModule layer(m, i, i + 1, 1);
       int64_t numel = 0;
-      for (const auto& p : layer.params()) numel += p.numel();
+      std::vector<int64_t> elems;  // tensor by tensor, as the optimizer's kernels run
+      for (const auto& p : layer.params()) {
+        numel += p.numel();
+        elems.push_back(p.numel());
+      }
       INFO("layer " << i << " " << m.profile[i].name);
       CHECK(numel == m.profile[i].params);
+      CHECK(elems == m.profile[i].param_elems);
       int64_t buffers = 0;
       for (const auto& b : layer.buffers()) buffers += b.numel();
       CHECK(buffers == m.profile[i].buffers);

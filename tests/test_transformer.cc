@@ -73,7 +73,9 @@ TEST_CASE("a transformer stage holds the parameters its profile counts", "[trans
     StageModule s(d, l, l + 1, 5);
     INFO(d.profile[static_cast<size_t>(l)].name);
     CHECK(numel(s.params()) == d.profile[static_cast<size_t>(l)].params);
-    CHECK(static_cast<int>(s.params().size()) == d.profile[static_cast<size_t>(l)].param_tensors);
+    const std::vector<int64_t>& elems = d.profile[static_cast<size_t>(l)].param_elems;
+    REQUIRE(s.params().size() == elems.size());
+    for (size_t i = 0; i < elems.size(); ++i) CHECK(s.params()[i].numel() == elems[i]);
   }
   StageModule whole(d, 0, d.layer_count(), 5);
   const at::Tensor y = whole.forward(at::randint(7, {4, 10}, at::kLong), whole.params(), false, 0, false);

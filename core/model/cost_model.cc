@@ -2,13 +2,18 @@
 
 #include <algorithm>
 
+#include "core/model/optimizer.h"
+
 namespace rv {
 
 namespace {
 
-// Modeled flops of an optimizer step per parameter.
+// Modeled flops of an optimizer step per parameter: its kernels' (Optimizer::add_step_work), each
+// one flop per element.
 double update_flops_per_param(const TrainingSpec& training) {
-  return adaptive_optimizer(training) ? 10.0 : 3.0;
+  Work one;
+  Optimizer::add_step_work(training, 1, one);
+  return one.total_flops();
 }
 
 }  // namespace
@@ -57,19 +62,26 @@ StageWork stage_work(const ModelDesc& model, int begin, int end, const TrainingS
   w.backward = model.backward_work(begin, end, batch);
   // Without weight stashing the backward first recomputes the layers' forward (not the inputs).
   if (!training.weight_stashing) w.backward.add(w.forward);
-  // The first stage makes its inputs from the stored samples: a gather, a conversion to float and
-  // the normalisation (scale, shift, divide).
-  if (begin == 0) w.forward.add_elementwise(b * static_cast<double>(model.input_elems), 1, 5);
-  // The last stage's backward starts from the loss: its forward and backward, two kernels each
-  // (log-softmax and the negative log-likelihood, or the squared error and its mean).
+  // The first stage makes its inputs from the stored samples (core/data/dataset.cc): the rows'
+  // indices as a tensor, a gather, a conversion to float and the normalisation (scale, shift,
+  // divide).
+  if (begin == 0) {
+    w.forward.add_elementwise(b);
+    w.forward.add_elementwise(b * static_cast<double>(model.input_elems), 1, 5);
+  }
+  // The last stage's backward starts from the loss (core/data/task.cc), kernel by kernel: the
+  // targets (the rows' indices as a tensor, a gather), log-softmax and the negative
+  // log-likelihood's gather, autograd's seed gradient, the loss read back, and the two backward
+  // kernels (the squared error takes as many).
   if (end == model.layer_count()) {
     const double outputs = b * static_cast<double>(model.outputs);
-    w.backward.add_elementwise(outputs, 1, 2);
+    w.backward.add_elementwise(b, 1, 2);
+    w.backward.add_elementwise(outputs);
+    w.backward.add_elementwise(b);
+    w.backward.add_elementwise(1, 1, 2);
     w.backward.add(OpKind::kElementwise, Pass::kBackward, outputs, 2.0 * kFloatBytes * outputs, 2);
   }
-  // Kernels per parameter tensor: SGD one (two with momentum), Adam five (its fused step's parts).
-  const int ops_per_tensor = adaptive_optimizer(training) ? 5 : (training.momentum > 0 ? 2 : 1);
-  w.update = model.update_work(begin, end, update_flops_per_param(training), ops_per_tensor);
+  w.update = model.update_work(begin, end, training);
   // Cold memory (work.h): the bytes the stage touches between two spans of a kind (its weights,
   // the accumulated gradients, the fresh gradients of each backward, the optimizer state, the
   // buffers and one micro-batch's saved activations), and what a span must fetch once if they do

@@ -17,6 +17,8 @@ int64_t shape_product(const std::vector<int64_t>& v) {
 
 LayerProfile finish_profile(LayerProfile p) {
   p.out_elems = shape_product(p.out_shape);
+  p.params = 0;
+  for (int64_t n : p.param_elems) p.params += n;
   if (p.saved_elems == 0) p.saved_elems = p.out_elems;
   if (!p.ops.empty()) {
     p.forward_flops = 0;
@@ -63,8 +65,7 @@ class Linear : public Layer {
     LayerProfile p;
     p.name = "linear(" + std::to_string(in_) + "->" + std::to_string(out_) + ")";
     p.out_shape = {out_};
-    p.params = in_ * out_ + out_;
-    p.param_tensors = 2;
+    p.param_elems = {in_ * out_, out_};
     p.forward_flops = 2.0 * in_ * out_;
     p.op_kind = OpKind::kMatmul;  // one addmm
     return finish_profile(p);
@@ -129,8 +130,7 @@ class Conv2d : public Layer {
     p.name = "conv" + std::to_string(kernel_) + "x" + std::to_string(kernel_) + "(" +
              std::to_string(in_) + "->" + std::to_string(out_) + ")";
     p.out_shape = {out_, h, w};
-    p.params = out_ * in_ * kernel_ * kernel_ + out_;
-    p.param_tensors = 2;
+    p.param_elems = {out_ * in_ * kernel_ * kernel_, out_};
     p.forward_flops = 2.0 * in_ * kernel_ * kernel_ * out_ * h * w;
     p.op_kind = OpKind::kConv;  // bias fused
     return finish_profile(p);
@@ -156,8 +156,7 @@ class BatchNorm2d : public Layer {
     LayerProfile p;
     p.name = "batchnorm(" + std::to_string(c_) + ")";
     p.out_shape = in;
-    p.params = 2 * c_;
-    p.param_tensors = 2;
+    p.param_elems = {c_, c_};
     p.buffers = 2 * c_;
     p.forward_flops = 4.0 * static_cast<double>(shape_product(in));
     p.op_kind = OpKind::kNorm;
@@ -220,8 +219,7 @@ class Block : public Layer {
     LayerProfile p;
     p.name = "block(" + std::to_string(c0_) + ":" + std::to_string(c1_) + ")";
     p.out_shape = in;
-    p.params = c1_ - c0_;
-    p.param_tensors = 1;
+    p.param_elems = {c1_ - c0_};
     p.forward_flops = 2.0 * static_cast<double>(rows_ * (c1_ - c0_));
     p.op_kind = OpKind::kMatmul;
     return finish_profile(p);

@@ -39,9 +39,11 @@ struct LayerOp {
 // What one layer costs, per sample.
 struct LayerProfile {
   std::string name;                // "linear(784->256) -> 256"
-  int64_t params = 0;              // trainable parameters
+  // The elements of each tensor that holds trainable parameters, in init_params' order: the
+  // optimizer runs its kernels tensor by tensor, and a kernel's size decides its rate.
+  std::vector<int64_t> param_elems;
+  int64_t params = 0;              // trainable parameters: their sum (finish_profile)
   int64_t buffers = 0;             // non-trainable state (BatchNorm running statistics)
-  int param_tensors = 0;           // how many tensors hold the parameters (the optimizer's kernels)
   std::vector<int64_t> out_shape;  // output shape of one sample
   int64_t out_elems = 0;           // product of out_shape
   Flops forward_flops = 0;         // per sample

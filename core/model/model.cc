@@ -7,6 +7,7 @@
 
 #include "core/data/dataset.h"
 #include "core/error.h"
+#include "core/model/optimizer.h"
 
 namespace rv {
 namespace {
@@ -92,17 +93,11 @@ Work ModelDesc::backward_work(int begin, int end, int64_t batch) const {
   return w;
 }
 
-Work ModelDesc::update_work(int begin, int end, double flops_per_param, int ops_per_tensor) const {
+Work ModelDesc::update_work(int begin, int end, const TrainingSpec& training) const {
   Work w;
-  for (int l = begin; l < end; ++l) {
-    const LayerProfile& p = profile[static_cast<size_t>(l)];
-    if (p.params == 0 || p.param_tensors == 0 || ops_per_tensor == 0) continue;
-    const double ops = static_cast<double>(p.param_tensors) * ops_per_tensor;
-    const double elements = static_cast<double>(p.params) / p.param_tensors;
-    // Each kernel reads a parameter-sized tensor or two and writes one.
-    w.add(OpKind::kElementwise, Pass::kForward, flops_per_param * static_cast<double>(p.params) / ops,
-          3.0 * kFloatBytes * elements, ops);
-  }
+  for (int l = begin; l < end; ++l)
+    for (int64_t elements : profile[static_cast<size_t>(l)].param_elems)
+      Optimizer::add_step_work(training, static_cast<double>(elements), w);
   return w;
 }
 

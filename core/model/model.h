@@ -49,11 +49,11 @@ struct ModelDesc {
   // The operations of layers [begin, end) for a micro-batch of `batch` samples
   // (core/compute/work.h): the forward; the backward (matmuls and convolutions once per gradient
   // they compute, of the weights and, unless nothing before them needs it, of the input; other
-  // layers once); and an optimizer step (`flops_per_param` per parameter, `ops_per_tensor`
-  // kernels per parameter tensor).
+  // layers once); and an optimizer step of `training`'s optimizer (its kernels on each parameter
+  // tensor, Optimizer::add_step_work).
   Work forward_work(int begin, int end, int64_t batch) const;
   Work backward_work(int begin, int end, int64_t batch) const;
-  Work update_work(int begin, int end, double flops_per_param, int ops_per_tensor) const;
+  Work update_work(int begin, int end, const TrainingSpec& training) const;
   int64_t activation_elems(int begin, int end) const;  // saved for backward, per sample
   int64_t input_elems_of(int layer) const;  // per-sample elements entering `layer`
   int64_t buffers(int begin, int end) const;

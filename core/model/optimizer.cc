@@ -49,6 +49,36 @@ std::vector<at::Tensor> Optimizer::step(const std::vector<at::Tensor>& params,
   return out;
 }
 
+void Optimizer::add_step_work(const TrainingSpec& training, double elements, Work& w) {
+  auto kernel = [&](int reads) { w.add_elementwise(elements, reads); };
+  const bool adam = adaptive_optimizer(training);
+  if (training.weight_decay > 0) {
+    if (training.optimizer == "adamw") {
+      kernel(1);  // p * (1 - lr wd)
+    } else {
+      kernel(1);  // wd p
+      kernel(2);  // g + that
+    }
+  }
+  if (adam) {
+    kernel(1);  // m *= b1
+    kernel(2);  // m += (1 - b1) g
+    kernel(1);  // v *= b2
+    kernel(2);  // v += (1 - b2) g g
+    kernel(1);  // sqrt(v)
+    kernel(1);  // / sqrt(c2)
+    kernel(1);  // + eps
+    kernel(3);  // p - lr / c1 m / denominator
+  } else {
+    if (training.momentum > 0) {
+      kernel(1);  // m *= momentum
+      kernel(2);  // m += g
+    }
+    kernel(1);  // lr g (or lr m)
+    kernel(2);  // p - that
+  }
+}
+
 int Optimizer::slots(const TrainingSpec& training) { return optimizer_state_floats(training); }
 
 std::vector<at::Tensor>& Optimizer::slot_ref(int k) {

@@ -6,6 +6,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "core/compute/work.h"
 #include "core/scenario/scenario.h"
 
 namespace rv {
@@ -16,6 +17,11 @@ class Optimizer {
   // New parameters from `params` and their gradients. Tensors returned require grad.
   std::vector<at::Tensor> step(const std::vector<at::Tensor>& params,
                                const std::vector<at::Tensor>& grads);
+  // The work of step() on one parameter tensor of `elements` values, kernel by kernel as step()
+  // runs them (core/compute/work.h: each an elementwise forward kernel, one flop per element, its
+  // reads counted): the compute model charges an optimizer step with it, so the two change
+  // together. Plain SGD 2 kernels, with momentum 4, Adam 8; weight decay 1 or 2 more.
+  static void add_step_work(const TrainingSpec& training, double elements, Work& w);
   int64_t steps() const { return t_; }
   void set_steps(int64_t t) { t_ = t; }  // resuming from a checkpoint
 

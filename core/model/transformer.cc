@@ -58,8 +58,7 @@ class TokenEmbedding : public Layer {
     p.name = "embedding(" + std::to_string(vocab_) + "x" + std::to_string(d_) + ", " + std::to_string(positions_) +
              " positions)";
     p.out_shape = {in[0], d_};
-    p.params = vocab_ * d_ + positions_ * d_;
-    p.param_tensors = 2;
+    p.param_elems = {vocab_ * d_, positions_ * d_};
     // The gather (its backward fills the table's gradient, V D floats), the position add.
     p.ops.push_back({OpKind::kElementwise, 1, t * d, t + t * d, static_cast<double>(vocab_) * d, 1});
     p.ops.push_back({OpKind::kElementwise, 1, t * d, 3.0 * t * d, 0.0, 1});
@@ -94,8 +93,8 @@ class TransformerBlock : public Layer {
     LayerProfile p;
     p.name = "block(" + std::to_string(d_) + ", " + std::to_string(h_) + " heads, ff " + std::to_string(f_) + ")";
     p.out_shape = in;
-    p.params = 4 * d_ * d_ + 2 * d_ * f_ + 9 * d_ + f_;
-    p.param_tensors = 12;
+    // As init_params: ln1, qkv, projection, ln2, fc1, fc2 (weights and biases).
+    p.param_elems = {d_, d_, 3 * d_ * d_, 3 * d_, d_ * d_, d_, d_, d_, f_ * d_, f_, d_ * f_, d_};
     // The linear maps: QKV, the projection, the MLP's two (their weights read once each).
     p.ops.push_back({OpKind::kMatmul, 4, 2.0 * t * (4 * d * d + 2 * d * f), (8 * t * d + 2 * t * f) / 4,
                      (4 * d * d + 2 * d * f) / 4, 2});
@@ -158,8 +157,7 @@ class LmHead : public Layer {
     LayerProfile p;
     p.name = "head(" + std::to_string(d_) + "->" + std::to_string(vocab_) + ")";
     p.out_shape = {in[0], vocab_};
-    p.params = 2 * d_ + d_ * vocab_;
-    p.param_tensors = 3;
+    p.param_elems = {d_, d_, vocab_ * d_};
     p.ops.push_back({OpKind::kNorm, 1, kNormFlopsPerElem * t * d, 2 * t * d, 2 * d, 1});
     p.ops.push_back({OpKind::kMatmul, 1, 2.0 * t * d * v, t * d + t * v, d * v, 2});
     p.saved_elems = in[0] * d_ + in[0] * vocab_;
