@@ -36,6 +36,10 @@ int run_calibrate_command(const CalibrateCommand& c) {
   for (const CalibrationSample& s : cal.network_fixed)
     std::printf("%-8s %-12s %-30s %12.4g %9.2f %11.2f %9s  (fixed cost, in a network)\n", pass_name(s.pass),
                 op_kind_name(s.kind), s.shape.c_str(), s.flops, s.flops / s.ops / s.bytes, s.time * 1e6, "");
+  for (const CalibrationSample& s : cal.network_cold)
+    std::printf("%-8s %-12s %-30s %12.4g %9.2f %11.2f %9s  (fixed cost, in a network, caches emptied)\n",
+                pass_name(s.pass), op_kind_name(s.kind), s.shape.c_str(), s.flops, s.flops / s.ops / s.bytes,
+                s.time * 1e6, "");
   char host[256] = "this host";
   gethostname(host, sizeof host - 1);
   const std::string comment =

@@ -924,21 +924,51 @@ TEST_CASE("calibrate writes this host's profile, which a device can then use", "
   CHECK(profile.find("threads = 1") != std::string::npos);
   // Its fixed costs are the ones measured as a network runs its layers (each between the others),
   // the median per pass and kind of the printed cases; its memory bandwidth and cache go together.
-  std::map<std::string, std::vector<double>> network;
-  {
+  // The same cases with the core's caches emptied before each give the first operation's cost: per
+  // pass and kind, what their median takes more than the network's (none below 0).
+  auto per_kind = [&](const std::string& label) {
+    std::map<std::string, std::vector<double>> got;
     std::istringstream out(cal.out);
     for (std::string line; std::getline(out, line);) {
-      if (line.find("(fixed cost, in a network)") == std::string::npos) continue;
+      if (line.find(label) == std::string::npos) continue;
       std::istringstream f(line);
       std::string pass, kind, layer, dims;  // a case is named by its layer and its input's dimensions
       double flops = 0, intensity = 0, us = 0;
       f >> pass >> kind >> layer >> dims >> flops >> intensity >> us;
       // Per operation: a backward of a matmul or a convolution is two (work.h: input and weights).
       const bool two = pass == "backward" && (kind == "matmul" || kind == "conv");
-      network[pass + "." + kind].push_back(two ? us / 2 : us);
+      got[pass + "." + kind].push_back(two ? us / 2 : us);
+    }
+    return got;
+  };
+  auto median3 = [](std::vector<double> v) {
+    REQUIRE(v.size() == 3);
+    std::sort(v.begin(), v.end());
+    return v[1];
+  };
+  std::map<std::string, std::vector<double>> network = per_kind("(fixed cost, in a network)");
+  const std::map<std::string, std::vector<double>> emptied = per_kind("(fixed cost, in a network, caches emptied)");
+  CHECK(network.size() == 10);
+  REQUIRE(emptied.size() == 10);
+  {
+    std::vector<double> first(10, 0.0);  // as the profile lists them: forward, then backward, by kind
+    const size_t at = profile.find("first_op_us = [[");
+    if (at != std::string::npos) {
+      std::string list = profile.substr(at + 16, profile.find("]]", at) - at - 16);
+      std::replace(list.begin(), list.end(), ']', ' ');
+      std::replace(list.begin(), list.end(), '[', ' ');
+      std::replace(list.begin(), list.end(), ',', ' ');
+      std::istringstream f(list);
+      for (double& v : first) REQUIRE(f >> v);
+    }
+    const char* kinds[] = {"matmul", "conv", "norm", "pool", "elementwise"};
+    for (int i = 0; i < 10; ++i) {
+      const std::string key = std::string(i < 5 ? "forward." : "backward.") + kinds[i % 5];
+      INFO(key);
+      const double more = median3(emptied.at(key)) - median3(network[key]);
+      CHECK(first[static_cast<size_t>(i)] == Approx(std::max(0.0, more)).margin(0.02));
     }
   }
-  CHECK(network.size() == 10);
   {
     std::istringstream in(profile);
     std::string pass;

@@ -90,6 +90,24 @@ TEST_CASE("a device's time: a fixed cost per operation plus flops at its efficie
   CHECK(time_of(Work(), p) == 0);
 }
 
+TEST_CASE("a span's first operation of a kind pays the kind's first cost, once per span", "[compute]") {
+  ComputeProfile p = example_profile();
+  p.of(Pass::kForward, OpKind::kMatmul).first = 7e-6;
+  p.of(Pass::kBackward, OpKind::kConv).first = 11e-6;
+  p.of(Pass::kForward, OpKind::kConv).first = 1.0;  // no forward conv below: never charged
+  Work w;
+  w.add(OpKind::kMatmul, Pass::kForward, 1e9, 1e7, 2);  // two classes of one kind: one first cost
+  w.add(OpKind::kMatmul, Pass::kForward, 1e3, 1e3, 5);
+  w.add(OpKind::kConv, Pass::kBackward, 1e5, 1e5, 4);
+  ComputeProfile warm = p;
+  for (auto& pass : warm.cost)
+    for (KindCost& c : pass) c.first = 0;
+  CHECK(time_of(w, p) == Approx(time_of(w, warm) + 7e-6 + 11e-6).epsilon(1e-12));
+  // Twice the work in one span: twice the operations, the same first costs.
+  CHECK(time_of(w.scaled(2), p) == Approx(time_of(w.scaled(2), warm) + 18e-6).epsilon(1e-12));
+  CHECK(time_of(Work(), p) == 0);
+}
+
 TEST_CASE("cold memory: a span whose stage outgrows the cache reads its cold bytes at the bandwidth",
           "[compute]") {
   ComputeProfile p = example_profile();
@@ -511,9 +529,22 @@ TEST_CASE("profile files read back as written, bad ones name the key", "[compute
       const KindCost& a = p.of(static_cast<Pass>(r), static_cast<OpKind>(k));
       const KindCost& b = q.of(static_cast<Pass>(r), static_cast<OpKind>(k));
       CHECK(b.overhead == Approx(a.overhead).epsilon(1e-6));
+      CHECK(b.first == 0);
       for (size_t c = 0; c < kOpClasses; ++c)
         CHECK(b.efficiency[c] == Approx(a.efficiency[c]).epsilon(1e-6));
     }
+  // The first operations' costs read back per pass and kind.
+  {
+    ComputeProfile f = p;
+    for (int r = 0; r < kPasses; ++r)
+      for (int k = 0; k < kOpKinds; ++k) f.of(static_cast<Pass>(r), static_cast<OpKind>(k)).first = (10 * r + k + 1) * 1e-6;
+    const std::string text = profile_to_toml(f);
+    CHECK(text.find("first_op_us = [[1, 2, 3, 4, 5], [11, 12, 13, 14, 15]]") != std::string::npos);
+    const ComputeProfile g = parse_profile(text, "f.toml");
+    for (int r = 0; r < kPasses; ++r)
+      for (int k = 0; k < kOpKinds; ++k)
+        CHECK(g.of(static_cast<Pass>(r), static_cast<OpKind>(k)).first == Approx((10 * r + k + 1) * 1e-6));
+  }
   // A profile of 12 efficiencies per kind (before the middle footprint) gives its second six to
   // both footprints beyond the cache.
   {
@@ -543,7 +574,10 @@ TEST_CASE("profile files read back as written, bad ones name the key", "[compute
                          Bad{backward + "matmul = [1, 1, 1, 1]\n" + kinds.substr(6 + row.size()), "key 'forward.matmul'"},
                          Bad{backward + "matmul = [1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + kinds.substr(6 + row.size()), "(0, 16]"},
                          Bad{backward + "matmul = [-1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + kinds.substr(6 + row.size()), "fixed cost"},
-                         Bad{"peak_tflops = [", "p.toml:1"}}) {
+                         Bad{"peak_tflops = [", "p.toml:1"},
+                         Bad{"first_op_us = [[1, 2, 3, 4, 5]]\n" + good, "key 'first_op_us'"},
+                         Bad{"first_op_us = [[1, 2, 3, 4, 5], [1, 2, 3, 4]]\n" + good, "key 'first_op_us[1]'"},
+                         Bad{"first_op_us = [[1, 2, 3, 4, 5], [1, 2, -3, 4, 5]]\n" + good, "key 'first_op_us[1][2]'"}}) {
     INFO(bad.text);
     try {
       parse_profile(bad.text, "p.toml");

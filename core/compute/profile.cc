@@ -74,12 +74,15 @@ Seconds time_of(const Work& work, const ComputeProfile& p, Seconds idle, Seconds
       const auto pass = static_cast<Pass>(q);
       const auto kind = static_cast<OpKind>(k);
       const KindCost& cost = p.of(pass, kind);
+      bool any = false;
       for (int c = 0; c < kOpClasses; ++c) {
         const double ops = work.ops(kind, pass, c);
         if (ops == 0) continue;
+        any = true;
         t += ops * cost.overhead +
              work.flops(kind, pass, c) / (p.peak_flops_per_s * cost.efficiency[static_cast<size_t>(c)]);
       }
+      if (any) t += cost.first;
     }
   if (p.memory_bytes_per_s > 0) {
     const double missed = p.cache_bytes > 0 && work.resident_bytes() > p.cache_bytes ? work.cold_bytes() : 0;
@@ -101,9 +104,10 @@ ComputeProfile parse_profile(const std::string& text, const std::string& source)
   for (const auto& [k, v] : root) {
     const std::string key(k.str());
     if (key != "name" && key != "peak_tflops" && key != "threads" && key != "memory_gbps" && key != "cache_mib" &&
-        key != "idle_cold" && key != "idle_cold_ms" && key != "idle_op_us" && key != "forward" && key != "backward")
+        key != "idle_cold" && key != "idle_cold_ms" && key != "idle_op_us" && key != "first_op_us" &&
+        key != "forward" && key != "backward")
       fail(key, "unknown key (expected name, peak_tflops, threads, memory_gbps, cache_mib, idle_cold (or "
-                "idle_cold_ms), idle_op_us, [forward], [backward])");
+                "idle_cold_ms), idle_op_us, first_op_us, [forward], [backward])");
   }
   ComputeProfile p;
   p.name = root["name"].value_or(std::string("profile"));
@@ -201,6 +205,21 @@ ComputeProfile parse_profile(const std::string& text, const std::string& source)
       }
     }
   }
+  if (root.contains("first_op_us")) {
+    const std::string form = "expected [[5 forward], [5 backward]] us: matmul, conv, norm, pool, elementwise";
+    const toml::array* a = root["first_op_us"].as_array();
+    if (a == nullptr || a->size() != kPasses) fail("first_op_us", form);
+    for (int q = 0; q < kPasses; ++q) {
+      const toml::array* pass = (*a)[static_cast<size_t>(q)].as_array();
+      if (pass == nullptr || pass->size() != kOpKinds) fail("first_op_us[" + std::to_string(q) + "]", form);
+      for (int k = 0; k < kOpKinds; ++k) {
+        const auto us = (*pass)[static_cast<size_t>(k)].value<double>();
+        const std::string at = "first_op_us[" + std::to_string(q) + "][" + std::to_string(k) + "]";
+        if (!us || !(*us >= 0) || *us > 1e6) fail(at, "expected a cost in [0, 1e6] us");
+        p.of(static_cast<Pass>(q), static_cast<OpKind>(k)).first = *us * 1e-6;
+      }
+    }
+  }
   return p;
 }
 
@@ -239,6 +258,19 @@ std::string profile_to_toml(const ComputeProfile& p, const std::string& comment)
       os << (i ? ", [" : "[") << number(p.idle_op[i].wait * 1e3) << ", " << number(p.idle_op[i].op * 1e6) << ", "
          << number(p.idle_op[i].span * 1e6) << "]";
     os << "]  # [wait ms, us more per operation, us more for the span that ends the wait]\n";
+  }
+  bool firsts = false;
+  for (const auto& pass : p.cost)
+    for (const KindCost& c : pass) firsts |= c.first > 0;
+  if (firsts) {
+    os << "first_op_us = [";
+    for (int q = 0; q < kPasses; ++q) {
+      os << (q ? ", [" : "[");
+      for (int k = 0; k < kOpKinds; ++k)
+        os << (k ? ", " : "") << number(p.of(static_cast<Pass>(q), static_cast<OpKind>(k)).first * 1e6);
+      os << "]";
+    }
+    os << "]  # [forward, backward] per kind (matmul, conv, norm, pool, elementwise): us more for a span's first operation of the kind\n";
   }
   for (int q = 0; q < kPasses; ++q) {
     os << "[" << pass_name(static_cast<Pass>(q)) << "]";
