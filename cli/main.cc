@@ -60,6 +60,12 @@ void add_common(CLI::App* app, rv::CommonOptions& o, bool resumable = false) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A write to a connection whose other end is gone (a peer's socket, a closed pipe) fails with
+  // EPIPE, which the transport turns into that peer's loss, rather than killing this process with
+  // SIGPIPE: Gloo sends with writev, which cannot ask for MSG_NOSIGNAL, so a rank writing to a
+  // rank that had just been killed died with it (found by the random-kill recovery test). Set
+  // before anything starts a thread; inherited by the ranks `ravnest real` starts.
+  std::signal(SIGPIPE, SIG_IGN);
   // Before any tensor: the calibration and the runs it predicts allocate under one policy.
   if (!rv::configure_allocator()) std::cerr << "warning: the C library refused the heap settings (core/memory/allocator.h)\n";
   CLI::App app{"ravnest: decentralized asynchronous training on heterogeneous PCs, simulated (SimGrid) "

@@ -413,6 +413,33 @@ TEST_CASE("real processes, the simulator and the loopback agree on the plan and 
   fs::remove_all(d);
 }
 
+TEST_CASE("a write to a pipe or connection whose reader is gone fails, it does not kill ravnest (SIGPIPE)",
+          "[cli][faults]") {
+  fs::path d = workdir("sigpipe");
+  write(d / "s.toml", kSmall);
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    ::signal(SIGPIPE, SIG_DFL);  // as a shell starts it, whatever this test process inherited
+    ::close(fds[0]);             // nobody will read what it writes
+    ::dup2(fds[1], STDOUT_FILENO);
+    FILE* e = freopen("/dev/null", "w", stderr);
+    (void)e;
+    if (chdir(d.c_str()) != 0) _exit(126);
+    const std::string exe = std::string(RV_BINARY_DIR) + "/ravnest";
+    execl(exe.c_str(), exe.c_str(), "plan", "s.toml", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  ::close(fds[0]);
+  ::close(fds[1]);
+  int st = 0;
+  REQUIRE(waitpid(pid, &st, 0) == pid);
+  INFO((WIFSIGNALED(st) ? "killed by signal " + std::to_string(WTERMSIG(st)) : "exit " + std::to_string(WEXITSTATUS(st))));
+  CHECK(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) != 127);
+}
+
 TEST_CASE("a real node that dies makes the others stop with a clear error, not hang", "[cli][real][faults]") {
   fs::path d = workdir("crash");
   write(d / "s.toml", std::string(kSmall) + "[faults]\nnode = 1\ncrash_after_sends = 20\n");
