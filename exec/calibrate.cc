@@ -236,28 +236,45 @@ void time_layer(const LayerCase& c, Seconds budget, std::vector<CalibrationSampl
 // Times the fixed-cost cases as a network runs its layers: one after the other, each call
 // between calls of the others, never the same operation twice in a row (whose code, dispatch
 // path and allocations a tight loop keeps warm: a third of what a layer costs in a network).
-// `cold`: each call with the core's caches emptied first (CoreCacheEviction) but for its input,
-// just written, as a span's first operation of its kind runs (KindCost::first). Adds each case's
-// forward and backward samples, the median of `repeats` rounds.
+// `cold`: each call as a span's first operation of its kind runs (KindCost::first): the core's
+// caches emptied (CoreCacheEviction), then the call of the nearest case before it in the pass's
+// order that is of another kind (untimed: it warms what every operation runs, the dispatcher,
+// the allocator, autograd, as the operation before it in a span has), then its input written.
+// Adds each case's forward and backward samples, the median of `repeats` rounds.
 void time_chain(const std::vector<const LayerCase*>& cases, int repeats, bool cold, std::vector<CalibrationSample>& out) {
   std::vector<std::unique_ptr<LayerRun>> runs;
   for (const LayerCase* c : cases) runs.push_back(std::make_unique<LayerRun>(*c));
-  CoreCacheEviction empty_caches;
-  auto evict = [&] {
-    if (cold) empty_caches();
+  const size_t n = runs.size();
+  // The case `step` places from i (n - 1: the one before in the forward's order, 1: in the
+  // backward's) nearest to it of another kind; i itself if there is none.
+  auto other_kind = [&](size_t i, size_t step) {
+    for (size_t j = (i + step) % n; j != i; j = (j + step) % n)
+      if (cases[j]->kind != cases[i]->kind) return j;
+    return i;
   };
-  std::vector<std::vector<Seconds>> tf(cases.size()), tb(cases.size());
+  CoreCacheEviction empty_caches;
+  std::vector<std::vector<Seconds>> tf(n), tb(n);
   for (int r = 0; r < repeats; ++r) {
-    for (size_t i = 0; i < runs.size(); ++i) {
-      evict();
+    for (size_t i = 0; i < n; ++i) {
+      if (cold) {
+        empty_caches();
+        LayerRun& before = *runs[other_kind(i, n - 1)];
+        before.fresh_input();
+        before.forward();
+      }
       runs[i]->fresh_input();
       const Seconds a = now();
       runs[i]->forward();
       tf[i].push_back(now() - a);
     }
-    for (size_t i = runs.size(); i-- > 0;) {  // backward in the reverse order, as a network's
+    for (size_t i = n; i-- > 0;) {  // backward in the reverse order, as a network's
       runs[i]->before_backward();
-      evict();
+      if (cold) {
+        empty_caches();
+        LayerRun& before = *runs[other_kind(i, 1)];
+        before.before_backward();
+        before.backward();
+      }
       runs[i]->fresh_gradient();
       const Seconds a = now();
       runs[i]->backward();

@@ -61,7 +61,8 @@ struct Calibration {
   // (time_chain in calibrate.cc); the profile's fixed costs are these, its efficiencies are
   // against the loops' fixed costs.
   std::vector<CalibrationSample> network_fixed;
-  // The same, each with the core's caches emptied first: the profile's KindCost::first is what
+  // The same, each with the core's caches emptied first and then a case of another kind run (as a
+  // span's first operation of a kind finds the core): the profile's KindCost::first is what
   // these take more per operation.
   std::vector<CalibrationSample> network_cold;
   ComputeProfile loops;  // fitted to the loops alone (a published profile: the same as profile)
