@@ -665,6 +665,7 @@ TEST_CASE("the simulator charges each span's code once after a wait (idle_op)", 
   // operation, as it does the fixed costs. (One simulation per process: SimGrid's engine.)
   ComputeProfile waking = example_profile();
   waking.idle_op = {{1e-4, 5e-6, 40e-6}, {1e-2, 20e-6, 80e-6}};
+  waking.of(Pass::kBackward, OpKind::kConv).first = 30e-6;
   const fs::path file = temp_file("waking.toml", profile_to_toml(waking));
   for (double dilation : {1.0, 2.0}) {
     auto q = test::prepare(kOneNode, {"devices.0.profile=\"" + file.string() + "\"",
@@ -675,6 +676,7 @@ TEST_CASE("the simulator charges each span's code once after a wait (idle_op)", 
     CHECK(device.idle_op[1].op == Approx(20e-6 * dilation).epsilon(1e-12));
     CHECK(device.idle_op[1].span == Approx(80e-6 * dilation).epsilon(1e-12));
     CHECK(device.of(Pass::kForward, OpKind::kMatmul).overhead == Approx(20e-6 * dilation).epsilon(1e-12));
+    CHECK(device.of(Pass::kBackward, OpKind::kConv).first == Approx(30e-6 * dilation).epsilon(1e-12));
     if (dilation == 1.0) continue;
     const StageWork w = stage_work(q.model, 0, q.model.layer_count(), q.scenario.training, 32);
     std::vector<Seconds> forwards, backwards, steps;

@@ -54,7 +54,7 @@ struct DeviceGroup {
     // twice as fast reads its weights twice as fast.
     if (compute.peak_flops_per_s > 0) p.memory_bytes_per_s *= flops_per_s() / compute.peak_flops_per_s;
     p.peak_flops_per_s = flops_per_s();
-    // Times: the curves' waits and the wake-up costs, as the fixed costs.
+    // Times: the curves' waits and the wake-up costs, as the fixed costs and the first operations'.
     for (auto& point : p.idle_op) {
       point.wait *= dilation;
       point.op *= dilation;
@@ -64,6 +64,7 @@ struct DeviceGroup {
     for (auto& pass : p.cost)
       for (KindCost& kind : pass) {
         kind.overhead *= dilation;
+        kind.first *= dilation;
         if (efficiency > 0) kind.efficiency.fill(efficiency);
       }
     return p;
