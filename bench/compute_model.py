@@ -1,5 +1,6 @@
 """Compares each stage's median compute time per micro-batch (its forward, backward and optimizer
-step spans, and their sum), real against simulated, for the runs bench/compute_model.sh wrote (<case>-sim, and the real repeats <case>-real, <case>-real.2, ...).
+step spans, and their sum), real against simulated, for the runs bench/compute_model.sh wrote
+(<case>-sim, and the real repeats <case>-real, <case>-real.2, ...).
 The real figure of a span is the median over the repeats of each repeat's median; beside it, the
 repeats' spread (largest over smallest): where the same real run moves more than 10% from one
 repeat to the next, the host, not the model, decides whether a 10% check passes. Where the runs
