@@ -459,23 +459,31 @@ count = 1
   CHECK(sw.update.idle_cold_bytes() == 0);
 }
 
-TEST_CASE("an optimizer step: its kernels on each parameter tensor, each at that tensor's size", "[compute]") {
-  auto prep = test::prepare(R"(
-name = "u"
+const char* kOneNode = R"(
+name = "one"
 [model]
 head = "linear"
 kind = "mlp"
-hidden = [512, 256]
+hidden = [256, 64]
 [data]
 kind = "synthetic"
 side = 8
 classes = 10
-batch_size = 16
+batch_size = 32
+[training]
+steps = 5
+eval_every = 0
 [sim]
 mode = "timing"
+[network]
+model = "ideal"
 [[devices]]
 count = 1
-)");
+tflops = 0.2
+)";
+
+TEST_CASE("an optimizer step: its kernels on each parameter tensor, each at that tensor's size", "[compute]") {
+  auto prep = test::prepare(kOneNode, {"model.hidden=[512, 256]"}, false);
   const ModelDesc& m = prep.model;
   int lin = -1;  // linear(512->256): a weight of 131,072 floats and a bias of 256
   for (int l = 0; l < m.layer_count(); ++l)
@@ -588,28 +596,6 @@ TEST_CASE("profile files read back as written, bad ones name the key", "[compute
   }
 }
 
-const char* kOneNode = R"(
-name = "one"
-[model]
-head = "linear"
-kind = "mlp"
-hidden = [256, 64]
-[data]
-kind = "synthetic"
-side = 8
-classes = 10
-batch_size = 32
-[training]
-steps = 5
-eval_every = 0
-[sim]
-mode = "timing"
-[network]
-model = "ideal"
-[[devices]]
-count = 1
-tflops = 0.2
-)";
 
 TEST_CASE("a device's profile: the simulator and the planner charge time_of, nothing else",
           "[compute][sim]") {
