@@ -50,15 +50,15 @@ TEST_CASE("work counts operations by pass, kind and intensity class", "[compute]
   w.add(OpKind::kMatmul, Pass::kForward, 1000, 1000);     // 1 flop/B: the first class
   w.add(OpKind::kMatmul, Pass::kForward, 8000, 1000, 3);  // 8 flop/B: the third (from its bound)
   w.add(OpKind::kMatmul, Pass::kBackward, 32000, 1000);   // 32 flop/B: the fifth
-  w.add_elementwise(500, 2, 2);                           // 2 ops of 500 elements, 12 B each
+  w.add_elementwise(500, 2, 2);  // 2 ops of 500 elements, 12 B each: 1.5 flops an element (8 B)
   CHECK(w.ops(OpKind::kMatmul, Pass::kForward, 0) == 1);
   CHECK(w.flops(OpKind::kMatmul, Pass::kForward, 2) == 24000);
   CHECK(w.ops(OpKind::kMatmul, Pass::kBackward, 4) == 1);
   CHECK(w.ops(OpKind::kMatmul, Pass::kForward, 4) == 0);
   CHECK(w.ops(OpKind::kElementwise, Pass::kForward, 0) == 2);
-  CHECK(w.flops(OpKind::kElementwise, Pass::kForward, 0) == 1000);
+  CHECK(w.flops(OpKind::kElementwise, Pass::kForward, 0) == 1500);
   CHECK(w.total_ops() == 7);
-  CHECK(w.total_flops() == 1000 + 24000 + 32000 + 1000);
+  CHECK(w.total_flops() == 1000 + 24000 + 32000 + 1500);
   const Work twice = w.scaled(2);
   CHECK(twice.total_ops() == 14);
   CHECK(twice.flops(OpKind::kMatmul, Pass::kForward, 0) == 2000);
@@ -419,7 +419,8 @@ count = 1
   CHECK(ops(m.backward_work(1, n, 16), OpKind::kConv, Pass::kBackward) == 2);
   // The stage adds the first stage's input preparation (the indices, then 5 kernels over the
   // inputs) and the last stage's loss (8 kernels); its update runs Adam's 8 kernels on every
-  // parameter tensor, one flop per element each.
+  // parameter tensor, (reads + 1) / 2 flops per element each (Work::add_elementwise): five read
+  // one tensor, two read two, one reads three, 10 flops per parameter.
   TrainingSpec tr = prep.scenario.training;
   tr.optimizer = "adam";
   const StageCost c = stage_cost(m, 0, n, tr, 16, 1);
@@ -428,7 +429,7 @@ count = 1
   for (const LayerProfile& p : m.profile) tensors += p.param_elems.size();
   CHECK(tensors > 0);
   CHECK(sw.update.total_flops() == Approx(c.update).epsilon(1e-12));
-  CHECK(sw.update.total_flops() == Approx(8.0 * static_cast<double>(m.params(0, n))).epsilon(1e-12));
+  CHECK(sw.update.total_flops() == Approx(10.0 * static_cast<double>(m.params(0, n))).epsilon(1e-12));
   CHECK(sw.update.total_ops() == 8.0 * static_cast<double>(tensors));
   CHECK(sw.forward.total_flops() == Approx(c.forward + 5.0 * 16 * m.input_elems + 16).epsilon(1e-12));
   CHECK(sw.forward.total_ops() == f.total_ops() + 6);
@@ -491,12 +492,13 @@ TEST_CASE("an optimizer step: its kernels on each parameter tensor, each at that
   REQUIRE(lin >= 0);
   CHECK(m.profile[static_cast<size_t>(lin)].param_elems == std::vector<int64_t>{512 * 256, 256});
   CHECK(m.profile[static_cast<size_t>(lin)].params == 512 * 256 + 256);
-  // Kernels per tensor as Optimizer::step runs them: (reads, count) of one flop per element.
+  // Kernels per tensor as Optimizer::step runs them: (reads, count), (reads + 1) / 2 flops per element.
   auto expect = [&](const TrainingSpec& tr, std::vector<std::pair<int, int>> kernels) {
     const Work w = m.update_work(lin, lin + 1, tr);
-    double ops = 0;
+    double ops = 0, flops_per_element = 0;
     for (auto [reads, count] : kernels) {
       ops += 2 * count;
+      flops_per_element += count * (reads + 1) / 2.0;
       // Each tensor's kernels fall in the class of that tensor's size: the weight's p - lr g
       // (12 bytes an element, 1.5 MiB) beyond the core's cache, the bias's within it.
       for (double elements : {512.0 * 256, 256.0}) {
@@ -505,7 +507,7 @@ TEST_CASE("an optimizer step: its kernels on each parameter tensor, each at that
       }
     }
     CHECK(w.total_ops() == ops);
-    CHECK(w.total_flops() == Approx(ops / 2 * (512 * 256 + 256)).epsilon(1e-12));
+    CHECK(w.total_flops() == Approx(flops_per_element * (512 * 256 + 256)).epsilon(1e-12));
   };
   TrainingSpec sgd = prep.scenario.training;
   sgd.optimizer = "sgd";

@@ -55,7 +55,9 @@ void Work::add(OpKind kind, Pass pass, Flops op_flops, double op_bytes, double c
 }
 
 void Work::add_elementwise(double elements, int reads, double count) {
-  add(OpKind::kElementwise, Pass::kForward, elements, static_cast<double>(kFloatBytes) * elements * (reads + 1), count);
+  RV_CHECK(reads >= 1, "work: an elementwise kernel reads one tensor at least");
+  add(OpKind::kElementwise, Pass::kForward, elements * (reads + 1) / 2.0,
+      static_cast<double>(kFloatBytes) * elements * (reads + 1), count);
 }
 
 void Work::add_cold(double cold, double resident) {

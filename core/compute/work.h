@@ -21,6 +21,8 @@
 //   forward            the layer's flops (2 per multiply-add; 1 per element for elementwise kinds)
 //   backward, matmul and conv: the forward's flops per gradient computed (input, weights)
 //   backward, others   the forward's flops
+//   add_elementwise    one per 8 bytes moved: a kernel that reads one tensor and writes one (the
+//                      calibration's ReLU) one per element, one that reads two 1.5 per element
 //
 // Units: flops (floating-point operations), bytes, operations. Torch-free, so that the planner and
 // the simulator's timing mode can describe models of any size.
@@ -68,7 +70,11 @@ class Work {
   // `count` operations of `kind` in `pass`, each of `op_flops` flops moving `op_bytes` bytes.
   void add(OpKind kind, Pass pass, Flops op_flops, double op_bytes, double count = 1);
   // Elementwise forward work over `elements` float32 values read `reads` times and written once
-  // (an optimizer step, an averaging sum): one flop per element.
+  // (an optimizer step, an averaging sum): (reads + 1) / 2 flops per element, so that it takes the
+  // time of its bytes at the rate the calibration's ReLU (one read, one write) achieves. Such
+  // kernels are bound by memory, not arithmetic: on the host measured, p - t over 131k-1M floats
+  // took 1.5-1.8x a ReLU's time over as many (the optimizer steps of compute_model.sh's MLP, whose
+  // SGD runs lr g and then p - that, ran 1.2x what one flop per element charged).
   void add_elementwise(double elements, int reads = 1, double count = 1);
   // Bytes this work reads from memory once if `resident` bytes (what its stage keeps between
   // spans) do not fit the device's cache. Adds to the cold bytes; the resident bytes are the

@@ -8,8 +8,8 @@ namespace rv {
 
 namespace {
 
-// Modeled flops of an optimizer step per parameter: its kernels' (Optimizer::add_step_work), each
-// one flop per element.
+// Modeled flops of an optimizer step per parameter: its kernels' (Optimizer::add_step_work), as
+// Work::add_elementwise counts them (by the bytes each moves).
 double update_flops_per_param(const TrainingSpec& training) {
   Work one;
   Optimizer::add_step_work(training, 1, one);
