@@ -8,7 +8,11 @@
 #    (tflops = the profile's peak, devices.profile = the profile) runs in the simulator, and for
 #    real with emulate_speed = false and no network emulation REPEATS times (<case>-real,
 #    <case>-real.2, ...): the repeats go round the cases (case 1..4, then 1..4 again), so that a
-#    stretch of a slow host lands on different cases in different rounds.
+#    stretch of a slow host lands on different cases in different rounds. The simulated devices'
+#    links are this host's loopback as bench/loopback.py measures it (the real run's transport,
+#    without network emulation): a stage's idle waits for its messages decide what the model's
+#    cooling and wake-up terms charge, and a slower simulated link made a first stage wait 4.5 ms
+#    for each gradient where the real one waited 0.85 ms.
 # 3. bench_stage_compute runs each stage alone in one process (no pipeline, no other node), on the
 #    activations the stages before it make of the data.
 # 4. bench/compute_model.py compares each stage's median forward, backward and optimizer-step time
@@ -35,6 +39,8 @@ cores=$(nproc)
 threads=$(( cores / 2 > 0 ? cores / 2 : 1 ))
 build/ravnest calibrate --threads "$threads" --share 2 --out "$out/host.toml" > "$out/calibrate.txt"
 peak=$(sed -n 's/^peak_tflops = //p' "$out/host.toml")
+read -r loopback_mbps loopback_ms < <(python3 bench/loopback.py)
+echo "loopback: $loopback_mbps Mbit/s, $loopback_ms ms" > "$out/loopback.txt"
 
 cases=()  # written once here; the real repeats and the later calibrations go over the same list
 for model in mlp cnn; do
@@ -70,9 +76,9 @@ name = "host"
 count = 2
 tflops = $peak
 profile = "$out/host.toml"
-up_mbps = 1000
-down_mbps = 1000
-latency_ms = 0.1
+up_mbps = $loopback_mbps
+down_mbps = $loopback_mbps
+latency_ms = $loopback_ms
 TOML
     build/ravnest sim "$out/$case.toml" --run-dir "$out/$case-sim" --progress off > /dev/null
     build/bench/bench_stage_compute --scenario "$out/$case.toml" --out "$out/$case-isolated.json" > /dev/null
