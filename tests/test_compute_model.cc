@@ -438,7 +438,8 @@ count = 1
   CHECK(middle.forward.total_ops() == m.forward_work(1, n - 1, 16).total_ops());
   CHECK(middle.backward.total_ops() == m.backward_work(1, n - 1, 16).total_ops());
   // Cold memory: the forward reads the weights, the backward writes their gradients (and reads
-  // them again where its input needs a gradient); the stage touches its weights, gradients, a
+  // them again where its input needs a gradient), the step reads both and its state; the stage
+  // touches its weights, gradients, a
   // fresh gradient, Adam's two moments, its buffers and a micro-batch's saved activations.
   const double weights = kFloatBytes * static_cast<double>(m.params(0, n));
   CHECK(sw.forward.cold_bytes() == weights);
@@ -449,7 +450,8 @@ count = 1
         Approx(5 * weights + kFloatBytes * (static_cast<double>(m.buffers(0, n)) + 16.0 * m.activation_elems(0, n)))
             .epsilon(1e-12));
   CHECK(sw.backward.resident_bytes() == sw.forward.resident_bytes());
-  CHECK(sw.update.cold_bytes() == 0);
+  CHECK(sw.update.cold_bytes() == 4 * weights);  // the weights, their gradients, Adam's two moments
+  CHECK(sw.update.resident_bytes() == sw.forward.resident_bytes());
   // After an idle wait: a later stage's forward fetches its input; a backward its saved
   // activations, and the incoming gradient but for the last stage's.
   CHECK(sw.forward.idle_cold_bytes() == 0);

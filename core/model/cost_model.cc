@@ -87,7 +87,9 @@ StageWork stage_work(const ModelDesc& model, int begin, int end, const TrainingS
   // buffers and one micro-batch's saved activations), and what a span must fetch once if they do
   // not fit the cache: the forward reads the weights; the backward writes the weights' gradients
   // and, where the stage's input needs a gradient (or the forward is recomputed), reads the
-  // weights again. The optimizer step's elementwise efficiencies already stream.
+  // weights again; the optimizer step reads the weights, their gradients and its state. (On the
+  // host measured, the CNN's second stage stepped in 136-166 us after a backward at batch 32 and
+  // in 250-335 us after one at batch 128, its parameters the same and no page faulted.)
   const double weights = static_cast<double>(kFloatBytes) * static_cast<double>(model.params(begin, end));
   const double resident =
       weights * (3 + optimizer_state_floats(training)) +
@@ -95,6 +97,7 @@ StageWork stage_work(const ModelDesc& model, int begin, int end, const TrainingS
       static_cast<double>(kFloatBytes) * b * static_cast<double>(model.activation_elems(begin, end));
   w.forward.add_cold(weights, resident);
   w.backward.add_cold(weights * ((begin > 0 || !training.weight_stashing) ? 2 : 1), resident);
+  w.update.add_cold(weights * (2 + optimizer_state_floats(training)), resident);
   // After an idle wait (profile.h, idle_cold) a span also fetches the activations it reads: a
   // later stage's forward its input; a backward the micro-batch's saved activations and, but for
   // the last stage (whose gradient starts from its own loss), the incoming gradient.
