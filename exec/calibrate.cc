@@ -8,6 +8,8 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <numeric>
+#include <random>
 #include <sstream>
 #include <thread>
 
@@ -195,6 +197,38 @@ double cache_bytes(int max_level) {
     if (v > 0) return static_cast<double>(v);
   }
   return 0;
+}
+
+// Each working set of `sizes` (bytes) read in a random cyclic order of its cache lines, each
+// line's address taken from the line before it: seconds per line, the median of 3 reads after an
+// untimed one.
+std::vector<std::pair<double, Seconds>> cache_sweep(const std::vector<double>& sizes) {
+  std::vector<std::pair<double, Seconds>> out;
+  std::mt19937_64 rng(1);
+  for (double bytes : sizes) {
+    constexpr size_t kWordsPerLine = 64 / sizeof(uint64_t);
+    const size_t lines = static_cast<size_t>(bytes) / 64;
+    std::vector<uint64_t> next(lines * kWordsPerLine);
+    std::vector<uint64_t> order(lines);
+    std::iota(order.begin(), order.end(), uint64_t{0});
+    std::shuffle(order.begin(), order.end(), rng);
+    for (size_t i = 0; i < lines; ++i) next[order[i] * kWordsPerLine] = order[(i + 1) % lines] * kWordsPerLine;
+    uint64_t at = 0;
+    auto chase = [&] {
+      for (size_t i = 0; i < lines; ++i) at = next[at];
+    };
+    chase();
+    std::vector<Seconds> t;
+    for (int r = 0; r < 3; ++r) {
+      const Seconds a = now();
+      chase();
+      t.push_back((now() - a) / static_cast<double>(lines));
+    }
+    volatile uint64_t sink = at;
+    (void)sink;
+    out.emplace_back(bytes, median(t));
+  }
+  return out;
 }
 
 // Pushes what the core's own caches hold out of them: a write of every cache line of twice their
@@ -564,6 +598,17 @@ void calibration_load(const CalibrateOptions& options, int parent) {
     }
 }
 
+double cache_knee(const std::vector<std::pair<double, Seconds>>& sweep) {
+  if (sweep.size() < 2) return 0;
+  const Seconds from_memory = sweep.back().second;
+  double knee = 0;
+  for (const auto& [bytes, per_line] : sweep) {
+    if (!(per_line < 0.5 * from_memory)) break;
+    knee = bytes;
+  }
+  return knee;
+}
+
 double achieved_efficiency(const CalibrationSample& s, const ComputeProfile& p) {
   const Seconds fixed = s.ops * p.of(s.pass, s.kind).overhead;
   return s.flops / std::max(s.time - fixed, 0.1 * s.time) / p.peak_flops_per_s;
@@ -595,9 +640,13 @@ Calibration calibrate(const CalibrateOptions& options) {
   }
 
   // The cold-memory term (work.h): the bandwidth of a read of 64 MiB (far beyond any cache here),
-  // with the other devices' load running, and this device's share of the last-level cache. The
-  // read is timed in every round below too, the bandwidth the median of the rounds: one window of
-  // a busy host measured it at 4.8 GB/s, and the one after the run at 13.4.
+  // with the other devices' load running, and the cache this device has to itself. The read is
+  // timed in every round below too, the bandwidth the median of the rounds: one window of a busy
+  // host measured it at 4.8 GB/s, and the one after the run at 13.4. The cache is measured
+  // (cache_knee), with the other devices' load running, where the system names one: a VM reports
+  // its host's last-level cache, which other tenants share (480 MiB here, where random reads of
+  // 24 MiB or more already came from memory, 150-300 ns a line against 50-70 ns up to 20 MiB); the
+  // system's size over the share where the sweep finds no knee.
   const at::Tensor big = at::rand({int64_t{16} << 20});
   std::vector<Seconds> read_times;
   auto time_read = [&](Seconds within) {
@@ -605,7 +654,14 @@ Calibration calibrate(const CalibrateOptions& options) {
     read_times.push_back(median_time([] {}, [&] { at::sum(big); }, within));
   };
   time_read(budget);
-  p.cache_bytes = cache_bytes(9) / options.share;
+  {
+    std::vector<double> sizes;
+    for (double mib : options.quick ? std::vector<double>{1, 4, 16, 64}
+                                    : std::vector<double>{1, 2, 4, 6, 8, 12, 16, 20, 24, 32, 48, 64, 128})
+      sizes.push_back(mib * 1048576.0);
+    const double knee = cache_knee(cache_sweep(sizes));
+    p.cache_bytes = knee > 0 ? knee : cache_bytes(9) / options.share;
+  }
   p.idle_cold = idle_cooling(big, options.quick);
 
   // Rounds over the whole list, each case's time the median of its rounds: a host whose speed

@@ -74,6 +74,14 @@ Calibration calibrate(const CalibrateOptions& options);
 // timing nothing, until process `parent` is gone. `ravnest calibrate --load PID` runs it.
 void calibration_load(const CalibrateOptions& options, int parent);
 
+// The cache a device has to itself, in bytes, from a sweep of working sets read in random order
+// (one cache line after another, each line's address read from the one before: no prefetcher
+// hides a miss): `sweep` is each set's size (bytes, increasing) and its time per line read. The
+// last set before the first that reads in half the largest set's time per line or more (the
+// largest comes from memory); 0 where the first set already does, or the sweep has fewer than two
+// sets.
+double cache_knee(const std::vector<std::pair<double, Seconds>>& sweep);
+
 // A case's achieved fraction of the profile's peak, after its fixed costs.
 double achieved_efficiency(const CalibrationSample& s, const ComputeProfile& p);
 
