@@ -15,22 +15,34 @@ import time
 
 CHUNK = 4 << 20
 TOTAL = 64 << 20
+TIMEOUT_S = 30  # a loopback that stalls this long ends the measurement with an error, not a hang
+
+
+def receive(sock, into):
+    """Fills `into` (a memoryview) from `sock`; an error if the other end closes first."""
+    got = 0
+    while got < len(into):
+        n = sock.recv_into(into[got:])
+        if n == 0:
+            raise ConnectionError("loopback: the other end closed the connection")
+        got += n
 
 
 def serve(listener, rounds):
     conn, _ = listener.accept()
+    conn.settimeout(TIMEOUT_S)
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    buf = bytearray(CHUNK)
+    buf = memoryview(bytearray(CHUNK))
     for _ in range(rounds):  # bulk: read TOTAL bytes, answer one byte
-        got = 0
-        while got < TOTAL:
-            got += conn.recv_into(buf)
+        for _ in range(TOTAL // CHUNK):
+            receive(conn, buf)
         conn.sendall(b"k")
-    while True:  # ping-pong
-        msg = conn.recv(64)
-        if not msg:
+    msg = memoryview(bytearray(64))
+    while True:  # ping-pong, until the client closes
+        n = conn.recv_into(msg)
+        if n == 0:
             break
-        conn.sendall(msg)
+        conn.sendall(msg[:n])
     conn.close()
 
 
@@ -41,7 +53,7 @@ def main():
     listener.listen(1)
     thread = threading.Thread(target=serve, args=(listener, rounds), daemon=True)
     thread.start()
-    client = socket.create_connection(listener.getsockname())
+    client = socket.create_connection(listener.getsockname(), timeout=TIMEOUT_S)
     client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     chunk = bytes(CHUNK)
     bulk = []
@@ -49,16 +61,15 @@ def main():
         start = time.perf_counter()
         for _ in range(TOTAL // CHUNK):
             client.sendall(chunk)
-        client.recv(1)
+        receive(client, memoryview(bytearray(1)))
         bulk.append(time.perf_counter() - start)
     trips = []
     msg = bytes(64)
+    echo = memoryview(bytearray(64))
     for _ in range(2000):
         start = time.perf_counter()
         client.sendall(msg)
-        got = 0
-        while got < len(msg):
-            got += len(client.recv(64))
+        receive(client, echo)
         trips.append(time.perf_counter() - start)
     client.close()
     thread.join()

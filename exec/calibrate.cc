@@ -643,10 +643,10 @@ Calibration calibrate(const CalibrateOptions& options) {
   // with the other devices' load running, and the cache this device has to itself. The read is
   // timed in every round below too, the bandwidth the median of the rounds: one window of a busy
   // host measured it at 4.8 GB/s, and the one after the run at 13.4. The cache is measured
-  // (cache_knee), with the other devices' load running, where the system names one: a VM reports
-  // its host's last-level cache, which other tenants share (480 MiB here, where random reads of
-  // 24 MiB or more already came from memory, 150-300 ns a line against 50-70 ns up to 20 MiB); the
-  // system's size over the share where the sweep finds no knee.
+  // (cache_sweep, cache_knee) with the other devices' load running, not read from the system: a
+  // VM reports its host's last-level cache, which other tenants share (480 MiB here, where random
+  // reads of 24 MiB or more already came from memory, 150-300 ns a line against 50-70 ns up to
+  // 20 MiB). Where the sweep finds no knee, the system's size over the share.
   const at::Tensor big = at::rand({int64_t{16} << 20});
   std::vector<Seconds> read_times;
   auto time_read = [&](Seconds within) {

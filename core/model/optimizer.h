@@ -19,8 +19,9 @@ class Optimizer {
                                const std::vector<at::Tensor>& grads);
   // The work of step() on one parameter tensor of `elements` values, kernel by kernel as step()
   // runs them (core/compute/work.h: each an elementwise forward kernel, its reads counted, so
-  // that it is charged for the bytes it moves): the compute model charges an optimizer step with it, so the two change
-  // together. Plain SGD 2 kernels, with momentum 4, Adam 8; weight decay 1 or 2 more.
+  // that it is charged for the bytes it moves): the compute model charges an optimizer step with
+  // it, so the two change together. Plain SGD 2 kernels, with momentum 4, Adam 8; weight decay 1
+  // or 2 more.
   static void add_step_work(const TrainingSpec& training, double elements, Work& w);
   int64_t steps() const { return t_; }
   void set_steps(int64_t t) { t_ = t; }  // resuming from a checkpoint
