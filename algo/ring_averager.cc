@@ -280,7 +280,7 @@ void RingAverager::add_segment(const Lane& l, int64_t a, int64_t b, const std::f
   Work add;
   add.add_elementwise(static_cast<double>((b - a) * rows_), 2);
   const bool last_add = l.t == l.members - 2;  // the sum is whole: the mean follows
-  env_.compute.run(add, [&] {
+  env_.compute.run(add, {}, [&] {
     const at::Tensor dst = state_.narrow(1, a, b - a), src = received();
     if (last_add) {
       add_then_divide(dst, src, l.members);
@@ -385,7 +385,7 @@ void RingAverager::divide_reduced(const Lane& l) {
   const int64_t lo = l.seg_lo(seg), hi = l.seg_lo(seg + 1);
   Work divide;
   divide.add_elementwise(static_cast<double>((hi - lo) * rows_));
-  env_.compute.run(divide, [] {});  // done by the last addition (add_then_divide), in the same pass
+  env_.compute.run(divide, {}, [] {});  // done by the last addition (add_then_divide), in the same pass
 }
 
 void RingAverager::finish() {
@@ -431,7 +431,7 @@ bool RingAverager::progress() {
       if (!l.gather) {
         add_segment(l, a, b, payload);
       } else {
-        env_.compute.run(Work{}, [&] {  // the all-gather's copy is not charged
+        env_.compute.run(Work{}, {}, [&] {  // the all-gather's copy is not charged
           const at::Tensor dst = state_.narrow(1, a, b - a), got = payload();
           if (got.data_ptr() != dst.data_ptr()) {  // not received in place
             withdraw(l, l.t);

@@ -144,7 +144,9 @@ class Compute {
   // by the time the maths takes (optionally stretched to the modeled time, emulating a slower
   // device). Returns the seconds a GPU spent on the maths' kernels, measured with device events
   // on its stream; NaN where nothing measures them (the CPU, the simulator).
-  virtual Seconds run(const Work& work, const std::function<void()>& maths) = 0;
+  // `saved`: what the work does with its micro-batch's saved activations (whether a backward finds
+  // them in the device's cache: core/compute/profile.h DeviceHistory).
+  virtual Seconds run(const Work& work, SavedActivations saved, const std::function<void()>& maths) = 0;
   // Where the maths runs: a stage's tensors live there; those crossing NodeEnv stay on the CPU.
   virtual c10::Device device() const { return c10::kCPU; }
 };

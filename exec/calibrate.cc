@@ -199,33 +199,45 @@ double cache_bytes(int max_level) {
   return 0;
 }
 
-// Each working set of `sizes` (bytes) read in a random cyclic order of its cache lines, each
-// line's address taken from the line before it: seconds per line, the median of 3 reads after an
-// untimed one.
+// A working set of `bytes` read in a random cyclic order of its cache lines, each line's address
+// taken from the line before it: no prefetcher hides a miss, so a read's time per line says where
+// the set is (a core's caches: 5-70 ns here; memory: 150-300 ns).
+class PointerChase {
+ public:
+  PointerChase(double bytes, std::mt19937_64& rng)
+      : lines_(std::max<size_t>(1, static_cast<size_t>(bytes) / 64)), next_(lines_ * kWordsPerLine) {
+    std::vector<uint64_t> order(lines_);
+    std::iota(order.begin(), order.end(), uint64_t{0});
+    std::shuffle(order.begin(), order.end(), rng);
+    for (size_t i = 0; i < lines_; ++i) next_[order[i] * kWordsPerLine] = order[(i + 1) % lines_] * kWordsPerLine;
+  }
+  // Reads every line once; seconds per line.
+  Seconds read() {
+    const Seconds a = now();
+    for (size_t i = 0; i < lines_; ++i) at_ = next_[at_];
+    const Seconds t = (now() - a) / static_cast<double>(lines_);
+    volatile uint64_t sink = at_;
+    (void)sink;
+    return t;
+  }
+
+ private:
+  static constexpr size_t kWordsPerLine = 64 / sizeof(uint64_t);
+  size_t lines_;
+  std::vector<uint64_t> next_;
+  uint64_t at_ = 0;
+};
+
+// Each working set of `sizes` (bytes) read as a PointerChase: seconds per line, the median of 3
+// reads after an untimed one.
 std::vector<std::pair<double, Seconds>> cache_sweep(const std::vector<double>& sizes) {
   std::vector<std::pair<double, Seconds>> out;
   std::mt19937_64 rng(1);
   for (double bytes : sizes) {
-    constexpr size_t kWordsPerLine = 64 / sizeof(uint64_t);
-    const size_t lines = static_cast<size_t>(bytes) / 64;
-    std::vector<uint64_t> next(lines * kWordsPerLine);
-    std::vector<uint64_t> order(lines);
-    std::iota(order.begin(), order.end(), uint64_t{0});
-    std::shuffle(order.begin(), order.end(), rng);
-    for (size_t i = 0; i < lines; ++i) next[order[i] * kWordsPerLine] = order[(i + 1) % lines] * kWordsPerLine;
-    uint64_t at = 0;
-    auto chase = [&] {
-      for (size_t i = 0; i < lines; ++i) at = next[at];
-    };
-    chase();
+    PointerChase set(bytes, rng);
+    set.read();
     std::vector<Seconds> t;
-    for (int r = 0; r < 3; ++r) {
-      const Seconds a = now();
-      chase();
-      t.push_back((now() - a) / static_cast<double>(lines));
-    }
-    volatile uint64_t sink = at;
-    (void)sink;
+    for (int r = 0; r < 3; ++r) t.push_back(set.read());
     out.emplace_back(bytes, median(t));
   }
   return out;
@@ -407,9 +419,9 @@ class TightSleeps {
 // every backward in the reverse order (on the same inputs each time: what a wait costs is the
 // difference), back to back (warm) and after a wait of each of kWakeWaits, the other devices'
 // load running; and so does a span of one operation (the first elementwise case's forward). What
-// a wait adds to each, e1 and eN for spans of n1 and N operations (as the model counts them:
-// describe()), gives the point's costs: per operation (eN - e1) / (N - n1), per span the rest of
-// e1 (most of it here: the first operation after a wait pays it). Its wait is the one measured
+// a wait adds to each, e1 and eN for spans of n1 and N operation codes (as the model counts them:
+// describe(), Work::codes), gives the point's costs: per code (eN - e1) / (N - n1), per span the
+// rest of e1 (most of it here: the first operation after a wait pays it). Its wait is the one measured
 // from the end of the chain before, the one-operation span's sleeps taken to end as late (a
 // sleep wakes late: the shortest came out at 0.08 ms here; the model charges nothing below the
 // first point); costs made nondecreasing, none below 0. Rounds go
@@ -419,19 +431,20 @@ constexpr std::array<double, 7> kWakeWaits{{3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 
 
 std::vector<ComputeProfile::Waking> wake_curve(const std::vector<const LayerCase*>& cases, bool quick) {
   std::vector<std::unique_ptr<LayerRun>> runs;
-  double ops = 0, single_ops = 0;
+  Work chain_work, single_work;  // their operation codes (Work::codes)
   LayerRun* single_run = nullptr;
   for (const LayerCase* c : cases) {
     runs.push_back(std::make_unique<LayerRun>(*c));
     runs.back()->before_backward();  // its incoming gradient
     const auto [f, b] = describe(*c);
-    ops += f.ops + b.ops;
+    for (const CalibrationSample& s : {f, b}) chain_work.add(s.kind, s.pass, s.flops / s.ops, s.bytes, s.ops);
     if (single_run == nullptr && c->kind == OpKind::kElementwise) {
       single_run = runs.back().get();
-      single_ops = f.ops;
+      single_work.add(f.kind, f.pass, f.flops / f.ops, f.bytes, f.ops);
     }
   }
-  RV_CHECK(single_run != nullptr && single_ops > 0 && ops > single_ops, "calibrate: no elementwise fixed-cost case");
+  const double codes = chain_work.codes(), single_codes = single_work.codes();
+  RV_CHECK(single_run != nullptr && codes > single_codes, "calibrate: no elementwise fixed-cost case");
   Seconds last_end = 0;
   auto chain = [&] {
     const Seconds a = now();
@@ -474,9 +487,9 @@ std::vector<ComputeProfile::Waking> wake_curve(const std::vector<const LayerCase
     const Seconds wait = median(waited[i]);
     if (!curve.empty() && !(wait > curve.back().wait)) continue;  // waits must increase
     const double e1 = std::max(0.0, median(after_single[i]) - w1), en = std::max(0.0, median(after[i]) - w);
-    const double op = std::max(0.0, (en - e1) / (ops - single_ops));
+    const double op = std::max(0.0, (en - e1) / (codes - single_codes));
     per_op = std::max(per_op, op);
-    per_span = std::max(per_span, e1 - per_op * single_ops);  // with the cost per operation the point keeps
+    per_span = std::max(per_span, e1 - per_op * single_codes);  // with the cost per code the point keeps
     curve.push_back({wait, per_op, per_span});
   }
   if (per_op <= 0 && per_span <= 0) return {};
@@ -532,34 +545,29 @@ void fit_fixed_costs(const std::vector<CalibrationSample>& samples, ComputeProfi
 }
 
 // The cooling curve (profile.h, idle_cold): how far a working set the size of a stage's
-// (kIdleSetBytes: beyond a core's own cache) is from warm to cold after each idle wait of
-// kIdleWaits, the other devices' load running (as in a real run of them on this host). Its read
+// (kIdleSetBytes, or half the device's cache `cache` where that is less: beyond a core's own
+// cache, within the device's) is from warm to cold after each idle wait of kIdleWaits, the other
+// devices' load running (as in a real run of them on this host). The set is read as a
+// PointerChase: a sequential read's prefetcher hid most of a miss, so that cold read within
+// 1.1-1.3x of warm, and noise put the curve's fraction at 1 from 1 ms on in one calibration and 0
+// up to 10 ms in the next, 20 minutes apart; chased, a cold line took 3-10x a warm one. Its read
 // back to back is warm; after a write of every cache line of `evict` (the bandwidth's 64 MiB),
 // cold; after a wait, the fraction (t - warm) / (cold - warm), clamped to [0, 1] and made
 // nondecreasing. Rounds go over warm, cold and every wait in turn, so that a stretch of a slow host
-// lands on all of them; each figure is the median of its rounds. (The one step this replaced, the
-// shortest wait half-way to cold, moved from 3 to 10 ms between calibrations an hour apart and
-// with it the whole charge; where a point of the curve moves, the charge moves by as much.) Empty
-// if a cold read is no slower than a warm one (an idle core keeps its caches).
+// lands on all of them; each figure is the median of its rounds. Empty if a cold read is no
+// slower than a warm one (an idle core keeps its caches).
 constexpr size_t kIdleSetBytes = size_t{8} << 20;
 constexpr std::array<double, 7> kIdleWaits{{1e-4, 3e-4, 1e-3, 2e-3, 4e-3, 1e-2, 3e-2}};  // s
 
-std::vector<ComputeProfile::Cooling> idle_cooling(const at::Tensor& evict, bool quick) {
-  std::vector<float> set(kIdleSetBytes / sizeof(float), 1.0f);
+std::vector<ComputeProfile::Cooling> idle_cooling(const at::Tensor& evict, double cache, bool quick) {
+  std::mt19937_64 rng(2);
+  PointerChase set(std::min<double>(kIdleSetBytes, cache / 2), rng);
   float* other = evict.data_ptr<float>();
   const int64_t other_floats = evict.numel();
-  volatile float sink = 0;
-  auto touch = [](std::vector<float>& v) {  // a float of every cache line
-    float sum = 0;
-    for (size_t i = 0; i < v.size(); i += 16) sum += v[i];
-    return sum;
-  };
   auto read_after = [&](const std::function<void()>& before) {
-    sink = touch(set);
+    set.read();
     before();
-    const Seconds a = now();
-    sink = touch(set);
-    return now() - a;
+    return set.read();
   };
   const TightSleeps tight;
   std::vector<double> warm, cold;
@@ -662,7 +670,7 @@ Calibration calibrate(const CalibrateOptions& options) {
     const double knee = cache_knee(cache_sweep(sizes));
     p.cache_bytes = knee > 0 ? knee : cache_bytes(9) / options.share;
   }
-  p.idle_cold = idle_cooling(big, options.quick);
+  p.idle_cold = idle_cooling(big, p.cache_bytes, options.quick);
 
   // Rounds over the whole list, each case's time the median of its rounds: a host whose speed
   // drifts for seconds at a time (a shared machine, a VM) slows one round of a case, not all.

@@ -38,7 +38,7 @@ void WallClock::wait_until(Seconds t) {
   while (now() < t) std::this_thread::yield();
 }
 
-Seconds WallCompute::run(const Work& work, const std::function<void()>& maths) {
+Seconds WallCompute::run(const Work& work, SavedActivations saved, const std::function<void()>& maths) {
   const Seconds t0 = clock_.now();
   Seconds kernels = kNaN;
   if (device_.is_cpu()) {
@@ -60,7 +60,7 @@ Seconds WallCompute::run(const Work& work, const std::function<void()>& maths) {
   }
   // On time, not a timed sleep's milliseconds late (which would lengthen every emulated span).
   if (emulate_) {
-    clock_.wait_until(t0 + history_.begin(work, *emulate_, t0));
+    clock_.wait_until(t0 + history_.begin(work, *emulate_, t0, saved));
     history_.end(clock_.now());
   }
   return kernels;

@@ -51,7 +51,7 @@ class WallCompute : public Compute {
   explicit WallCompute(std::optional<ComputeProfile> emulate = std::nullopt, c10::Device device = c10::kCPU)
       : emulate_(std::move(emulate)), device_(device) {}
   bool numeric() const override { return true; }
-  Seconds run(const Work& work, const std::function<void()>& maths) override;
+  Seconds run(const Work& work, SavedActivations saved, const std::function<void()>& maths) override;
   c10::Device device() const override { return device_; }
 
  private:

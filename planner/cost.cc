@@ -49,9 +49,11 @@ const CostModel::Times& CostModel::times(int node, int l, int r) const {
     auto it = work_.find(range);
     if (it == work_.end()) it = work_.emplace(range, stage_work(*model_, l, r, training_, batch_)).first;
     const StageWork& w = it->second;
-    // stage_compute_time() is (forward + backward) + update, summed in that order: the pass's
-    // sum is its first term, to the last bit.
-    t.pass = time_of(w.forward, p.compute) + time_of(w.backward, p.compute);
+    // A stage before the last runs the next micro-batch's forward before a micro-batch's backward
+    // at least (stage_pass_time's `ahead`). stage_compute_time() is the pass and then the update,
+    // summed in that order: the pass is its first term, to the last bit.
+    const int ahead = r < layers() ? 1 : 0;
+    t.pass = stage_pass_time(w, p.compute, ahead);
     t.compute = t.pass + time_of(w.update, p.compute);
   }
   return t;

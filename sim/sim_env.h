@@ -54,7 +54,7 @@ class SimCompute : public Compute {
   SimCompute(bool numeric, ComputeProfile device, double host_speed = 0)
       : numeric_(numeric), device_(std::move(device)), host_speed_(host_speed) {}
   bool numeric() const override { return numeric_; }
-  Seconds run(const Work& work, const std::function<void()>& maths) override;
+  Seconds run(const Work& work, SavedActivations saved, const std::function<void()>& maths) override;
 
  private:
   bool numeric_;

@@ -336,7 +336,7 @@ TEST_CASE("roster: spares take lost stages, newcomers fill waiting ones, rounds 
 // A Compute for timing mode: no maths, no time.
 struct NoCompute : Compute {
   bool numeric() const override { return false; }
-  Seconds run(const Work&, const std::function<void()>&) override { return kNaN; }
+  Seconds run(const Work&, SavedActivations, const std::function<void()>&) override { return kNaN; }
 };
 
 TEST_CASE("churn: a replacement's first messages are kept though this node has not yet heard of it", "[churn]") {

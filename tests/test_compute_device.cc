@@ -131,7 +131,7 @@ TEST_CASE("wall compute on the CPU measures no device time", "[device]") {
   WallCompute cpu;
   at::Tensor a = at::randn({64, 64});
   bool ran = false;
-  CHECK(std::isnan(cpu.run(work, [&] {
+  CHECK(std::isnan(cpu.run(work, {}, [&] {
     a = at::mm(a, a);
     ran = true;
   })));
@@ -147,9 +147,9 @@ TEST_CASE("wall compute times a GPU's kernels with device events", "[device][gpu
   const c10::Device gpu(c10::DeviceType::CUDA, 0);
   WallCompute dev(std::nullopt, gpu);
   at::Tensor m = at::randn({2048, 2048}).to(gpu);
-  dev.run(work, [&] { m = at::mm(m, m).div_(2048.0); });  // the first product sets cuBLAS up
-  const Seconds small = dev.run(work, [&] { m = at::mm(m, m).div_(2048.0); });
-  const Seconds large = dev.run(work, [&] {
+  dev.run(work, {}, [&] { m = at::mm(m, m).div_(2048.0); });  // the first product sets cuBLAS up
+  const Seconds small = dev.run(work, {}, [&] { m = at::mm(m, m).div_(2048.0); });
+  const Seconds large = dev.run(work, {}, [&] {
     for (int i = 0; i < 20; ++i) m = at::mm(m, m).div_(2048.0);
   });
   INFO("one product " << small << " s, twenty " << large << " s");

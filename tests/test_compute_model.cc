@@ -230,7 +230,16 @@ TEST_CASE("the wake-up curve: after a wait each operation costs more, once per c
   CHECK(wake_cost(p, std::sqrt(1e-3 * 1e-2)) == Approx(7e-6).epsilon(1e-9));
   CHECK(wake_cost(p, 5.0) == Approx(10e-6).epsilon(1e-12));
   CHECK(time_of(fwd, p, 1.0) == warm);  // a wait, but the span's code is warm (wake 0)
-  CHECK(time_of(fwd, p, 0, 1e-3) == Approx(warm + 3 * 4e-6).epsilon(1e-12));
+  // Per operation code (Work::codes: the buckets in use), not per operation: the forward's three
+  // products are one code; an elementwise kernel beside them another.
+  CHECK(fwd.total_ops() == 3);
+  CHECK(fwd.codes() == 1);
+  CHECK(time_of(fwd, p, 0, 1e-3) == Approx(warm + 4e-6).epsilon(1e-12));
+  Work two_codes = fwd;
+  two_codes.add_elementwise(1e3);
+  CHECK(two_codes.codes() == 2);
+  CHECK(time_of(two_codes, p, 0, 1e-3) == Approx(time_of(two_codes, p) + 2 * 4e-6).epsilon(1e-12));
+  CHECK(step.codes() == 1);  // 4 kernels on one tensor size: one code
   // A device's spans in turn (DeviceHistory): after a wait the curve charges, each code pays once,
   // at that wait, however the spans follow each other; back to back (or after a wait the curve
   // does not charge) a warm code pays nothing. Each span's idle wait (the cold bytes' term) is the
@@ -314,14 +323,14 @@ TEST_CASE("the wake-up curve's span cost: the span that ends a wait pays it once
   CHECK(wake_span_cost(p, 5.0) == Approx(30e-6).epsilon(1e-12));
   CHECK(wake_cost(p, 1e-3) == Approx(3e-6).epsilon(1e-9));
   // time_of: the span after an idle wait pays the span cost; the code's first run after a wait,
-  // the cost per operation; back to back, neither.
+  // the cost per code; back to back, neither.
   CHECK(time_of(fwd, p) == warm_f);
   CHECK(time_of(fwd, p, 1e-3) == Approx(warm_f + 20e-6).epsilon(1e-12));
-  CHECK(time_of(fwd, p, 0, 1e-3) == Approx(warm_f + 3 * 3e-6).epsilon(1e-12));
-  CHECK(time_of(fwd, p, 1e-3, 1e-3) == Approx(warm_f + 20e-6 + 3 * 3e-6).epsilon(1e-12));
+  CHECK(time_of(fwd, p, 0, 1e-3) == Approx(warm_f + 3e-6).epsilon(1e-12));
+  CHECK(time_of(fwd, p, 1e-3, 1e-3) == Approx(warm_f + 20e-6 + 3e-6).epsilon(1e-12));
   CHECK(time_of(fwd, p, 0.5e-4, 0.5e-4) == warm_f);  // below the curve
   // A device's spans: the forward that ends a 1 ms wait pays both, the backward right after it
-  // the cost per operation alone, then nothing until the next wait.
+  // the cost per code alone, then nothing until the next wait.
   DeviceHistory h;
   auto span = [&](const Work& w, Seconds start, Seconds took) {
     const Seconds t = h.begin(w, p, start);
@@ -330,8 +339,8 @@ TEST_CASE("the wake-up curve's span cost: the span that ends a wait pays it once
   };
   span(fwd, 0, 1e-3);
   span(bwd, 1e-3, 1e-3);
-  CHECK(span(fwd, 3e-3, 1e-3) == Approx(warm_f + 20e-6 + 3 * 3e-6).epsilon(1e-9));
-  CHECK(span(bwd, 4e-3, 1e-3) == Approx(warm_b + 5 * 3e-6).epsilon(1e-9));
+  CHECK(span(fwd, 3e-3, 1e-3) == Approx(warm_f + 20e-6 + 3e-6).epsilon(1e-9));
+  CHECK(span(bwd, 4e-3, 1e-3) == Approx(warm_b + 3e-6).epsilon(1e-9));
   CHECK(span(fwd, 5e-3, 1e-3) == Approx(warm_f).epsilon(1e-12));
   // A curve that charges spans alone still starts a busy period, and charges no operation.
   p.idle_op = {{1e-4, 0, 10e-6}, {1e-2, 0, 30e-6}};
@@ -357,6 +366,76 @@ TEST_CASE("the wake-up curve's span cost: the span that ends a wait pays it once
   REQUIRE(two.idle_op.size() == 2);
   CHECK(two.idle_op[1].op == Approx(4e-6).epsilon(1e-12));
   CHECK(two.idle_op[1].span == 0);
+}
+
+TEST_CASE("a backward reads its saved activations from memory where other micro-batches' pushed them out",
+          "[compute]") {
+  ComputeProfile p = example_profile();
+  p.memory_bytes_per_s = 1e9;
+  p.cache_bytes = 10e6;
+  Work fwd, bwd;
+  fwd.add(OpKind::kConv, Pass::kForward, 1e8, 1e6, 3);
+  fwd.add_saved(6e6);
+  CHECK(fwd.saved_bytes() == 6e6);
+  CHECK(fwd.scaled(2).saved_bytes() == 12e6);
+  CHECK_THROWS_AS(Work().add_saved(-1), Error);
+  bwd.add(OpKind::kConv, Pass::kBackward, 2e8, 1e6, 5);
+  bwd.add_idle_cold(6e6);
+  const Seconds warm = time_of(bwd, p);
+  CHECK(time_of(bwd, p, 0, 0, 2e6) == Approx(warm + 2e6 / 1e9).epsilon(1e-12));
+  using Use = SavedActivations::Use;
+  CHECK(SavedActivations::of(Pass::kForward, 3).use == Use::kWrites);
+  CHECK(SavedActivations::of(Pass::kBackward, 3).use == Use::kReads);
+  CHECK(SavedActivations::of(Pass::kBackward, 3).micro_batch == 3);
+  CHECK(SavedActivations::of(Pass::kForward, -2).use == Use::kNone);  // an evaluation batch
+  DeviceHistory h;
+  Seconds at = 0;
+  auto span = [&](const Work& w, Use use, int64_t mb) {
+    const Seconds t = h.begin(w, p, at, {use, mb});
+    at += 1e-3;  // back to back: no curve charges anything here
+    h.end(at);
+    return t;
+  };
+  // Back to back, as a pipeline's last stage runs them: warm.
+  span(fwd, Use::kWrites, 0);
+  CHECK(span(bwd, Use::kReads, 0) == warm);
+  // One micro-batch ahead, as a first stage of two: the next forward's 6 MB leave 4 MB of the 10 MB
+  // cache to this one's 6 MB, 2 MB of which come from memory.
+  span(fwd, Use::kWrites, 1);
+  span(fwd, Use::kWrites, 2);
+  CHECK(span(bwd, Use::kReads, 1) == Approx(warm + 2e6 / 1e9).epsilon(1e-12));
+  // Since micro-batch 2's forward: micro-batch 1's backward and micro-batch 3's forward, 12 MB.
+  span(fwd, Use::kWrites, 3);
+  CHECK(span(bwd, Use::kReads, 2) == Approx(warm + 6e6 / 1e9).epsilon(1e-12));
+  // Each other micro-batch counts once, however often it was touched: micro-batch 6's written and
+  // read back before micro-batch 5's backward, 6 MB.
+  span(fwd, Use::kWrites, 4);
+  span(bwd, Use::kReads, 3);
+  span(bwd, Use::kReads, 4);
+  span(fwd, Use::kWrites, 5);
+  span(fwd, Use::kWrites, 6);
+  CHECK(span(bwd, Use::kReads, 6) == warm);
+  CHECK(span(bwd, Use::kReads, 5) == Approx(warm + 2e6 / 1e9).epsilon(1e-12));
+  // A backward whose forward the history did not see, and spans that touch none: nothing.
+  CHECK(span(bwd, Use::kReads, 99) == warm);
+  CHECK(span(bwd, Use::kNone, -1) == warm);
+  // Without the memory term nothing is charged; after a wait that cools everything the bytes
+  // are charged once, not twice.
+  ComputeProfile off = example_profile();
+  DeviceHistory g;
+  g.begin(fwd, off, 0, {Use::kWrites, 0});
+  g.end(1e-3);
+  g.begin(fwd, off, 1e-3, {Use::kWrites, 1});
+  g.end(2e-3);
+  CHECK(g.begin(bwd, off, 2e-3, {Use::kReads, 0}) == time_of(bwd, off));
+  p.idle_cold = {{1e-3, 1.0}};
+  DeviceHistory c;
+  c.begin(fwd, p, 0, {Use::kWrites, 0});
+  c.end(1e-3);
+  c.begin(fwd, p, 1e-3, {Use::kWrites, 1});
+  c.end(2e-3);
+  CHECK(c.begin(bwd, p, 5e-3, {Use::kReads, 0}) == Approx(warm + 6e6 / 1e9).epsilon(1e-12));
+  CHECK(time_of(bwd, p, 3e-3) == Approx(warm + 6e6 / 1e9).epsilon(1e-12));
 }
 
 TEST_CASE("a model's work: its layers' operations, the backward's gradients", "[compute]") {
@@ -452,13 +531,21 @@ count = 1
   CHECK(sw.backward.resident_bytes() == sw.forward.resident_bytes());
   CHECK(sw.update.cold_bytes() == 4 * weights);  // the weights, their gradients, Adam's two moments
   CHECK(sw.update.resident_bytes() == sw.forward.resident_bytes());
-  // After an idle wait: a later stage's forward fetches its input; a backward its saved
-  // activations, and the incoming gradient but for the last stage's.
+  // After an idle wait a backward fetches its saved activations; what a span receives (a later
+  // stage's input, the incoming gradient) arrives after the wait, warm.
   CHECK(sw.forward.idle_cold_bytes() == 0);
   CHECK(sw.backward.idle_cold_bytes() == kFloatBytes * 16.0 * static_cast<double>(m.activation_elems(0, n)));
-  CHECK(middle.forward.idle_cold_bytes() == kFloatBytes * 16.0 * static_cast<double>(m.input_elems_of(1)));
-  CHECK(middle.backward.idle_cold_bytes() ==
-        kFloatBytes * 16.0 * static_cast<double>(m.activation_elems(1, n - 1) + m.profile[static_cast<size_t>(n - 2)].out_elems));
+  CHECK(middle.forward.idle_cold_bytes() == 0);
+  CHECK(middle.backward.idle_cold_bytes() == kFloatBytes * 16.0 * static_cast<double>(m.activation_elems(1, n - 1)));
+  // The forward keeps the saved activations for the backward (DeviceHistory); without weight
+  // stashing only its input, the backward recomputing the rest.
+  CHECK(middle.forward.saved_bytes() == middle.backward.idle_cold_bytes());
+  CHECK(middle.backward.saved_bytes() == 0);
+  CHECK(sw.update.saved_bytes() == 0);
+  TrainingSpec no_stash = tr;
+  no_stash.weight_stashing = false;
+  CHECK(stage_work(m, 1, n - 1, no_stash, 16).forward.saved_bytes() ==
+        kFloatBytes * 16.0 * static_cast<double>(m.input_elems_of(1)));
   CHECK(sw.update.idle_cold_bytes() == 0);
 }
 
@@ -627,6 +714,44 @@ TEST_CASE("a device's profile: the simulator and the planner charge time_of, not
   fs::remove(file);
 }
 
+TEST_CASE("a stage before the last: the planner and the simulator charge the activations the next forward evicts",
+          "[compute][sim]") {
+  ComputeProfile small = example_profile();
+  small.memory_bytes_per_s = 1e9;
+  small.cache_bytes = 0.01 * 1048576;  // 10 KiB: smaller than a micro-batch's saved activations
+  const fs::path file = temp_file("profile.toml", profile_to_toml(small));
+  auto p = test::prepare(kOneNode, {"devices.0.profile=\"" + file.string() + "\"", "devices.0.count=2",
+                                    "planner.method=\"manual\"", "planner.clusters=1"}, false);
+  REQUIRE(p.plan.nodes == 2);
+  const NodeRole first = p.plan.role_of(0);
+  REQUIRE(first.layer_end < p.model.layer_count());
+  const ComputeProfile device = p.scenario.devices[0].compute_profile();
+  const StageWork w = stage_work(p.model, first.layer_begin, first.layer_end, p.scenario.training, 32);
+  const double saved = w.forward.saved_bytes();
+  REQUIRE(saved > device.cache_bytes);
+  CHECK(evicted_bytes(saved, saved, device) == saved);  // the next forward's fill the cache
+  CHECK(evicted_bytes(saved, 0, device) == Approx(saved - device.cache_bytes).epsilon(1e-12));
+  CHECK(evicted_bytes(saved, saved, example_profile()) == 0);  // no memory term
+  const Seconds backward = time_of(w.backward, device, 0, 0, saved);
+  CHECK(backward == Approx(time_of(w.backward, device) + saved / 1e9).epsilon(1e-12));
+  // The planner: the first stage runs the next micro-batch's forward before each backward.
+  CostModel cost(p.scenario, p.model);
+  CHECK(cost.pass_time(0, first.layer_begin, first.layer_end) ==
+        Approx(time_of(w.forward, device) + backward).epsilon(1e-12));
+  CHECK(cost.pass_time(0, first.layer_begin, first.layer_end) == Approx(stage_pass_time(w, device, 1)).epsilon(1e-12));
+  CHECK(stage_pass_time(w, device, 1) > stage_pass_time(w, device, 0));
+  // The simulator: each backward after the first stage's second forward finds its own activations
+  // gone (the first's forward 1 ran between forward 0 and backward 0).
+  int checked = 0;
+  for (const Event& e : run_simulation(p.spec()).events) {
+    if (e.kind != EventKind::kBackward || e.node != 0) continue;
+    CHECK(e.end - e.start == Approx(backward).epsilon(1e-9));
+    ++checked;
+  }
+  CHECK(checked >= 4);
+  fs::remove(file);
+}
+
 TEST_CASE("the simulator charges a span after an idle wait its cold bytes (idle_cold)", "[compute][sim]") {
   // The node's first span follows an unbounded wait and reads cold; the others follow its own
   // spans back to back (one node: nothing to wait for) and do not.
@@ -680,12 +805,12 @@ TEST_CASE("the simulator charges each span's code once after a wait (idle_op)", 
     REQUIRE(forwards.size() == 5);
     REQUIRE(backwards.size() == 5);
     REQUIRE(steps.size() == 5);
-    CHECK(steps[0] == Approx(time_of(w.update, device) + w.update.total_ops() * 20e-6 * dilation).epsilon(1e-9));
+    CHECK(steps[0] == Approx(time_of(w.update, device) + w.update.codes() * 20e-6 * dilation).epsilon(1e-9));
     for (size_t i = 1; i < steps.size(); ++i) CHECK(steps[i] == Approx(time_of(w.update, device)).epsilon(1e-9));
     const Seconds inf = std::numeric_limits<Seconds>::infinity();
     // The first forward ends the unbounded wait before the run: it pays the span cost too.
     CHECK(forwards[0] ==
-          Approx(time_of(w.forward, device) + 80e-6 * dilation + w.forward.total_ops() * 20e-6 * dilation).epsilon(1e-9));
+          Approx(time_of(w.forward, device) + 80e-6 * dilation + w.forward.codes() * 20e-6 * dilation).epsilon(1e-9));
     CHECK(backwards[0] == Approx(time_of(w.backward, device, 0, inf)).epsilon(1e-9));
     CHECK(backwards[0] > time_of(w.backward, device));
     for (size_t i = 1; i < forwards.size(); ++i) {

@@ -73,7 +73,7 @@ TEST_CASE("on a platform file's host a unit of work takes the device model's tim
   std::vector<Seconds> took(3, -1);
   simulate(s, {0, 1}, false, [&](NodeEnv& env, int node) {
     const Seconds start = env.clock.now();
-    env.compute.run(w, [] {});
+    env.compute.run(w, {}, [] {});
     took[static_cast<size_t>(node)] = env.clock.now() - start;
   });
   // Host a computes at 1 Gflop/s in the file, b-0 at 5: the devices say 2 and 4 TFLOPS.
@@ -93,9 +93,9 @@ TEST_CASE("on the scenario's own platform a unit of work takes exactly the devic
   w.add(OpKind::kMatmul, Pass::kForward, 1.2345678e9, 1e6, 3);
   std::vector<Seconds> first(3, -1), second(3, -1);
   simulate(s, {0, 1, 2}, false, [&](NodeEnv& env, int node) {
-    env.compute.run(w, [] {});
+    env.compute.run(w, {}, [] {});
     first[static_cast<size_t>(node)] = env.clock.now();
-    env.compute.run(w, [] {});
+    env.compute.run(w, {}, [] {});
     second[static_cast<size_t>(node)] = env.clock.now();
   });
   for (int node = 0; node < 3; ++node) {

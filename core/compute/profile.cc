@@ -49,9 +49,16 @@ Seconds wake_span_cost(const ComputeProfile& p, Seconds wait) {
   return on_curve(p.idle_op, &ComputeProfile::Waking::span, wait);
 }
 
-Seconds DeviceHistory::begin(const Work& work, const ComputeProfile& profile, Seconds start) {
+Seconds DeviceHistory::begin(const Work& work, const ComputeProfile& profile, Seconds start, SavedActivations saved) {
+  double out = 0;
+  if (saved.use == SavedActivations::Use::kWrites && work.saved_bytes() > 0) {
+    written_[saved.micro_batch] = touch_base_ + static_cast<int64_t>(touches_.size());
+    touches_.push_back({saved.micro_batch, work.saved_bytes()});
+  } else if (saved.use == SavedActivations::Use::kReads) {
+    out = evicted(saved.micro_batch, profile);
+  }
   const Seconds idle = start - last_end_;
-  if (profile.idle_op.empty()) return time_of(work, profile, idle);
+  if (profile.idle_op.empty()) return time_of(work, profile, idle, 0, out);
   if (wake_cost(profile, idle) > 0 || wake_span_cost(profile, idle) > 0) {  // a wait the curve charges: a new busy period
     woke_after_ = idle;
     warm_.clear();
@@ -62,12 +69,44 @@ Seconds DeviceHistory::begin(const Work& work, const ComputeProfile& profile, Se
     wake = woke_after_;
     warm_.push_back(code);
   }
-  return time_of(work, profile, idle, wake);
+  return time_of(work, profile, idle, wake, out);
+}
+
+double evicted_bytes(double own, double others, const ComputeProfile& p) {
+  if (!(p.memory_bytes_per_s > 0 && p.cache_bytes > 0)) return 0;
+  return own - std::clamp(p.cache_bytes - others, 0.0, own);
+}
+
+double DeviceHistory::evicted(int64_t micro_batch, const ComputeProfile& profile) {
+  const auto it = written_.find(micro_batch);
+  if (it == written_.end()) return 0;
+  const size_t at = static_cast<size_t>(it->second - touch_base_);
+  const double own = touches_[at].bytes;
+  double others = 0;  // each other micro-batch's once
+  std::vector<int64_t> seen;
+  for (size_t i = at + 1; i < touches_.size(); ++i) {
+    const Touch& t = touches_[i];
+    if (t.micro_batch == micro_batch || std::find(seen.begin(), seen.end(), t.micro_batch) != seen.end()) continue;
+    seen.push_back(t.micro_batch);
+    others += t.bytes;
+  }
+  written_.erase(it);
+  touches_.push_back({micro_batch, own});
+  // Touches before the oldest forward still waiting for its backward count for no one.
+  const int64_t keep = written_.empty() ? touch_base_ + static_cast<int64_t>(touches_.size())
+                                        : std::min_element(written_.begin(), written_.end(), [](const auto& a, const auto& b) {
+                                            return a.second < b.second;
+                                          })->second;
+  while (touch_base_ < keep) {
+    touches_.pop_front();
+    ++touch_base_;
+  }
+  return evicted_bytes(own, others, profile);
 }
 
 void DeviceHistory::end(Seconds at) { last_end_ = at; }
 
-Seconds time_of(const Work& work, const ComputeProfile& p, Seconds idle, Seconds wake) {
+Seconds time_of(const Work& work, const ComputeProfile& p, Seconds idle, Seconds wake, double evicted) {
   Seconds t = 0;
   for (int q = 0; q < kPasses; ++q)
     for (int k = 0; k < kOpKinds; ++k) {
@@ -86,12 +125,12 @@ Seconds time_of(const Work& work, const ComputeProfile& p, Seconds idle, Seconds
     }
   if (p.memory_bytes_per_s > 0) {
     const double missed = p.cache_bytes > 0 && work.resident_bytes() > p.cache_bytes ? work.cold_bytes() : 0;
-    const double cooled = cold_fraction(p, idle) * (work.cold_bytes() + work.idle_cold_bytes() - missed);
-    t += (missed + cooled) / p.memory_bytes_per_s;
+    const double rest = std::max(0.0, work.cold_bytes() + work.idle_cold_bytes() - missed - evicted);
+    t += (missed + evicted + cold_fraction(p, idle) * rest) / p.memory_bytes_per_s;
   }
   if (!p.idle_op.empty()) {
     if (idle > 0) t += wake_span_cost(p, idle);
-    if (wake > 0) t += work.total_ops() * wake_cost(p, wake);
+    if (wake > 0) t += work.codes() * wake_cost(p, wake);
   }
   return t;
 }

@@ -43,7 +43,9 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -97,9 +99,10 @@ struct ComputeProfile {
   };
   std::vector<Cooling> idle_cold;
   // The wake-up curve: after the device idled `wait` seconds, the span that ends the wait costs
-  // `span` seconds more, once, and each operation costs `op` seconds more the first time its
-  // code runs again (the code of a span's kind: core/compute/work.h Work::code; DeviceHistory
-  // below says which spans pay). What an operation runs besides its arithmetic (dispatch,
+  // `span` seconds more, once, and each operation code it runs (Work::codes: an optimizer step's
+  // kernels on each tensor are one or two) costs `op` seconds more the first time the span's code
+  // runs again (the code of a span's kind: core/compute/work.h Work::code; DeviceHistory below
+  // says which spans pay). What an operation runs besides its arithmetic (dispatch,
   // autograd, the allocator: code, branch history, address translations) is gone after a wait as
   // the data is, and it is no matter of bytes: on the VMs this project is developed on, a span of
   // 8 small operations took 0.02 ms back to back and 0.05-0.06 ms after a wait of only 50 us
@@ -108,12 +111,14 @@ struct ComputeProfile {
   // 9 / 14 / 31 us more after waits of 0.3 / 1 / 3 ms, and 64 of them in a row 19 / 25 / 38 us
   // more (bench_wake; in a calmer hour 6 / 8 / 13 and -4 / 2 / 13). So `span` is most of a short
   // span's cost, and `op` spread over a long one's operations would charge a short one too
-  // little. Points in increasing wait with both costs
+  // little; and what comes back is code, once however often it runs (charged per operation, the
+  // CNN's first stage's optimizer step, 8 kernels of 2 codes, came out at 1.6-2.2x its real time
+  // after its stage's 15-20 ms waits). Points in increasing wait with both costs
   // nondecreasing; wake_cost() and wake_span_cost() interpolate. Empty: none. Seconds, undilated
   // like the fixed costs they add to.
   struct Waking {
     Seconds wait = 0;
-    Seconds op = 0;    // per operation
+    Seconds op = 0;    // per operation code (Work::codes)
     Seconds span = 0;  // once, for the span that ends the wait
   };
   std::vector<Waking> idle_op;
@@ -143,14 +148,23 @@ Seconds wake_span_cost(const ComputeProfile& profile, Seconds wait);
 // How long `work` takes on a device of `profile`, in seconds: its operations (and for each pass
 // and kind it has operations of, the first one's KindCost::first), plus, at the memory
 // bandwidth, the bytes it reads from memory: its cold bytes where its resident bytes exceed the
-// cache (the misses of back-to-back spans), and of the rest of its cold and idle-cold bytes the
-// fraction cold_fraction(profile, idle) (`idle`: seconds since the device's last work ended). The
-// planner's steady state charges back-to-back spans (idle 0): the stage that bounds a pipeline's
-// period does not wait. A span whose idle wait the wake-up curve charges pays
-// wake_span_cost(profile, idle) once. `wake`: the wait after which this span's code first runs
-// again (the wake-up curve: wake_cost(profile, wake) per operation; 0: its code is warm);
+// cache (the misses of back-to-back spans), `evicted` bytes (saved activations the device's work
+// since their forward pushed out of its cache: DeviceHistory), and of the rest of its cold and
+// idle-cold bytes the fraction cold_fraction(profile, idle) (`idle`: seconds since the device's
+// last work ended). The planner's steady state charges back-to-back spans (idle 0): the stage
+// that bounds a pipeline's period does not wait. A span whose idle wait the wake-up curve charges
+// pays wake_span_cost(profile, idle) once. `wake`: the wait after which this span's code first
+// runs again (the wake-up curve: wake_cost(profile, wake) per operation code, Work::codes; 0: its
+// code is warm);
 // DeviceHistory gives both for a device's spans in turn.
-Seconds time_of(const Work& work, const ComputeProfile& profile, Seconds idle = 0, Seconds wake = 0);
+Seconds time_of(const Work& work, const ComputeProfile& profile, Seconds idle = 0, Seconds wake = 0,
+                double evicted = 0);
+
+// Bytes of a micro-batch's saved activations (`own` bytes) that its backward reads from memory
+// when the device touched `others` bytes of other micro-batches' saved activations since its
+// forward: the cache keeps what was touched last, so own - clamp(cache - others, 0, own). 0 where
+// the profile has no memory term (memory_gbps and cache_mib).
+double evicted_bytes(double own, double others, const ComputeProfile& profile);
 
 // What the model needs of a device's history before each span, in the simulator, emulate_speed
 // and `ravnest validate` alike: the wait since its last span ended (`idle`), and, where the span's
@@ -160,17 +174,43 @@ Seconds time_of(const Work& work, const ComputeProfile& profile, Seconds idle = 
 // stage's forward after it waited for its input, and the last stage's backward right after it,
 // whose code the forward did not run; a stage that never waits pays for each code's first run
 // only (the first span follows an unbounded wait).
+//
+// And whether a backward finds its micro-batch's saved activations (`a` bytes, as its forward
+// wrote them) in the cache: the device's cache (profile.cache_bytes) keeps what was touched last,
+// and since the forward the device touched the saved activations of other micro-batches (each
+// once however often, written by their forwards or read by their backwards), so
+// evicted_bytes(a, theirs, profile) come from memory (time_of's `evicted`). A stage that keeps one
+// micro-batch at a time (the last of a pipeline: its backward right after its forward) reads
+// them warm; a first stage of two keeps two (it runs the next forward while its backward's
+// gradient is on the way), and where two micro-batches' activations exceed its cache each
+// backward reads its own from memory: on the host measured, the CNN's first stage at batch 128
+// (19 MB saved, 12-20 MiB of cache) took 4.9 ms a backward in a pipeline against 3.4-3.7 ms
+// right after its forward (bench_stage_compute), and 5.3 ms with its caches emptied before each
+// span (--evict-mib 48); at batch 32 (4.8 MB saved) 1.0 ms in both.
 class DeviceHistory {
  public:
-  // time_of(work, profile, idle, wake) for a span of `work` that starts at `start` (seconds, on
-  // the clock end() is given), counting it as run.
-  Seconds begin(const Work& work, const ComputeProfile& profile, Seconds start);
+  // time_of(work, profile, idle, wake, evicted) for a span of `work` that starts at `start`
+  // (seconds, on the clock end() is given), counting it as run.
+  Seconds begin(const Work& work, const ComputeProfile& profile, Seconds start, SavedActivations saved = {});
   void end(Seconds at);  // the span ended
 
  private:
+  // evicted_bytes() for a backward of `micro_batch` (see above), its touch recorded; 0 where its
+  // forward was not recorded.
+  double evicted(int64_t micro_batch, const ComputeProfile& profile);
+
   Seconds last_end_ = -std::numeric_limits<Seconds>::infinity();
   Seconds woke_after_ = 0;       // the wait that began the current busy period (0: none charged)
   std::vector<uint64_t> warm_;  // the codes run since
+  // Saved activations touched, in order (touch_base_: the number of the first kept), and where
+  // each micro-batch's forward wrote its own (its touch's number), until its backward.
+  struct Touch {
+    int64_t micro_batch;
+    double bytes;
+  };
+  std::deque<Touch> touches_;
+  int64_t touch_base_ = 0;
+  std::map<int64_t, int64_t> written_;
 };
 
 // The profile file (above). read_profile throws rv::InputError naming the file, the key and what

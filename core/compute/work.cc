@@ -71,6 +71,11 @@ void Work::add_idle_cold(double bytes) {
   idle_cold_ += bytes;
 }
 
+void Work::add_saved(double bytes) {
+  RV_CHECK(bytes >= 0, "work: negative saved bytes");
+  saved_ += bytes;
+}
+
 void Work::add(const Work& other) {
   for (size_t i = 0; i < b_.size(); ++i) {
     b_[i].ops += other.b_[i].ops;
@@ -78,6 +83,7 @@ void Work::add(const Work& other) {
   }
   cold_ += other.cold_;
   idle_cold_ += other.idle_cold_;
+  saved_ += other.saved_;
   resident_ = std::max(resident_, other.resident_);
 }
 
@@ -90,6 +96,7 @@ Work Work::scaled(double factor) const {
   }
   w.cold_ *= factor;
   w.idle_cold_ *= factor;
+  w.saved_ *= factor;
   return w;
 }
 
@@ -106,6 +113,12 @@ uint64_t Work::code() const {
     h = (h ^ static_cast<uint64_t>(i + 1)) * 1099511628211ull;
   }
   return h;
+}
+
+int Work::codes() const {
+  int n = 0;
+  for (const Bucket& b : b_) n += b.ops > 0 ? 1 : 0;
+  return n;
 }
 
 double Work::total_ops() const {

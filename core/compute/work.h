@@ -86,17 +86,27 @@ class Work {
   // span reads the fraction of them, and of its cold bytes, that the device's cooling curve gives
   // (profile.h, idle_cold) from memory.
   void add_idle_cold(double bytes);
-  void add(const Work& other);       // cold and idle-cold bytes add; resident bytes: the larger
+  // Bytes of activations a forward keeps for its micro-batch's backward (Stage::forward's saved
+  // tensors). The backward reads them back, from memory where the device's work in between (other
+  // micro-batches' activations) pushed them out of its cache: DeviceHistory charges that whatever
+  // the idle wait. They are part of the backward's idle-cold bytes.
+  void add_saved(double bytes);
+  void add(const Work& other);       // cold, idle-cold and saved bytes add; resident bytes: the larger
   Work scaled(double factor) const;  // `factor` times as many of every operation and cold bytes
 
   double cold_bytes() const { return cold_; }
   double resident_bytes() const { return resident_; }
   double idle_cold_bytes() const { return idle_cold_; }
+  double saved_bytes() const { return saved_; }
 
   double ops(OpKind kind, Pass pass, int c) const { return at(kind, pass, c).ops; }
   Flops flops(OpKind kind, Pass pass, int c) const { return at(kind, pass, c).flops; }
   Flops total_flops() const;
   double total_ops() const;
+  // How many distinct operation codes it runs, as far as its buckets tell: the buckets (pass,
+  // kind, class) it has operations in. An optimizer step runs the same two or three kernels on
+  // every tensor: many operations, few codes.
+  int codes() const;
   // Which code the work runs, as far as its buckets tell: a fingerprint of the buckets (pass,
   // kind, class) it has operations in. A stage's forward, backward and optimizer step differ; two
   // micro-batches' forwards do not; two works of one kind and class (an optimizer step and an
@@ -117,6 +127,22 @@ class Work {
   double cold_ = 0;       // bytes
   double resident_ = 0;   // bytes
   double idle_cold_ = 0;  // bytes
+  double saved_ = 0;      // bytes
+};
+
+// What a span does with its micro-batch's saved activations (Work::add_saved): a training
+// forward writes them, the backward of the same micro-batch reads them; other spans (an optimizer
+// step, an evaluation, averaging) neither.
+struct SavedActivations {
+  enum class Use { kNone, kWrites, kReads };
+  Use use = Use::kNone;
+  int64_t micro_batch = -1;
+  // A training span's (micro_batch >= 0; evaluation batches are negative and keep none): its
+  // forward writes them, its backward reads them.
+  static SavedActivations of(Pass pass, int64_t micro_batch) {
+    if (micro_batch < 0) return {};
+    return {pass == Pass::kForward ? Use::kWrites : Use::kReads, micro_batch};
+  }
 };
 
 }  // namespace rv

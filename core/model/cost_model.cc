@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/error.h"
 #include "core/model/optimizer.h"
 
 namespace rv {
@@ -98,18 +99,29 @@ StageWork stage_work(const ModelDesc& model, int begin, int end, const TrainingS
   w.forward.add_cold(weights, resident);
   w.backward.add_cold(weights * ((begin > 0 || !training.weight_stashing) ? 2 : 1), resident);
   w.update.add_cold(weights * (2 + optimizer_state_floats(training)), resident);
-  // After an idle wait (profile.h, idle_cold) a span also fetches the activations it reads: a
-  // later stage's forward its input; a backward the micro-batch's saved activations and, but for
-  // the last stage (whose gradient starts from its own loss), the incoming gradient.
+  // After an idle wait (profile.h, idle_cold) a backward also fetches the activations its
+  // micro-batch saved. What a span receives (a later stage's input, a backward's incoming
+  // gradient) the transport wrote right before it, after the wait: it is warm. (Charged cold, the
+  // CNN's incoming gradient at batch 128, 6.4 MB, put its first stage's backward at 1.13x its
+  // real time on the host measured, where the cooling curve said its wait emptied the cache.)
   const double act = static_cast<double>(kFloatBytes) * b;
-  if (begin > 0) w.forward.add_idle_cold(act * static_cast<double>(model.input_elems_of(begin)));
   w.backward.add_idle_cold(act * static_cast<double>(model.activation_elems(begin, end)));
-  if (end < model.layer_count()) w.backward.add_idle_cold(act * static_cast<double>(model.profile[static_cast<size_t>(end - 1)].out_elems));
+  // What the forward keeps for the backward (Stage::forward): the layers' saved activations, or
+  // without weight stashing only the input (the backward recomputes the rest). Whether the
+  // backward finds them in the cache depends on what the device ran in between (DeviceHistory).
+  w.forward.add_saved(act * static_cast<double>(training.weight_stashing ? model.activation_elems(begin, end)
+                                                                         : model.input_elems_of(begin)));
   return w;
 }
 
-Seconds stage_compute_time(const StageWork& w, const ComputeProfile& device) {
-  return time_of(w.forward, device) + time_of(w.backward, device) + time_of(w.update, device);
+Seconds stage_pass_time(const StageWork& w, const ComputeProfile& device, int ahead) {
+  RV_CHECK(ahead >= 0, "stage_pass_time: ahead must be 0 or more");
+  const double saved = w.forward.saved_bytes();
+  return time_of(w.forward, device) + time_of(w.backward, device, 0, 0, evicted_bytes(saved, ahead * saved, device));
+}
+
+Seconds stage_compute_time(const StageWork& w, const ComputeProfile& device, int ahead) {
+  return stage_pass_time(w, device, ahead) + time_of(w.update, device);
 }
 
 }  // namespace rv

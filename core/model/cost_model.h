@@ -37,8 +37,14 @@ struct StageWork {
 StageWork stage_work(const ModelDesc& model, int begin, int end, const TrainingSpec& training,
                      int64_t batch);
 
-// The compute time of a micro-batch's forward, backward and the update on `device`, as the
-// simulator charges them (core/compute/profile.h time_of).
-Seconds stage_compute_time(const StageWork& w, const ComputeProfile& device);
+// The compute time of a micro-batch's forward and backward on `device`, back to back, as the
+// simulator charges them (core/compute/profile.h time_of); `ahead`: how many other micro-batches'
+// forwards the stage runs between a micro-batch's forward and its backward in the steady state,
+// whose saved activations push its own out of the cache (evicted_bytes). In an asynchronous
+// pipeline every stage but the last runs the next micro-batch's at least: 1; the last stage, and a
+// stage alone, none.
+Seconds stage_pass_time(const StageWork& w, const ComputeProfile& device, int ahead = 0);
+// The same and the update: stage_pass_time + time_of(w.update), summed in that order.
+Seconds stage_compute_time(const StageWork& w, const ComputeProfile& device, int ahead = 0);
 
 }  // namespace rv
