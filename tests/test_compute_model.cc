@@ -419,6 +419,13 @@ TEST_CASE("a backward reads its saved activations from memory where other micro-
   // A backward whose forward the history did not see, and spans that touch none: nothing.
   CHECK(span(bwd, Use::kReads, 99) == warm);
   CHECK(span(bwd, Use::kNone, -1) == warm);
+  // Forwards whose backwards never come (micro-batches lost with a node) are forgotten after
+  // kMaxTouches touches: the history stays bounded, and the recent ones are still charged.
+  for (int64_t mb = 100; mb < 100 + static_cast<int64_t>(DeviceHistory::kMaxTouches) + 10; ++mb) span(fwd, Use::kWrites, mb);
+  const int64_t last = 100 + static_cast<int64_t>(DeviceHistory::kMaxTouches) + 9;
+  CHECK(span(bwd, Use::kReads, last) == warm);
+  CHECK(span(bwd, Use::kReads, last - 1) == Approx(warm + 2e6 / 1e9).epsilon(1e-12));  // the last's 6 MB since
+  CHECK(span(bwd, Use::kReads, 100) == warm);  // forgotten: as one whose forward was not seen
   // Without the memory term nothing is charged; after a wait that cools everything the bytes
   // are charged once, not twice.
   ComputeProfile off = example_profile();

@@ -54,6 +54,7 @@ Seconds DeviceHistory::begin(const Work& work, const ComputeProfile& profile, Se
   if (saved.use == SavedActivations::Use::kWrites && work.saved_bytes() > 0) {
     written_[saved.micro_batch] = touch_base_ + static_cast<int64_t>(touches_.size());
     touches_.push_back({saved.micro_batch, work.saved_bytes()});
+    trim();
   } else if (saved.use == SavedActivations::Use::kReads) {
     out = evicted(saved.micro_batch, profile);
   }
@@ -92,16 +93,24 @@ double DeviceHistory::evicted(int64_t micro_batch, const ComputeProfile& profile
   }
   written_.erase(it);
   touches_.push_back({micro_batch, own});
+  trim();
+  return evicted_bytes(own, others, profile);
+}
+
+void DeviceHistory::trim() {
+  auto oldest = [this] {
+    return std::min_element(written_.begin(), written_.end(),
+                            [](const auto& a, const auto& b) { return a.second < b.second; });
+  };
+  // A forward whose backward never comes (its micro-batch lost with a node) would keep every
+  // touch after it: past kMaxTouches the oldest is forgotten.
+  while (touches_.size() > kMaxTouches && !written_.empty()) written_.erase(oldest());
   // Touches before the oldest forward still waiting for its backward count for no one.
-  const int64_t keep = written_.empty() ? touch_base_ + static_cast<int64_t>(touches_.size())
-                                        : std::min_element(written_.begin(), written_.end(), [](const auto& a, const auto& b) {
-                                            return a.second < b.second;
-                                          })->second;
+  const int64_t keep = written_.empty() ? touch_base_ + static_cast<int64_t>(touches_.size()) : oldest()->second;
   while (touch_base_ < keep) {
     touches_.pop_front();
     ++touch_base_;
   }
-  return evicted_bytes(own, others, profile);
 }
 
 void DeviceHistory::end(Seconds at) { last_end_ = at; }

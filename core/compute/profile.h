@@ -193,11 +193,16 @@ class DeviceHistory {
   // (seconds, on the clock end() is given), counting it as run.
   Seconds begin(const Work& work, const ComputeProfile& profile, Seconds start, SavedActivations saved = {});
   void end(Seconds at);  // the span ended
+  // Saved activations touched that the history keeps at most: a forward older than this many
+  // touches (its micro-batch lost, its backward never coming) is forgotten.
+  static constexpr size_t kMaxTouches = 4096;
 
  private:
   // evicted_bytes() for a backward of `micro_batch` (see above), its touch recorded; 0 where its
   // forward was not recorded.
   double evicted(int64_t micro_batch, const ComputeProfile& profile);
+  // Drops the touches no waiting forward needs, and forwards older than kMaxTouches touches.
+  void trim();
 
   Seconds last_end_ = -std::numeric_limits<Seconds>::infinity();
   Seconds woke_after_ = 0;       // the wait that began the current busy period (0: none charged)
