@@ -420,9 +420,9 @@ TEST_CASE("a backward reads its saved activations from memory where other micro-
   CHECK(span(bwd, Use::kReads, 99) == warm);
   CHECK(span(bwd, Use::kNone, -1) == warm);
   // Forwards whose backwards never come (micro-batches lost with a node) are forgotten after
-  // kMaxTouches touches: the history stays bounded, and the recent ones are still charged.
-  for (int64_t mb = 100; mb < 100 + static_cast<int64_t>(DeviceHistory::kMaxTouches) + 10; ++mb) span(fwd, Use::kWrites, mb);
-  const int64_t last = 100 + static_cast<int64_t>(DeviceHistory::kMaxTouches) + 9;
+  // kMaxKept micro-batches: the history stays bounded, and the recent ones are still charged.
+  for (int64_t mb = 100; mb < 100 + static_cast<int64_t>(DeviceHistory::kMaxKept) + 10; ++mb) span(fwd, Use::kWrites, mb);
+  const int64_t last = 100 + static_cast<int64_t>(DeviceHistory::kMaxKept) + 9;
   CHECK(span(bwd, Use::kReads, last) == warm);
   CHECK(span(bwd, Use::kReads, last - 1) == Approx(warm + 2e6 / 1e9).epsilon(1e-12));  // the last's 6 MB since
   CHECK(span(bwd, Use::kReads, 100) == warm);  // forgotten: as one whose forward was not seen

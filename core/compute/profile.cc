@@ -52,8 +52,8 @@ Seconds wake_span_cost(const ComputeProfile& p, Seconds wait) {
 Seconds DeviceHistory::begin(const Work& work, const ComputeProfile& profile, Seconds start, SavedActivations saved) {
   double out = 0;
   if (saved.use == SavedActivations::Use::kWrites && work.saved_bytes() > 0) {
-    written_[saved.micro_batch] = touch_base_ + static_cast<int64_t>(touches_.size());
-    touches_.push_back({saved.micro_batch, work.saved_bytes()});
+    kept_[saved.micro_batch] = {touches_, touches_, work.saved_bytes()};
+    ++touches_;
     trim();
   } else if (saved.use == SavedActivations::Use::kReads) {
     out = evicted(saved.micro_batch, profile);
@@ -79,37 +79,28 @@ double evicted_bytes(double own, double others, const ComputeProfile& p) {
 }
 
 double DeviceHistory::evicted(int64_t micro_batch, const ComputeProfile& profile) {
-  const auto it = written_.find(micro_batch);
-  if (it == written_.end()) return 0;
-  const size_t at = static_cast<size_t>(it->second - touch_base_);
-  const double own = touches_[at].bytes;
+  const auto it = kept_.find(micro_batch);
+  if (it == kept_.end() || it->second.written < 0) return 0;
   double others = 0;  // each other micro-batch's once
-  std::vector<int64_t> seen;
-  for (size_t i = at + 1; i < touches_.size(); ++i) {
-    const Touch& t = touches_[i];
-    if (t.micro_batch == micro_batch || std::find(seen.begin(), seen.end(), t.micro_batch) != seen.end()) continue;
-    seen.push_back(t.micro_batch);
-    others += t.bytes;
-  }
-  written_.erase(it);
-  touches_.push_back({micro_batch, own});
+  for (const auto& [mb, k] : kept_)
+    if (mb != micro_batch && k.touched > it->second.written) others += k.bytes;
+  const double own = it->second.bytes;
+  it->second.written = -1;
+  it->second.touched = touches_++;
   trim();
   return evicted_bytes(own, others, profile);
 }
 
 void DeviceHistory::trim() {
-  auto oldest = [this] {
-    return std::min_element(written_.begin(), written_.end(),
-                            [](const auto& a, const auto& b) { return a.second < b.second; });
-  };
-  // A forward whose backward never comes (its micro-batch lost with a node) would keep every
-  // touch after it: past kMaxTouches the oldest is forgotten.
-  while (touches_.size() > kMaxTouches && !written_.empty()) written_.erase(oldest());
-  // Touches before the oldest forward still waiting for its backward count for no one.
-  const int64_t keep = written_.empty() ? touch_base_ + static_cast<int64_t>(touches_.size()) : oldest()->second;
-  while (touch_base_ < keep) {
-    touches_.pop_front();
-    ++touch_base_;
+  for (;;) {
+    auto oldest = kept_.end();  // the oldest forward still waiting for its backward
+    for (auto it = kept_.begin(); it != kept_.end(); ++it)
+      if (it->second.written >= 0 && (oldest == kept_.end() || it->second.written < oldest->second.written)) oldest = it;
+    const int64_t from = oldest == kept_.end() ? touches_ : oldest->second.written;
+    for (auto it = kept_.begin(); it != kept_.end();)
+      it = it->second.written < 0 && it->second.touched < from ? kept_.erase(it) : std::next(it);
+    if (kept_.size() <= kMaxKept || oldest == kept_.end()) return;
+    oldest->second.written = -1;  // forgotten: its backward, if it comes, as one never seen
   }
 }
 

@@ -43,7 +43,6 @@
 
 #include <array>
 #include <cstdint>
-#include <deque>
 #include <limits>
 #include <map>
 #include <string>
@@ -193,29 +192,31 @@ class DeviceHistory {
   // (seconds, on the clock end() is given), counting it as run.
   Seconds begin(const Work& work, const ComputeProfile& profile, Seconds start, SavedActivations saved = {});
   void end(Seconds at);  // the span ended
-  // Saved activations touched that the history keeps at most: a forward older than this many
-  // touches (its micro-batch lost, its backward never coming) is forgotten.
-  static constexpr size_t kMaxTouches = 4096;
+  // Micro-batches whose saved activations the history keeps at most: past it, the oldest forward
+  // still waiting for its backward (its micro-batch lost, its backward never coming) is forgotten.
+  static constexpr size_t kMaxKept = 4096;
 
  private:
   // evicted_bytes() for a backward of `micro_batch` (see above), its touch recorded; 0 where its
   // forward was not recorded.
   double evicted(int64_t micro_batch, const ComputeProfile& profile);
-  // Drops the touches no waiting forward needs, and forwards older than kMaxTouches touches.
+  // Drops what no forward still waiting for its backward can count (touches before the oldest
+  // such forward), and past kMaxKept the oldest such forward.
   void trim();
 
   Seconds last_end_ = -std::numeric_limits<Seconds>::infinity();
   Seconds woke_after_ = 0;       // the wait that began the current busy period (0: none charged)
   std::vector<uint64_t> warm_;  // the codes run since
-  // Saved activations touched, in order (touch_base_: the number of the first kept), and where
-  // each micro-batch's forward wrote its own (its touch's number), until its backward.
-  struct Touch {
-    int64_t micro_batch;
+  // Each micro-batch's saved activations, by micro-batch, as touches (forwards writing them,
+  // backwards reading them) numbered in order: a backward counts the others touched after its own
+  // forward's touch.
+  struct Kept {
+    int64_t written;  // its forward's touch; -1 once its backward ran (or it was forgotten)
+    int64_t touched;  // its last touch
     double bytes;
   };
-  std::deque<Touch> touches_;
-  int64_t touch_base_ = 0;
-  std::map<int64_t, int64_t> written_;
+  std::map<int64_t, Kept> kept_;
+  int64_t touches_ = 0;  // touches so far
 };
 
 // The profile file (above). read_profile throws rv::InputError naming the file, the key and what
