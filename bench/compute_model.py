@@ -11,7 +11,9 @@ again just before their real runs (<case>-sim.2, ... beside <case>-real.2, ...),
 is also compared with the simulation of its own round's calibration (the first repeat with the
 first calibration), and the median of those ratios ("paired", where a span has two or more) is a
 second check: a calibration next to each run, as a researcher would take one on a host whose speed
-drifts. Prints a table and writes compute_model.json beside the runs.
+drifts; the same pairing is made of each stage's compute per micro-batch (forward + backward +
+optimizer step, each repeat's medians summed). Prints a table and writes compute_model.json
+beside the runs.
 
 A real span's wall time counts the moments the host gave the node's core to something else (on a
 host with no spare core: the other nodes' transport threads); its CPU time (cpu_s) does not. The
@@ -85,9 +87,11 @@ def paired_ratios(out, case, real_spans):
     return got
 
 
-def stage_totals(rows):
+def stage_totals(rows, paired_totals):
     """Per case and stage, the compute of one micro-batch (its forward, backward and optimizer
-    step, where all three were measured), simulated against the real CPU time."""
+    step, where all three were measured), simulated against the real CPU time; beside it the
+    median of each repeat's total against its round's simulation (`paired_totals`: {(case,
+    stage): [ratios]}, NaN with fewer than two)."""
     by = {}
     for r in rows:
         by.setdefault((r["case"], r["stage"]), {})[r["span"]] = r
@@ -97,12 +101,35 @@ def stage_totals(rows):
             continue
         cpu = sum(s[k]["real_cpu_s"] for k in SPANS)
         sim = sum(s[k]["sim_s"] for k in SPANS)
-        got.append({"case": case, "stage": stage, "real_cpu_s": cpu, "sim_s": sim, "ratio_cpu": sim / cpu})
+        pairs = paired_totals.get((case, stage), [])
+        got.append({"case": case, "stage": stage, "real_cpu_s": cpu, "sim_s": sim, "ratio_cpu": sim / cpu,
+                    "paired_ratios": pairs, "paired_ratio": statistics.median(pairs) if len(pairs) > 1 else math.nan})
+    return got
+
+
+def paired_total_ratios(out, case, real_spans):
+    """{stage: [(simulated / real CPU) of the stage's forward + backward + optimizer step, per
+    repeat]}, each repeat against the simulation with its own round's calibration."""
+    got = {}
+    for run, real in zip(repeats(out, case), real_spans):
+        suffix = run[len(os.path.join(out, case + "-real")):]
+        sim_dir = os.path.join(out, case + "-sim" + suffix)
+        if not os.path.exists(sim_dir):
+            continue
+        sim = spans(sim_dir)
+        for stage in sorted({k[1] for k in real}):
+            keys = [(span, stage) for span in SPANS]
+            if not all(k in real and k in sim and math.isfinite(real[k][1]) for k in keys):
+                continue
+            cpu = sum(real[k][1] for k in keys)
+            if cpu > 0:
+                got.setdefault(stage, []).append(sum(sim[k][0] for k in keys) / cpu)
     return got
 
 
 def main(out):
     rows = []
+    paired_totals = {}
     cases = sorted(d[: -len("-real")] for d in os.listdir(out) if d.endswith("-real"))
     print(f"{'case':<10} {'span':<9} {'stage':>5} {'real cpu ms':>12} {'spread':>7} {'real wall ms':>13}"
           f" {'alone ms':>9} {'sim ms':>9} {'sim/cpu':>8} {'sim/wall':>9} {'sim/alone':>10} {'paired':>7}")
@@ -113,6 +140,8 @@ def main(out):
         sim_after = spans(after_dir) if os.path.exists(after_dir) else {}
         alone = isolated(out, case)
         pairs = paired_ratios(out, case, reals)
+        for stage, ratios in paired_total_ratios(out, case, reals).items():
+            paired_totals[(case, stage)] = ratios
         for key in sorted(reals[0]):
             cpus = [r[key][1] for r in reals if key in r]
             walls = [r[key][0] for r in reals if key in r]
@@ -131,7 +160,7 @@ def main(out):
                          "paired_ratios": pairs.get(key, []), "paired_ratio": paired})
             print(f"{case:<10} {key[0]:<9} {key[1]:>5} {cpu * 1e3:>12.3f} {spread:>7.3f} {wall * 1e3:>13.3f}"
                   f" {a * 1e3:>9.3f} {s * 1e3:>9.3f} {s / cpu:>8.3f} {s / wall:>9.3f} {s / a:>10.3f} {paired:>7.3f}")
-    totals = stage_totals(rows)
+    totals = stage_totals(rows, paired_totals)
     updates = [r for r in rows if r["span"] == "update"]
     rows = [r for r in rows if r["span"] != "update"]  # the forward and backward spans, as before
     within = sum(r["within_10pct"] for r in rows)
@@ -149,6 +178,11 @@ def main(out):
         print(f"{sum(abs(t['ratio_cpu'] - 1) <= 0.10 for t in totals)} of {len(totals)} stages' compute per "
               f"micro-batch (forward + backward + optimizer step) within 10% of the real CPU time (sim/cpu "
               f"{min(t['ratio_cpu'] for t in totals):.3f}-{max(t['ratio_cpu'] for t in totals):.3f})")
+        paired = [t["paired_ratio"] for t in totals if not math.isnan(t["paired_ratio"])]
+        if paired:
+            print(f"{sum(abs(r - 1) <= 0.10 for r in paired)} of {len(paired)} stages' compute per micro-batch within "
+                  f"10% paired: each real repeat against its round's calibration (sim/cpu {min(paired):.3f}-"
+                  f"{max(paired):.3f})")
     print(f"the host: {steady} of {len(rows)} spans have every one of their {n_repeats} real repeats within 10% "
           f"of the repeats' median")
     paired_rows = [r for r in rows if not math.isnan(r["paired_ratio"])]
