@@ -70,10 +70,7 @@ Event PipelineWorker::event(EventKind kind) const {
 void PipelineWorker::finish(Event& e) const { e.end = env_.clock.now(); }
 
 void PipelineWorker::compute(Event& e, const Work& work, const std::function<void()>& maths) {
-  SavedActivations saved;  // none for an optimizer step
-  if (e.kind == EventKind::kForward || e.kind == EventKind::kBackward)
-    saved = SavedActivations::of(e.kind == EventKind::kForward ? Pass::kForward : Pass::kBackward, e.micro_batch);
-  e.device = env_.compute.run(work, saved, [&] {
+  e.device = env_.compute.run(work, saved_activations_of(e), [&] {
     const Seconds cpu = env_.clock.thread_cpu_now();
     maths();
     e.cpu = env_.clock.thread_cpu_now() - cpu;

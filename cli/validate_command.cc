@@ -82,10 +82,7 @@ SpanTimes span_times(const Prepared& p, const std::string& metrics) {
                        : e.kind == EventKind::kBackward ? w.backward
                                                         : w.update;
     DeviceHistory& h = history[static_cast<size_t>(e.node)];
-    SavedActivations saved;  // as PipelineWorker::compute gives it: none for an optimizer step
-    if (e.kind != EventKind::kUpdate)
-      saved = SavedActivations::of(e.kind == EventKind::kForward ? Pass::kForward : Pass::kBackward, e.micro_batch);
-    const Seconds modeled = h.begin(unit, device[static_cast<size_t>(e.node)], e.start, saved);
+    const Seconds modeled = h.begin(unit, device[static_cast<size_t>(e.node)], e.start, saved_activations_of(e));
     h.end(e.end);
     if (e.micro_batch < 0 || e.kind == EventKind::kUpdate || modeled <= 0) continue;
     out.took.push_back(e.end - e.start);

@@ -14,6 +14,7 @@
 #include "core/compute/work.h"
 #include "core/error.h"
 #include "core/model/cost_model.h"
+#include "core/output/metrics.h"
 #include "planner/cost.h"
 #include "sim/sim_runner.h"
 #include "test_support.h"
@@ -388,6 +389,16 @@ TEST_CASE("a backward reads its saved activations from memory where other micro-
   CHECK(SavedActivations::of(Pass::kBackward, 3).use == Use::kReads);
   CHECK(SavedActivations::of(Pass::kBackward, 3).micro_batch == 3);
   CHECK(SavedActivations::of(Pass::kForward, -2).use == Use::kNone);  // an evaluation batch
+  // A recorded span's (the executors charge it so, validate replays it so).
+  Event span_event;
+  span_event.micro_batch = 4;
+  span_event.kind = EventKind::kForward;
+  CHECK(saved_activations_of(span_event).use == Use::kWrites);
+  span_event.kind = EventKind::kBackward;
+  CHECK(saved_activations_of(span_event).use == Use::kReads);
+  CHECK(saved_activations_of(span_event).micro_batch == 4);
+  span_event.kind = EventKind::kUpdate;
+  CHECK(saved_activations_of(span_event).use == Use::kNone);
   DeviceHistory h;
   Seconds at = 0;
   auto span = [&](const Work& w, Use use, int64_t mb) {

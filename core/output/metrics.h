@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/compute/work.h"
 #include "core/units.h"
 
 namespace rv {
@@ -78,6 +79,15 @@ struct Event {
 // Send, recv and wait: the kinds EventLog::fold keeps as one total per node.
 inline bool is_message_kind(EventKind k) {
   return k == EventKind::kSend || k == EventKind::kRecv || k == EventKind::kWait;
+}
+
+// What a compute span does with its micro-batch's saved activations (core/compute/work.h): a
+// training forward writes them, its backward reads them, an optimizer step neither. The span's
+// work is charged with it (PipelineWorker::compute) and replayed with it (ravnest validate).
+inline SavedActivations saved_activations_of(const Event& span) {
+  if (span.kind == EventKind::kForward) return SavedActivations::of(Pass::kForward, span.micro_batch);
+  if (span.kind == EventKind::kBackward) return SavedActivations::of(Pass::kBackward, span.micro_batch);
+  return {};
 }
 
 class Metrics {
