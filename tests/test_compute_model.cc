@@ -91,21 +91,25 @@ TEST_CASE("a device's time: a fixed cost per operation plus flops at its efficie
   CHECK(time_of(Work(), p) == 0);
 }
 
-TEST_CASE("a span's first operation of a kind pays the kind's first cost, once per span", "[compute]") {
+TEST_CASE("a span's first operation of a kind in a class pays the kind's first cost, once per span",
+          "[compute]") {
   ComputeProfile p = example_profile();
   p.of(Pass::kForward, OpKind::kMatmul).first = 7e-6;
   p.of(Pass::kBackward, OpKind::kConv).first = 11e-6;
   p.of(Pass::kForward, OpKind::kConv).first = 1.0;  // no forward conv below: never charged
   Work w;
-  w.add(OpKind::kMatmul, Pass::kForward, 1e9, 1e7, 2);  // two classes of one kind: one first cost
+  w.add(OpKind::kMatmul, Pass::kForward, 1e9, 1e7, 2);  // two classes of one kind: two first costs
   w.add(OpKind::kMatmul, Pass::kForward, 1e3, 1e3, 5);
+  REQUIRE(op_class_of(1e9, 1e7) != op_class_of(1e3, 1e3));
   w.add(OpKind::kConv, Pass::kBackward, 1e5, 1e5, 4);
+  w.add(OpKind::kConv, Pass::kBackward, 2e5, 2e5, 3);  // the same class again: no second
+  REQUIRE(op_class_of(1e5, 1e5) == op_class_of(2e5, 2e5));
   ComputeProfile warm = p;
   for (auto& pass : warm.cost)
     for (KindCost& c : pass) c.first = 0;
-  CHECK(time_of(w, p) == Approx(time_of(w, warm) + 7e-6 + 11e-6).epsilon(1e-12));
+  CHECK(time_of(w, p) == Approx(time_of(w, warm) + 2 * 7e-6 + 11e-6).epsilon(1e-12));
   // Twice the work in one span: twice the operations, the same first costs.
-  CHECK(time_of(w.scaled(2), p) == Approx(time_of(w.scaled(2), warm) + 18e-6).epsilon(1e-12));
+  CHECK(time_of(w.scaled(2), p) == Approx(time_of(w.scaled(2), warm) + 25e-6).epsilon(1e-12));
   CHECK(time_of(Work(), p) == 0);
 }
 

@@ -113,15 +113,12 @@ Seconds time_of(const Work& work, const ComputeProfile& p, Seconds idle, Seconds
       const auto pass = static_cast<Pass>(q);
       const auto kind = static_cast<OpKind>(k);
       const KindCost& cost = p.of(pass, kind);
-      bool any = false;
       for (int c = 0; c < kOpClasses; ++c) {
         const double ops = work.ops(kind, pass, c);
         if (ops == 0) continue;
-        any = true;
-        t += ops * cost.overhead +
+        t += ops * cost.overhead + cost.first +
              work.flops(kind, pass, c) / (p.peak_flops_per_s * cost.efficiency[static_cast<size_t>(c)]);
       }
-      if (any) t += cost.first;
     }
   if (p.memory_bytes_per_s > 0) {
     const double missed = p.cache_bytes > 0 && work.resident_bytes() > p.cache_bytes ? work.cold_bytes() : 0;
@@ -309,7 +306,7 @@ std::string profile_to_toml(const ComputeProfile& p, const std::string& comment)
         os << (k ? ", " : "") << number(p.of(static_cast<Pass>(q), static_cast<OpKind>(k)).first * 1e6);
       os << "]";
     }
-    os << "]  # [forward, backward] per kind (matmul, conv, norm, pool, elementwise): us more for a span's first operation of the kind\n";
+    os << "]  # [forward, backward] per kind (matmul, conv, norm, pool, elementwise): us more for a span's first operation of the kind in each class\n";
   }
   for (int q = 0; q < kPasses; ++q) {
     os << "[" << pass_name(static_cast<Pass>(q)) << "]";

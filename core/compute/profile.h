@@ -23,7 +23,7 @@
 //   first_op_us = [[13, 35, 14, 5, 7.5], [13, 18, 12, 9, 10]]
 //                            # optional: per pass (forward, backward) and kind (matmul, conv,
 //                            # norm, pool, elementwise), us more for a span's first operation of
-//                            # the kind (KindCost::first)
+//                            # the kind in each operation class (KindCost::first)
 //   [forward]    # per kind: fixed cost (us), then the efficiency of each operation class (work.h):
 //                # intensity < 4, < 8, < 16, < 32, < 64, >= 64 flop/B within 1 MiB; the same up to
 //                # 8 MiB; the same beyond (18 efficiencies; a file of 12, as profiles were before
@@ -60,13 +60,17 @@ constexpr double kMaxEfficiency = 16.0;
 // One kind of operation in one pass on one device.
 struct KindCost {
   Seconds overhead = 0;  // per operation
-  // More, once per span that has operations of this kind: its first one finds their code and
-  // data gone from the core's own caches (the span's other kinds, the stage's other spans and the
-  // transport went through the core since), where the others of the span find them as the first
-  // left them. On the VM this project is developed on, a ReLU on 32 x 512 values took 4.4 us over
-  // and over and 18.8 us as a stage runs it, once per micro-batch; charged on every operation, the
-  // cold cost put a stage's optimizer step (8 kernels of two kinds of code per tensor) at 1.4-2.3x
-  // its real time.
+  // More, once per span for each operation class (work.h) it has operations of this kind in: the
+  // first of them finds their code and data gone from the core's own caches (the span's other
+  // kinds, the stage's other spans and the transport went through the core since), where the
+  // others of the class find them as the first left them. Operations of one kind and another
+  // class run other code (a matmul of 128 x 512 by 512 x 256 and one of 128 x 256 by 256 x 10 take
+  // different kernels). On the VM this project is developed on, a ReLU on 32 x 512 values took
+  // 4.4 us over and over and 18.8 us as a stage runs it, once per micro-batch; charged on every
+  // operation, the cold cost put a stage's optimizer step (8 kernels of two kinds of code per
+  // tensor) at 1.4-2.3x its real time; charged once per kind, the MLP's last stage (two linear
+  // layers, one of each of those shapes) came out at 0.83-0.89x its real forward time at batch 128,
+  // and at 0.91-0.95x charged once per kind and class.
   Seconds first = 0;
   std::array<double, kOpClasses> efficiency = ones();  // achieved / peak, by class
 
@@ -144,8 +148,8 @@ Seconds wake_cost(const ComputeProfile& profile, Seconds wait);
 // way.
 Seconds wake_span_cost(const ComputeProfile& profile, Seconds wait);
 
-// How long `work` takes on a device of `profile`, in seconds: its operations (and for each pass
-// and kind it has operations of, the first one's KindCost::first), plus, at the memory
+// How long `work` takes on a device of `profile`, in seconds: its operations (and for each pass,
+// kind and class it has operations of, the first one's KindCost::first), plus, at the memory
 // bandwidth, the bytes it reads from memory: its cold bytes where its resident bytes exceed the
 // cache (the misses of back-to-back spans), `evicted` bytes (saved activations the device's work
 // since their forward pushed out of its cache: DeviceHistory), and of the rest of its cold and
