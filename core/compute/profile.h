@@ -70,7 +70,7 @@ struct KindCost {
   // operation, the cold cost put a stage's optimizer step (8 kernels of two kinds of code per
   // tensor) at 1.4-2.3x its real time; charged once per kind, the MLP's last stage (two linear
   // layers, one of each of those shapes) came out at 0.83-0.89x its real forward time at batch 128,
-  // and at 0.91-0.95x charged once per kind and class.
+  // and at 0.91-0.98x charged once per kind and class.
   Seconds first = 0;
   std::array<double, kOpClasses> efficiency = ones();  // achieved / peak, by class
 
