@@ -71,16 +71,23 @@ def repeats(out, case):
     return [os.path.join(out, d) for _, d in sorted(found)]
 
 
-def paired_ratios(out, case, real_spans):
-    """[(simulated / real CPU) per repeat] of each span, each repeat against the simulation with
-    its own round's calibration (<case>-sim for the first, <case>-sim.N for <case>-real.N)."""
-    got = {}
+def rounds(out, case, real_spans):
+    """[(real spans, simulated spans)] of each repeat whose round was simulated with its own
+    calibration (<case>-sim for the first repeat, <case>-sim.N for <case>-real.N), each read once."""
+    got = []
     for run, real in zip(repeats(out, case), real_spans):
         suffix = run[len(os.path.join(out, case + "-real")):]
         sim_dir = os.path.join(out, case + "-sim" + suffix)
-        if not os.path.exists(sim_dir):
-            continue
-        sim = spans(sim_dir)
+        if os.path.exists(sim_dir):
+            got.append((real, spans(sim_dir)))
+    return got
+
+
+def paired_ratios(pairs):
+    """{span: [(simulated / real CPU) per repeat]}, each repeat of `pairs` (rounds()) against its
+    own round's simulation."""
+    got = {}
+    for real, sim in pairs:
         for key, (_, cpu) in real.items():
             if key in sim and math.isfinite(cpu) and cpu > 0:
                 got.setdefault(key, []).append(sim[key][0] / cpu)
@@ -107,16 +114,11 @@ def stage_totals(rows, paired_totals):
     return got
 
 
-def paired_total_ratios(out, case, real_spans):
+def paired_total_ratios(pairs):
     """{stage: [(simulated / real CPU) of the stage's forward + backward + optimizer step, per
-    repeat]}, each repeat against the simulation with its own round's calibration."""
+    repeat]}, each repeat of `pairs` (rounds()) against its own round's simulation."""
     got = {}
-    for run, real in zip(repeats(out, case), real_spans):
-        suffix = run[len(os.path.join(out, case + "-real")):]
-        sim_dir = os.path.join(out, case + "-sim" + suffix)
-        if not os.path.exists(sim_dir):
-            continue
-        sim = spans(sim_dir)
+    for real, sim in pairs:
         for stage in sorted({k[1] for k in real}):
             keys = [(span, stage) for span in SPANS]
             if not all(k in real and k in sim and math.isfinite(real[k][1]) for k in keys):
@@ -139,8 +141,9 @@ def main(out):
         after_dir = os.path.join(out, case + "-sim-after")
         sim_after = spans(after_dir) if os.path.exists(after_dir) else {}
         alone = isolated(out, case)
-        pairs = paired_ratios(out, case, reals)
-        for stage, ratios in paired_total_ratios(out, case, reals).items():
+        by_round = rounds(out, case, reals)
+        pairs = paired_ratios(by_round)
+        for stage, ratios in paired_total_ratios(by_round).items():
             paired_totals[(case, stage)] = ratios
         for key in sorted(reals[0]):
             cpus = [r[key][1] for r in reals if key in r]
