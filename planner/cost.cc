@@ -52,8 +52,7 @@ const CostModel::Times& CostModel::times(int node, int l, int r) const {
     // A stage before the last runs the next micro-batch's forward before a micro-batch's backward
     // at least (stage_pass_time's `ahead`). stage_compute_time() is the pass and then the update,
     // summed in that order: the pass is its first term, to the last bit.
-    const int ahead = r < layers() ? 1 : 0;
-    t.pass = stage_pass_time(w, p.compute, ahead);
+    t.pass = stage_pass_time(w, p.compute, steady_ahead(r == layers()));
     t.compute = t.pass + time_of(w.update, p.compute);
   }
   return t;

@@ -91,7 +91,7 @@ Plan single_cluster_by_ram(const Scenario& scenario, const ModelDesc& model) {
     StageCost c = stage_cost(model, s.layer_begin, s.layer_end, tr, batch, in_flight);
     s.memory = c.memory;
     s.predicted_time = stage_compute_time(stage_work(model, s.layer_begin, s.layer_end, tr, batch),
-                                          scenario.device_of(k).compute_profile(), k + 1 < stages ? 1 : 0);
+                                          scenario.device_of(k).compute_profile(), steady_ahead(k + 1 == stages));
     if (static_cast<double>(s.memory) > ram[k]) {
       std::ostringstream os;
       os << "the model does not fit the cluster's RAM: stage " << k << " (layers " << s.layer_begin

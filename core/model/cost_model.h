@@ -44,6 +44,9 @@ StageWork stage_work(const ModelDesc& model, int begin, int end, const TrainingS
 // pipeline every stage but the last runs the next micro-batch's at least: 1; the last stage, and a
 // stage alone, none.
 Seconds stage_pass_time(const StageWork& w, const ComputeProfile& device, int ahead = 0);
+// The `ahead` the planner charges a stage with (a lower bound where a schedule runs more ahead:
+// Ravnest's stage i of k up to k - i - 1): 1 before the last stage, 0 for the last.
+constexpr int steady_ahead(bool last_stage) { return last_stage ? 0 : 1; }
 // The same and the update: stage_pass_time + time_of(w.update), summed in that order.
 Seconds stage_compute_time(const StageWork& w, const ComputeProfile& device, int ahead = 0);
 
