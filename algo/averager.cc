@@ -6,7 +6,8 @@
 
 namespace rv {
 
-void Averager::wait(const std::function<Message()>& recv, const std::function<void(Message)>& other) {
+void Averager::wait(const std::function<Message()>& recv,
+                    const std::function<void(Message)>& other) {
   while (!progress()) {
     Message m = recv();
     if (!hold(m)) other(std::move(m));
@@ -14,7 +15,8 @@ void Averager::wait(const std::function<Message()>& recv, const std::function<vo
 }
 
 at::Tensor Averager::average(at::Tensor state, int64_t rows, int64_t round,
-                             const std::function<Message()>& recv, const std::function<void(Message)>& other) {
+                             const std::function<Message()>& recv,
+                             const std::function<void(Message)>& other) {
   if (!participates()) return state;
   struct Blocking {
     bool& flag;
@@ -29,11 +31,13 @@ at::Tensor Averager::average(at::Tensor state, int64_t rows, int64_t round,
 }
 
 void Averager::reconfigure(const NodeRole&, const Assignment&, const std::vector<int>&) {
-  throw InputError("churn needs training.allreduce = \"multi-ring\": this averager cannot re-form its rings");
+  throw InputError(
+      "churn needs training.allreduce = \"multi-ring\": this averager cannot re-form its rings");
 }
 
 void Averager::drop(int) {
-  throw InputError("churn needs training.allreduce = \"multi-ring\": this averager cannot give up a ring");
+  throw InputError(
+      "churn needs training.allreduce = \"multi-ring\": this averager cannot give up a ring");
 }
 
 at::Tensor Averager::take_over(at::Tensor state) {
@@ -53,12 +57,14 @@ Event Averager::event_now(NodeEnv& env, const NodeRole& role, EventKind kind) {
   return e;
 }
 
-std::unique_ptr<Averager> make_averager(NodeEnv& env, const Plan& plan, const ModelDesc& model, int node,
-                                        const Allreduce& kind, int64_t piece_bytes) {
-  if (kind.executor_collectives) return std::make_unique<CollectiveAverager>(env, plan, model, node);
+std::unique_ptr<Averager> make_averager(NodeEnv& env, const Plan& plan, const ModelDesc& model,
+                                        int node, const Allreduce& kind, int64_t piece_bytes) {
+  if (kind.executor_collectives)
+    return std::make_unique<CollectiveAverager>(env, plan, model, node);
   switch (kind.topology) {
     case AllreduceTopology::kSingleRing:
-      return std::make_unique<RingAverager>(env, plan, model, node, RingTopology::kSingle, piece_bytes);
+      return std::make_unique<RingAverager>(env, plan, model, node, RingTopology::kSingle,
+                                            piece_bytes);
     case AllreduceTopology::kMultiRing:
       break;
   }

@@ -17,11 +17,11 @@
 // message to hold() and call progress() until it returns true; result() then gives the mean.
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
 #include <functional>
 #include <memory>
 #include <string>
-
-#include <ATen/core/Tensor.h>
 
 #include "algo/registry.h"
 #include "algo/roster.h"
@@ -48,17 +48,20 @@ class Averager {
   virtual bool progress() = 0;
   // Blocks until the averaging in progress is done: `recv` gives the node's next message, and
   // messages that are not the averaging's go to `other`, in arrival order.
-  virtual void wait(const std::function<Message()>& recv, const std::function<void(Message)>& other);
-  virtual bool active() const = 0;        // started and not yet cleared
+  virtual void wait(const std::function<Message()>& recv,
+                    const std::function<void(Message)>& other);
+  virtual bool active() const = 0;  // started and not yet cleared
   // The mean, once progress() returned true (numeric mode). Read-only: parts of it may still be on
   // their way to peers.
   virtual at::Tensor result() const = 0;
-  virtual void clear() = 0;               // back to idle after a finished averaging
+  virtual void clear() = 0;  // back to idle after a finished averaging
 
-  // Churn (multi-ring only; the others throw rv::InputError, which the scenario's checks forestall):
-  // From the next start(), this node holds `role`'s stage and averages among the clusters of
-  // `view` (ascending), whose stages are held by `nodes`. Fewer than two clusters: no averaging.
-  virtual void reconfigure(const NodeRole& role, const Assignment& nodes, const std::vector<int>& view);
+  // Churn (multi-ring only; the others throw rv::InputError, which the scenario's checks
+  // forestall): From the next start(), this node holds `role`'s stage and averages among the
+  // clusters of `view` (ascending), whose stages are held by `nodes`. Fewer than two clusters: no
+  // averaging.
+  virtual void reconfigure(const NodeRole& role, const Assignment& nodes,
+                           const std::vector<int>& view);
   // `node` left: the rings of the averaging in progress that it belongs to are given up here; this
   // node keeps its own values for their chunks (another member that finished a ring first keeps
   // the mean). Rings without it go on.
@@ -68,7 +71,8 @@ class Averager {
   // does not take part, an undefined tensor in timing mode (where `state` is undefined too). Hand
   // `state` over with std::move to spare a copy.
   at::Tensor average(at::Tensor state, int64_t rows, int64_t round,
-                     const std::function<Message()>& recv, const std::function<void(Message)>& other);
+                     const std::function<Message()>& recv,
+                     const std::function<void(Message)>& other);
 
  protected:
   // True from average()'s start() to its return: the caller waits in wait() for this averaging,
@@ -89,7 +93,7 @@ class Averager {
 // rv::InputError for one on the executor's collectives where the environment has none (the
 // simulator, loopback).
 // `piece_bytes`: the rings' largest segment in one message (ring_piece_bytes; 0: whole).
-std::unique_ptr<Averager> make_averager(NodeEnv& env, const Plan& plan, const ModelDesc& model, int node,
-                                        const Allreduce& kind, int64_t piece_bytes = 0);
+std::unique_ptr<Averager> make_averager(NodeEnv& env, const Plan& plan, const ModelDesc& model,
+                                        int node, const Allreduce& kind, int64_t piece_bytes = 0);
 
 }  // namespace rv

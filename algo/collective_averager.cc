@@ -1,22 +1,24 @@
 #include "algo/collective_averager.h"
 
-#include <algorithm>
-
 #include <ATen/ATen.h>
 
-#include "core/model/cost_model.h"
+#include <algorithm>
+
 #include "core/error.h"
+#include "core/model/cost_model.h"
 
 namespace rv {
 
-CollectiveAverager::CollectiveAverager(NodeEnv& env, const Plan& plan, const ModelDesc& model, int node)
+CollectiveAverager::CollectiveAverager(NodeEnv& env, const Plan& plan, const ModelDesc& model,
+                                       int node)
     : env_(env), node_(node), role_(plan.role_of(node)) {
   clusters_ = static_cast<int>(plan.clusters.size());
   if (role_.stage < 0 || clusters_ < 2) return;
   const int64_t base = model.state_offset(role_.layer_begin);
   own_ = model.state_offset(role_.layer_end) - base;
   for (const Ring& ring : plan.rings) {
-    RV_CHECK(static_cast<int>(ring.owners.size()) == clusters_, "a ring without one owner per cluster");
+    RV_CHECK(static_cast<int>(ring.owners.size()) == clusters_,
+             "a ring without one owner per cluster");
     if (ring.owners[role_.cluster] != node || ring.end <= ring.begin) continue;
     Chunk c;
     c.group = ring.owners;
@@ -28,14 +30,16 @@ CollectiveAverager::CollectiveAverager(NodeEnv& env, const Plan& plan, const Mod
   }
   if (chunks_.empty()) return;
   if (env.collectives == nullptr)
-    throw InputError("training.allreduce = \"gloo\" (c10d's own all-reduce) needs the real executor "
-                     "(ravnest real or ravnest node)");
+    throw InputError(
+        "training.allreduce = \"gloo\" (c10d's own all-reduce) needs the real executor "
+        "(ravnest real or ravnest node)");
   for (const auto& c : chunks_) env.collectives->join(c.group);
 }
 
 void CollectiveAverager::start(at::Tensor state, int64_t rows, int64_t round) {
   RV_CHECK(!active_, "an averaging is already in progress");
-  RV_CHECK(env_.compute.numeric() && state.defined(), "the executor's all-reduce needs numeric mode");
+  RV_CHECK(env_.compute.numeric() && state.defined(),
+           "the executor's all-reduce needs numeric mode");
   was_1d_ = state.dim() == 1;
   state_ = take_over(std::move(state));
   RV_CHECK(state_.dim() == 2 && state_.size(0) == rows && state_.size(1) == own_,
@@ -59,7 +63,8 @@ bool CollectiveAverager::progress() {
   return true;
 }
 
-void CollectiveAverager::wait(const std::function<Message()>&, const std::function<void(Message)>&) {
+void CollectiveAverager::wait(const std::function<Message()>&,
+                              const std::function<void(Message)>&) {
   if (!active_ || done_) return;
   for (auto& c : chunks_) c.work->wait();
   finish();

@@ -1,5 +1,6 @@
-// CollectiveAverager: cross-cluster averaging by the executor's own all-reduce (NodeEnv::collectives,
-// c10d ProcessGroupGloo in the real executor), the baseline our rings are measured against.
+// CollectiveAverager: cross-cluster averaging by the executor's own all-reduce
+// (NodeEnv::collectives, c10d ProcessGroupGloo in the real executor), the baseline our rings are
+// measured against.
 //
 // It keeps the multi-ring's structure: the chunks of Plan::rings, each summed over a group made of
 // its owners (one node per cluster), every chunk at once; Gloo picks its own algorithm inside a
@@ -24,7 +25,8 @@ class CollectiveAverager : public Averager {
   void start(at::Tensor state, int64_t rows, int64_t round) override;
   bool hold(Message&) override { return false; }  // nothing travels through the transport
   bool progress() override;
-  void wait(const std::function<Message()>& recv, const std::function<void(Message)>& other) override;
+  void wait(const std::function<Message()>& recv,
+            const std::function<void(Message)>& other) override;
   bool active() const override { return active_; }
   at::Tensor result() const override;
   void clear() override;

@@ -1,6 +1,7 @@
 // dedloc: collaborative data parallelism with a load-balanced butterfly all-reduce (algo/dedloc.h).
 #include "algo/dedloc.h"
 
+#include <ATen/ATen.h>
 #include <glpk.h>
 
 #include <algorithm>
@@ -8,8 +9,6 @@
 #include <map>
 #include <numeric>
 #include <tuple>
-
-#include <ATen/ATen.h>
 
 #include "algo/algorithm.h"
 #include "algo/pipeline_worker.h"
@@ -21,9 +20,11 @@ namespace rv {
 Shares dedloc_shares(const std::vector<double>& up, const std::vector<double>& down,
                      const std::vector<bool>& client_only) {
   const int n = static_cast<int>(up.size());
-  RV_CHECK(n >= 1 && down.size() == up.size() && client_only.size() == up.size(), "dedloc_shares: one entry per peer");
+  RV_CHECK(n >= 1 && down.size() == up.size() && client_only.size() == up.size(),
+           "dedloc_shares: one entry per peer");
   if (std::all_of(client_only.begin(), client_only.end(), [](bool c) { return c; }))
-    throw InputError("dedloc needs a peer that accepts connections to aggregate: every device is client_only");
+    throw InputError(
+        "dedloc needs a peer that accepts connections to aggregate: every device is client_only");
   Shares out;
   out.share.assign(static_cast<size_t>(n), 0.0);
   std::vector<double> c(static_cast<size_t>(n));
@@ -41,8 +42,10 @@ Shares dedloc_shares(const std::vector<double>& up, const std::vector<double>& d
   glp_add_cols(lp, n + 2);
   const int colT = n + 1, colM = n + 2;
   for (int i = 1; i <= n; ++i) {
-    if (client_only[i - 1]) glp_set_col_bnds(lp, i, GLP_FX, 0.0, 0.0);
-    else glp_set_col_bnds(lp, i, GLP_DB, 0.0, 1.0);
+    if (client_only[i - 1])
+      glp_set_col_bnds(lp, i, GLP_FX, 0.0, 0.0);
+    else
+      glp_set_col_bnds(lp, i, GLP_DB, 0.0, 1.0);
   }
   glp_set_col_bnds(lp, colT, GLP_LO, 0.0, 0.0);
   glp_set_col_bnds(lp, colM, GLP_LO, 0.0, 0.0);
@@ -75,7 +78,8 @@ Shares dedloc_shares(const std::vector<double>& up, const std::vector<double>& d
   const int status = glp_get_status(lp);
   if (ret != 0 || status != GLP_OPT) {
     glp_delete_prob(lp);
-    throw Error("dedloc: the load-balancing programme has no optimum (GLPK status " + std::to_string(status) + ")");
+    throw Error("dedloc: the load-balancing programme has no optimum (GLPK status " +
+                std::to_string(status) + ")");
   }
   double sum = 0;
   for (int i = 1; i <= n; ++i) sum += out.share[i - 1] = std::max(0.0, glp_get_col_prim(lp, i));
@@ -90,7 +94,10 @@ std::vector<int64_t> part_bounds(const std::vector<double>& share, int64_t n) {
   double cumulative = 0;
   for (size_t i = 0; i < share.size(); ++i) {
     cumulative += share[i];
-    const int64_t end = i + 1 == share.size() ? n : std::min<int64_t>(n, std::llround(cumulative * static_cast<double>(n)));
+    const int64_t end =
+        i + 1 == share.size()
+            ? n
+            : std::min<int64_t>(n, std::llround(cumulative * static_cast<double>(n)));
     b.push_back(std::max(b.back(), end));
   }
   return b;
@@ -102,7 +109,9 @@ namespace {
 class Peer {
  public:
   Peer(NodeEnv& env, const RunSpec& spec, int node, const NodeRole& role)
-      : env_(env), node_(node), tr_(spec.scenario->training),
+      : env_(env),
+        node_(node),
+        tr_(spec.scenario->training),
         w_(env, spec, node, tr_, in_flight(algorithm_of(*spec.scenario), tr_, 1)) {
     index_.assign(static_cast<size_t>(spec.plan->nodes), -1);
     for (const auto& cluster : spec.plan->clusters) {
@@ -119,7 +128,8 @@ class Peer {
       client.push_back(d.client_only);
     }
     target_ = target_samples(tr_, w_.batch(), static_cast<int>(peers_.size()));
-    bounds_ = part_bounds(dedloc_shares(up, down, client).share, spec.model->state_offset(spec.model->layer_count()));
+    bounds_ = part_bounds(dedloc_shares(up, down, client).share,
+                          spec.model->state_offset(spec.model->layer_count()));
     reports_.resize(peers_.size());
     rates_.assign(peers_.size(), 0.0);
   }
@@ -129,11 +139,13 @@ class Peer {
     for (int64_t step = 0; step < tr_.steps; ++step) {
       const int64_t own = accumulate(step);
       int64_t total = 0;
-      w_.reduce_gradients([&](const at::Tensor& flat) { return all_reduce(step, own, flat, &total); });
+      w_.reduce_gradients(
+          [&](const at::Tensor& flat) { return all_reduce(step, own, flat, &total); });
       w_.update(mb_ - 1, 0);
       seen += total;
       const int64_t done = step + 1;
-      if (me_ == 0 && tr_.eval_every > 0 && done % tr_.eval_every == 0 && done < tr_.steps) w_.inject_eval(done, seen);
+      if (me_ == 0 && tr_.eval_every > 0 && done % tr_.eval_every == 0 && done < tr_.steps)
+        w_.inject_eval(done, seen);
     }
     if (me_ == 0) w_.inject_eval(tr_.steps, seen);
     w_.stop_next();
@@ -157,8 +169,11 @@ class Peer {
       for (size_t j = 0; j < peers_.size(); ++j) {
         const Report& r = reports_[j];
         if (static_cast<int>(j) == me_) continue;
-        if (r.step != step) sum += rates_[j] * std::max(0.0, now - began);
-        else sum += static_cast<double>(r.samples) + (r.last ? 0.0 : rates_[j] * std::max(0.0, now - r.time));
+        if (r.step != step)
+          sum += rates_[j] * std::max(0.0, now - began);
+        else
+          sum += static_cast<double>(r.samples) +
+                 (r.last ? 0.0 : rates_[j] * std::max(0.0, now - r.time));
       }
       return sum;
     };
@@ -201,7 +216,9 @@ class Peer {
     const bool numeric = flat.defined();
     const at::Tensor mine = numeric ? flat * static_cast<double>(own) : at::Tensor();
     auto part_len = [&](size_t j) { return bounds_[j + 1] - bounds_[j]; };
-    auto slice = [&](const at::Tensor& v, size_t j) { return v.narrow(0, bounds_[j], part_len(j)); };
+    auto slice = [&](const at::Tensor& v, size_t j) {
+      return v.narrow(0, bounds_[j], part_len(j));
+    };
     const size_t n = peers_.size(), me = static_cast<size_t>(me_);
     Bytes sent = 0;
     auto send = [&](size_t j, MsgKind kind, const at::Tensor& part, int64_t aux, Bytes elems) {
@@ -219,7 +236,8 @@ class Peer {
     };
     // Reduce-scatter: each aggregator's slice to it.
     for (size_t j = 0; j < n; ++j)
-      if (j != me && part_len(j) > 0) send(j, MsgKind::kPart, numeric ? slice(mine, j) : at::Tensor(), own, part_len(j));
+      if (j != me && part_len(j) > 0)
+        send(j, MsgKind::kPart, numeric ? slice(mine, j) : at::Tensor(), own, part_len(j));
     at::Tensor result = numeric ? at::empty_like(flat) : at::Tensor();
     int64_t samples = -1;
     if (part_len(me) > 0) {
@@ -243,7 +261,9 @@ class Peer {
       if (numeric) slice(result, j).copy_(checked(m, part_len(j)));
       samples = m.aux;
     }
-    if (samples <= 0) throw InputError("dedloc: the collaboration's step " + std::to_string(step) + " counted no samples");
+    if (samples <= 0)
+      throw InputError("dedloc: the collaboration's step " + std::to_string(step) +
+                       " counted no samples");
     *total = samples;
     span.end = env_.clock.now();
     span.bytes = sent;
@@ -254,20 +274,24 @@ class Peer {
   // A part's payload, checked against the length it must have.
   at::Tensor checked(const Message& m, int64_t len) const {
     if (m.payload.size() != 1 || m.payload[0].numel() != len)
-      throw InputError("dedloc: node " + std::to_string(m.src) + " sent a part of the wrong length to node " +
-                       std::to_string(node_));
+      throw InputError("dedloc: node " + std::to_string(m.src) +
+                       " sent a part of the wrong length to node " + std::to_string(node_));
     return m.payload[0].reshape({-1});
   }
 
   // Files a message for later: progress by step, parts by (kind, step, sender).
   void file(Message m) {
     if (m.kind == MsgKind::kProgress) {
-      const int j = m.src >= 0 && static_cast<size_t>(m.src) < index_.size() ? index_[static_cast<size_t>(m.src)] : -1;
-      if (j < 0 || m.aux < 0) throw InputError("dedloc: a malformed progress report from node " + std::to_string(m.src));
+      const int j = m.src >= 0 && static_cast<size_t>(m.src) < index_.size()
+                        ? index_[static_cast<size_t>(m.src)]
+                        : -1;
+      if (j < 0 || m.aux < 0)
+        throw InputError("dedloc: a malformed progress report from node " + std::to_string(m.src));
       Report& r = reports_[static_cast<size_t>(j)];
       // The rate between two reports of one step (it carries over to the next steps).
       if (r.step == m.step && m.scalar > r.time && m.aux > r.samples)
-        rates_[static_cast<size_t>(j)] = static_cast<double>(m.aux - r.samples) / (m.scalar - r.time);
+        rates_[static_cast<size_t>(j)] =
+            static_cast<double>(m.aux - r.samples) / (m.scalar - r.time);
       r = Report{m.step, m.aux, m.scalar, m.id == 1};
       return;
     }
@@ -275,8 +299,8 @@ class Peer {
       throw unexpected_message("node " + std::to_string(node_) + " (dedloc)", m);
     const auto key = std::make_tuple(static_cast<int>(m.kind), m.step, m.src);
     if (parts_.count(key) != 0)
-      throw InputError("dedloc: node " + std::to_string(m.src) + " sent step " + std::to_string(m.step) + "'s " +
-                       to_string(m.kind) + " twice");
+      throw InputError("dedloc: node " + std::to_string(m.src) + " sent step " +
+                       std::to_string(m.step) + "'s " + to_string(m.kind) + " twice");
     parts_.emplace(key, std::move(m));
   }
 
@@ -320,7 +344,8 @@ class Peer {
 void run_dedloc(NodeEnv& env, const RunSpec& spec, int node) {
   const NodeRole role = spec.plan->role_of(node);
   if (role.stage < 0) return;
-  if (!role.first() || !role.last()) throw InputError("dedloc needs a plan in which every node holds the whole model");
+  if (!role.first() || !role.last())
+    throw InputError("dedloc needs a plan in which every node holds the whole model");
   Peer(env, spec, node, role).run();
 }
 

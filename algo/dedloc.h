@@ -26,7 +26,7 @@
 namespace rv {
 
 struct Shares {
-  std::vector<double> share;  // per peer; sum 1; 0 for client_only peers
+  std::vector<double> share;    // per peer; sum 1; 0 for client_only peers
   double seconds_per_byte = 0;  // T: the all-reduce's time per byte of the vector, bandwidth only
 };
 

@@ -11,7 +11,8 @@
 namespace rv {
 
 OuterOptimizer::OuterOptimizer(double lr, double momentum) : lr_(lr), momentum_(momentum) {
-  RV_CHECK(lr > 0 && momentum >= 0 && momentum < 1, "outer optimizer: lr > 0 and momentum in [0, 1)");
+  RV_CHECK(lr > 0 && momentum >= 0 && momentum < 1,
+           "outer optimizer: lr > 0 and momentum in [0, 1)");
 }
 
 void OuterOptimizer::set_anchor(at::Tensor anchor) {
@@ -20,8 +21,9 @@ void OuterOptimizer::set_anchor(at::Tensor anchor) {
 }
 
 const at::Tensor& OuterOptimizer::step(const at::Tensor& mean, const at::Tensor& parameters) {
-  RV_CHECK(anchor_.defined() && mean.sizes() == anchor_.sizes() && parameters.sizes() == anchor_.sizes(),
-           "outer optimizer: the mean and the mask must be laid out like the anchor");
+  RV_CHECK(
+      anchor_.defined() && mean.sizes() == anchor_.sizes() && parameters.sizes() == anchor_.sizes(),
+      "outer optimizer: the mean and the mask must be laid out like the anchor");
   c10::NoGradGuard no_grad;
   const at::Tensor m = mean.detach();
   if (lr_ == 1.0 && momentum_ == 0.0) {  // local SGD: anchor - (anchor - mean) is the mean, exactly
@@ -37,8 +39,12 @@ const at::Tensor& OuterOptimizer::step(const at::Tensor& mean, const at::Tensor&
   return anchor_;
 }
 
-void run_diloco(NodeEnv& env, const RunSpec& spec, int node) { run_periodic_pipeline(env, spec, node); }
+void run_diloco(NodeEnv& env, const RunSpec& spec, int node) {
+  run_periodic_pipeline(env, spec, node);
+}
 
-void run_local_sgd(NodeEnv& env, const RunSpec& spec, int node) { run_periodic_pipeline(env, spec, node); }
+void run_local_sgd(NodeEnv& env, const RunSpec& spec, int node) {
+  run_periodic_pipeline(env, spec, node);
+}
 
 }  // namespace rv

@@ -23,7 +23,8 @@ void run_gpipe(NodeEnv& env, const RunSpec& spec, int node) {
   PipelineWorker w(env, spec, node, tr, m);
   const int64_t B = w.batch();
   auto unexpected = [&](const Message& msg) {
-    throw unexpected_message("node " + std::to_string(node) + " (gpipe stage " + std::to_string(role.stage) + ")", msg);
+    throw unexpected_message(
+        "node " + std::to_string(node) + " (gpipe stage " + std::to_string(role.stage) + ")", msg);
   };
   // Messages of the next step that arrive while this stage exchanges gradients.
   std::deque<Message> later;
@@ -52,8 +53,10 @@ void run_gpipe(NodeEnv& env, const RunSpec& spec, int node) {
       for (int64_t j = 0; j < m; ++j) {
         const int64_t mb = step * m + j;
         Message out = w.forward(mb, nullptr);
-        if (role.last()) pending.push_back(mb);
-        else w.send(role.next, std::move(out));
+        if (role.last())
+          pending.push_back(mb);
+        else
+          w.send(role.next, std::move(out));
       }
       if (role.last()) {
         last_flush();

@@ -31,30 +31,41 @@ void run_pipedream(NodeEnv& env, const RunSpec& spec, int node) {
   if (role.stage < 0) return;
   const Algorithm& algorithm = algorithm_of(*spec.scenario);
   const int64_t per_update = micro_batches_per_update(algorithm, tr);
-  const int64_t total = tr.steps * per_update;        // micro-batches, ids 0 .. total - 1
-  const int64_t limit = role.stages - role.stage;     // unfinished micro-batches kept here
+  const int64_t total = tr.steps * per_update;     // micro-batches, ids 0 .. total - 1
+  const int64_t limit = role.stages - role.stage;  // unfinished micro-batches kept here
   const bool exchanges = spec.plan->clusters.size() > 1;
   // Micro-batches per averaging period: none of the next starts before the period's averaging.
   const int64_t period = exchanges ? tr.average_every * per_update : total;
   PipelineWorker w(env, spec, node, tr, limit);
   const int64_t B = w.batch();
   auto unexpected = [&](const Message& m) {
-    throw unexpected_message("node " + std::to_string(node) + " (pipedream stage " + std::to_string(role.stage) + ")", m);
+    throw unexpected_message(
+        "node " + std::to_string(node) + " (pipedream stage " + std::to_string(role.stage) + ")",
+        m);
   };
 
   std::deque<Message> fwd, bwd, evals;
   bool stopping = false;
   auto route = [&](Message m) {
     switch (m.kind) {
-      case MsgKind::kForward: fwd.push_back(std::move(m)); return;
-      case MsgKind::kBackward: bwd.push_back(std::move(m)); return;
-      case MsgKind::kEvalForward: evals.push_back(std::move(m)); return;
-      case MsgKind::kStop: stopping = true; return;
-      default: unexpected(m);
+      case MsgKind::kForward:
+        fwd.push_back(std::move(m));
+        return;
+      case MsgKind::kBackward:
+        bwd.push_back(std::move(m));
+        return;
+      case MsgKind::kEvalForward:
+        evals.push_back(std::move(m));
+        return;
+      case MsgKind::kStop:
+        stopping = true;
+        return;
+      default:
+        unexpected(m);
     }
   };
   int64_t forwards = 0, backwards = 0;  // done here, in micro-batch order
-  int64_t stalest = 0;  // of the micro-batches the next update applies
+  int64_t stalest = 0;                  // of the micro-batches the next update applies
   // After the backward of micro-batch `mb`: the update (every per_update backwards, recording the
   // largest staleness among them), the averaging it completes, and the first stage's evaluation.
   auto after_backward = [&](int64_t mb, int64_t staleness) {
@@ -72,9 +83,10 @@ void run_pipedream(NodeEnv& env, const RunSpec& spec, int node) {
     Message m = std::move(q.front());
     q.pop_front();
     if (m.id != id)
-      throw InputError("node " + std::to_string(node) + " (pipedream stage " + std::to_string(role.stage) + ") got '" +
-                       to_string(m.kind) + "' of micro-batch " + std::to_string(m.id) + " where " +
-                       std::to_string(id) + " was due");
+      throw InputError("node " + std::to_string(node) + " (pipedream stage " +
+                       std::to_string(role.stage) + ") got '" + to_string(m.kind) +
+                       "' of micro-batch " + std::to_string(m.id) + " where " + std::to_string(id) +
+                       " was due");
     return m;
   };
 
@@ -85,7 +97,8 @@ void run_pipedream(NodeEnv& env, const RunSpec& spec, int node) {
     }
     // A forward is due while fewer than `limit` are unfinished here, unless it belongs to the next
     // averaging period and this stage still owes backwards of this one (they come first).
-    const bool forward_due = forwards - backwards < limit && forwards < total && forwards / period <= backwards / period;
+    const bool forward_due =
+        forwards - backwards < limit && forwards < total && forwards / period <= backwards / period;
     if (forward_due) {
       Message in;
       if (!role.first()) {

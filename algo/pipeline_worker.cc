@@ -1,11 +1,11 @@
 #include "algo/pipeline_worker.h"
 
+#include <ATen/ATen.h>
+
 #include <algorithm>
 #include <iomanip>
 #include <set>
 #include <sstream>
-
-#include <ATen/ATen.h>
 
 #include "algo/registry.h"
 #include "core/error.h"
@@ -13,9 +13,14 @@
 namespace rv {
 
 PipelineWorker::PipelineWorker(NodeEnv& env, const RunSpec& spec, int node,
-                               const TrainingSpec& training, int64_t in_flight, const NodeRole* role)
-    : env_(env), spec_(spec), role_(role != nullptr ? *role : spec.plan->role_of(node)), training_(training),
-      batch_(spec.scenario->data.batch_size), in_flight_cap_(in_flight),
+                               const TrainingSpec& training, int64_t in_flight,
+                               const NodeRole* role)
+    : env_(env),
+      spec_(spec),
+      role_(role != nullptr ? *role : spec.plan->role_of(node)),
+      training_(training),
+      batch_(spec.scenario->data.batch_size),
+      in_flight_cap_(in_flight),
       averager_(make_averager(env, *spec.plan, *spec.model, node, allreduce_of(*spec.scenario),
                               ring_piece_bytes(spec.scenario->training))),
       average_rows_(averaged_rows(algorithm_of(*spec.scenario), training)) {
@@ -33,8 +38,9 @@ PipelineWorker::PipelineWorker(NodeEnv& env, const RunSpec& spec, int node,
     const int clusters = static_cast<int>(spec.plan->clusters.size());
     const uint64_t seed = spec.scenario->seed + 7919ULL * static_cast<uint64_t>(role_.cluster);
     if (clusters > 1)
-      sampler_ = std::make_unique<Sampler>(shard(spec.data->train_size(), clusters, role_.cluster, spec.scenario->seed),
-                                           batch_, seed);
+      sampler_ = std::make_unique<Sampler>(
+          shard(spec.data->train_size(), clusters, role_.cluster, spec.scenario->seed), batch_,
+          seed);
     else
       sampler_ = std::make_unique<Sampler>(spec.data->train_size(), batch_, seed);
   }
@@ -53,7 +59,8 @@ PipelineWorker::PipelineWorker(NodeEnv& env, const RunSpec& spec, int node,
 }
 
 InputError unexpected_message(const std::string& receiver, const Message& m) {
-  return InputError(receiver + " got an unexpected '" + to_string(m.kind) + "' message from node " + std::to_string(m.src));
+  return InputError(receiver + " got an unexpected '" + to_string(m.kind) + "' message from node " +
+                    std::to_string(m.src));
 }
 
 Event PipelineWorker::event(EventKind kind) const {
@@ -86,10 +93,13 @@ Message PipelineWorker::forward(int64_t mb, const Message* in) {
   Event e = event(EventKind::kForward);
   e.micro_batch = mb;
   compute(e, work_.forward, [&] {
-    at::Tensor x = role_.first() ? spec_.data->inputs(sampler_->indices(mb), false) : in->payload.at(0);
+    at::Tensor x =
+        role_.first() ? spec_.data->inputs(sampler_->indices(mb), false) : in->payload.at(0);
     at::Tensor y = stage_->forward(mb, x);
-    if (role_.last()) logits_[mb] = y;
-    else out.payload.push_back(y.contiguous());
+    if (role_.last())
+      logits_[mb] = y;
+    else
+      out.payload.push_back(y.contiguous());
   });
   if (!numeric()) forward_version_[mb] = version_;
   finish(e);
@@ -110,7 +120,8 @@ Message PipelineWorker::backward_message(int64_t mb) const {
 int64_t PipelineWorker::finish_backward(Event& e, int64_t mb, int64_t forward_version) {
   if (!numeric()) {  // timing mode: the version is kept here instead of in the Stage
     auto it = forward_version_.find(mb);
-    RV_CHECK(it != forward_version_.end(), "backward of micro-batch " + std::to_string(mb) + " without its forward");
+    RV_CHECK(it != forward_version_.end(),
+             "backward of micro-batch " + std::to_string(mb) + " without its forward");
     forward_version = it->second;
     forward_version_.erase(it);
   }
@@ -119,7 +130,8 @@ int64_t PipelineWorker::finish_backward(Event& e, int64_t mb, int64_t forward_ve
   return version_ - forward_version;
 }
 
-std::optional<Message> PipelineWorker::backward(int64_t mb, const Message& grad, int64_t* staleness) {
+std::optional<Message> PipelineWorker::backward(int64_t mb, const Message& grad,
+                                                int64_t* staleness) {
   Message out = backward_message(mb);
   Event e = event(EventKind::kBackward);
   e.micro_batch = mb;
@@ -142,7 +154,8 @@ std::optional<Message> PipelineWorker::last_backward(int64_t mb, int64_t* stalen
   compute(e, work_.backward, [&] {
     auto it = logits_.find(mb);
     RV_CHECK(it != logits_.end(), "last backward without forward");
-    LossResult r = spec_.data->task().loss_and_grad(it->second, spec_.data->targets(sampler_->indices(mb), false));
+    LossResult r = spec_.data->task().loss_and_grad(
+        it->second, spec_.data->targets(sampler_->indices(mb), false));
     logits_.erase(it);
     loss = r.loss;
     at::Tensor g = stage_->backward(mb, r.grad_input, &fv);
@@ -297,7 +310,8 @@ void PipelineWorker::poll_average() {
 
 void PipelineWorker::apply_overlapped() {
   if (numeric()) {
-    at::Tensor merged = stage_->averaged_state(average_optimizer_) + (averager_->result() - snapshot_);
+    at::Tensor merged =
+        stage_->averaged_state(average_optimizer_) + (averager_->result() - snapshot_);
     // Adam's second moment may not go negative, whatever it learned meanwhile.
     if (average_optimizer_ && adaptive_optimizer(training_)) merged[2].clamp_min_(0);
     stage_->set_averaged_state(merged);
@@ -367,7 +381,8 @@ void PipelineWorker::average(const std::function<void(Message)>& defer) {
   if (outer_kind_ != OuterStep::kNone) return outer_average(round, defer);
   if (!averager_->participates()) return;
   at::Tensor state = numeric() ? stage_->averaged_state(average_optimizer_) : at::Tensor();
-  at::Tensor mean = averager_->average(std::move(state), average_rows_, round, raw_recv(), other(defer));
+  at::Tensor mean =
+      averager_->average(std::move(state), average_rows_, round, raw_recv(), other(defer));
   if (numeric()) stage_->set_averaged_state(mean);
 }
 
@@ -378,21 +393,25 @@ void PipelineWorker::outer_average(int64_t round, const std::function<void(Messa
     return;
   }
   at::Tensor state = stage_->averaged_state(false);
-  const at::Tensor mean = joins ? averager_->average(std::move(state), 1, round, raw_recv(), other(defer)) : state;
+  const at::Tensor mean =
+      joins ? averager_->average(std::move(state), 1, round, raw_recv(), other(defer)) : state;
   stage_->set_averaged_state(outer_->step(mean.reshape({-1}), outer_mask_).unsqueeze(0));
 }
 
 void PipelineWorker::reduce_gradients(const std::function<at::Tensor(const at::Tensor&)>& reduce) {
-  if (numeric()) stage_->exchange_gradients(reduce);
-  else reduce(at::Tensor());
+  if (numeric())
+    stage_->exchange_gradients(reduce);
+  else
+    reduce(at::Tensor());
 }
 
 void PipelineWorker::exchange_gradients(const std::function<void(Message)>& defer) {
   const int64_t round = averagings_++;
   if (!averager_->participates()) return;
   if (numeric()) {
-    stage_->exchange_gradients(
-        [&](const at::Tensor& flat) { return averager_->average(flat, 1, round, raw_recv(), other(defer)); });
+    stage_->exchange_gradients([&](const at::Tensor& flat) {
+      return averager_->average(flat, 1, round, raw_recv(), other(defer));
+    });
   } else {
     averager_->average(at::Tensor(), 1, round, raw_recv(), other(defer));
   }
@@ -401,7 +420,8 @@ void PipelineWorker::exchange_gradients(const std::function<void(Message)>& defe
 // ---- Churn ----
 
 bool PipelineWorker::pipeline_kind(MsgKind k) const {
-  return k == MsgKind::kForward || k == MsgKind::kBackward || k == MsgKind::kEvalForward || k == MsgKind::kStop;
+  return k == MsgKind::kForward || k == MsgKind::kBackward || k == MsgKind::kEvalForward ||
+         k == MsgKind::kStop;
 }
 
 bool PipelineWorker::intercept(Message& m) {
@@ -411,8 +431,10 @@ bool PipelineWorker::intercept(Message& m) {
     return false;
   }
   if (m.kind == MsgKind::kStateRequest) {
-    if (m.id <= round_done_) serve(m);
-    else requests_.push_back(std::move(m));
+    if (m.id <= round_done_)
+      serve(m);
+    else
+      requests_.push_back(std::move(m));
     return true;
   }
   if (!pipeline_kind(m.kind)) return false;
@@ -444,13 +466,15 @@ void PipelineWorker::on_member() {
     if (e.join) continue;
     if (!recovers_ && spec_.plan->role_of(e.node).stage >= 0) {
       std::ostringstream os;
-      os << training_.algorithm << " cannot go on without node " << e.node << ", which left at " << std::fixed
-         << std::setprecision(3) << e.at << " s: only ravnest recovers from churn (its clusters average, so "
+      os << training_.algorithm << " cannot go on without node " << e.node << ", which left at "
+         << std::fixed << std::setprecision(3) << e.at
+         << " s: only ravnest recovers from churn (its clusters average, so "
          << "another cluster holds the lost layers)";
       throw Error(os.str());
     }
     // A ring member of the averaging in progress that left since its round was sealed.
-    if (averager_->active() && averaging_round_ >= 0 && roster_->left_since(e.node, averaging_round_))
+    if (averager_->active() && averaging_round_ >= 0 &&
+        roster_->left_since(e.node, averaging_round_))
       averager_->drop(e.node);
   }
   if (recovers_ && !roster_->any_up())
@@ -489,7 +513,8 @@ void PipelineWorker::serve(const Message& request) {
   out.id = request.id;
   out.aux = lo;
   out.step = hi;
-  if (numeric()) out.payload.push_back(stage_->averaged_state(true).narrow(1, lo - base, hi - lo).contiguous());
+  if (numeric())
+    out.payload.push_back(stage_->averaged_state(true).narrow(1, lo - base, hi - lo).contiguous());
   out.bytes = kHeaderBytes + kFloatBytes * rows * (hi - lo);
   send(request.src, std::move(out));
 }
@@ -543,7 +568,8 @@ void PipelineWorker::fetch_state(int64_t round, const std::function<void(Message
   std::vector<std::pair<int64_t, int64_t>> missing{{base, end}};
   std::map<int, std::vector<std::pair<int64_t, int64_t>>> asked;  // node -> pieces asked of it
   std::set<int> tried;
-  const Assignment at = roster_->assignment_at(round);  // a copy: on_member() below extends the roster
+  const Assignment at =
+      roster_->assignment_at(round);  // a copy: on_member() below extends the roster
   struct Piece {
     int node;
     int64_t lo, hi;
@@ -568,21 +594,24 @@ void PipelineWorker::fetch_state(int64_t round, const std::function<void(Message
       // are all still there.
       std::vector<int> order = roster_->view(round);
       std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-        return (a - role_.cluster + clusters) % clusters < (b - role_.cluster + clusters) % clusters;
+        return (a - role_.cluster + clusters) % clusters <
+               (b - role_.cluster + clusters) % clusters;
       });
       std::vector<Piece> pieces;
       int donor = -1;
       for (int c : order) {
         if (tried.count(c) || c == role_.cluster) continue;
         pieces = pieces_of(c);
-        if (std::none_of(pieces.begin(), pieces.end(), [&](const Piece& p) { return roster_->left_since(p.node, round); })) {
+        if (std::none_of(pieces.begin(), pieces.end(),
+                         [&](const Piece& p) { return roster_->left_since(p.node, round); })) {
           donor = c;
           break;
         }
       }
       if (donor < 0)
-        throw Error("cluster " + std::to_string(role_.cluster) + " cannot be rebuilt after averaging " +
-                    std::to_string(round) + ": no cluster of that averaging still has every node holding the layers of " +
+        throw Error("cluster " + std::to_string(role_.cluster) +
+                    " cannot be rebuilt after averaging " + std::to_string(round) +
+                    ": no cluster of that averaging still has every node holding the layers of " +
                     "node " + std::to_string(role_.node) + "'s stage");
       tried.insert(donor);
       for (const Piece& p : pieces) {
@@ -639,8 +668,10 @@ void PipelineWorker::fetch_state(int64_t round, const std::function<void(Message
 }
 
 NodeState PipelineWorker::checkpoint_state(int64_t done) const {
-  RV_CHECK(forward_version_.empty() && logits_.empty() && (!stage_ || stage_->pending() == 0) && !averager_->active(),
-           "node " + std::to_string(role_.node) + ": a checkpoint with micro-batches or an averaging in flight");
+  RV_CHECK(forward_version_.empty() && logits_.empty() && (!stage_ || stage_->pending() == 0) &&
+               !averager_->active(),
+           "node " + std::to_string(role_.node) +
+               ": a checkpoint with micro-batches or an averaging in flight");
   NodeState s;
   s.node = role_.node;
   s.cluster = role_.cluster;
@@ -662,15 +693,18 @@ NodeState PipelineWorker::checkpoint_state(int64_t done) const {
 void PipelineWorker::restore(const NodeState& s) {
   const std::string who = "checkpoint of node " + std::to_string(s.node);
   if (s.node != role_.node || s.cluster != role_.cluster || s.stage != role_.stage)
-    throw InputError(who + ": it held stage " + std::to_string(s.stage) + " of cluster " + std::to_string(s.cluster) +
-                     ", the plan gives node " + std::to_string(role_.node) + " stage " + std::to_string(role_.stage) +
+    throw InputError(who + ": it held stage " + std::to_string(s.stage) + " of cluster " +
+                     std::to_string(s.cluster) + ", the plan gives node " +
+                     std::to_string(role_.node) + " stage " + std::to_string(role_.stage) +
                      " of cluster " + std::to_string(role_.cluster));
   if (numeric() != s.state.defined())
-    throw InputError(who + ": " + (numeric() ? "a timing-mode checkpoint cannot resume a numeric run"
-                                             : "a numeric checkpoint cannot resume a timing-mode run"));
+    throw InputError(who + ": " +
+                     (numeric() ? "a timing-mode checkpoint cannot resume a numeric run"
+                                : "a numeric checkpoint cannot resume a timing-mode run"));
   if (stage_) {
     const int64_t rows = 1 + Optimizer::slots(training_);
-    const int64_t n = spec_.model->state_offset(role_.layer_end) - spec_.model->state_offset(role_.layer_begin);
+    const int64_t n =
+        spec_.model->state_offset(role_.layer_end) - spec_.model->state_offset(role_.layer_begin);
     if (s.state.dim() != 2 || s.state.size(0) != rows || s.state.size(1) != n)
       throw InputError(who + ": its state does not fit the stage (" + std::to_string(rows) + " x " +
                        std::to_string(n) + " expected)");
@@ -683,9 +717,11 @@ void PipelineWorker::restore(const NodeState& s) {
 }
 
 void PipelineWorker::record_memory() {
-  const int64_t pending = numeric() ? stage_->pending() : static_cast<int64_t>(forward_version_.size());
+  const int64_t pending =
+      numeric() ? stage_->pending() : static_cast<int64_t>(forward_version_.size());
   const Bytes now = stage_cost(*spec_.model, role_.layer_begin, role_.layer_end, training_, batch_,
-                               std::max<int64_t>(pending, 1)).memory;
+                               std::max<int64_t>(pending, 1))
+                        .memory;
   if (now > peak_memory_) {
     peak_memory_ = now;
     Event e = event(EventKind::kMemory);

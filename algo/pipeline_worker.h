@@ -5,9 +5,9 @@
 #pragma once
 
 #include <deque>
-#include <set>
 #include <memory>
 #include <optional>
+#include <set>
 
 #include "algo/algorithm.h"
 #include "algo/averager.h"
@@ -139,7 +139,7 @@ class PipelineWorker {
   int64_t batch_;
   int64_t in_flight_cap_;
   StageCost cost_;
-  StageWork work_;  // the same stage's kernels, as the compute model charges them
+  StageWork work_;                // the same stage's kernels, as the compute model charges them
   std::unique_ptr<Stage> stage_;  // numeric mode only
   std::unique_ptr<Sampler> sampler_;
   int64_t version_ = 0;
@@ -154,14 +154,15 @@ class PipelineWorker {
   std::unique_ptr<Averager> averager_;
   std::unique_ptr<Roster> roster_;  // churn only
   bool recovers_ = false;
-  size_t events_seen_ = 0;          // membership events handled by on_member()
+  size_t events_seen_ = 0;  // membership events handled by on_member()
   int64_t period_ = 0;
   bool down_ = false;
-  int64_t round_done_ = -1;         // the last round averaged: its state can be served
-  int64_t averaging_round_ = -1;    // the round of the last averaging begun
-  std::deque<Message> requests_;    // state requests for later rounds
-  bool average_optimizer_ = false;  // averagings carry the optimizer's state too (average_rows_ > 1)
-  int64_t average_rows_;     // rows of an averaged tensor (Stage::averaged_state)
+  int64_t round_done_ = -1;       // the last round averaged: its state can be served
+  int64_t averaging_round_ = -1;  // the round of the last averaging begun
+  std::deque<Message> requests_;  // state requests for later rounds
+  bool average_optimizer_ =
+      false;              // averagings carry the optimizer's state too (average_rows_ > 1)
+  int64_t average_rows_;  // rows of an averaged tensor (Stage::averaged_state)
   int64_t averagings_ = 0;
   at::Tensor snapshot_;  // overlapped averaging: the state it started from
   // An outer step (diloco, local-sgd: algo/diloco.h) after each exchange of parameters.

@@ -38,7 +38,8 @@ namespace {
 void check_kind(const Message& m, std::initializer_list<MsgKind> ok, const NodeRole& role) {
   for (auto k : ok)
     if (m.kind == k) return;
-  throw unexpected_message("node " + std::to_string(role.node) + " (stage " + std::to_string(role.stage) + ")", m);
+  throw unexpected_message(
+      "node " + std::to_string(role.node) + " (stage " + std::to_string(role.stage) + ")", m);
 }
 
 }  // namespace
@@ -61,15 +62,20 @@ void run_periodic_pipeline(NodeEnv& env, const RunSpec& spec, int node) {
   const int64_t B = w.batch();
   const int64_t E = tr.average_every;
   // Exchanges happen between clusters, and for an outer step (diloco) with one cluster too.
-  const bool exchanges = spec.plan->clusters.size() > 1 || algorithm.traits.outer != OuterStep::kNone;
-  auto eval_due = [&](int64_t done) { return tr.eval_every > 0 && done % tr.eval_every == 0 && done < total; };
+  const bool exchanges =
+      spec.plan->clusters.size() > 1 || algorithm.traits.outer != OuterStep::kNone;
+  auto eval_due = [&](int64_t done) {
+    return tr.eval_every > 0 && done % tr.eval_every == 0 && done < total;
+  };
   auto average_due = [&](int64_t done) { return exchanges && (done % E == 0 || done == total); };
   // Checkpoints: after the averaging of every `every`-th update (a multiple of E), before that
   // round's evaluation; the first stage drains its pipeline there with one cluster too. A resumed
   // node starts from its checkpoint's state, at the instant the checkpoint was complete.
   Checkpoints* const ck = env.checkpoints;
   const int64_t every = ck != nullptr ? ck->every() : 0;
-  auto checkpoint_due = [&](int64_t done) { return every > 0 && done % every == 0 && done < total; };
+  auto checkpoint_due = [&](int64_t done) {
+    return every > 0 && done % every == 0 && done < total;
+  };
   auto checkpoint = [&](int64_t done) { ck->save(w.checkpoint_state(done)); };
   const NodeState* from = ck != nullptr ? ck->resume(node) : nullptr;
   if (from != nullptr) w.restore(*from);
@@ -78,8 +84,10 @@ void run_periodic_pipeline(NodeEnv& env, const RunSpec& spec, int node) {
   // Overlapped: averagings run while training goes on; the last one (after the last update) is
   // bulk-synchronous, so that every cluster ends with the same model.
   auto average = [&](int64_t done, const std::function<void(Message)>& defer) {
-    if (overlapped && done != total) w.start_overlapped_average(defer);
-    else w.average(defer);
+    if (overlapped && done != total)
+      w.start_overlapped_average(defer);
+    else
+      w.average(defer);
   };
 
   if (role.first()) {
@@ -91,7 +99,8 @@ void run_periodic_pipeline(NodeEnv& env, const RunSpec& spec, int node) {
       return (!exchanges || overlapped || injected < (completed / E + 1) * E) &&
              (every == 0 || injected < (completed / every + 1) * every);
     };
-    if (from != nullptr && eval_due(start)) w.inject_eval(start, start * B);  // the checkpoint's evaluation
+    if (from != nullptr && eval_due(start))
+      w.inject_eval(start, start * B);  // the checkpoint's evaluation
     while (completed < total) {
       if (role.last()) {  // a one-stage cluster: plain local training
         int64_t st = 0;
@@ -119,7 +128,8 @@ void run_periodic_pipeline(NodeEnv& env, const RunSpec& spec, int node) {
           continue;
         }
       }
-      if (average_due(completed)) average(completed, [&](Message m) { bwd.push_back(std::move(m)); });
+      if (average_due(completed))
+        average(completed, [&](Message m) { bwd.push_back(std::move(m)); });
       if (checkpoint_due(completed)) {
         RV_CHECK(bwd.empty() && injected == completed, "a checkpoint with micro-batches in flight");
         checkpoint(completed);
@@ -135,10 +145,14 @@ void run_periodic_pipeline(NodeEnv& env, const RunSpec& spec, int node) {
     std::deque<Message> fwd, bwd;
     bool stopping = false;
     auto route = [&](Message m) {
-      check_kind(m, {MsgKind::kForward, MsgKind::kEvalForward, MsgKind::kBackward, MsgKind::kStop}, role);
-      if (m.kind == MsgKind::kBackward) bwd.push_back(std::move(m));
-      else if (m.kind == MsgKind::kStop) stopping = true;
-      else fwd.push_back(std::move(m));
+      check_kind(m, {MsgKind::kForward, MsgKind::kEvalForward, MsgKind::kBackward, MsgKind::kStop},
+                 role);
+      if (m.kind == MsgKind::kBackward)
+        bwd.push_back(std::move(m));
+      else if (m.kind == MsgKind::kStop)
+        stopping = true;
+      else
+        fwd.push_back(std::move(m));
     };
     while (true) {
       while (auto m = w.try_recv()) route(std::move(*m));
@@ -151,14 +165,17 @@ void run_periodic_pipeline(NodeEnv& env, const RunSpec& spec, int node) {
         w.update(m.id, st);
         if (average_due(w.version())) average(w.version(), route);
         if (checkpoint_due(w.version())) {
-          RV_CHECK(bwd.empty() && fwd.empty() && !stopping, "a checkpoint with micro-batches in flight");
+          RV_CHECK(bwd.empty() && fwd.empty() && !stopping,
+                   "a checkpoint with micro-batches in flight");
           checkpoint(w.version());
         }
       } else if (!fwd.empty()) {
         Message m = std::move(fwd.front());
         fwd.pop_front();
-        if (m.kind == MsgKind::kForward) w.send(role.next, w.forward(m.id, &m));
-        else w.eval(m);
+        if (m.kind == MsgKind::kForward)
+          w.send(role.next, w.forward(m.id, &m));
+        else
+          w.eval(m);
       } else if (stopping) {
         break;
       } else {
@@ -190,7 +207,8 @@ void run_periodic_pipeline(NodeEnv& env, const RunSpec& spec, int node) {
     auto g = w.last_backward(m.id, &st);
     w.send(role.prev, std::move(*g));
     w.update(m.id, st);
-    if (average_due(w.version())) average(w.version(), [&](Message x) { later.push_back(std::move(x)); });
+    if (average_due(w.version()))
+      average(w.version(), [&](Message x) { later.push_back(std::move(x)); });
     if (checkpoint_due(w.version())) {
       RV_CHECK(later.empty(), "a checkpoint with micro-batches in flight");
       checkpoint(w.version());
@@ -208,8 +226,12 @@ namespace {
 class ChurnNode {
  public:
   ChurnNode(NodeEnv& env, const RunSpec& spec, int node)
-      : env_(env), spec_(spec), tr_(spec.scenario->training), node_(node),
-        E_(std::max<int64_t>(1, tr_.average_every)), rounds_((tr_.steps + E_ - 1) / E_) {}
+      : env_(env),
+        spec_(spec),
+        tr_(spec.scenario->training),
+        node_(node),
+        E_(std::max<int64_t>(1, tr_.average_every)),
+        rounds_((tr_.steps + E_ - 1) / E_) {}
 
   void run() {
     int64_t round = 0;
@@ -248,13 +270,16 @@ class ChurnNode {
       }
       trained_last = complete;
       const int64_t done = std::min(tr_.steps, (round + 1) * E_);
-      if (complete && w_->role().first() && eval_due(done)) w_->inject_eval(done, done * w_->batch());
+      if (complete && w_->role().first() && eval_due(done))
+        w_->inject_eval(done, done * w_->batch());
     }
     finish(trained_last);
   }
 
  private:
-  bool eval_due(int64_t done) const { return tr_.eval_every > 0 && done % tr_.eval_every == 0 && done < tr_.steps; }
+  bool eval_due(int64_t done) const {
+    return tr_.eval_every > 0 && done % tr_.eval_every == 0 && done < tr_.steps;
+  }
 
   // This node's stage and the round it starts in. A node of the plan that never left starts its
   // stage at round 0; a spare, a node that arrives later or one that comes back (the roster has it
@@ -301,13 +326,22 @@ class ChurnNode {
   void route(Message m) {
     switch (m.kind) {
       case MsgKind::kMember:
-      case MsgKind::kState: return;  // a late answer to a request asked again of another node
-      case MsgKind::kBackward: bwd_.push_back(std::move(m)); return;
+      case MsgKind::kState:
+        return;  // a late answer to a request asked again of another node
+      case MsgKind::kBackward:
+        bwd_.push_back(std::move(m));
+        return;
       case MsgKind::kForward:
-      case MsgKind::kEvalForward: fwd_.push_back(std::move(m)); return;
-      case MsgKind::kStop: stopping_ = true; return;
+      case MsgKind::kEvalForward:
+        fwd_.push_back(std::move(m));
+        return;
+      case MsgKind::kStop:
+        stopping_ = true;
+        return;
       default:
-        throw unexpected_message("node " + std::to_string(node_) + " (stage " + std::to_string(w_->role().stage) + ")", m);
+        throw unexpected_message(
+            "node " + std::to_string(node_) + " (stage " + std::to_string(w_->role().stage) + ")",
+            m);
     }
   }
 
@@ -359,7 +393,8 @@ class ChurnNode {
             continue;
           }
         }
-        if (completed_ < hi && eval_due(completed_)) w_->inject_eval(completed_, completed_ * w_->batch());
+        if (completed_ < hi && eval_due(completed_))
+          w_->inject_eval(completed_, completed_ * w_->batch());
       }
       return true;
     }
@@ -411,7 +446,8 @@ class ChurnNode {
     };
     for (auto* q : {&fwd_, &bwd_}) {
       for (const Message& m : *q)
-        if (stale(m) && (m.kind == MsgKind::kForward || m.kind == MsgKind::kBackward)) ids.insert(m.id);
+        if (stale(m) && (m.kind == MsgKind::kForward || m.kind == MsgKind::kBackward))
+          ids.insert(m.id);
       q->erase(std::remove_if(q->begin(), q->end(), stale), q->end());
     }
     for (int64_t mb : ids) {
@@ -466,6 +502,8 @@ class ChurnNode {
 
 }  // namespace
 
-void run_ravnest_churn(NodeEnv& env, const RunSpec& spec, int node) { ChurnNode(env, spec, node).run(); }
+void run_ravnest_churn(NodeEnv& env, const RunSpec& spec, int node) {
+  ChurnNode(env, spec, node).run();
+}
 
 }  // namespace rv

@@ -4,8 +4,8 @@
 #include <cmath>
 
 #include "algo/algorithm.h"
-#include "core/model/cost_model.h"
 #include "core/error.h"
+#include "core/model/cost_model.h"
 
 namespace rv {
 namespace {
@@ -51,33 +51,43 @@ const std::vector<Algorithm>& algorithms() {
        {InFlightRule::kOne, Schedule::kAsynchronous, Layout::kReplicas, Exchange::kGradients,
         /*forces_weight_stashing=*/false, /*overlapped_averaging=*/false}},
       {"diloco",
-       "DiLoCo: average_every inner AdamW steps per cluster through its pipeline, then the mean of the "
+       "DiLoCo: average_every inner AdamW steps per cluster through its pipeline, then the mean of "
+       "the "
        "parameter deltas through an outer SGD with Nesterov momentum",
        &run_diloco,
-       {InFlightRule::kMaxInFlight, Schedule::kAsynchronous, Layout::kPipelines, Exchange::kParameters,
-        /*forces_weight_stashing=*/false, /*overlapped_averaging=*/false, /*recovers_from_churn=*/false,
+       {InFlightRule::kMaxInFlight, Schedule::kAsynchronous, Layout::kPipelines,
+        Exchange::kParameters,
+        /*forces_weight_stashing=*/false, /*overlapped_averaging=*/false,
+        /*recovers_from_churn=*/false,
         /*checkpoints=*/false, OuterStep::kNesterov, /*optimizer=*/"adamw"}},
       {"local-sgd",
        "local SGD: average_every steps per cluster on its own data, then the clusters' parameters "
        "averaged (DiLoCo's outer step with learning rate 1 and no momentum)",
        &run_local_sgd,
-       {InFlightRule::kMaxInFlight, Schedule::kAsynchronous, Layout::kPipelines, Exchange::kParameters,
-        /*forces_weight_stashing=*/false, /*overlapped_averaging=*/false, /*recovers_from_churn=*/false,
+       {InFlightRule::kMaxInFlight, Schedule::kAsynchronous, Layout::kPipelines,
+        Exchange::kParameters,
+        /*forces_weight_stashing=*/false, /*overlapped_averaging=*/false,
+        /*recovers_from_churn=*/false,
         /*checkpoints=*/false, OuterStep::kMean}},
       {"pipedream",
-       "PipeDream: 1F1B pipelines (stages - s warm-up forwards on stage s, then one backward, one forward) "
+       "PipeDream: 1F1B pipelines (stages - s warm-up forwards on stage s, then one backward, one "
+       "forward) "
        "with weight stashing, or 2BW (double_buffered_weights); clusters averaged as ravnest's",
        &run_pipedream,
        {InFlightRule::kStages, Schedule::kAsynchronous, Layout::kPipelines, Exchange::kParameters,
-        /*forces_weight_stashing=*/true, /*overlapped_averaging=*/false, /*recovers_from_churn=*/false,
+        /*forces_weight_stashing=*/true, /*overlapped_averaging=*/false,
+        /*recovers_from_churn=*/false,
         /*checkpoints=*/false, OuterStep::kNone, /*optimizer=*/nullptr, /*double_buffering=*/true}},
       {"dedloc",
-       "DeDLOC: every peer the whole model, accumulating at its own pace until the collaboration has "
-       "target_batch samples, then a butterfly all-reduce in shares from a linear programme over the "
+       "DeDLOC: every peer the whole model, accumulating at its own pace until the collaboration "
+       "has "
+       "target_batch samples, then a butterfly all-reduce in shares from a linear programme over "
+       "the "
        "peers' bandwidths (client_only peers aggregate none)",
        &run_dedloc,
        {InFlightRule::kOne, Schedule::kAsynchronous, Layout::kReplicas, Exchange::kGradients,
-        /*forces_weight_stashing=*/false, /*overlapped_averaging=*/false, /*recovers_from_churn=*/false,
+        /*forces_weight_stashing=*/false, /*overlapped_averaging=*/false,
+        /*recovers_from_churn=*/false,
         /*checkpoints=*/false, OuterStep::kNone, /*optimizer=*/nullptr, /*double_buffering=*/false,
         /*target_batch=*/true}},
   };
@@ -120,7 +130,8 @@ int64_t target_samples(const TrainingSpec& training, int64_t batch, int clusters
   return training.target_batch > 0 ? training.target_batch : batch * clusters;
 }
 
-int64_t micro_batches_per_exchange(const Algorithm& a, const TrainingSpec& training, int64_t batch, int clusters) {
+int64_t micro_batches_per_exchange(const Algorithm& a, const TrainingSpec& training, int64_t batch,
+                                   int clusters) {
   if (a.traits.target_batch && batch > 0 && clusters > 0) {
     const int64_t each = batch * clusters;
     return std::max<int64_t>(1, (target_samples(training, batch, clusters) + each - 1) / each);
@@ -162,7 +173,8 @@ int64_t ring_piece_bytes(const TrainingSpec& training) {
 int64_t ring_pieces(int64_t seg_elems, int64_t rows, int64_t piece_bytes) {
   if (piece_bytes <= 0 || seg_elems <= 0) return 1;
   const int64_t seg_bytes = kFloatBytes * rows * seg_elems;
-  return std::max<int64_t>(1, std::min({(seg_bytes + piece_bytes - 1) / piece_bytes, seg_elems, kMaxRingPieces}));
+  return std::max<int64_t>(
+      1, std::min({(seg_bytes + piece_bytes - 1) / piece_bytes, seg_elems, kMaxRingPieces}));
 }
 
 std::map<std::string, std::vector<std::string>> registry_choices() {
@@ -173,13 +185,16 @@ void check_algorithm_settings(const Scenario& s) {
   const Algorithm& a = algorithm_of(s);
   if (a.traits.optimizer != nullptr && s.training.optimizer != a.traits.optimizer)
     throw ScenarioError(s.where("training.optimizer"), "training.optimizer",
-                        "\"" + s.training.optimizer + "\": " + a.name + "'s inner optimizer is " + a.traits.optimizer +
-                            " (set training.optimizer = \"" + a.traits.optimizer + "\")");
+                        "\"" + s.training.optimizer + "\": " + a.name + "'s inner optimizer is " +
+                            a.traits.optimizer + " (set training.optimizer = \"" +
+                            a.traits.optimizer + "\")");
   if (s.training.double_buffered_weights && !a.traits.double_buffering)
-    throw ScenarioError(s.where("training.double_buffered_weights"), "training.double_buffered_weights",
-                        std::string("PipeDream-2BW's double-buffered weights are pipedream's; ") + a.name +
-                            " has none");
-  if (a.traits.exchange == Exchange::kParameters && !a.traits.overlapped_averaging && s.training.averaging != "bulk-sync")
+    throw ScenarioError(s.where("training.double_buffered_weights"),
+                        "training.double_buffered_weights",
+                        std::string("PipeDream-2BW's double-buffered weights are pipedream's; ") +
+                            a.name + " has none");
+  if (a.traits.exchange == Exchange::kParameters && !a.traits.overlapped_averaging &&
+      s.training.averaging != "bulk-sync")
     throw ScenarioError(s.where("training.averaging"), "training.averaging",
                         std::string(a.name) + " averages drained pipelines: \"bulk-sync\" only");
 }
@@ -188,43 +203,59 @@ void check_churn_support(const Scenario& s) {
   if (!s.churn.enabled(s.devices) || !algorithm_of(s).traits.recovers_from_churn) return;
   const Allreduce& a = allreduce_of(s);
   if (a.topology != AllreduceTopology::kMultiRing || a.executor_collectives)
-    throw ScenarioError(s.where("training.allreduce"), "training.allreduce",
-                        "churn needs \"multi-ring\": only its rings re-form around the nodes that are left");
+    throw ScenarioError(
+        s.where("training.allreduce"), "training.allreduce",
+        "churn needs \"multi-ring\": only its rings re-form around the nodes that are left");
   if (s.training.averaging == "overlapped")
-    throw ScenarioError(s.where("training.averaging"), "training.averaging",
-                        "churn needs \"bulk-sync\" averaging: a cluster rejoins at an averaging, which overlapped "
-                        "averaging never waits for");
+    throw ScenarioError(
+        s.where("training.averaging"), "training.averaging",
+        "churn needs \"bulk-sync\" averaging: a cluster rejoins at an averaging, which overlapped "
+        "averaging never waits for");
 }
 
 void check_recovery_support(const Scenario& s) {
   if (s.real.on_peer_loss != "recover") return;
-  auto refuse = [&](const std::string& key, const std::string& why) { throw ScenarioError(s.where(key), key, why); };
+  auto refuse = [&](const std::string& key, const std::string& why) {
+    throw ScenarioError(s.where(key), key, why);
+  };
   if (!algorithm_of(s).traits.recovers_from_churn)
-    refuse("real.on_peer_loss", "training.algorithm \"" + s.training.algorithm +
-                                    "\" cannot go on without a lost rank (ravnest can): use \"fail\"");
+    refuse("real.on_peer_loss",
+           "training.algorithm \"" + s.training.algorithm +
+               "\" cannot go on without a lost rank (ravnest can): use \"fail\"");
   const Allreduce& a = allreduce_of(s);
   if (a.topology != AllreduceTopology::kMultiRing || a.executor_collectives)
-    refuse("training.allreduce", "real.on_peer_loss = \"recover\" needs \"multi-ring\": only its rings re-form "
-                                 "around the ranks that are left");
+    refuse("training.allreduce",
+           "real.on_peer_loss = \"recover\" needs \"multi-ring\": only its rings re-form "
+           "around the ranks that are left");
   if (s.training.averaging == "overlapped")
     refuse("training.averaging", "real.on_peer_loss = \"recover\" needs \"bulk-sync\" averaging");
   if (s.checkpoint.enabled())
-    refuse("checkpoint.every", "checkpoints need every rank of the plan: not with real.on_peer_loss = \"recover\" "
-                               "in this version");
+    refuse("checkpoint.every",
+           "checkpoints need every rank of the plan: not with real.on_peer_loss = \"recover\" "
+           "in this version");
 }
 
 void check_checkpoint_support(const Scenario& s) {
   if (!s.checkpoint.enabled()) return;
-  auto refuse = [&](const std::string& why) { throw ScenarioError(s.where("checkpoint.every"), "checkpoint.every", why); };
+  auto refuse = [&](const std::string& why) {
+    throw ScenarioError(s.where("checkpoint.every"), "checkpoint.every", why);
+  };
   if (!algorithm_of(s).traits.checkpoints)
-    refuse("training.algorithm \"" + s.training.algorithm + "\" takes no checkpoints in this version (ravnest does)");
+    refuse("training.algorithm \"" + s.training.algorithm +
+           "\" takes no checkpoints in this version (ravnest does)");
   if (s.churn.enabled(s.devices))
-    refuse("checkpoints and [churn] do not mix in this version (a checkpoint needs every node of the plan)");
+    refuse(
+        "checkpoints and [churn] do not mix in this version (a checkpoint needs every node of the "
+        "plan)");
   if (s.faults.node >= 0)
-    refuse("checkpoints and [faults] do not mix in this version (a node's count of sends is not in its checkpoint)");
+    refuse(
+        "checkpoints and [faults] do not mix in this version (a node's count of sends is not in "
+        "its checkpoint)");
   if (s.training.averaging == "overlapped")
-    refuse("checkpoints need bulk-synchronous averaging (training.averaging = \"overlapped\" leaves averagings "
-           "running at the checkpoint)");
+    refuse(
+        "checkpoints need bulk-synchronous averaging (training.averaging = \"overlapped\" leaves "
+        "averagings "
+        "running at the checkpoint)");
 }
 
 std::string variant_label(const Scenario& s) {

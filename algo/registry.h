@@ -79,7 +79,8 @@ struct AlgorithmTraits {
   // The inner optimizer the algorithm is defined with (training.optimizer must name it); null:
   // any.
   const char* optimizer = nullptr;
-  // Honours training.double_buffered_weights (PipeDream-2BW: micro_batches micro-batches per update).
+  // Honours training.double_buffered_weights (PipeDream-2BW: micro_batches micro-batches per
+  // update).
   bool double_buffering = false;
   // Exchanges once the clusters together have trained training.target_batch samples, each at its
   // own pace (DeDLOC): a cluster trains its share of the target between exchanges, not a fixed
@@ -118,7 +119,8 @@ int64_t micro_batches_per_update(const Algorithm& a, const TrainingSpec& trainin
 // one update's micro-batches for gradient exchange, and for a target-batch algorithm its share of
 // training.target_batch (`batch` samples per micro-batch; the default target is one micro-batch
 // from each cluster), rounded up.
-int64_t micro_batches_per_exchange(const Algorithm& a, const TrainingSpec& training, int64_t batch, int clusters);
+int64_t micro_batches_per_exchange(const Algorithm& a, const TrainingSpec& training, int64_t batch,
+                                   int clusters);
 
 // Rows of each exchange's averaged tensor: the parameters, and the optimizer's state slots where
 // they are averaged with them (training.average_optimizer_state, a parameter exchange whose mean

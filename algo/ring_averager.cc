@@ -1,19 +1,17 @@
 #include "algo/ring_averager.h"
 
+#include <ATen/ATen.h>
+
 #include <algorithm>
 #include <utility>
 #include <vector>
 
-#include <ATen/ATen.h>
-
-#include "core/model/cost_model.h"
 #include "core/error.h"
+#include "core/model/cost_model.h"
 
 namespace rv {
 
-int64_t RingAverager::MyRing::seg_lo(int i) const {
-  return lo + (hi - lo) * i / members;
-}
+int64_t RingAverager::MyRing::seg_lo(int i) const { return lo + (hi - lo) * i / members; }
 
 RingAverager::RingAverager(NodeEnv& env, const Plan& plan, const ModelDesc& model, int node,
                            RingTopology topology, int64_t piece_bytes)
@@ -35,7 +33,9 @@ RingAverager::RingAverager(NodeEnv& env, const Plan& plan, const ModelDesc& mode
   if (topology_ == RingTopology::kMulti) {
     std::vector<int> view(plan.clusters.size());
     for (size_t c = 0; c < view.size(); ++c) view[c] = static_cast<int>(c);
-    form_rings(view, [&](int r, int c) { return plan.rings[static_cast<size_t>(r)].owners[static_cast<size_t>(c)]; });
+    form_rings(view, [&](int r, int c) {
+      return plan.rings[static_cast<size_t>(r)].owners[static_cast<size_t>(c)];
+    });
     return;
   }
   // Single ring: the first stages of the clusters, over the whole model.
@@ -63,7 +63,8 @@ RingAverager::RingAverager(NodeEnv& env, const Plan& plan, const ModelDesc& mode
   }
 }
 
-void RingAverager::reconfigure(const NodeRole& role, const Assignment& nodes, const std::vector<int>& view) {
+void RingAverager::reconfigure(const NodeRole& role, const Assignment& nodes,
+                               const std::vector<int>& view) {
   if (topology_ != RingTopology::kMulti) Averager::reconfigure(role, nodes, view);
   RV_CHECK(phase_ == Phase::kIdle, "averaging: re-formed during an averaging");
   if (ring_stage_.empty()) {  // each ring's holder in each cluster, as a stage (the plan's)
@@ -72,7 +73,8 @@ void RingAverager::reconfigure(const NodeRole& role, const Assignment& nodes, co
       std::vector<int> stages;
       for (size_t c = 0; c < ring.owners.size(); ++c) {
         const auto& st = plan_.clusters[c].stages;
-        const auto it = std::find_if(st.begin(), st.end(), [&](const StagePlan& p) { return p.node == ring.owners[c]; });
+        const auto it = std::find_if(st.begin(), st.end(),
+                                     [&](const StagePlan& p) { return p.node == ring.owners[c]; });
         RV_CHECK(it != st.end(), "a ring's owner outside its cluster");
         stages.push_back(static_cast<int>(it - st.begin()));
       }
@@ -81,11 +83,13 @@ void RingAverager::reconfigure(const NodeRole& role, const Assignment& nodes, co
   }
   role_ = role;
   form_rings(view, [&](int r, int c) {
-    return nodes.at(static_cast<size_t>(c)).at(static_cast<size_t>(ring_stage_[static_cast<size_t>(r)][static_cast<size_t>(c)]));
+    return nodes.at(static_cast<size_t>(c))
+        .at(static_cast<size_t>(ring_stage_[static_cast<size_t>(r)][static_cast<size_t>(c)]));
   });
 }
 
-void RingAverager::form_rings(const std::vector<int>& view, const std::function<int(int, int)>& holder) {
+void RingAverager::form_rings(const std::vector<int>& view,
+                              const std::function<int(int, int)>& holder) {
   rings_.clear();
   takes_part_ = false;
   clusters_ = static_cast<int>(view.size());
@@ -115,7 +119,9 @@ void RingAverager::form_rings(const std::vector<int>& view, const std::function<
 void RingAverager::drop(int node) {
   if (topology_ != RingTopology::kMulti) Averager::drop(node);
   if (phase_ != Phase::kRing) return;
-  auto with = [&](const MyRing& r) { return std::find(r.nodes.begin(), r.nodes.end(), node) != r.nodes.end(); };
+  auto with = [&](const MyRing& r) {
+    return std::find(r.nodes.begin(), r.nodes.end(), node) != r.nodes.end();
+  };
   bool gave_up = false;
   for (Lane& l : lanes_) {
     if (l.done || !with(l)) continue;
@@ -136,7 +142,8 @@ bool RingAverager::hold(Message& m) {
   if (m.kind != MsgKind::kReduce && m.kind != MsgKind::kGather && m.kind != MsgKind::kCollect &&
       m.kind != MsgKind::kDistribute)
     return false;
-  if (phase_ == Phase::kRing && m.id == round_ && (m.kind == MsgKind::kReduce || m.kind == MsgKind::kGather)) {
+  if (phase_ == Phase::kRing && m.id == round_ &&
+      (m.kind == MsgKind::kReduce || m.kind == MsgKind::kGather)) {
     const auto lane = lane_of_.find(m.aux);
     if (lane != lane_of_.end()) ready_.push_back(lane->second);
   }
@@ -161,7 +168,8 @@ void add_then_divide(float* __restrict d, const float* __restrict s, int64_t n, 
 void add_then_divide(const at::Tensor& dst, const at::Tensor& src, int c) {
   for (int64_t r = 0; r < dst.size(0); ++r) {
     const at::Tensor d = dst.select(0, r), s = src.select(0, r);
-    if (d.scalar_type() != at::kFloat || s.scalar_type() != at::kFloat || d.stride(0) != 1 || s.stride(0) != 1) {
+    if (d.scalar_type() != at::kFloat || s.scalar_type() != at::kFloat || d.stride(0) != 1 ||
+        s.stride(0) != 1) {
       d.add_(s).div_(static_cast<double>(c));
       continue;
     }
@@ -190,7 +198,8 @@ void RingAverager::start(at::Tensor state, int64_t rows, int64_t round) {
   if (keep_original_ && state_.defined()) original_ = state_.clone();
   // The same on every node (algo/ring_averager.h): the channel is the run's, rows, churn and
   // whether averagings block too.
-  direct_ = env_.direct != nullptr && blocking() && !keep_original_ && state_.defined() && rows_ == 1;
+  direct_ =
+      env_.direct != nullptr && blocking() && !keep_original_ && state_.defined() && rows_ == 1;
   direct_round_ = -1;
   direct_lane_ = 0;
   span_ = event_now(env_, role_, EventKind::kAverage);
@@ -276,7 +285,8 @@ int RingAverager::recv_seg(const Lane& l) {
   return l.gather ? mod(l.member - l.t, l.members) : mod(l.member - l.t - 1, l.members);
 }
 
-void RingAverager::add_segment(const Lane& l, int64_t a, int64_t b, const std::function<at::Tensor()>& received) {
+void RingAverager::add_segment(const Lane& l, int64_t a, int64_t b,
+                               const std::function<at::Tensor()>& received) {
   Work add;
   add.add_elementwise(static_cast<double>((b - a) * rows_), 2);
   const bool last_add = l.t == l.members - 2;  // the sum is whole: the mean follows
@@ -305,7 +315,8 @@ void RingAverager::next_round(Lane& l) {
 
 void RingAverager::send_lane(Lane& l) {
   const int seg = send_seg(l);
-  send(l.next, l.gather ? MsgKind::kGather : MsgKind::kReduce, l.t, l.aux, l.seg_lo(seg), l.seg_lo(seg + 1));
+  send(l.next, l.gather ? MsgKind::kGather : MsgKind::kReduce, l.t, l.aux, l.seg_lo(seg),
+       l.seg_lo(seg + 1));
   l.sent = true;
   if (!l.gather) offer(l, l.t);
 }
@@ -334,7 +345,8 @@ void RingAverager::withdraw(Lane& l, int t) {
 }
 
 void RingAverager::withdraw(Lane& l) {
-  for (int t = l.offered_from(); t < l.offers; ++t) env_.transport.withdraw(l.prev, gather_match(l, t));
+  for (int t = l.offered_from(); t < l.offers; ++t)
+    env_.transport.withdraw(l.prev, gather_match(l, t));
   l.offers = l.offered_from();
 }
 
@@ -352,9 +364,8 @@ bool RingAverager::collect() {
     return early_.count(std::make_tuple(static_cast<int>(kind), aux, int64_t{0}, round_)) > 0;
   };
   auto check = [&](const Message& m, int64_t n) {
-    RV_CHECK(!state_.defined() ||
-                 (m.payload.size() == 1 && m.payload[0].dim() == 2 && m.payload[0].size(0) == rows_ &&
-                  m.payload[0].size(1) == n),
+    RV_CHECK(!state_.defined() || (m.payload.size() == 1 && m.payload[0].dim() == 2 &&
+                                   m.payload[0].size(0) == rows_ && m.payload[0].size(1) == n),
              "averaging: a state of the wrong size from node " + std::to_string(m.src));
   };
   if (leader_ != node_) {
@@ -385,7 +396,8 @@ void RingAverager::divide_reduced(const Lane& l) {
   const int64_t lo = l.seg_lo(seg), hi = l.seg_lo(seg + 1);
   Work divide;
   divide.add_elementwise(static_cast<double>((hi - lo) * rows_));
-  env_.compute.run(divide, {}, [] {});  // done by the last addition (add_then_divide), in the same pass
+  env_.compute.run(divide, {},
+                   [] {});  // done by the last addition (add_then_divide), in the same pass
 }
 
 void RingAverager::finish() {
@@ -423,8 +435,8 @@ bool RingAverager::progress() {
       const int seg = recv_seg(l);
       const int64_t a = l.seg_lo(seg), b = l.seg_lo(seg + 1);
       auto payload = [&] {
-        RV_CHECK(m.payload.size() == 1 && m.payload[0].dim() == 2 && m.payload[0].size(0) == rows_ &&
-                     m.payload[0].size(1) == b - a,
+        RV_CHECK(m.payload.size() == 1 && m.payload[0].dim() == 2 &&
+                     m.payload[0].size(0) == rows_ && m.payload[0].size(1) == b - a,
                  "averaging: a segment of the wrong size from node " + std::to_string(m.src));
         return m.payload[0];
       };
@@ -479,21 +491,25 @@ void RingAverager::post_direct(Lane& l) {
     // receive is posted now, so that the previous member's send finds it waiting and goes at once.
     // Nothing writes the segment before (the mean follows from the next member having taken this
     // round's send, and later reduce-scatter rounds touch other segments: offer()).
-    l.gather_rx.push_back(sb > sa ? env_.direct->recv(l.prev, kGatherTag, state_.narrow(1, sa, sb - sa).view({-1}))
-                                  : nullptr);
+    l.gather_rx.push_back(
+        sb > sa ? env_.direct->recv(l.prev, kGatherTag, state_.narrow(1, sa, sb - sa).view({-1}))
+                : nullptr);
   }
   note(EventKind::kSend, l.next, kHeaderBytes + kFloatBytes * (sb - sa));
   if (sb > sa)
-    l.tx.push_back(env_.direct->send(l.next, l.gather ? kGatherTag : kReduceTag, state_.narrow(1, sa, sb - sa).view({-1})));
+    l.tx.push_back(env_.direct->send(l.next, l.gather ? kGatherTag : kReduceTag,
+                                     state_.narrow(1, sa, sb - sa).view({-1})));
 }
 
 int RingAverager::direct_rounds() const { return 2 * (lanes_.front().members - 1); }
 
 bool RingAverager::progress_direct() {
-  if (direct_round_ < 0) {  // the rings begin: the reduce-scatter's memory, every lane's first round
+  if (direct_round_ <
+      0) {  // the rings begin: the reduce-scatter's memory, every lane's first round
     int64_t total = 0;
     for (const Lane& l : lanes_) total += (l.hi - l.lo + l.members - 1) / l.members;
-    if (!scratch_.defined() || scratch_.numel() < total) scratch_ = at::empty({std::max<int64_t>(total, 1)}, at::kFloat);
+    if (!scratch_.defined() || scratch_.numel() < total)
+      scratch_ = at::empty({std::max<int64_t>(total, 1)}, at::kFloat);
     int64_t at = 0;
     for (Lane& l : lanes_) {
       const int64_t n = (l.hi - l.lo + l.members - 1) / l.members;
@@ -512,7 +528,8 @@ bool RingAverager::progress_direct() {
     const int64_t a = l.seg_lo(seg), b = l.seg_lo(seg + 1);
     note(EventKind::kRecv, l.prev, kHeaderBytes + kFloatBytes * (b - a));
     // The reduce-scatter's addition (the all-gather's segment is in place).
-    if (!l.gather) add_segment(l, a, b, [&] { return l.scratch.narrow(0, 0, b - a).view({1, -1}); });
+    if (!l.gather)
+      add_segment(l, a, b, [&] { return l.scratch.narrow(0, 0, b - a).view({1, -1}); });
     next_round(l);
     if (!l.done) post_direct(l);
     if (++direct_lane_ == lanes_.size()) {
@@ -529,7 +546,8 @@ bool RingAverager::progress_direct() {
   return true;
 }
 
-void RingAverager::wait(const std::function<Message()>& recv, const std::function<void(Message)>& other) {
+void RingAverager::wait(const std::function<Message()>& recv,
+                        const std::function<void(Message)>& other) {
   while (!progress()) {
     if (phase_ == Phase::kRing && direct_ && direct_round_ >= 0) {  // what the one order waits for
       if (direct_round_ < direct_rounds()) {

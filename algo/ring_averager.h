@@ -27,15 +27,15 @@
 // moves once, with no header, receiving thread or inbox between. All-gather round t's receive is
 // posted with reduce-scatter round t (the segment that round sends on comes back as the mean), so
 // the previous member's send of the mean finds it waiting and goes at once (Gloo's transport sends
-// only to a posted receive); the two phases go under tags of their own. Overlapped averagings (start(),
-// then progress() between training steps) keep to messages: c10d's sends and receives complete
-// only in a wait, which progress() may not do (the node would stop training), so the rings would
-// stand still until the end. The lanes then go in one order on every node, round by round and lane by lane
-// (by ring, then piece), as Gloo's own ring does: a node waits for the first lane of its round,
-// and since what that lane waits for was sent by a node that went the same order, no node waits
-// for one that waits for it. Every node of a run decides alike (the channel is there for all or
-// none, and the rows and churn are the run's), and the bytes each exchange records are those of
-// the message it replaces, so the simulation and the metrics of both ways agree.
+// only to a posted receive); the two phases go under tags of their own. Overlapped averagings
+// (start(), then progress() between training steps) keep to messages: c10d's sends and receives
+// complete only in a wait, which progress() may not do (the node would stop training), so the rings
+// would stand still until the end. The lanes then go in one order on every node, round by round and
+// lane by lane (by ring, then piece), as Gloo's own ring does: a node waits for the first lane of
+// its round, and since what that lane waits for was sent by a node that went the same order, no
+// node waits for one that waits for it. Every node of a run decides alike (the channel is there for
+// all or none, and the rows and churn are the run's), and the bytes each exchange records are those
+// of the message it replaces, so the simulation and the metrics of both ways agree.
 //
 // Memory: a state handed over (std::move) is averaged in its own memory, else in a copy. Slices go
 // to the peers as they are (Message::payload_frozen), with no copy: a ring writes a slice again
@@ -44,13 +44,13 @@
 // starts with the next node's round t), and the result is read-only.
 #pragma once
 
-#include <functional>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
-#include <unordered_map>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "algo/averager.h"
@@ -62,8 +62,8 @@ enum class RingTopology { kMulti, kSingle };
 class RingAverager : public Averager {
  public:
   // `piece_bytes`: the largest segment a lane sends in one message (rows included); 0: no pieces.
-  RingAverager(NodeEnv& env, const Plan& plan, const ModelDesc& model, int node, RingTopology topology,
-               int64_t piece_bytes = 0);
+  RingAverager(NodeEnv& env, const Plan& plan, const ModelDesc& model, int node,
+               RingTopology topology, int64_t piece_bytes = 0);
 
   bool participates() const override { return takes_part_; }
   void start(at::Tensor state, int64_t rows, int64_t round) override;
@@ -72,10 +72,12 @@ class RingAverager : public Averager {
   bool active() const override { return phase_ != Phase::kIdle; }
   at::Tensor result() const override;
   void clear() override;
-  void reconfigure(const NodeRole& role, const Assignment& nodes, const std::vector<int>& view) override;
+  void reconfigure(const NodeRole& role, const Assignment& nodes,
+                   const std::vector<int>& view) override;
   void drop(int node) override;
   // As Averager::wait(), but a ring on the direct channel waits for its lanes' receives there.
-  void wait(const std::function<Message()>& recv, const std::function<void(Message)>& other) override;
+  void wait(const std::function<Message()>& recv,
+            const std::function<void(Message)>& other) override;
 
  private:
   struct MyRing {
@@ -84,7 +86,7 @@ class RingAverager : public Averager {
     int member = 0;          // this node's position (its cluster) in the ring
     int prev = -1, next = -1;
     int members = 0;
-    std::vector<int> nodes;  // every member (churn: a ring with one that left is given up)
+    std::vector<int> nodes;       // every member (churn: a ring with one that left is given up)
     int64_t seg_lo(int i) const;  // segment i of C: [seg_lo(i), seg_lo(i + 1))
   };
   // A ring of the averaging in progress, or one of its pieces: [lo, hi) is the lane's part of the
@@ -94,7 +96,7 @@ class RingAverager : public Averager {
     int t = 0;            // round within its phase
     bool gather = false;  // in the all-gather (else the reduce-scatter)
     bool done = false;
-    bool sent = false;    // this round's segment is sent
+    bool sent = false;  // this round's segment is sent
     // All-gather rounds [offered_from(), offers) have their segment offered to the transport
     // (offer()): each from the reduce-scatter round that sends the same segment on.
     int offers = 0;
@@ -121,9 +123,11 @@ class RingAverager : public Averager {
   // The segment a lane sends, and the one it receives, in its round.
   static int send_seg(const Lane& l);
   static int recv_seg(const Lane& l);
-  // The reduce-scatter's addition into segment [a, b) of what `received` gives ([rows, b - a]; it is
-  // called only in numeric runs), charged as its work; the round's last divides by C in the same pass.
-  void add_segment(const Lane& l, int64_t a, int64_t b, const std::function<at::Tensor()>& received);
+  // The reduce-scatter's addition into segment [a, b) of what `received` gives ([rows, b - a]; it
+  // is called only in numeric runs), charged as its work; the round's last divides by C in the same
+  // pass.
+  void add_segment(const Lane& l, int64_t a, int64_t b,
+                   const std::function<at::Tensor()>& received);
   // The lane's next round; after its last, the reduce-scatter's mean or the lane's end.
   void next_round(Lane& l);
   // The all-gather: the segment a lane receives in round t, offered as the place its payload may
@@ -133,16 +137,16 @@ class RingAverager : public Averager {
   void offer(Lane& l, int t);
   void withdraw(Lane& l, int t);
   void withdraw(Lane& l);  // every offer of the lane still out
-  bool collect();   // single ring: the leader has every stage's state, or a member its mean
+  bool collect();          // single ring: the leader has every stage's state, or a member its mean
   // After its reduce-scatter: the lane's reduced segment, divided by C (by the last addition: this
   // charges its work).
   void divide_reduced(const Lane& l);
-  void finish();          // hands out the slices (single-ring leader), records the span
+  void finish();  // hands out the slices (single-ring leader), records the span
   // Direct exchanges: the lane's round posted (its receive, then its segment sent), and the
   // rounds done in the one order while their receives are here; true once every lane is done.
   void post_direct(Lane& l);
   bool progress_direct();
-  int direct_rounds() const;  // of every lane: 2 (C - 1)
+  int direct_rounds() const;                         // of every lane: 2 (C - 1)
   void note(EventKind kind, int peer, Bytes bytes);  // a send or receive event
   // The early message of this round with that key, taken out of early_ (and its receive recorded);
   // nothing if it is not here yet.
@@ -177,7 +181,7 @@ class RingAverager : public Averager {
   Phase phase_ = Phase::kIdle;
   int64_t round_ = 0;
   int64_t rows_ = 1;
-  at::Tensor state_;     // [rows, length]: the stage's (multi), the whole model's (single leader)
+  at::Tensor state_;  // [rows, length]: the stage's (multi), the whole model's (single leader)
   bool was_1d_ = false;
   // Direct exchanges in this averaging (see above); where the one order stands (the round of every
   // lane, and the lane within it); the reduce-scatter's receiving memory, kept between averagings.

@@ -61,7 +61,8 @@ void Roster::State::apply(const MemberEvent& e, size_t index) {
       if (!spares.empty()) {
         nodes[c][st] = spares.front();
         spares.erase(spares.begin());
-        takeovers.push_back({nodes[c][st], static_cast<int>(c), static_cast<int>(st), e.node, index});
+        takeovers.push_back(
+            {nodes[c][st], static_cast<int>(c), static_cast<int>(st), e.node, index});
       } else {
         nodes[c][st] = -1;
         waiting.emplace_back(static_cast<int>(c), static_cast<int>(st));
@@ -79,15 +80,18 @@ void Roster::update(const Membership& m) {
     const auto round = static_cast<int64_t>(views_.size());
     const int64_t count = m.sealed(round);
     if (count < 0) break;
-    RV_CHECK(count >= static_cast<int64_t>(committed_.applied) && count <= static_cast<int64_t>(events_.size()),
+    RV_CHECK(count >= static_cast<int64_t>(committed_.applied) &&
+                 count <= static_cast<int64_t>(events_.size()),
              "membership: round " + std::to_string(round) + " counts events out of order");
     while (committed_.applied < static_cast<size_t>(count))
       committed_.apply(events_[committed_.applied], committed_.applied);
     std::vector<int> view;
     std::vector<char> rebuilt(committed_.nodes.size(), 0);
     for (size_t c = 0; c < committed_.nodes.size(); ++c) {
-      if (!committed_.down[c]) view.push_back(static_cast<int>(c));
-      else if (committed_.whole(static_cast<int>(c))) rebuilt[c] = 1;
+      if (!committed_.down[c])
+        view.push_back(static_cast<int>(c));
+      else if (committed_.whole(static_cast<int>(c)))
+        rebuilt[c] = 1;
     }
     views_.push_back(std::move(view));
     counts_.push_back(static_cast<size_t>(count));

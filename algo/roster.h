@@ -44,9 +44,13 @@ class Roster {
   // Round `round` (sealed): whether `cluster` is in its view; whether it is rebuilt after it.
   bool in_view(int cluster, int64_t round) const;
   bool rebuilt_after(int cluster, int64_t round) const;
-  const std::vector<int>& view(int64_t round) const { return views_.at(static_cast<size_t>(round)); }
+  const std::vector<int>& view(int64_t round) const {
+    return views_.at(static_cast<size_t>(round));
+  }
   // The stage nodes when round `round` was sealed.
-  const Assignment& assignment_at(int64_t round) const { return at_seal_.at(static_cast<size_t>(round)); }
+  const Assignment& assignment_at(int64_t round) const {
+    return at_seal_.at(static_cast<size_t>(round));
+  }
 
   // After every event known (tentative beyond the last seal):
   const Assignment& assignment() const { return now_.nodes; }
@@ -68,12 +72,12 @@ class Roster {
  private:
   struct State {
     Assignment nodes;
-    std::vector<char> down;       // per cluster
-    std::vector<char> present;    // per node
-    std::vector<int> spares;      // in the order they take stages
+    std::vector<char> down;                    // per cluster
+    std::vector<char> present;                 // per node
+    std::vector<int> spares;                   // in the order they take stages
     std::vector<std::pair<int, int>> waiting;  // (cluster, stage), oldest first
     std::vector<Takeover> takeovers;
-    size_t applied = 0;           // events applied
+    size_t applied = 0;  // events applied
     void apply(const MemberEvent& e, size_t index);
     bool whole(int cluster) const;
   };
@@ -82,7 +86,7 @@ class Roster {
   State committed_;  // through the last sealed round and its rebuilds
   State now_;        // committed_ and every later event
   std::vector<MemberEvent> events_;
-  std::vector<std::vector<int>> views_;   // per sealed round: its clusters, ascending
+  std::vector<std::vector<int>> views_;     // per sealed round: its clusters, ascending
   std::vector<std::vector<char>> rebuilt_;  // per sealed round, per cluster
   std::vector<Assignment> at_seal_;
   std::vector<size_t> counts_;  // per sealed round: the events it counts

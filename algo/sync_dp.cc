@@ -18,7 +18,9 @@ void run_sync_dp(NodeEnv& env, const RunSpec& spec, int node) {
   PipelineWorker w(env, spec, node, tr, in_flight(algorithm_of(*spec.scenario), tr, 1));
   const int64_t B = w.batch();
   const int64_t clusters = static_cast<int64_t>(spec.plan->clusters.size());
-  auto unexpected = [&](Message m) { throw unexpected_message("node " + std::to_string(node) + " (sync-dp)", m); };
+  auto unexpected = [&](Message m) {
+    throw unexpected_message("node " + std::to_string(node) + " (sync-dp)", m);
+  };
   for (int64_t step = 0; step < tr.steps; ++step) {
     int64_t st = 0;
     w.forward(step, nullptr);

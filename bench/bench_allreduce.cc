@@ -18,32 +18,31 @@
 //
 //   bench_allreduce [--part all|sim|real|breakdown] [--reps 9] [--piece-mb 4] [--out FILE]
 // (One SimGrid engine per process: each simulated case runs in a forked child.)
+#include <ATen/ATen.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <cstdio>
+#include <numeric>
 #include <random>
-
-#include <ATen/ATen.h>
-#include <CLI/CLI.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
-#include "bench/bench_common.h"
 #include "algo/averager.h"
 #include "algo/ring_averager.h"
-#include "core/memory/allocator.h"
+#include "bench/bench_common.h"
 #include "core/compute_threads.h"
 #include "core/data/dataset.h"
 #include "core/error.h"
+#include "core/memory/allocator.h"
 #include "core/model/model.h"
+#include "exec/wall_env.h"
 #include "planner/planner.h"
 #include "real/gloo_collectives.h"
 #include "real/gloo_transport.h"
-#include "exec/wall_env.h"
 #include "sim/sim_runner.h"
 
 using namespace rv;
@@ -61,13 +60,16 @@ struct Case {
 Case make_case(int c, double bytes, const std::vector<double>& mbps, double latency_ms) {
   Case k;
   const int64_t hidden = std::max<int64_t>(1, static_cast<int64_t>(bytes / 4 / 2048));
-  std::string toml = "name = \"allreduce\"\n[model]\nhead = \"linear\"\nkind = \"mlp\"\nhidden = [" + std::to_string(hidden) +
-                     "]\n[data]\nkind = \"synthetic\"\nside = 32\nclasses = 1024\n[training]\nsteps = 1\n"
-                     "[sim]\nmode = \"timing\"\n[network]\nmodel = \"ideal\"\n[planner]\nmethod = \"manual\"\n";
+  std::string toml =
+      "name = \"allreduce\"\n[model]\nhead = \"linear\"\nkind = \"mlp\"\nhidden = [" +
+      std::to_string(hidden) +
+      "]\n[data]\nkind = \"synthetic\"\nside = 32\nclasses = 1024\n[training]\nsteps = 1\n"
+      "[sim]\nmode = \"timing\"\n[network]\nmodel = \"ideal\"\n[planner]\nmethod = \"manual\"\n";
   for (int i = 0; i < c; ++i) toml += "[[planner.cluster]]\nnodes = [" + std::to_string(i) + "]\n";
   for (int i = 0; i < c; ++i)
-    toml += "[[devices]]\nram_gb = 64\nup_mbps = " + std::to_string(mbps[i]) + "\ndown_mbps = " +
-            std::to_string(mbps[i]) + "\nlatency_ms = " + std::to_string(latency_ms) + "\n";
+    toml += "[[devices]]\nram_gb = 64\nup_mbps = " + std::to_string(mbps[i]) +
+            "\ndown_mbps = " + std::to_string(mbps[i]) +
+            "\nlatency_ms = " + std::to_string(latency_ms) + "\n";
   k.scenario = parse_scenario(toml, "bench_allreduce");
   k.model = build_model(k.scenario);
   k.plan = make_plan(k.scenario, k.model);
@@ -80,10 +82,12 @@ Case make_pipeline_case(int c, int p, int64_t h, double mbps, double latency_ms)
   Case k;
   std::string hidden;
   for (int i = 0; i < p; ++i) hidden += (i ? ", " : "") + std::to_string(h);
-  std::string toml = "name = \"allreduce\"\n[model]\nhead = \"linear\"\nkind = \"mlp\"\nhidden = [" + hidden +
-                     "]\n[data]\nkind = \"synthetic\"\nside = " + std::to_string(static_cast<int>(std::sqrt(h))) +
-                     "\nclasses = 10\n[training]\nsteps = 1\n[sim]\nmode = \"timing\"\n[network]\nmodel = \"ideal\"\n"
-                     "[planner]\nmethod = \"manual\"\n";
+  std::string toml =
+      "name = \"allreduce\"\n[model]\nhead = \"linear\"\nkind = \"mlp\"\nhidden = [" + hidden +
+      "]\n[data]\nkind = \"synthetic\"\nside = " + std::to_string(static_cast<int>(std::sqrt(h))) +
+      "\nclasses = 10\n[training]\nsteps = 1\n[sim]\nmode = \"timing\"\n[network]\nmodel = "
+      "\"ideal\"\n"
+      "[planner]\nmethod = \"manual\"\n";
   std::string layers = "3";
   for (int s = 1; s + 1 < p; ++s) layers += ", 2";
   layers += ", 3";
@@ -92,8 +96,10 @@ Case make_pipeline_case(int c, int p, int64_t h, double mbps, double latency_ms)
     for (int s = 0; s < p; ++s) toml += (s ? ", " : "") + std::to_string(i * p + s);
     toml += "]\nstage_layers = [" + layers + "]\n";
   }
-  toml += "[[devices]]\ncount = " + std::to_string(c * p) + "\nram_gb = 64\nup_mbps = " + std::to_string(mbps) +
-          "\ndown_mbps = " + std::to_string(mbps) + "\nlatency_ms = " + std::to_string(latency_ms) + "\n";
+  toml += "[[devices]]\ncount = " + std::to_string(c * p) +
+          "\nram_gb = 64\nup_mbps = " + std::to_string(mbps) +
+          "\ndown_mbps = " + std::to_string(mbps) + "\nlatency_ms = " + std::to_string(latency_ms) +
+          "\n";
   k.scenario = parse_scenario(toml, "bench_allreduce");
   k.model = build_model(k.scenario);
   k.plan = make_plan(k.scenario, k.model);
@@ -102,17 +108,22 @@ Case make_pipeline_case(int c, int p, int64_t h, double mbps, double latency_ms)
 
 double simulate_average(const Case& k, RingTopology topology = RingTopology::kMulti) {
   double end = 0;
-  SimResult r = simulate(k.scenario, [&] {
-    std::vector<int> n(k.plan.nodes);
-    std::iota(n.begin(), n.end(), 0);
-    return n;
-  }(), false, [&](NodeEnv& env, int node) {
-    RingAverager avg(env, k.plan, k.model, node, topology);
-    avg.average(at::Tensor(), 1, 0, [&] { return env.transport.recv(); },
-                [](Message) { throw Error("unexpected message"); });
-    env.transport.flush();
-    end = std::max(end, env.clock.now());
-  });
+  SimResult r = simulate(
+      k.scenario,
+      [&] {
+        std::vector<int> n(k.plan.nodes);
+        std::iota(n.begin(), n.end(), 0);
+        return n;
+      }(),
+      false,
+      [&](NodeEnv& env, int node) {
+        RingAverager avg(env, k.plan, k.model, node, topology);
+        avg.average(
+            at::Tensor(), 1, 0, [&] { return env.transport.recv(); },
+            [](Message) { throw Error("unexpected message"); });
+        env.transport.flush();
+        end = std::max(end, env.clock.now());
+      });
   return end;
 }
 
@@ -127,28 +138,39 @@ json part_sim() {
       const double t = bench::in_child([&] { return simulate_average(k); });
       const double alpha_beta = 2.0 * (c - 1) * (2 * latency_ms * 1e-3 + s / c / b);
       const double busbw = s / t * 2.0 * (c - 1) / c;
-      rows.push_back({{"clusters", c}, {"state_mb", s / 1e6}, {"simulated_s", t}, {"alpha_beta_s", alpha_beta},
-                      {"error", t / alpha_beta - 1}, {"busbw_over_link", busbw / b},
+      rows.push_back({{"clusters", c},
+                      {"state_mb", s / 1e6},
+                      {"simulated_s", t},
+                      {"alpha_beta_s", alpha_beta},
+                      {"error", t / alpha_beta - 1},
+                      {"busbw_over_link", busbw / b},
                       {"predicted_s", k.plan.averaging_time}});
-      std::fprintf(stderr, "sim equal links C=%d S=%.0f MB: %.3f s, alpha-beta %.3f s, busbw %.3f of B\n", c, s / 1e6,
-                   t, alpha_beta, busbw / b);
+      std::fprintf(stderr,
+                   "sim equal links C=%d S=%.0f MB: %.3f s, alpha-beta %.3f s, busbw %.3f of B\n",
+                   c, s / 1e6, t, alpha_beta, busbw / b);
     }
   }
-  // Unequal links: each round waits for the slowest hop; the bound is 2(C-1)(latency + S/C / min B).
+  // Unequal links: each round waits for the slowest hop; the bound is 2(C-1)(latency + S/C / min
+  // B).
   std::mt19937_64 rng(7);
   for (int c : {4, 8}) {
     std::vector<double> mbps;
-    for (int i = 0; i < c; ++i) mbps.push_back(std::uniform_real_distribution<double>(10, 200)(rng));
+    for (int i = 0; i < c; ++i)
+      mbps.push_back(std::uniform_real_distribution<double>(10, 200)(rng));
     Case k = make_case(c, 64e6, mbps, latency_ms);
     const double s = 4.0 * k.model.state_offset(k.model.layer_count());
     const double slowest = *std::min_element(mbps.begin(), mbps.end()) * 1e6 / 8;
     const double t = bench::in_child([&] { return simulate_average(k); });
     const double bound = 2.0 * (c - 1) * (2 * latency_ms * 1e-3 + s / c / slowest);
-    rows.push_back({{"clusters", c}, {"state_mb", s / 1e6}, {"unequal_links_mbps", mbps}, {"simulated_s", t},
-                    {"slowest_link_bound_s", bound}, {"ratio_to_bound", t / bound},
+    rows.push_back({{"clusters", c},
+                    {"state_mb", s / 1e6},
+                    {"unequal_links_mbps", mbps},
+                    {"simulated_s", t},
+                    {"slowest_link_bound_s", bound},
+                    {"ratio_to_bound", t / bound},
                     {"predicted_s", k.plan.averaging_time}});
-    std::fprintf(stderr, "sim unequal links C=%d: %.3f s, slowest-link bound %.3f s (ratio %.3f)\n", c, t, bound,
-                 t / bound);
+    std::fprintf(stderr, "sim unequal links C=%d: %.3f s, slowest-link bound %.3f s (ratio %.3f)\n",
+                 c, t, bound, t / bound);
   }
   return rows;
 }
@@ -163,15 +185,23 @@ json part_sim_pipelines() {
     for (int p : {2, 4}) {
       Case k = make_pipeline_case(c, p, 1024, mbps, latency_ms);
       const double s = 4.0 * k.model.state_offset(k.model.layer_count());
-      const double multi = bench::in_child([&] { return simulate_average(k, RingTopology::kMulti); });
-      const double single = bench::in_child([&] { return simulate_average(k, RingTopology::kSingle); });
+      const double multi =
+          bench::in_child([&] { return simulate_average(k, RingTopology::kMulti); });
+      const double single =
+          bench::in_child([&] { return simulate_average(k, RingTopology::kSingle); });
       const double multi_ab = 2.0 * (c - 1) * (lat + s / p / c / b);
       const double single_ab = 2 * (lat + (s - s / p) / b) + 2.0 * (c - 1) * (lat + s / c / b);
-      rows.push_back({{"clusters", c}, {"stages", p}, {"state_mb", s / 1e6}, {"multi_ring_s", multi},
-                      {"multi_ring_alpha_beta_s", multi_ab}, {"single_ring_s", single},
-                      {"single_ring_alpha_beta_s", single_ab}, {"single_over_multi", single / multi}});
+      rows.push_back({{"clusters", c},
+                      {"stages", p},
+                      {"state_mb", s / 1e6},
+                      {"multi_ring_s", multi},
+                      {"multi_ring_alpha_beta_s", multi_ab},
+                      {"single_ring_s", single},
+                      {"single_ring_alpha_beta_s", single_ab},
+                      {"single_over_multi", single / multi}});
       std::fprintf(stderr,
-                   "sim pipelines C=%d p=%d S=%.0f MB: multi-ring %.3f s (alpha-beta %.3f), single ring %.3f s "
+                   "sim pipelines C=%d p=%d S=%.0f MB: multi-ring %.3f s (alpha-beta %.3f), single "
+                   "ring %.3f s "
                    "(alpha-beta %.3f), single/multi %.2f\n",
                    c, p, s / 1e6, multi, multi_ab, single, single_ab, single / multi);
     }
@@ -181,7 +211,8 @@ json part_sim_pipelines() {
 
 // Runs `body` in `world` forked processes, each a rank with a GlooTransport on 127.0.0.1 (one
 // compute thread), and returns the `n` figures rank 0's body returns (NaN if a rank failed).
-std::vector<double> on_ranks(int world, size_t n, const std::function<std::vector<double>(GlooTransport&, int)>& body) {
+std::vector<double> on_ranks(int world, size_t n,
+                             const std::function<std::vector<double>(GlooTransport&, int)>& body) {
   std::vector<double> out(n, std::nan(""));
   const int port = free_loopback_port();
   int fd[2];
@@ -202,7 +233,8 @@ std::vector<double> on_ranks(int world, size_t n, const std::function<std::vecto
         o.direct_reverse = true;  // as real runs offering the direct channel
         GlooTransport t(o);
         std::vector<double> v = body(t, r);
-        if (r == 0 && v.size() == n && write(fd[1], v.data(), n * sizeof(double)) != static_cast<ssize_t>(n * sizeof(double)))
+        if (r == 0 && v.size() == n &&
+            write(fd[1], v.data(), n * sizeof(double)) != static_cast<ssize_t>(n * sizeof(double)))
           _exit(1);
         t.close();
       } catch (const std::exception& e) {
@@ -249,13 +281,15 @@ struct Turns {
   // The median over rounds of fns[i]'s seconds over fns[base]'s in the same round.
   double median_ratio(size_t i, size_t base) const {
     std::vector<double> ratio;
-    for (size_t j = 0; j < seconds[i].size(); ++j) ratio.push_back(seconds[i][j] / seconds[base][j]);
+    for (size_t j = 0; j < seconds[i].size(); ++j)
+      ratio.push_back(seconds[i][j] / seconds[base][j]);
     return bench::median(ratio);
   }
 };
 Turns taking_turns(GlooTransport& t, int reps, const std::vector<std::function<void(int)>>& fns,
                    const std::vector<std::function<void(int)>>& prepares) {
-  Turns out{std::vector<std::vector<double>>(fns.size()), std::vector<std::vector<double>>(fns.size()),
+  Turns out{std::vector<std::vector<double>>(fns.size()),
+            std::vector<std::vector<double>>(fns.size()),
             std::vector<std::vector<double>>(fns.size())};
   WallClock clock;
   std::mt19937 order_rng(20261129);
@@ -300,20 +334,23 @@ json part_real(int reps, double piece_mb) {
         EventLog log;
         NodeEnv messages{t, clock, compute, log};
         NodeEnv direct{t, clock, compute, log, nullptr, nullptr, nullptr, &t.direct()};
-        at::Tensor x = at::full({k.model.state_offset(k.model.layer_count())}, static_cast<float>(r));
+        at::Tensor x =
+            at::full({k.model.state_offset(k.model.layer_count())}, static_cast<float>(r));
         // All work in place on a tensor made before the timing: c10d's allreduce sums into it,
         // the ring averages in the tensor handed over to it (std::move).
         TrainingSpec pieces;
         pieces.ring_piece_mb = piece_mb;
         RingAverager whole(direct, k.plan, k.model, r, RingTopology::kMulti, 0);
-        RingAverager cut(direct, k.plan, k.model, r, RingTopology::kMulti, ring_piece_bytes(pieces));
+        RingAverager cut(direct, k.plan, k.model, r, RingTopology::kMulti,
+                         ring_piece_bytes(pieces));
         RingAverager over_messages(messages, k.plan, k.model, r, RingTopology::kMulti, 0);
         at::Tensor y, mean;  // the mean is kept until the next preparation, as c10d's sum is
         std::vector<at::Tensor> v;
         auto ring = [&](RingAverager& avg) {
           return [&](int rep) {
-            mean = avg.average(std::move(y), 1, rep, [&] { return t.recv(); },
-                               [](Message) { throw Error("unexpected message"); });
+            mean = avg.average(
+                std::move(y), 1, rep, [&] { return t.recv(); },
+                [](Message) { throw Error("unexpected message"); });
           };
         };
         auto fresh = [&](int) {
@@ -321,43 +358,73 @@ json part_real(int reps, double piece_mb) {
           y = x.clone();
         };
         auto c10d_fresh = [&](int) { v = {x.clone()}; };
-        const Turns turns = taking_turns(
-            t, reps,
-            {ring(whole), ring(cut), ring(over_messages), [&](int) { t.group().allreduce(v)->wait(); },
-             [&](int) {
-               t.group().allreduce(v)->wait();
-               v[0].div_(c);
-             },
-             [&](int) { t.group().allreduce(v)->wait(); }},
-            {fresh, fresh, fresh, c10d_fresh, c10d_fresh, c10d_fresh});
-        return std::vector<double>{turns.best(0), turns.best(1), turns.best(2), turns.best(3), turns.best(4),
-                                   turns.median_ratio(0, 3), turns.median_ratio(1, 3), turns.median_ratio(2, 3),
-                                   turns.median_ratio(0, 4), turns.median_ratio(1, 4), bench::median(turns.faults[0]),
-                                   bench::median(turns.faults[1]), bench::median(turns.faults[2]),
-                                   bench::median(turns.faults[3]), turns.median_ratio(5, 3),
-                                   bench::median(turns.cpu[0]), bench::median(turns.cpu[1]),
-                                   bench::median(turns.cpu[2]), bench::median(turns.cpu[3])};
+        const Turns turns = taking_turns(t, reps,
+                                         {ring(whole), ring(cut), ring(over_messages),
+                                          [&](int) { t.group().allreduce(v)->wait(); },
+                                          [&](int) {
+                                            t.group().allreduce(v)->wait();
+                                            v[0].div_(c);
+                                          },
+                                          [&](int) { t.group().allreduce(v)->wait(); }},
+                                         {fresh, fresh, fresh, c10d_fresh, c10d_fresh, c10d_fresh});
+        return std::vector<double>{turns.best(0),
+                                   turns.best(1),
+                                   turns.best(2),
+                                   turns.best(3),
+                                   turns.best(4),
+                                   turns.median_ratio(0, 3),
+                                   turns.median_ratio(1, 3),
+                                   turns.median_ratio(2, 3),
+                                   turns.median_ratio(0, 4),
+                                   turns.median_ratio(1, 4),
+                                   bench::median(turns.faults[0]),
+                                   bench::median(turns.faults[1]),
+                                   bench::median(turns.faults[2]),
+                                   bench::median(turns.faults[3]),
+                                   turns.median_ratio(5, 3),
+                                   bench::median(turns.cpu[0]),
+                                   bench::median(turns.cpu[1]),
+                                   bench::median(turns.cpu[2]),
+                                   bench::median(turns.cpu[3])};
       });
       const double s = 4.0 * k.model.state_offset(k.model.layer_count());
-      rows.push_back({{"ranks", c}, {"state_mb", s / 1e6}, {"piece_mb", piece_mb}, {"multi_ring_s", out[0]},
-                      {"multi_ring_pieces_s", out[1]}, {"multi_ring_messages_s", out[2]}, {"c10d_allreduce_s", out[3]},
-                      {"c10d_allreduce_divide_s", out[4]}, {"ratio", out[0] / out[3]}, {"median_ratio", out[5]},
-                      {"median_ratio_pieces", out[6]}, {"median_ratio_messages", out[7]},
-                      {"median_ratio_to_sum_divide", out[8]}, {"median_ratio_pieces_to_sum_divide", out[9]},
+      rows.push_back({{"ranks", c},
+                      {"state_mb", s / 1e6},
+                      {"piece_mb", piece_mb},
+                      {"multi_ring_s", out[0]},
+                      {"multi_ring_pieces_s", out[1]},
+                      {"multi_ring_messages_s", out[2]},
+                      {"c10d_allreduce_s", out[3]},
+                      {"c10d_allreduce_divide_s", out[4]},
+                      {"ratio", out[0] / out[3]},
+                      {"median_ratio", out[5]},
+                      {"median_ratio_pieces", out[6]},
+                      {"median_ratio_messages", out[7]},
+                      {"median_ratio_to_sum_divide", out[8]},
+                      {"median_ratio_pieces_to_sum_divide", out[9]},
                       {"median_ratio_control", out[14]},
                       {"rank0_minor_faults",
-                       {{"multi_ring", out[10]}, {"multi_ring_pieces", out[11]}, {"multi_ring_messages", out[12]},
+                       {{"multi_ring", out[10]},
+                        {"multi_ring_pieces", out[11]},
+                        {"multi_ring_messages", out[12]},
                         {"c10d_allreduce", out[13]}}},
                       {"rank0_cpu_s",
-                       {{"multi_ring", out[15]}, {"multi_ring_pieces", out[16]}, {"multi_ring_messages", out[17]},
+                       {{"multi_ring", out[15]},
+                        {"multi_ring_pieces", out[16]},
+                        {"multi_ring_messages", out[17]},
                         {"c10d_allreduce", out[18]}}}});
       std::fprintf(stderr,
-                   "real loopback C=%d S=%.0f MB: best multi-ring %.4f s, in %.2g MB pieces %.4f s, over messages %.4f s, "
-                   "c10d allreduce %.4f s (+ divide %.4f s); median ratio to c10d allreduce in turns %.2f, pieces %.2f, "
-                   "messages %.2f; to allreduce + divide %.2f, pieces %.2f; control (c10d against itself) %.2f; rank 0's "
-                   "CPU (median, all threads) multi-ring %.2f ms, pieces %.2f ms, messages %.2f ms, c10d %.2f ms\n",
-                   c, s / 1e6, out[0], piece_mb, out[1], out[2], out[3], out[4], out[5], out[6], out[7], out[8], out[9],
-                   out[14], 1e3 * out[15], 1e3 * out[16], 1e3 * out[17], 1e3 * out[18]);
+                   "real loopback C=%d S=%.0f MB: best multi-ring %.4f s, in %.2g MB pieces %.4f "
+                   "s, over messages %.4f s, "
+                   "c10d allreduce %.4f s (+ divide %.4f s); median ratio to c10d allreduce in "
+                   "turns %.2f, pieces %.2f, "
+                   "messages %.2f; to allreduce + divide %.2f, pieces %.2f; control (c10d against "
+                   "itself) %.2f; rank 0's "
+                   "CPU (median, all threads) multi-ring %.2f ms, pieces %.2f ms, messages %.2f "
+                   "ms, c10d %.2f ms\n",
+                   c, s / 1e6, out[0], piece_mb, out[1], out[2], out[3], out[4], out[5], out[6],
+                   out[7], out[8], out[9], out[14], 1e3 * out[15], 1e3 * out[16], 1e3 * out[17],
+                   1e3 * out[18]);
     }
   }
   return rows;
@@ -379,18 +446,22 @@ json part_real_pipelines(int reps) {
         WallClock clock;
         WallCompute compute;
         EventLog log;
-        NodeEnv env{t, clock, compute, log, &coll, nullptr, nullptr, &t.direct()};  // as a run's, emulation off
+        NodeEnv env{t,     clock,   compute, log,
+                    &coll, nullptr, nullptr, &t.direct()};  // as a run's, emulation off
         const NodeRole role = k.plan.role_of(r);
-        at::Tensor x = at::full({k.model.state_offset(role.layer_end) - k.model.state_offset(role.layer_begin)},
-                                static_cast<float>(r));
+        at::Tensor x = at::full(
+            {k.model.state_offset(role.layer_end) - k.model.state_offset(role.layer_begin)},
+            static_cast<float>(r));
         std::vector<std::unique_ptr<Averager>> avgs;
-        for (const Allreduce& kind : allreduces()) avgs.push_back(make_averager(env, k.plan, k.model, r, kind));
+        for (const Allreduce& kind : allreduces())
+          avgs.push_back(make_averager(env, k.plan, k.model, r, kind));
         at::Tensor y, mean;  // the mean is kept until the next preparation
         std::vector<std::function<void(int)>> fns, prepares;
         for (auto& avg : avgs) {  // multi-ring, single-ring, gloo
           fns.push_back([&](int rep) {
-            mean = avg->average(std::move(y), 1, rep, [&] { return env.transport.recv(); },
-                                [](Message) { throw Error("unexpected message"); });
+            mean = avg->average(
+                std::move(y), 1, rep, [&] { return env.transport.recv(); },
+                [](Message) { throw Error("unexpected message"); });
           });
           prepares.push_back([&](int) {
             mean = at::Tensor();
@@ -398,15 +469,21 @@ json part_real_pipelines(int reps) {
           });
         }
         const Turns turns = taking_turns(t, reps, fns, prepares);
-        return std::vector<double>{turns.best(0), turns.best(1), turns.best(2), turns.median_ratio(0, 2),
-                                   turns.median_ratio(1, 0)};
+        return std::vector<double>{turns.best(0), turns.best(1), turns.best(2),
+                                   turns.median_ratio(0, 2), turns.median_ratio(1, 0)};
       });
       const double s = 4.0 * k.model.state_offset(k.model.layer_count());
-      rows.push_back({{"clusters", c}, {"stages", p}, {"state_mb", s / 1e6}, {"multi_ring_s", out[0]},
-                      {"single_ring_s", out[1]}, {"c10d_allreduce_s", out[2]}, {"multi_over_c10d", out[3]},
+      rows.push_back({{"clusters", c},
+                      {"stages", p},
+                      {"state_mb", s / 1e6},
+                      {"multi_ring_s", out[0]},
+                      {"single_ring_s", out[1]},
+                      {"c10d_allreduce_s", out[2]},
+                      {"multi_over_c10d", out[3]},
                       {"single_over_multi", out[4]}});
       std::fprintf(stderr,
-                   "real loopback pipelines C=%d p=%d S=%.0f MB: best multi-ring %.4f s, single ring %.4f s, c10d "
+                   "real loopback pipelines C=%d p=%d S=%.0f MB: best multi-ring %.4f s, single "
+                   "ring %.4f s, c10d "
                    "allreduce %.4f s; median in turns multi/c10d %.2f, single/multi %.2f\n",
                    c, p, s / 1e6, out[0], out[1], out[2], out[3], out[4]);
     }
@@ -442,13 +519,19 @@ json part_breakdown(int reps) {
         sw->wait();
       };
       auto nothing = [](int) {};
-      const Turns turns = taking_turns(t, reps, {transport, c10d, [&](int) { y.add_(x); }, [&](int) { buf.copy_(x); }},
-                                       {nothing, nothing, nothing, nothing});
+      const Turns turns = taking_turns(
+          t, reps, {transport, c10d, [&](int) { y.add_(x); }, [&](int) { buf.copy_(x); }},
+          {nothing, nothing, nothing, nothing});
       return std::vector<double>{turns.best(0), turns.best(1), turns.best(2), turns.best(3)};
     });
-    rows.push_back({{"segment_mb", mb}, {"transport_exchange_s", out[0]}, {"c10d_send_recv_s", out[1]},
-                    {"add_s", out[2]}, {"copy_s", out[3]}});
-    std::fprintf(stderr, "breakdown %.0f MB: GlooTransport exchange %.4f s, c10d send/recv %.4f s, add %.4f s, copy %.4f s\n",
+    rows.push_back({{"segment_mb", mb},
+                    {"transport_exchange_s", out[0]},
+                    {"c10d_send_recv_s", out[1]},
+                    {"add_s", out[2]},
+                    {"copy_s", out[3]}});
+    std::fprintf(stderr,
+                 "breakdown %.0f MB: GlooTransport exchange %.4f s, c10d send/recv %.4f s, add "
+                 "%.4f s, copy %.4f s\n",
                  mb, out[0], out[1], out[2], out[3]);
   }
   return rows;
@@ -462,9 +545,11 @@ int main(int argc, char** argv) {
   int reps = 9;
   CLI::App app{"cross-cluster averaging: simulation against alpha-beta, real rings against c10d"};
   app.add_option("--part", part)->check(CLI::IsMember({"all", "sim", "real", "breakdown"}));
-  app.add_option("--reps", reps, "real parts: timed runs of each, the best is reported")->check(CLI::PositiveNumber);
+  app.add_option("--reps", reps, "real parts: timed runs of each, the best is reported")
+      ->check(CLI::PositiveNumber);
   double piece_mb = 4;
-  app.add_option("--piece-mb", piece_mb, "real part: the rings' piece size (training.ring_piece_mb) beside whole segments")
+  app.add_option("--piece-mb", piece_mb,
+                 "real part: the rings' piece size (training.ring_piece_mb) beside whole segments")
       ->check(CLI::PositiveNumber);
   app.add_option("--out", out);
   CLI11_PARSE(app, argc, argv);

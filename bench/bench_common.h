@@ -9,13 +9,12 @@
 #include <cmath>
 #include <cstdio>
 #include <exception>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 
@@ -63,7 +62,8 @@ inline std::vector<double> in_child(size_t n, const std::function<std::vector<do
     _exit(write(fd[1], v.data(), n * sizeof(double)) == bytes ? 0 : 1);
   }
   close(fd[1]);
-  if (read(fd[0], v.data(), n * sizeof(double)) != bytes) std::fill(v.begin(), v.end(), std::nan(""));
+  if (read(fd[0], v.data(), n * sizeof(double)) != bytes)
+    std::fill(v.begin(), v.end(), std::nan(""));
   close(fd[0]);
   waitpid(pid, nullptr, 0);
   return v;

@@ -11,19 +11,18 @@
 //   bench_device_pipeline [--scenario FILE] [--device cuda|cpu] [--steps N] [--out FILE]
 //
 // With --device cuda and no GPU visible it stops with exit status 2 and a message.
+#include <ATen/ATen.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <filesystem>
 #include <fstream>
 
-#include <ATen/ATen.h>
-#include <CLI/CLI.hpp>
-
 #include "bench/bench_common.h"
 #include "bench/plain_training.h"
-#include "core/memory/allocator.h"
 #include "core/compute_threads.h"
 #include "core/data/dataset.h"
+#include "core/memory/allocator.h"
 #include "core/model/model.h"
 #include "core/scenario/scenario.h"
 #include "real/compute_device.h"
@@ -50,13 +49,15 @@ int main(int argc, char** argv) try {
   const c10::Device device = compute_device(s, 0);  // refuses cuda without a GPU (exit status 2)
 
   // 1. The pipeline: one process per node, each on `device`.
-  const fs::path run_dir = fs::temp_directory_path() / ("bench_device_pipeline_" + std::to_string(getpid()));
+  const fs::path run_dir =
+      fs::temp_directory_path() / ("bench_device_pipeline_" + std::to_string(getpid()));
   fs::remove_all(run_dir);
   const double t0 = bench::wall_now();
-  const int rc = bench::run_program({std::string(RV_BINARY_DIR) + "/ravnest", "real", scenario_path, "--set",
-                      "training.steps=" + std::to_string(s.training.steps), "--set", "training.eval_every=0",
-                      "--set", "real.device=\"" + device_name + "\"", "--run-dir", run_dir.string(), "--progress",
-                      "off"});
+  const int rc =
+      bench::run_program({std::string(RV_BINARY_DIR) + "/ravnest", "real", scenario_path, "--set",
+                          "training.steps=" + std::to_string(s.training.steps), "--set",
+                          "training.eval_every=0", "--set", "real.device=\"" + device_name + "\"",
+                          "--run-dir", run_dir.string(), "--progress", "off"});
   const double real_wall = bench::wall_now() - t0;
   if (rc != 0) {
     std::cerr << "ravnest real failed with status " << rc << "\n";
@@ -83,7 +84,8 @@ int main(int argc, char** argv) try {
   (void)bench::train_plain(s, model, data, s.training.steps - half, device);
   const double plain_second = bench::wall_now() - p1;
   const double batch = static_cast<double>(s.data.batch_size);
-  const double plain_sps = static_cast<double>(s.training.steps) * batch / (plain_first + plain_second);
+  const double plain_sps =
+      static_cast<double>(s.training.steps) * batch / (plain_first + plain_second);
   const double plain_steady = static_cast<double>(s.training.steps - half) * batch / plain_second;
   const std::optional<DeviceMemoryPeak> plain_mem = device_memory_peak(device);
 
@@ -102,8 +104,10 @@ int main(int argc, char** argv) try {
                       {"plain_steady_samples_per_s", plain_steady},
                       {"ratio_pipeline_to_plain", real_sps / plain_sps},
                       {"ratio_steady", plain_steady > 0 ? real_steady / plain_steady : 0.0},
-                      {"plain_device_peak_allocated_mb", plain_mem ? static_cast<double>(plain_mem->allocated) / 1e6 : 0.0},
-                      {"plain_device_peak_reserved_mb", plain_mem ? static_cast<double>(plain_mem->reserved) / 1e6 : 0.0},
+                      {"plain_device_peak_allocated_mb",
+                       plain_mem ? static_cast<double>(plain_mem->allocated) / 1e6 : 0.0},
+                      {"plain_device_peak_reserved_mb",
+                       plain_mem ? static_cast<double>(plain_mem->reserved) / 1e6 : 0.0},
                       {"per_node", nodes}};
   bench::emit(j, out);
   fs::remove_all(run_dir);

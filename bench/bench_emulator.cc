@@ -21,8 +21,10 @@
 //
 //   bench_emulator [--part all|bandwidth|latency|fairness] [--quick] [--out FILE]
 // (--quick drops 64 MB at 10 Mbit/s, ~54 s of the ~2 minutes.)
+#include <ATen/ATen.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -38,16 +40,13 @@
 #include <thread>
 #include <vector>
 
-#include <ATen/ATen.h>
-#include <CLI/CLI.hpp>
-
 #include "bench/bench_common.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "core/units.h"
 #include "emu/emulator_service.h"
-#include "loopback/loopback.h"
 #include "exec/wall_env.h"
+#include "loopback/loopback.h"
 #include "real/gloo_transport.h"
 
 using namespace rv;
@@ -121,7 +120,8 @@ std::string socket_path() {
 // transports, clients, then the server.
 class Emulated {
  public:
-  Emulated(Nodes& nodes, std::vector<NodeLinks> links) : server_(socket_path(), std::move(links), clock_) {
+  Emulated(Nodes& nodes, std::vector<NodeLinks> links)
+      : server_(socket_path(), std::move(links), clock_) {
     server_.start();
     for (int r = 0; r < kWorld; ++r) {
       clients_.push_back(std::make_unique<EmulatorClient>(server_.path(), r, kGlooTimeout));
@@ -156,8 +156,8 @@ Message sized_message(double bytes, int64_t id) {
 // Sends one message of `bytes` from node 0 to each of `dsts` (distinct nodes), back to back, and
 // returns each one's delivery time in seconds: when its receiver's recv() returned minus when
 // node 0 called send(). Each receiver waits in recv() on a thread of its own. Flushes node 0.
-std::vector<Seconds> transfer(const std::function<Transport&(int)>& node, const std::vector<int>& dsts,
-                              double bytes) {
+std::vector<Seconds> transfer(const std::function<Transport&(int)>& node,
+                              const std::vector<int>& dsts, double bytes) {
   const size_t n = dsts.size();
   std::vector<Message> msgs;
   for (size_t i = 0; i < n; ++i) msgs.push_back(sized_message(bytes, static_cast<int64_t>(i)));
@@ -219,11 +219,18 @@ json part_bandwidth(Nodes& nodes, bool quick) {
     const Seconds model = s / mbps(b);
     const double achieved = s / delivery / kMbpsToBytesPerSecond;  // Mbit/s
     const double error = achieved / b - 1;
-    rows.push_back({{"bytes", s}, {"configured_mbps", b}, {"measured_mbps", achieved}, {"error", error},
-                    {"within", std::abs(error) <= 0.05}, {"model_s", model}, {"delivery_s", delivery},
-                    {"excess_ms", (delivery - model) * 1e3}, {"took_s", bench::wall_now() - t0}});
-    std::fprintf(stderr, "bandwidth %g MB at %g Mbit/s: %.3f Mbit/s (%+.2f%%), %.4f s for %.4f s modeled\n", mb, b,
-                 achieved, 100 * error, delivery, model);
+    rows.push_back({{"bytes", s},
+                    {"configured_mbps", b},
+                    {"measured_mbps", achieved},
+                    {"error", error},
+                    {"within", std::abs(error) <= 0.05},
+                    {"model_s", model},
+                    {"delivery_s", delivery},
+                    {"excess_ms", (delivery - model) * 1e3},
+                    {"took_s", bench::wall_now() - t0}});
+    std::fprintf(stderr,
+                 "bandwidth %g MB at %g Mbit/s: %.3f Mbit/s (%+.2f%%), %.4f s for %.4f s modeled\n",
+                 mb, b, achieved, 100 * error, delivery, model);
   }
   return rows;
 }
@@ -251,15 +258,25 @@ json part_latency(Nodes& nodes, int repeats) {
     std::vector<double> sorted = measured_ms;
     std::sort(sorted.begin(), sorted.end());
     const double tolerance_ms = 1 + 0.05 * configured_ms;
-    rows.push_back({{"latency_ms", {ls, ld}}, {"bytes", wire_bytes(bytes)}, {"configured_mbps", b},
-                    {"repeats", repeats}, {"configured_ms", configured_ms}, {"measured_mean_ms", mean_ms},
-                    {"measured_median_ms", sorted[sorted.size() / 2]}, {"measured_min_ms", sorted.front()},
+    rows.push_back({{"latency_ms", {ls, ld}},
+                    {"bytes", wire_bytes(bytes)},
+                    {"configured_mbps", b},
+                    {"repeats", repeats},
+                    {"configured_ms", configured_ms},
+                    {"measured_mean_ms", mean_ms},
+                    {"measured_median_ms", sorted[sorted.size() / 2]},
+                    {"measured_min_ms", sorted.front()},
                     {"measured_max_ms", sorted.back()},
-                    {"mean_error_ms", mean_ms - configured_ms}, {"max_abs_error_ms", worst},
-                    {"error", mean_ms / configured_ms - 1}, {"tolerance_ms", tolerance_ms},
-                    {"within", worst <= tolerance_ms}, {"measured_ms", measured_ms},
+                    {"mean_error_ms", mean_ms - configured_ms},
+                    {"max_abs_error_ms", worst},
+                    {"error", mean_ms / configured_ms - 1},
+                    {"tolerance_ms", tolerance_ms},
+                    {"within", worst <= tolerance_ms},
+                    {"measured_ms", measured_ms},
                     {"took_s", bench::wall_now() - t0}});
-    std::fprintf(stderr, "latency %g+%g ms: mean %.3f ms for %.3f ms configured, worst error %.3f ms (tolerance %.3f)\n",
+    std::fprintf(stderr,
+                 "latency %g+%g ms: mean %.3f ms for %.3f ms configured, worst error %.3f ms "
+                 "(tolerance %.3f)\n",
                  ls, ld, mean_ms, configured_ms, worst, tolerance_ms);
   }
   return rows;
@@ -291,12 +308,22 @@ json part_fairness(Nodes& nodes, int rounds) {
       }
       shares.push_back(row);
     }
-    rows.push_back({{"flows", n}, {"bytes", s}, {"configured_mbps", b}, {"rounds", rounds},
-                    {"configured_share", 1.0 / n}, {"measured_min_share", lo}, {"measured_max_share", hi},
-                    {"max_abs_error", worst}, {"within", worst <= 0.10}, {"model_s", n * s / mbps(b)},
-                    {"shares", shares}, {"took_s", bench::wall_now() - t0}});
-    std::fprintf(stderr, "fairness %d flows: shares %.4f..%.4f of the uplink for 1/N = %.4f, worst error %.2f%%\n", n,
-                 lo, hi, 1.0 / n, 100 * worst);
+    rows.push_back({{"flows", n},
+                    {"bytes", s},
+                    {"configured_mbps", b},
+                    {"rounds", rounds},
+                    {"configured_share", 1.0 / n},
+                    {"measured_min_share", lo},
+                    {"measured_max_share", hi},
+                    {"max_abs_error", worst},
+                    {"within", worst <= 0.10},
+                    {"model_s", n * s / mbps(b)},
+                    {"shares", shares},
+                    {"took_s", bench::wall_now() - t0}});
+    std::fprintf(
+        stderr,
+        "fairness %d flows: shares %.4f..%.4f of the uplink for 1/N = %.4f, worst error %.2f%%\n",
+        n, lo, hi, 1.0 / n, 100 * worst);
   }
   return rows;
 }
@@ -310,7 +337,8 @@ json part_gloo_only(Nodes& nodes) {
     for (int i = 0; i < 5; ++i)
       ms.push_back(transfer([&](int r) -> Transport& { return nodes[r]; }, {1}, bytes)[0] * 1e3);
     std::sort(ms.begin(), ms.end());
-    rows.push_back({{"bytes", wire_bytes(bytes)}, {"median_ms", ms[2]}, {"min_ms", ms[0]}, {"max_ms", ms[4]}});
+    rows.push_back(
+        {{"bytes", wire_bytes(bytes)}, {"median_ms", ms[2]}, {"min_ms", ms[0]}, {"max_ms", ms[4]}});
     std::fprintf(stderr, "gloo only %g bytes: median %.3f ms\n", bytes, ms[2]);
   }
   return rows;
@@ -354,7 +382,8 @@ json lateness_row(const std::vector<double>& late_ms) {
   }
   return {{"mean_ms", sum / static_cast<double>(late_ms.size())},
           {"min_ms", *std::min_element(late_ms.begin(), late_ms.end())},
-          {"max_ms", *std::max_element(late_ms.begin(), late_ms.end())}, {"max_abs_ms", worst}};
+          {"max_ms", *std::max_element(late_ms.begin(), late_ms.end())},
+          {"max_abs_ms", worst}};
 }
 
 // Where the latency cases' excess comes from, layer by layer (1 kB, one message at a time, the
@@ -415,13 +444,18 @@ json part_breakdown(int repeats) {
       }
       s0.flush();
     }
-    rows.push_back({{"latency_ms", {ls, ld}}, {"repeats", repeats}, {"timer_late", lateness_row(timer_ms)},
-                    {"network_late", lateness_row(network_ms)}, {"service_late", lateness_row(service_ms)}});
+    rows.push_back({{"latency_ms", {ls, ld}},
+                    {"repeats", repeats},
+                    {"timer_late", lateness_row(timer_ms)},
+                    {"network_late", lateness_row(network_ms)},
+                    {"service_late", lateness_row(service_ms)}});
     std::fprintf(stderr,
-                 "breakdown %g+%g ms: timer late %.3f ms mean (max %.3f), network late %.3f ms mean (max %.3f), "
+                 "breakdown %g+%g ms: timer late %.3f ms mean (max %.3f), network late %.3f ms "
+                 "mean (max %.3f), "
                  "service late %.3f ms mean (max %.3f)\n",
                  ls, ld, rows.back()["timer_late"]["mean_ms"].get<double>(),
-                 rows.back()["timer_late"]["max_ms"].get<double>(), rows.back()["network_late"]["mean_ms"].get<double>(),
+                 rows.back()["timer_late"]["max_ms"].get<double>(),
+                 rows.back()["network_late"]["mean_ms"].get<double>(),
                  rows.back()["network_late"]["max_ms"].get<double>(),
                  rows.back()["service_late"]["mean_ms"].get<double>(),
                  rows.back()["service_late"]["max_ms"].get<double>());
@@ -434,7 +468,8 @@ json part_breakdown(int repeats) {
 int main(int argc, char** argv) {
   bool quick = false;
   std::string part = "all", out;
-  CLI::App app{"the network emulator end to end (EmulatorServer, clients, ShapedTransport over Gloo)"};
+  CLI::App app{
+      "the network emulator end to end (EmulatorServer, clients, ShapedTransport over Gloo)"};
   app.add_option("--part", part)->check(CLI::IsMember({"all", "bandwidth", "latency", "fairness"}));
   app.add_flag("--quick", quick, "drop the 64 MB transfer at 10 Mbit/s (~54 s)");
   app.add_option("--out", out);
@@ -442,7 +477,8 @@ int main(int argc, char** argv) {
   const double t0 = bench::wall_now();
   Nodes nodes;
   // Warm-up: one message on every pair the cases use, so no case pays a first send.
-  for (int r = 1; r < kWorld; ++r) transfer([&](int k) -> Transport& { return nodes[k]; }, {r}, 1 * kMB);
+  for (int r = 1; r < kWorld; ++r)
+    transfer([&](int k) -> Transport& { return nodes[k]; }, {r}, 1 * kMB);
   json j = {{"benchmark", "emulator"}, {"quick", quick}};
   j["gloo_only"] = part_gloo_only(nodes);
   if (part == "all" || part == "bandwidth") j["bandwidth"] = part_bandwidth(nodes, quick);

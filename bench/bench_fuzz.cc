@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -33,11 +34,9 @@
 #include <fstream>
 #include <iostream>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
-
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 #include "core/output/whole_file.h"
 #include "fuzz/harness.h"
@@ -186,7 +185,8 @@ class Watchdog {
     while (!cv_.wait_for(l, every, [this] { return done_; })) {
       if (started_ >= 0 && cpu() - started_ > limit_) {
         std::cerr << "bench_fuzz: a " << kind_ << " case ran over " << limit_
-                  << " s of CPU (a hang); its input:\n" << input_ << "\n";
+                  << " s of CPU (a hang); its input:\n"
+                  << input_ << "\n";
         std::abort();
       }
     }
@@ -205,8 +205,8 @@ class Watchdog {
 int64_t share(int64_t n, int jobs, int worker) { return n / jobs + (worker < n % jobs ? 1 : 0); }
 
 // Runs one worker's share and returns its tally, writing it to `out` (if set) as it goes.
-Tally run_worker(int64_t scenarios, int64_t frames, uint64_t seed, const std::string& out, double checkpoint_s,
-                 double watchdog_cpu_s, std::vector<std::string>* rejections) {
+Tally run_worker(int64_t scenarios, int64_t frames, uint64_t seed, const std::string& out,
+                 double checkpoint_s, double watchdog_cpu_s, std::vector<std::string>* rejections) {
   const auto seeds = rv::fuzz::shipped_seeds(RV_SOURCE_DIR);
   const std::string source = rv::fuzz::case_source(RV_SOURCE_DIR);
   Tally t;
@@ -265,12 +265,17 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint-s", checkpoint_s, "write the counts so far at least this often (s)")
       ->check(CLI::PositiveNumber);
   app.add_option("--out", out, "also write the figures here, as the run goes");
-  app.add_option("--watchdog-cpu-s", watchdog_cpu_s, "abort, printing the case, when one case runs this much CPU")
+  app.add_option("--watchdog-cpu-s", watchdog_cpu_s,
+                 "abort, printing the case, when one case runs this much CPU")
       ->check(CLI::PositiveNumber);
-  app.add_option("--messages", messages, "write every rejection's message to this file, one per line (--jobs 1)");
-  app.add_option("--worker", worker, "(internal) run worker K of --jobs, writing its counts to --out");
+  app.add_option("--messages", messages,
+                 "write every rejection's message to this file, one per line (--jobs 1)");
+  app.add_option("--worker", worker,
+                 "(internal) run worker K of --jobs, writing its counts to --out");
   std::string replay;
-  app.add_option("--case", replay, "run this one scenario file as a case (a reported case, saved) and print its counts");
+  app.add_option(
+      "--case", replay,
+      "run this one scenario file as a case (a reported case, saved) and print its counts");
   CLI11_PARSE(app, argc, argv);
   if (!replay.empty()) {
     std::ifstream in(replay);
@@ -282,7 +287,8 @@ int main(int argc, char** argv) {
     text << in.rdbuf();
     Tally t;
     t.scenarios_asked = 1;
-    rv::fuzz::run_scenario_case({text.str(), {}, "replay"}, rv::fuzz::case_source(RV_SOURCE_DIR), t.counts);
+    rv::fuzz::run_scenario_case({text.str(), {}, "replay"}, rv::fuzz::case_source(RV_SOURCE_DIR),
+                                t.counts);
     t.complete = true;
     std::cout << to_json(t).dump(2) << "\n";
     return t.counts.failures == 0 ? 0 : 1;
@@ -298,8 +304,8 @@ int main(int argc, char** argv) {
       std::cerr << "bench_fuzz: --worker K needs K < --jobs and --out\n";
       return 2;
     }
-    const Tally t = run_worker(share(scenarios, jobs, worker), share(frames, jobs, worker), seed + worker, out,
-                               checkpoint_s, watchdog_cpu_s, nullptr);
+    const Tally t = run_worker(share(scenarios, jobs, worker), share(frames, jobs, worker),
+                               seed + worker, out, checkpoint_s, watchdog_cpu_s, nullptr);
     return t.complete ? 0 : 3;
   }
 
@@ -325,12 +331,23 @@ int main(int argc, char** argv) {
     const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
     for (int k = 0; k < jobs; ++k) {
       ws[k].part = base + ".part" + std::to_string(k);
-      std::vector<std::string> args = {self,        "--scenarios",    std::to_string(scenarios),
-                                       "--frames",  std::to_string(frames), "--seed",
-                                       std::to_string(seed), "--jobs", std::to_string(jobs),
-                                       "--worker",  std::to_string(k),  "--out",
-                                       ws[k].part,  "--checkpoint-s", std::to_string(checkpoint_s),
-                                       "--watchdog-cpu-s", std::to_string(watchdog_cpu_s)};
+      std::vector<std::string> args = {self,
+                                       "--scenarios",
+                                       std::to_string(scenarios),
+                                       "--frames",
+                                       std::to_string(frames),
+                                       "--seed",
+                                       std::to_string(seed),
+                                       "--jobs",
+                                       std::to_string(jobs),
+                                       "--worker",
+                                       std::to_string(k),
+                                       "--out",
+                                       ws[k].part,
+                                       "--checkpoint-s",
+                                       std::to_string(checkpoint_s),
+                                       "--watchdog-cpu-s",
+                                       std::to_string(watchdog_cpu_s)};
       std::vector<char*> argv2;
       for (auto& a : args) argv2.push_back(a.data());
       argv2.push_back(nullptr);
@@ -354,7 +371,8 @@ int main(int argc, char** argv) {
           std::ifstream in(ws[k].part);
           if (in) part = from_json(json::parse(in));
         } catch (const std::exception&) {
-          // a part caught mid-rename cannot happen (whole-file writes); one not yet written counts as empty
+          // a part caught mid-rename cannot happen (whole-file writes); one not yet written counts
+          // as empty
         }
         t.complete = t.complete && part.complete;
         add(t, part);
@@ -382,7 +400,9 @@ int main(int argc, char** argv) {
         forwarded = true;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      if (!out.empty() && std::chrono::duration<double>(std::chrono::steady_clock::now() - last).count() >= checkpoint_s) {
+      if (!out.empty() &&
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - last).count() >=
+              checkpoint_s) {
         last = std::chrono::steady_clock::now();
         Tally t = merged();
         t.complete = false;
@@ -393,10 +413,11 @@ int main(int argc, char** argv) {
     for (int k = 0; k < jobs; ++k) {
       const int s = ws[k].status;
       if (WIFSIGNALED(s))
-        crashed.push_back("worker " + std::to_string(k) + " ended by signal " + std::to_string(WTERMSIG(s)) +
-                          " (" + strsignal(WTERMSIG(s)) + ")");
+        crashed.push_back("worker " + std::to_string(k) + " ended by signal " +
+                          std::to_string(WTERMSIG(s)) + " (" + strsignal(WTERMSIG(s)) + ")");
       else if (WIFEXITED(s) && WEXITSTATUS(s) != 0 && WEXITSTATUS(s) != 1 && WEXITSTATUS(s) != 3)
-        crashed.push_back("worker " + std::to_string(k) + " exited with status " + std::to_string(WEXITSTATUS(s)));
+        crashed.push_back("worker " + std::to_string(k) + " exited with status " +
+                          std::to_string(WEXITSTATUS(s)));
     }
     if (!crashed.empty()) total.complete = false;
     std::error_code ec;
@@ -410,7 +431,8 @@ int main(int argc, char** argv) {
   std::cout << j.dump(2) << "\n";
   if (!out.empty()) {
     rv::write_whole_file(out, j.dump(2) + "\n");
-    for (int k = 0; jobs > 1 && k < jobs; ++k) std::filesystem::remove(out + ".part" + std::to_string(k));
+    for (int k = 0; jobs > 1 && k < jobs; ++k)
+      std::filesystem::remove(out + ".part" + std::to_string(k));
   }
   if (!messages.empty()) {
     std::ofstream m(messages);

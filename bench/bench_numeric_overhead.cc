@@ -19,17 +19,16 @@
 // micro-batch on a 2-core AMD EPYC host: the plain loop's figure is in the output; 400), and
 // digits-cnn as shipped (under 5 ms per micro-batch, where the
 // fixed cost of each simulated span and message shows; 1,500).
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-
 #include "bench/bench_common.h"
 #include "bench/plain_training.h"
-#include "core/memory/allocator.h"
 #include "core/compute_threads.h"
 #include "core/data/dataset.h"
 #include "core/error.h"
+#include "core/memory/allocator.h"
 #include "core/model/model.h"
 #include "core/scenario/scenario.h"
 #include "planner/planner.h"
@@ -57,8 +56,9 @@ nlohmann::json measure(const std::string& path, const std::vector<std::string>& 
   // The pipeline's micro-batches in flight: the plain loop is run with one (the model's maths
   // alone) and with as many as the pipeline holds (the same maths with the same activations and
   // weight versions alive, which the schedule, not the simulator, costs).
-  const int64_t in_flight = s.training.max_in_flight > 0 ? s.training.max_in_flight
-                                                         : static_cast<int64_t>(plan.clusters.at(0).stages.size());
+  const int64_t in_flight = s.training.max_in_flight > 0
+                                ? s.training.max_in_flight
+                                : static_cast<int64_t>(plan.clusters.at(0).stages.size());
   std::vector<double> plain, plain_k, sim, ratios, ratios_k;
   for (int r = 0; r < repeats; ++r) {
     // The plain loop: same model, same samples, same optimizer, one process, no pipeline; then the
@@ -83,8 +83,9 @@ nlohmann::json measure(const std::string& path, const std::vector<std::string>& 
              s.name + ": a run failed");
     ratios.push_back(sim.back() / plain.back());
     ratios_k.push_back(sim.back() / plain_k.back());
-    std::cerr << s.name << " run " << r + 1 << "/" << repeats << ": plain " << plain.back() << " s, plain with "
-              << in_flight << " in flight " << plain_k.back() << " s, sim " << sim.back() << " s\n";
+    std::cerr << s.name << " run " << r + 1 << "/" << repeats << ": plain " << plain.back()
+              << " s, plain with " << in_flight << " in flight " << plain_k.back() << " s, sim "
+              << sim.back() << " s\n";
   }
   const double ratio = median(sim) / median(plain);
   const double ratio_k = median(sim) / median(plain_k);
@@ -92,8 +93,10 @@ nlohmann::json measure(const std::string& path, const std::vector<std::string>& 
   // the figure that a host whose speed drifts between runs moves least.
   const double paired = median(ratios);
   const double paired_k = median(ratios_k);
-  std::cerr << s.name << ": overhead " << ratio << " over the plain loop, " << ratio_k << " over it with " << in_flight
-            << " micro-batches in flight (medians of the runs' own ratios: " << paired << ", " << paired_k << ")\n";
+  std::cerr << s.name << ": overhead " << ratio << " over the plain loop, " << ratio_k
+            << " over it with " << in_flight
+            << " micro-batches in flight (medians of the runs' own ratios: " << paired << ", "
+            << paired_k << ")\n";
   return {{"scenario", s.name},
           {"micro_batches", steps},
           {"clusters", plan.clusters.size()},
@@ -125,8 +128,10 @@ int main(int argc, char** argv) try {
   CLI::App app{"numeric-mode overhead"};
   app.add_option("--scenario", paths, "scenario files (default: quickstart and digits-cnn)");
   app.add_option("--set", sets, "key=value overrides for every scenario");
-  app.add_option("--steps", steps, "micro-batches per run (default: per case)")->check(CLI::PositiveNumber);
-  app.add_option("--repeats", repeats, "runs of each side; the median is reported")->check(CLI::PositiveNumber);
+  app.add_option("--steps", steps, "micro-batches per run (default: per case)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--repeats", repeats, "runs of each side; the median is reported")
+      ->check(CLI::PositiveNumber);
   app.add_option("--out", out);
   CLI11_PARSE(app, argc, argv);
   struct Case {
@@ -145,8 +150,10 @@ int main(int argc, char** argv) try {
     for (const auto& p : paths) cases.push_back({p, sets, 1500});
   }
   nlohmann::json figures = nlohmann::json::array();
-  for (const auto& c : cases) figures.push_back(measure(c.path, c.sets, steps > 0 ? steps : c.steps, repeats));
-  bench::emit({{"benchmark", "numeric_overhead"}, {"intra_op_threads", 1}, {"cases", figures}}, out);
+  for (const auto& c : cases)
+    figures.push_back(measure(c.path, c.sets, steps > 0 ? steps : c.steps, repeats));
+  bench::emit({{"benchmark", "numeric_overhead"}, {"intra_op_threads", 1}, {"cases", figures}},
+              out);
 } catch (const std::exception& e) {
   return bench::failed(e);
 }

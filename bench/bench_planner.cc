@@ -16,16 +16,15 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <sstream>
-
-#include <filesystem>
-#include <fstream>
-#include <cmath>
-#include <cstdlib>
-#include <CLI/CLI.hpp>
 
 #include "bench/bench_common.h"
 #include "core/data/dataset.h"
@@ -48,12 +47,13 @@ namespace {
 // parameters) on 28x28 inputs, micro-batches of 64: it fits any node many times over and
 // computes in microseconds, so one fast node alone is the best plan of any small pool.
 std::string base_scenario(const std::string& model, const std::string& network) {
-  const std::string m = model == "mlp"
-                            ? "[model]\nhead = \"linear\"\nkind = \"mlp\"\nhidden = [256, 256, 128, 128, 64]\n"
-                              "[data]\nkind = \"synthetic\"\nside = 28\nbatch_size = 64\n"
-                            : "[model]\nhead = \"linear\"\nkind = \"cnn\"\nchannels = [128, 256, 512]\nbatch_norm = "
-                              "false\nhidden = [1024]\n"
-                              "[data]\nkind = \"synthetic\"\nside = 96\nbatch_size = 256\n";
+  const std::string m =
+      model == "mlp"
+          ? "[model]\nhead = \"linear\"\nkind = \"mlp\"\nhidden = [256, 256, 128, 128, 64]\n"
+            "[data]\nkind = \"synthetic\"\nside = 28\nbatch_size = 64\n"
+          : "[model]\nhead = \"linear\"\nkind = \"cnn\"\nchannels = [128, 256, 512]\nbatch_norm = "
+            "false\nhidden = [1024]\n"
+            "[data]\nkind = \"synthetic\"\nside = 96\nbatch_size = 256\n";
   return "name = \"bench-planner\"\n" + m + "[network]\nmodel = \"" + network + "\"\n" +
          "[[devices]]\nname = \"placeholder\"\n";
 }
@@ -201,8 +201,8 @@ double simulate_plan(Scenario s, const std::string& method) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/s.toml") << to_toml(s);
-  const std::string cmd = std::string(RV_BINARY_DIR) + "/ravnest sim " + dir + "/s.toml --progress off --run-dir " +
-                          dir + "/run > /dev/null 2>&1";
+  const std::string cmd = std::string(RV_BINARY_DIR) + "/ravnest sim " + dir +
+                          "/s.toml --progress off --run-dir " + dir + "/run > /dev/null 2>&1";
   double x = std::nan("");
   if (std::system(cmd.c_str()) == 0) {
     std::ifstream in(dir + "/run/summary.json");
@@ -235,8 +235,11 @@ json compare(const std::string& network, const std::vector<int>& sizes, uint64_t
     put("greedy", greedy);
     put("ravnest_ga", rv);
     if (n <= g_simulate_up_to) {
-      for (auto [name, o] : {std::pair{"ga", &ga}, std::pair{"greedy", &greedy}, std::pair{"ravnest-ga", &rv}})
-        if (o->ok) row[name == std::string("ravnest-ga") ? "ravnest_ga" : name]["simulated_samples_per_s"] = simulate_plan(s, name);
+      for (auto [name, o] :
+           {std::pair{"ga", &ga}, std::pair{"greedy", &greedy}, std::pair{"ravnest-ga", &rv}})
+        if (o->ok)
+          row[name == std::string("ravnest-ga") ? "ravnest_ga" : name]["simulated_samples_per_s"] =
+              simulate_plan(s, name);
       if (ga.ok && greedy.ok)
         row["simulated_ga_over_greedy"] = row["ga"]["simulated_samples_per_s"].get<double>() /
                                           row["greedy"]["simulated_samples_per_s"].get<double>();
@@ -324,7 +327,8 @@ int main(int argc, char** argv) {
   app.add_option("--pools", pools, "random pools for the quality part");
   app.add_option("--seed", seed);
   app.add_option("--compare-sizes", compare_sizes)->delimiter(',');
-  app.add_option("--simulate-up-to", g_simulate_up_to, "compare: simulate the plans of pools up to this size");
+  app.add_option("--simulate-up-to", g_simulate_up_to,
+                 "compare: simulate the plans of pools up to this size");
   app.add_option("--scale-sizes", scale_sizes)->delimiter(',');
   app.add_option("--network", network, "lv08 | ideal")->check(CLI::IsMember({"lv08", "ideal"}));
   app.add_option("--scale-one", scale_one_n,

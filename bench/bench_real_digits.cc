@@ -4,24 +4,23 @@
 // and CPU used beyond the compute (a node that polls while it waits would burn a core).
 //
 //   bench_real_digits [--epochs 10] [--out FILE]
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/core/GradMode.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <torch/csrc/autograd/autograd.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <filesystem>
 #include <fstream>
 
-#include <ATen/ATen.h>
-#include <ATen/Parallel.h>
-#include <CLI/CLI.hpp>
-#include <c10/core/GradMode.h>
-#include <torch/csrc/autograd/autograd.h>
-
 #include "bench/bench_common.h"
 #include "bench/plain_training.h"
-#include "core/memory/allocator.h"
 #include "core/compute_threads.h"
 #include "core/data/dataset.h"
+#include "core/memory/allocator.h"
 #include "core/model/model.h"
 #include "core/model/optimizer.h"
 #include "core/scenario/scenario.h"
@@ -34,7 +33,8 @@ namespace {
 double cpu_of_children() {
   rusage u{};
   getrusage(RUSAGE_CHILDREN, &u);
-  return u.ru_utime.tv_sec + u.ru_utime.tv_usec * 1e-6 + u.ru_stime.tv_sec + u.ru_stime.tv_usec * 1e-6;
+  return u.ru_utime.tv_sec + u.ru_utime.tv_usec * 1e-6 + u.ru_stime.tv_sec +
+         u.ru_stime.tv_usec * 1e-6;
 }
 
 }  // namespace
@@ -60,9 +60,9 @@ int main(int argc, char** argv) {
   fs::remove_all(run_dir);
   const double cpu0 = cpu_of_children();
   double t0 = bench::wall_now();
-  int rc = bench::run_program({std::string(RV_BINARY_DIR) + "/ravnest", "real", scenario_path, "--set",
-                "training.steps=" + std::to_string(steps), "--set", "training.eval_every=0",
-                "--run-dir", run_dir.string()});
+  int rc = bench::run_program({std::string(RV_BINARY_DIR) + "/ravnest", "real", scenario_path,
+                               "--set", "training.steps=" + std::to_string(steps), "--set",
+                               "training.eval_every=0", "--run-dir", run_dir.string()});
   const double real_wall = bench::wall_now() - t0;
   const double real_cpu = cpu_of_children() - cpu0;
   if (rc != 0) {

@@ -21,22 +21,22 @@
 //   bench_sim_speed --nodes 1000 --steps 20 [--width 1448] [--repeats R] [--metrics events|summary]
 //                   [--out FILE]
 // bench/run.sh loops over N.
-#include <functional>
-#include <memory>
+#include <xbt/log.h>
 
 #include <CLI/CLI.hpp>
+#include <functional>
+#include <memory>
 #include <simgrid/s4u/Actor.hpp>
 #include <simgrid/s4u/Engine.hpp>
 #include <simgrid/s4u/Mailbox.hpp>
-#include <xbt/log.h>
 
 #include "bench/bench_common.h"
-#include "core/memory/allocator.h"
 #include "core/data/dataset.h"
+#include "core/memory/allocator.h"
 #include "core/model/model.h"
+#include "core/network/links.h"
 #include "core/scenario/scenario.h"
 #include "planner/planner.h"
-#include "core/network/links.h"
 #include "sim/platform.h"
 #include "sim/sim_network.h"
 #include "sim/sim_runner.h"
@@ -79,14 +79,16 @@ double bare_rate(const Scenario& s, int64_t per_actor, uint64_t bytes) {
     static char token;
     const int n = static_cast<int>(hosts.size());
     for (int r = 0; r < n; ++r)
-      sg4::Actor::init("a" + std::to_string(r), hosts[r])->set_stacksize(kChainStack)->start([r, n, per_actor, bytes] {
-        sg4::Mailbox* in = sg4::Mailbox::by_name("m" + std::to_string(r));
-        sg4::Mailbox* out = sg4::Mailbox::by_name("m" + std::to_string(r + 1));
-        for (int64_t k = 0; k < per_actor; ++k) {
-          if (r > 0) in->get<char>();
-          if (r < n - 1) out->put(&token, bytes);
-        }
-      });
+      sg4::Actor::init("a" + std::to_string(r), hosts[r])
+          ->set_stacksize(kChainStack)
+          ->start([r, n, per_actor, bytes] {
+            sg4::Mailbox* in = sg4::Mailbox::by_name("m" + std::to_string(r));
+            sg4::Mailbox* out = sg4::Mailbox::by_name("m" + std::to_string(r + 1));
+            for (int64_t k = 0; k < per_actor; ++k) {
+              if (r > 0) in->get<char>();
+              if (r < n - 1) out->put(&token, bytes);
+            }
+          });
     return std::shared_ptr<void>();
   });
 }
@@ -101,19 +103,21 @@ double network_rate(const Scenario& s, int64_t per_actor, uint64_t bytes, double
     auto net = std::make_shared<SimNetwork>(hosts, links_of(s));
     const int n = static_cast<int>(hosts.size());
     for (int r = 0; r < n; ++r)
-      sg4::Actor::init("a" + std::to_string(r), hosts[r])->set_stacksize(kChainStack)->start([r, n, per_actor, bytes, flops, net = net.get()] {
-        for (int64_t k = 0; k < per_actor; ++k) {
-          if (r > 0) net->recv(r);
-          if (flops > 0) sg4::this_actor::execute(flops);
-          if (r < n - 1) {
-            Message m;
-            m.id = k;
-            m.bytes = static_cast<Bytes>(bytes);
-            net->send(r, r + 1, std::move(m));
-          }
-        }
-        net->flush(r);
-      });
+      sg4::Actor::init("a" + std::to_string(r), hosts[r])
+          ->set_stacksize(kChainStack)
+          ->start([r, n, per_actor, bytes, flops, net = net.get()] {
+            for (int64_t k = 0; k < per_actor; ++k) {
+              if (r > 0) net->recv(r);
+              if (flops > 0) sg4::this_actor::execute(flops);
+              if (r < n - 1) {
+                Message m;
+                m.id = k;
+                m.bytes = static_cast<Bytes>(bytes);
+                net->send(r, r + 1, std::move(m));
+              }
+            }
+            net->flush(r);
+          });
     return std::shared_ptr<void>(net);
   });
 }
@@ -122,35 +126,40 @@ double network_rate(const Scenario& s, int64_t per_actor, uint64_t bytes, double
 
 int main(int argc, char** argv) {
   configure_allocator();  // the C heap's policy, as ravnest's (core/memory/allocator.h)
-  int nodes = 10, steps = 20, width = 1448, repeats = 1, kernel_transfers = SimNetwork::kKernelTransfers;
+  int nodes = 10, steps = 20, width = 1448, repeats = 1,
+      kernel_transfers = SimNetwork::kKernelTransfers;
   std::string out, metrics = "events";
   CLI::App app{"simulator speed in timing mode"};
   app.add_option("--nodes", nodes);
   app.add_option("--steps", steps);
   app.add_option("--width", width);
   app.add_option("--out", out);
-  app.add_option("--repeats", repeats, "pairs of the project's run and bare SimGrid's (medians reported)")
+  app.add_option("--repeats", repeats,
+                 "pairs of the project's run and bare SimGrid's (medians reported)")
       ->check(CLI::PositiveNumber);
   app.add_option("--metrics", metrics, "output.metrics: events (every event kept) or summary")
       ->check(CLI::IsMember({"events", "summary"}));
-  app.add_option("--kernel-transfers", kernel_transfers,
-                 "the simulated network's limit on the kernel's transfers under way (sim/sim_network.h)")
+  app.add_option(
+         "--kernel-transfers", kernel_transfers,
+         "the simulated network's limit on the kernel's transfers under way (sim/sim_network.h)")
       ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   SimNetwork::limit_kernel_transfers(kernel_transfers);
 
   std::string hidden;
   for (int i = 0; i < nodes; ++i) hidden += (i ? ", " : "") + std::to_string(width);
-  const std::string text = "name = \"sim-speed\"\n[model]\nhead = \"linear\"\nkind = \"mlp\"\nhidden = [" + hidden +
-                           "]\n[data]\nkind = \"synthetic\"\nside = 32\nbatch_size = 32\n"
-                           "[training]\nmax_in_flight = 16\nsteps = " + std::to_string(steps) +
-                           "\n[sim]\nmode = \"timing\"\n[output]\nmetrics = \"" + metrics +
-                           // Summary: no trace (the pipeline is one cluster, which a trace keeps whole).
-                           (metrics == "summary" ? "\"\ntrace = false" : "\"") + "\n[[devices]]\nname = \"slow\"\ncount = " +
-                           std::to_string(nodes / 2) +
-                           "\ntflops = 2\nram_gb = 8\nup_mbps = 20\ndown_mbps = 100\nlatency_ms = 30\n"
-                           "[[devices]]\nname = \"fast\"\ncount = " + std::to_string(nodes - nodes / 2) +
-                           "\ntflops = 20\nram_gb = 16\nup_mbps = 100\ndown_mbps = 500\nlatency_ms = 10\n";
+  const std::string text =
+      "name = \"sim-speed\"\n[model]\nhead = \"linear\"\nkind = \"mlp\"\nhidden = [" + hidden +
+      "]\n[data]\nkind = \"synthetic\"\nside = 32\nbatch_size = 32\n"
+      "[training]\nmax_in_flight = 16\nsteps = " +
+      std::to_string(steps) + "\n[sim]\nmode = \"timing\"\n[output]\nmetrics = \"" + metrics +
+      // Summary: no trace (the pipeline is one cluster, which a trace keeps whole).
+      (metrics == "summary" ? "\"\ntrace = false" : "\"") +
+      "\n[[devices]]\nname = \"slow\"\ncount = " + std::to_string(nodes / 2) +
+      "\ntflops = 2\nram_gb = 8\nup_mbps = 20\ndown_mbps = 100\nlatency_ms = 30\n"
+      "[[devices]]\nname = \"fast\"\ncount = " +
+      std::to_string(nodes - nodes / 2) +
+      "\ntflops = 20\nram_gb = 16\nup_mbps = 100\ndown_mbps = 500\nlatency_ms = 10\n";
   Scenario s = parse_scenario(text, "bench_sim_speed");
   double t0 = bench::wall_now();
   ModelDesc model = build_model(s);
@@ -172,8 +181,14 @@ int main(int argc, char** argv) {
           sent += static_cast<double>(e.bytes);
         }
       }
-      return std::vector<double>{wall, r.simulated_time, compute_events, messages, sent, r.event_loop_wall_s,
-                                 static_cast<double>(r.events.size()), updates};
+      return std::vector<double>{wall,
+                                 r.simulated_time,
+                                 compute_events,
+                                 messages,
+                                 sent,
+                                 r.event_loop_wall_s,
+                                 static_cast<double>(r.events.size()),
+                                 updates};
     });
   };
   std::vector<double> run = project_run();
@@ -185,7 +200,8 @@ int main(int argc, char** argv) {
   const int64_t per_actor = std::max<int64_t>(1, messages / std::max(1, nodes - 1));
   const Bytes mean_bytes = sent / std::max<int64_t>(messages, 1);
   auto bare_run = [&] {
-    return bench::in_child([&] { return bare_rate(s, per_actor, static_cast<uint64_t>(mean_bytes)); });
+    return bench::in_child(
+        [&] { return bare_rate(s, per_actor, static_cast<uint64_t>(mean_bytes)); });
   };
   // Compute spans and messages: the same in every repeat (the simulation is deterministic).
   const auto activities = static_cast<double>(compute_events + updates + messages);
@@ -204,46 +220,48 @@ int main(int argc, char** argv) {
   }
   const double wall = bench::median(walls);
   const double bare = bench::median(bares);
-  const double net = bench::in_child([&] { return network_rate(s, per_actor, static_cast<uint64_t>(mean_bytes), 0); });
+  const double net = bench::in_child(
+      [&] { return network_rate(s, per_actor, static_cast<uint64_t>(mean_bytes), 0); });
   // With a span before each send: the SimGrid calls of a stage that computes, then sends.
-  const double net_exec =
-      bench::in_child([&] { return network_rate(s, per_actor, static_cast<uint64_t>(mean_bytes), 1e9); });
+  const double net_exec = bench::in_child(
+      [&] { return network_rate(s, per_actor, static_cast<uint64_t>(mean_bytes), 1e9); });
   const double project = activities / wall;
   // Bare SimGrid's rate is of its event loop alone; so is this one (the setup before it: building
   // the platform, the plan's actors and their state).
   const double loop_wall = bench::median(loops);
   const double project_loop = activities / loop_wall;
-  nlohmann::json j = {{"benchmark", "sim_speed"},
-                      {"nodes", nodes},
-                      {"metrics", metrics},
-                      {"kernel_transfers", kernel_transfers},
-                      {"stages", plan.clusters[0].stages.size()},
-                      {"parameters", model.total_params()},
-                      {"micro_batches", steps},
-                      {"simulated_s", run[1]},
-                      {"wall_s", wall},
-                      {"plan_wall_s", t_plan},
-                      {"micro_batch_events", compute_events},
-                      {"update_spans", updates},
-                      {"messages", messages},
-                      {"events_recorded", static_cast<int64_t>(run[6])},
-                      {"events_per_wall_s", compute_events / wall},
-                      {"messages_per_wall_s", messages / wall},
-                      {"activities_per_wall_s", project},
-                      {"event_loop_wall_s", loop_wall},
-                      {"repeats", repeats},
-                      {"activities_per_event_loop_s", project_loop},
-                      {"bare_simgrid_messages_per_wall_s", bare},
-                      {"network_layer_messages_per_wall_s", net},
-                      {"network_layer_with_spans_activities_per_wall_s", 2 * net_exec},
-                      {"network_layer_per_bare_message", net / bare},
-                      {"loop_activities_per_network_layer_with_spans", project_loop / (2 * net_exec)},
-                      {"activities_per_bare_message", bench::median(whole_ratios)},
-                      {"loop_activities_per_bare_message", bench::median(loop_ratios)},
-                      {"loop_activities_per_bare_message_each", loop_ratios},
-                      {"event_loop_wall_s_each", loops},
-                      {"bare_simgrid_messages_per_wall_s_each", bares},
-                      // The same without the update spans (this bench's figure before they counted).
-                      {"loop_passes_and_messages_per_bare_message", bench::median(loop_ratios_passes)}};
+  nlohmann::json j = {
+      {"benchmark", "sim_speed"},
+      {"nodes", nodes},
+      {"metrics", metrics},
+      {"kernel_transfers", kernel_transfers},
+      {"stages", plan.clusters[0].stages.size()},
+      {"parameters", model.total_params()},
+      {"micro_batches", steps},
+      {"simulated_s", run[1]},
+      {"wall_s", wall},
+      {"plan_wall_s", t_plan},
+      {"micro_batch_events", compute_events},
+      {"update_spans", updates},
+      {"messages", messages},
+      {"events_recorded", static_cast<int64_t>(run[6])},
+      {"events_per_wall_s", compute_events / wall},
+      {"messages_per_wall_s", messages / wall},
+      {"activities_per_wall_s", project},
+      {"event_loop_wall_s", loop_wall},
+      {"repeats", repeats},
+      {"activities_per_event_loop_s", project_loop},
+      {"bare_simgrid_messages_per_wall_s", bare},
+      {"network_layer_messages_per_wall_s", net},
+      {"network_layer_with_spans_activities_per_wall_s", 2 * net_exec},
+      {"network_layer_per_bare_message", net / bare},
+      {"loop_activities_per_network_layer_with_spans", project_loop / (2 * net_exec)},
+      {"activities_per_bare_message", bench::median(whole_ratios)},
+      {"loop_activities_per_bare_message", bench::median(loop_ratios)},
+      {"loop_activities_per_bare_message_each", loop_ratios},
+      {"event_loop_wall_s_each", loops},
+      {"bare_simgrid_messages_per_wall_s_each", bares},
+      // The same without the update spans (this bench's figure before they counted).
+      {"loop_passes_and_messages_per_bare_message", bench::median(loop_ratios_passes)}};
   bench::emit(j, out);
 }

@@ -8,20 +8,21 @@
 // caches, as it may in a pipeline (between two spans its node's transport and the other nodes run);
 // --sleep-us N sleeps that long before each span, as a stage waits for its next message.
 //
-//   bench_stage_compute --scenario FILE [--micro-batches 60] [--evict-mib 0] [--sleep-us 0] [--out FILE]
+//   bench_stage_compute --scenario FILE [--micro-batches 60] [--evict-mib 0] [--sleep-us 0] [--out
+//   FILE]
 #include <ATen/ATen.h>
-#include <CLI/CLI.hpp>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <thread>
 
 #include "bench/bench_common.h"
-#include "core/memory/allocator.h"
 #include "core/compute_threads.h"
 #include "core/data/dataset.h"
+#include "core/memory/allocator.h"
 #include "core/model/cost_model.h"
 #include "core/model/model.h"
 #include "core/model/stage.h"
@@ -35,7 +36,8 @@ using bench::median;  // the mean of the middle two for an even count, as comput
 std::vector<char> evict_buf;
 void evict(int64_t mib) {
   evict_buf.resize(static_cast<size_t>(mib) << 20);
-  for (size_t i = 0; i < evict_buf.size(); i += 64) evict_buf[i] = static_cast<char>(evict_buf[i] + 1);
+  for (size_t i = 0; i < evict_buf.size(); i += 64)
+    evict_buf[i] = static_cast<char>(evict_buf[i] + 1);
 }
 }  // namespace
 
@@ -48,7 +50,8 @@ int main(int argc, char** argv) try {
   app.add_option("--micro-batches", mbs);
   app.add_option("--out", out);
   int64_t evict_mib = 0, sleep_us = 0;
-  app.add_option("--sleep-us", sleep_us, "before each span, sleep this long (as a stage waits for its next message)");
+  app.add_option("--sleep-us", sleep_us,
+                 "before each span, sleep this long (as a stage waits for its next message)");
   app.add_option("--evict-mib", evict_mib, "before each span, write this many MiB (evicts caches)");
   CLI11_PARSE(app, argc, argv);
 
@@ -73,7 +76,8 @@ int main(int argc, char** argv) try {
       at::Tensor x;
       if (!first) {
         c10::NoGradGuard no_grad;
-        x = before.forward(data.inputs(sampler.indices(mb), false), before.params(), true, 1, false).contiguous();
+        x = before.forward(data.inputs(sampler.indices(mb), false), before.params(), true, 1, false)
+                .contiguous();
       }
       if (evict_mib > 0) evict(evict_mib);
       if (sleep_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
@@ -107,7 +111,8 @@ int main(int argc, char** argv) try {
     const StageWork w = stage_work(model, st.layer_begin, st.layer_end, s.training, batch);
     // The model's wait before a span: --sleep-us (--evict-mib stands for a wait the cache forgets).
     const Seconds idle = evict_mib > 0 ? 1e9 : static_cast<double>(sleep_us) * 1e-6;
-    const Seconds wake = static_cast<double>(sleep_us) * 1e-6;  // each span's code runs after the sleep
+    const Seconds wake =
+        static_cast<double>(sleep_us) * 1e-6;  // each span's code runs after the sleep
     // What time_of charges for a span after `idle`, with the wake-up curve's span cost of the sleep
     // itself (--evict-mib's stand-in wait is for the cold bytes only).
     auto model_time = [&](const Work& work, Seconds idle_s) {
@@ -141,7 +146,8 @@ int main(int argc, char** argv) try {
           lb.push_back(t3 - t2);
         }
       }
-      const Work fwk = model.forward_work(l, l + 1, batch), bwk = model.backward_work(l, l + 1, batch);
+      const Work fwk = model.forward_work(l, l + 1, batch),
+                 bwk = model.backward_work(l, l + 1, batch);
       layers.push_back({{"layer", model.profile[l].name},
                         {"forward_ms", median(lf) * 1e3},
                         {"model_forward_ms", time_of(fwk, prof) * 1e3},
@@ -160,7 +166,9 @@ int main(int argc, char** argv) try {
                       {"model_update_ms", model_time(w.update, 0.0) * 1e3},
                       {"layers", layers}});
   }
-  bench::emit({{"benchmark", "stage_compute"}, {"scenario", s.name}, {"batch", batch}, {"stages", stages}}, out);
+  bench::emit(
+      {{"benchmark", "stage_compute"}, {"scenario", s.name}, {"batch", batch}, {"stages", stages}},
+      out);
 } catch (const std::exception& e) {
   return bench::failed(e);
 }

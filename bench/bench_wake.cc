@@ -11,11 +11,10 @@
 // One LibTorch thread; sleeps end when asked (no timer slack).
 //
 //   bench_wake [--rounds 61] [--out FILE]
+#include <ATen/ATen.h>
 #include <sys/prctl.h>
 
-#include <ATen/ATen.h>
 #include <CLI/CLI.hpp>
-
 #include <thread>
 
 #include "bench/bench_common.h"
@@ -43,7 +42,8 @@ nlohmann::json extras(int rounds, const std::function<void()>& work) {
   const double warm = bench::median(t[0]);
   nlohmann::json j = {{"back_to_back_us", warm * 1e6}};
   for (size_t i = 1; i < kWaits.size(); ++i)
-    j["extra_us_after_" + std::to_string(static_cast<int>(kWaits[i] * 1e6)) + "_us"] = (bench::median(t[i]) - warm) * 1e6;
+    j["extra_us_after_" + std::to_string(static_cast<int>(kWaits[i] * 1e6)) + "_us"] =
+        (bench::median(t[i]) - warm) * 1e6;
   return j;
 }
 
@@ -93,7 +93,11 @@ int main(int argc, char** argv) try {
     j["iterations"] = n;
     loops.push_back(j);
   }
-  bench::emit({{"benchmark", "wake"}, {"rounds", rounds}, {"relu_chain", chains}, {"read", reads}, {"arithmetic", loops}},
+  bench::emit({{"benchmark", "wake"},
+               {"rounds", rounds},
+               {"relu_chain", chains},
+               {"read", reads},
+               {"arithmetic", loops}},
               out);
 } catch (const std::exception& e) {
   return bench::failed(e);

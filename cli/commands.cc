@@ -1,7 +1,8 @@
 #include "cli/commands.h"
 
-#include <unistd.h>
+#include <fmt/core.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cctype>
 #include <chrono>
@@ -9,24 +10,22 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-
-#include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
-#include "exec/env_assembly.h"
-#include "exec/progress.h"
-#include "exec/wall_env.h"
-#include "core/checkpoint/checkpoint.h"
-#include "core/model/cost_model.h"
 #include "algo/registry.h"
+#include "core/checkpoint/checkpoint.h"
 #include "core/data/dataset.h"
 #include "core/error.h"
+#include "core/model/cost_model.h"
 #include "core/output/live_run.h"
 #include "core/output/run_output.h"
 #include "core/output/whole_file.h"
+#include "exec/env_assembly.h"
+#include "exec/progress.h"
+#include "exec/wall_env.h"
+#include "loopback/loopback.h"
 #include "planner/planner.h"
 #include "real/launcher.h"
-#include "loopback/loopback.h"
 #if RV_WITH_SIM
 #include "sim/sim_runner.h"
 #endif
@@ -34,7 +33,6 @@
 namespace fs = std::filesystem;
 
 namespace rv {
-
 
 Scenario load_checked(const std::string& path, const std::vector<std::string>& overrides) {
   Scenario s = load_scenario(path, overrides);
@@ -53,15 +51,18 @@ Scenario load_for_run(const CommonOptions& o, std::optional<Resume>* resume) {
     return load_checked(o.scenario, o.overrides);
   }
   if (!o.scenario.empty() || !o.overrides.empty())
-    throw InputError("--resume " + o.resume + " runs that run's own scenario (its scenario.toml): give no scenario "
+    throw InputError("--resume " + o.resume +
+                     " runs that run's own scenario (its scenario.toml): give no scenario "
                      "file and no --set with it");
   const std::string toml = (fs::path(o.resume) / "scenario.toml").string();
-  if (!fs::is_regular_file(toml)) throw InputError("--resume " + o.resume + ": not a run folder (no scenario.toml)");
+  if (!fs::is_regular_file(toml))
+    throw InputError("--resume " + o.resume + ": not a run folder (no scenario.toml)");
   Scenario s = load_checked(toml, {});
   // The resumed run is the same experiment, from the same source.
   if (std::string source = resolved_source(toml); !source.empty()) s.source = source;
   if (!s.checkpoint.enabled())
-    throw InputError("--resume " + o.resume + ": the run took no checkpoints (checkpoint.every = 0)");
+    throw InputError("--resume " + o.resume +
+                     ": the run took no checkpoints (checkpoint.every = 0)");
   const std::string dir = checkpoint_dir(s.checkpoint.dir, o.resume);
   std::optional<CheckpointInfo> point = last_checkpoint(dir);
   if (!point) throw InputError("--resume " + o.resume + ": no complete checkpoint in " + dir);
@@ -82,10 +83,13 @@ Prepared prepare(Scenario scenario) {
 
 void check_no_churn(const Scenario& s, const std::string& executor) {
   if (s.churn.enabled(s.devices))
-    throw ScenarioError(s.where("churn"), "churn",
-                        "nodes that leave and arrive (churn, devices[].leave_per_hour, devices[].join_at_s) "
-                        "are played by the simulator only (ravnest sim); the " + executor + " executor runs "
-                        "every node from start to end");
+    throw ScenarioError(
+        s.where("churn"), "churn",
+        "nodes that leave and arrive (churn, devices[].leave_per_hour, devices[].join_at_s) "
+        "are played by the simulator only (ravnest sim); the " +
+            executor +
+            " executor runs "
+            "every node from start to end");
 }
 
 void check_faults_target(const Prepared& p) {
@@ -95,23 +99,27 @@ void check_faults_target(const Prepared& p) {
   // A spare may take a stage under churn, or when a real run recovers from a lost rank.
   if (s.churn.enabled(s.devices) || s.real.on_peer_loss == "recover") return;
   throw ScenarioError(s.where("faults.node"), "faults.node",
-                      "node " + std::to_string(node) + " has no stage in the plan (it stays idle): its faults would "
-                      "never act");
+                      "node " + std::to_string(node) +
+                          " has no stage in the plan (it stays idle): its faults would "
+                          "never act");
 }
 
 void check_simulable(const Scenario& s, const std::string& executor) {
   if (executor != "sim") check_no_churn(s, executor);
   if (executor == "loopback" && s.checkpoint.enabled())
-    throw ScenarioError(s.where("checkpoint.every"), "checkpoint.every",
-                        "checkpoints are taken by ravnest sim and ravnest real; the loopback executor takes none");
+    throw ScenarioError(
+        s.where("checkpoint.every"), "checkpoint.every",
+        "checkpoints are taken by ravnest sim and ravnest real; the loopback executor takes none");
   if (executor != "sim" && !s.network.platform.empty())
     throw ScenarioError(s.where("network.platform"), "network.platform",
-                        "a SimGrid platform file is for the simulator (ravnest sim); the " + executor +
-                            " executor runs the devices' own links");
+                        "a SimGrid platform file is for the simulator (ravnest sim); the " +
+                            executor + " executor runs the devices' own links");
   if (allreduce_of(s).executor_collectives)
     throw ScenarioError(s.where("training.allreduce"), "training.allreduce",
-                        "\"" + s.training.allreduce + "\" runs on the executor's own collectives, which only "
-                        "the real executor has (ravnest real); the " + executor + " executor has none");
+                        "\"" + s.training.allreduce +
+                            "\" runs on the executor's own collectives, which only "
+                            "the real executor has (ravnest real); the " +
+                            executor + " executor has none");
 }
 
 void print_summary(const std::string& path) {
@@ -119,8 +127,9 @@ void print_summary(const std::string& path) {
   std::cout << fmt::format("run folder: {}\n", path);
   std::cout << fmt::format("  {} on {} ({}), {} nodes: time {:.3f} s, {} samples, {:.1f} samples/s",
                            j["algorithm"].get<std::string>(), j["executor"].get<std::string>(),
-                           j["mode"].get<std::string>(), j["nodes"].get<int>(), j["time_s"].get<double>(),
-                           j["train_samples"].get<int64_t>(), j["samples_per_s"].get<double>());
+                           j["mode"].get<std::string>(), j["nodes"].get<int>(),
+                           j["time_s"].get<double>(), j["train_samples"].get<int64_t>(),
+                           j["samples_per_s"].get<double>());
   const auto& f = j["final"];
   if (!f["test_accuracy"].is_null())
     std::cout << fmt::format(", test accuracy {:.4f}", f["test_accuracy"].get<double>());
@@ -133,8 +142,8 @@ Prepared prepare(const CommonOptions& o) { return prepare(load_checked(o.scenari
 
 #if RV_WITH_SIM
 // The checkpoint options of a run in this process writing the folder `path`.
-SimCheckpointOptions sim_checkpoints(const Scenario& s, const std::string& path, const std::optional<Resume>& resume,
-                                     int64_t stop_after) {
+SimCheckpointOptions sim_checkpoints(const Scenario& s, const std::string& path,
+                                     const std::optional<Resume>& resume, int64_t stop_after) {
   SimCheckpointOptions c;
   c.every = s.checkpoint.every;
   c.dir = checkpoint_dir(s.checkpoint.dir, path);
@@ -159,44 +168,49 @@ std::string human_bytes(double b) {
 int cmd_plan(const CommonOptions& o, const std::string& out_json) {
   Prepared p = prepare(o);
   const Scenario& s = p.scenario;
-  std::cout << fmt::format("scenario {} ({}): model {} with {} layers, {} parameters; {} nodes; planner {}\n",
-                           s.name, s.source, p.model.name, p.model.layer_count(),
-                           p.model.total_params(), s.node_count(), p.plan.method);
+  std::cout << fmt::format(
+      "scenario {} ({}): model {} with {} layers, {} parameters; {} nodes; planner {}\n", s.name,
+      s.source, p.model.name, p.model.layer_count(), p.model.total_params(), s.node_count(),
+      p.plan.method);
   int used = 0;
   for (size_t c = 0; c < p.plan.clusters.size(); ++c) {
     const ClusterPlan& cl = p.plan.clusters[c];
-    std::cout << fmt::format("cluster {}: {} stages, {:.3f} ms per micro-batch, {:.1f} samples/s\n", c,
-                             cl.stages.size(), cl.period * 1e3, cl.throughput);
-    std::cout << fmt::format("  {:>5} {:>5} {:<12} {:>7} {:>7} {:>9} {:>11} {:>11} {:>10}\n", "stage", "node",
-                             "device", "tflops", "layers", "params", "memory", "of RAM", "stage ms");
+    std::cout << fmt::format("cluster {}: {} stages, {:.3f} ms per micro-batch, {:.1f} samples/s\n",
+                             c, cl.stages.size(), cl.period * 1e3, cl.throughput);
+    std::cout << fmt::format("  {:>5} {:>5} {:<12} {:>7} {:>7} {:>9} {:>11} {:>11} {:>10}\n",
+                             "stage", "node", "device", "tflops", "layers", "params", "memory",
+                             "of RAM", "stage ms");
     size_t bottleneck = 0;
     for (size_t k = 0; k < cl.stages.size(); ++k)
       if (cl.stages[k].predicted_time > cl.stages[bottleneck].predicted_time) bottleneck = k;
     for (size_t k = 0; k < cl.stages.size(); ++k) {
       const StagePlan& st = cl.stages[k];
       const DeviceGroup& d = s.device_of(st.node);
-      std::cout << fmt::format("  {:>5} {:>5} {:<12} {:>7.3g} {:>3}..{:<3} {:>9} {:>11} {:>10.1f}% {:>10.3f}{}\n", k,
-                               st.node, d.name, d.tflops, st.layer_begin, st.layer_end - 1,
-                               p.model.params(st.layer_begin, st.layer_end), human_bytes(st.memory),
-                               100.0 * st.memory / d.ram_bytes(), st.predicted_time * 1e3,
-                               k == bottleneck ? "  <- bottleneck" : "");
+      std::cout << fmt::format(
+          "  {:>5} {:>5} {:<12} {:>7.3g} {:>3}..{:<3} {:>9} {:>11} {:>10.1f}% {:>10.3f}{}\n", k,
+          st.node, d.name, d.tflops, st.layer_begin, st.layer_end - 1,
+          p.model.params(st.layer_begin, st.layer_end), human_bytes(st.memory),
+          100.0 * st.memory / d.ram_bytes(), st.predicted_time * 1e3,
+          k == bottleneck ? "  <- bottleneck" : "");
       ++used;
     }
   }
   if (p.plan.clusters.size() > 1)
-    std::cout << fmt::format("averaging ({}): {} rings, {:.3f} s per round, {}\n", s.training.allreduce,
-                             allreduce_of(s).topology == AllreduceTopology::kSingleRing ? 1 : p.plan.rings.size(),
-                             p.plan.averaging_time,
-                             algorithm_of(s).traits.exchange == Exchange::kParameters
-                                 ? fmt::format("every {} updates", s.training.average_every)
-                                 : std::string("of the gradients, every step"));
-  std::cout << fmt::format("predicted: {:.1f} samples/s overall; {} of {} nodes used\n", p.plan.throughput, used,
-                           s.node_count());
+    std::cout << fmt::format(
+        "averaging ({}): {} rings, {:.3f} s per round, {}\n", s.training.allreduce,
+        allreduce_of(s).topology == AllreduceTopology::kSingleRing ? 1 : p.plan.rings.size(),
+        p.plan.averaging_time,
+        algorithm_of(s).traits.exchange == Exchange::kParameters
+            ? fmt::format("every {} updates", s.training.average_every)
+            : std::string("of the gradients, every step"));
+  std::cout << fmt::format("predicted: {:.1f} samples/s overall; {} of {} nodes used\n",
+                           p.plan.throughput, used, s.node_count());
   std::cout << "why: " << p.plan.reason << "\n";
   if (p.plan.search_timed_out)
-    std::cout << fmt::format("search: ended by planner.time_limit_s after {} of {} evaluations: this plan "
-                             "depends on this machine's speed\n",
-                             p.plan.search_evaluations, p.plan.search_budget);
+    std::cout << fmt::format(
+        "search: ended by planner.time_limit_s after {} of {} evaluations: this plan "
+        "depends on this machine's speed\n",
+        p.plan.search_evaluations, p.plan.search_budget);
   if (!out_json.empty()) {
     write_whole_file(out_json, to_json(p.plan).dump(2) + "\n");
     std::cout << "wrote " << out_json << "\n";
@@ -204,20 +218,23 @@ int cmd_plan(const CommonOptions& o, const std::string& out_json) {
   return 0;
 }
 
-std::string run_in_process(const Prepared& p, const std::string& executor, const std::string& run_path,
-                           const std::string& progress_mode, const EngineOptions& engine,
-                           const std::optional<Resume>& resume, int64_t stop_after_checkpoint) {
+std::string run_in_process(const Prepared& p, const std::string& executor,
+                           const std::string& run_path, const std::string& progress_mode,
+                           const EngineOptions& engine, const std::optional<Resume>& resume,
+                           int64_t stop_after_checkpoint) {
   const Scenario& s = p.scenario;
   check_simulable(s, executor);
   check_faults_target(p);
   if (executor != "sim" && !engine.empty())
     throw InputError("--cfg and --log are SimGrid's options: only for --executor sim");
 #if RV_WITH_SIM
-  if (executor == "sim") preflight(s, engine);  // before the folder: bad options or platform leave none
+  if (executor == "sim")
+    preflight(s, engine);  // before the folder: bad options or platform leave none
 #else
   if (executor == "sim")
-    throw InputError("this ravnest was built without the simulator (cmake -DRAVNEST_SIM=OFF): run with "
-                     "--executor loopback, or `ravnest real`");
+    throw InputError(
+        "this ravnest was built without the simulator (cmake -DRAVNEST_SIM=OFF): run with "
+        "--executor loopback, or `ravnest real`");
 #endif
   const bool numeric = executor == "loopback" || s.sim.mode == "numeric";
   Dataset data;
@@ -225,7 +242,8 @@ std::string run_in_process(const Prepared& p, const std::string& executor, const
   RunSpec spec{&s, &p.plan, &p.model, numeric ? &data : nullptr};
   const std::string path = run_path.empty() ? new_run_path(s, executor) : run_path;
   if (fs::exists(path)) throw InputError(path + ": run folder exists already");
-  RunInfo info{executor, executor == "loopback" ? std::string("cpu") : s.sim.mode, 0, variant_label(s)};
+  RunInfo info{executor, executor == "loopback" ? std::string("cpu") : s.sim.mode, 0,
+               variant_label(s)};
   info.started_unix_s = unix_now_s();
   if (resume) {
     info.resumed_from = resume->run;
@@ -243,7 +261,9 @@ std::string run_in_process(const Prepared& p, const std::string& executor, const
     TeeMetrics both(progress, &live, nullptr);  // one thread at a time: no lock
 #if RV_WITH_SIM
     events = loopback ? run_loopback(spec, s.peer_timeout_s(), -1, nullptr, &both)
-                      : run_simulation(spec, &both, engine, sim_checkpoints(s, path, resume, stop_after_checkpoint)).events;
+                      : run_simulation(spec, &both, engine,
+                                       sim_checkpoints(s, path, resume, stop_after_checkpoint))
+                            .events;
 #else
     events = run_loopback(spec, s.peer_timeout_s(), -1, nullptr, &both);
 #endif
@@ -263,10 +283,13 @@ int cmd_sim(const CommonOptions& o, const std::string& executor, const std::stri
   std::optional<Resume> resume;
   Prepared p = prepare(load_for_run(o, &resume));
   if (executor != "sim" && (resume || o.stop_after_checkpoint > 0))
-    throw InputError("--resume and --stop-after-checkpoint are for --executor sim (and ravnest real)");
+    throw InputError(
+        "--resume and --stop-after-checkpoint are for --executor sim (and ravnest real)");
   if (o.stop_after_checkpoint > 0 && !p.scenario.checkpoint.enabled())
-    throw InputError("--stop-after-checkpoint: the scenario takes no checkpoints (checkpoint.every = 0)");
-  print_summary(run_in_process(p, executor, run_path, o.progress, engine, resume, o.stop_after_checkpoint));
+    throw InputError(
+        "--stop-after-checkpoint: the scenario takes no checkpoints (checkpoint.every = 0)");
+  print_summary(
+      run_in_process(p, executor, run_path, o.progress, engine, resume, o.stop_after_checkpoint));
   return 0;
 }
 
@@ -277,25 +300,36 @@ int cmd_real(const CommonOptions& o, const std::string& self_exe, const std::str
   check_no_churn(p.scenario, "real");
   check_faults_target(p);
   if (o.stop_after_checkpoint > 0 && !p.scenario.checkpoint.enabled())
-    throw InputError("--stop-after-checkpoint: the scenario takes no checkpoints (checkpoint.every = 0)");
+    throw InputError(
+        "--stop-after-checkpoint: the scenario takes no checkpoints (checkpoint.every = 0)");
   if (resume && machines.nnodes > 1)
-    throw InputError("--resume: a run over several machines is resumed rank by rank (ravnest node --resume-from "
-                     "on each machine, with its own checkpoint folder)");
-  if (!run_path.empty() && fs::exists(run_path)) throw InputError(run_path + ": run folder exists already");
-  LaunchOptions lo{resume ? (fs::path(resume->run) / "scenario.toml").string() : o.scenario, o.overrides, self_exe,
-                   run_path, o.progress, machines};
+    throw InputError(
+        "--resume: a run over several machines is resumed rank by rank (ravnest node --resume-from "
+        "on each machine, with its own checkpoint folder)");
+  if (!run_path.empty() && fs::exists(run_path))
+    throw InputError(run_path + ": run folder exists already");
+  LaunchOptions lo{resume ? (fs::path(resume->run) / "scenario.toml").string() : o.scenario,
+                   o.overrides,
+                   self_exe,
+                   run_path,
+                   o.progress,
+                   machines};
   if (resume) lo.node_args = {"--resume-from", resume->point.folder, "--resumed-run", resume->run};
   if (o.stop_after_checkpoint > 0)
-    lo.node_args.insert(lo.node_args.end(), {"--stop-after-checkpoint", std::to_string(o.stop_after_checkpoint)});
+    lo.node_args.insert(lo.node_args.end(),
+                        {"--stop-after-checkpoint", std::to_string(o.stop_after_checkpoint)});
   Machines& m = lo.machines;
-  if (m.nnodes > 1 && m.log_dir.empty()) m.log_dir = "ravnest-logs";  // one file per rank, as torchrun's
-  if (!m.log_dir.empty()) std::cerr << "ravnest real: each rank's output goes to " << m.log_dir << "/rank-<r>.log\n";
+  if (m.nnodes > 1 && m.log_dir.empty())
+    m.log_dir = "ravnest-logs";  // one file per rank, as torchrun's
+  if (!m.log_dir.empty())
+    std::cerr << "ravnest real: each rank's output goes to " << m.log_dir << "/rank-<r>.log\n";
   const std::string path = run_real(p.scenario, lo);
   if (path.empty()) {
     const auto [first, last] = ranks_of_machine(p.scenario.node_count(), m.nnodes, m.node_rank);
-    std::cout << fmt::format("ravnest real: ranks {}..{} of this machine (node rank {}) finished; rank 0 wrote the "
-                             "run folder on machine 0\n",
-                             first, last - 1, m.node_rank);
+    std::cout << fmt::format(
+        "ravnest real: ranks {}..{} of this machine (node rank {}) finished; rank 0 wrote the "
+        "run folder on machine 0\n",
+        first, last - 1, m.node_rank);
     return 0;
   }
   print_summary(path);
@@ -344,14 +378,15 @@ int run_child(const std::vector<std::string>& args) {
 
 }  // namespace
 
-int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid, const std::string& executor,
-              const std::string& out, const std::string& self_exe) {
+int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid,
+              const std::string& executor, const std::string& out, const std::string& self_exe) {
   // Validate the base scenario and every value before running anything.
   Scenario base = load_checked(o.scenario, o.overrides);
   std::vector<std::pair<std::string, std::vector<std::string>>> axes;
   for (const auto& g : grid) {
     const auto eq = g.find('=');
-    if (eq == std::string::npos || eq == 0) throw ScenarioError("--grid", g, "expected KEY=V1,V2,...");
+    if (eq == std::string::npos || eq == 0)
+      throw ScenarioError("--grid", g, "expected KEY=V1,V2,...");
     axes.emplace_back(g.substr(0, eq), split_values(g.substr(eq + 1)));
   }
   std::vector<std::vector<std::string>> combos{{}};
@@ -369,7 +404,8 @@ int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid, cons
   for (const auto& c : combos) {
     auto all = o.overrides;
     all.insert(all.end(), c.begin(), c.end());
-    points.push_back(load_checked(o.scenario, all));  // throws with file, line and key on a bad value
+    points.push_back(
+        load_checked(o.scenario, all));  // throws with file, line and key on a bad value
   }
   const fs::path dir = out.empty() ? fs::path(new_run_path(base, "sweep")) : fs::path(out);
   if (fs::exists(dir)) throw InputError(dir.string() + ": exists already");
@@ -383,7 +419,8 @@ int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid, cons
     for (const auto& kv : c) {
       std::string part = kv;
       for (char& ch : part)
-        if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '.' && ch != '-' && ch != '_') ch = '-';
+        if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '.' && ch != '-' && ch != '_')
+          ch = '-';
       name += (name.empty() ? "" : "_") + part;
     }
     if (name.empty()) name = "base";
@@ -393,9 +430,12 @@ int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid, cons
       prepare(points[i]);
     } catch (const PlanRefused& e) {
       const Scenario& sc = points[i];
-      nlohmann::json r = {{"scenario", sc.name},           {"algorithm", sc.training.algorithm},
-                          {"clusters", sc.planner.clusters}, {"nodes", sc.node_count()},
-                          {"overrides", c},                  {"reason", e.what()}};
+      nlohmann::json r = {{"scenario", sc.name},
+                          {"algorithm", sc.training.algorithm},
+                          {"clusters", sc.planner.clusters},
+                          {"nodes", sc.node_count()},
+                          {"overrides", c},
+                          {"reason", e.what()}};
       fs::create_directories(dir / name);
       write_whole_file((dir / name / "refused.json").string(), r.dump(2) + "\n");
       refused.emplace_back(name, e.what());
@@ -415,15 +455,18 @@ int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid, cons
       done.emplace_back(name, (dir / name).string());
     }
   }
-  std::cout << fmt::format("\n{:<48} {:>12} {:>12} {:>10}\n", "run", "time (s)", "samples/s", "accuracy");
+  std::cout << fmt::format("\n{:<48} {:>12} {:>12} {:>10}\n", "run", "time (s)", "samples/s",
+                           "accuracy");
   for (const auto& [name, path] : done) {
     const nlohmann::json j = read_json_file((fs::path(path) / "summary.json").string());
     const auto& acc = j["final"]["test_accuracy"];
-    std::cout << fmt::format("{:<48} {:>12.3f} {:>12.1f} {:>10}\n", name, j["time_s"].get<double>(),
-                             j["samples_per_s"].get<double>(),
-                             acc.is_null() ? std::string("-") : fmt::format("{:.4f}", acc.get<double>()));
+    std::cout << fmt::format(
+        "{:<48} {:>12.3f} {:>12.1f} {:>10}\n", name, j["time_s"].get<double>(),
+        j["samples_per_s"].get<double>(),
+        acc.is_null() ? std::string("-") : fmt::format("{:.4f}", acc.get<double>()));
   }
-  for (const auto& [name, why] : refused) std::cout << fmt::format("{:<48} refused: {}\n", name, why);
+  for (const auto& [name, why] : refused)
+    std::cout << fmt::format("{:<48} refused: {}\n", name, why);
   std::cout << fmt::format("\nplots: ravnest report {}/*\n", dir.string());
   return failed == 0 ? 0 : 1;
 }
@@ -431,13 +474,15 @@ int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid, cons
 std::string report_script(const std::string& self_exe) {
   const fs::path bin = fs::path(self_exe).parent_path();
   std::string looked;
-  for (const fs::path& p : {bin / ".." / "share/ravnest/report.py", bin / ".." / "analysis/report.py"}) {
+  for (const fs::path& p :
+       {bin / ".." / "share/ravnest/report.py", bin / ".." / "analysis/report.py"}) {
     std::error_code ec;
     if (fs::is_regular_file(p, ec)) return p.lexically_normal().string();
     looked += (looked.empty() ? "" : ", ") + p.lexically_normal().string();
   }
   throw Error("report: the report script is in none of the places beside this binary (" + looked +
-              "): install it with cmake --install, or run the ravnest of a build folder inside the source tree");
+              "): install it with cmake --install, or run the ravnest of a build folder inside the "
+              "source tree");
 }
 
 int cmd_report(const std::string& self_exe, const std::vector<std::string>& args) {

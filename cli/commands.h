@@ -56,13 +56,13 @@ void check_no_churn(const Scenario& s, const std::string& executor);
 // folder exists (sim/engine_options.h).
 // `resume`: continue that run from its checkpoint; `stop_after_checkpoint` > 0: stop (exit 1, the
 // folder's run.json says so) once that many checkpoints are complete.
-std::string run_in_process(const Prepared& p, const std::string& executor, const std::string& run_path,
-                           const std::string& progress, const EngineOptions& engine = {},
-                           const std::optional<Resume>& resume = std::nullopt, int64_t stop_after_checkpoint = 0);
+std::string run_in_process(const Prepared& p, const std::string& executor,
+                           const std::string& run_path, const std::string& progress,
+                           const EngineOptions& engine = {},
+                           const std::optional<Resume>& resume = std::nullopt,
+                           int64_t stop_after_checkpoint = 0);
 // Prints a run folder's summary.json in two lines.
 void print_summary(const std::string& path);
-
-
 
 int cmd_plan(const CommonOptions& o, const std::string& out_json);
 // executor: sim | loopback. run_path: "" = a new folder under output.dir.
@@ -73,13 +73,13 @@ int cmd_real(const CommonOptions& o, const std::string& self_exe, const std::str
              const Machines& machines = {});
 // Runs the scenario once per combination of the comma-separated values in `grid` ("key=v1,v2"),
 // each in its own process, into run folders under `out`; prints a table of the results.
-int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid, const std::string& executor,
-              const std::string& out, const std::string& self_exe);
+int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid,
+              const std::string& executor, const std::string& out, const std::string& self_exe);
 // Simulates the scenario and runs it for real, emulated and dilated (exec/dilation.h) so that this
 // host keeps up, with the same seed and plan; writes both run folders, validate.json and
 // validate.md (core/output/validation.h) into one folder. dilation 0: chosen by measurement.
-int cmd_validate(const CommonOptions& o, const std::string& self_exe, const std::string& run_path, double dilation,
-                 double headroom);
+int cmd_validate(const CommonOptions& o, const std::string& self_exe, const std::string& run_path,
+                 double dilation, double headroom);
 // The report script (analysis/report.py) with `args` as they are: `ravnest report ARGS...` hands
 // the script every argument, so each of its options (and --help) is the command's. The script is
 // looked for beside the binary that runs: <bin>/../share/ravnest/report.py (an installed tree,

@@ -12,7 +12,8 @@
 namespace fs = std::filesystem;
 
 namespace rv {
-int cmd_theory(const std::vector<std::string>& runs, const std::string& out, bool plot, const std::string& self_exe) {
+int cmd_theory(const std::vector<std::string>& runs, const std::string& out, bool plot,
+               const std::string& self_exe) {
   // Every run measured before anything is written: one bad folder stops the command cleanly.
   std::vector<TheoryMeasure> measures;
   for (const std::string& r : runs) measures.push_back(measure_run(r));

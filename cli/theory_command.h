@@ -11,6 +11,7 @@ namespace rv {
 
 // Exit status 0; rv::InputError (status 2) for a folder that is not such a run. `self_exe`: this
 // binary's path (cmd_report finds the script beside it).
-int cmd_theory(const std::vector<std::string>& runs, const std::string& out, bool plot, const std::string& self_exe);
+int cmd_theory(const std::vector<std::string>& runs, const std::string& out, bool plot,
+               const std::string& self_exe);
 
 }  // namespace rv

@@ -1,14 +1,14 @@
 // `ravnest validate`: the simulator measured against an emulated real run of the same scenario.
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <limits>
-#include <thread>
-
-#include <fmt/core.h>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -29,9 +29,13 @@ struct SpanTimes {
   std::vector<Seconds> took, cpu, modeled;
   // The share that ran late (core/output/validation.h is_late), and the share of those whose maths
   // fitted their share of a core: late by a wait that woke late, not by the host's work.
-  double late_fraction() const { return fraction([&](size_t i) { return is_late(took[i], modeled[i]); }); }
+  double late_fraction() const {
+    return fraction([&](size_t i) { return is_late(took[i], modeled[i]); });
+  }
   double late_within_share(double share) const {
-    return fraction([&](size_t i) { return is_late(took[i], modeled[i]) && !(cpu[i] > share * modeled[i] * (1 + kLateTolerance)); });
+    return fraction([&](size_t i) {
+      return is_late(took[i], modeled[i]) && !(cpu[i] > share * modeled[i] * (1 + kLateTolerance));
+    });
   }
   // Each span's CPU time over its share of a core times its modeled time (exec/dilation.h).
   std::vector<double> demand(double share) const {
@@ -59,9 +63,12 @@ SpanTimes span_times(const Prepared& p, const std::string& metrics) {
   std::vector<ComputeProfile> device;
   for (int i = 0; i < p.plan.nodes; ++i) {
     const NodeRole r = p.plan.role_of(i);
-    work.push_back(r.stage >= 0 ? stage_work(p.model, r.layer_begin, r.layer_end, s.training, s.data.batch_size)
+    work.push_back(r.stage >= 0 ? stage_work(p.model, r.layer_begin, r.layer_end, s.training,
+                                             s.data.batch_size)
                                 : StageWork{});
-    eval.push_back(r.stage >= 0 ? p.model.forward_work(r.layer_begin, r.layer_end, s.data.batch_size) : Work{});
+    eval.push_back(r.stage >= 0
+                       ? p.model.forward_work(r.layer_begin, r.layer_end, s.data.batch_size)
+                       : Work{});
     device.push_back(s.device_of(i).compute_profile());
   }
   SpanTimes out;
@@ -70,7 +77,8 @@ SpanTimes span_times(const Prepared& p, const std::string& metrics) {
   std::vector<Event> spans;
   for (const Event& e : read_events_csv(metrics))
     if (e.node >= 0 && e.node < p.plan.nodes &&
-        (e.kind == EventKind::kForward || e.kind == EventKind::kBackward || e.kind == EventKind::kUpdate))
+        (e.kind == EventKind::kForward || e.kind == EventKind::kBackward ||
+         e.kind == EventKind::kUpdate))
       spans.push_back(e);
   std::stable_sort(spans.begin(), spans.end(), [](const Event& a, const Event& b) {
     return a.node != b.node ? a.node < b.node : a.start < b.start;
@@ -78,11 +86,13 @@ SpanTimes span_times(const Prepared& p, const std::string& metrics) {
   std::vector<DeviceHistory> history(static_cast<size_t>(p.plan.nodes));
   for (const Event& e : spans) {
     const StageWork& w = work[static_cast<size_t>(e.node)];
-    const Work& unit = e.kind == EventKind::kForward ? (e.micro_batch < 0 ? eval[static_cast<size_t>(e.node)] : w.forward)
+    const Work& unit = e.kind == EventKind::kForward
+                           ? (e.micro_batch < 0 ? eval[static_cast<size_t>(e.node)] : w.forward)
                        : e.kind == EventKind::kBackward ? w.backward
                                                         : w.update;
     DeviceHistory& h = history[static_cast<size_t>(e.node)];
-    const Seconds modeled = h.begin(unit, device[static_cast<size_t>(e.node)], e.start, saved_activations_of(e));
+    const Seconds modeled =
+        h.begin(unit, device[static_cast<size_t>(e.node)], e.start, saved_activations_of(e));
     h.end(e.end);
     if (e.micro_batch < 0 || e.kind == EventKind::kUpdate || modeled <= 0) continue;
     out.took.push_back(e.end - e.start);
@@ -96,11 +106,12 @@ std::string dilation_text(double k) { return fmt::format("dilation={:.17g}", k);
 
 }  // namespace
 
-int cmd_validate(const CommonOptions& o, const std::string& self_exe, const std::string& run_path, double dilation,
-                 double headroom) {
+int cmd_validate(const CommonOptions& o, const std::string& self_exe, const std::string& run_path,
+                 double dilation, double headroom) {
 #if !RV_WITH_SIM
-  throw InputError("ravnest validate compares a simulation with a real run: this ravnest was built without the "
-                   "simulator (cmake -DRAVNEST_SIM=OFF)");
+  throw InputError(
+      "ravnest validate compares a simulation with a real run: this ravnest was built without the "
+      "simulator (cmake -DRAVNEST_SIM=OFF)");
 #endif
   // The scenario as given, planned once: what the host must keep up with.
   const Prepared base = prepare(load_checked(o.scenario, o.overrides));
@@ -108,33 +119,44 @@ int cmd_validate(const CommonOptions& o, const std::string& self_exe, const std:
   check_simulable(s, "sim");
   check_no_churn(s, "real");
   if (s.dilation != 1)
-    throw InputError(s.where("dilation") + ": ravnest validate chooses the dilation itself; give it as "
+    throw InputError(s.where("dilation") +
+                     ": ravnest validate chooses the dilation itself; give it as "
                      "--dilation K instead of the scenario's dilation key");
-  if (!run_path.empty() && fs::exists(run_path)) throw InputError(run_path + ": folder exists already");
+  if (!run_path.empty() && fs::exists(run_path))
+    throw InputError(run_path + ": folder exists already");
 
-  const DilationChoice choice =
-      choose_dilation(measure_demands(s, base.model, base.plan),
-                      static_cast<double>(std::max(1u, std::thread::hardware_concurrency())), headroom);
+  const DilationChoice choice = choose_dilation(
+      measure_demands(s, base.model, base.plan),
+      static_cast<double>(std::max(1u, std::thread::hardware_concurrency())), headroom);
   if (dilation <= 0 && choice.k > kMaxDilation) throw InputError(too_large_message(s, choice));
   double k = dilation > 0 ? dilation : choice.k;
-  nlohmann::json host{{"cores", choice.cores}, {"share", choice.share}, {"needed", choice.k},
-                      {"headroom", headroom}, {"nodes", nlohmann::json::array()}};
+  nlohmann::json host{{"cores", choice.cores},
+                      {"share", choice.share},
+                      {"needed", choice.k},
+                      {"headroom", headroom},
+                      {"nodes", nlohmann::json::array()}};
   for (const NodeDemand& n : choice.nodes)
-    host["nodes"].push_back({{"node", n.node}, {"device", n.device}, {"host_ms", n.host_s * 1e3},
-                             {"modeled_ms", n.modeled_s * 1e3}, {"needs", n.needs}});
+    host["nodes"].push_back({{"node", n.node},
+                             {"device", n.device},
+                             {"host_ms", n.host_s * 1e3},
+                             {"modeled_ms", n.modeled_s * 1e3},
+                             {"needs", n.needs}});
   std::cout << fmt::format("dilation {:g} ({}; this host needs {:g})\n", k,
                            dilation > 0 ? "given" : "chosen", choice.k);
 
-  const fs::path final_path = fs::absolute(run_path.empty() ? new_run_path(s, "validate") : run_path).lexically_normal();
+  const fs::path final_path =
+      fs::absolute(run_path.empty() ? new_run_path(s, "validate") : run_path).lexically_normal();
   fs::create_directories(final_path.parent_path());
-  const fs::path tmp = final_path.parent_path() / ("." + final_path.filename().string() + ".partial");
+  const fs::path tmp =
+      final_path.parent_path() / ("." + final_path.filename().string() + ".partial");
   fs::remove_all(tmp);
   fs::create_directories(tmp);
   try {
     // The real run at k first: a chosen k that it shows too small (the host's work of more than
     // kLateTolerance of its spans over their share) is raised once by what the run measured
-    // (exec/dilation.h redilation), and the real run is made again. A k that was given is the user's, and is kept. Then the simulation of the
-    // scenario at the final k (SimGrid runs once per process).
+    // (exec/dilation.h redilation), and the real run is made again. A k that was given is the
+    // user's, and is kept. Then the simulation of the scenario at the final k (SimGrid runs once
+    // per process).
     nlohmann::json attempts = nlohmann::json::array();
     std::vector<std::string> overrides;
     Prepared real;
@@ -146,7 +168,8 @@ int cmd_validate(const CommonOptions& o, const std::string& self_exe, const std:
       fs::remove_all(tmp / "real");
       // The emulated real run: every device's speed and every link emulated.
       std::vector<std::string> real_overrides = overrides;
-      real_overrides.insert(real_overrides.end(), {"real.emulate_speed=true", "real.emulate_network=true"});
+      real_overrides.insert(real_overrides.end(),
+                            {"real.emulate_speed=true", "real.emulate_network=true"});
       real = prepare(load_checked(o.scenario, real_overrides));
       LaunchOptions lo{o.scenario, real_overrides, self_exe, (tmp / "real").string(), o.progress};
       run_real(real.scenario, lo);
@@ -158,18 +181,22 @@ int cmd_validate(const CommonOptions& o, const std::string& self_exe, const std:
       if (dilation > 0 || attempt > 0 || next == k) break;
       const double over = over_share(demand);
       if (next > kMaxDilation) {
-        notes.push_back(fmt::format("at dilation {:g} the host's work of {:.1f}% of the real run's compute spans did not "
-                                    "fit their share of a core; keeping up would need {:g}, above the limit of {:g}",
-                                    k, 100 * over, next, kMaxDilation));
+        notes.push_back(fmt::format(
+            "at dilation {:g} the host's work of {:.1f}% of the real run's compute spans did not "
+            "fit their share of a core; keeping up would need {:g}, above the limit of {:g}",
+            k, 100 * over, next, kMaxDilation));
         break;
       }
       attempts.push_back({{"dilation", k}, {"late_fraction", late}, {"over_share", over}});
-      std::cout << fmt::format("at dilation {:g} the host's work of {:.1f}% of the real run's compute spans did not fit "
-                               "their share of a core: the real run again at {:g}\n", k, 100 * over, next);
+      std::cout << fmt::format(
+          "at dilation {:g} the host's work of {:.1f}% of the real run's compute spans did not fit "
+          "their share of a core: the real run again at {:g}\n",
+          k, 100 * over, next);
       k = next;
     }
     // The simulation of the same dilated scenario.
-    run_in_process(prepare(load_checked(o.scenario, overrides)), "sim", (tmp / "sim").string(), o.progress);
+    run_in_process(prepare(load_checked(o.scenario, overrides)), "sim", (tmp / "sim").string(),
+                   o.progress);
     host["chosen"] = k;
     host["late_within_share"] = late_waking;
     host["attempts"] = attempts;
@@ -182,24 +209,28 @@ int cmd_validate(const CommonOptions& o, const std::string& self_exe, const std:
                     read_json_file((tmp / "real" / "plan.json").string());
     ctx.late_fraction = late;
     if (late > kLateTolerance && late_waking > 0.5 * late)
-      ctx.notes.push_back(fmt::format(
-          "{:.1f}% of the real run's compute spans were late with their maths within their share of a core ({:.1f}% "
-          "late in all): their wait for the modeled time woke late, as this host scheduled it; a larger dilation "
-          "does not mend that",
-          100 * late_waking, 100 * late));
+      ctx.notes.push_back(
+          fmt::format("{:.1f}% of the real run's compute spans were late with their maths within "
+                      "their share of a core ({:.1f}% "
+                      "late in all): their wait for the modeled time woke late, as this host "
+                      "scheduled it; a larger dilation "
+                      "does not mend that",
+                      100 * late_waking, 100 * late));
     if (!attempts.empty())
-      ctx.notes.push_back(fmt::format("dilation {:g} was chosen first, and the host's work of {:.0f}% of that real "
-                                      "run's compute spans did not fit their share of a core; these runs are at {:g}, "
-                                      "raised by what that run measured",
-                                      attempts[0]["dilation"].get<double>(),
-                                      100 * attempts[0]["over_share"].get<double>(), k));
+      ctx.notes.push_back(fmt::format(
+          "dilation {:g} was chosen first, and the host's work of {:.0f}% of that real "
+          "run's compute spans did not fit their share of a core; these runs are at {:g}, "
+          "raised by what that run measured",
+          attempts[0]["dilation"].get<double>(), 100 * attempts[0]["over_share"].get<double>(), k));
     if (real.scenario.network.model == "lv08" && real.scenario.real.shaper != kKernelShaper)
-      ctx.notes.push_back("network.model = \"lv08\": the emulator applies LV08's factors but not its "
-                          "cross-traffic, its weight-S or its TCP window cap; where those matter the two "
-                          "runs' networks differ by construction");
+      ctx.notes.push_back(
+          "network.model = \"lv08\": the emulator applies LV08's factors but not its "
+          "cross-traffic, its weight-S or its TCP window cap; where those matter the two "
+          "runs' networks differ by construction");
     if (real.scenario.real.shaper == kKernelShaper)
-      ctx.notes.push_back("real.shaper = \"kernel\": the real run's bytes went over real TCP through htb, "
-                          "its latency added at each receiver; the simulation is the network model's");
+      ctx.notes.push_back(
+          "real.shaper = \"kernel\": the real run's bytes went over real TCP through htb, "
+          "its latency added at each receiver; the simulation is the network model's");
     const nlohmann::json v =
         compare_runs(read_json_file((tmp / "sim" / "summary.json").string()),
                      read_json_file((tmp / "real" / "summary.json").string()), ctx);
@@ -209,7 +240,8 @@ int cmd_validate(const CommonOptions& o, const std::string& self_exe, const std:
     if (!md) throw Error((tmp / "validate.md").string() + ": cannot write");
     if (fs::exists(final_path)) throw InputError(final_path.string() + ": folder exists already");
     fs::rename(tmp, final_path);
-    std::cout << fmt::format("validate folder: {}\n  {}\n", final_path.string(), v["verdict"].get<std::string>());
+    std::cout << fmt::format("validate folder: {}\n  {}\n", final_path.string(),
+                             v["verdict"].get<std::string>());
   } catch (...) {
     std::error_code ec;
     fs::remove_all(tmp, ec);

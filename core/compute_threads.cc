@@ -1,10 +1,9 @@
 #include "core/compute_threads.h"
 
+#include <ATen/Parallel.h>
 #include <dlfcn.h>
 
 #include <algorithm>
-
-#include <ATen/Parallel.h>
 
 namespace rv {
 

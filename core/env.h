@@ -6,6 +6,9 @@
 // (or SimGrid actor) only. Implementations may use threads internally.
 #pragma once
 
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -13,19 +16,16 @@
 #include <optional>
 #include <vector>
 
-#include <ATen/core/Tensor.h>
-#include <c10/core/Device.h>
-
-#include "core/output/metrics.h"
 #include "core/compute/work.h"
+#include "core/output/metrics.h"
 #include "core/units.h"
 
 namespace rv {
 
 // What a message means to the receiving algorithm. Values are part of the wire format.
 enum class MsgKind : int32_t {
-  kForward = 1,      // activations of micro-batch `id`, towards the next stage
-  kBackward = 2,     // gradient w.r.t. the activations of micro-batch `id`, towards the previous stage
+  kForward = 1,   // activations of micro-batch `id`, towards the next stage
+  kBackward = 2,  // gradient w.r.t. the activations of micro-batch `id`, towards the previous stage
   kEvalForward = 3,  // activations of evaluation batch `id` (no backward follows)
   kStop = 4,         // the sender has finished; the receiver finishes its own work and stops
   kReduce = 5,       // a chunk in a reduce-scatter round (`aux` = ring, `step` = round)
@@ -35,11 +35,11 @@ enum class MsgKind : int32_t {
   kDistribute = 9,   // single-ring averaging: the mean of a stage's state, from the leader
   kMember = 10,      // from the executor (src -1): the membership changed (Membership); no payload
   kStateRequest = 11,  // churn: layers' state wanted after averaging `id` (aux, step: state range)
-  kState = 12,       // churn: the answer, the state [aux, step) with its optimizer rows
-  kProgress = 13,    // dedloc: the sender's samples (aux) so far in collaborative step `step`
-  kPart = 14,        // dedloc: the sender's slice of an aggregator's part (aux: its samples)
-  kPartSum = 15,     // dedloc: an aggregator's summed part (aux: the collaboration's samples)
-  kLast = kPartSum,  // the wire format checks kinds against it
+  kState = 12,         // churn: the answer, the state [aux, step) with its optimizer rows
+  kProgress = 13,      // dedloc: the sender's samples (aux) so far in collaborative step `step`
+  kPart = 14,          // dedloc: the sender's slice of an aggregator's part (aux: its samples)
+  kPartSum = 15,       // dedloc: an aggregator's summed part (aux: the collaboration's samples)
+  kLast = kPartSum,    // the wire format checks kinds against it
 };
 
 const char* to_string(MsgKind kind);
@@ -49,17 +49,17 @@ const char* to_string(MsgKind kind);
 // payload and reports what it sent.
 struct Message {
   MsgKind kind = MsgKind::kControl;
-  int32_t src = -1;     // filled in by the transport on receipt
-  int64_t id = 0;       // micro-batch or evaluation batch id
-  int64_t step = 0;     // sender's step (update count) or round
-  int64_t aux = 0;      // kind-specific: version, ring id, ...
-  double scalar = 0.0;  // kind-specific: e.g. a loss value
+  int32_t src = -1;                 // filled in by the transport on receipt
+  int64_t id = 0;                   // micro-batch or evaluation batch id
+  int64_t step = 0;                 // sender's step (update count) or round
+  int64_t aux = 0;                  // kind-specific: version, ring id, ...
+  double scalar = 0.0;              // kind-specific: e.g. a loss value
   std::vector<at::Tensor> payload;  // contiguous CPU float32 tensors (empty in timing mode)
   // The sender will never write these payload tensors again (nor will anyone it hands them to), so
   // a transport may send them as they are; otherwise a transport that sends after send() returns
   // copies any tensor the message does not hold alone.
   bool payload_frozen = false;
-  Bytes bytes = 0;      // modeled size on the wire, in bytes (payload plus a header)
+  Bytes bytes = 0;  // modeled size on the wire, in bytes (payload plus a header)
   // Transports across processes: when the message's last byte arrived, on this machine's steady
   // clock (CLOCK_MONOTONIC, seconds); -1 where unknown.
   double arrived = -1;
@@ -76,7 +76,9 @@ struct MessageMatch {
   bool operator==(const MessageMatch& o) const {
     return kind == o.kind && id == o.id && step == o.step && aux == o.aux;
   }
-  bool matches(const Message& m) const { return m.kind == kind && m.id == id && m.step == step && m.aux == aux; }
+  bool matches(const Message& m) const {
+    return m.kind == kind && m.id == id && m.step == step && m.aux == aux;
+  }
 };
 
 // Size of the fixed header that precedes every message on the wire, in bytes.
@@ -146,7 +148,8 @@ class Compute {
   // on its stream; NaN where nothing measures them (the CPU, the simulator).
   // `saved`: what the work does with its micro-batch's saved activations (whether a backward finds
   // them in the device's cache: core/compute/profile.h DeviceHistory).
-  virtual Seconds run(const Work& work, SavedActivations saved, const std::function<void()>& maths) = 0;
+  virtual Seconds run(const Work& work, SavedActivations saved,
+                      const std::function<void()>& maths) = 0;
   // Where the maths runs: a stage's tensors live there; those crossing NodeEnv stay on the CPU.
   virtual c10::Device device() const { return c10::kCPU; }
 };
@@ -169,7 +172,8 @@ class Collectives {
   virtual void join(const std::vector<int>& ranks) = 0;
   // Starts summing `t` (a contiguous CPU float32 tensor, kept alive until done) in place over the
   // joined group of `ranks`. Members start their sums over one group in the same order.
-  virtual std::unique_ptr<CollectiveWork> allreduce_sum(const std::vector<int>& ranks, at::Tensor t) = 0;
+  virtual std::unique_ptr<CollectiveWork> allreduce_sum(const std::vector<int>& ranks,
+                                                        at::Tensor t) = 0;
 };
 
 // Churn: the run's one record of nodes that left and arrived, in one order for every node, and

@@ -22,7 +22,8 @@ class Error : public std::runtime_error {
 class Interrupted : public Error {
  public:
   explicit Interrupted(int sig)
-      : Error("interrupted by signal " + std::to_string(sig) + ": the run was stopped and its temporary files removed"),
+      : Error("interrupted by signal " + std::to_string(sig) +
+              ": the run was stopped and its temporary files removed"),
         signal_(sig) {}
   int signal() const { return signal_; }
 
@@ -81,11 +82,11 @@ class PeerError : public Error {
 };
 
 // Internal invariant checks that name the source position.
-#define RV_CHECK(cond, msg)                                                                    \
-  do {                                                                                          \
-    if (!(cond))                                                                                \
+#define RV_CHECK(cond, msg)                                                                   \
+  do {                                                                                        \
+    if (!(cond))                                                                              \
       throw ::rv::Error(std::string("[") + __FILE__ + ":" + std::to_string(__LINE__) + "] " + \
-                        (msg));                                                                 \
+                        (msg));                                                               \
   } while (0)
 
 }  // namespace rv

@@ -12,9 +12,9 @@
 namespace rv {
 
 struct FaultSpec {
-  Seconds delay = 0;              // added before each send (through the node's Clock)
-  int64_t drop_every = 0;         // drop every k-th message sent (0: none)
-  int64_t crash_after_sends = -1; // throw rv::Error at this send (-1: never)
+  Seconds delay = 0;               // added before each send (through the node's Clock)
+  int64_t drop_every = 0;          // drop every k-th message sent (0: none)
+  int64_t crash_after_sends = -1;  // throw rv::Error at this send (-1: never)
 };
 
 // The scenario's faults for node `node`, or nothing to inject.
@@ -29,20 +29,24 @@ inline FaultSpec faults_for(const FaultsSpec& f, int node) {
 
 class FaultyTransport : public Transport {
  public:
-  FaultyTransport(Transport& inner, Clock& clock, FaultSpec spec) : inner_(inner), clock_(clock), spec_(spec) {}
+  FaultyTransport(Transport& inner, Clock& clock, FaultSpec spec)
+      : inner_(inner), clock_(clock), spec_(spec) {}
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
   void send(int dst, Message msg) override {
     ++sent_;
     if (spec_.crash_after_sends >= 0 && sent_ > spec_.crash_after_sends)
-      throw Error("node " + std::to_string(rank()) + ": injected crash at send " + std::to_string(sent_));
+      throw Error("node " + std::to_string(rank()) + ": injected crash at send " +
+                  std::to_string(sent_));
     if (spec_.delay > 0) clock_.sleep_for(spec_.delay);
     if (spec_.drop_every > 0 && sent_ % spec_.drop_every == 0) return;
     inner_.send(dst, std::move(msg));
   }
   Message recv() override { return inner_.recv(); }
   std::optional<Message> try_recv() override { return inner_.try_recv(); }
-  void offer(int src, const MessageMatch& match, at::Tensor into) override { inner_.offer(src, match, std::move(into)); }
+  void offer(int src, const MessageMatch& match, at::Tensor into) override {
+    inner_.offer(src, match, std::move(into));
+  }
   void withdraw(int src, const MessageMatch& match) override { inner_.withdraw(src, match); }
   void flush() override { inner_.flush(); }
   int64_t sent() const { return sent_; }

@@ -2,31 +2,32 @@
 // contiguous range of the model's layers on one node. Produced by planner/, read by algorithms.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "core/units.h"
 
 namespace rv {
 
 struct StagePlan {
-  int node = -1;         // rank in the device pool
-  int layer_begin = 0;   // layers [layer_begin, layer_end)
+  int node = -1;        // rank in the device pool
+  int layer_begin = 0;  // layers [layer_begin, layer_end)
   int layer_end = 0;
-  Bytes memory = 0;      // modeled peak memory of this stage on its node
+  Bytes memory = 0;  // modeled peak memory of this stage on its node
   // Predicted seconds one micro-batch holds this stage's busiest resource: the larger of its
   // compute (forward + backward + update) and its own uplink's and downlink's transfer time
   // (CostModel::stage_time), so a link-bound stage shows its link time here.
   Seconds predicted_time = 0;
-  Seconds predicted_compute = 0;  // of which compute: forward + backward + update of one micro-batch
+  Seconds predicted_compute =
+      0;  // of which compute: forward + backward + update of one micro-batch
 };
 
 struct ClusterPlan {
-  std::vector<StagePlan> stages;  // pipeline order: stages[0] reads the data, the last computes the loss
-  Seconds period = 0;             // predicted seconds per micro-batch in steady state
-  double throughput = 0;          // predicted samples per second (batch / period)
+  std::vector<StagePlan>
+      stages;             // pipeline order: stages[0] reads the data, the last computes the loss
+  Seconds period = 0;     // predicted seconds per micro-batch in steady state
+  double throughput = 0;  // predicted samples per second (batch / period)
 };
 
 // One ring of cross-cluster averaging: a chunk of the flat parameter space and, in each cluster,
@@ -43,9 +44,9 @@ struct NodeRole {
   int node = -1;
   int cluster = -1;
   int stage = -1;
-  int stages = 0;    // stages in its cluster
-  int prev = -1;     // rank of the previous stage's node, -1 for the first
-  int next = -1;     // rank of the next stage's node, -1 for the last
+  int stages = 0;  // stages in its cluster
+  int prev = -1;   // rank of the previous stage's node, -1 for the first
+  int next = -1;   // rank of the next stage's node, -1 for the last
   int layer_begin = 0, layer_end = 0;
   bool first() const { return stage == 0; }
   bool last() const { return stage == stages - 1; }
@@ -55,10 +56,10 @@ struct Plan {
   std::string method;
   int nodes = 0;  // size of the device pool
   std::vector<ClusterPlan> clusters;
-  std::vector<Ring> rings;       // empty with one cluster
-  Seconds averaging_time = 0;    // predicted seconds of one cross-cluster averaging
-  double throughput = 0;         // predicted samples per second of the whole plan
-  std::string reason;            // one line: the bottleneck and what bounds it (CostModel::explain)
+  std::vector<Ring> rings;     // empty with one cluster
+  Seconds averaging_time = 0;  // predicted seconds of one cross-cluster averaging
+  double throughput = 0;       // predicted samples per second of the whole plan
+  std::string reason;          // one line: the bottleneck and what bounds it (CostModel::explain)
   // A search's use of its budget (planner/search_budget.h); 0 evaluations: no search.
   int64_t search_evaluations = 0;
   int64_t search_budget = 0;

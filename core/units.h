@@ -25,7 +25,7 @@ inline Bytes sat_add(Bytes a, Bytes b) {
   return __builtin_add_overflow(a, b, &r) ? kBytesMax : r;
 }
 
-constexpr double kMbpsToBytesPerSecond = 1e6 / 8.0;   // 1 Mbit/s in bytes per second
+constexpr double kMbpsToBytesPerSecond = 1e6 / 8.0;      // 1 Mbit/s in bytes per second
 constexpr double kGbToBytes = 1024.0 * 1024.0 * 1024.0;  // ram_gb: GiB
 constexpr double kMsToSeconds = 1e-3;
 constexpr double kTflopsToFlopsPerSecond = 1e12;

@@ -15,7 +15,8 @@ constexpr Seconds kStep = 0.002;
 
 ArrivalLatency::ArrivalLatency(int rank, std::vector<Seconds> latency, Clock& clock)
     : rank_(rank), latency_(std::move(latency)), clock_(clock) {
-  RV_CHECK(rank_ >= 0 && rank_ < static_cast<int>(latency_.size()), "arrival latency: rank out of range");
+  RV_CHECK(rank_ >= 0 && rank_ < static_cast<int>(latency_.size()),
+           "arrival latency: rank out of range");
 }
 
 void ArrivalLatency::submit(Transport& inner, int src, int dst, Message msg) {
@@ -23,12 +24,15 @@ void ArrivalLatency::submit(Transport& inner, int src, int dst, Message msg) {
   inner.send(dst, std::move(msg));  // the kernel shapes its bytes; the receiver adds the latency
 }
 
-void ArrivalLatency::drain(int src) { RV_CHECK(src == rank_, "arrival latency: a drain for another rank"); }
+void ArrivalLatency::drain(int src) {
+  RV_CHECK(src == rank_, "arrival latency: a drain for another rank");
+}
 
 Seconds ArrivalLatency::due(const Message& m) const {
-  const Seconds route = m.src >= 0 && m.src < static_cast<int>(latency_.size())
-                            ? latency_[static_cast<size_t>(m.src)] + latency_[static_cast<size_t>(rank_)]
-                            : 0.0;
+  const Seconds route =
+      m.src >= 0 && m.src < static_cast<int>(latency_.size())
+          ? latency_[static_cast<size_t>(m.src)] + latency_[static_cast<size_t>(rank_)]
+          : 0.0;
   return m.arrived + route;
 }
 

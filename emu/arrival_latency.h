@@ -34,8 +34,8 @@ class ArrivalLatency : public NetworkEmulator {
 
  private:
   Seconds due(const Message& m) const;
-  void take(Transport& inner);                  // everything the transport has, held
-  std::optional<Message> take_due();            // the earliest due message, if it is due
+  void take(Transport& inner);        // everything the transport has, held
+  std::optional<Message> take_due();  // the earliest due message, if it is due
   int rank_;
   std::vector<Seconds> latency_;
   Clock& clock_;

@@ -112,5 +112,4 @@ void EmulatedNetwork::drain(int src) {
   if (error_) std::rethrow_exception(error_);
 }
 
-
 }  // namespace rv

@@ -99,7 +99,9 @@ class ShapedTransport : public Transport {
   Message recv() override { return net_.recv(inner_); }
   std::optional<Message> try_recv() override { return net_.try_recv(inner_); }
   // The inner transport receives into the offer; the message is handed over at its modeled time.
-  void offer(int src, const MessageMatch& match, at::Tensor into) override { inner_.offer(src, match, std::move(into)); }
+  void offer(int src, const MessageMatch& match, at::Tensor into) override {
+    inner_.offer(src, match, std::move(into));
+  }
   void withdraw(int src, const MessageMatch& match) override { inner_.withdraw(src, match); }
   void flush() override {
     net_.drain(inner_.rank());

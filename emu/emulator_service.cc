@@ -8,10 +8,10 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <chrono>
-#include <limits>
+#include <cstdio>
 #include <cstring>
+#include <limits>
 
 #include "core/error.h"
 
@@ -78,8 +78,7 @@ struct EmulatorServer::Conn {
   bool closed = false;      // guarded by the server's mu_
 };
 
-EmulatorServer::EmulatorServer(const std::string& path, NetworkLinks links,
-                               const Clock& clock)
+EmulatorServer::EmulatorServer(const std::string& path, NetworkLinks links, const Clock& clock)
     : path_(path),
       nodes_(static_cast<int>(links.size())),
       by_rank_(static_cast<size_t>(nodes_)),
@@ -138,7 +137,8 @@ void EmulatorServer::serve() {
     if (::poll(fds.data(), fds.size(), -1) < 0) {
       if (errno == EINTR) continue;
       std::lock_guard<std::mutex> lock(mu_);
-      if (error_.empty()) error_ = std::string("network emulator: poll failed: ") + std::strerror(errno);
+      if (error_.empty())
+        error_ = std::string("network emulator: poll failed: ") + std::strerror(errno);
       return;
     }
     if (fds[0].revents != 0) return;  // the destructor
@@ -166,12 +166,13 @@ void EmulatorServer::handle(const std::shared_ptr<Conn>& c) {
   if (c->rank < 0) {
     if (r.kind != kHello) return drop(c, who + " did not start with a hello");
     if (r.a < 0 || r.a >= nodes_)
-      return drop(c, "a node said it is rank " + std::to_string(r.a) + " of " +
-                         std::to_string(nodes_));
+      return drop(
+          c, "a node said it is rank " + std::to_string(r.a) + " of " + std::to_string(nodes_));
     std::lock_guard<std::mutex> lock(mu_);
     const auto rank = static_cast<size_t>(r.a);
     if (joined_[rank]) {
-      if (error_.empty()) error_ = "network emulator: rank " + std::to_string(r.a) + " joined twice";
+      if (error_.empty())
+        error_ = "network emulator: rank " + std::to_string(r.a) + " joined twice";
       c->closed = true;
       ::close(c->fd);
       conns_.erase(std::find(conns_.begin(), conns_.end(), c));
@@ -185,7 +186,8 @@ void EmulatorServer::handle(const std::shared_ptr<Conn>& c) {
     backlog_[rank].clear();
     return;
   }
-  if (r.kind != kSend) return drop(c, who + " sent a record of unknown kind " + std::to_string(r.kind));
+  if (r.kind != kSend)
+    return drop(c, who + " sent a record of unknown kind " + std::to_string(r.kind));
   if (r.a <= c->last_token) return drop(c, who + " reused message token " + std::to_string(r.a));
   if (r.b < 0 || r.b >= nodes_ || r.b == c->rank)
     return drop(c, who + " sent to rank " + std::to_string(r.b) + " of " + std::to_string(nodes_));
@@ -312,7 +314,8 @@ void EmulatorClient::forget(int src) {
 }
 
 void EmulatorClient::take_arrived(Transport& inner) {
-  while (std::optional<Message> m = inner.try_recv()) arrived_[m->src < 0 ? -1 : m->src].push_back(std::move(*m));
+  while (std::optional<Message> m = inner.try_recv())
+    arrived_[m->src < 0 ? -1 : m->src].push_back(std::move(*m));
 }
 
 // The next delivered message, if it has arrived; the executor's own first. Under mu_ throughout:
@@ -351,7 +354,8 @@ Message EmulatorClient::recv(Transport& inner) {
         if (delivered_.empty() && !error_ && !tolerant_ && Clock::now() > deadline) {
           char secs[32];
           std::snprintf(secs, sizeof secs, "%g", timeout_);
-          throw PeerError("rank " + std::to_string(rank_) + ": no message delivered within " + secs + " s");
+          throw PeerError("rank " + std::to_string(rank_) + ": no message delivered within " +
+                          secs + " s");
         }
         continue;
       }
@@ -366,8 +370,8 @@ Message EmulatorClient::recv(Transport& inner) {
     }
     Message m = inner.recv();
     arrived_[m.src].push_back(std::move(m));
-    deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                  std::chrono::duration<double>(timeout_));
+    deadline = Clock::now() +
+               std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_));
   }
 }
 

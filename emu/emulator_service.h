@@ -27,11 +27,11 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
-#include <optional>
-#include <set>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -72,11 +72,11 @@ class EmulatorServer {
   int listen_fd_ = -1;
   int wake_fd_ = -1;  // an eventfd: the destructor wakes the serving thread
   mutable std::mutex mu_;
-  std::vector<std::shared_ptr<Conn>> conns_;            // guarded by mu_
-  std::vector<std::shared_ptr<Conn>> by_rank_;          // joined nodes, guarded by mu_
-  std::vector<std::vector<int64_t>> backlog_;           // deliveries before a join, guarded by mu_
-  std::vector<bool> joined_;                            // per rank, ever; guarded by mu_
-  std::string error_;                                   // guarded by mu_
+  std::vector<std::shared_ptr<Conn>> conns_;    // guarded by mu_
+  std::vector<std::shared_ptr<Conn>> by_rank_;  // joined nodes, guarded by mu_
+  std::vector<std::vector<int64_t>> backlog_;   // deliveries before a join, guarded by mu_
+  std::vector<bool> joined_;                    // per rank, ever; guarded by mu_
+  std::string error_;                           // guarded by mu_
   std::thread thread_;
   std::unique_ptr<EmulatedNetwork> net_;  // last: stopped first, before what its deliveries use
 };
@@ -109,13 +109,13 @@ class EmulatorClient : public NetworkEmulator {
   int rank_;
   Seconds timeout_;
   bool tolerant_;
-  std::set<int> gone_;             // forgotten senders; guarded by mu_
+  std::set<int> gone_;  // forgotten senders; guarded by mu_
   int fd_ = -1;
   std::mutex mu_;
   std::condition_variable changed_;
-  std::deque<int> delivered_;      // senders, in delivery order; guarded by mu_
-  std::exception_ptr error_;       // guarded by mu_
-  int64_t next_token_ = 0;         // the node's thread only
+  std::deque<int> delivered_;                   // senders, in delivery order; guarded by mu_
+  std::exception_ptr error_;                    // guarded by mu_
+  int64_t next_token_ = 0;                      // the node's thread only
   std::map<int, std::deque<Message>> arrived_;  // by sender, the node's thread only
   std::thread reader_;
 };

@@ -64,7 +64,9 @@ void StarNetwork::solve() {
   const size_t total = cap.size();
   // The links a pair's flow crosses: its sender's uplink, the region link (if any), its
   // receiver's downlink.
-  auto region_link = [n](const Pair* p) { return p->inter < 0 ? SIZE_MAX : 2 * n + static_cast<size_t>(p->inter); };
+  auto region_link = [n](const Pair* p) {
+    return p->inter < 0 ? SIZE_MAX : 2 * n + static_cast<size_t>(p->inter);
+  };
   std::vector<Pair*> open;
   for (auto& [key, p] : pairs_) {
     for (Flow& f : p.queue) f.rate = 0;
@@ -101,7 +103,8 @@ void StarNetwork::solve() {
 
 void StarNetwork::progress_to(Seconds t) {
   for (auto& [key, p] : pairs_)
-    if (p.flowing(now_) && p.queue.front().rate > 0) p.queue.front().left -= p.queue.front().rate * (t - now_);
+    if (p.flowing(now_) && p.queue.front().rate > 0)
+      p.queue.front().left -= p.queue.front().rate * (t - now_);
   now_ = std::max(now_, t);
 }
 
@@ -132,7 +135,8 @@ std::vector<Delivery> StarNetwork::advance(Seconds now) {
     for (auto it = pairs_.begin(); it != pairs_.end();) {
       Pair& p = it->second;
       const Flow& f = p.queue.front();
-      if (p.flowing(now_) && f.rate > 0 && (f.left <= kDoneBytes || now_ + f.left / f.rate <= now_)) {
+      if (p.flowing(now_) && f.rate > 0 &&
+          (f.left <= kDoneBytes || now_ + f.left / f.rate <= now_)) {
         out.push_back({f.token, p.src, p.dst, now_});
         tokens_.erase(f.token);
         p.queue.pop_front();

@@ -6,19 +6,20 @@
 //
 // Every node reaches a common core through its own uplink (up_mbps) and downlink (down_mbps), each
 // with a one-way latency; under topology "regions", its region's core, and a message between
-// regions also crosses the link between them (core/network/links.h), which its flows share. Each ordered pair of nodes has one connection, as over TCP: a pair's
-// messages go in send order, the bytes of one after those of the one before, and the latency is
-// paid once for the stream, not per message. A message sent at a on a route of latency L (L_s +
-// L_d, each times the model's latency factor) starts its bytes at max(a + L, the time the pair's
-// previous message was through) and is delivered when its last byte is through: alone, it takes
-// L plus its bytes over the route; behind another, it follows that one's last byte at once (its
-// bytes entered the connection as soon as the earlier ones had, and travel the same latency).
-// Bytes flow through both links at once (cut-through), at a rate that changes whenever a flow
-// starts or ends: weighted max-min fairness over all links (progressive filling), each flow weighted
-// by the inverse of its route's latency as CM02 weights it (TCP's RTT unfairness; a route of zero
-// latency weighs as one of 1 s, as there). So the connections of different pairs share a node's
-// links fairly, and a flow held back elsewhere leaves the rest of a link to the others. The
-// simulator (sim/sim_network.h) runs the same model on SimGrid's links.
+// regions also crosses the link between them (core/network/links.h), which its flows share. Each
+// ordered pair of nodes has one connection, as over TCP: a pair's messages go in send order, the
+// bytes of one after those of the one before, and the latency is paid once for the stream, not per
+// message. A message sent at a on a route of latency L (L_s + L_d, each times the model's latency
+// factor) starts its bytes at max(a + L, the time the pair's previous message was through) and is
+// delivered when its last byte is through: alone, it takes L plus its bytes over the route; behind
+// another, it follows that one's last byte at once (its bytes entered the connection as soon as the
+// earlier ones had, and travel the same latency). Bytes flow through both links at once
+// (cut-through), at a rate that changes whenever a flow starts or ends: weighted max-min fairness
+// over all links (progressive filling), each flow weighted by the inverse of its route's latency as
+// CM02 weights it (TCP's RTT unfairness; a route of zero latency weighs as one of 1 s, as there).
+// So the connections of different pairs share a node's links fairly, and a flow held back elsewhere
+// leaves the rest of a link to the others. The simulator (sim/sim_network.h) runs the same model on
+// SimGrid's links.
 //
 // Units: bytes, bytes per second, seconds. Thread-safety: none (one owner; callers serialise).
 #pragma once

@@ -1,9 +1,19 @@
 #include "exec/calibrate.h"
 
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/GradMode.h>
+#include <spawn.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -12,17 +22,6 @@
 #include <random>
 #include <sstream>
 #include <thread>
-
-#include <csignal>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <sys/prctl.h>
-#include <unistd.h>
-
-#include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
-#include <c10/core/GradMode.h>
-#include <torch/csrc/autograd/autograd.h>
 
 #include "core/compute_threads.h"
 #include "core/error.h"
@@ -38,8 +37,8 @@ Seconds now() {
 // The median time of `op`, in seconds, each call after its own untimed `setup`: `warmup` untimed
 // calls, then repeats until `budget` seconds have passed, setups included (at least 5, at most 200
 // repeats).
-Seconds median_time(const std::function<void()>& setup, const std::function<void()>& op, Seconds budget,
-                    int warmup = 1) {
+Seconds median_time(const std::function<void()>& setup, const std::function<void()>& op,
+                    Seconds budget, int warmup = 1) {
   for (int i = 0; i < warmup; ++i) {
     setup();
     op();
@@ -89,8 +88,9 @@ std::pair<CalibrationSample, CalibrationSample> describe(const LayerCase& c) {
   const double batch = static_cast<double>(c.input[0]);
   double in_elems = batch;
   for (int64_t d : sample) in_elems *= static_cast<double>(d);
-  const double bytes = static_cast<double>(kFloatBytes) *
-                       (in_elems + batch * static_cast<double>(prof.out_elems) + static_cast<double>(prof.params));
+  const double bytes =
+      static_cast<double>(kFloatBytes) *
+      (in_elems + batch * static_cast<double>(prof.out_elems) + static_cast<double>(prof.params));
   const double ops = prof.forward_ops;
   const Flops flops = batch * prof.forward_flops;
   const bool gemm = c.kind == OpKind::kMatmul || c.kind == OpKind::kConv;
@@ -104,14 +104,17 @@ std::pair<CalibrationSample, CalibrationSample> describe(const LayerCase& c) {
 at::Tensor image_like_field(const std::vector<int64_t>& nchw) {
   RV_CHECK(nchw.size() == 4, "image_like_field: a shape of 4 dimensions (N, C, H, W)");
   const int64_t h = nchw[2], w = nchw[3];
-  return at::upsample_bilinear2d(at::randn({nchw[0], nchw[1], std::max<int64_t>(1, h / 4), std::max<int64_t>(1, w / 4)}),
-                                 {h, w}, false);
+  return at::upsample_bilinear2d(
+      at::randn({nchw[0], nchw[1], std::max<int64_t>(1, h / 4), std::max<int64_t>(1, w / 4)}),
+      {h, w}, false);
 }
 
 at::Tensor network_activations(const at::Tensor& field) {
   const int64_t channels = field.size(1);
-  const at::Tensor weight = at::randn({channels, channels, 3, 3}) / std::sqrt(9.0 * static_cast<double>(channels));
-  return at::relu(at::batch_norm(at::conv2d(field, weight, {}, 1, 1), {}, {}, {}, {}, true, 0.1, 1e-5, false))
+  const at::Tensor weight =
+      at::randn({channels, channels, 3, 3}) / std::sqrt(9.0 * static_cast<double>(channels));
+  return at::relu(at::batch_norm(at::conv2d(field, weight, {}, 1, 1), {}, {}, {}, {}, true, 0.1,
+                                 1e-5, false))
       .contiguous();
 }
 
@@ -205,11 +208,13 @@ double cache_bytes(int max_level) {
 class PointerChase {
  public:
   PointerChase(double bytes, std::mt19937_64& rng)
-      : lines_(std::max<size_t>(1, static_cast<size_t>(bytes) / 64)), next_(lines_ * kWordsPerLine) {
+      : lines_(std::max<size_t>(1, static_cast<size_t>(bytes) / 64)),
+        next_(lines_ * kWordsPerLine) {
     std::vector<uint64_t> order(lines_);
     std::iota(order.begin(), order.end(), uint64_t{0});
     std::shuffle(order.begin(), order.end(), rng);
-    for (size_t i = 0; i < lines_; ++i) next_[order[i] * kWordsPerLine] = order[(i + 1) % lines_] * kWordsPerLine;
+    for (size_t i = 0; i < lines_; ++i)
+      next_[order[i] * kWordsPerLine] = order[(i + 1) % lines_] * kWordsPerLine;
   }
   // Reads every line once; seconds per line.
   Seconds read() {
@@ -251,7 +256,8 @@ std::vector<std::pair<double, Seconds>> cache_sweep(const std::vector<double>& s
 // before it just ran (the dispatcher, the allocator, its input) is.
 class CoreCacheEviction {
  public:
-  CoreCacheEviction() : lines_(static_cast<size_t>(2 * std::max(cache_bytes(2), double{1 << 20})) / 64) {}
+  CoreCacheEviction()
+      : lines_(static_cast<size_t>(2 * std::max(cache_bytes(2), double{1 << 20})) / 64) {}
   void operator()() {
     for (auto& l : lines_) l.bytes[0] = static_cast<char>(l.bytes[0] + 1);
   }
@@ -270,8 +276,10 @@ void time_layer(const LayerCase& c, Seconds budget, std::vector<CalibrationSampl
   // the places the calls before freed, the heap's steady state, as a stage's loop reaches it after
   // its first steps (before that, every call faults in fresh pages: a ReLU over 3 million floats
   // took 42 ms in its first calls, 0.6 ms after).
-  const Seconds tf = median_time([&] { run.fresh_input(); }, [&] { run.forward(); }, budget, LayerRun::kWarmup);
-  const Seconds tb = median_time([&] { run.before_backward(); }, [&] { run.backward(); }, budget, LayerRun::kWarmup);
+  const Seconds tf =
+      median_time([&] { run.fresh_input(); }, [&] { run.forward(); }, budget, LayerRun::kWarmup);
+  const Seconds tb = median_time([&] { run.before_backward(); }, [&] { run.backward(); }, budget,
+                                 LayerRun::kWarmup);
   auto [f, b] = describe(c);
   f.time = tf;
   b.time = tb;
@@ -287,7 +295,8 @@ void time_layer(const LayerCase& c, Seconds budget, std::vector<CalibrationSampl
 // order that is of another kind (untimed: it warms what every operation runs, the dispatcher,
 // the allocator, autograd, as the operation before it in a span has), then its input written.
 // Adds each case's forward and backward samples, the median of `repeats` rounds.
-void time_chain(const std::vector<const LayerCase*>& cases, int repeats, bool cold, std::vector<CalibrationSample>& out) {
+void time_chain(const std::vector<const LayerCase*>& cases, int repeats, bool cold,
+                std::vector<CalibrationSample>& out) {
   std::vector<std::unique_ptr<LayerRun>> runs;
   for (const LayerCase* c : cases) runs.push_back(std::make_unique<LayerRun>(*c));
   const size_t n = runs.size();
@@ -338,10 +347,10 @@ void time_chain(const std::vector<const LayerCase*>& cases, int repeats, bool co
 
 std::vector<LayerCase> layer_cases(bool quick) {
   std::vector<LayerCase> cases;
-  auto add = [&](OpKind kind, LayerPtr layer, std::vector<int64_t> input, std::string label, bool fixed = false,
-                 bool first = false) {
-    cases.push_back({kind, std::move(layer), input, label + " " + dims(input) + (first ? " (first)" : ""), fixed,
-                     first});
+  auto add = [&](OpKind kind, LayerPtr layer, std::vector<int64_t> input, std::string label,
+                 bool fixed = false, bool first = false) {
+    cases.push_back({kind, std::move(layer), input,
+                     label + " " + dims(input) + (first ? " (first)" : ""), fixed, first});
   };
   // Fixed costs: layers on a handful of values, three batch sizes each. (A batch of one takes
   // other code paths, matrix-vector products and the like: two at least.)
@@ -354,33 +363,36 @@ std::vector<LayerCase> layer_cases(bool quick) {
   }
 
   // Sizes avoid powers of two, whose allocations and cache sets some hosts handle pathologically.
-  const std::vector<int64_t> batches = quick ? std::vector<int64_t>{16}
-                                             : std::vector<int64_t>{16, 32, 64, 128, 256};
+  const std::vector<int64_t> batches =
+      quick ? std::vector<int64_t>{16} : std::vector<int64_t>{16, 32, 64, 128, 256};
   struct Wide {
     int64_t in, out;
   };
-  const std::vector<Wide> linears = quick ? std::vector<Wide>{{256, 16}, {512, 512}}
-                                          : std::vector<Wide>{{32, 32},   {256, 16},    {64, 2048},
-                                                              {512, 128}, {128, 512},   {2048, 256},
-                                                              {1024, 1024}};
+  const std::vector<Wide> linears =
+      quick ? std::vector<Wide>{{256, 16}, {512, 512}}
+            : std::vector<Wide>{{32, 32},   {256, 16},   {64, 2048},  {512, 128},
+                                {128, 512}, {2048, 256}, {1024, 1024}};
   for (int64_t b : batches)
-    for (const Wide& w : linears) add(OpKind::kMatmul, make_linear(w.in, w.out), {b, w.in}, "linear");
+    for (const Wide& w : linears)
+      add(OpKind::kMatmul, make_linear(w.in, w.out), {b, w.in}, "linear");
 
   struct Conv {
     int64_t cin, cout, side;
   };
   const std::vector<Conv> convs =
       quick ? std::vector<Conv>{{1, 8, 20}, {16, 32, 6}}
-            : std::vector<Conv>{{1, 16, 30},  {1, 32, 20},  {3, 32, 30}, {8, 8, 30},   {8, 16, 24},
+            : std::vector<Conv>{{1, 16, 30},  {1, 32, 20},  {3, 32, 30},  {8, 8, 30},  {8, 16, 24},
                                 {16, 16, 20}, {16, 32, 12}, {32, 64, 12}, {64, 64, 6}, {32, 16, 6}};
-  const std::vector<int64_t> image_batches = quick ? std::vector<int64_t>{8} : std::vector<int64_t>{8, 32, 128};
+  const std::vector<int64_t> image_batches =
+      quick ? std::vector<int64_t>{8} : std::vector<int64_t>{8, 32, 128};
   // A convolution of an image's 1 or 3 channels is a network's first layer: its backward computes
   // the weights' gradient alone (the model charges it so: core/model/model.cc backward_work). The
   // input's gradient of so few channels runs at a fraction of the weights' rate, and would pass
   // for the efficiency of the one gradient such a layer computes (2.4x its time here).
   for (int64_t b : image_batches)
     for (const Conv& c : convs)
-      add(OpKind::kConv, make_conv2d(c.cin, c.cout, 3, 1), {b, c.cin, c.side, c.side}, "conv3x3", false, c.cin <= 3);
+      add(OpKind::kConv, make_conv2d(c.cin, c.cout, 3, 1), {b, c.cin, c.side, c.side}, "conv3x3",
+          false, c.cin <= 3);
 
   struct Map {
     int64_t channels, side;
@@ -389,12 +401,14 @@ std::vector<LayerCase> layer_cases(bool quick) {
       quick ? std::vector<Map>{{8, 12}} : std::vector<Map>{{8, 30}, {16, 20}, {32, 12}, {64, 6}};
   for (int64_t b : image_batches)
     for (const Map& m : maps) {
-      add(OpKind::kNorm, make_batch_norm2d(m.channels), {b, m.channels, m.side, m.side}, "batchnorm");
+      add(OpKind::kNorm, make_batch_norm2d(m.channels), {b, m.channels, m.side, m.side},
+          "batchnorm");
       add(OpKind::kPool, make_max_pool2d(2), {b, m.channels, m.side, m.side}, "maxpool2");
     }
   const std::vector<int64_t> sizes =
       quick ? std::vector<int64_t>{12000, 300000}
-            : std::vector<int64_t>{3000, 12000, 50000, 100000, 200000, 400000, 800000, 1500000, 3000000};
+            : std::vector<int64_t>{3000,   12000,  50000,   100000, 200000,
+                                   400000, 800000, 1500000, 3000000};
   for (int64_t n : sizes) add(OpKind::kElementwise, make_relu(), {n}, "relu");
   return cases;
 }
@@ -403,7 +417,9 @@ std::vector<LayerCase> layer_cases(bool quick) {
 // later (the waits of the curves below are measured, and the shortest is wanted short).
 class TightSleeps {
  public:
-  TightSleeps() : slack_(prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0)) { prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0); }
+  TightSleeps() : slack_(prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0)) {
+    prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0);
+  }
   ~TightSleeps() {
     if (slack_ > 0) prctl(PR_SET_TIMERSLACK, static_cast<unsigned long>(slack_), 0, 0, 0);
   }
@@ -421,15 +437,16 @@ class TightSleeps {
 // load running; and so does a span of one operation (the first elementwise case's forward). What
 // a wait adds to each, e1 and eN for spans of n1 and N operation codes (as the model counts them:
 // describe(), Work::codes), gives the point's costs: per code (eN - e1) / (N - n1), per span the
-// rest of e1 (most of it here: the first operation after a wait pays it). Its wait is the one measured
-// from the end of the chain before, the one-operation span's sleeps taken to end as late (a
-// sleep wakes late: the shortest came out at 0.08 ms here; the model charges nothing below the
+// rest of e1 (most of it here: the first operation after a wait pays it). Its wait is the one
+// measured from the end of the chain before, the one-operation span's sleeps taken to end as late
+// (a sleep wakes late: the shortest came out at 0.08 ms here; the model charges nothing below the
 // first point); costs made nondecreasing, none below 0. Rounds go
 // over warm and every wait in turn, so that a stretch of a slow host lands on all of them; each
 // figure is the median of its rounds. Empty if no wait costs anything.
 constexpr std::array<double, 7> kWakeWaits{{3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2}};  // s
 
-std::vector<ComputeProfile::Waking> wake_curve(const std::vector<const LayerCase*>& cases, bool quick) {
+std::vector<ComputeProfile::Waking> wake_curve(const std::vector<const LayerCase*>& cases,
+                                               bool quick) {
   std::vector<std::unique_ptr<LayerRun>> runs;
   Work chain_work, single_work;  // their operation codes (Work::codes)
   LayerRun* single_run = nullptr;
@@ -437,14 +454,16 @@ std::vector<ComputeProfile::Waking> wake_curve(const std::vector<const LayerCase
     runs.push_back(std::make_unique<LayerRun>(*c));
     runs.back()->before_backward();  // its incoming gradient
     const auto [f, b] = describe(*c);
-    for (const CalibrationSample& s : {f, b}) chain_work.add(s.kind, s.pass, s.flops / s.ops, s.bytes, s.ops);
+    for (const CalibrationSample& s : {f, b})
+      chain_work.add(s.kind, s.pass, s.flops / s.ops, s.bytes, s.ops);
     if (single_run == nullptr && c->kind == OpKind::kElementwise) {
       single_run = runs.back().get();
       single_work.add(f.kind, f.pass, f.flops / f.ops, f.bytes, f.ops);
     }
   }
   const double codes = chain_work.codes(), single_codes = single_work.codes();
-  RV_CHECK(single_run != nullptr && codes > single_codes, "calibrate: no elementwise fixed-cost case");
+  RV_CHECK(single_run != nullptr && codes > single_codes,
+           "calibrate: no elementwise fixed-cost case");
   Seconds last_end = 0;
   auto chain = [&] {
     const Seconds a = now();
@@ -486,10 +505,12 @@ std::vector<ComputeProfile::Waking> wake_curve(const std::vector<const LayerCase
   for (size_t i = 0; i < kWakeWaits.size(); ++i) {
     const Seconds wait = median(waited[i]);
     if (!curve.empty() && !(wait > curve.back().wait)) continue;  // waits must increase
-    const double e1 = std::max(0.0, median(after_single[i]) - w1), en = std::max(0.0, median(after[i]) - w);
+    const double e1 = std::max(0.0, median(after_single[i]) - w1),
+                 en = std::max(0.0, median(after[i]) - w);
     const double op = std::max(0.0, (en - e1) / (codes - single_codes));
     per_op = std::max(per_op, op);
-    per_span = std::max(per_span, e1 - per_op * single_codes);  // with the cost per code the point keeps
+    per_span =
+        std::max(per_span, e1 - per_op * single_codes);  // with the cost per code the point keeps
     curve.push_back({wait, per_op, per_span});
   }
   if (per_op <= 0 && per_span <= 0) return {};
@@ -502,7 +523,8 @@ class LoadProcesses {
   LoadProcesses(int count, int threads) {
     const std::string parent = std::to_string(getpid()), t = std::to_string(threads);
     for (int i = 0; i < count; ++i) {
-      std::vector<std::string> args{"rv-calibrate-load", "calibrate", "--threads", t, "--load", parent};
+      std::vector<std::string> args{
+          "rv-calibrate-load", "calibrate", "--threads", t, "--load", parent};
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
@@ -524,7 +546,6 @@ class LoadProcesses {
   std::vector<pid_t> pids_;
 };
 
-
 // Per pass and kind, the median time per operation of `samples`' fixed-cost cases; a kind without
 // one takes the median of its pass's others. rv::InputError if a pass has none.
 void fit_fixed_costs(const std::vector<CalibrationSample>& samples, ComputeProfile& p) {
@@ -534,13 +555,17 @@ void fit_fixed_costs(const std::vector<CalibrationSample>& samples, ComputeProfi
     for (int k = 0; k < kOpKinds; ++k) {
       std::vector<double> fixed;
       for (const auto& s : samples)
-        if (s.pass == pass && s.kind == static_cast<OpKind>(k) && s.fixed_cost) fixed.push_back(s.time / s.ops);
+        if (s.pass == pass && s.kind == static_cast<OpKind>(k) && s.fixed_cost)
+          fixed.push_back(s.time / s.ops);
       p.of(pass, static_cast<OpKind>(k)).overhead = fixed.empty() ? -1 : median(fixed);
       all.insert(all.end(), fixed.begin(), fixed.end());
     }
-    if (all.empty()) throw InputError(std::string("calibration samples: no fixed-cost case in the ") + pass_name(pass) + " pass");
+    if (all.empty())
+      throw InputError(std::string("calibration samples: no fixed-cost case in the ") +
+                       pass_name(pass) + " pass");
     for (int k = 0; k < kOpKinds; ++k)
-      if (p.of(pass, static_cast<OpKind>(k)).overhead < 0) p.of(pass, static_cast<OpKind>(k)).overhead = median(all);
+      if (p.of(pass, static_cast<OpKind>(k)).overhead < 0)
+        p.of(pass, static_cast<OpKind>(k)).overhead = median(all);
   }
 }
 
@@ -559,7 +584,8 @@ void fit_fixed_costs(const std::vector<CalibrationSample>& samples, ComputeProfi
 constexpr size_t kIdleSetBytes = size_t{8} << 20;
 constexpr std::array<double, 7> kIdleWaits{{1e-4, 3e-4, 1e-3, 2e-3, 4e-3, 1e-2, 3e-2}};  // s
 
-std::vector<ComputeProfile::Cooling> idle_cooling(const at::Tensor& evict, double cache, bool quick) {
+std::vector<ComputeProfile::Cooling> idle_cooling(const at::Tensor& evict, double cache,
+                                                  bool quick) {
   std::mt19937_64 rng(2);
   PointerChase set(std::min<double>(kIdleSetBytes, cache / 2), rng);
   float* other = evict.data_ptr<float>();
@@ -578,7 +604,8 @@ std::vector<ComputeProfile::Cooling> idle_cooling(const at::Tensor& evict, doubl
       for (int64_t i = 0; i < other_floats; i += 16) other[i] += 1.0f;
     }));
     for (size_t i = 0; i < kIdleWaits.size(); ++i)
-      after[i].push_back(read_after([i] { std::this_thread::sleep_for(std::chrono::duration<double>(kIdleWaits[i])); }));
+      after[i].push_back(read_after(
+          [i] { std::this_thread::sleep_for(std::chrono::duration<double>(kIdleWaits[i])); }));
   }
   const double w = median(warm), c = median(cold);
   if (!(c > w)) return {};
@@ -637,7 +664,8 @@ Calibration calibrate(const CalibrateOptions& options) {
   // The peak: the best large plain matmul.
   {
     at::NoGradGuard no_grad;
-    const std::vector<int64_t> sides = options.quick ? std::vector<int64_t>{256} : std::vector<int64_t>{512, 1024};
+    const std::vector<int64_t> sides =
+        options.quick ? std::vector<int64_t>{256} : std::vector<int64_t>{512, 1024};
     double peak = 0;
     for (int64_t n : sides) {
       at::Tensor a = at::rand({n, n}), b = at::rand({n, n});
@@ -664,8 +692,9 @@ Calibration calibrate(const CalibrateOptions& options) {
   time_read(budget);
   {
     std::vector<double> sizes;
-    for (double mib : options.quick ? std::vector<double>{1, 4, 16, 64}
-                                    : std::vector<double>{1, 2, 4, 6, 8, 12, 16, 20, 24, 32, 48, 64, 128})
+    for (double mib : options.quick
+                          ? std::vector<double>{1, 4, 16, 64}
+                          : std::vector<double>{1, 2, 4, 6, 8, 12, 16, 20, 24, 32, 48, 64, 128})
       sizes.push_back(mib * 1048576.0);
     const double knee = cache_knee(cache_sweep(sizes));
     p.cache_bytes = knee > 0 ? knee : cache_bytes(9) / options.share;
@@ -683,7 +712,8 @@ Calibration calibrate(const CalibrateOptions& options) {
   std::vector<std::vector<CalibrationSample>> chain_by_round(static_cast<size_t>(rounds)),
       cold_by_round(static_cast<size_t>(rounds));
   for (int r = 0; r < rounds; ++r) {
-    for (const LayerCase& c : cases) time_layer(c, budget / rounds, by_round[static_cast<size_t>(r)]);
+    for (const LayerCase& c : cases)
+      time_layer(c, budget / rounds, by_round[static_cast<size_t>(r)]);
     time_chain(fixed, options.quick ? 5 : 40, false, chain_by_round[static_cast<size_t>(r)]);
     time_chain(fixed, options.quick ? 5 : 40, true, cold_by_round[static_cast<size_t>(r)]);
     time_read(budget / rounds);
@@ -714,7 +744,8 @@ Calibration calibrate(const CalibrateOptions& options) {
   for (int q = 0; q < kPasses; ++q)
     for (int k = 0; k < kOpKinds; ++k) {
       KindCost& c = p.of(static_cast<Pass>(q), static_cast<OpKind>(k));
-      c.first = std::max(0.0, cold.of(static_cast<Pass>(q), static_cast<OpKind>(k)).overhead - c.overhead);
+      c.first = std::max(
+          0.0, cold.of(static_cast<Pass>(q), static_cast<OpKind>(k)).overhead - c.overhead);
     }
   return cal;
 }
@@ -729,7 +760,8 @@ void fit_profile(const std::vector<CalibrationSample>& samples, ComputeProfile& 
       std::array<std::vector<double>, kOpClasses> by_class;
       for (const auto& s : samples)
         if (s.pass == pass && s.kind == kind && !s.fixed_cost)
-          by_class[static_cast<size_t>(op_class_of(s.flops / s.ops, s.bytes))].push_back(achieved_efficiency(s, p));
+          by_class[static_cast<size_t>(op_class_of(s.flops / s.ops, s.bytes))].push_back(
+              achieved_efficiency(s, p));
       std::array<double, kOpClasses> eff{};
       for (size_t c = 0; c < eff.size(); ++c)
         if (!by_class[c].empty()) eff[c] = std::clamp(median(by_class[c]), 1e-6, kMaxEfficiency);
@@ -751,8 +783,8 @@ void fit_profile(const std::vector<CalibrationSample>& samples, ComputeProfile& 
           }
         }
         if (eff[static_cast<size_t>(c)] <= 0)
-          throw InputError(std::string("calibration samples: no case of kind ") + op_kind_name(kind) + " in the " +
-                           pass_name(pass) + " pass");
+          throw InputError(std::string("calibration samples: no case of kind ") +
+                           op_kind_name(kind) + " in the " + pass_name(pass) + " pass");
       }
       cost.efficiency = eff;
     }
@@ -790,37 +822,50 @@ std::vector<CalibrationSample> read_samples(const std::string& path) {
     std::stringstream ss(line);
     for (std::string x; std::getline(ss, x, ',');) f.push_back(x);
     if (!header) {
-      if (line != kSamplesHeader) throw InputError(where + ": expected the header '" + std::string(kSamplesHeader) + "'");
+      if (line != kSamplesHeader)
+        throw InputError(where + ": expected the header '" + std::string(kSamplesHeader) + "'");
       header = true;
       continue;
     }
-    if (f.size() != 8) throw InputError(where + ": 8 fields expected (" + kSamplesHeader + "), found " + std::to_string(f.size()));
+    if (f.size() != 8)
+      throw InputError(where + ": 8 fields expected (" + kSamplesHeader + "), found " +
+                       std::to_string(f.size()));
     CalibrationSample s;
-    if (f[0] == "forward") s.pass = Pass::kForward;
-    else if (f[0] == "backward") s.pass = Pass::kBackward;
-    else throw InputError(where + ": pass must be forward or backward, not '" + f[0] + "'");
+    if (f[0] == "forward")
+      s.pass = Pass::kForward;
+    else if (f[0] == "backward")
+      s.pass = Pass::kBackward;
+    else
+      throw InputError(where + ": pass must be forward or backward, not '" + f[0] + "'");
     bool kind = false;
     for (int k = 0; k < kOpKinds; ++k)
       if (f[1] == op_kind_name(static_cast<OpKind>(k))) {
         s.kind = static_cast<OpKind>(k);
         kind = true;
       }
-    if (!kind) throw InputError(where + ": unknown kind '" + f[1] + "' (matmul, conv, norm, pool, elementwise)");
+    if (!kind)
+      throw InputError(where + ": unknown kind '" + f[1] +
+                       "' (matmul, conv, norm, pool, elementwise)");
     s.shape = f[2];
     s.ops = number_field(f[3], where, "ops");
     s.flops = number_field(f[4], where, "flops");
     s.bytes = number_field(f[5], where, "bytes");
     s.time = number_field(f[6], where, "seconds");
-    if (s.ops <= 0 || s.bytes <= 0 || s.time <= 0) throw InputError(where + ": ops, bytes and seconds must be > 0");
-    if (f[7] != "0" && f[7] != "1") throw InputError(where + ": fixed_cost must be 0 or 1, not '" + f[7] + "'");
+    if (s.ops <= 0 || s.bytes <= 0 || s.time <= 0)
+      throw InputError(where + ": ops, bytes and seconds must be > 0");
+    if (f[7] != "0" && f[7] != "1")
+      throw InputError(where + ": fixed_cost must be 0 or 1, not '" + f[7] + "'");
     s.fixed_cost = f[7] == "1";
     out.push_back(s);
   }
-  if (!header) throw InputError(path + ": empty samples file (expected the header '" + std::string(kSamplesHeader) + "')");
+  if (!header)
+    throw InputError(path + ": empty samples file (expected the header '" +
+                     std::string(kSamplesHeader) + "')");
   return out;
 }
 
-std::vector<CalibrationSample> roofline_samples(OpKind kind, Pass pass, double memory_bytes_per_s, Seconds fixed) {
+std::vector<CalibrationSample> roofline_samples(OpKind kind, Pass pass, double memory_bytes_per_s,
+                                                Seconds fixed) {
   RV_CHECK(memory_bytes_per_s > 0, "roofline_samples: memory bandwidth must be > 0");
   std::vector<CalibrationSample> out;
   for (const LayerCase& c : layer_cases(false)) {
@@ -834,7 +879,8 @@ std::vector<CalibrationSample> roofline_samples(OpKind kind, Pass pass, double m
 }
 
 Calibration calibrate_published(const PublishedOptions& options) {
-  if (!(options.peak_flops_per_s > 0)) throw InputError("calibrate --from: --peak-tflops must be > 0");
+  if (!(options.peak_flops_per_s > 0))
+    throw InputError("calibrate --from: --peak-tflops must be > 0");
   Calibration cal;
   cal.samples = read_samples(options.samples_path);
   if (cal.samples.empty()) throw InputError(options.samples_path + ": no samples");
@@ -855,14 +901,17 @@ Calibration calibrate_published(const PublishedOptions& options) {
       if (s.pass == pass && s.fixed_cost) fixed.push_back(s.time / s.ops);
     for (int k = 0; k < kOpKinds; ++k) {
       const auto kind = static_cast<OpKind>(k);
-      const bool has = std::any_of(cal.samples.begin(), cal.samples.end(),
-                                   [&](const CalibrationSample& s) { return s.pass == pass && s.kind == kind; });
+      const bool has =
+          std::any_of(cal.samples.begin(), cal.samples.end(),
+                      [&](const CalibrationSample& s) { return s.pass == pass && s.kind == kind; });
       if (has) continue;
       if (!(options.memory_bytes_per_s > 0))
-        throw InputError(options.samples_path + ": no " + op_kind_name(kind) + " case in the " + pass_name(pass) +
+        throw InputError(options.samples_path + ": no " + op_kind_name(kind) + " case in the " +
+                         pass_name(pass) +
                          " pass; give --memory-gbps to model it at the memory bandwidth");
       if (fixed.empty())
-        throw InputError(options.samples_path + ": no fixed-cost case in the " + pass_name(pass) + " pass");
+        throw InputError(options.samples_path + ": no fixed-cost case in the " + pass_name(pass) +
+                         " pass");
       for (const auto& s : roofline_samples(kind, pass, options.memory_bytes_per_s, median(fixed)))
         cal.samples.push_back(s);
     }

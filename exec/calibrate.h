@@ -17,10 +17,10 @@
 // beside the measuring one): a K-node real run on one host gets what each of its nodes achieves.
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
 #include <string>
 #include <vector>
-
-#include <ATen/core/Tensor.h>
 
 #include "core/compute/profile.h"
 
@@ -46,11 +46,11 @@ struct CalibrateOptions {
 struct CalibrationSample {
   Pass pass = Pass::kForward;
   OpKind kind = OpKind::kMatmul;
-  std::string shape;  // "linear 64x784->256"
-  double ops = 1;     // operations (work.h conventions)
-  Flops flops = 0;    // of all of them
-  double bytes = 0;   // moved by one operation
-  Seconds time = 0;   // median of the case
+  std::string shape;        // "linear 64x784->256"
+  double ops = 1;           // operations (work.h conventions)
+  Flops flops = 0;          // of all of them
+  double bytes = 0;         // moved by one operation
+  Seconds time = 0;         // median of the case
   bool fixed_cost = false;  // a tiny case that measures the fixed cost
 };
 
@@ -100,10 +100,10 @@ void fit_profile(const std::vector<CalibrationSample>& samples, ComputeProfile& 
 // with the CalibrationSample conventions (flops of all `ops`, bytes of one, fixed_cost 1 for a
 // kernel too small to cost anything but its fixed cost; where a pass has none, its shortest kernel
 // per operation is taken as one: the floor no kernel went below), fitted by fit_profile at the
-// published peak. A pass and kind the file has no case of (kernel benchmarks time matmuls and convolutions,
-// rarely the memory-bound rest) is modeled on the roofline, if the memory bandwidth is given: the
-// calibration's own cases of that kind, each taking the file's median fixed cost per operation
-// plus its bytes over the bandwidth, an upper bound on what the device achieves.
+// published peak. A pass and kind the file has no case of (kernel benchmarks time matmuls and
+// convolutions, rarely the memory-bound rest) is modeled on the roofline, if the memory bandwidth
+// is given: the calibration's own cases of that kind, each taking the file's median fixed cost per
+// operation plus its bytes over the bandwidth, an upper bound on what the device achieves.
 constexpr const char* kSamplesHeader = "pass,kind,case,ops,flops,bytes,seconds,fixed_cost";
 struct PublishedOptions {
   std::string samples_path;
@@ -118,6 +118,7 @@ std::vector<CalibrationSample> read_samples(const std::string& path);
 
 // The roofline samples of `kind` in `pass` (above): the calibration's cases of that kind, each
 // taking `fixed` per operation plus its bytes at `memory_bytes_per_s`.
-std::vector<CalibrationSample> roofline_samples(OpKind kind, Pass pass, double memory_bytes_per_s, Seconds fixed);
+std::vector<CalibrationSample> roofline_samples(OpKind kind, Pass pass, double memory_bytes_per_s,
+                                                Seconds fixed);
 
 }  // namespace rv

@@ -1,14 +1,14 @@
 #include "exec/dilation.h"
 
+#include <ATen/ATen.h>
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <map>
 #include <thread>
 #include <utility>
-
-#include <ATen/ATen.h>
-#include <fmt/core.h>
 
 #include "core/compute_threads.h"
 #include "core/error.h"
@@ -35,11 +35,13 @@ Seconds time_stage(const Scenario& s, const ModelDesc& model, int begin, int end
   const int64_t batch = s.data.batch_size;
   Stage stage(model, begin, end, s.training, s.seed);
   std::vector<int64_t> shape{batch};
-  const auto& in = begin == 0 ? model.input_shape : model.profile[static_cast<size_t>(begin - 1)].out_shape;
+  const auto& in =
+      begin == 0 ? model.input_shape : model.profile[static_cast<size_t>(begin - 1)].out_shape;
   shape.insert(shape.end(), in.begin(), in.end());
   // Token ids for a model that embeds them (a transformer's first stage), else floats.
-  const at::Tensor source = begin == 0 && model.input_vocab > 0 ? at::randint(model.input_vocab, shape, at::kLong)
-                                                               : at::randn(shape);
+  const at::Tensor source = begin == 0 && model.input_vocab > 0
+                                ? at::randint(model.input_vocab, shape, at::kLong)
+                                : at::randn(shape);
   std::vector<Seconds> t;
   Seconds spent = 0;
   for (int64_t mb = 0; t.size() < 5 || (spent < 0.25 && t.size() < 100); ++mb) {
@@ -68,7 +70,8 @@ DilationChoice choose_dilation(std::vector<NodeDemand> nodes, double cores, doub
   double most = 0;
   for (size_t i = 0; i < nodes.size(); ++i) {
     NodeDemand& n = nodes[i];
-    RV_CHECK(n.modeled_s > 0, "choose_dilation: node " + std::to_string(n.node) + " has no modeled time");
+    RV_CHECK(n.modeled_s > 0,
+             "choose_dilation: node " + std::to_string(n.node) + " has no modeled time");
     n.needs = headroom * n.host_s / (c.share * n.modeled_s);
     if (c.binding < 0 || n.needs > most) {
       most = n.needs;
@@ -82,7 +85,8 @@ DilationChoice choose_dilation(std::vector<NodeDemand> nodes, double cores, doub
 
 double over_share(const std::vector<double>& demand) {
   if (demand.empty()) return 0;
-  const auto over = std::count_if(demand.begin(), demand.end(), [](double d) { return d > 1 + kLateTolerance; });
+  const auto over =
+      std::count_if(demand.begin(), demand.end(), [](double d) { return d > 1 + kLateTolerance; });
   return static_cast<double>(over) / static_cast<double>(demand.size());
 }
 
@@ -90,11 +94,13 @@ double redilation(const std::vector<double>& demand, double k) {
   if (over_share(demand) <= kLateTolerance) return k;
   std::vector<double> sorted = demand;
   std::sort(sorted.begin(), sorted.end());
-  const auto at = static_cast<size_t>(std::floor((1 - kLateTolerance) * static_cast<double>(sorted.size() - 1)));
+  const auto at = static_cast<size_t>(
+      std::floor((1 - kLateTolerance) * static_cast<double>(sorted.size() - 1)));
   return round_up_2(k * sorted[at] * kRetryMargin);
 }
 
-std::vector<NodeDemand> measure_demands(const Scenario& s, const ModelDesc& model, const Plan& plan) {
+std::vector<NodeDemand> measure_demands(const Scenario& s, const ModelDesc& model,
+                                        const Plan& plan) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   // As a real run's node process does (real/node_process.cc): the cores shared among every rank.
   set_compute_threads(std::max(1, cores / std::max(1, plan.nodes)));
@@ -111,10 +117,12 @@ std::vector<NodeDemand> measure_demands(const Scenario& s, const ModelDesc& mode
     d.group = static_cast<int>(&s.device_of(i) - s.devices.data());
     const auto range = std::make_pair(r.layer_begin, r.layer_end);
     auto it = measured.find(range);
-    if (it == measured.end()) it = measured.emplace(range, time_stage(s, model, r.layer_begin, r.layer_end)).first;
+    if (it == measured.end())
+      it = measured.emplace(range, time_stage(s, model, r.layer_begin, r.layer_end)).first;
     d.host_s = it->second;
-    d.modeled_s = stage_compute_time(stage_work(model, r.layer_begin, r.layer_end, s.training, s.data.batch_size),
-                                     device.compute_profile());
+    d.modeled_s = stage_compute_time(
+        stage_work(model, r.layer_begin, r.layer_end, s.training, s.data.batch_size),
+        device.compute_profile());
     out.push_back(d);
   }
   return out;
@@ -125,9 +133,12 @@ std::string too_large_message(const Scenario& s, const DilationChoice& c) {
   const NodeDemand& n = c.nodes[static_cast<size_t>(c.binding)];
   const DeviceGroup& g = s.devices[static_cast<size_t>(n.group)];
   return fmt::format(
-      "this host cannot keep up with the scenario even {:g} times slower: it would need a dilation of "
-      "{:g} (node {}, a {} device: its stage takes {:.3g} ms here with {:.2g} of a core, against {:.3g} ms "
-      "modeled). Shrink the run, e.g. --set devices.{}.tflops={:.3g} (a slower device), fewer nodes "
+      "this host cannot keep up with the scenario even {:g} times slower: it would need a dilation "
+      "of "
+      "{:g} (node {}, a {} device: its stage takes {:.3g} ms here with {:.2g} of a core, against "
+      "{:.3g} ms "
+      "modeled). Shrink the run, e.g. --set devices.{}.tflops={:.3g} (a slower device), fewer "
+      "nodes "
       "(--set devices.{}.count=...), or a smaller model (model.hidden, model.channels)",
       kMaxDilation, c.k, n.node, n.device, n.host_s * 1e3, c.share, n.modeled_s * 1e3, n.group,
       g.tflops * kMaxDilation / c.k, n.group);

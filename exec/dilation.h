@@ -1,12 +1,12 @@
 // Time dilation for emulated real runs (ravnest validate): how much slower than modeled a scenario
 // must run for this host to keep up with it.
 //
-// A real run emulates each device by stretching its compute to the modeled time (real.emulate_speed)
-// and each message to its links' time (real.emulate_network). That only works while the host's own
-// work fits in the modeled time: a node whose stage takes this host 4 ms with a quarter of a core
-// cannot pass for a device that does it in 2 ms. Dilating the scenario by k (Scenario::dilation:
-// every rate / k, every time x k) stretches every modeled time by k while the host's work stays
-// the same, so k is chosen with
+// A real run emulates each device by stretching its compute to the modeled time
+// (real.emulate_speed) and each message to its links' time (real.emulate_network). That only works
+// while the host's own work fits in the modeled time: a node whose stage takes this host 4 ms with
+// a quarter of a core cannot pass for a device that does it in 2 ms. Dilating the scenario by k
+// (Scenario::dilation: every rate / k, every time x k) stretches every modeled time by k while the
+// host's work stays the same, so k is chosen with
 //
 //     k >= headroom * host_time(node) / (share * modeled_time(node))     for every working node,
 //
@@ -43,16 +43,17 @@ struct NodeDemand {
 };
 
 struct DilationChoice {
-  double k = 1;         // the dilation chosen: >= every node's `needs`, rounded up; at least 1
-  double cores = 1;     // this host's cores
-  double share = 1;     // of a core, per working node
-  int binding = -1;     // index in `nodes` of the node that needs the most
+  double k = 1;      // the dilation chosen: >= every node's `needs`, rounded up; at least 1
+  double cores = 1;  // this host's cores
+  double share = 1;  // of a core, per working node
+  int binding = -1;  // index in `nodes` of the node that needs the most
   std::vector<NodeDemand> nodes;
 };
 
 // The dilation for these demands (host_s and modeled_s filled in): k = the largest need, rounded
 // up to two significant figures, and at least 1.
-DilationChoice choose_dilation(std::vector<NodeDemand> nodes, double cores, double headroom = kHeadroom);
+DilationChoice choose_dilation(std::vector<NodeDemand> nodes, double cores,
+                               double headroom = kHeadroom);
 
 // The measurement before a run is one stage alone; in the run, every node computes beside the
 // others and beside its transport, and a small stage can cost this host 1.3 to 1.7 times as much
@@ -71,7 +72,8 @@ double over_share(const std::vector<double>& demand);
 
 // Measures every working node's stage on this host (each distinct layer range once, with the
 // LibTorch threads a real run gives a node, on random inputs) and fills host_s and modeled_s.
-std::vector<NodeDemand> measure_demands(const Scenario& s, const ModelDesc& model, const Plan& plan);
+std::vector<NodeDemand> measure_demands(const Scenario& s, const ModelDesc& model,
+                                        const Plan& plan);
 
 // Why a dilation above kMaxDilation is refused, naming the node that needs it and the --set that
 // shrinks the run.

@@ -21,12 +21,15 @@ NodeEnvStack::NodeEnvStack(const Scenario& s, int node, const EnvParts& base,
       transport_(shaped_ ? static_cast<Transport&>(*shaped_) : base.transport, base.clock,
                  faults ? *faults : faults_for(s.faults, node)),
       metrics_(base.metrics, base.observer, base.observer_mu),
-      env_{transport_, base.clock, base.compute, metrics_, base.collectives, base.membership,
+      env_{transport_,       base.clock,
+           base.compute,     metrics_,
+           base.collectives, base.membership,
            base.checkpoints, direct_allowed(s, base, faults) ? base.direct : nullptr} {}
 
-bool NodeEnvStack::direct_allowed(const Scenario& s, const EnvParts& base, const FaultSpec* faults) {
-  const bool override_injects =
-      faults != nullptr && (faults->delay > 0 || faults->drop_every > 0 || faults->crash_after_sends >= 0);
+bool NodeEnvStack::direct_allowed(const Scenario& s, const EnvParts& base,
+                                  const FaultSpec* faults) {
+  const bool override_injects = faults != nullptr && (faults->delay > 0 || faults->drop_every > 0 ||
+                                                      faults->crash_after_sends >= 0);
   return base.network == nullptr && s.faults.node < 0 && !override_injects;
 }
 

@@ -15,8 +15,8 @@ bool Progress::enabled_for(const std::string& mode) {
   return isatty(STDERR_FILENO) != 0;
 }
 
-std::string progress_line(int64_t done, int64_t total, const char* clock_name, double time_s, double loss,
-                          double wall_s) {
+std::string progress_line(int64_t done, int64_t total, const char* clock_name, double time_s,
+                          double loss, double wall_s) {
   const double pct = total > 0 ? 100.0 * static_cast<double>(done) / static_cast<double>(total) : 0;
   char buf[256];
   int n = std::snprintf(buf, sizeof buf, "[%5.1f%%] %s time %.2f s", pct, clock_name, time_s);
@@ -38,8 +38,11 @@ std::string progress_line(int64_t done, int64_t total, const char* clock_name, d
 }
 
 Progress::Progress(int64_t total_updates, const char* clock_name, bool enabled)
-    : total_(total_updates), clock_name_(clock_name), enabled_(enabled),
-      start_(std::chrono::steady_clock::now()), last_print_(start_) {}
+    : total_(total_updates),
+      clock_name_(clock_name),
+      enabled_(enabled),
+      start_(std::chrono::steady_clock::now()),
+      last_print_(start_) {}
 
 void Progress::record(const Event& e) {
   if (!enabled_) return;
@@ -51,7 +54,8 @@ void Progress::record(const Event& e) {
   last_print_ = now;
   printed_ = true;
   const double wall = std::chrono::duration<double>(now - start_).count();
-  std::fprintf(stderr, "\r%s   ", progress_line(done_, total_, clock_name_, time_, last_loss_, wall).c_str());
+  std::fprintf(stderr, "\r%s   ",
+               progress_line(done_, total_, clock_name_, time_, last_loss_, wall).c_str());
   std::fflush(stderr);
 }
 

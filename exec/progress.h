@@ -16,8 +16,8 @@ namespace rv {
 // One progress line: `done` of `total` updates after `wall_s` wall seconds, the run at `time_s`
 // on its own clock (`clock_name`), the latest loss (NaN: none yet). The rate and the time left
 // show once there is a rate to go by (some update done, some wall time gone).
-std::string progress_line(int64_t done, int64_t total, const char* clock_name, double time_s, double loss,
-                          double wall_s);
+std::string progress_line(int64_t done, int64_t total, const char* clock_name, double time_s,
+                          double loss, double wall_s);
 
 class Progress : public Metrics {
  public:

@@ -1,13 +1,12 @@
 #include "exec/wall_env.h"
 
-#include <ctime>
-#include <limits>
-
-#include <thread>
-
 #include <c10/core/Event.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/version.h>
+
+#include <ctime>
+#include <limits>
+#include <thread>
 
 // c10::Event::elapsedTime (timing between two device events) is in LibTorch 2.x, not in 1.13.
 #define RV_DEVICE_EVENT_TIMING (TORCH_VERSION_MAJOR >= 2)
@@ -24,7 +23,8 @@ double unix_now_s() {
 
 Seconds WallClock::thread_cpu_now() const {
   timespec ts{};
-  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return std::numeric_limits<double>::quiet_NaN();
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+    return std::numeric_limits<double>::quiet_NaN();
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
@@ -38,7 +38,8 @@ void WallClock::wait_until(Seconds t) {
   while (now() < t) std::this_thread::yield();
 }
 
-Seconds WallCompute::run(const Work& work, SavedActivations saved, const std::function<void()>& maths) {
+Seconds WallCompute::run(const Work& work, SavedActivations saved,
+                         const std::function<void()>& maths) {
   const Seconds t0 = clock_.now();
   Seconds kernels = kNaN;
   if (device_.is_cpu()) {
@@ -47,7 +48,8 @@ Seconds WallCompute::run(const Work& work, SavedActivations saved, const std::fu
     const c10::Stream stream = c10::impl::VirtualGuardImpl(device_.type()).getStream(device_);
 #if RV_DEVICE_EVENT_TIMING
     // Events with timing (BACKEND_DEFAULT) around the maths on the stream its kernels run on.
-    c10::Event begin(device_.type(), c10::EventFlag::BACKEND_DEFAULT), end(device_.type(), c10::EventFlag::BACKEND_DEFAULT);
+    c10::Event begin(device_.type(), c10::EventFlag::BACKEND_DEFAULT),
+        end(device_.type(), c10::EventFlag::BACKEND_DEFAULT);
     begin.record(stream);
     maths();
     end.record(stream);

@@ -48,10 +48,12 @@ class WallCompute : public Compute {
   // is synchronised after the maths), so that the span is the kernels' time, not their launch's;
   // run() returns the kernels' seconds between two events recorded on the stream before and
   // after the maths (LibTorch 2.x; with 1.13, which cannot time events, NaN).
-  explicit WallCompute(std::optional<ComputeProfile> emulate = std::nullopt, c10::Device device = c10::kCPU)
+  explicit WallCompute(std::optional<ComputeProfile> emulate = std::nullopt,
+                       c10::Device device = c10::kCPU)
       : emulate_(std::move(emulate)), device_(device) {}
   bool numeric() const override { return true; }
-  Seconds run(const Work& work, SavedActivations saved, const std::function<void()>& maths) override;
+  Seconds run(const Work& work, SavedActivations saved,
+              const std::function<void()>& maths) override;
   c10::Device device() const override { return device_; }
 
  private:

@@ -47,7 +47,8 @@ void Counts::fail(Failure f) {
 
 std::vector<std::string> shipped_seeds(const std::string& source_dir) {
   std::vector<std::string> seeds;
-  for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(source_dir) / "scenarios")) {
+  for (const auto& e :
+       std::filesystem::directory_iterator(std::filesystem::path(source_dir) / "scenarios")) {
     if (e.path().extension() != ".toml") continue;
     std::ifstream in(e.path());
     std::stringstream ss;
@@ -81,8 +82,7 @@ void run_scenario_case(const ScenarioCase& c, const std::string& source, Counts&
       if (placed(e, source)) {
         ++counts.rejected;
         if (counts.rejections) counts.rejections->push_back(e.what());
-      }
-      else
+      } else
         failed(std::string("a message that says not where: ") + e.what());
     } catch (const InputError& e) {
       failed(std::string("rv::InputError without file, line and key: ") + e.what());
@@ -106,7 +106,8 @@ void run_frame_case(const FrameCase& c, Counts& counts) {
   // As it arrived, and in a receiver's room (wire::kHeaderWords, fields zeroed, the rest stale).
   std::vector<int64_t> room(static_cast<size_t>(wire::kHeaderWords), 0x7777);
   std::fill(room.begin(), room.begin() + wire::kWInlineData, 0);
-  std::copy(c.words.begin(), c.words.begin() + static_cast<std::ptrdiff_t>(std::min(c.words.size(), room.size())),
+  std::copy(c.words.begin(),
+            c.words.begin() + static_cast<std::ptrdiff_t>(std::min(c.words.size(), room.size())),
             room.begin());
   for (int pass = 0; pass < 2; ++pass) {
     const int64_t* w = pass == 0 ? c.words.data() : room.data();
@@ -118,9 +119,13 @@ void run_frame_case(const FrameCase& c, Counts& counts) {
       if (std::string(e.what()).find("from peer 3") != std::string::npos)
         ++counts.frames_rejected;
       else
-        counts.fail({c.kind, std::string("a frame refused without naming the peer: ") + e.what(), ""});
+        counts.fail(
+            {c.kind, std::string("a frame refused without naming the peer: ") + e.what(), ""});
     } catch (const std::exception& e) {
-      counts.fail({c.kind, std::string("a frame refused with an exception outside rv::InputError: ") + e.what(), ""});
+      counts.fail(
+          {c.kind,
+           std::string("a frame refused with an exception outside rv::InputError: ") + e.what(),
+           ""});
     }
   }
 }

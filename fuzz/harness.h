@@ -1,8 +1,9 @@
 // Runs fuzz cases (mutator.h) in this process against the code that reads them, and counts what
 // happened. A scenario case is parsed with its overrides, checked against the algorithm registry,
 // its model built and, for pools of at most kMaxPlanNodes nodes, planned (the GA planners within
-// kPlanEvaluations): what `ravnest plan` does before it prints. A frame case is decoded as a received header, both as the words that arrived
-// and inside the room a receiver posts (the first words zeroed, as GlooTransport does).
+// kPlanEvaluations): what `ravnest plan` does before it prints. A frame case is decoded as a
+// received header, both as the words that arrived and inside the room a receiver posts (the first
+// words zeroed, as GlooTransport does).
 //
 // The contract checked: a case is accepted, or rejected with rv::ScenarioError naming the file (or
 // --set) and a line or a key, or, for a frame, with rv::InputError naming the peer. Anything else
@@ -28,24 +29,24 @@ constexpr double kHangCpuSeconds = 10;
 constexpr int64_t kPlanEvaluations = 500;
 
 struct Failure {
-  std::string kind;  // mutation class
-  std::string what;  // why it counts as a failure, and the message
-  std::string input; // the case (a scenario's text cut to 2,000 bytes, or the frame's first words)
+  std::string kind;   // mutation class
+  std::string what;   // why it counts as a failure, and the message
+  std::string input;  // the case (a scenario's text cut to 2,000 bytes, or the frame's first words)
 };
 
 struct Counts {
   int64_t scenario_cases = 0, accepted = 0, planned = 0, rejected = 0;
   int64_t frame_cases = 0, frames_accepted = 0, frames_rejected = 0;
   int64_t failures = 0;
-  std::vector<Failure> first_failures;            // the first 20
-  std::map<std::string, int64_t> cases_by_kind;   // mutation class -> cases
+  std::vector<Failure> first_failures;           // the first 20
+  std::map<std::string, int64_t> cases_by_kind;  // mutation class -> cases
   // A case's time is the CPU time of its thread: what the case itself spent, whatever else the
   // machine runs (a case waits on nothing; a hang is a loop). A case over kHangCpuSeconds counts
   // in `hangs`.
-  double slowest_case_cpu_s = 0;                  // of the slowest case
+  double slowest_case_cpu_s = 0;  // of the slowest case
   int64_t hangs = 0;
   std::string slowest_kind;
-  std::string slowest_input;  // its case, as Failure::input
+  std::string slowest_input;                       // its case, as Failure::input
   std::vector<std::string>* rejections = nullptr;  // if set, every rejection's message is added
 
   void fail(Failure f);

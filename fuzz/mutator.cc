@@ -1,12 +1,12 @@
 #include "fuzz/mutator.h"
 
+#include <ATen/ATen.h>
+#include <toml++/toml.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <sstream>
-
-#include <ATen/ATen.h>
-#include <toml++/toml.h>
 
 #include "core/input/toml_input.h"
 #include "core/scenario/keys.h"
@@ -25,27 +25,67 @@ int below(std::mt19937_64& rng, int n) { return std::uniform_int_distribution<in
 bool chance(std::mt19937_64& rng, double p) { return std::bernoulli_distribution(p)(rng); }
 
 const std::vector<int64_t>& edge_integers() {
-  static const std::vector<int64_t> v = {0,        -1,         1,          2,          3,         7,
-                                         64,       1000,       65535,      65536,      100000,    100001,
-                                         1 << 20,  (1 << 20) + 1, int64_t{1} << 31, int64_t{1} << 40,
-                                         int64_t{1} << 62, std::numeric_limits<int64_t>::max(),
-                                         std::numeric_limits<int64_t>::min(), 4294967297};
+  static const std::vector<int64_t> v = {0,
+                                         -1,
+                                         1,
+                                         2,
+                                         3,
+                                         7,
+                                         64,
+                                         1000,
+                                         65535,
+                                         65536,
+                                         100000,
+                                         100001,
+                                         1 << 20,
+                                         (1 << 20) + 1,
+                                         int64_t{1} << 31,
+                                         int64_t{1} << 40,
+                                         int64_t{1} << 62,
+                                         std::numeric_limits<int64_t>::max(),
+                                         std::numeric_limits<int64_t>::min(),
+                                         4294967297};
   return v;
 }
 
 const std::vector<double>& edge_reals() {
-  static const std::vector<double> v = {0.0,   -0.0, 1e-300, 1e-9, 0.5,  1.0,  1.5,
-                                        100.0, 1e6,  1e9,    1e300, -1.0, std::nan(""),
+  static const std::vector<double> v = {0.0,
+                                        -0.0,
+                                        1e-300,
+                                        1e-9,
+                                        0.5,
+                                        1.0,
+                                        1.5,
+                                        100.0,
+                                        1e6,
+                                        1e9,
+                                        1e300,
+                                        -1.0,
+                                        std::nan(""),
                                         std::numeric_limits<double>::infinity(),
                                         -std::numeric_limits<double>::infinity()};
   return v;
 }
 
 const std::vector<std::string>& edge_strings() {
-  static const std::vector<std::string> v = {
-      "",      ".",         "..",     "../x",  "a/b",      "/tmp",        "-x",   "a b",
-      "auto",  "stages",    "none",   "x\ty", "\xff\xfe", "caf\xc3\xa9", "ring", "nan",
-      std::string(200, 'n'), std::string(70000, 'l')};
+  static const std::vector<std::string> v = {"",
+                                             ".",
+                                             "..",
+                                             "../x",
+                                             "a/b",
+                                             "/tmp",
+                                             "-x",
+                                             "a b",
+                                             "auto",
+                                             "stages",
+                                             "none",
+                                             "x\ty",
+                                             "\xff\xfe",
+                                             "caf\xc3\xa9",
+                                             "ring",
+                                             "nan",
+                                             std::string(200, 'n'),
+                                             std::string(70000, 'l')};
   return v;
 }
 
@@ -53,12 +93,15 @@ const std::vector<std::string>& edge_strings() {
 // A value of `k`'s type inside its range (log-uniform for wide ranges), or one of its choices.
 bool set_valid(std::mt19937_64& rng, toml::table& t, const std::string& name, const KeySpec& k) {
   auto in_range = [&](double lo, double hi) {
-    if (lo > 0 && hi / lo > 1e3) return std::exp(std::uniform_real_distribution<double>(std::log(lo), std::log(hi))(rng));
+    if (lo > 0 && hi / lo > 1e3)
+      return std::exp(std::uniform_real_distribution<double>(std::log(lo), std::log(hi))(rng));
     return std::uniform_real_distribution<double>(lo, hi)(rng);
   };
   auto integer = [&] {
-    const double hi = std::min<double>(static_cast<double>(k.hi), static_cast<double>(std::max<int64_t>(k.lo, 0)) + 4096);
-    return static_cast<int64_t>(std::llround(in_range(static_cast<double>(std::max<int64_t>(k.lo, 1)), std::max(hi, 1.0)))) -
+    const double hi = std::min<double>(static_cast<double>(k.hi),
+                                       static_cast<double>(std::max<int64_t>(k.lo, 0)) + 4096);
+    return static_cast<int64_t>(std::llround(
+               in_range(static_cast<double>(std::max<int64_t>(k.lo, 1)), std::max(hi, 1.0)))) -
            (k.lo <= 0 && chance(rng, 0.2) ? 1 : 0);
   };
   switch (k.type) {
@@ -79,7 +122,8 @@ bool set_valid(std::mt19937_64& rng, toml::table& t, const std::string& name, co
         t.insert_or_assign(name, std::clamp<int64_t>(integer(), k.lo, k.hi));
       return true;
     case KeyType::kReal:
-      t.insert_or_assign(name, in_range(k.lo_open ? std::max(k.real_lo, 1e-6) : k.real_lo, std::min(k.real_hi, 1e4)));
+      t.insert_or_assign(name, in_range(k.lo_open ? std::max(k.real_lo, 1e-6) : k.real_lo,
+                                        std::min(k.real_hi, 1e4)));
       return true;
     case KeyType::kIntegerList: {
       toml::array a;
@@ -135,7 +179,8 @@ void set_value(std::mt19937_64& rng, toml::table& t, const std::string& name, co
     case static_cast<int>(KeyType::kIntegerList): {
       toml::array a;
       const int n = chance(rng, 0.1) ? 5000 : below(rng, 6);
-      for (int i = 0; i < n; ++i) a.push_back(chance(rng, 0.7) ? int64_t(below(rng, 8)) : pick(rng, edge_integers()));
+      for (int i = 0; i < n; ++i)
+        a.push_back(chance(rng, 0.7) ? int64_t(below(rng, 8)) : pick(rng, edge_integers()));
       if (chance(rng, 0.1)) a.push_back("x");
       t.insert_or_assign(name, std::move(a));
       return;
@@ -195,7 +240,9 @@ void edit_tree(std::mt19937_64& rng, toml::table& root) {
     case 0: {  // remove a key or table (the root's tables less often)
       std::vector<toml::table*> ts;
       all_tables(root, ts);
-      toml::table* t = ts.size() > 1 && chance(rng, 0.8) ? ts[1 + below(rng, static_cast<int>(ts.size()) - 1)] : ts[0];
+      toml::table* t = ts.size() > 1 && chance(rng, 0.8)
+                           ? ts[1 + below(rng, static_cast<int>(ts.size()) - 1)]
+                           : ts[0];
       if (t->empty()) return;
       auto it = t->begin();
       std::advance(it, below(rng, static_cast<int>(t->size())));
@@ -245,16 +292,31 @@ std::string random_override(std::mt19937_64& rng) {
   const KeySpec& k = pick(rng, scenario_keys());
   std::string path = k.table.empty() ? k.name : k.table + "." + k.name;
   if (k.table == "devices") path = "devices." + std::to_string(below(rng, 3)) + "." + k.name;
-  if (chance(rng, 0.1)) path = pick(rng, std::vector<std::string>{"a..b", ".x", "x.", "model.hidden.0", "devices.-1.count",
-                                                                   "devices.99999999999999999999.count", "a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q"});
+  if (chance(rng, 0.1))
+    path =
+        pick(rng, std::vector<std::string>{"a..b", ".x", "x.", "model.hidden.0", "devices.-1.count",
+                                           "devices.99999999999999999999.count",
+                                           "a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q"});
   std::string value;
   switch (below(rng, 6)) {
-    case 0: value = std::to_string(pick(rng, edge_integers())); break;
-    case 1: value = "[1, 2"; break;
-    case 2: value = pick(rng, edge_strings()).substr(0, 300); break;
-    case 3: value = k.choices.empty() ? "1.5" : pick(rng, k.choices); break;
-    case 4: value = std::string(40, '[') + std::string(40, ']'); break;
-    default: value = "{ a = 1 }"; break;
+    case 0:
+      value = std::to_string(pick(rng, edge_integers()));
+      break;
+    case 1:
+      value = "[1, 2";
+      break;
+    case 2:
+      value = pick(rng, edge_strings()).substr(0, 300);
+      break;
+    case 3:
+      value = k.choices.empty() ? "1.5" : pick(rng, k.choices);
+      break;
+    case 4:
+      value = std::string(40, '[') + std::string(40, ']');
+      break;
+    default:
+      value = "{ a = 1 }";
+      break;
   }
   return chance(rng, 0.05) ? path : path + "=" + value;
 }
@@ -287,23 +349,34 @@ ScenarioCase ScenarioMutator::structural() {
 
 ScenarioCase ScenarioMutator::bytes() {
   std::string t = pick(rng_, seeds_);
-  static const std::vector<std::string> tokens = {"[", "]", "[[", "]]", "{", "}", "=", "\"", "'", "'''", "\"\"\"",
-                                                  ".", ",", "#", "\n", "\\", "\\u0000", "1e999", "-", "inf", "nan",
-                                                  "0x", "1979-05-27", std::string(1, '\0')};
+  static const std::vector<std::string> tokens = {
+      "[",       "]",     "[[",     "]]",  "{",   "}",  "=",          "\"",
+      "'",       "'''",   "\"\"\"", ".",   ",",   "#",  "\n",         "\\",
+      "\\u0000", "1e999", "-",      "inf", "nan", "0x", "1979-05-27", std::string(1, '\0')};
   const int edits = 1 + below(rng_, 16);
   for (int i = 0; i < edits && !t.empty(); ++i) {
     const size_t at = std::uniform_int_distribution<size_t>(0, t.size() - 1)(rng_);
     switch (below(rng_, 6)) {
-      case 0: t[at] = static_cast<char>(chance(rng_, 0.8) ? 32 + below(rng_, 95) : below(rng_, 256)); break;
-      case 1: t[at] = static_cast<char>(t[at] ^ (1 << below(rng_, 8))); break;
-      case 2: t.erase(at, 1 + below(rng_, 8)); break;
-      case 3: t.insert(at, pick(rng_, tokens)); break;
+      case 0:
+        t[at] = static_cast<char>(chance(rng_, 0.8) ? 32 + below(rng_, 95) : below(rng_, 256));
+        break;
+      case 1:
+        t[at] = static_cast<char>(t[at] ^ (1 << below(rng_, 8)));
+        break;
+      case 2:
+        t.erase(at, 1 + below(rng_, 8));
+        break;
+      case 3:
+        t.insert(at, pick(rng_, tokens));
+        break;
       case 4: {
         const size_t len = std::min<size_t>(t.size() - at, 1 + below(rng_, 200));
         t.insert(std::uniform_int_distribution<size_t>(0, t.size())(rng_), t.substr(at, len));
         break;
       }
-      default: t.resize(at); break;
+      default:
+        t.resize(at);
+        break;
     }
   }
   return {t, {}, "bytes"};
@@ -327,14 +400,16 @@ ScenarioCase ScenarioMutator::limits() {
       break;
     }
     case 1: {  // a deep dotted key
-      const size_t parts = chance(rng_, 0.2) ? 100000 : near(static_cast<size_t>(lim.max_key_parts));
+      const size_t parts =
+          chance(rng_, 0.2) ? 100000 : near(static_cast<size_t>(lim.max_key_parts));
       add = "\nx" + repeat(".x", parts - 1) + " = 1\n";
       break;
     }
     case 2: {  // nested arrays or inline tables
       const size_t depth = chance(rng_, 0.2) ? 5000 : near(static_cast<size_t>(lim.max_nesting));
-      add = chance(rng_, 0.5) ? "\nx = " + repeat("[", depth) + repeat("]", depth) + "\n"
-                              : "\nx = " + repeat("{ y = ", depth) + "1" + repeat("}", depth) + "\n";
+      add = chance(rng_, 0.5)
+                ? "\nx = " + repeat("[", depth) + repeat("]", depth) + "\n"
+                : "\nx = " + repeat("{ y = ", depth) + "1" + repeat("}", depth) + "\n";
       break;
     }
     case 3:  // a long string
@@ -375,10 +450,10 @@ FrameCase FrameMutator::next() {
   }
   const bool inl = elems > 0 && chance(rng_, 0.7);
   at::Tensor flat = elems > 0 ? at::cat(std::vector<at::Tensor>([&] {
-                                  std::vector<at::Tensor> v;
-                                  for (auto& p : payload) v.push_back(p.reshape({-1}));
-                                  return v;
-                                }()))
+    std::vector<at::Tensor> v;
+    for (auto& p : payload) v.push_back(p.reshape({-1}));
+    return v;
+  }()))
                               : at::Tensor();
   at::Tensor h = encode_header(m, payload, elems, inl ? flat : at::Tensor());
   FrameCase c;

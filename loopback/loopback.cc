@@ -1,12 +1,12 @@
 #include "loopback/loopback.h"
 
+#include <ATen/Parallel.h>
+
 #include <chrono>
 #include <exception>
 #include <iterator>
 #include <optional>
 #include <thread>
-
-#include <ATen/Parallel.h>
 
 #include "core/compute_threads.h"
 #include "core/error.h"
@@ -103,8 +103,8 @@ std::vector<Event> run_loopback(const RunSpec& spec, Seconds timeout, int faulty
         WallClock clock = origin;
         WallCompute compute;
         NodeEnvStack stack(*spec.scenario, r,
-                           EnvParts{transport, clock, compute, logs[r], nullptr, observer, &observer_mu,
-                                    network ? &*network : nullptr},
+                           EnvParts{transport, clock, compute, logs[r], nullptr, observer,
+                                    &observer_mu, network ? &*network : nullptr},
                            r == faulty_node ? faults : nullptr);
         run_node(stack.env(), spec, r);
         stack.env().transport.flush();  // every message sent is handed over before the node ends

@@ -20,7 +20,8 @@ std::string format_gib(double bytes) {
 
 std::string stashing_hint(const CostModel& cost) {
   if (!cost.training().weight_stashing) return "";
-  return "; with weight stashing a stage keeps an older copy of its weights for each micro-batch in flight "
+  return "; with weight stashing a stage keeps an older copy of its weights for each micro-batch "
+         "in flight "
          "but one (as many micro-batches as stages): training.weight_stashing = false keeps none";
 }
 
@@ -38,9 +39,10 @@ void check_pool(const Scenario& scenario, const ModelDesc& model, const CostMode
   const double whole = cost.memory(0, model.layer_count(), 1);
   if (total < whole) {
     throw PlanRefused(scenario.source, "devices",
-                        "the pool's RAM (" + format_gib(total) + ") is below what the model needs (" + format_gib(whole) +
-                            " for weights, gradients, optimizer state and one micro-batch): add " +
-                            format_gib(whole - total) + " or more");
+                      "the pool's RAM (" + format_gib(total) + ") is below what the model needs (" +
+                          format_gib(whole) +
+                          " for weights, gradients, optimizer state and one micro-batch): add " +
+                          format_gib(whole - total) + " or more");
   }
   double smallest = whole;
   int smallest_layer = 0;
@@ -53,10 +55,11 @@ void check_pool(const Scenario& scenario, const ModelDesc& model, const CostMode
   }
   for (int n = 0; n < cost.nodes(); ++n) {
     if (cost.node(n).ram < smallest) {
-      throw ScenarioError(scenario.source, "devices",
-                          "node " + std::to_string(n) + " (" + scenario.device_of(n).name + ") has " +
-                              format_gib(cost.node(n).ram) + " of RAM, too little for any layer: the smallest (" +
-                              model.profile[smallest_layer].name + ") needs " + format_gib(smallest));
+      throw ScenarioError(
+          scenario.source, "devices",
+          "node " + std::to_string(n) + " (" + scenario.device_of(n).name + ") has " +
+              format_gib(cost.node(n).ram) + " of RAM, too little for any layer: the smallest (" +
+              model.profile[smallest_layer].name + ") needs " + format_gib(smallest));
     }
   }
 }
@@ -91,7 +94,8 @@ std::vector<const Partition*> pointers_to(const std::vector<Partition>& clusters
 
 }  // namespace
 
-Plan assemble_plan(const std::string& method, const CostModel& cost, const std::vector<Partition>& clusters) {
+Plan assemble_plan(const std::string& method, const CostModel& cost,
+                   const std::vector<Partition>& clusters) {
   Plan plan;
   plan.method = method;
   plan.nodes = cost.nodes();
@@ -136,7 +140,8 @@ std::vector<int> cluster_counts(const Scenario& scenario, int nodes, int most) {
   return out;
 }
 
-std::optional<std::vector<Partition>> snake_clusters(PipelineMemo& memo, const std::vector<int>& nodes, int c) {
+std::optional<std::vector<Partition>> snake_clusters(PipelineMemo& memo,
+                                                     const std::vector<int>& nodes, int c) {
   const std::vector<char>& cuttable = memo.cuttable();
   if (c < 1 || c > static_cast<int>(nodes.size())) return std::nullopt;
   std::vector<std::vector<int>> groups(c);
@@ -173,11 +178,11 @@ Plan plan_replicas(const Scenario& scenario, const ModelDesc& model) {
   for (int n = 0; n < cost.nodes(); ++n) {
     if (cost.node(n).ram < need)
       throw PlanRefused(scenario.source, "training.algorithm",
-                          std::string(cost.algorithm().name) + " needs every node to hold the whole model (" +
-                              format_gib(need) + "), but node " +
-                              std::to_string(n) + " (" + scenario.device_of(n).name + ") has " +
-                              format_gib(cost.node(n).ram) +
-                              ": Ravnest's pipelines need only a share of it on each node");
+                        std::string(cost.algorithm().name) +
+                            " needs every node to hold the whole model (" + format_gib(need) +
+                            "), but node " + std::to_string(n) + " (" + scenario.device_of(n).name +
+                            ") has " + format_gib(cost.node(n).ram) +
+                            ": Ravnest's pipelines need only a share of it on each node");
     Partition p;
     p.order = {n};
     p.cuts = {0, layers};
@@ -190,7 +195,8 @@ Plan plan_replicas(const Scenario& scenario, const ModelDesc& model) {
 namespace {
 
 Plan plan_with(const Scenario& scenario, const ModelDesc& model) {
-  if (algorithm_of(scenario).traits.layout == Layout::kReplicas) return plan_replicas(scenario, model);
+  if (algorithm_of(scenario).traits.layout == Layout::kReplicas)
+    return plan_replicas(scenario, model);
   const std::string& m = scenario.planner.method;
   if (m == "manual") return plan_manual(scenario, model);
   if (m == "greedy") return plan_greedy(scenario, model);
@@ -209,8 +215,8 @@ Plan make_plan(const Scenario& scenario, const ModelDesc& model) {
     return plan;
   }
   // Groups that arrive later (devices[].join_at_s) are not there to plan with: the plan covers
-  // the nodes present at the start, ranks [0, initial_node_count()), and names the whole pool, whose
-  // later ranks start as spares.
+  // the nodes present at the start, ranks [0, initial_node_count()), and names the whole pool,
+  // whose later ranks start as spares.
   Scenario present = scenario;
   present.devices.erase(std::remove_if(present.devices.begin(), present.devices.end(),
                                        [](const DeviceGroup& g) { return g.join_at_s > 0; }),

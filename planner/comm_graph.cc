@@ -20,7 +20,8 @@ CommGraph comm_graph(const CostModel& cost, const std::vector<ClusterPlan>& clus
       // Each round, every owner sends 1/C of its ring's chunk to the next owner.
       const double piece = static_cast<double>(kFloatBytes * (r.end - r.begin)) / members;
       for (int i = 0; i < members; ++i)
-        boost::add_edge(r.owners[i], r.owners[(i + 1) % members], Flow{FlowKind::kAveraging, piece}, g);
+        boost::add_edge(r.owners[i], r.owners[(i + 1) % members], Flow{FlowKind::kAveraging, piece},
+                        g);
     }
   return g;
 }

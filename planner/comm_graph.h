@@ -4,9 +4,8 @@
 // The cost model reads link loads from it; `ravnest plan` can show the busiest links.
 #pragma once
 
-#include <vector>
-
 #include <boost/graph/adjacency_list.hpp>
+#include <vector>
 
 #include "core/plan.h"
 #include "planner/cost.h"

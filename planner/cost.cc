@@ -7,20 +7,23 @@
 #include <limits>
 #include <queue>
 
-#include "core/model/cost_model.h"
 #include "algo/registry.h"
 #include "core/env.h"
 #include "core/error.h"
+#include "core/model/cost_model.h"
 #include "planner/comm_graph.h"
 
 namespace rv {
 
 CostModel::CostModel(const Scenario& scenario, const ModelDesc& model)
-    : model_(&model), algorithm_(&algorithm_of(scenario)), allreduce_(&allreduce_of(scenario)),
+    : model_(&model),
+      algorithm_(&algorithm_of(scenario)),
+      allreduce_(&allreduce_of(scenario)),
       training_(effective_training(scenario)),
       averaged_rows_(averaged_rows(*algorithm_, training_)),
       piece_bytes_(ring_piece_bytes(training_)),
-      batch_(scenario.data.batch_size), factors_(net_factors(scenario.network)) {
+      batch_(scenario.data.batch_size),
+      factors_(net_factors(scenario.network)) {
   const int n = scenario.node_count();
   pool_.reserve(n);
   int group = 0;
@@ -35,7 +38,8 @@ CostModel::CostModel(const Scenario& scenario, const ModelDesc& model)
     regions_ = links.regions;
     region_names_ = std::move(links.region_names);
     between_ = std::move(links.between);
-    for (int r = 0; r < n; ++r) pool_[static_cast<size_t>(r)].region = links.region[static_cast<size_t>(r)];
+    for (int r = 0; r < n; ++r)
+      pool_[static_cast<size_t>(r)].region = links.region[static_cast<size_t>(r)];
   }
   const size_t ranges = static_cast<size_t>(layers() + 1) * static_cast<size_t>(layers() + 1);
   times_.assign(scenario.devices.size(), std::vector<Times>(ranges));
@@ -47,7 +51,8 @@ const CostModel::Times& CostModel::times(int node, int l, int r) const {
   Times& t = times_[static_cast<size_t>(p.group)][range];
   if (t.compute < 0) {
     auto it = work_.find(range);
-    if (it == work_.end()) it = work_.emplace(range, stage_work(*model_, l, r, training_, batch_)).first;
+    if (it == work_.end())
+      it = work_.emplace(range, stage_work(*model_, l, r, training_, batch_)).first;
     const StageWork& w = it->second;
     // A stage before the last runs the next micro-batch's forward before a micro-batch's backward
     // at least (stage_pass_time's `ahead`). stage_compute_time() is the pass and then the update,
@@ -64,7 +69,8 @@ int64_t CostModel::in_flight(int stages) const {
 
 double CostModel::boundary_bytes(int b) const {
   if (b <= 0 || b >= layers()) return 0.0;
-  return static_cast<double>(kFloatBytes * batch_ * model_->profile[b - 1].out_elems + kHeaderBytes);
+  return static_cast<double>(kFloatBytes * batch_ * model_->profile[b - 1].out_elems +
+                             kHeaderBytes);
 }
 
 double CostModel::memory(int l, int r, int64_t in_flight) const {
@@ -76,7 +82,8 @@ double CostModel::memory(int l, int r, int64_t in_flight) const {
   const size_t side = static_cast<size_t>(layers() + 1);
   if (m.empty()) m.assign(side * side, -1.0);
   double& v = m[static_cast<size_t>(l) * side + static_cast<size_t>(r)];
-  if (v < 0) v = static_cast<double>(stage_cost(*model_, l, r, training_, batch_, in_flight).memory);
+  if (v < 0)
+    v = static_cast<double>(stage_cost(*model_, l, r, training_, batch_, in_flight).memory);
   return v;
 }
 
@@ -96,14 +103,15 @@ double CostModel::stage_time(int node, int l, int r) const {
 }
 
 std::string CostModel::region_link_name(int k) const {
-  return "the link from region " + region_names_[static_cast<size_t>(k / regions_)] + " to region " +
-         region_names_[static_cast<size_t>(k % regions_)];
+  return "the link from region " + region_names_[static_cast<size_t>(k / regions_)] +
+         " to region " + region_names_[static_cast<size_t>(k % regions_)];
 }
 
 double CostModel::path_latency(int a, int b) const {
   const int k = region_link(a, b);
   if (k < 0) return (pool_[a].latency + pool_[b].latency) * factors_.latency;
-  return (pool_[a].latency + pool_[b].latency + between_[static_cast<size_t>(k)].latency) * factors_.latency;
+  return (pool_[a].latency + pool_[b].latency + between_[static_cast<size_t>(k)].latency) *
+         factors_.latency;
 }
 
 double CostModel::path_bandwidth(int a, int b) const {
@@ -114,19 +122,22 @@ double CostModel::path_bandwidth(int a, int b) const {
     bw = std::min(bw, region_rate(k));
     raw_latency += between_[static_cast<size_t>(k)].latency;
   }
-  if (factors_.tcp_gamma > 0 && raw_latency > 0) bw = std::min(bw, factors_.tcp_gamma / (2.0 * raw_latency));
+  if (factors_.tcp_gamma > 0 && raw_latency > 0)
+    bw = std::min(bw, factors_.tcp_gamma / (2.0 * raw_latency));
   return bw;
 }
 
 template <class F>
-void CostModel::visit_stations(const std::vector<int>& nodes, const std::vector<int>& cuts, F&& f) const {
+void CostModel::visit_stations(const std::vector<int>& nodes, const std::vector<int>& cuts,
+                               F&& f) const {
   const int k = static_cast<int>(nodes.size());
   const double bw = factors_.bandwidth;
   using Kind = Station::Kind;
   for (int s = 0; s < k; ++s) {
     const int n = nodes[s];
     const double bytes = boundary_bytes(cuts[s]) + boundary_bytes(cuts[s + 1]);
-    f(Station{Kind::kCompute, s, n, -1, cuts[s], cuts[s + 1], compute_time(n, cuts[s], cuts[s + 1])});
+    f(Station{Kind::kCompute, s, n, -1, cuts[s], cuts[s + 1],
+              compute_time(n, cuts[s], cuts[s + 1])});
     f(Station{Kind::kUplink, s, n, -1, 0, 0, bytes / (pool_[n].up * bw)});
     f(Station{Kind::kDownlink, s, n, -1, 0, 0, bytes / (pool_[n].down * bw)});
     if (s + 1 < k) {
@@ -144,7 +155,8 @@ void CostModel::visit_stations(const std::vector<int>& nodes, const std::vector<
   }
 }
 
-double CostModel::cluster_period(const std::vector<int>& nodes, const std::vector<int>& cuts) const {
+double CostModel::cluster_period(const std::vector<int>& nodes,
+                                 const std::vector<int>& cuts) const {
   RV_CHECK(cuts.size() == nodes.size() + 1, "cluster_period: cuts and nodes differ");
   // Stations of the closed network one micro-batch cycles through: each node's compute, uplink
   // and downlink (service demand per micro-batch), and pure delays (latencies, window caps).
@@ -158,9 +170,12 @@ double CostModel::cluster_period(const std::vector<int>& nodes, const std::vecto
     slot.assign(between_.size(), -1);
     for (size_t s = 0; s + 1 < nodes.size(); ++s)
       for (int k : {region_link(nodes[s], nodes[s + 1]), region_link(nodes[s + 1], nodes[s])})
-        if (k >= 0 && slot[static_cast<size_t>(k)] < 0) slot[static_cast<size_t>(k)] = static_cast<int>(count++);
+        if (k >= 0 && slot[static_cast<size_t>(k)] < 0)
+          slot[static_cast<size_t>(k)] = static_cast<int>(count++);
   }
-  auto index = [](int stage, Station::Kind kind) { return 3 * static_cast<size_t>(stage) + static_cast<size_t>(kind); };
+  auto index = [](int stage, Station::Kind kind) {
+    return 3 * static_cast<size_t>(stage) + static_cast<size_t>(kind);
+  };
   // The planners ask this millions of times: the vectors below reuse this thread's buffers.
   thread_local std::vector<double> demand, own, residual_share, queue, r;
   demand.assign(count, 0.0);
@@ -193,10 +208,13 @@ double CostModel::cluster_period(const std::vector<int>& nodes, const std::vecto
       const bool forward = st.node == nodes[static_cast<size_t>(st.stage)];
       const int from = forward ? st.stage : st.stage + 1, to = forward ? st.stage + 1 : st.stage;
       const int k = region_link(st.node, st.peer);
-      if (k >= 0 && region_rate(k) < std::min(pool_[st.node].up, pool_[st.peer].down) * factors_.bandwidth)
+      if (k >= 0 &&
+          region_rate(k) < std::min(pool_[st.node].up, pool_[st.peer].down) * factors_.bandwidth)
         own[static_cast<size_t>(slot[static_cast<size_t>(k)])] += st.link;
-      else if (pool_[st.node].up <= pool_[st.peer].down) own[index(from, Station::Kind::kUplink)] += st.link;
-      else own[index(to, Station::Kind::kDownlink)] += st.link;
+      else if (pool_[st.node].up <= pool_[st.peer].down)
+        own[index(from, Station::Kind::kUplink)] += st.link;
+      else
+        own[index(to, Station::Kind::kDownlink)] += st.link;
       return;
     }
     const size_t i = index(st.stage, st.kind);
@@ -236,10 +254,11 @@ double CostModel::cluster_period(const std::vector<int>& nodes, const std::vecto
 }
 
 std::vector<double> CostModel::shared_periods(const std::vector<const std::vector<int>*>& nodes,
-                                             const std::vector<const std::vector<int>*>& cuts,
-                                             std::vector<double> periods) const {
+                                              const std::vector<const std::vector<int>*>& cuts,
+                                              std::vector<double> periods) const {
   if (regions_ <= 1) return periods;
-  RV_CHECK(nodes.size() == periods.size() && cuts.size() == periods.size(), "shared_periods: one period per pipeline");
+  RV_CHECK(nodes.size() == periods.size() && cuts.size() == periods.size(),
+           "shared_periods: one period per pipeline");
   // Bytes per micro-batch each pipeline sends over each region link (activations on, gradients
   // back), as visit_stations charges them.
   std::vector<std::vector<std::pair<int, double>>> crossing(periods.size());
@@ -283,7 +302,8 @@ namespace {
 double ring_steps_time(int c, double latency, double round, int64_t pieces) {
   if (pieces <= 1) return 2.0 * (c - 1) * (latency + round);
   const double p = static_cast<double>(pieces);
-  return std::max(2.0 * (c - 1) * round + latency, 2.0 * (c - 1) * (latency + round / p) + (p - 1) * round / p);
+  return std::max(2.0 * (c - 1) * round + latency,
+                  2.0 * (c - 1) * (latency + round / p) + (p - 1) * round / p);
 }
 
 }  // namespace
@@ -309,9 +329,11 @@ double CostModel::averaging_time(const std::vector<ClusterPlan>& clusters,
     }
   }
   double hop_latency = 0;
-  int64_t largest = 0;  // the largest ring's chunk, whose pieces set the overlap on the busiest links
+  int64_t largest =
+      0;  // the largest ring's chunk, whose pieces set the overlap on the busiest links
   for (const Ring& r : rings) {
-    for (int i = 0; i < c; ++i) hop_latency = std::max(hop_latency, path_latency(r.owners[i], r.owners[(i + 1) % c]));
+    for (int i = 0; i < c; ++i)
+      hop_latency = std::max(hop_latency, path_latency(r.owners[i], r.owners[(i + 1) % c]));
     largest = std::max(largest, r.end - r.begin);
   }
   const int64_t pieces = ring_pieces(largest / c, rows, piece_bytes_);
@@ -343,7 +365,8 @@ double CostModel::single_ring_time(const std::vector<ClusterPlan>& clusters) con
   const int c = static_cast<int>(clusters.size());
   const double bw = factors_.bandwidth;
   const int64_t rows = averaged_rows_;
-  const double whole = kFloatBytes * static_cast<double>(rows * model_->state_offset(model_->layer_count()));
+  const double whole =
+      kFloatBytes * static_cast<double>(rows * model_->state_offset(model_->layer_count()));
   double collect = 0, hand_back = 0, ring_round = 0, ring_latency = 0;
   // Bytes over each link between regions: members to leaders (collect; the hand-back mirrors it)
   // and one ring step.
@@ -353,35 +376,42 @@ double CostModel::single_ring_time(const std::vector<ClusterPlan>& clusters) con
     const int leader = stages.front().node;
     double others = 0, lat = 0, member_up = 0, member_down = 0;
     for (size_t s = 1; s < stages.size(); ++s) {
-      const double bytes = kFloatBytes * static_cast<double>(rows * (model_->state_offset(stages[s].layer_end) -
-                                                                     model_->state_offset(stages[s].layer_begin)));
+      const double bytes =
+          kFloatBytes * static_cast<double>(rows * (model_->state_offset(stages[s].layer_end) -
+                                                    model_->state_offset(stages[s].layer_begin)));
       if (bytes <= 0) continue;
       others += bytes;
-      if (const int x = region_link(stages[s].node, leader); x >= 0) collected[static_cast<size_t>(x)] += bytes;
+      if (const int x = region_link(stages[s].node, leader); x >= 0)
+        collected[static_cast<size_t>(x)] += bytes;
       lat = std::max(lat, path_latency(stages[s].node, leader));
       member_up = std::max(member_up, bytes / (pool_[stages[s].node].up * bw));
       member_down = std::max(member_down, bytes / (pool_[stages[s].node].down * bw));
     }
     if (others > 0) {
       collect = std::max(collect, lat + std::max(others / (pool_[leader].down * bw), member_up));
-      hand_back = std::max(hand_back, lat + std::max(others / (pool_[leader].up * bw), member_down));
+      hand_back =
+          std::max(hand_back, lat + std::max(others / (pool_[leader].up * bw), member_down));
     }
     const int next = clusters[(k + 1) % c].stages.front().node;
     ring_latency = std::max(ring_latency, path_latency(leader, next));
     ring_round = std::max(ring_round, whole / c / (pool_[leader].up * bw));
     ring_round = std::max(ring_round, whole / c / (pool_[next].down * bw));
-    if (const int x = region_link(leader, next); x >= 0) stepped[static_cast<size_t>(x)] += whole / c;
+    if (const int x = region_link(leader, next); x >= 0)
+      stepped[static_cast<size_t>(x)] += whole / c;
   }
   for (size_t x = 0; x < between_.size(); ++x) {
     // The hand-back crosses the reverse links with the same bytes as the collect.
     if (collected[x] > 0) {
       collect = std::max(collect, collected[x] / region_rate(static_cast<int>(x)));
-      const size_t back = (x % static_cast<size_t>(regions_)) * static_cast<size_t>(regions_) + x / static_cast<size_t>(regions_);
+      const size_t back = (x % static_cast<size_t>(regions_)) * static_cast<size_t>(regions_) +
+                          x / static_cast<size_t>(regions_);
       hand_back = std::max(hand_back, collected[x] / region_rate(static_cast<int>(back)));
     }
-    if (stepped[x] > 0) ring_round = std::max(ring_round, stepped[x] / region_rate(static_cast<int>(x)));
+    if (stepped[x] > 0)
+      ring_round = std::max(ring_round, stepped[x] / region_rate(static_cast<int>(x)));
   }
-  const int64_t pieces = ring_pieces(model_->state_offset(model_->layer_count()) / c, rows, piece_bytes_);
+  const int64_t pieces =
+      ring_pieces(model_->state_offset(model_->layer_count()) / c, rows, piece_bytes_);
   return collect + ring_steps_time(c, ring_latency, ring_round, pieces) + hand_back;
 }
 
@@ -392,7 +422,7 @@ TargetRound target_round(const std::vector<double>& periods, int64_t batch, doub
     if (!(p > 0)) return r;
   const double b = static_cast<double>(batch);
   const double need = std::max(1.0, std::ceil(target / b - 1e-9));  // finished micro-batches
-  double t = 0;  // when the need-th one finishes
+  double t = 0;                                                     // when the need-th one finishes
   if (need <= 1e6) {
     using Next = std::pair<double, size_t>;  // (time, cluster)
     std::priority_queue<Next, std::vector<Next>, std::greater<>> next;
@@ -422,7 +452,8 @@ TargetRound target_round(const std::vector<double>& periods, int64_t batch, doub
 
 TargetRound CostModel::round_of(const std::vector<double>& periods) const {
   const auto clusters = static_cast<int>(periods.size());
-  return target_round(periods, batch_, static_cast<double>(target_samples(training_, batch_, clusters)));
+  return target_round(periods, batch_,
+                      static_cast<double>(target_samples(training_, batch_, clusters)));
 }
 
 double CostModel::throughput(const std::vector<double>& periods, double averaging) const {
@@ -508,46 +539,52 @@ std::string CostModel::explain(const Plan& plan) const {
   std::string what;
   switch (top.kind) {
     case Station::Kind::kCompute:
-      what = "the compute of stage " + std::to_string(top.stage) + " (layers " + std::to_string(top.begin) +
-             ".." + std::to_string(top.end - 1) + ") on " + node_name(top.node);
+      what = "the compute of stage " + std::to_string(top.stage) + " (layers " +
+             std::to_string(top.begin) + ".." + std::to_string(top.end - 1) + ") on " +
+             node_name(top.node);
       break;
     case Station::Kind::kUplink:
       what = "the uplink of " + node_name(top.node) + " (" + mbit(p.up * factors_.bandwidth) + ")";
       break;
     case Station::Kind::kDownlink:
-      what = "the downlink of " + node_name(top.node) + " (" + mbit(p.down * factors_.bandwidth) + ")";
+      what =
+          "the downlink of " + node_name(top.node) + " (" + mbit(p.down * factors_.bandwidth) + ")";
       break;
     case Station::Kind::kRegionLink:
       what = region_link_name(top.begin) + " (" + mbit(region_rate(top.begin)) + ")";
       break;
     case Station::Kind::kFlow:
-      what = "the flow from node " + std::to_string(top.node) + " to node " + std::to_string(top.peer) + " (" +
-             mbit(path_bandwidth(top.node, top.peer)) +
+      what = "the flow from node " + std::to_string(top.node) + " to node " +
+             std::to_string(top.peer) + " (" + mbit(path_bandwidth(top.node, top.peer)) +
              (top.seconds > top.link ? ", the TCP window over the latency)" : ")");
       break;
   }
   std::string line;
-  const std::string where = plan.clusters.size() > 1 ? "cluster " + std::to_string(slowest) + "'s" : "the";
+  const std::string where =
+      plan.clusters.size() > 1 ? "cluster " + std::to_string(slowest) + "'s" : "the";
   const double alone = cluster_period(nodes, cuts);
   std::string shared;  // the region links the cluster crosses, where sharing them slows it
   if (cl.period > 1.05 * alone)
     for (size_t s = 0; s + 1 < nodes.size(); ++s)
       for (int k : {region_link(nodes[s], nodes[s + 1]), region_link(nodes[s + 1], nodes[s])})
         if (k >= 0 && shared.find(region_link_name(k)) == std::string::npos)
-          shared += (shared.empty() ? "" : ", ") + region_link_name(k) + " (" + mbit(region_rate(k)) + ")";
+          shared += (shared.empty() ? "" : ", ") + region_link_name(k) + " (" +
+                    mbit(region_rate(k)) + ")";
   if (!shared.empty()) {
     line = where + " pipeline shares " + shared + " with other clusters: " + ms(cl.period) +
            " per micro-batch, " + ms(alone) + " alone";
   } else if (cl.period > 1.05 * most && algorithm_->traits.schedule == Schedule::kFlush) {
-    line = "bottleneck: " + what + ", " + ms(most) + " per micro-batch; the flush's fill and drain make " +
-           where + " period " + ms(cl.period);
+    line = "bottleneck: " + what + ", " + ms(most) +
+           " per micro-batch; the flush's fill and drain make " + where + " period " +
+           ms(cl.period);
   } else if (cl.period > 1.05 * most) {
-    line = where + " pipeline is bound by its round trip: " + ms(cl.period) + " per micro-batch with " +
+    line = where + " pipeline is bound by its round trip: " + ms(cl.period) +
+           " per micro-batch with " +
            std::to_string(in_flight(static_cast<int>(cl.stages.size()))) +
            " in flight, more than its slowest station, " + what + " (" + ms(most) + ")";
   } else {
-    line = "bottleneck: " + what + ", " + ms(most) + " per micro-batch of " + where + " " + ms(cl.period) +
-           " period";
+    line = "bottleneck: " + what + ", " + ms(most) + " per micro-batch of " + where + " " +
+           ms(cl.period) + " period";
   }
   if (plan.clusters.size() > 1) {
     const auto clusters = static_cast<int>(plan.clusters.size());
@@ -558,7 +595,9 @@ std::string CostModel::explain(const Plan& plan) const {
       const double round = round_of(periods).seconds + plan.averaging_time;
       share = round > 0 ? plan.averaging_time / round : 0.0;
     } else {
-      const double per_update = cl.period + plan.averaging_time / static_cast<double>(micro_batches_per_exchange(clusters));
+      const double per_update =
+          cl.period +
+          plan.averaging_time / static_cast<double>(micro_batches_per_exchange(clusters));
       share = per_update > 0 ? (per_update - cl.period) / per_update : 0.0;
     }
     char buf[96];
@@ -585,7 +624,8 @@ std::vector<Ring> make_rings(const ModelDesc& model, const std::vector<ClusterPl
     for (const auto& c : clusters) {
       int owner = -1;
       for (const auto& s : c.stages)
-        if (model.state_offset(s.layer_begin) <= r.begin && r.begin < model.state_offset(s.layer_end))
+        if (model.state_offset(s.layer_begin) <= r.begin &&
+            r.begin < model.state_offset(s.layer_end))
           owner = s.node;
       RV_CHECK(owner >= 0, "make_rings: a chunk has no owner in a cluster");
       r.owners.push_back(owner);

@@ -32,11 +32,11 @@ namespace rv {
 
 // One node of the pool in SI units.
 struct PoolNode {
-  double speed = 0;    // flop/s, the device's peak
-  double ram = 0;      // bytes
-  double up = 0;       // bytes/s
-  double down = 0;     // bytes/s
-  double latency = 0;  // s, one way to the core (before factors)
+  double speed = 0;        // flop/s, the device's peak
+  double ram = 0;          // bytes
+  double up = 0;           // bytes/s
+  double down = 0;         // bytes/s
+  double latency = 0;      // s, one way to the core (before factors)
   ComputeProfile compute;  // the device's compute model, as the simulator charges it
   int group = 0;           // its device group: nodes of one group compute alike
   std::string device;      // the group's name
@@ -131,12 +131,12 @@ class CostModel {
   struct Station {
     // (cluster_period indexes a stage's first three kinds by their value: keep this order.)
     enum class Kind { kCompute, kUplink, kDownlink, kFlow, kRegionLink } kind;
-    int stage = 0;            // its stage (a flow: the sender's)
-    int node = 0;             // its node (a flow: the sender)
-    int peer = -1;            // a flow's receiver (a region link: the flow's)
-    int begin = 0, end = 0;   // a compute station's layers; a region link's index is `begin`
-    double seconds = 0;       // service demand per micro-batch (a flow: at its window-capped rate)
-    double link = 0;          // a flow: at its links' own rate
+    int stage = 0;           // its stage (a flow: the sender's)
+    int node = 0;            // its node (a flow: the sender)
+    int peer = -1;           // a flow's receiver (a region link: the flow's)
+    int begin = 0, end = 0;  // a compute station's layers; a region link's index is `begin`
+    double seconds = 0;      // service demand per micro-batch (a flow: at its window-capped rate)
+    double link = 0;         // a flow: at its links' own rate
   };
   // Calls f(station) for every station of the pipeline `nodes` cut at `cuts`: per stage its
   // compute, uplink and downlink, then both flows between it and the next stage, each followed by

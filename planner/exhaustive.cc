@@ -64,8 +64,8 @@
 #include <optional>
 #include <vector>
 
-#include "core/model/cost_model.h"
 #include "core/error.h"
+#include "core/model/cost_model.h"
 #include "planner/layer_graph.h"
 #include "planner/planner.h"
 
@@ -242,8 +242,8 @@ class SubsetPipelines {
             add_[at(v, i, j)] = cost_.pass_time(v, pos_[i], pos_[j]);
           } else {
             const double bytes = cost_.boundary_bytes(pos_[i]) + cost_.boundary_bytes(pos_[j]);
-            add_[at(v, i, j)] = cost_.compute_time(v, pos_[i], pos_[j]) +
-                                bytes / (p.up * bw) + bytes / (p.down * bw);
+            add_[at(v, i, j)] = cost_.compute_time(v, pos_[i], pos_[j]) + bytes / (p.up * bw) +
+                                bytes / (p.down * bw);
           }
         }
     flow_.assign(static_cast<size_t>(nodes_) * nodes_ * n_, 0.0);
@@ -442,7 +442,8 @@ class PartitionSearch {
     // As CostModel charges it (algo/registry.h: micro_batches_per_exchange). This planner lays out
     // pipelines, whose exchange period does not depend on the number of clusters (target-batch
     // algorithms lay out replicas, planned without it).
-    RV_CHECK(!cost.algorithm().traits.target_batch, "the exhaustive planner cannot plan a target-batch algorithm");
+    RV_CHECK(!cost.algorithm().traits.target_batch,
+             "the exhaustive planner cannot plan a target-batch algorithm");
     average_every_ = static_cast<double>(cost.micro_batches_per_exchange(1));
     least_latency_ = kInf;
     for (int v = 0; v < nodes_; ++v)

@@ -8,9 +8,9 @@
 // deterministic; clusters are evaluated once and cached by their members.
 #include <algorithm>
 #include <map>
-#include <set>
 #include <numeric>
 #include <random>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -31,8 +31,9 @@ constexpr double kWorkPerNode = 2e7;
 struct Individual {
   std::vector<int> assign;  // per node: cluster label, or -1 (idle)
   double score = -1e300;
-  std::vector<const Partition*> clusters;  // decoded, in label order (held by the Evaluator's cache)
-  std::vector<int> labels;          // label of clusters[i]
+  std::vector<const Partition*>
+      clusters;             // decoded, in label order (held by the Evaluator's cache)
+  std::vector<int> labels;  // label of clusters[i]
 };
 
 // A hash of a list of ints: an assignment (for the set of distinct individuals), a cluster's
@@ -81,9 +82,12 @@ class Evaluator {
       ind.clusters.push_back(&*p);
       ind.labels.push_back(label);
     }
-    if (nonempty == 0) ind.score = -1e300;
-    else if (infeasible > 0) ind.score = -static_cast<double>(infeasible);
-    else ind.score = score_clusters(cost_, ind.clusters);
+    if (nonempty == 0)
+      ind.score = -1e300;
+    else if (infeasible > 0)
+      ind.score = -static_cast<double>(infeasible);
+    else
+      ind.score = score_clusters(cost_, ind.clusters);
   }
 
   int64_t evaluations() const { return evaluations_; }
@@ -96,7 +100,8 @@ class Evaluator {
   int64_t evaluations_ = 0;
 };
 
-// Renumbers labels 0..C-1 in order of first appearance (idle stays -1), so equal groupings compare equal.
+// Renumbers labels 0..C-1 in order of first appearance (idle stays -1), so equal groupings compare
+// equal.
 void normalise(std::vector<int>& a) {
   std::unordered_map<int, int> map;
   for (int& x : a) {
@@ -110,7 +115,10 @@ void normalise(std::vector<int>& a) {
 class Search {
  public:
   Search(const Scenario& s, const CostModel& cost, PipelineMemo& memo)
-      : scenario_(s), cost_(cost), eval_(cost, memo), rng_(s.seed * 0x9E3779B97F4A7C15ULL + 0xA11CE),
+      : scenario_(s),
+        cost_(cost),
+        eval_(cost, memo),
+        rng_(s.seed * 0x9E3779B97F4A7C15ULL + 0xA11CE),
         n_(cost.nodes()) {}
 
   // At most `generations` generations of `population`, as far as `budget` allows (the first
@@ -138,7 +146,8 @@ class Search {
         next.push_back(std::move(child));
       }
       // Elitist selection of distinct individuals.
-      std::stable_sort(next.begin(), next.end(), [](const Individual& a, const Individual& b) { return a.score > b.score; });
+      std::stable_sort(next.begin(), next.end(),
+                       [](const Individual& a, const Individual& b) { return a.score > b.score; });
       pop.clear();
       std::unordered_set<std::vector<int>, AssignHash> kept;
       for (auto& ind : next) {
@@ -250,7 +259,8 @@ class Search {
       const int c = clusters_of(a);
       auto [slow, fast] = extremes(ind);
       const int op = static_cast<int>(rng_() % (fixed_count() ? 5 : 8));
-      if (op == 0 && slow >= 0 && slow != fast) {  // a node of the slowest cluster joins the fastest
+      if (op == 0 && slow >= 0 &&
+          slow != fast) {  // a node of the slowest cluster joins the fastest
         int n = random_member(a, slow);
         if (n >= 0) a[n] = fast;
       } else if (op == 1 && slow >= 0 && slow != fast) {  // swap between slowest and fastest
@@ -260,12 +270,15 @@ class Search {
         const int n = static_cast<int>(rng_() % n_);
         const int label = static_cast<int>(rng_() % (c + 1)) - 1;
         a[n] = label;
-      } else if (op == 3 && slow >= 0) {  // idle a straggler of the slowest cluster, or wake an idle node
+      } else if (op == 3 &&
+                 slow >= 0) {  // idle a straggler of the slowest cluster, or wake an idle node
         std::vector<int> idle;
         for (int n = 0; n < n_; ++n)
           if (a[n] < 0) idle.push_back(n);
-        if (!idle.empty() && rng_() % 2 == 0) a[idle[rng_() % idle.size()]] = slow;
-        else if (int n = random_member(a, slow); n >= 0) a[n] = -1;
+        if (!idle.empty() && rng_() % 2 == 0)
+          a[idle[rng_() % idle.size()]] = slow;
+        else if (int n = random_member(a, slow); n >= 0)
+          a[n] = -1;
       } else if (op == 4) {  // an idle node takes the place of a member of the slowest cluster
         std::vector<int> idle;
         for (int n = 0; n < n_; ++n)
@@ -285,7 +298,8 @@ class Search {
         std::vector<int> m;
         for (int n = 0; n < n_; ++n)
           if (a[n] == x) m.push_back(n);
-        std::stable_sort(m.begin(), m.end(), [&](int p, int q) { return cost_.node(p).speed > cost_.node(q).speed; });
+        std::stable_sort(m.begin(), m.end(),
+                         [&](int p, int q) { return cost_.node(p).speed > cost_.node(q).speed; });
         for (size_t i = 1; i < m.size(); i += 2) a[m[i]] = c;
       }
       normalise(a);
@@ -336,18 +350,21 @@ Plan plan_ga(const Scenario& scenario, const ModelDesc& model) {
     for (int c : counts)
       if (c <= m) seed(fastest, c);
   }
-  std::stable_sort(seeds.begin(), seeds.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::stable_sort(seeds.begin(), seeds.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
   int population = scenario.planner.population, generations = scenario.planner.generations;
   if (population <= 0) population = n <= 12 ? 80 : (n <= 100 ? 40 : (n <= 1000 ? 20 : 10));
   if (generations <= 0) generations = n <= 100 ? 200 : (n <= 1000 ? 60 : 15);
   std::vector<std::vector<Partition>> seed_clusters;
-  for (size_t i = 0; i < seeds.size() && static_cast<int>(i) < population; ++i) seed_clusters.push_back(seeds[i].second);
+  for (size_t i = 0; i < seeds.size() && static_cast<int>(i) < population; ++i)
+    seed_clusters.push_back(seeds[i].second);
   SearchBudget::check_population(scenario, std::min<int64_t>(population, budget.limit()), n);
   Search search(scenario, cost, memo);
   Individual best = search.run(seed_clusters, population, generations, budget);
   if (best.score <= 0)
-    throw PlanRefused(scenario.source, "devices",
-                        "ga: found no assignment in which every cluster can hold the model" + stashing_hint(cost));
+    throw PlanRefused(
+        scenario.source, "devices",
+        "ga: found no assignment in which every cluster can hold the model" + stashing_hint(cost));
   std::vector<Partition> clusters;
   for (const Partition* p : best.clusters) clusters.push_back(*p);
   Plan plan = assemble_plan("ga", cost, clusters);

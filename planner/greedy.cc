@@ -28,8 +28,8 @@ Plan plan_greedy(const Scenario& scenario, const ModelDesc& model) {
   }
   if (!best)
     throw PlanRefused(scenario.source, "planner.clusters",
-                        "greedy: no number of clusters gives every cluster enough RAM for the model" +
-                            stashing_hint(cost));
+                      "greedy: no number of clusters gives every cluster enough RAM for the model" +
+                          stashing_hint(cost));
   return assemble_plan("greedy", cost, *best);
 }
 

@@ -4,10 +4,9 @@
 // block (an edge that skips layers) cannot be cut inside.
 #pragma once
 
+#include <boost/graph/adjacency_list.hpp>
 #include <utility>
 #include <vector>
-
-#include <boost/graph/adjacency_list.hpp>
 
 #include "core/model/model.h"
 
@@ -21,7 +20,8 @@ class LayerGraph {
   explicit LayerGraph(const ModelDesc& model, const std::vector<std::pair<int, int>>& skips = {});
 
   int layers() const { return static_cast<int>(boost::num_vertices(graph_)); }
-  // cuttable()[b] for b in [0, layers]: whether a stage may begin at layer b (0 and layers() always).
+  // cuttable()[b] for b in [0, layers]: whether a stage may begin at layer b (0 and layers()
+  // always).
   const std::vector<char>& cuttable() const { return cuttable_; }
   const Graph& graph() const { return graph_; }
 

@@ -1,9 +1,8 @@
 #include "planner/partition.h"
 
-#include <cstring>
-
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 namespace rv {
@@ -24,7 +23,8 @@ double stage_cost_in(const CostModel& cost, const std::vector<int>& order, int s
 }
 
 // The largest stage cost of a cut pipeline.
-double bottleneck_of(const CostModel& cost, const std::vector<int>& order, const std::vector<int>& cuts) {
+double bottleneck_of(const CostModel& cost, const std::vector<int>& order,
+                     const std::vector<int>& cuts) {
   double b = 0;
   for (int s = 0; s < static_cast<int>(order.size()); ++s)
     b = std::max(b, stage_cost_in(cost, order, s, cuts[s], cuts[s + 1]));
@@ -114,7 +114,8 @@ void polish(const CostModel& cost, const std::vector<int>& pos, Partition& p) {
         if (j <= index_of(p.cuts[c - 1]) || j >= index_of(p.cuts[c + 1])) continue;
         std::vector<int> cuts = p.cuts;
         cuts[c] = pos[j];
-        if (!cost.fits(p.order[c - 1], cuts[c - 1], cuts[c], f) || !cost.fits(p.order[c], cuts[c], cuts[c + 1], f))
+        if (!cost.fits(p.order[c - 1], cuts[c - 1], cuts[c], f) ||
+            !cost.fits(p.order[c], cuts[c], cuts[c + 1], f))
           continue;
         const double period = cost.cluster_period(p.order, cuts);
         if (period < p.period * (1 - 1e-12)) {
@@ -180,7 +181,8 @@ void merge_stateless_stages(const CostModel& cost, Partition& p) {
         const int k = static_cast<int>(q.order.size());
         const int64_t f = cost.in_flight(k);
         bool fits = true;  // fewer stages keep fewer micro-batches in flight: every stage checked
-        for (int u = 0; u < k && fits; ++u) fits = cost.fits(q.order[u], q.cuts[u], q.cuts[u + 1], f);
+        for (int u = 0; u < k && fits; ++u)
+          fits = cost.fits(q.order[u], q.cuts[u], q.cuts[u + 1], f);
         if (!fits) continue;
         q.period = cost.cluster_period(q.order, q.cuts);
         if (q.period > p.period * (1 + 1e-12) || (best && q.period >= best->period)) continue;
@@ -261,7 +263,8 @@ std::optional<Partition> PipelineMemo::best(const std::vector<int>& nodes) {
     ++misses_;
     std::optional<Partition> p = best_pipeline(cost_, nodes, cuttable_);
     if (p) {
-      for (int& n : p->order) n = static_cast<int>(std::find(ref.begin(), ref.end(), n) - ref.begin());
+      for (int& n : p->order)
+        n = static_cast<int>(std::find(ref.begin(), ref.end(), n) - ref.begin());
     }
     if (memo_.size() >= kMaxEntries) memo_.clear();
     it = memo_.emplace(std::move(key), std::move(p)).first;

@@ -15,9 +15,10 @@ namespace rv {
 
 struct Partition {
   std::vector<int> order;  // nodes in pipeline order
-  std::vector<int> cuts;   // layer boundaries, size order.size() + 1: stage s holds [cuts[s], cuts[s+1])
-  double bottleneck = 0;   // largest stage cost (s per micro-batch)
-  double period = 0;       // CostModel::cluster_period of this pipeline
+  std::vector<int>
+      cuts;  // layer boundaries, size order.size() + 1: stage s holds [cuts[s], cuts[s+1])
+  double bottleneck = 0;  // largest stage cost (s per micro-batch)
+  double period = 0;      // CostModel::cluster_period of this pipeline
 };
 
 // The best cut for `order`, or nothing if no cut fits the nodes' memory. `cuttable[b]` says
@@ -54,7 +55,8 @@ std::optional<Partition> best_pipeline(const CostModel& cost, const std::vector<
 class PipelineMemo {
  public:
   static constexpr size_t kMaxEntries = 1 << 20;
-  PipelineMemo(const CostModel& cost, const std::vector<char>& cuttable) : cost_(cost), cuttable_(cuttable) {}
+  PipelineMemo(const CostModel& cost, const std::vector<char>& cuttable)
+      : cost_(cost), cuttable_(cuttable) {}
   std::optional<Partition> best(const std::vector<int>& nodes);
   const std::vector<char>& cuttable() const { return cuttable_; }
   int64_t hits() const { return hits_; }

@@ -69,6 +69,7 @@ std::vector<int> cluster_counts(const Scenario& scenario, int nodes, int most);
 // The best plan of dealing `nodes` (best first) into `c` clusters in snake order; nothing if a
 // cluster cannot hold the model. Each cluster's pipeline comes from `memo` (the same answers as
 // best_pipeline(), remembered across calls).
-std::optional<std::vector<Partition>> snake_clusters(PipelineMemo& memo, const std::vector<int>& nodes, int c);
+std::optional<std::vector<Partition>> snake_clusters(PipelineMemo& memo,
+                                                     const std::vector<int>& nodes, int c);
 
 }  // namespace rv

@@ -1,6 +1,6 @@
-// The budget of a planner's search (the genetic algorithms): a number of scored individuals, so that
-// a plan depends on the scenario only (deterministic, and simulations of it byte-identical), and a
-// wall-clock limit as a safety net whose use the plan records (the plan then depends on the
+// The budget of a planner's search (the genetic algorithms): a number of scored individuals, so
+// that a plan depends on the scenario only (deterministic, and simulations of it byte-identical),
+// and a wall-clock limit as a safety net whose use the plan records (the plan then depends on the
 // machine's speed). The search asks before each batch of evaluations (a generation) whether it may
 // spend them, and stops at the first refusal.
 #pragma once
@@ -24,8 +24,9 @@ class SearchBudget {
   SearchBudget(const Scenario& s, int nodes, int64_t most, double work_per_node)
       : limit_(s.planner.evaluations > 0
                    ? s.planner.evaluations
-                   : std::max<int64_t>(kLeast, std::min<int64_t>(most, static_cast<int64_t>(
-                                                                          work_per_node / std::max(1, nodes))))),
+                   : std::max<int64_t>(
+                         kLeast, std::min<int64_t>(most, static_cast<int64_t>(
+                                                             work_per_node / std::max(1, nodes))))),
         deadline_(std::chrono::steady_clock::now() +
                   std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                       std::chrono::duration<double>(s.planner.time_limit_s))) {}

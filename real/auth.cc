@@ -1,6 +1,10 @@
 #include "real/auth.h"
 
 #include <fcntl.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/params.h>
+#include <openssl/rand.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,11 +12,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/params.h>
-#include <openssl/rand.h>
 
 #include "core/error.h"
 
@@ -39,7 +38,8 @@ std::string new_secret() {
 
 void write_secret_file(const std::string& path, const std::string& secret) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) throw Error("cannot create the run's secret file " + path + ": " + std::strerror(errno));
+  if (fd < 0)
+    throw Error("cannot create the run's secret file " + path + ": " + std::strerror(errno));
   size_t done = 0;
   while (done < secret.size()) {
     const ssize_t w = ::write(fd, secret.data() + done, secret.size() - done);
@@ -59,8 +59,8 @@ namespace {
 
 std::string checked(std::string secret, const std::string& what) {
   if (secret.size() < kMinSecretBytes)
-    throw InputError(what + " holds " + std::to_string(secret.size()) + " bytes; a run secret needs at least " +
-                     std::to_string(kMinSecretBytes));
+    throw InputError(what + " holds " + std::to_string(secret.size()) +
+                     " bytes; a run secret needs at least " + std::to_string(kMinSecretBytes));
   if (secret.size() > kMaxSecretBytes)
     throw InputError(what + " holds more than " + std::to_string(kMaxSecretBytes) + " bytes");
   return secret;
@@ -92,7 +92,8 @@ std::string secret_from_environment() {
       ::close(fd);
       char mode[8];
       std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-      throw InputError(what + ": other users may read it (mode " + mode + "); make it private: chmod 600 " + file);
+      throw InputError(what + ": other users may read it (mode " + mode +
+                       "); make it private: chmod 600 " + file);
     }
     if (st.st_size > static_cast<off_t>(kMaxSecretBytes)) {
       ::close(fd);
@@ -116,11 +117,13 @@ std::string secret_from_environment() {
   }
   if (const char* v = std::getenv(kSecretEnv); v != nullptr && *v != '\0')
     return checked(v, kSecretEnv);
-  throw InputError(std::string("no run secret: ranks started by hand authenticate each other with a secret that "
-                               "every rank of the run shares; set ") +
-                   kSecretFileEnv + " to a file that only you can read (for example: head -c 32 /dev/urandom | base64 "
-                   "> secret; chmod 600 secret), or " + kSecretEnv + " to at least " +
-                   std::to_string(kMinSecretBytes) + " characters");
+  throw InputError(
+      std::string("no run secret: ranks started by hand authenticate each other with a secret that "
+                  "every rank of the run shares; set ") +
+      kSecretFileEnv +
+      " to a file that only you can read (for example: head -c 32 /dev/urandom | base64 "
+      "> secret; chmod 600 secret), or " +
+      kSecretEnv + " to at least " + std::to_string(kMinSecretBytes) + " characters");
 }
 
 Mac mac(const std::string& secret, std::initializer_list<std::string_view> parts) {
@@ -130,10 +133,12 @@ Mac mac(const std::string& secret, std::initializer_list<std::string_view> parts
   EVP_MAC_free(m);
   if (c == nullptr) throw Error("OpenSSL cannot make an HMAC context");
   char digest[] = "SHA256";
-  const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string("digest", digest, 0), OSSL_PARAM_construct_end()};
+  const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string("digest", digest, 0),
+                               OSSL_PARAM_construct_end()};
   Mac out{};
   size_t len = 0;
-  bool ok = EVP_MAC_init(c, reinterpret_cast<const unsigned char*>(secret.data()), secret.size(), params) == 1;
+  bool ok = EVP_MAC_init(c, reinterpret_cast<const unsigned char*>(secret.data()), secret.size(),
+                         params) == 1;
   for (std::string_view p : parts) {
     const std::string n = be32(static_cast<uint32_t>(p.size()));
     ok = ok && EVP_MAC_update(c, reinterpret_cast<const unsigned char*>(n.data()), n.size()) == 1;
@@ -150,8 +155,8 @@ bool same_mac(const Mac& want, std::string_view given) {
 }
 
 std::string be32(uint32_t v) {
-  return std::string{static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8),
-                     static_cast<char>(v)};
+  return std::string{static_cast<char>(v >> 24), static_cast<char>(v >> 16),
+                     static_cast<char>(v >> 8), static_cast<char>(v)};
 }
 
 }  // namespace rv::auth

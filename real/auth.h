@@ -47,7 +47,8 @@ bool secret_in_environment();
 // HMAC-SHA256 under `secret` of the parts, each preceded by its length (so that no two lists of
 // parts read as the same bytes).
 Mac mac(const std::string& secret, std::initializer_list<std::string_view> parts);
-// Whether `given` (kMacBytes long) equals `want`, in time that does not depend on where they differ.
+// Whether `given` (kMacBytes long) equals `want`, in time that does not depend on where they
+// differ.
 bool same_mac(const Mac& want, std::string_view given);
 // A 32-bit number as 4 big-endian bytes (for MAC parts).
 std::string be32(uint32_t v);

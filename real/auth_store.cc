@@ -36,10 +36,18 @@ enum Op : char {
   kDelete = 'D',      // key                       -> kBool
   kCheck = 'K',       // n keys                    -> kBool (all present)
   kNumKeys = 'M',     //                           -> kInt
-  kWait = 'W',        // ms(u64) n keys            -> kReady | kTimeout, once all are present or at the deadline
+  kWait = 'W',  // ms(u64) n keys            -> kReady | kTimeout, once all are present or at the
+                // deadline
 };
 enum Reply : char {
-  kOk = 'O', kValue = 'V', kNotFound = 'N', kInt = 'I', kBool = 'B', kReady = 'R', kTimeout = 'T', kFail = 'E'
+  kOk = 'O',
+  kValue = 'V',
+  kNotFound = 'N',
+  kInt = 'I',
+  kBool = 'B',
+  kReady = 'R',
+  kTimeout = 'T',
+  kFail = 'E'
 };
 
 constexpr size_t kHandshakeFrameMax = 64;
@@ -69,7 +77,8 @@ class Reader {
   char op() { return static_cast<char>(take(1)[0]); }
   uint32_t u32() {
     const std::string_view b = take(4);
-    return (uint32_t{static_cast<uint8_t>(b[0])} << 24) | (uint32_t{static_cast<uint8_t>(b[1])} << 16) |
+    return (uint32_t{static_cast<uint8_t>(b[0])} << 24) |
+           (uint32_t{static_cast<uint8_t>(b[1])} << 16) |
            (uint32_t{static_cast<uint8_t>(b[2])} << 8) | uint32_t{static_cast<uint8_t>(b[3])};
   }
   uint64_t u64() {
@@ -158,16 +167,20 @@ struct AuthStoreServer::Impl {
     // Printed up to 10 times, then every 1,000th (a flood of strangers must not stall the store).
     const int64_t k = refused;
     if (k <= 10 || k % 1000 == 0)
-      std::cerr << "ravnest: the rendezvous store (port " << port << ") refused a connection from " << c.name << ": "
-                << why << (k == 10 ? " (further refusals: every 1,000th is shown)" : "") << std::endl;
+      std::cerr << "ravnest: the rendezvous store (port " << port << ") refused a connection from "
+                << c.name << ": " << why
+                << (k == 10 ? " (further refusals: every 1,000th is shown)" : "") << std::endl;
     c.out += framed("NO" + why);
     c.closing = true;
   }
 
-  void reply(Conn& c, char r, const std::string& body = {}) { c.out += framed(std::string(1, r) + body); }
+  void reply(Conn& c, char r, const std::string& body = {}) {
+    c.out += framed(std::string(1, r) + body);
+  }
 
   bool has_all(const std::vector<std::string>& keys) const {
-    return std::all_of(keys.begin(), keys.end(), [&](const std::string& k) { return data.count(k) != 0; });
+    return std::all_of(keys.begin(), keys.end(),
+                       [&](const std::string& k) { return data.count(k) != 0; });
   }
 
   void store(const std::string& key, std::string value) {
@@ -185,12 +198,15 @@ struct AuthStoreServer::Impl {
   // Whether key and value fit the limits; replies with the error if not.
   bool fits(Conn& c, std::string_view key, size_t value_bytes) {
     if (key.size() > limits.max_key) {
-      reply(c, kFail, "a key of " + std::to_string(key.size()) + " bytes (at most " + std::to_string(limits.max_key) + ")");
+      reply(c, kFail,
+            "a key of " + std::to_string(key.size()) + " bytes (at most " +
+                std::to_string(limits.max_key) + ")");
       return false;
     }
     if (value_bytes > limits.max_value) {
-      reply(c, kFail, "a value of " + std::to_string(value_bytes) + " bytes (at most " +
-                          std::to_string(limits.max_value) + ")");
+      reply(c, kFail,
+            "a value of " + std::to_string(value_bytes) + " bytes (at most " +
+                std::to_string(limits.max_value) + ")");
       return false;
     }
     const auto it = data.find(std::string(key));
@@ -206,7 +222,9 @@ struct AuthStoreServer::Impl {
     const uint32_t n = r.u32();
     std::vector<std::string> keys;
     if (n > limits.max_wait_keys) {
-      reply(c, kFail, std::to_string(n) + " keys in one request (at most " + std::to_string(limits.max_wait_keys) + ")");
+      reply(c, kFail,
+            std::to_string(n) + " keys in one request (at most " +
+                std::to_string(limits.max_wait_keys) + ")");
       *ok = false;
       return keys;
     }
@@ -247,8 +265,10 @@ struct AuthStoreServer::Impl {
       }
       case kGet: {
         const auto it = data.find(std::string(r.str()));
-        if (it == data.end()) reply(c, kNotFound);
-        else reply(c, kValue, it->second);
+        if (it == data.end())
+          reply(c, kNotFound);
+        else
+          reply(c, kValue, it->second);
         break;
       }
       case kAdd: {
@@ -262,7 +282,8 @@ struct AuthStoreServer::Impl {
             v = std::stoll(it->second, &used);
             if (used != it->second.size()) throw std::invalid_argument("trailing");
           } catch (const std::exception&) {
-            reply(c, kFail, "add() to key '" + key.substr(0, 64) + "', which does not hold an integer");
+            reply(c, kFail,
+                  "add() to key '" + key.substr(0, 64) + "', which does not hold an integer");
             break;
           }
         }
@@ -282,7 +303,8 @@ struct AuthStoreServer::Impl {
         const std::string_view expected = r.str();
         const std::string_view desired = r.str();
         const auto it = data.find(key);
-        if ((it == data.end() && expected.empty()) || (it != data.end() && it->second == expected)) {
+        if ((it == data.end() && expected.empty()) ||
+            (it != data.end() && it->second == expected)) {
           if (!fits(c, key, desired.size())) break;
           store(key, std::string(desired));
           reply(c, kValue, std::string(desired));
@@ -340,15 +362,18 @@ struct AuthStoreServer::Impl {
       Reader r(c.in);
       const uint32_t len = r.u32();
       // (A check or wait of many keys may be longer than one value: up to 4 MiB.)
-      const size_t max = c.authed ? std::max(limits.max_key * 2 + limits.max_value + 64, size_t{4} << 20)
-                                  : kHandshakeFrameMax;
+      const size_t max = c.authed
+                             ? std::max(limits.max_key * 2 + limits.max_value + 64, size_t{4} << 20)
+                             : kHandshakeFrameMax;
       if (len > max) {
         if (!c.authed) {
           refuse(c, "a handshake frame of " + std::to_string(len) + " bytes (at most " +
                         std::to_string(kHandshakeFrameMax) + ")");
           return true;
         }
-        reply(c, kFail, "a request of " + std::to_string(len) + " bytes (at most " + std::to_string(max) + ")");
+        reply(
+            c, kFail,
+            "a request of " + std::to_string(len) + " bytes (at most " + std::to_string(max) + ")");
         c.closing = true;
         return true;
       }
@@ -356,8 +381,10 @@ struct AuthStoreServer::Impl {
       const std::string frame = c.in.substr(4, len);
       c.in.erase(0, 4 + size_t{len});
       try {
-        if (c.authed) serve(c, frame);
-        else handshake(c, frame);
+        if (c.authed)
+          serve(c, frame);
+        else
+          handshake(c, frame);
       } catch (const std::exception& e) {  // a malformed frame; or no memory, no randomness
         if (c.authed) {
           reply(c, kFail, e.what());
@@ -383,13 +410,15 @@ struct AuthStoreServer::Impl {
   }
 
   int unauthenticated() const {
-    return static_cast<int>(std::count_if(conns.begin(), conns.end(), [](const Conn& x) { return !x.authed; }));
+    return static_cast<int>(
+        std::count_if(conns.begin(), conns.end(), [](const Conn& x) { return !x.authed; }));
   }
 
   void accept_one() {
     sockaddr_storage a{};
     socklen_t len = sizeof a;
-    const int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&a), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    const int fd =
+        ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&a), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;
     Conn c;
     c.fd = fd;
@@ -410,7 +439,8 @@ struct AuthStoreServer::Impl {
       ::close(fd);
       return;
     }
-    c.handshake_deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(limits.handshake_s * 1000));
+    c.handshake_deadline =
+        Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(limits.handshake_s * 1000));
     c.out = framed(kServerHello + c.nonce);
     conns.push_back(std::move(c));
   }
@@ -427,14 +457,18 @@ struct AuthStoreServer::Impl {
       // At the limit of unauthenticated connections, new ones wait in the listen backlog (they
       // are not refused: a large world's ranks all connect at once).
       const bool accepting = unauthenticated() < limits.max_unauthenticated;
-      fds.assign({pollfd{wake[0], POLLIN, 0}, pollfd{listen_fd, static_cast<short>(accepting ? POLLIN : 0), 0}});
+      fds.assign({pollfd{wake[0], POLLIN, 0},
+                  pollfd{listen_fd, static_cast<short>(accepting ? POLLIN : 0), 0}});
       // A client is read from only while its buffers are small: pipelined requests wait in TCP.
       for (const Conn& c : conns) {
         const bool read = c.in.size() < kMaxBuffered && c.out.size() < kMaxBuffered;
-        fds.push_back(pollfd{c.fd, static_cast<short>((read ? POLLIN : 0) | (c.out.empty() ? 0 : POLLOUT)), 0});
+        fds.push_back(pollfd{
+            c.fd, static_cast<short>((read ? POLLIN : 0) | (c.out.empty() ? 0 : POLLOUT)), 0});
       }
-      const auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count();
-      const int n = ::poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(0, wait_ms) + 1));
+      const auto wait_ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count();
+      const int n =
+          ::poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(0, wait_ms) + 1));
       if (n < 0 && errno != EINTR) return;
       if (fds[0].revents != 0) return;  // stop
       std::vector<bool> drop(conns.size(), false);
@@ -459,8 +493,10 @@ struct AuthStoreServer::Impl {
         }
         if (!c.out.empty()) {
           const ssize_t w = ::send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-          if (w > 0) c.out.erase(0, static_cast<size_t>(w));
-          else if (w < 0 && errno != EAGAIN && errno != EINTR) drop[i] = true;
+          if (w > 0)
+            c.out.erase(0, static_cast<size_t>(w));
+          else if (w < 0 && errno != EAGAIN && errno != EINTR)
+            drop[i] = true;
         }
         if (c.closing && c.out.empty()) drop[i] = true;
       }
@@ -494,16 +530,19 @@ struct AuthStoreServer::Impl {
   }
 };
 
-AuthStoreServer::AuthStoreServer(std::string secret, const std::string& addr, int port, StoreLimits limits)
+AuthStoreServer::AuthStoreServer(std::string secret, const std::string& addr, int port,
+                                 StoreLimits limits)
     : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
   s.secret = std::move(secret);
   s.limits = limits;
-  if (port < 0 || port > 65535) throw InputError("store port " + std::to_string(port) + " is not in 0..65535");
+  if (port < 0 || port > 65535)
+    throw InputError("store port " + std::to_string(port) + " is not in 0..65535");
   addrinfo* res = resolve(addr, port, true);
   std::string why = "no address";
   for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
-    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+    const int fd =
+        ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
     if (fd < 0) {
       why = errno_str();
       continue;
@@ -525,7 +564,8 @@ AuthStoreServer::AuthStoreServer(std::string secret, const std::string& addr, in
   }
   ::freeaddrinfo(res);
   if (s.listen_fd < 0)
-    throw Error("cannot serve the rendezvous store at " + addr + ":" + std::to_string(port) + ": " + why);
+    throw Error("cannot serve the rendezvous store at " + addr + ":" + std::to_string(port) + ": " +
+                why);
   if (::pipe2(s.wake, O_CLOEXEC) != 0) {
     ::close(s.listen_fd);
     throw Error("cannot make a pipe: " + errno_str());
@@ -561,13 +601,15 @@ namespace {
 bool send_all(int fd, const std::string& bytes, Clock::time_point deadline) {
   size_t done = 0;
   while (done < bytes.size()) {
-    const ssize_t w = ::send(fd, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+    const ssize_t w =
+        ::send(fd, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (w > 0) {
       done += static_cast<size_t>(w);
       continue;
     }
     if (w < 0 && errno != EAGAIN && errno != EINTR) return false;
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     if (left <= 0) return false;
     pollfd p{fd, POLLOUT, 0};
     ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1 << 30)));
@@ -588,7 +630,8 @@ bool recv_all(int fd, char* out, size_t n, Clock::time_point deadline, bool* clo
       *closed = true;
       return false;
     }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     if (left <= 0) return false;
     pollfd p{fd, POLLIN, 0};
     ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1 << 30)));
@@ -608,7 +651,11 @@ std::string seconds(std::chrono::milliseconds ms) {
 
 AuthStore::AuthStore(const std::string& secret, const std::string& addr, int port,
                      std::chrono::milliseconds timeout)
-    : c10d::Store(timeout), secret_(secret), addr_(addr), port_(port), where_(addr + ":" + std::to_string(port)) {
+    : c10d::Store(timeout),
+      secret_(secret),
+      addr_(addr),
+      port_(port),
+      where_(addr + ":" + std::to_string(port)) {
   const auto deadline = Clock::now() + timeout;
   std::string why = "timed out";
   for (;;) {
@@ -616,13 +663,16 @@ AuthStore::AuthStore(const std::string& secret, const std::string& addr, int por
     for (addrinfo* a = res; a != nullptr && fd_ < 0; a = a->ai_next) {
       // Non-blocking, so that an address that drops the connection request costs no more than
       // the timeout.
-      const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+      const int fd =
+          ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
       if (fd < 0) continue;
       int rc = ::connect(fd, a->ai_addr, a->ai_addrlen);
       if (rc != 0 && errno == EINPROGRESS) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+        const auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
         pollfd p{fd, POLLOUT, 0};
-        if (::poll(&p, 1, static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(left, 1 << 30)))) == 1) {
+        if (::poll(&p, 1,
+                   static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(left, 1 << 30)))) == 1) {
           int err = 0;
           socklen_t len = sizeof err;
           ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
@@ -642,7 +692,8 @@ AuthStore::AuthStore(const std::string& secret, const std::string& addr, int por
     ::freeaddrinfo(res);
     if (fd_ >= 0) break;
     if (Clock::now() >= deadline)
-      throw PeerError("cannot reach the rendezvous store at " + where_ + " within " + seconds(timeout) + " s: " + why);
+      throw PeerError("cannot reach the rendezvous store at " + where_ + " within " +
+                      seconds(timeout) + " s: " + why);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   const int one = 1;
@@ -652,10 +703,14 @@ AuthStore::AuthStore(const std::string& secret, const std::string& addr, int por
     char len_b[4];
     bool closed = false;
     if (!recv_all(fd_, len_b, 4, deadline, &closed))
-      throw PeerError("the rendezvous store at " + where_ + (closed ? " closed the connection" : " did not answer") +
+      throw PeerError("the rendezvous store at " + where_ +
+                      (closed ? " closed the connection" : " did not answer") +
                       " during the handshake");
     const uint32_t len = Reader(std::string_view(len_b, 4)).u32();
-    if (len > max) throw PeerError("the server at " + where_ + " is not a ravnest rendezvous store (a frame of " + std::to_string(len) + " bytes)");
+    if (len > max)
+      throw PeerError("the server at " + where_ +
+                      " is not a ravnest rendezvous store (a frame of " + std::to_string(len) +
+                      " bytes)");
     std::string f(len, '\0');
     if (!recv_all(fd_, f.data(), len, deadline, &closed))
       throw PeerError("the rendezvous store at " + where_ + " did not finish the handshake");
@@ -664,22 +719,29 @@ AuthStore::AuthStore(const std::string& secret, const std::string& addr, int por
   try {
     const std::string hello = read_frame(kHandshakeFrameMax);
     if (hello.compare(0, 2, "NO") == 0)
-      throw PeerError("the rendezvous store at " + where_ + " turned this rank away: " + hello.substr(2));
+      throw PeerError("the rendezvous store at " + where_ +
+                      " turned this rank away: " + hello.substr(2));
     if (hello.size() != 4 + auth::kNonceBytes || hello.compare(0, 4, kServerHello) != 0)
       throw PeerError("the server at " + where_ + " is not a ravnest rendezvous store");
     const std::string nonce_s = hello.substr(4);
     const std::string nonce_c = auth::random_bytes(auth::kNonceBytes);
     const auth::Mac proof = auth::mac(secret, {"store-client", nonce_s, nonce_c});
-    if (!send_all(fd_, framed(kClientHello + nonce_c + std::string(proof.begin(), proof.end())), deadline))
-      throw PeerError("the rendezvous store at " + where_ + " closed the connection during the handshake");
+    if (!send_all(fd_, framed(kClientHello + nonce_c + std::string(proof.begin(), proof.end())),
+                  deadline))
+      throw PeerError("the rendezvous store at " + where_ +
+                      " closed the connection during the handshake");
     const std::string answer = read_frame(1024);
     if (answer.compare(0, 2, "NO") == 0)
-      throw InputError("the rendezvous store at " + where_ + " refused this rank: " + answer.substr(2) +
+      throw InputError("the rendezvous store at " + where_ +
+                       " refused this rank: " + answer.substr(2) +
                        " (a rank of another run, or the ranks were given different secrets)");
     if (answer.size() != 2 + auth::kMacBytes || answer.compare(0, 2, "OK") != 0 ||
-        !auth::same_mac(auth::mac(secret, {"store-server", nonce_c, nonce_s}), std::string_view(answer).substr(2)))
-      throw InputError("the server at " + where_ + " does not prove this run's secret: it is not this run's store "
-                       "(another process holds the port, or the ranks were given different secrets)");
+        !auth::same_mac(auth::mac(secret, {"store-server", nonce_c, nonce_s}),
+                        std::string_view(answer).substr(2)))
+      throw InputError(
+          "the server at " + where_ +
+          " does not prove this run's secret: it is not this run's store "
+          "(another process holds the port, or the ranks were given different secrets)");
   } catch (...) {
     ::close(fd_);
     fd_ = -1;
@@ -710,9 +772,12 @@ std::string AuthStore::exchange(const std::string& body, std::chrono::millisecon
   char len_b[4];
   bool closed = false;
   if (!recv_all(fd_, len_b, 4, deadline, &closed))
-    throw PeerError("the rendezvous store at " + where_ + (closed ? " is gone (the connection closed)" : " did not answer within " + seconds(reply_within) + " s"));
+    throw PeerError("the rendezvous store at " + where_ +
+                    (closed ? " is gone (the connection closed)"
+                            : " did not answer within " + seconds(reply_within) + " s"));
   const uint32_t len = Reader(std::string_view(len_b, 4)).u32();
-  if (len == 0 || len > kReplyMax) throw PeerError("the rendezvous store at " + where_ + " sent a malformed reply");
+  if (len == 0 || len > kReplyMax)
+    throw PeerError("the rendezvous store at " + where_ + " sent a malformed reply");
   std::string r(len, '\0');
   if (!recv_all(fd_, r.data(), len, deadline, &closed))
     throw PeerError("the rendezvous store at " + where_ + " did not finish its reply");
@@ -733,8 +798,10 @@ std::string keys_body(const std::vector<std::string>& keys) {
   return b;
 }
 void expect(const std::string& r, char want, const std::string& where) {
-  if (!r.empty() && r[0] == kFail) throw PeerError("the rendezvous store at " + where + " refused a request: " + r.substr(1));
-  if (r.empty() || r[0] != want) throw PeerError("the rendezvous store at " + where + " sent an unexpected reply");
+  if (!r.empty() && r[0] == kFail)
+    throw PeerError("the rendezvous store at " + where + " refused a request: " + r.substr(1));
+  if (r.empty() || r[0] != want)
+    throw PeerError("the rendezvous store at " + where + " sent an unexpected reply");
 }
 
 }  // namespace
@@ -745,7 +812,8 @@ void AuthStore::set(const std::string& key, const std::vector<uint8_t>& value) {
   expect(request(b, timeout_), kOk, where_);
 }
 
-std::vector<uint8_t> AuthStore::compareSet(const std::string& key, const std::vector<uint8_t>& expected,
+std::vector<uint8_t> AuthStore::compareSet(const std::string& key,
+                                           const std::vector<uint8_t>& expected,
                                            const std::vector<uint8_t>& desired) {
   std::string b = key_request(kCompareSet, key);
   put_str(b, store_text(expected));
@@ -758,7 +826,8 @@ std::vector<uint8_t> AuthStore::compareSet(const std::string& key, const std::ve
 std::vector<uint8_t> AuthStore::get(const std::string& key) {
   wait({key});
   const std::string r = request(key_request(kGet, key), timeout_);
-  if (!r.empty() && r[0] == kNotFound) throw PeerError("the rendezvous store at " + where_ + " lost key '" + key + "'");
+  if (!r.empty() && r[0] == kNotFound)
+    throw PeerError("the rendezvous store at " + where_ + " lost key '" + key + "'");
   expect(r, kValue, where_);
   return store_value(std::string_view(r).substr(1));
 }
@@ -768,7 +837,8 @@ int64_t AuthStore::add(const std::string& key, int64_t value) {
   put_u64(b, static_cast<uint64_t>(value));
   const std::string r = request(b, timeout_);
   expect(r, kInt, where_);
-  if (r.size() != 9) throw PeerError("the rendezvous store at " + where_ + " sent a malformed reply");
+  if (r.size() != 9)
+    throw PeerError("the rendezvous store at " + where_ + " sent a malformed reply");
   return static_cast<int64_t>(Reader(std::string_view(r).substr(1)).u64());
 }
 
@@ -787,13 +857,15 @@ bool AuthStore::check(const std::vector<std::string>& keys) {
 int64_t AuthStore::getNumKeys() {
   const std::string r = request(std::string(1, kNumKeys), timeout_);
   expect(r, kInt, where_);
-  if (r.size() != 9) throw PeerError("the rendezvous store at " + where_ + " sent a malformed reply");
+  if (r.size() != 9)
+    throw PeerError("the rendezvous store at " + where_ + " sent a malformed reply");
   return static_cast<int64_t>(Reader(std::string_view(r).substr(1)).u64());
 }
 
 void AuthStore::wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
 
-void AuthStore::wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) {
+void AuthStore::wait(const std::vector<std::string>& keys,
+                     const std::chrono::milliseconds& timeout) {
   const std::chrono::milliseconds t = timeout == kNoTimeout ? std::chrono::hours(24 * 30) : timeout;
   std::string b(1, kWait);
   put_u64(b, static_cast<uint64_t>(t.count()));
@@ -804,8 +876,8 @@ void AuthStore::wait(const std::vector<std::string>& keys, const std::chrono::mi
     std::string names;
     for (size_t i = 0; i < keys.size() && i < 3; ++i) names += (i ? ", " : "") + keys[i];
     if (keys.size() > 3) names += ", ...";
-    throw PeerError("timed out after " + seconds(t) + " s waiting for the rendezvous store at " + where_ +
-                    " to hold " + names + " (a rank has not started or cannot reach it)");
+    throw PeerError("timed out after " + seconds(t) + " s waiting for the rendezvous store at " +
+                    where_ + " to hold " + names + " (a rank has not started or cannot reach it)");
   }
   expect(r, kReady, where_);
 }

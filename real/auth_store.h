@@ -27,9 +27,8 @@
 #include <mutex>
 #include <string>
 #include <string_view>
-#include <vector>
-
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <vector>
 
 namespace rv {
 
@@ -43,9 +42,9 @@ struct StoreLimits {
   size_t max_value = size_t{1} << 20;
   size_t max_total = size_t{256} << 20;  // keys and values together
   size_t max_wait_keys = 100000;         // keys in one check or wait
-  int max_unauthenticated = 64;          // connections that have not finished the handshake (more wait)
-  int max_clients = 1 << 16;             // authenticated connections
-  double handshake_s = 10;               // seconds a new connection has to prove the secret
+  int max_unauthenticated = 64;  // connections that have not finished the handshake (more wait)
+  int max_clients = 1 << 16;     // authenticated connections
+  double handshake_s = 10;       // seconds a new connection has to prove the secret
 };
 
 // Serves the store from a thread of its own until destroyed.
@@ -79,7 +78,8 @@ class AuthStore : public c10d::Store {
  public:
   // Connects to addr:port, retrying until `timeout` (the server may not be up yet), and completes
   // the handshake.
-  AuthStore(const std::string& secret, const std::string& addr, int port, std::chrono::milliseconds timeout);
+  AuthStore(const std::string& secret, const std::string& addr, int port,
+            std::chrono::milliseconds timeout);
   ~AuthStore() override;
 
   void set(const std::string& key, const std::vector<uint8_t>& value) override;
@@ -92,7 +92,8 @@ class AuthStore : public c10d::Store {
   bool check(const std::vector<std::string>& keys) override;
   int64_t getNumKeys() override;
   void wait(const std::vector<std::string>& keys) override;
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override;
   // A client of its own (a connection of its own, proved again) to the same server, with this
   // one's timeout. LibTorch 2.5 and later make c10d::Store::clone() pure virtual and override it
   // with this; earlier ones have none, so it is declared without `override` to build with both.

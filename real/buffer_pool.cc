@@ -1,12 +1,12 @@
 #include "real/buffer_pool.h"
 
+#include <ATen/ATen.h>
+
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <new>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 namespace rv {
 

@@ -12,11 +12,11 @@
 // pool object: their blocks are then freed.
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-
-#include <ATen/core/Tensor.h>
 
 namespace rv {
 

@@ -21,13 +21,15 @@ c10::Device compute_device(const Scenario& s, int rank) {
   const int gpus = visible_gpus();
   if (gpus == 0) {
     if (want == "auto") return c10::kCPU;
-    throw KeyError("real.device", "\"cuda\": no CUDA GPU is available to this process (the LibTorch it was built "
-                                  "against has no CUDA, or no GPU is visible; README, GPUs)");
+    throw KeyError("real.device",
+                   "\"cuda\": no CUDA GPU is available to this process (the LibTorch it was built "
+                   "against has no CUDA, or no GPU is visible; README, GPUs)");
   }
   const int asked = s.device_of(rank).gpu;
   if (asked >= gpus)
-    throw KeyError("real.device", "devices[].gpu = " + std::to_string(asked) + " for rank " + std::to_string(rank) +
-                                      ", but this process sees " + std::to_string(gpus) + " GPU(s)");
+    throw KeyError("real.device", "devices[].gpu = " + std::to_string(asked) + " for rank " +
+                                      std::to_string(rank) + ", but this process sees " +
+                                      std::to_string(gpus) + " GPU(s)");
   const int index = asked >= 0 ? asked : rank % gpus;
   return c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(index));
 }
@@ -39,7 +41,8 @@ namespace {
 template <class Type, class = void>
 struct HasDeviceStats : std::false_type {};
 template <class Type>
-struct HasDeviceStats<Type, std::void_t<decltype(getDeviceAllocator(std::declval<Type>())->getDeviceStats(0))>>
+struct HasDeviceStats<
+    Type, std::void_t<decltype(getDeviceAllocator(std::declval<Type>())->getDeviceStats(0))>>
     : std::true_type {};
 
 template <class Type>

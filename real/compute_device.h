@@ -10,9 +10,9 @@
 // Checked by the launcher for every rank before it starts any process, and by each rank.
 #pragma once
 
-#include <optional>
-
 #include <c10/core/Device.h>
+
+#include <optional>
 
 #include "core/scenario/scenario.h"
 #include "core/units.h"

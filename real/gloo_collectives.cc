@@ -24,10 +24,12 @@ void GlooCollectives::join(const std::vector<int>& ranks) {
   groups_.emplace(ranks, transport_.make_group(ranks));
 }
 
-std::unique_ptr<CollectiveWork> GlooCollectives::allreduce_sum(const std::vector<int>& ranks, at::Tensor t) {
+std::unique_ptr<CollectiveWork> GlooCollectives::allreduce_sum(const std::vector<int>& ranks,
+                                                               at::Tensor t) {
   auto it = groups_.find(ranks);
   RV_CHECK(it != groups_.end(), "allreduce_sum over a group not joined: " + group_name(ranks));
-  RV_CHECK(t.is_contiguous() && t.scalar_type() == at::kFloat, "allreduce_sum needs a contiguous float32 tensor");
+  RV_CHECK(t.is_contiguous() && t.scalar_type() == at::kFloat,
+           "allreduce_sum needs a contiguous float32 tensor");
   std::vector<at::Tensor> tensors{t};
   c10d::AllreduceOptions opts;
   opts.reduceOp = c10d::ReduceOp::SUM;

@@ -19,7 +19,8 @@ class GlooCollectives : public Collectives {
 
   const char* name() const override { return "c10d allreduce (Gloo)"; }
   void join(const std::vector<int>& ranks) override;
-  std::unique_ptr<CollectiveWork> allreduce_sum(const std::vector<int>& ranks, at::Tensor t) override;
+  std::unique_ptr<CollectiveWork> allreduce_sum(const std::vector<int>& ranks,
+                                                at::Tensor t) override;
 
  private:
   GlooTransport& transport_;

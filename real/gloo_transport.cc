@@ -1,6 +1,9 @@
 #include "real/gloo_transport.h"
 
+#include <ATen/ATen.h>
 #include <arpa/inet.h>
+#include <c10/util/Exception.h>
+#include <c10/util/ScopeExit.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -21,14 +24,10 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <utility>
 #include <vector>
-
-#include <ATen/ATen.h>
-#include <c10/util/Exception.h>
-#include <c10/util/ScopeExit.h>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "core/error.h"
 #include "real/auth.h"
@@ -113,7 +112,9 @@ std::shared_ptr<::gloo::transport::Device> make_device(const std::string& master
 
 // Store keys of joining (see "Joining" in the header).
 std::string rank_inc(int r, int k) { return std::to_string(r) + "." + std::to_string(k); }
-std::string nonce_key(int r, int k) { return "rv/nonce/" + (k == 0 ? std::to_string(r) : rank_inc(r, k)); }
+std::string nonce_key(int r, int k) {
+  return "rv/nonce/" + (k == 0 ? std::to_string(r) : rank_inc(r, k));
+}
 std::string inc_key(int r) { return "rv/link/inc/" + std::to_string(r); }
 std::string lost_key(int r, int k) { return "rv/link/lost/" + rank_inc(r, k); }
 std::string claim_key(int r, int k) { return "rv/link/claim/" + rank_inc(r, k); }
@@ -138,7 +139,7 @@ struct GlooTransport::Impl {
   GlooOptions opt;
   std::optional<AuthStoreServer> server;  // rank 0, when it hosts the store
   c10::intrusive_ptr<AuthStore> store;
-  std::string nonce;  // this rank's, in the store: peers prove the secret over it
+  std::string nonce;                // this rank's, in the store: peers prove the secret over it
   std::vector<std::string> nonces;  // every rank's (this one's included), read by authenticate()
   // make_group() calls so far per member list: a later group of the same members gets a name of
   // its own (its store keys and its members' proofs differ from the earlier one's, so neither
@@ -167,13 +168,13 @@ struct GlooTransport::Impl {
   std::mutex mu;
   std::condition_variable inbox_cv;  // inbox, peer states
   std::condition_variable send_cv;   // sends (reaper and flush)
-  std::deque<Message> inbox;    // algorithm messages
-  std::deque<Message> control;  // kControl messages (executor level; algorithms never see them)
+  std::deque<Message> inbox;         // algorithm messages
+  std::deque<Message> control;   // kControl messages (executor level; algorithms never see them)
   std::vector<PeerState> peers;  // per rank; this rank's entry is unused
   int open_peers = 0;
-  std::exception_ptr failure;                 // first receive-side failure (sticky)
+  std::exception_ptr failure;                   // first receive-side failure (sticky)
   std::vector<std::vector<WorkPtr>> recv_work;  // per peer: its posted recvs (to abort them)
-  bool stopping = false;                      // receivers must not post new recvs
+  bool stopping = false;                        // receivers must not post new recvs
   // Transport::offer: per peer, places offered for its coming payloads, and the match of the one
   // its receiver is filling now (withdraw() waits on fill_cv until it is no longer).
   struct Offer {
@@ -187,19 +188,19 @@ struct GlooTransport::Impl {
     int dst;
     int k;  // dst's incarnation
     std::vector<WorkPtr> works;
-    size_t bytes;   // counted in send_bytes
+    size_t bytes;  // counted in send_bytes
   };
-  std::deque<Sent> sends;  // posted, not yet completed (front is waited)
-  size_t send_bytes = 0;   // of the bounded sends among them (opt.queue_bytes)
-  size_t inbox_bytes = 0;  // payload bytes in inbox and control (opt.queue_bytes)
+  std::deque<Sent> sends;           // posted, not yet completed (front is waited)
+  size_t send_bytes = 0;            // of the bounded sends among them (opt.queue_bytes)
+  size_t inbox_bytes = 0;           // payload bytes in inbox and control (opt.queue_bytes)
   std::condition_variable room_cv;  // inbox_bytes fell (receivers held back wait on it)
   std::vector<bool> held;           // per peer: its receiver waits for room
   // The node reads control messages (its algorithm is done) or closes: unread algorithm messages
   // may never be taken, so nothing is held back any longer (byes and control messages follow them).
   bool draining = false;
-  std::vector<bool> authed;         // per peer: its hello proved the run's secret
+  std::vector<bool> authed;  // per peer: its hello proved the run's secret
   int authed_peers = 0;
-  std::exception_ptr send_failure;            // first send-side failure (sticky)
+  std::exception_ptr send_failure;  // first send-side failure (sticky)
   bool reaper_stop = false;
   bool closed = false;  // close() or shutdown() began
 
@@ -222,13 +223,16 @@ struct GlooTransport::Impl {
   }
 
   // Lock held: `p` takes no messages (lost, or its replacement not yet in).
-  bool unreachable(int p) const { return peers[p] == PeerState::kFailed || peers[p] == PeerState::kJoining; }
+  bool unreachable(int p) const {
+    return peers[p] == PeerState::kFailed || peers[p] == PeerState::kJoining;
+  }
 
   static Seconds now_s() {
     return std::chrono::duration<double>(SteadyClock::now().time_since_epoch()).count();
   }
   static SteadyClock::time_point at_s(Seconds t) {
-    return SteadyClock::time_point(std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(t)));
+    return SteadyClock::time_point(
+        std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(t)));
   }
 
   void start_threads() {
@@ -253,7 +257,8 @@ struct GlooTransport::Impl {
     Message hello;
     hello.kind = MsgKind::kControl;
     hello.id = kHelloId;
-    at::Tensor proof = at::empty({static_cast<int64_t>(auth::kMacBytes / sizeof(float))}, at::kFloat);
+    at::Tensor proof =
+        at::empty({static_cast<int64_t>(auth::kMacBytes / sizeof(float))}, at::kFloat);
     std::memcpy(proof.data_ptr<float>(), m.data(), m.size());  // raw bits; no arithmetic
     return encode_header(hello, {proof}, proof.numel(), proof);
   }
@@ -278,7 +283,8 @@ struct GlooTransport::Impl {
     try {
       return store_text(from.get(nonce_key(r, k)));
     } catch (const std::exception& e) {
-      throw PeerError(who() + ": cannot read peer " + std::to_string(r) + "'s nonce from the store: " + short_what(e));
+      throw PeerError(who() + ": cannot read peer " + std::to_string(r) +
+                      "'s nonce from the store: " + short_what(e));
     }
   }
 
@@ -309,12 +315,16 @@ struct GlooTransport::Impl {
 
   // Checks a peer's first message, its hello; throws rv::PeerError if it is not a valid one.
   void check_hello(int peer, const Decoded& d, const int64_t* words) {
-    const bool shaped = d.msg.kind == MsgKind::kControl && d.msg.id == kHelloId && d.inline_payload &&
+    const bool shaped = d.msg.kind == MsgKind::kControl && d.msg.id == kHelloId &&
+                        d.inline_payload &&
                         d.elems == static_cast<int64_t>(auth::kMacBytes / sizeof(float));
-    if (!shaped || !auth::same_mac(hello_mac(nonce, peer, opt.rank),
-                                   std::string_view(reinterpret_cast<const char*>(words + kWInlineData), auth::kMacBytes))) {
+    if (!shaped ||
+        !auth::same_mac(hello_mac(nonce, peer, opt.rank),
+                        std::string_view(reinterpret_cast<const char*>(words + kWInlineData),
+                                         auth::kMacBytes))) {
       throw PeerError(who() + ": the connection of peer " + std::to_string(peer) +
-                      " did not prove the run's secret (" + (shaped ? "a wrong proof" : "no hello first") +
+                      " did not prove the run's secret (" +
+                      (shaped ? "a wrong proof" : "no hello first") +
                       "): an impostor, a process of another run, or ranks given different secrets");
     }
     {
@@ -354,7 +364,8 @@ struct GlooTransport::Impl {
     std::unique_lock<std::mutex> lock(mu);
     // A peer taken for lost is read no more (a replacement may take its rank).
     auto room = [&] {
-      return inbox_bytes < opt.queue_bytes || draining || stopping || peers[peer] == PeerState::kFailed;
+      return inbox_bytes < opt.queue_bytes || draining || stopping ||
+             peers[peer] == PeerState::kFailed;
     };
     if (room()) return !stopping && peers[peer] != PeerState::kFailed;
     held[peer] = true;
@@ -374,8 +385,10 @@ struct GlooTransport::Impl {
       if (failure) std::rethrow_exception(failure);
       if (closed) throw PeerError(who() + ": recv() after close()");
       if (open_peers == 0) {
-        throw PeerError(who() + (tolerant() ? ": recv() with no peer left to send (every peer was lost or said bye)"
-                                            : ": recv() with no peer left to send (every peer said bye)"));
+        throw PeerError(
+            who() + (tolerant()
+                         ? ": recv() with no peer left to send (every peer was lost or said bye)"
+                         : ": recv() with no peer left to send (every peer said bye)"));
       }
       const Seconds now = now_s();
       for (int p = 0; p < opt.world_size; ++p)
@@ -390,9 +403,9 @@ struct GlooTransport::Impl {
       } else if (p) {
         const std::string what = who() + ": peer " + std::to_string(*p) + " silent for " +
                                  seconds_str(std::round(live->silent_for(*p, now) * 10) / 10) +
-                                 " s: no message or heartbeat (every " + seconds_str(live->beat_interval()) +
-                                 " s) within the timeout of " + seconds_str(opt.timeout) +
-                                 " s; it is stopped, hung or cut off";
+                                 " s: no message or heartbeat (every " +
+                                 seconds_str(live->beat_interval()) + " s) within the timeout of " +
+                                 seconds_str(opt.timeout) + " s; it is stopped, hung or cut off";
         failure = std::make_exception_ptr(PeerError(what));
         if (peers[*p] == PeerState::kOpen) {
           peers[*p] = PeerState::kFailed;
@@ -448,8 +461,9 @@ struct GlooTransport::Impl {
       {
         std::lock_guard<std::mutex> lock(mu);
         if (!failure && !stopping)
-          failure = std::make_exception_ptr(PeerError(who() + ": lost peer " + std::to_string(peer) +
-                                                      ", and could not record its loss: " + short_what(e)));
+          failure = std::make_exception_ptr(
+              PeerError(who() + ": lost peer " + std::to_string(peer) +
+                        ", and could not record its loss: " + short_what(e)));
       }
       inbox_cv.notify_all();
     }
@@ -474,9 +488,12 @@ struct GlooTransport::Impl {
       // An error seen while shutting down is the shutdown itself, not a failure. A peer that has
       // not proved the run's secret is no peer to lose: that stays a failure, but for a
       // replacement's link, which is merely not opened (the run never counted it in).
-      if (tolerant() && !malformed && authed[peer]) lost = open && !stopping;
-      else if (tolerant() && k > 0 && !authed[peer]) lost = false;
-      else if (!failure && !stopping) failure = e;
+      if (tolerant() && !malformed && authed[peer])
+        lost = open && !stopping;
+      else if (tolerant() && k > 0 && !authed[peer])
+        lost = false;
+      else if (!failure && !stopping)
+        failure = e;
     }
     inbox_cv.notify_all();
     if (lost) report_lost(peer, k);
@@ -587,13 +604,14 @@ struct GlooTransport::Impl {
         if (!wait_recv(peer, header.work)) return;
         Decoded d;
         try {
-          d = decode_header(header.tensors[0].data_ptr<int64_t>(), static_cast<size_t>(header.tensors[0].numel()), peer,
+          d = decode_header(header.tensors[0].data_ptr<int64_t>(),
+                            static_cast<size_t>(header.tensors[0].numel()), peer,
                             opt.max_payload_elems);
         } catch (const InputError& e) {
           if (!first) throw;
           throw PeerError(who() + ": the connection of peer " + std::to_string(peer) +
-                          " did not prove the run's secret (its first message is malformed: " + e.what() +
-                          "): an impostor, or a process of another kind");
+                          " did not prove the run's secret (its first message is malformed: " +
+                          e.what() + "): an impostor, or a process of another kind");
         }
         if (first) {
           check_hello(peer, d, header.tensors[0].data_ptr<int64_t>());
@@ -625,7 +643,8 @@ struct GlooTransport::Impl {
           at::Tensor flat;
           if (d.inline_payload) {
             flat = buffers.take(d.elems, at::kFloat);
-            std::memcpy(flat.data_ptr<float>(), header.tensors[0].data_ptr<int64_t>() + kWInlineData,
+            std::memcpy(flat.data_ptr<float>(),
+                        header.tensors[0].data_ptr<int64_t>() + kWInlineData,
                         sizeof(float) * d.elems);
           } else {
             // Split: into an offered place (Transport::offer) or pooled memory. The body's recv is
@@ -637,7 +656,8 @@ struct GlooTransport::Impl {
             });
             flat = into.defined() ? into.view({-1}) : buffers.take(d.elems, at::kFloat);
             const int64_t body_floats = d.elems - d.lead;
-            std::optional<Posted> body = post_recv(peer, {flat.narrow(0, d.lead, body_floats)}, kBodyTag);
+            std::optional<Posted> body =
+                post_recv(peer, {flat.narrow(0, d.lead, body_floats)}, kBodyTag);
             if (!body) return;
             // Left unfinished (a failure, a shutdown), the body's recv is aborted and released, so
             // that nothing lands in an offered place once it is handed back.
@@ -647,8 +667,8 @@ struct GlooTransport::Impl {
             const Posted lead = std::move(headers.front());
             headers.pop_front();
             if (!fill() || !wait_recv(peer, lead.work)) return;  // the next room posted first
-            const float* from =
-                decode_lead(lead.tensors[0].data_ptr<int64_t>(), static_cast<size_t>(lead.tensors[0].numel()), peer, d);
+            const float* from = decode_lead(lead.tensors[0].data_ptr<int64_t>(),
+                                            static_cast<size_t>(lead.tensors[0].numel()), peer, d);
             std::memcpy(flat.data_ptr<float>(), from, sizeof(float) * d.lead);
             {
               std::lock_guard<std::mutex> lock(mu);
@@ -670,11 +690,13 @@ struct GlooTransport::Impl {
         }
         {
           std::lock_guard<std::mutex> lock(mu);
-          if (peers[peer] == PeerState::kFailed) continue;  // taken for lost (tolerant): its word no longer counts
+          if (peers[peer] == PeerState::kFailed)
+            continue;  // taken for lost (tolerant): its word no longer counts
         }
         d.msg.src = peer;
         d.msg.arrived =
-            std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+            std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+                .count();
         deliver(std::move(d.msg));
       }
     } catch (const InputError&) {
@@ -769,7 +791,8 @@ struct GlooTransport::Impl {
   // heartbeats, hellos and byes are not bounded (they are small, and must not wait).
   // `parts`: a message's header, then its lead if it is split; `body`: a split payload's body
   // (wire_format.h), read where it is until its send completes.
-  void post_send(int dst, const std::vector<at::Tensor>& parts, bool bounded = true, const at::Tensor& body = {}) {
+  void post_send(int dst, const std::vector<at::Tensor>& parts, bool bounded = true,
+                 const at::Tensor& body = {}) {
     size_t bytes = body.defined() ? body.nbytes() : 0;
     for (const at::Tensor& t : parts) bytes += t.nbytes();
     if (bounded) {
@@ -778,12 +801,14 @@ struct GlooTransport::Impl {
         return send_bytes == 0 || send_bytes + bytes <= opt.queue_bytes || send_failure || stopping;
       });
       if (send_failure) std::rethrow_exception(send_failure);
-      if (stopping) throw PeerError(who() + ": send to peer " + std::to_string(dst) + " after the transport shut down");
+      if (stopping)
+        throw PeerError(who() + ": send to peer " + std::to_string(dst) +
+                        " after the transport shut down");
       if (!room) {
         throw PeerError(who() + ": send to peer " + std::to_string(dst) + " found no room within " +
                         seconds_str(opt.timeout) + " s: " + std::to_string(send_bytes >> 20) +
-                        " MiB of sends are still in flight, the oldest to peer " + std::to_string(sends.front().dst) +
-                        ", which does not take them");
+                        " MiB of sends are still in flight, the oldest to peer " +
+                        std::to_string(sends.front().dst) + ", which does not take them");
       }
       send_bytes += bytes;
     }
@@ -794,8 +819,8 @@ struct GlooTransport::Impl {
 
   // post_send() with post_mu held. `hello`: the first message on a replacement's link, the only
   // one that goes while it is joining. Tolerant: a message to a peer not open is dropped.
-  void post_locked(int dst, const std::vector<at::Tensor>& parts, size_t bytes, bool bounded, bool hello,
-                   const at::Tensor& body = {}) {
+  void post_locked(int dst, const std::vector<at::Tensor>& parts, size_t bytes, bool bounded,
+                   bool hello, const at::Tensor& body = {}) {
     Link link;
     int k = 0;
     {
@@ -828,8 +853,8 @@ struct GlooTransport::Impl {
         std::lock_guard<std::mutex> lock(mu);
         sends.push_back(Sent{dst, k, std::move(posted), 0});
       }
-      auto err = std::make_exception_ptr(PeerError(who() + ": send to peer " + std::to_string(dst) +
-                                                   " failed: " + short_what(e)));
+      auto err = std::make_exception_ptr(
+          PeerError(who() + ": send to peer " + std::to_string(dst) + " failed: " + short_what(e)));
       if (tolerant()) {  // its connection broke: the peer is lost, the message dropped
         peer_failed(dst, err, k);
         return;
@@ -859,9 +884,12 @@ struct GlooTransport::Impl {
   // q), named after both ends' incarnations. Blocks until the other end makes it too.
   Link make_link(int q, int k_q, int k_me) {
     const int me = opt.rank;
-    const std::string name = "link/" + (me < q ? rank_inc(me, k_me) + "-" + rank_inc(q, k_q) : rank_inc(q, k_q) + "-" + rank_inc(me, k_me));
+    const std::string name = "link/" + (me < q ? rank_inc(me, k_me) + "-" + rank_inc(q, k_q)
+                                               : rank_inc(q, k_q) + "-" + rank_inc(me, k_me));
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>(name, link_store);
-    return Link{c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, me < q ? 0 : 1, 2, group_options()), me < q ? 1 : 0};
+    return Link{
+        c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, me < q ? 0 : 1, 2, group_options()),
+        me < q ? 1 : 0};
   }
 
   // This process replaces lost rank opt.rank: claims its next incarnation, waits its turn, and
@@ -872,10 +900,12 @@ struct GlooTransport::Impl {
     c10d::Store& st = *link_store;
     const int old = static_cast<int>(st.add(inc_key(r), 0));
     if (!st.check({lost_key(r, old)}))
-      throw InputError(who() + ": rank " + std::to_string(r) + " is still in the run (no rank has lost it): a "
+      throw InputError(who() + ": rank " + std::to_string(r) +
+                       " is still in the run (no rank has lost it): a "
                        "replacement takes the rank of a lost process only");
     if (store_text(st.compareSet(claim_key(r, old + 1), {}, store_value(nonce))) != nonce)
-      throw InputError(who() + ": another process has already taken the place of lost rank " + std::to_string(r));
+      throw InputError(who() + ": another process has already taken the place of lost rank " +
+                       std::to_string(r));
     const int k = static_cast<int>(st.add(inc_key(r), 1));
     st.set(nonce_key(r, k), store_value(nonce));
     const int64_t ticket = st.add(kJoinCount, 1) - 1;
@@ -885,8 +915,9 @@ struct GlooTransport::Impl {
     const auto deadline = SteadyClock::now() + to_ms(opt.timeout);
     while (ticket > 0 && !st.check({join_done_key(ticket - 1)})) {
       if (SteadyClock::now() > deadline)
-        throw PeerError(who() + ": the replacement that asked to join before this one (join " + std::to_string(ticket - 1) +
-                        ") did not finish within " + seconds_str(opt.timeout) + " s");
+        throw PeerError(who() + ": the replacement that asked to join before this one (join " +
+                        std::to_string(ticket - 1) + ") did not finish within " +
+                        seconds_str(opt.timeout) + " s");
       std::this_thread::sleep_for(kJoinPoll);
     }
     inc.assign(static_cast<size_t>(opt.world_size), 0);
@@ -900,13 +931,14 @@ struct GlooTransport::Impl {
       try {
         links[q] = make_link(q, inc[q], k);
       } catch (const std::exception& e) {
-        throw PeerError(who() + ": cannot link to rank " + std::to_string(q) + " within " + seconds_str(opt.timeout) +
-                        " s (has the run ended?): " + short_what(e));
+        throw PeerError(who() + ": cannot link to rank " + std::to_string(q) + " within " +
+                        seconds_str(opt.timeout) + " s (has the run ended?): " + short_what(e));
       }
       peers[q] = PeerState::kOpen;
       ++open_peers;
     }
-    if (open_peers == 0) throw PeerError(who() + ": every rank of the run is lost or gone: nothing to join");
+    if (open_peers == 0)
+      throw PeerError(who() + ": every rank of the run is lost or gone: nothing to join");
     return ticket;
   }
 
@@ -917,7 +949,8 @@ struct GlooTransport::Impl {
     bool was_open = false;
     {
       std::lock_guard<std::mutex> lock(mu);
-      if (r == opt.rank || r < 0 || r >= opt.world_size || k <= inc[r]) return;  // not for this rank, or stale
+      if (r == opt.rank || r < 0 || r >= opt.world_size || k <= inc[r])
+        return;  // not for this rank, or stale
       old = inc[r];
       was_open = mark_failed(r);
     }
@@ -1052,17 +1085,21 @@ GlooTransport::GlooTransport(const GlooOptions& options) : impl_(std::make_uniqu
     throw InputError("timeout must be positive, not " + seconds_str(options.timeout) + " s");
   }
   if (options.secret.size() < auth::kMinSecretBytes) {
-    throw InputError(s.who() + ": no run secret (at least " + std::to_string(auth::kMinSecretBytes) +
-                     " bytes; real/auth.h)");
+    throw InputError(s.who() + ": no run secret (at least " +
+                     std::to_string(auth::kMinSecretBytes) + " bytes; real/auth.h)");
   }
   if (options.max_payload_elems < 1 || options.max_payload_elems > kMaxPayloadElems) {
     throw InputError(s.who() + ": max_payload_elems " + std::to_string(options.max_payload_elems) +
                      " is not in 1..2^34");
   }
   if (options.join && !options.peer_lost)
-    throw InputError(s.who() + ": only a run that recovers lost ranks (real.on_peer_loss = \"recover\") takes a replacement");
+    throw InputError(s.who() +
+                     ": only a run that recovers lost ranks (real.on_peer_loss = \"recover\") "
+                     "takes a replacement");
   if (options.join && options.rank == 0)
-    throw InputError(s.who() + ": rank 0 cannot be replaced: it holds the run's gathering (and may host its store)");
+    throw InputError(
+        s.who() +
+        ": rank 0 cannot be replaced: it holds the run's gathering (and may host its store)");
   if (options.join) s.opt.host_store = false;
   const std::string where = options.master_addr + ":" + std::to_string(options.master_port);
   const auto timeout = to_ms(options.timeout);
@@ -1083,12 +1120,16 @@ GlooTransport::GlooTransport(const GlooOptions& options) : impl_(std::make_uniqu
   int64_t ticket = -1;  // a replacement's join
   try {
     s.device = make_device(options.master_addr);
-    s.store = c10::make_intrusive<AuthStore>(options.secret, options.master_addr, options.master_port, timeout);
+    s.store = c10::make_intrusive<AuthStore>(options.secret, options.master_addr,
+                                             options.master_port, timeout);
     s.nonce = auth::random_bytes(auth::kNonceBytes);
     if (s.tolerant())
-      s.link_store = c10::make_intrusive<AuthStore>(options.secret, options.master_addr, options.master_port, timeout);
-    if (options.join) ticket = s.join_job();
-    else s.store->set(nonce_key(options.rank, 0), store_value(s.nonce));
+      s.link_store = c10::make_intrusive<AuthStore>(options.secret, options.master_addr,
+                                                    options.master_port, timeout);
+    if (options.join)
+      ticket = s.join_job();
+    else
+      s.store->set(nonce_key(options.rank, 0), store_value(s.nonce));
   } catch (const InputError& e) {
     const std::string what = e.what();
     throw InputError(what.rfind(s.who(), 0) == 0 ? what : s.who() + ": " + what);
@@ -1114,15 +1155,16 @@ GlooTransport::GlooTransport(const GlooOptions& options) : impl_(std::make_uniqu
     return;
   }
   try {
-    s.pg = c10::make_intrusive<c10d::ProcessGroupGloo>(s.store, options.rank, options.world_size, s.group_options());
+    s.pg = c10::make_intrusive<c10d::ProcessGroupGloo>(s.store, options.rank, options.world_size,
+                                                       s.group_options());
   } catch (const std::exception& e) {
     s.store.reset();
     // Where this rank hosts the store, what it refused may be why a rank never came (another
     // run's secret, a stray process on the port).
     std::string refused;
     if (s.server && s.server->refused() > 0)
-      refused = "; the store refused " + std::to_string(s.server->refused()) + " connection(s), the last: " +
-                s.server->last_refusal();
+      refused = "; the store refused " + std::to_string(s.server->refused()) +
+                " connection(s), the last: " + s.server->last_refusal();
     throw PeerError(s.who() + ": cannot connect to all " + std::to_string(options.world_size) +
                     " ranks (rendezvous at " + where + ") within " + seconds_str(options.timeout) +
                     " s: " + short_what(e) + refused);
@@ -1186,7 +1228,8 @@ void GlooTransport::send(int dst, Message msg) {
   }
   RV_CHECK(elems <= s.opt.max_payload_elems,
            s.who() + ": a message of " + std::to_string(elems) + " elements, more than the " +
-               std::to_string(s.opt.max_payload_elems) + " a peer accepts (GlooOptions::max_payload_elems)");
+               std::to_string(s.opt.max_payload_elems) +
+               " a peer accepts (GlooOptions::max_payload_elems)");
   // The payload as one flat contiguous CPU tensor. A split payload's body is sent from it as it is
   // (wire_format.h), after send() returns: so it is read where it is only if no one will write it
   // meanwhile (Message::payload_frozen, or this message alone holds its memory); else a copy.
@@ -1228,7 +1271,8 @@ c10::intrusive_ptr<c10d::Store> GlooTransport::store() {
 
 int GlooTransport::incarnation(int peer) const {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  RV_CHECK(peer >= 0 && peer < impl_->opt.world_size, impl_->who() + ": incarnation of rank " + std::to_string(peer));
+  RV_CHECK(peer >= 0 && peer < impl_->opt.world_size,
+           impl_->who() + ": incarnation of rank " + std::to_string(peer));
   return impl_->inc[peer];
 }
 
@@ -1242,8 +1286,8 @@ std::vector<int> GlooTransport::lost_peers() const {
 
 void GlooTransport::offer(int src, const MessageMatch& match, at::Tensor into) {
   RV_CHECK(src >= 0 && src < impl_->opt.world_size, "offer: no rank " + std::to_string(src));
-  if (src == impl_->opt.rank || !into.defined() || !into.is_cpu() || into.scalar_type() != at::kFloat ||
-      !into.is_contiguous())
+  if (src == impl_->opt.rank || !into.defined() || !into.is_cpu() ||
+      into.scalar_type() != at::kFloat || !into.is_contiguous())
     return;  // delivered as usual
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->offers[src].push_back(Impl::Offer{match, std::move(into)});
@@ -1254,7 +1298,8 @@ void GlooTransport::withdraw(int src, const MessageMatch& match) {
   Impl& s = *impl_;
   std::unique_lock<std::mutex> lock(s.mu);
   auto& mine = s.offers[src];
-  mine.erase(std::remove_if(mine.begin(), mine.end(), [&](const Impl::Offer& o) { return o.match == match; }),
+  mine.erase(std::remove_if(mine.begin(), mine.end(),
+                            [&](const Impl::Offer& o) { return o.match == match; }),
              mine.end());
   s.fill_cv.wait(lock, [&] { return !(s.filling[src] && *s.filling[src] == match); });
 }
@@ -1397,14 +1442,17 @@ class GlooTransport::Direct : public DirectChannel {
 
  private:
   std::unique_ptr<CollectiveWork> post(bool sending, int peer, int64_t tag, at::Tensor t) {
-    const std::string what = s_.who() + ": a direct " + (sending ? "send to" : "receive from") + " peer " +
-                             std::to_string(peer);
+    const std::string what = s_.who() + ": a direct " + (sending ? "send to" : "receive from") +
+                             " peer " + std::to_string(peer);
     RV_CHECK(peer >= 0 && peer < s_.opt.world_size && peer != s_.opt.rank,
              what + ": no other rank of a world of " + std::to_string(s_.opt.world_size));
-    RV_CHECK(tag >= 0 && tag <= DirectChannel::kMaxTag, what + ": tag " + std::to_string(tag) + " out of range");
-    RV_CHECK(t.defined() && t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous(),
-             what + ": needs a contiguous float32 CPU tensor");
-    RV_CHECK(!s_.opt.join && !s_.tolerant(), what + ": no direct channel on a transport that takes peers for lost");
+    RV_CHECK(tag >= 0 && tag <= DirectChannel::kMaxTag,
+             what + ": tag " + std::to_string(tag) + " out of range");
+    RV_CHECK(
+        t.defined() && t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous(),
+        what + ": needs a contiguous float32 CPU tensor");
+    RV_CHECK(!s_.opt.join && !s_.tolerant(),
+             what + ": no direct channel on a transport that takes peers for lost");
     Impl::Link link;
     {
       std::lock_guard<std::mutex> lock(s_.mu);
@@ -1435,11 +1483,13 @@ DirectChannel& GlooTransport::direct() {
 }
 
 c10d::ProcessGroupGloo& GlooTransport::group() {
-  RV_CHECK(impl_->pg, impl_->who() + (impl_->opt.join ? ": a replacement has no world group" : ": group() after close()"));
+  RV_CHECK(impl_->pg, impl_->who() + (impl_->opt.join ? ": a replacement has no world group"
+                                                      : ": group() after close()"));
   return *impl_->pg;
 }
 
-c10::intrusive_ptr<c10d::ProcessGroupGloo> GlooTransport::make_group(const std::vector<int>& ranks) {
+c10::intrusive_ptr<c10d::ProcessGroupGloo> GlooTransport::make_group(
+    const std::vector<int>& ranks) {
   Impl& s = *impl_;
   RV_CHECK(s.store, s.who() + ": make_group() after close()");
   RV_CHECK(!s.opt.join, s.who() + ": a replacement has no world group (make_group)");
@@ -1450,20 +1500,25 @@ c10::intrusive_ptr<c10d::ProcessGroupGloo> GlooTransport::make_group(const std::
   RV_CHECK(me != ranks.end(), s.who() + ": make_group() of a group without this rank");
   std::string name = "group";
   for (int r : ranks) {
-    RV_CHECK(r >= 0 && r < s.opt.world_size, s.who() + ": make_group() with rank " + std::to_string(r));
+    RV_CHECK(r >= 0 && r < s.opt.world_size,
+             s.who() + ": make_group() with rank " + std::to_string(r));
     name += "-" + std::to_string(r);
   }
-  if (const int earlier = s.groups_made[name]++; earlier > 0) name += "#" + std::to_string(earlier + 1);
+  if (const int earlier = s.groups_made[name]++; earlier > 0)
+    name += "#" + std::to_string(earlier + 1);
   try {
     auto store = c10::make_intrusive<c10d::PrefixStore>(name, s.store);
-    auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, static_cast<int>(me - ranks.begin()),
-                                                            static_cast<int>(ranks.size()), s.group_options());
+    auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(
+        store, static_cast<int>(me - ranks.begin()), static_cast<int>(ranks.size()),
+        s.group_options());
     // Its connections are new: each member proves the run's secret to each other member over the
     // receiver's nonce, as on the transport's own connections.
     auto proof = [&](int from, int to) {
-      const auth::Mac m = auth::mac(s.opt.secret, {"group-hello", name, s.nonces[to], auth::be32(static_cast<uint32_t>(from)),
-                                                   auth::be32(static_cast<uint32_t>(to))});
-      at::Tensor t = at::empty({static_cast<int64_t>(auth::kMacBytes / sizeof(int64_t))}, at::kLong);
+      const auth::Mac m = auth::mac(
+          s.opt.secret, {"group-hello", name, s.nonces[to], auth::be32(static_cast<uint32_t>(from)),
+                         auth::be32(static_cast<uint32_t>(to))});
+      at::Tensor t =
+          at::empty({static_cast<int64_t>(auth::kMacBytes / sizeof(int64_t))}, at::kLong);
       std::memcpy(t.data_ptr<int64_t>(), m.data(), m.size());
       return t;
     };
@@ -1473,7 +1528,8 @@ c10::intrusive_ptr<c10d::ProcessGroupGloo> GlooTransport::make_group(const std::
       if (ranks[j] == s.opt.rank) continue;
       outs.push_back({proof(s.opt.rank, ranks[j])});
       works.push_back(group->send(outs.back(), static_cast<int>(j), kHeaderTag));
-      ins.push_back({at::zeros({static_cast<int64_t>(auth::kMacBytes / sizeof(int64_t))}, at::kLong)});
+      ins.push_back(
+          {at::zeros({static_cast<int64_t>(auth::kMacBytes / sizeof(int64_t))}, at::kLong)});
       works.push_back(group->recv(ins.back(), static_cast<int>(j), kHeaderTag));
     }
     for (auto& w : works) w->wait(to_ms(s.opt.timeout));
@@ -1483,9 +1539,12 @@ c10::intrusive_ptr<c10d::ProcessGroupGloo> GlooTransport::make_group(const std::
       const at::Tensor want = proof(ranks[j], s.opt.rank);
       auth::Mac w{};
       std::memcpy(w.data(), want.data_ptr<int64_t>(), w.size());
-      if (!auth::same_mac(w, std::string_view(reinterpret_cast<const char*>(ins[k++][0].data_ptr<int64_t>()), w.size())))
-        throw PeerError(s.who() + ": member " + std::to_string(ranks[j]) + " of the process group " + name +
-                        " did not prove the run's secret (an impostor, or ranks given different secrets)");
+      if (!auth::same_mac(
+              w, std::string_view(reinterpret_cast<const char*>(ins[k++][0].data_ptr<int64_t>()),
+                                  w.size())))
+        throw PeerError(
+            s.who() + ": member " + std::to_string(ranks[j]) + " of the process group " + name +
+            " did not prove the run's secret (an impostor, or ranks given different secrets)");
     }
     return group;
   } catch (const PeerError&) {

@@ -75,12 +75,12 @@
 // peer arrive in the order that thread sent them.
 #pragma once
 
+#include <c10/util/intrusive_ptr.h>
+
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <c10/util/intrusive_ptr.h>
 
 #include "core/env.h"
 #include "real/wire_format.h"
@@ -88,7 +88,7 @@
 namespace c10d {
 class ProcessGroupGloo;
 class Store;
-}
+}  // namespace c10d
 
 namespace rv {
 

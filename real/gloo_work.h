@@ -9,12 +9,12 @@
 // operation ended (a failure elsewhere ended the run's part that waited for it) aborts it.
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
 #include <string>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 #include <utility>
 #include <vector>
-
-#include <ATen/core/Tensor.h>
-#include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include "core/env.h"
 #include "core/error.h"

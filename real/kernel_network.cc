@@ -1,8 +1,8 @@
 #include "real/kernel_network.h"
 
 #include <fcntl.h>
-#include <sys/mount.h>
 #include <spawn.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -95,7 +95,7 @@ std::string bits_per_s(double bytes_per_s) {
 }  // namespace
 
 std::vector<std::string> KernelNetwork::inside(const std::string& ns,
-                                              const std::vector<std::string>& argv) const {
+                                               const std::vector<std::string>& argv) const {
   std::vector<std::string> out = {nsenter_, "--net=/run/netns/" + ns, "--"};
   out.insert(out.end(), argv.begin(), argv.end());
   return out;
@@ -108,7 +108,8 @@ KernelNetwork::KernelNetwork(const Scenario& s)
       netns_mounted_before_(is_mount_point(kNetnsDir)) {
   if (ip_.empty() || tc_.empty() || nsenter_.empty())
     throw InputError(
-        "real.shaper = \"kernel\" needs iproute2 (`ip`, `tc`) and util-linux (`nsenter`), not found");
+        "real.shaper = \"kernel\" needs iproute2 (`ip`, `tc`) and util-linux (`nsenter`), not "
+        "found");
   const int n = s.node_count();
   if (n > 65000) throw InputError("real.shaper = \"kernel\": at most 65,000 nodes");
   const std::string tag = "rv" + std::to_string(::getpid());
@@ -139,10 +140,10 @@ KernelNetwork::KernelNetwork(const Scenario& s)
     for (const auto& [where, dev, rate] :
          {std::tuple<std::string, std::string, double>{ns, kInterface, d.up_bytes_per_s()},
           {core_ns_, port, d.down_bytes_per_s()}}) {
-      step(inside(where, {tc_, "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default",
-                         "1"}));
-      step(inside(where, {tc_, "class", "add", "dev", dev, "parent", "1:", "classid", "1:1",
-                          "htb", "rate", bits_per_s(rate), "ceil", bits_per_s(rate)}));
+      step(inside(
+          where, {tc_, "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1"}));
+      step(inside(where, {tc_, "class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb",
+                          "rate", bits_per_s(rate), "ceil", bits_per_s(rate)}));
     }
   }
 }

@@ -38,7 +38,8 @@ class KernelNetwork {
 
  private:
   void teardown();
-  std::vector<std::string> inside(const std::string& ns, const std::vector<std::string>& argv) const;
+  std::vector<std::string> inside(const std::string& ns,
+                                  const std::vector<std::string>& argv) const;
 
   std::string ip_, tc_, nsenter_;
   bool netns_mounted_before_ = false;  // /run/netns was a mount point before this run

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -15,7 +16,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <array>
 #include <map>
 #include <optional>
 #include <string>
@@ -116,7 +116,8 @@ class Children {
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     if (!log.empty()) {
-      posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                       0644);
       posix_spawn_file_actions_adddup2(&actions, 1, 2);
     }
     const int rc = posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv.data(), env);
@@ -243,14 +244,17 @@ namespace {
 std::pair<std::string, int> parse_endpoint(const std::string& endpoint) {
   const size_t colon = endpoint.rfind(':');
   std::string host = colon == std::string::npos ? "" : endpoint.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
   const std::string port_text = colon == std::string::npos ? "" : endpoint.substr(colon + 1);
   int port = 0;
-  const bool digits = !port_text.empty() && port_text.size() <= 5 &&
-                      std::all_of(port_text.begin(), port_text.end(), [](char c) { return c >= '0' && c <= '9'; });
+  const bool digits =
+      !port_text.empty() && port_text.size() <= 5 &&
+      std::all_of(port_text.begin(), port_text.end(), [](char c) { return c >= '0' && c <= '9'; });
   if (digits) port = std::stoi(port_text);
   if (host.empty() || !digits || port < 1 || port > 65535)
-    throw InputError("--rdzv-endpoint " + endpoint + ": expected HOST:PORT, an address of machine 0 and a port 1-65535");
+    throw InputError("--rdzv-endpoint " + endpoint +
+                     ": expected HOST:PORT, an address of machine 0 and a port 1-65535");
   return {host, port};
 }
 
@@ -262,16 +266,21 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
   // Several machines (--nnodes): this one's share of the ranks, the rendezvous at machine 0.
   const bool spread = options.machines.nnodes > 1;
   if (options.machines.nnodes < 1 || options.machines.nnodes > world)
-    throw InputError("--nnodes " + std::to_string(options.machines.nnodes) + ": between 1 and the scenario's " +
-                     std::to_string(world) + " nodes");
+    throw InputError("--nnodes " + std::to_string(options.machines.nnodes) +
+                     ": between 1 and the scenario's " + std::to_string(world) + " nodes");
   if (options.machines.node_rank < 0 || options.machines.node_rank >= options.machines.nnodes)
-    throw InputError("--node-rank " + std::to_string(options.machines.node_rank) + ": between 0 and --nnodes - 1");
+    throw InputError("--node-rank " + std::to_string(options.machines.node_rank) +
+                     ": between 0 and --nnodes - 1");
   if (spread && options.machines.rdzv_endpoint.empty())
-    throw InputError("--nnodes " + std::to_string(options.machines.nnodes) + ": give --rdzv-endpoint HOST:PORT, machine 0's address");
+    throw InputError("--nnodes " + std::to_string(options.machines.nnodes) +
+                     ": give --rdzv-endpoint HOST:PORT, machine 0's address");
   if (!spread && !options.machines.rdzv_endpoint.empty())
-    throw InputError("--rdzv-endpoint: only with --nnodes 2 or more (one machine meets at real.master_addr)");
-  const auto [first_rank, last_rank] = ranks_of_machine(world, options.machines.nnodes, options.machines.node_rank);
-  for (int r = first_rank; r < last_rank; ++r) compute_device(scenario, r);  // real.device: refused before any start
+    throw InputError(
+        "--rdzv-endpoint: only with --nnodes 2 or more (one machine meets at real.master_addr)");
+  const auto [first_rank, last_rank] =
+      ranks_of_machine(world, options.machines.nnodes, options.machines.node_rank);
+  for (int r = first_rank; r < last_rank; ++r)
+    compute_device(scenario, r);  // real.device: refused before any start
   const bool has_rank0 = first_rank == 0;
   std::pair<std::string, int> endpoint;
   if (spread) endpoint = parse_endpoint(options.machines.rdzv_endpoint);
@@ -279,7 +288,8 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
   // process starts. On one machine it is new for the run, unless the environment gives one (so that
   // a replacement, `ravnest node --join`, can prove it too).
   const bool given_secret = auth::secret_in_environment();
-  const std::string shared_secret = spread || given_secret ? auth::secret_from_environment() : std::string();
+  const std::string shared_secret =
+      spread || given_secret ? auth::secret_from_environment() : std::string();
   SignalGuard signals;
   const std::string run_path =
       options.run_path.empty() ? new_run_path(scenario, "real") : options.run_path;
@@ -289,14 +299,17 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
   // The network emulator every node's sends go through (real.emulate_network): the user-space
   // star, or the kernel's shaped links with the latencies in user space.
   if (!scenario.network.platform.empty())
-    throw ScenarioError(scenario.where("network.platform"), "network.platform",
-                        "a SimGrid platform file is for the simulator (ravnest sim): real runs emulate the "
-                        "devices' own links");
+    throw ScenarioError(
+        scenario.where("network.platform"), "network.platform",
+        "a SimGrid platform file is for the simulator (ravnest sim): real runs emulate the "
+        "devices' own links");
   const bool emulate = emulates_network(scenario, !spread);
-  if (emulate && scenario.real.shaper == kKernelShaper && scenario.network.topology == kRegionsTopology)
-    throw ScenarioError(scenario.where("real.shaper"), "real.shaper",
-                        "the kernel shaper builds a star only: use shaper = \"user\" under network.topology = "
-                        "\"regions\" (its emulator shares each link between regions among the processes)");
+  if (emulate && scenario.real.shaper == kKernelShaper &&
+      scenario.network.topology == kRegionsTopology)
+    throw ScenarioError(
+        scenario.where("real.shaper"), "real.shaper",
+        "the kernel shaper builds a star only: use shaper = \"user\" under network.topology = "
+        "\"regions\" (its emulator shares each link between regions among the processes)");
   std::optional<KernelNetwork> kernel;
   if (emulate && scenario.real.shaper == kKernelShaper) kernel.emplace(scenario);
   // (Under the kernel shaper each receiver adds the links' latency itself: emu/arrival_latency.h.)
@@ -309,7 +322,9 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
   }
   // Every rank is on this machine: the scenario's address (127.0.0.1 by default) must be one of
   // its own, or the store cannot bind it.
-  const std::string master_addr = kernel ? kernel->address_of(0) : spread ? endpoint.first : scenario.real.master_addr;
+  const std::string master_addr = kernel   ? kernel->address_of(0)
+                                  : spread ? endpoint.first
+                                           : scenario.real.master_addr;
   // The run's secret (real/auth.h), new for this run unless given, in a file only this user can
   // read (the status folder is private too: mkdtemp makes it 0700).
   const std::string secret = spread || given_secret ? shared_secret : auth::new_secret();
@@ -320,7 +335,9 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
   // rank 0 hosts it in its own network namespace, where no other process runs, at the scenario's
   // port (29500 for 0).
   std::optional<AuthStoreServer> store;
-  int port = spread ? endpoint.second : scenario.real.master_port != 0 ? scenario.real.master_port : 29500;
+  int port = spread                           ? endpoint.second
+             : scenario.real.master_port != 0 ? scenario.real.master_port
+                                              : 29500;
   if (!kernel && has_rank0) {
     store.emplace(secret, master_addr, spread ? endpoint.second : scenario.real.master_port);
     port = store->port();
@@ -331,13 +348,15 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     const std::string var(*e);
     auto is = [&](const char* name) { return var.rfind(std::string(name) + "=", 0) == 0; };
-    if (!is(kLauncherPidEnv) && !is(kStatusDirEnv) && !is(kEmulatorSocketEnv) && !is(kStoreHostedEnv) &&
-        !is(auth::kSecretEnv) && !is(auth::kSecretFileEnv) && !is(kCommandLineEnv)) {
+    if (!is(kLauncherPidEnv) && !is(kStatusDirEnv) && !is(kEmulatorSocketEnv) &&
+        !is(kStoreHostedEnv) && !is(auth::kSecretEnv) && !is(auth::kSecretFileEnv) &&
+        !is(kCommandLineEnv)) {
       env_strings.push_back(var);
     }
   }
   env_strings.push_back(std::string(kLauncherPidEnv) + "=" + std::to_string(getpid()));
-  env_strings.push_back(std::string(kCommandLineEnv) + "=" + this_command_line());  // rank 0 records it
+  env_strings.push_back(std::string(kCommandLineEnv) + "=" +
+                        this_command_line());  // rank 0 records it
   env_strings.push_back(std::string(kStatusDirEnv) + "=" + status_dir.path());
   env_strings.push_back(std::string(auth::kSecretFileEnv) + "=" + secret_file);
   if (store) env_strings.push_back(std::string(kStoreHostedEnv) + "=1");
@@ -345,19 +364,19 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
     env_strings.push_back(std::string(kAllRanksHereEnv) + "=1");
   } else {
     // This machine's cores are shared among its own ranks (as torchrun's LOCAL_WORLD_SIZE says).
-    env_strings.erase(std::remove_if(env_strings.begin(), env_strings.end(),
-                                     [](const std::string& v) { return v.rfind("LOCAL_WORLD_SIZE=", 0) == 0; }),
-                      env_strings.end());
+    env_strings.erase(
+        std::remove_if(env_strings.begin(), env_strings.end(),
+                       [](const std::string& v) { return v.rfind("LOCAL_WORLD_SIZE=", 0) == 0; }),
+        env_strings.end());
     env_strings.push_back("LOCAL_WORLD_SIZE=" + std::to_string(last_rank - first_rank));
   }
   if (emulator) env_strings.push_back(std::string(kEmulatorSocketEnv) + "=" + emulator->path());
   if (kernel) {
     // Gloo binds each node's own interface (one name in every namespace).
-    env_strings.erase(std::remove_if(env_strings.begin(), env_strings.end(),
-                                     [](const std::string& v) {
-                                       return v.rfind("GLOO_SOCKET_IFNAME=", 0) == 0;
-                                     }),
-                      env_strings.end());
+    env_strings.erase(
+        std::remove_if(env_strings.begin(), env_strings.end(),
+                       [](const std::string& v) { return v.rfind("GLOO_SOCKET_IFNAME=", 0) == 0; }),
+        env_strings.end());
     env_strings.push_back(std::string("GLOO_SOCKET_IFNAME=") + KernelNetwork::kInterface);
   }
   std::vector<char*> env;
@@ -368,7 +387,8 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
   if (!options.machines.log_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(options.machines.log_dir, ec);
-    if (ec) throw InputError(options.machines.log_dir + ": cannot make the log folder: " + ec.message());
+    if (ec)
+      throw InputError(options.machines.log_dir + ": cannot make the log folder: " + ec.message());
   }
   for (int rank = first_rank; rank < last_rank; ++rank) {
     std::vector<std::string> args = {options.self_exe, "node", options.scenario_path};
@@ -380,7 +400,8 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
     // Every rank appends its rows to the run folder as it goes; rank 0 makes it and finishes it
     // (on machine 0: the other machines' ranks hand their rows to rank 0 at the end).
     if (has_rank0) args.insert(args.end(), {"--run-path", run_path});
-    if (rank == 0) args.insert(args.end(), {"--result-file", result.path(), "--progress", options.progress});
+    if (rank == 0)
+      args.insert(args.end(), {"--result-file", result.path(), "--progress", options.progress});
     if (kernel) {
       const std::vector<std::string> wrapped = kernel->wrap(rank, args);
       children.spawn(rank, wrapped[0], wrapped, env.data());
@@ -388,7 +409,9 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
       children.spawn(rank, options.self_exe, args, env.data(),
                      options.machines.log_dir.empty()
                          ? std::string()
-                         : (std::filesystem::path(options.machines.log_dir) / ("rank-" + std::to_string(rank) + ".log")).string());
+                         : (std::filesystem::path(options.machines.log_dir) /
+                            ("rank-" + std::to_string(rank) + ".log"))
+                               .string());
     }
   }
 
@@ -397,11 +420,12 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
   // margin: ranks that lost a peer end at about the same moment) are taken for stopped or hung.
   std::vector<std::pair<int, int>> failures;  // (rank, wait status), in the order they ended
   std::chrono::steady_clock::time_point deadline, last_end;
-  const auto settle = std::chrono::milliseconds(
-      static_cast<int64_t>(std::max(kGraceMargin, std::min(scenario.peer_timeout_s(), 1e7) / 2) * 1000));
+  const auto settle = std::chrono::milliseconds(static_cast<int64_t>(
+      std::max(kGraceMargin, std::min(scenario.peer_timeout_s(), 1e7) / 2) * 1000));
   // A rank stopped (SIGSTOP, SIGTSTP) for longer than the timeout is taken for gone even when no
   // rank can notice (all of them stopped): the launcher never waits forever.
-  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(std::min(scenario.peer_timeout_s(), 1e7) * 1000));
+  const auto timeout = std::chrono::milliseconds(
+      static_cast<int64_t>(std::min(scenario.peer_timeout_s(), 1e7) * 1000));
   std::map<int, std::chrono::steady_clock::time_point> stopped_since;
   std::vector<int> stopped;  // ranks stopped for longer than the timeout
   // real.on_peer_loss = "recover": a rank other than 0 that ends badly (not on bad input) is lost,
@@ -427,8 +451,10 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
         next_probe = now + std::chrono::milliseconds(250);
         const std::vector<int> now_stopped = children.stopped_ranks();
         for (auto it = stopped_since.begin(); it != stopped_since.end();) {
-          if (std::find(now_stopped.begin(), now_stopped.end(), it->first) == now_stopped.end()) it = stopped_since.erase(it);
-          else ++it;
+          if (std::find(now_stopped.begin(), now_stopped.end(), it->first) == now_stopped.end())
+            it = stopped_since.erase(it);
+          else
+            ++it;
         }
         for (int rank : now_stopped) {
           const auto since = stopped_since.emplace(rank, now).first->second;
@@ -451,7 +477,8 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
     if (recover && r.first != 0 && read_report(status_dir.path(), r.first).kind != "input" &&
         !(WIFEXITED(r.second) && WEXITSTATUS(r.second) == 2)) {
       lost.push_back(r.first);
-      std::cerr << "ravnest real: rank " << r.first << " " << describe(r.second) << "; the run goes on without it\n";
+      std::cerr << "ravnest real: rank " << r.first << " " << describe(r.second)
+                << "; the run goes on without it\n";
       continue;
     }
     if (failures.empty()) {
@@ -471,9 +498,13 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
   if (failures.empty() && !stopped.empty()) {
     std::string which;
     for (int rank : stopped) which += (which.empty() ? "" : ", ") + std::to_string(rank);
-    mark_run_failed(run_path, "rank(s) " + which + " stayed stopped for more than the timeout; every rank was killed");
-    throw PeerError("real run failed: rank(s) " + which + " stayed stopped (a stop signal) for more than the timeout of " +
-                    seconds_str(scenario.peer_timeout_s()) + " s, and no rank ended; every rank was killed");
+    mark_run_failed(
+        run_path,
+        "rank(s) " + which + " stayed stopped for more than the timeout; every rank was killed");
+    throw PeerError("real run failed: rank(s) " + which +
+                    " stayed stopped (a stop signal) for more than the timeout of " +
+                    seconds_str(scenario.peer_timeout_s()) +
+                    " s, and no rank ended; every rank was killed");
   }
   if (!failures.empty()) {
     // The root cause: the first rank to fail on its own (not with a PeerError, which a lost or
@@ -492,7 +523,8 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
     if (reports[root].kind == "peer" && !killed.empty()) {
       // Every rank that ended lost a peer, and some never ended: those are the cause (stopped or
       // hung), not the first rank to notice.
-      what = "real run failed: rank(s) " + killed + " stopped answering (stopped or hung; killed); the "
+      what = "real run failed: rank(s) " + killed +
+             " stopped answering (stopped or hung; killed); the "
              "others lost them: rank " +
              std::to_string(rank) + " " + describe(status);
       killed.clear();
@@ -513,7 +545,8 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
     std::string finished;
     std::getline(std::ifstream(result.path()) >> std::ws, finished);
     if (!finished.empty() && std::filesystem::exists(finished))
-      what += "; the run had finished: its folder is kept, marked with " + std::string(kShutdownMark) + ": " + finished;
+      what += "; the run had finished: its folder is kept, marked with " +
+              std::string(kShutdownMark) + ": " + finished;
     // The folder of a run that did not finish says why (its writer, rank 0, may have been killed
     // and left "running", or have said only that it lost a peer).
     if (finished.empty()) mark_run_failed(run_path, what);

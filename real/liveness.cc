@@ -5,7 +5,10 @@
 namespace rv {
 
 Liveness::Liveness(int peers, int self, Seconds timeout, Seconds now)
-    : self_(self), timeout_(timeout), last_(static_cast<size_t>(peers), now), expected_(static_cast<size_t>(peers), true) {
+    : self_(self),
+      timeout_(timeout),
+      last_(static_cast<size_t>(peers), now),
+      expected_(static_cast<size_t>(peers), true) {
   if (self >= 0 && self < peers) expected_[static_cast<size_t>(self)] = false;
 }
 
@@ -25,7 +28,8 @@ void Liveness::expect(int peer, Seconds now) {
 std::optional<int> Liveness::quietest() const {
   std::optional<int> worst;
   for (size_t p = 0; p < last_.size(); ++p)
-    if (expected_[p] && (!worst || last_[p] < last_[static_cast<size_t>(*worst)])) worst = static_cast<int>(p);
+    if (expected_[p] && (!worst || last_[p] < last_[static_cast<size_t>(*worst)]))
+      worst = static_cast<int>(p);
   return worst;
 }
 

@@ -1,5 +1,7 @@
 #include "real/node_process.h"
 
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -20,37 +22,34 @@
 #include <set>
 #include <sstream>
 #include <thread>
-
-#include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include "algo/algorithm.h"
+#include "algo/registry.h"
 #include "core/checkpoint/checkpoint.h"
 #include "core/compute_threads.h"
+#include "core/data/dataset.h"
+#include "core/error.h"
+#include "core/fault_transport.h"
+#include "core/model/model.h"
+#include "core/output/live_run.h"
+#include "core/output/metrics.h"
+#include "core/output/run_output.h"
+#include "core/output/whole_file.h"
+#include "core/scenario/scenario.h"
+#include "core/units.h"
 #include "emu/arrival_latency.h"
 #include "emu/emulator_service.h"
 #include "exec/env_assembly.h"
 #include "exec/progress.h"
-#include "algo/algorithm.h"
-#include "algo/registry.h"
-#include "core/data/dataset.h"
-#include "core/error.h"
-#include "core/fault_transport.h"
-#include "core/output/metrics.h"
-#include "core/model/model.h"
-#include "core/output/live_run.h"
-#include "core/output/run_output.h"
-#include "core/output/whole_file.h"
-#include "core/scenario/scenario.h"
+#include "exec/wall_env.h"
 #include "planner/planner.h"
-#include "real/real_checkpoints.h"
-#include "real/real_membership.h"
-#include "core/units.h"
 #include "real/auth.h"
 #include "real/auth_store.h"
 #include "real/compute_device.h"
 #include "real/gloo_collectives.h"
-#include "exec/wall_env.h"
+#include "real/real_checkpoints.h"
+#include "real/real_membership.h"
 
 namespace fs = std::filesystem;
 
@@ -92,7 +91,8 @@ constexpr const char* kParamsMark = "#params\n";
 
 std::string events_to_text(const std::vector<Event>& events) {
   std::string text = events_csv(events);
-  if (std::any_of(events.begin(), events.end(), [](const Event& e) { return e.kind == EventKind::kParams; }))
+  if (std::any_of(events.begin(), events.end(),
+                  [](const Event& e) { return e.kind == EventKind::kParams; }))
     text += kParamsMark + params_csv(events);
   return text;
 }
@@ -105,7 +105,8 @@ std::vector<Event> events_from_text(const std::string& text, int from) {
   if (mark == std::string::npos) return events;
   std::istringstream params(text.substr(mark + 1 + std::string(kParamsMark).size()));
   std::vector<Event> values = parse_params_csv(params, where + ": params.csv");
-  events.insert(events.end(), std::make_move_iterator(values.begin()), std::make_move_iterator(values.end()));
+  events.insert(events.end(), std::make_move_iterator(values.begin()),
+                std::make_move_iterator(values.end()));
   return events;
 }
 
@@ -157,9 +158,11 @@ int64_t largest_payload(const ModelDesc& model, const Dataset& data, const Scena
 
 // Sends rank `r`'s events text to rank 0 in pieces of kEventsPieceBytes.
 void send_events(GlooTransport& t, const std::string& text) {
-  const int64_t pieces = std::max<int64_t>(1, static_cast<int64_t>((text.size() + kEventsPieceBytes - 1) / kEventsPieceBytes));
+  const int64_t pieces = std::max<int64_t>(
+      1, static_cast<int64_t>((text.size() + kEventsPieceBytes - 1) / kEventsPieceBytes));
   for (int64_t i = 0; i < pieces; ++i) {
-    Message m = bytes_message(kEventsId, text.substr(static_cast<size_t>(i) * kEventsPieceBytes, kEventsPieceBytes));
+    Message m = bytes_message(
+        kEventsId, text.substr(static_cast<size_t>(i) * kEventsPieceBytes, kEventsPieceBytes));
     m.step = pieces;
     t.send(0, std::move(m));
   }
@@ -171,26 +174,29 @@ void send_events(GlooTransport& t, const std::string& text) {
 // ends no wait): returns nothing as soon as enough() holds, checked every second, since the ranks
 // still awaited may be lost meanwhile; rank 0 gathers the run's events, so its loss ends another
 // rank's wait with rv::PeerError.
-std::optional<Message> wait_control(GlooTransport& t, int64_t id, const std::function<bool()>& enough = {}) {
+std::optional<Message> wait_control(GlooTransport& t, int64_t id,
+                                    const std::function<bool()>& enough = {}) {
   for (;;) {
     if (enough && enough()) return std::nullopt;
     std::optional<Message> m;
     try {
       m = t.recv_control(enough ? 1.0 : 3600.0);
     } catch (const PeerError&) {
-      if (enough && enough()) return std::nullopt;  // the last peer it waited for was lost meanwhile
+      if (enough && enough())
+        return std::nullopt;  // the last peer it waited for was lost meanwhile
       throw;
     }
     if (m) {
       if (m->id != id)
-        throw InputError("rank " + std::to_string(m->src) + " sent control message " + std::to_string(m->id) +
-                         " where " + std::to_string(id) + " was expected");
+        throw InputError("rank " + std::to_string(m->src) + " sent control message " +
+                         std::to_string(m->id) + " where " + std::to_string(id) + " was expected");
       return m;
     }
     if (!enough) continue;
     const std::vector<int> lost = t.lost_peers();
     if (t.rank() != 0 && std::find(lost.begin(), lost.end(), 0) != lost.end())
-      throw PeerError("rank " + std::to_string(t.rank()) + ": rank 0 was lost, and with it the run's gathering "
+      throw PeerError("rank " + std::to_string(t.rank()) +
+                      ": rank 0 was lost, and with it the run's gathering "
                       "of events: the run cannot finish");
   }
 }
@@ -221,7 +227,8 @@ const std::string kRunInfoKey = "rv/run/info";
 
 void publish_run_info(c10d::Store& store, const WallClock& clock, bool emulated) {
   const auto steady_now = std::chrono::steady_clock::now().time_since_epoch();
-  const int64_t since_origin = std::chrono::duration_cast<std::chrono::nanoseconds>(steady_now).count() - clock.origin_ns();
+  const int64_t since_origin =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(steady_now).count() - clock.origin_ns();
   const auto origin_unix = static_cast<int64_t>(unix_now_s() * 1e9) - since_origin;
   const std::string info = std::to_string(origin_unix) + " " + (emulated ? "1" : "0");
   store.set(kRunInfoKey, store_value(info));
@@ -240,16 +247,21 @@ int64_t read_run_info(const GlooOptions& gloo) {
   } catch (const InputError& e) {
     throw InputError(who + ": " + e.what());
   } catch (const std::exception& e) {
-    throw PeerError(who + ": cannot read the running job's facts from its store at " + gloo.master_addr + ":" +
-                    std::to_string(gloo.master_port) + " (is a run that recovers lost ranks running there?): " + e.what());
+    throw PeerError(who + ": cannot read the running job's facts from its store at " +
+                    gloo.master_addr + ":" + std::to_string(gloo.master_port) +
+                    " (is a run that recovers lost ranks running there?): " + e.what());
   }
   std::istringstream in(store_text(b));
   int64_t origin_unix = 0;
   int emulated = 0;
-  if (!(in >> origin_unix >> emulated)) throw InputError(who + ": the store holds malformed run facts");
+  if (!(in >> origin_unix >> emulated))
+    throw InputError(who + ": the store holds malformed run facts");
   if (emulated != 0)
-    throw InputError(who + ": this run's network is emulated by its launcher, whose emulator knows only the "
-                     "processes it started: a replacement can join a run with real.emulate_network = false only");
+    throw InputError(
+        who +
+        ": this run's network is emulated by its launcher, whose emulator knows only the "
+        "processes it started: a replacement can join a run with real.emulate_network = false "
+        "only");
   return origin_unix;
 }
 
@@ -257,7 +269,8 @@ int64_t read_run_info(const GlooOptions& gloo) {
 // machines' clock agreement).
 void adopt_origin(WallClock& clock, int64_t origin_unix) {
   const int64_t steady_now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                 std::chrono::steady_clock::now().time_since_epoch()).count();
+                                 std::chrono::steady_clock::now().time_since_epoch())
+                                 .count();
   clock.set_origin_ns(steady_now - (static_cast<int64_t>(unix_now_s() * 1e9) - origin_unix));
 }
 
@@ -276,8 +289,8 @@ struct RankSetup {
 };
 
 // run()'s second half (below).
-int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::optional<LiveRun>& live,
-             const Clock& live_clock);
+int run_rank(const NodeProcessOptions& options, const RankSetup& setup,
+             std::optional<LiveRun>& live, const Clock& live_clock);
 
 int run(const NodeProcessOptions& options) {
   die_with_launcher();
@@ -285,15 +298,17 @@ int run(const NodeProcessOptions& options) {
   const int world = options.gloo.world_size;
   Scenario scenario = load_scenario(options.scenario_path, options.overrides);
   if (!options.resume_from.empty())
-    if (std::string source = resolved_source(options.scenario_path); !source.empty()) scenario.source = source;
+    if (std::string source = resolved_source(options.scenario_path); !source.empty())
+      scenario.source = source;
   check_algorithm_settings(scenario);
   check_checkpoint_support(scenario);
   check_recovery_support(scenario);
   const c10::Device device = compute_device(scenario, rank);
   if (options.gloo.join && scenario.real.on_peer_loss != "recover")
     throw ScenarioError(scenario.where("real.on_peer_loss"), "real.on_peer_loss",
-                        "\"" + scenario.real.on_peer_loss + "\": --join replaces a lost rank of a run that recovers "
-                        "lost ranks (\"recover\") only");
+                        "\"" + scenario.real.on_peer_loss +
+                            "\": --join replaces a lost rank of a run that recovers "
+                            "lost ranks (\"recover\") only");
   const bool launched_together = env_set(kAllRanksHereEnv);
   const bool emulate = emulates_network(scenario, launched_together);
   // The kernel shaper's latency is added here, at the receiver; the user-space one is the
@@ -328,15 +343,17 @@ int run(const NodeProcessOptions& options) {
   if (gloo.master_addr.empty()) gloo.master_addr = scenario.real.master_addr;
   if (gloo.master_port == 0) {
     if (scenario.real.master_port == 0)
-      throw ScenarioError(scenario.where("real.master_port"), "real.master_port",
-                          "0 (a free port) is chosen by `ravnest real` only: give this rank --master-port or "
-                          "MASTER_PORT, or set the port here");
+      throw ScenarioError(
+          scenario.where("real.master_port"), "real.master_port",
+          "0 (a free port) is chosen by `ravnest real` only: give this rank --master-port or "
+          "MASTER_PORT, or set the port here");
     gloo.master_port = scenario.real.master_port;
   }
   // The run folder exists from the start (core/output/live_run.h): rank 0 makes it before the start
   // barrier, and every rank that knows it (all of them under `ravnest real`) appends its rows to
   // it as it goes, from after that barrier until it hands its events to rank 0.
-  const std::string path = options.run_path.empty() ? new_run_path(scenario, "real") : options.run_path;
+  const std::string path =
+      options.run_path.empty() ? new_run_path(scenario, "real") : options.run_path;
   WallClock live_clock;
   std::optional<LiveRun> live;
   if (rank == 0) {
@@ -349,8 +366,10 @@ int run(const NodeProcessOptions& options) {
     live.emplace(path, scenario, plan, model, info, live_clock);
   }
   try {
-    return run_rank(options, RankSetup{scenario, plan, model, spec, gloo, path, emulate, kernel, socket_path, device}, live,
-                    live_clock);
+    return run_rank(
+        options,
+        RankSetup{scenario, plan, model, spec, gloo, path, emulate, kernel, socket_path, device},
+        live, live_clock);
   } catch (const StoppedAtCheckpoint& e) {
     if (live) live->stop(e.what());
     throw;
@@ -361,8 +380,8 @@ int run(const NodeProcessOptions& options) {
 }
 
 // The rank's part of run() after the run folder exists: rendezvous, training, gathering.
-int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::optional<LiveRun>& live,
-             const Clock& live_clock) {
+int run_rank(const NodeProcessOptions& options, const RankSetup& setup,
+             std::optional<LiveRun>& live, const Clock& live_clock) {
   const int rank = options.gloo.rank;
   const int world = options.gloo.world_size;
   const Scenario& scenario = setup.scenario;
@@ -377,7 +396,10 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::opt
   const bool recover = scenario.real.on_peer_loss == "recover";
   auto hook = std::make_shared<LossHook>();
   GlooOptions transport_options = gloo;
-  if (recover) transport_options.peer_lost = [hook](int peer, int incarnation) { hook->lost(peer, incarnation); };
+  if (recover)
+    transport_options.peer_lost = [hook](int peer, int incarnation) {
+      hook->lost(peer, incarnation);
+    };
   // The direct channel, where the env assembly will hand it on (NodeEnvStack::direct_allowed: no
   // network emulator, below, and no injected faults) and no peer is taken for lost; every rank
   // decides alike, from the scenario and the run's launch. Its second connections are made with
@@ -390,8 +412,11 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::opt
   if (!replacement) transport.barrier();
   // The other ranks join the folder rank 0 made before that barrier.
   std::optional<LiveRows> joined;
-  if (rank != 0 && !options.run_path.empty()) joined.emplace(path, scenario.output.metrics != "summary", live_clock, false);
-  Metrics* live_rows = live ? static_cast<Metrics*>(&*live) : joined ? static_cast<Metrics*>(&*joined) : nullptr;
+  if (rank != 0 && !options.run_path.empty())
+    joined.emplace(path, scenario.output.metrics != "summary", live_clock, false);
+  Metrics* live_rows = live     ? static_cast<Metrics*>(&*live)
+                       : joined ? static_cast<Metrics*>(&*joined)
+                                : nullptr;
   std::vector<int> trainers;  // the ranks the plan gives a stage
   for (int r = 0; r < plan.nodes; ++r)
     if (plan.role_of(r).stage >= 0) trainers.push_back(r);
@@ -401,15 +426,18 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::opt
   if (!options.resume_from.empty()) {
     const CheckpointInfo point = read_checkpoint(options.resume_from);
     if (point.nodes != trainers)
-      throw InputError(options.resume_from + ": the checkpoint holds other nodes than the ones this run's plan trains");
+      throw InputError(options.resume_from +
+                       ": the checkpoint holds other nodes than the ones this run's plan trains");
     resumed_time = point.time;
     if (role.stage >= 0) resumed = read_node_state(point, rank);
   }
   WallClock clock;  // origin: just after the start barrier, on every rank
   if (resumed_time > 0)
     clock.set_origin_ns(clock.origin_ns() - static_cast<int64_t>(resumed_time * 1e9));
-  if (replacement) adopt_origin(clock, run_origin);
-  else if (recover && rank == 0) publish_run_info(*transport.store(), clock, emulate && !kernel);
+  if (replacement)
+    adopt_origin(clock, run_origin);
+  else if (recover && rank == 0)
+    publish_run_info(*transport.store(), clock, emulate && !kernel);
   // Ranks started together by `ravnest real` share this machine's monotonic clock: take rank 0's
   // origin, so that every node's events sit on one time axis (the barrier's exits differ by ms).
   if (env_set(kAllRanksHereEnv) && world > 1 && !replacement) {
@@ -426,12 +454,13 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::opt
       clock.set_origin_ns(wait_control(transport, kClockId)->step);
     }
   }
-  WallCompute compute(scenario.real.emulate_speed
-                          ? std::optional<ComputeProfile>(scenario.device_of(rank).compute_profile())
-                          : std::nullopt,
+  WallCompute compute(scenario.real.emulate_speed ? std::optional<ComputeProfile>(
+                                                        scenario.device_of(rank).compute_profile())
+                                                  : std::nullopt,
                       setup.device);
   EventLog log;
-  Progress progress(scenario.training.steps, "wall", rank == 0 && Progress::enabled_for(options.progress));
+  Progress progress(scenario.training.steps, "wall",
+                    rank == 0 && Progress::enabled_for(options.progress));
   GlooCollectives collectives(transport);  // for an all-reduce on the executor's collectives
   // The network emulator, if the run has one (destroyed before the transport it uses): the
   // launcher's, or under the kernel shaper the links' latency after each message's arrival.
@@ -453,8 +482,9 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::opt
         observer.record(e);
       }
     }
-    checkpoints.emplace(scenario.checkpoint.every, checkpoint_dir(scenario.checkpoint.dir, path), trainers, rank,
-                        transport, log, clock, std::move(resumed), options.stop_after_checkpoint);
+    checkpoints.emplace(scenario.checkpoint.every, checkpoint_dir(scenario.checkpoint.dir, path),
+                        trainers, rank, transport, log, clock, std::move(resumed),
+                        options.stop_after_checkpoint);
   }
   EnvParts parts{transport, clock, compute, log, &collectives, &observer, nullptr, emulator.get()};
   if (checkpoints) parts.checkpoints = &*checkpoints;
@@ -527,7 +557,9 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::opt
   auto all_in = [&] {
     const std::vector<int> lost = transport.lost_peers();
     for (int r = 1; r < world; ++r)
-      if ((pieces[r] == 0 || got[r] < pieces[r]) && std::find(lost.begin(), lost.end(), r) == lost.end()) return false;
+      if ((pieces[r] == 0 || got[r] < pieces[r]) &&
+          std::find(lost.begin(), lost.end(), r) == lost.end())
+        return false;
     return true;
   };
   for (int complete = 1; recover ? !all_in() : complete < world;) {
@@ -537,8 +569,9 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::opt
     const Message m = std::move(*got_one);
     const auto src = static_cast<size_t>(m.src);
     if (m.step < 1 || (pieces[src] != 0 && (m.step != pieces[src] || got[src] == pieces[src])))
-      throw InputError("rank " + std::to_string(m.src) + " sent a piece of its events out of turn (" +
-                       std::to_string(m.step) + " pieces)");
+      throw InputError("rank " + std::to_string(m.src) +
+                       " sent a piece of its events out of turn (" + std::to_string(m.step) +
+                       " pieces)");
     pieces[src] = m.step;
     texts[src] += message_bytes(m);
     if (++got[src] < pieces[src]) continue;
@@ -572,9 +605,11 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup, std::opt
     transport.flush();
     transport.close();
   } catch (const Error& e) {
-    write_whole_file((fs::path(path) / kShutdownMark).string(),
-                     std::string("The run finished: rank 0 had every rank's events and wrote this folder. "
-                                 "Then the shutdown failed:\n") + e.what() + "\n");
+    write_whole_file(
+        (fs::path(path) / kShutdownMark).string(),
+        std::string("The run finished: rank 0 had every rank's events and wrote this folder. "
+                    "Then the shutdown failed:\n") +
+            e.what() + "\n");
     throw;
   }
   return 0;
@@ -612,10 +647,11 @@ bool emulates_network(const Scenario& s, bool launched_together) {
   const bool kernel = s.real.shaper == kKernelShaper;
   if (!launched_together) {
     if (t == Toggle::kOn)
-      throw ScenarioError(s.where("real.emulate_network"), "real.emulate_network",
-                          "ranks started by hand (`ravnest node`) or on several machines (--nnodes) "
-                          "cannot share a network emulator; start them together with `ravnest real` on "
-                          "one machine");
+      throw ScenarioError(
+          s.where("real.emulate_network"), "real.emulate_network",
+          "ranks started by hand (`ravnest node`) or on several machines (--nnodes) "
+          "cannot share a network emulator; start them together with `ravnest real` on "
+          "one machine");
     if (kernel)
       throw ScenarioError(s.where("real.shaper"), "real.shaper",
                           "the kernel shaper needs the ranks started by `ravnest real`");

@@ -14,11 +14,11 @@ namespace rv {
 struct NodeProcessOptions {
   std::string scenario_path;
   std::vector<std::string> overrides;
-  GlooOptions gloo;         // rank, world size, master address and port
+  GlooOptions gloo;  // rank, world size, master address and port
   // The run folder: rank 0 makes it at the start and finishes it ("" = a new one under output.dir);
   // the other ranks append their rows to it as they go ("": they do not).
   std::string run_path;
-  std::string result_file;  // rank 0: if set, the run folder's path is written here
+  std::string result_file;        // rank 0: if set, the run folder's path is written here
   std::string progress = "auto";  // rank 0's progress on stderr: auto | on | off
   // Checkpoints ([checkpoint]): resume from this complete round folder (core/checkpoint/), a
   // checkpoint of the run `resumed_run` (named in run.json); stop once this many are complete.

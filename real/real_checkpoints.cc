@@ -6,16 +6,25 @@
 
 namespace rv {
 
-RealCheckpoints::RealCheckpoints(int64_t every, std::string dir, std::vector<int> trainers, int rank,
-                                 GlooTransport& transport, const EventLog& log, const Clock& clock,
-                                 std::optional<NodeState> resume, int64_t stop_after)
-    : every_(every), dir_(std::move(dir)), trainers_(std::move(trainers)), rank_(rank), transport_(transport),
-      log_(log), clock_(clock), resume_(std::move(resume)), stop_after_(stop_after) {}
+RealCheckpoints::RealCheckpoints(int64_t every, std::string dir, std::vector<int> trainers,
+                                 int rank, GlooTransport& transport, const EventLog& log,
+                                 const Clock& clock, std::optional<NodeState> resume,
+                                 int64_t stop_after)
+    : every_(every),
+      dir_(std::move(dir)),
+      trainers_(std::move(trainers)),
+      rank_(rank),
+      transport_(transport),
+      log_(log),
+      clock_(clock),
+      resume_(std::move(resume)),
+      stop_after_(stop_after) {}
 
 RealCheckpoints::~RealCheckpoints() = default;
 
 const NodeState* RealCheckpoints::resume(int node) {
-  RV_CHECK(node == rank_, "RealCheckpoints: rank " + std::to_string(rank_) + " asked for node " + std::to_string(node));
+  RV_CHECK(node == rank_, "RealCheckpoints: rank " + std::to_string(rank_) + " asked for node " +
+                              std::to_string(node));
   return resume_ ? &*resume_ : nullptr;
 }
 
@@ -24,7 +33,8 @@ void RealCheckpoints::barrier() {
   try {
     group_->barrier()->wait();
   } catch (const std::exception& e) {
-    throw PeerError("rank " + std::to_string(rank_) + ": the checkpoint's barrier failed: " + e.what());
+    throw PeerError("rank " + std::to_string(rank_) +
+                    ": the checkpoint's barrier failed: " + e.what());
   }
 }
 

@@ -7,11 +7,11 @@
 // Threading: like every NodeEnv part, used from the rank's own thread.
 #pragma once
 
+#include <c10/util/intrusive_ptr.h>
+
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <c10/util/intrusive_ptr.h>
 
 #include "core/checkpoint/checkpoint.h"
 #include "core/env.h"
@@ -24,8 +24,9 @@ class RealCheckpoints : public Checkpoints {
   // `dir`: where this run's checkpoints go; `trainers`: the ranks that train (ascending);
   // `log`: this rank's events; `clock`: its clock; `resume`: this rank's state to resume from;
   // `stop_after` > 0: every training rank throws StoppedAtCheckpoint once that many are complete.
-  RealCheckpoints(int64_t every, std::string dir, std::vector<int> trainers, int rank, GlooTransport& transport,
-                  const EventLog& log, const Clock& clock, std::optional<NodeState> resume, int64_t stop_after);
+  RealCheckpoints(int64_t every, std::string dir, std::vector<int> trainers, int rank,
+                  GlooTransport& transport, const EventLog& log, const Clock& clock,
+                  std::optional<NodeState> resume, int64_t stop_after);
   ~RealCheckpoints() override;  // where c10d's group is a complete type
 
   int64_t every() const override { return every_; }

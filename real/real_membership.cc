@@ -2,7 +2,6 @@
 
 #include <sstream>
 #include <string>
-
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "core/error.h"
@@ -16,16 +15,19 @@ const std::string kCount = "rv/churn/n";
 const std::string kSeals = "rv/churn/seals";
 std::string event_key(int64_t i) { return "rv/churn/e/" + std::to_string(i); }
 std::string gone_key(int node, int incarnation) {
-  return "rv/churn/gone/" + std::to_string(node) + (incarnation == 0 ? "" : "." + std::to_string(incarnation));
+  return "rv/churn/gone/" + std::to_string(node) +
+         (incarnation == 0 ? "" : "." + std::to_string(incarnation));
 }
 std::string seal_key(int64_t round) { return "rv/churn/seal/" + std::to_string(round); }
 
-
 }  // namespace
 
-StoreMembership::StoreMembership(c10::intrusive_ptr<c10d::Store> store, GlooTransport& transport, const Clock& clock,
-                                 Seconds poll)
-    : store_(std::move(store)), transport_(transport), clock_(clock), poll_(poll),
+StoreMembership::StoreMembership(c10::intrusive_ptr<c10d::Store> store, GlooTransport& transport,
+                                 const Clock& clock, Seconds poll)
+    : store_(std::move(store)),
+      transport_(transport),
+      clock_(clock),
+      poll_(poll),
       rank_(transport.rank()) {
   watcher_ = std::thread([this] { watch(); });
 }
@@ -48,14 +50,16 @@ void StoreMembership::left(int node, int incarnation) {
   // Held across the count and the event's key: this process's events() (whose store client
   // would block on the key while holding the client's one connection) waits instead.
   std::lock_guard<std::mutex> lock(mu_);
-  if (store_text(store_->compareSet(gone_key(node, incarnation), {}, store_value(me))) != me) return;  // another rank reported it
+  if (store_text(store_->compareSet(gone_key(node, incarnation), {}, store_value(me))) != me)
+    return;  // another rank reported it
   record(node, false);
 }
 
 void StoreMembership::record(int node, bool join) {
   const Seconds at = clock_.now();
   const int64_t i = store_->add(kCount, 1) - 1;
-  store_->set(event_key(i), store_value(std::to_string(node) + (join ? " 1 " : " 0 ") + std::to_string(at)));
+  store_->set(event_key(i),
+              store_value(std::to_string(node) + (join ? " 1 " : " 0 ") + std::to_string(at)));
   Event e;
   e.kind = join ? EventKind::kJoin : EventKind::kLeave;
   e.node = node;
@@ -74,8 +78,10 @@ void StoreMembership::joined(int node, Seconds timeout) {
   const Seconds until = clock_.now() + timeout;
   while (present()) {
     if (clock_.now() > until)
-      throw PeerError("rank " + std::to_string(rank_) + ": the run has not recorded the departure of the rank this "
-                      "process replaces within " + std::to_string(static_cast<int>(timeout)) + " s");
+      throw PeerError("rank " + std::to_string(rank_) +
+                      ": the run has not recorded the departure of the rank this "
+                      "process replaces within " +
+                      std::to_string(static_cast<int>(timeout)) + " s");
     std::this_thread::sleep_for(std::chrono::duration<double>(poll_));
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -92,7 +98,8 @@ int64_t StoreMembership::seal(int64_t round) {
     if (sealed(r) >= 0) continue;
     // Earlier rounds are sealed (above), so the count read now is at least theirs.
     const std::string mine = std::to_string(count()) + " " + std::to_string(rank_);
-    if (store_text(store_->compareSet(seal_key(r), {}, store_value(mine))) == mine) store_->add(kSeals, 1);
+    if (store_text(store_->compareSet(seal_key(r), {}, store_value(mine))) == mine)
+      store_->add(kSeals, 1);
   }
   return sealed(round);
 }
@@ -105,7 +112,9 @@ int64_t StoreMembership::sealed(int64_t round) const {
   if (!store_->check({seal_key(round)})) return -1;
   int64_t n = -1;
   std::istringstream(store_text(store_->get(seal_key(round)))) >> n;
-  if (n < 0) throw InputError("the rendezvous store holds a malformed seal of round " + std::to_string(round));
+  if (n < 0)
+    throw InputError("the rendezvous store holds a malformed seal of round " +
+                     std::to_string(round));
   std::lock_guard<std::mutex> lock(mu_);
   sealed_[round] = n;
   return n;
@@ -119,7 +128,8 @@ std::vector<MemberEvent> StoreMembership::events(size_t from) const {
     MemberEvent e;
     int join = 0;
     if (!(in >> e.node >> join >> e.at) || e.node < 0 || e.node >= transport_.size())
-      throw InputError("the rendezvous store holds a malformed membership event " + std::to_string(i));
+      throw InputError("the rendezvous store holds a malformed membership event " +
+                       std::to_string(i));
     e.join = join != 0;
     events_.push_back(e);
   }
@@ -130,7 +140,8 @@ std::vector<MemberEvent> StoreMembership::events(size_t from) const {
 void StoreMembership::watch() {
   int64_t seen_events = 0, seen_seals = 0;
   std::unique_lock<std::mutex> lock(stop_mu_);
-  while (!stop_cv_.wait_for(lock, std::chrono::duration<double>(poll_), [&] { return stopping_; })) {
+  while (
+      !stop_cv_.wait_for(lock, std::chrono::duration<double>(poll_), [&] { return stopping_; })) {
     lock.unlock();
     try {
       const int64_t n = store_->add(kCount, 0), s = store_->add(kSeals, 0);

@@ -19,14 +19,14 @@
 // Membership methods from the rank's own thread.
 #pragma once
 
+#include <c10/util/intrusive_ptr.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
-
-#include <c10/util/intrusive_ptr.h>
 
 #include "core/env.h"
 
@@ -41,8 +41,8 @@ class GlooTransport;
 class StoreMembership : public Membership {
  public:
   // `store` and `transport` outlive it (stop() before the transport closes); `clock`: the run's.
-  StoreMembership(c10::intrusive_ptr<c10d::Store> store, GlooTransport& transport, const Clock& clock,
-                  Seconds poll = 0.05);
+  StoreMembership(c10::intrusive_ptr<c10d::Store> store, GlooTransport& transport,
+                  const Clock& clock, Seconds poll = 0.05);
   ~StoreMembership() override;
   // Records the departure of incarnation `incarnation` of `node`, once for the run (the first rank
   // to report it records it, and keeps a kLeave event for take_events()).
@@ -52,7 +52,7 @@ class StoreMembership : public Membership {
   // (a kJoin event for take_events()).
   void joined(int node, Seconds timeout);
   std::vector<Event> take_events();  // the kLeave and kJoin events this rank recorded
-  void stop();  // ends the watcher (idempotent)
+  void stop();                       // ends the watcher (idempotent)
 
   int64_t seal(int64_t round) override;
   int64_t sealed(int64_t round) const override;
@@ -61,7 +61,7 @@ class StoreMembership : public Membership {
  private:
   void watch();
   void record(int node, bool join);  // mu_ held: appends the event to the store and to recorded_
-  int64_t count() const;  // events recorded so far
+  int64_t count() const;             // events recorded so far
 
   c10::intrusive_ptr<c10d::Store> store_;
   GlooTransport& transport_;
@@ -69,7 +69,7 @@ class StoreMembership : public Membership {
   std::vector<Event> recorded_;  // the kLeave and kJoin events this rank recorded
   Seconds poll_;
   int rank_;
-  mutable std::mutex mu_;                      // the caches and recorded_ (left() from other threads)
+  mutable std::mutex mu_;  // the caches and recorded_ (left() from other threads)
   mutable std::map<int64_t, int64_t> sealed_;  // rounds known sealed: their counts
   mutable std::vector<MemberEvent> events_;    // events read so far
   std::mutex stop_mu_;

@@ -1,10 +1,10 @@
 #include "real/wire_format.h"
 
+#include <ATen/ATen.h>
+
 #include <algorithm>
 #include <cstring>
 #include <string>
-
-#include <ATen/ATen.h>
 
 #include "core/error.h"
 
@@ -66,14 +66,16 @@ const float* decode_lead(const int64_t* w, size_t words, int peer, const Decoded
     return InputError("malformed payload lead from peer " + std::to_string(peer) + ": " + what);
   };
   if (words < static_cast<size_t>(kWInlineData + (d.lead + 1) / 2))
-    throw bad("a lead of " + std::to_string(d.lead) + " floats in " + std::to_string(words) + " words");
+    throw bad("a lead of " + std::to_string(d.lead) + " floats in " + std::to_string(words) +
+              " words");
   if (w[kLMagic] != kLeadMagic) {
-    throw bad("magic word " + std::to_string(w[kLMagic]) + " where the lead of a payload of " + std::to_string(d.elems) +
-              " floats belongs");
+    throw bad("magic word " + std::to_string(w[kLMagic]) + " where the lead of a payload of " +
+              std::to_string(d.elems) + " floats belongs");
   }
   if (w[kLFloats] != d.lead || w[kLBodyFloats] != d.elems - d.lead) {
-    throw bad("a lead of " + std::to_string(w[kLFloats]) + " floats and a body of " + std::to_string(w[kLBodyFloats]) +
-              " where " + std::to_string(d.lead) + " and " + std::to_string(d.elems - d.lead) + " belong");
+    throw bad("a lead of " + std::to_string(w[kLFloats]) + " floats and a body of " +
+              std::to_string(w[kLBodyFloats]) + " where " + std::to_string(d.lead) + " and " +
+              std::to_string(d.elems - d.lead) + " belong");
   }
   return reinterpret_cast<const float*>(w + kWInlineData);
 }
@@ -83,7 +85,8 @@ Decoded decode_header(const int64_t* w, size_t words, int peer, int64_t max_elem
     return InputError("malformed message header from peer " + std::to_string(peer) + ": " + what);
   };
   if (words < static_cast<size_t>(kWInlineData))
-    throw bad("a header of " + std::to_string(words) + " words (at least " + std::to_string(kWInlineData) + ")");
+    throw bad("a header of " + std::to_string(words) + " words (at least " +
+              std::to_string(kWInlineData) + ")");
   if (w[kWMagic] != kMagic) {
     throw bad("magic word " + std::to_string(w[kWMagic]) + " is not " + std::to_string(kMagic) +
               " (not a ravnest peer, or another wire-format version)");
@@ -92,7 +95,8 @@ Decoded decode_header(const int64_t* w, size_t words, int peer, int64_t max_elem
   const int64_t kind = w[kWKind];
   if (kind < static_cast<int64_t>(MsgKind::kForward) ||
       kind > static_cast<int64_t>(MsgKind::kLast)) {
-    throw bad("kind " + std::to_string(kind) + " is not a message kind (1.." + std::to_string(static_cast<int>(MsgKind::kLast)) + ")");
+    throw bad("kind " + std::to_string(kind) + " is not a message kind (1.." +
+              std::to_string(static_cast<int>(MsgKind::kLast)) + ")");
   }
   d.msg.kind = static_cast<MsgKind>(kind);
   d.msg.id = w[kWId];
@@ -127,7 +131,9 @@ Decoded decode_header(const int64_t* w, size_t words, int peer, int64_t max_elem
     total += n;
     if (total > max_elems) {
       throw bad("a payload of more than " + std::to_string(max_elems) + " elements" +
-                (max_elems == kMaxPayloadElems ? std::string(" (2^34)") : std::string(", the most this run's plan can send")));
+                (max_elems == kMaxPayloadElems
+                     ? std::string(" (2^34)")
+                     : std::string(", the most this run's plan can send")));
     }
     d.shapes.push_back(std::move(shape));
   }
@@ -139,16 +145,20 @@ Decoded decode_header(const int64_t* w, size_t words, int peer, int64_t max_elem
   // Every payload travels inline up to kInlineFloats, split beyond.
   const int64_t flag = w[kWInline];
   if (flag != (total == 0 ? 0 : is_split(total) ? 2 : 1))
-    throw bad("inline payload flag " + std::to_string(flag) + " for " + std::to_string(total) + " elements");
+    throw bad("inline payload flag " + std::to_string(flag) + " for " + std::to_string(total) +
+              " elements");
   d.inline_payload = flag == 1;
   d.split = flag == 2;
   d.lead = w[kWLead];
   if (d.lead != 0 && !(d.split && d.lead >= 1 && d.lead <= kInlineFloats))
-    throw bad("a lead of " + std::to_string(d.lead) + " floats for " + std::to_string(total) + " elements");
-  if (d.split && d.lead == 0) throw bad("a split payload of " + std::to_string(total) + " elements without a lead");
+    throw bad("a lead of " + std::to_string(d.lead) + " floats for " + std::to_string(total) +
+              " elements");
+  if (d.split && d.lead == 0)
+    throw bad("a split payload of " + std::to_string(total) + " elements without a lead");
   const int64_t carried = d.inline_payload ? total : 0;
   if (static_cast<size_t>(kWInlineData + (carried + 1) / 2) > words)
-    throw bad("an inline payload of " + std::to_string(carried) + " elements in a header of " + std::to_string(words) + " words");
+    throw bad("an inline payload of " + std::to_string(carried) + " elements in a header of " +
+              std::to_string(words) + " words");
   return d;
 }
 

@@ -17,11 +17,11 @@
 // place posted for it (the connection fails), and its floats are the sender's to choose anyway.
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <vector>
-
-#include <ATen/core/Tensor.h>
 
 #include "core/env.h"
 
@@ -34,9 +34,10 @@ constexpr int kMaxDims = 6;     // dimensions per payload tensor
 constexpr int64_t kInlineFloats = 262144;
 constexpr int64_t kMagic = 0x52564e5404;      // "RVNT", wire format version 4 (lead and body)
 constexpr int64_t kLeadMagic = 0x52564e5405;  // the lead of a payload announced right before it
-constexpr int64_t kByeId = -1;            // kControl with this id: the sender closes
-constexpr int64_t kBeatId = -2;           // kControl with this id: a heartbeat (real/liveness.h)
-constexpr int64_t kHelloId = -3;          // kControl with this id: the first message, a proof (gloo_transport.h)
+constexpr int64_t kByeId = -1;                // kControl with this id: the sender closes
+constexpr int64_t kBeatId = -2;  // kControl with this id: a heartbeat (real/liveness.h)
+constexpr int64_t kHelloId =
+    -3;  // kControl with this id: the first message, a proof (gloo_transport.h)
 // A payload beyond 2^34 float32 elements (64 GiB) is taken for a corrupt header.
 constexpr int64_t kMaxPayloadElems = int64_t{1} << 34;
 
@@ -51,12 +52,14 @@ enum HeaderWord : int {
   kWBytes,   // modeled size, bytes
   kWCount,   // payload tensors
   kWElems,   // float32 elements in the payload, all tensors together
-  kWInline,  // 1: the payload follows the shapes, inside the header; 2: split (a lead and a body follow)
+  kWInline,  // 1: the payload follows the shapes, inside the header; 2: split (a lead and a body
+             // follow)
   kWLead,    // split: floats in the lead (1..kInlineFloats); else 0
   kWShapes,  // per tensor: rank, then kMaxDims sizes (unused ones 0)
 };
 constexpr int kWordsPerShape = 1 + kMaxDims;
-constexpr int kWInlineData = kWShapes + kMaxTensors * kWordsPerShape;  // words before an inline payload
+constexpr int kWInlineData =
+    kWShapes + kMaxTensors * kWordsPerShape;  // words before an inline payload
 // The largest header, int64 words: what a receiver posts. A sender sends only the words it uses.
 constexpr int kHeaderWords = kWInlineData + kInlineFloats / 2;
 
@@ -92,7 +95,8 @@ struct Decoded {
 
 // Validates a received header of `words` words (the room posted for it) from `peer`, whose
 // payload may be at most `max_elems` (<= kMaxPayloadElems) elements.
-Decoded decode_header(const int64_t* w, size_t words, int peer, int64_t max_elems = kMaxPayloadElems);
+Decoded decode_header(const int64_t* w, size_t words, int peer,
+                      int64_t max_elems = kMaxPayloadElems);
 // Validates a received lead of `words` words (the room posted for it) from `peer` as the lead of
 // the split payload `d` announced; returns its d.lead floats (inside `w`). rv::InputError naming
 // the peer for anything else (another message where the lead belongs, other lengths).

@@ -5,6 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config git
+  clang-format-14                                 # scripts/check-format.sh (a ctest test)
   libtorch-dev libgloo-dev libopenblas0-pthread   # LibTorch 1.13 (CPU) with c10d/Gloo; fast BLAS
   libsimgrid-dev                                  # SimGrid 3.32
   libeigen3-dev libboost-graph-dev

@@ -3,16 +3,15 @@
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <xbt/log.h>
 
 #include <cerrno>
 #include <csignal>
 #include <cstring>
 #include <exception>
+#include <simgrid/s4u/Engine.hpp>
 #include <string>
 #include <vector>
-
-#include <simgrid/s4u/Engine.hpp>
-#include <xbt/log.h>
 
 #include "core/error.h"
 #include "sim/platform.h"
@@ -60,7 +59,8 @@ std::string complaint(const std::string& text) {
     from = end + 1;
     if (line.empty() || line.rfind("  ->", 0) == 0 || line.rfind("Backtrace", 0) == 0) continue;
     last = line;
-    if (line.find("CRITICAL") != std::string::npos || line.find("rror") != std::string::npos) found = line;
+    if (line.find("CRITICAL") != std::string::npos || line.find("rror") != std::string::npos)
+      found = line;
   }
   return found.empty() ? last : found;
 }
@@ -71,7 +71,9 @@ void check_engine_options(const EngineOptions& options) {
   for (const std::string& c : options.cfg) {
     const size_t colon = c.find(':');
     if (colon == std::string::npos || colon == 0 || colon + 1 == c.size())
-      throw InputError("--cfg=" + c + ": expected --cfg=name:value (SimGrid's syntax, e.g. --cfg=contexts/factory:thread)");
+      throw InputError(
+          "--cfg=" + c +
+          ": expected --cfg=name:value (SimGrid's syntax, e.g. --cfg=contexts/factory:thread)");
     const std::string name = c.substr(0, colon);
     for (const Owned& o : kOwned)
       if (name == o.cfg)
@@ -80,7 +82,9 @@ void check_engine_options(const EngineOptions& options) {
   }
   for (const std::string& l : options.log)
     if (l.find(':') == std::string::npos)
-      throw InputError("--log=" + l + ": expected SimGrid's --log=category.setting:value (e.g. --log=root.thresh:info)");
+      throw InputError(
+          "--log=" + l +
+          ": expected SimGrid's --log=category.setting:value (e.g. --log=root.thresh:info)");
 }
 
 EngineArgv::EngineArgv(const EngineOptions& options) {
@@ -148,7 +152,8 @@ void preflight(const Scenario& scenario, const EngineOptions& options) {
   std::string args;
   for (const std::string& c : options.cfg) args += " --cfg=" + c;
   for (const std::string& l : options.log) args += " --log=" + l;
-  const std::string who = "SimGrid refused" + (args.empty() ? std::string(" the platform") : args) + ": ";
+  const std::string who =
+      "SimGrid refused" + (args.empty() ? std::string(" the platform") : args) + ": ";
   const size_t thrown = text.rfind("\nsimgrid: ");
   if (thrown != std::string::npos) throw InputError(who + first_line(text.substr(thrown + 10)));
   throw InputError(who + complaint(text));

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-
 #include <simgrid/s4u/Link.hpp>
 #include <simgrid/s4u/NetZone.hpp>
 
@@ -40,7 +39,8 @@ sg4::Host* add_node(sg4::NetZone* zone, const Scenario& scenario, int r) {
   sg4::Host* h = zone->create_host(name, d.flops_per_s());
   const double lat = d.latency_s();
   sg4::Link* up = zone->create_link(name + "-up", d.up_bytes_per_s())->set_latency(lat)->seal();
-  sg4::Link* down = zone->create_link(name + "-down", d.down_bytes_per_s())->set_latency(lat)->seal();
+  sg4::Link* down =
+      zone->create_link(name + "-down", d.down_bytes_per_s())->set_latency(lat)->seal();
   zone->add_route(h->get_netpoint(), nullptr, nullptr, nullptr, {sg4::LinkInRoute(up)}, false);
   zone->add_route(nullptr, h->get_netpoint(), nullptr, nullptr, {sg4::LinkInRoute(down)}, false);
   return h;
@@ -65,7 +65,8 @@ std::vector<sg4::Host*> load_platform_file(const Scenario& scenario) {
   try {
     engine.load_platform(scenario.network.platform);
   } catch (const std::exception& e) {
-    throw ScenarioError(scenario.where(key), key, std::string("SimGrid cannot load it: ") + e.what());
+    throw ScenarioError(scenario.where(key), key,
+                        std::string("SimGrid cannot load it: ") + e.what());
   }
   const int n = scenario.node_count();
   std::vector<sg4::Host*> hosts;
@@ -75,7 +76,8 @@ std::vector<sg4::Host*> load_platform_file(const Scenario& scenario) {
     if (h == nullptr)
       throw ScenarioError(scenario.where(key), key,
                           "no host named \"" + name + "\" for node " + std::to_string(r) + " in " +
-                              scenario.network.platform + " (" + std::to_string(engine.get_host_count()) + " hosts)");
+                              scenario.network.platform + " (" +
+                              std::to_string(engine.get_host_count()) + " hosts)");
     hosts.push_back(h);
   }
   return hosts;
@@ -98,7 +100,8 @@ void check_platform_routes(const Scenario& scenario, const std::vector<sg4::Host
           hosts[a]->route_to(hosts[b], links, &latency);
         } catch (const std::exception& e) {
           throw ScenarioError(scenario.where(key), key,
-                              "no route from " + hosts[a]->get_name() + " to " + hosts[b]->get_name() + ": " + e.what());
+                              "no route from " + hosts[a]->get_name() + " to " +
+                                  hosts[b]->get_name() + ": " + e.what());
         }
       }
 }
@@ -131,18 +134,21 @@ std::vector<sg4::Host*> build_platform(const Scenario& scenario) {
     zones.push_back(zone);
     cores.push_back(core);
   }
-  for (int r = 0; r < n; ++r) hosts.push_back(add_node(zones[static_cast<size_t>(links.region[r])], scenario, r));
+  for (int r = 0; r < n; ++r)
+    hosts.push_back(add_node(zones[static_cast<size_t>(links.region[r])], scenario, r));
   for (sg4::NetZone* z : zones) z->seal();
   auto index = [&](const std::string& region) {
-    return static_cast<size_t>(std::find(links.region_names.begin(), links.region_names.end(), region) -
-                               links.region_names.begin());
+    return static_cast<size_t>(
+        std::find(links.region_names.begin(), links.region_names.end(), region) -
+        links.region_names.begin());
   };
   for (const RegionLinkSpec& spec : scenario.network.link)
     for (const auto& [from, to] : {std::pair{spec.a, spec.b}, std::pair{spec.b, spec.a}}) {
       const size_t a = index(from), b = index(to);
-      sg4::Link* link = world->create_link(from + ">" + to, region_link_bytes_per_s(spec, scenario.dilation))
-                            ->set_latency(region_link_latency_s(spec, scenario.dilation))
-                            ->seal();
+      sg4::Link* link =
+          world->create_link(from + ">" + to, region_link_bytes_per_s(spec, scenario.dilation))
+              ->set_latency(region_link_latency_s(spec, scenario.dilation))
+              ->seal();
       world->add_route(zones[a]->get_netpoint(), zones[b]->get_netpoint(), cores[a], cores[b],
                        {sg4::LinkInRoute(link)}, false);
     }

@@ -4,11 +4,10 @@
 // min(up_i, down_j) (shared with the other flows on those links).
 #pragma once
 
-#include <string>
-#include <vector>
-
 #include <simgrid/s4u/Engine.hpp>
 #include <simgrid/s4u/Host.hpp>
+#include <string>
+#include <vector>
 
 #include "core/scenario/scenario.h"
 

@@ -1,10 +1,9 @@
 #include "sim/sim_checkpoint.h"
 
 #include <algorithm>
-
+#include <simgrid/Exception.hpp>
 #include <simgrid/s4u/Actor.hpp>
 #include <simgrid/s4u/Engine.hpp>
-#include <simgrid/Exception.hpp>
 
 #include "core/error.h"
 #include "core/output/whole_file.h"
@@ -13,11 +12,15 @@ namespace sg4 = simgrid::s4u;
 
 namespace rv {
 
-SimCheckpoints::SimCheckpoints(SimCheckpointOptions options, std::vector<int> trainers, EventLog& log,
-                               SimNetwork& network)
-    : options_(std::move(options)), trainers_(std::move(trainers)), log_(log), network_(network),
+SimCheckpoints::SimCheckpoints(SimCheckpointOptions options, std::vector<int> trainers,
+                               EventLog& log, SimNetwork& network)
+    : options_(std::move(options)),
+      trainers_(std::move(trainers)),
+      log_(log),
+      network_(network),
       release_(trainers_.size()) {
-  RV_CHECK(std::is_sorted(trainers_.begin(), trainers_.end()), "SimCheckpoints: trainers in node order");
+  RV_CHECK(std::is_sorted(trainers_.begin(), trainers_.end()),
+           "SimCheckpoints: trainers in node order");
   if (!options_.resume) return;
   const CheckpointInfo& c = *options_.resume;
   if (c.nodes != trainers_)
@@ -30,7 +33,8 @@ SimCheckpoints::SimCheckpoints(SimCheckpointOptions options, std::vector<int> tr
 
 size_t SimCheckpoints::index_of(int node) const {
   const auto it = std::lower_bound(trainers_.begin(), trainers_.end(), node);
-  RV_CHECK(it != trainers_.end() && *it == node, "checkpoint: node " + std::to_string(node) + " does not train");
+  RV_CHECK(it != trainers_.end() && *it == node,
+           "checkpoint: node " + std::to_string(node) + " does not train");
   return static_cast<size_t>(it - trainers_.begin());
 }
 
@@ -58,9 +62,9 @@ const NodeState* SimCheckpoints::resume(int node) {
 
 void SimCheckpoints::save(const NodeState& state) {
   const size_t i = index_of(state.node);
-  RV_CHECK(done_ < 0 || done_ == state.done, "checkpoint: node " + std::to_string(state.node) + " saves after " +
-                                                 std::to_string(state.done) + " updates, others after " +
-                                                 std::to_string(done_));
+  RV_CHECK(done_ < 0 || done_ == state.done, "checkpoint: node " + std::to_string(state.node) +
+                                                 " saves after " + std::to_string(state.done) +
+                                                 " updates, others after " + std::to_string(done_));
   done_ = state.done;
   write_node_state(options_.dir, state);
   if (++arrived_ == trainers_.size()) all_->release();
@@ -78,7 +82,8 @@ void SimCheckpoints::barrier() {
   for (;;) {
     all_->acquire();
     network_.quiesce();
-    write_whole_file(events_path(options_.dir, done_), encode_log(LogState{log_.events(), log_.totals()}));
+    write_whole_file(events_path(options_.dir, done_),
+                     encode_log(LogState{log_.events(), log_.totals()}));
     CheckpointInfo info;
     info.done = done_;
     info.time = sg4::Engine::get_clock();

@@ -15,10 +15,9 @@
 
 #include <exception>
 #include <optional>
+#include <simgrid/s4u/Semaphore.hpp>
 #include <string>
 #include <vector>
-
-#include <simgrid/s4u/Semaphore.hpp>
 
 #include "core/checkpoint/checkpoint.h"
 #include "core/env.h"
@@ -30,14 +29,15 @@ struct SimCheckpointOptions {
   int64_t every = 0;                     // checkpoint.every; 0: none
   std::string dir;                       // where they go
   std::optional<CheckpointInfo> resume;  // resume from this checkpoint (read from its folder)
-  int64_t stop_after = 0;                // > 0: the run stops once this many checkpoints are complete
+  int64_t stop_after = 0;  // > 0: the run stops once this many checkpoints are complete
 };
 
 class SimCheckpoints : public Checkpoints {
  public:
   // `trainers`: the nodes that train (ascending), which every checkpoint waits for. With
   // options.resume, the log is restored from the checkpoint's events.state.
-  SimCheckpoints(SimCheckpointOptions options, std::vector<int> trainers, EventLog& log, SimNetwork& network);
+  SimCheckpoints(SimCheckpointOptions options, std::vector<int> trainers, EventLog& log,
+                 SimNetwork& network);
   // Starts the barrier actor on `host`; call from the engine's setup, before Engine::run.
   void start(simgrid::s4u::Host* host);
 
@@ -57,10 +57,10 @@ class SimCheckpoints : public Checkpoints {
   EventLog& log_;
   SimNetwork& network_;
   std::vector<simgrid::s4u::SemaphorePtr> release_;  // per trainer, in trainers_ order
-  simgrid::s4u::SemaphorePtr all_;                    // released by the last node to arrive
+  simgrid::s4u::SemaphorePtr all_;                   // released by the last node to arrive
   size_t arrived_ = 0;
-  int64_t done_ = -1;       // the update count of the checkpoint being taken
-  int64_t completed_ = 0;   // checkpoints completed by this run
+  int64_t done_ = -1;      // the update count of the checkpoint being taken
+  int64_t completed_ = 0;  // checkpoints completed by this run
   bool stop_ = false;
   std::vector<NodeState> restored_;  // resume: per trainer, its state
   std::exception_ptr error_;

@@ -14,14 +14,17 @@ namespace rv {
 int64_t SimMembership::seal(int64_t round) {
   if (round < static_cast<int64_t>(seals_.size())) return seals_[static_cast<size_t>(round)];
   RV_CHECK(round == static_cast<int64_t>(seals_.size()),
-           "membership: round " + std::to_string(round) + " sealed before round " + std::to_string(seals_.size()));
+           "membership: round " + std::to_string(round) + " sealed before round " +
+               std::to_string(seals_.size()));
   seals_.push_back(static_cast<int64_t>(events_.size()));
   notify();
   return seals_.back();
 }
 
 int64_t SimMembership::sealed(int64_t round) const {
-  return round >= 0 && round < static_cast<int64_t>(seals_.size()) ? seals_[static_cast<size_t>(round)] : -1;
+  return round >= 0 && round < static_cast<int64_t>(seals_.size())
+             ? seals_[static_cast<size_t>(round)]
+             : -1;
 }
 
 void SimMembership::record(const MemberEvent& e) {
@@ -39,8 +42,9 @@ void SimMembership::notify() {
   }
 }
 
-void start_churn(const Scenario& s, SimMembership& membership, std::vector<char>& present, Metrics& log,
-                 const std::function<void(int)>& start, const std::function<void(int)>& stop) {
+void start_churn(const Scenario& s, SimMembership& membership, std::vector<char>& present,
+                 Metrics& log, const std::function<void(int)>& start,
+                 const std::function<void(int)>& stop) {
   const Seconds detect = s.churn.detect_s;
   sg4::Host* host = sg4::Engine::get_instance()->get_all_hosts().front();
   sg4::Actor::create("churn", host, [&s, &membership, &present, &log, start, stop, detect, host] {

@@ -22,11 +22,13 @@ namespace rv {
 class SimMembership : public Membership {
  public:
   // `present`: per node, whether it is there (notices go to those).
-  SimMembership(SimNetwork& network, const std::vector<char>& present) : network_(network), present_(present) {}
+  SimMembership(SimNetwork& network, const std::vector<char>& present)
+      : network_(network), present_(present) {}
   int64_t seal(int64_t round) override;
   int64_t sealed(int64_t round) const override;
   std::vector<MemberEvent> events(size_t from) const override {
-    return {events_.begin() + static_cast<std::ptrdiff_t>(std::min(from, events_.size())), events_.end()};
+    return {events_.begin() + static_cast<std::ptrdiff_t>(std::min(from, events_.size())),
+            events_.end()};
   }
   void record(const MemberEvent& e);
 
@@ -40,7 +42,8 @@ class SimMembership : public Membership {
 
 // Starts the daemon actor that plays the scenario's churn. `start(node)` starts a node's actor,
 // `stop(node)` kills it; `present` is kept up to date; kLeave and kJoin go to `log`.
-void start_churn(const Scenario& s, SimMembership& membership, std::vector<char>& present, Metrics& log,
-                 const std::function<void(int)>& start, const std::function<void(int)>& stop);
+void start_churn(const Scenario& s, SimMembership& membership, std::vector<char>& present,
+                 Metrics& log, const std::function<void(int)>& start,
+                 const std::function<void(int)>& stop);
 
 }  // namespace rv

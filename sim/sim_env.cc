@@ -18,12 +18,15 @@ void SimClock::sleep_for(Seconds s) {
   if (s > 0) sg4::this_actor::sleep_for(s);
 }
 
-Seconds SimCompute::run(const Work& work, SavedActivations saved, const std::function<void()>& maths) {
+Seconds SimCompute::run(const Work& work, SavedActivations saved,
+                        const std::function<void()>& maths) {
   if (numeric_) maths();
   const Seconds t = history_.begin(work, device_, sg4::Engine::get_clock(), saved);
   if (t > 0) {
-    if (host_speed_ > 0) sg4::this_actor::execute(t * host_speed_);
-    else sg4::this_actor::sleep_for(t);
+    if (host_speed_ > 0)
+      sg4::this_actor::execute(t * host_speed_);
+    else
+      sg4::this_actor::sleep_for(t);
   }
   history_.end(sg4::Engine::get_clock());
   return kNaN;

@@ -54,12 +54,13 @@ class SimCompute : public Compute {
   SimCompute(bool numeric, ComputeProfile device, double host_speed = 0)
       : numeric_(numeric), device_(std::move(device)), host_speed_(host_speed) {}
   bool numeric() const override { return numeric_; }
-  Seconds run(const Work& work, SavedActivations saved, const std::function<void()>& maths) override;
+  Seconds run(const Work& work, SavedActivations saved,
+              const std::function<void()>& maths) override;
 
  private:
   bool numeric_;
   ComputeProfile device_;
-  double host_speed_;  // flop/s; 0: a host of its own
+  double host_speed_;      // flop/s; 0: a host of its own
   DeviceHistory history_;  // simulated s
 };
 

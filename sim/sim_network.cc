@@ -1,12 +1,11 @@
 #include "sim/sim_network.h"
 
 #include <algorithm>
-#include <string>
-
 #include <simgrid/s4u/Activity.hpp>
 #include <simgrid/s4u/Comm.hpp>
 #include <simgrid/s4u/Engine.hpp>
 #include <simgrid/simix.hpp>
+#include <string>
 
 #include "core/error.h"
 #include "sim/platform.h"
@@ -88,7 +87,8 @@ Seconds SimNetwork::delay(int src, int dst) const {
     hosts_[static_cast<size_t>(src)]->route_to(hosts_[static_cast<size_t>(dst)], route, &latency);
     return std::max(0.0, links_.latency_factor * latency - kSimGridLatencyFactor * latency);
   }
-  return std::max(0.0, links_.route_delay(src, dst) - kSimGridLatencyFactor * links_.route_latency(src, dst));
+  return std::max(
+      0.0, links_.route_delay(src, dst) - kSimGridLatencyFactor * links_.route_latency(src, dst));
 }
 
 // Kernel side: the queue's front starts now if its delay is over, else when a timer fires.
@@ -131,7 +131,8 @@ void SimNetwork::start(Pair& p) {
   ++kernel_messages_;
   // Made in the kernel, the transfer is the maestro's: the kernel reports its end through
   // Activity::on_completion.
-  p.comm = sg4::Comm::sendto_init(hosts_[static_cast<size_t>(p.src)], hosts_[static_cast<size_t>(p.dst)]);
+  p.comm = sg4::Comm::sendto_init(hosts_[static_cast<size_t>(p.src)],
+                                  hosts_[static_cast<size_t>(p.dst)]);
   p.comm->set_payload_size(p.carried_bytes());
   p.comm->set_data(&p);
   p.comm->start();

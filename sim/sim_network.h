@@ -6,11 +6,11 @@
 // later, then its bytes cross the sender's uplink and the receiver's downlink as one SimGrid
 // transfer, which shares the links with every other transfer under the model SimGrid is
 // configured with (CM02 or LV08: their weights, bandwidth factor and window cap); when its last
-// byte is through it is in the receiver's inbox. So the latency is paid once per stream, not per message, and a message
-// queued behind another follows that one's last byte at once. SimGrid itself charges only a
-// sliver of the latency (kSimGridLatencyFactor, sim/platform.h), so that it weighs flows by their
-// route's latency as CM02 does; this class charges the rest (a message queued behind another
-// pays that sliver again: 1e-6 of its route's latency).
+// byte is through it is in the receiver's inbox. So the latency is paid once per stream, not per
+// message, and a message queued behind another follows that one's last byte at once. SimGrid itself
+// charges only a sliver of the latency (kSimGridLatencyFactor, sim/platform.h), so that it weighs
+// flows by their route's latency as CM02 does; this class charges the rest (a message queued behind
+// another pays that sliver again: 1e-6 of its route's latency).
 //
 // Cost, as SimGrid calls per message (timing mode at 1,024 or 10,000 nodes sends millions). No
 // actor need carry a message: the kernel can, as SimGrid runs activities started by its maestro
@@ -41,15 +41,14 @@
 #include <cstdint>
 #include <deque>
 #include <optional>
-#include <unordered_map>
-#include <vector>
-
 #include <simgrid/kernel/Timer.hpp>
 #include <simgrid/s4u/Actor.hpp>
 #include <simgrid/s4u/Comm.hpp>
 #include <simgrid/s4u/Host.hpp>
 #include <simgrid/s4u/Mailbox.hpp>
 #include <simgrid/s4u/Semaphore.hpp>
+#include <unordered_map>
+#include <vector>
 
 #include "core/env.h"
 #include "core/network/links.h"
@@ -62,7 +61,8 @@ class SimNetwork {
   // `hosts[r]` is node r's host; `links` the scenario's (links_of): routes' latencies and the
   // network model's latency factor (the rates are the platform's links'). With
   // `platform_routes` (network.platform), a route's latency is SimGrid's for the two hosts.
-  SimNetwork(std::vector<simgrid::s4u::Host*> hosts, NetworkLinks links, bool platform_routes = false);
+  SimNetwork(std::vector<simgrid::s4u::Host*> hosts, NetworkLinks links,
+             bool platform_routes = false);
   // Removes the timers still pending (a run that ended before a message it sent could start):
   // SimGrid's kernel keeps them across engines of one process. A transfer still under way (an
   // engine that stopped early) is left to the engine, which frees it.
@@ -121,7 +121,9 @@ class SimNetwork {
     bool retired = false;                   // quiesce(): the carrier ends when it wakes
     bool idle() const { return queue.empty() && timer == nullptr && !comm && !by_carrier; }
     // The transfer's size: SimGrid does not move an empty payload.
-    uint64_t carried_bytes() const { return static_cast<uint64_t>(std::max<Bytes>(carried.bytes, 1)); }
+    uint64_t carried_bytes() const {
+      return static_cast<uint64_t>(std::max<Bytes>(carried.bytes, 1));
+    }
   };
   // A node blocks on its semaphore only while it has nothing to do (`waiting`), and is released
   // only then: a message that finds it busy costs no SimGrid call.
@@ -131,7 +133,7 @@ class SimNetwork {
     bool waiting = false;
   };
   struct Sender {
-    int64_t in_flight = 0;                // messages sent and not yet in an inbox
+    int64_t in_flight = 0;               // messages sent and not yet in an inbox
     simgrid::s4u::SemaphorePtr flushed;  // released when in_flight drops to 0 while flush() waits
     bool waiting = false;
   };
@@ -162,7 +164,7 @@ class SimNetwork {
   // By src * size() + dst; elements never move (a transfer's data and a carrier point to the pair).
   std::unordered_map<int64_t, Pair> pairs_;
   std::vector<std::unordered_map<int64_t, Pair>> retired_;  // quiesce()d pairs, whose carriers end
-  int kernel_transfers_ = 0;  // under way
+  int kernel_transfers_ = 0;                                // under way
   Pair& pair(int src, int dst) { return pairs_[static_cast<int64_t>(src) * size() + dst]; }
   std::vector<Inbox> inboxes_;
   std::vector<Sender> senders_;

@@ -1,16 +1,16 @@
 #include "sim/sim_runner.h"
 
+#include <ATen/Parallel.h>
+#include <xbt/log.h>
+
 #include <algorithm>
 #include <chrono>
 #include <exception>
 #include <optional>
-#include <string>
-
-#include <ATen/Parallel.h>
+#include <simgrid/Exception.hpp>
 #include <simgrid/s4u/Actor.hpp>
 #include <simgrid/s4u/Engine.hpp>
-#include <simgrid/Exception.hpp>
-#include <xbt/log.h>
+#include <string>
 
 #include "core/compute_threads.h"
 #include "core/error.h"
@@ -25,7 +25,8 @@ namespace sg4 = simgrid::s4u;
 namespace rv {
 SimResult simulate(const Scenario& s, const std::vector<int>& nodes, bool numeric,
                    const NodeBody& body, Metrics* observer, std::vector<char> fold,
-                   const EngineOptions& engine_options, const SimCheckpointOptions& checkpoint_options) {
+                   const EngineOptions& engine_options,
+                   const SimCheckpointOptions& checkpoint_options) {
   EngineArgv args(engine_options);  // SimGrid's command line
   sg4::Engine engine(&args.argc, args.argv.data());
   xbt_log_control_set("root.thresh:critical");
@@ -75,7 +76,8 @@ SimResult simulate(const Scenario& s, const std::vector<int>& nodes, bool numeri
       try {
         SimTransport transport(r, network);
         SimClock clock;
-        SimCompute compute(numeric, s.device_of(r).compute_profile(), platform_file ? hosts[r]->get_speed() : 0);
+        SimCompute compute(numeric, s.device_of(r).compute_profile(),
+                           platform_file ? hosts[r]->get_speed() : 0);
         EnvParts parts{transport, clock, compute, log, nullptr, observer};
         if (churn) parts.membership = &membership;
         if (checkpoints) parts.checkpoints = &*checkpoints;
@@ -109,7 +111,8 @@ SimResult simulate(const Scenario& s, const std::vector<int>& nodes, bool numeri
   }
   const auto loop_start = std::chrono::steady_clock::now();
   engine.run();
-  const Seconds loop_wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();
+  const Seconds loop_wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();
   actors.clear();
   if (checkpoints && checkpoints->error()) std::rethrow_exception(checkpoints->error());
   if (first_error) {
@@ -144,7 +147,8 @@ SimResult run_simulation(const RunSpec& spec, Metrics* observer, const EngineOpt
   const bool churn = s.churn.enabled(s.devices);
   std::vector<int> nodes;
   for (int r = 0; r < spec.plan->nodes; ++r)
-    if (spec.plan->role_of(r).stage >= 0 || (churn && r < s.initial_node_count())) nodes.push_back(r);
+    if (spec.plan->role_of(r).stage >= 0 || (churn && r < s.initial_node_count()))
+      nodes.push_back(r);
   // output.metrics = "summary": the nodes outside the trace keep their messages and waits as
   // totals only (all that node_metrics.csv and summary.json need).
   std::vector<char> fold;
@@ -155,8 +159,9 @@ SimResult run_simulation(const RunSpec& spec, Metrics* observer, const EngineOpt
       for (size_t i = 0; i < fold.size(); ++i) fold[i] = !traced[i];
     }
   }
-  return simulate(s, nodes, numeric, [&spec](NodeEnv& env, int r) { run_node(env, spec, r); }, observer,
-                  std::move(fold), engine, checkpoints);
+  return simulate(
+      s, nodes, numeric, [&spec](NodeEnv& env, int r) { run_node(env, spec, r); }, observer,
+      std::move(fold), engine, checkpoints);
 }
 
 }  // namespace rv

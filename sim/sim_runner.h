@@ -15,7 +15,8 @@ namespace rv {
 struct SimResult {
   std::vector<Event> events;  // every node's events (with output.metrics = "summary", folded)
   Seconds simulated_time = 0;
-  Seconds event_loop_wall_s = 0;  // wall time of SimGrid's event loop alone (not the setup before it)
+  Seconds event_loop_wall_s =
+      0;  // wall time of SimGrid's event loop alone (not the setup before it)
 };
 
 // One node's body inside the simulation (an algorithm, or a test's own code).
@@ -35,7 +36,8 @@ SimResult simulate(const Scenario& scenario, const std::vector<int>& nodes, bool
 // `observer`, if given, sees every event as it is recorded (progress display).
 // Throws the first node's error, or rv::Error if the nodes deadlock.
 // Throws StoppedAtCheckpoint where checkpoints.stop_after asked the run to stop.
-SimResult run_simulation(const RunSpec& spec, Metrics* observer = nullptr, const EngineOptions& engine = {},
+SimResult run_simulation(const RunSpec& spec, Metrics* observer = nullptr,
+                         const EngineOptions& engine = {},
                          const SimCheckpointOptions& checkpoints = {});
 
 }  // namespace rv

@@ -32,8 +32,8 @@ inline std::string slurp(const std::filesystem::path& p) {
 
 // A fresh, empty working folder for a test: <tmp>/<prefix>-<name>-<pid>.
 inline std::filesystem::path fresh_dir(const std::string& prefix, const std::string& name) {
-  const std::filesystem::path d =
-      std::filesystem::temp_directory_path() / (prefix + "-" + name + "-" + std::to_string(::getpid()));
+  const std::filesystem::path d = std::filesystem::temp_directory_path() /
+                                  (prefix + "-" + name + "-" + std::to_string(::getpid()));
   std::filesystem::remove_all(d);
   std::filesystem::create_directories(d);
   return d;
@@ -74,7 +74,8 @@ inline pid_t start_ravnest(const std::vector<std::string>& args, const std::file
 // timeout.
 inline Result finish_ravnest(pid_t pid, const std::filesystem::path& cwd, double deadline = 600) {
   using Clock = std::chrono::steady_clock;
-  const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(deadline));
+  const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                      std::chrono::duration<double>(deadline));
   int st = 0;
   bool killed = false;
   for (int sig : {0, SIGTERM, SIGKILL}) {
@@ -92,7 +93,8 @@ inline Result finish_ravnest(pid_t pid, const std::filesystem::path& cwd, double
   r.status = killed ? 124 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
   r.out = slurp(cwd / ".stdout");
   r.err = slurp(cwd / ".stderr");
-  if (killed) r.err += "\n[test] ravnest still ran after " + std::to_string(deadline) + " s: killed\n";
+  if (killed)
+    r.err += "\n[test] ravnest still ran after " + std::to_string(deadline) + " s: killed\n";
   return r;
 }
 

@@ -3,26 +3,24 @@
 //   ravnest with max_in_flight = 1 (no staleness) == plain single-process SGD;
 //   ravnest with more in flight trains, with staleness bounded by the cap;
 //   a node that crashes stops the others with an error, never a hang.
-#include "catch.h"
-#include "snippets.h"
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 
-#include <ATen/ATen.h>
-#include <c10/core/GradMode.h>
-#include <torch/csrc/autograd/autograd.h>
-
+#include "catch.h"
 #include "core/error.h"
 #include "core/model/optimizer.h"
 #include "core/output/run_output.h"
 #include "loopback/loopback.h"
+#include "snippets.h"
 #include "test_support.h"
-
-#include <nlohmann/json.hpp>
 
 using namespace rv;
 
@@ -82,21 +80,26 @@ double plain_sgd(const test::Prepared& p, int64_t steps,
 // updates and after the last, parameters, and with `optimizer_state` the optimizer's slots, are
 // replaced by their mean), written with one model per cluster in one process. Returns the test
 // loss of the final (common) model.
-double local_sgd_test_loss(const test::Prepared& p, int C, int64_t steps, int64_t every, bool optimizer_state);
+double local_sgd_test_loss(const test::Prepared& p, int C, int64_t steps, int64_t every,
+                           bool optimizer_state);
 
 // The samplers of `clusters` clusters, as the pipeline's nodes draw them (shards when C > 1).
 std::vector<Sampler> samplers_of(const test::Prepared& p, int clusters) {
   std::vector<Sampler> out;
   for (int c = 0; c < clusters; ++c) {
     const uint64_t seed = p.scenario.seed + 7919ULL * c;
-    if (clusters == 1) out.emplace_back(p.data.train_size(), p.scenario.data.batch_size, seed);
-    else out.emplace_back(shard(p.data.train_size(), clusters, c, p.scenario.seed), p.scenario.data.batch_size, seed);
+    if (clusters == 1)
+      out.emplace_back(p.data.train_size(), p.scenario.data.batch_size, seed);
+    else
+      out.emplace_back(shard(p.data.train_size(), clusters, c, p.scenario.seed),
+                       p.scenario.data.batch_size, seed);
   }
   return out;
 }
 
 // Plain SGD where update k uses micro-batches k*per_step .. k*per_step+per_step-1 of every cluster.
-double plain_sgd_test_loss(const test::Prepared& p, int64_t steps, int64_t per_step, int clusters = 1) {
+double plain_sgd_test_loss(const test::Prepared& p, int64_t steps, int64_t per_step,
+                           int clusters = 1) {
   std::vector<Sampler> samplers = samplers_of(p, clusters);
   return plain_sgd(p, steps, [&](int64_t step) {
     std::vector<int64_t> rows;
@@ -109,7 +112,8 @@ double plain_sgd_test_loss(const test::Prepared& p, int64_t steps, int64_t per_s
   });
 }
 
-double local_sgd_test_loss(const test::Prepared& p, int C, int64_t steps, int64_t every, bool optimizer_state) {
+double local_sgd_test_loss(const test::Prepared& p, int C, int64_t steps, int64_t every,
+                           bool optimizer_state) {
   const ModelDesc& m = p.model;
   std::vector<Sampler> samplers = samplers_of(p, C);
   std::vector<StageModule> models;
@@ -139,14 +143,16 @@ double local_sgd_test_loss(const test::Prepared& p, int C, int64_t steps, int64_
     for (auto& model : models) model.set_flat_state(state);
     if (!optimizer_state) continue;
     for (int k = 0; k < opts[0].slots(); ++k) {
-      at::Tensor slot = mean_of([&](int c) { return models[c].flatten_like_state(opts[c].slot(k, models[c].params())); });
+      at::Tensor slot = mean_of(
+          [&](int c) { return models[c].flatten_like_state(opts[c].slot(k, models[c].params())); });
       for (int c = 0; c < C; ++c) opts[c].set_slot(k, models[c].unflatten_params(slot));
     }
   }
   c10::NoGradGuard ng;
   std::vector<int64_t> rows;
   for (int64_t i = 0; i < p.data.test_size(); ++i) rows.push_back(i);
-  at::Tensor logits = models[0].forward(p.data.inputs(rows, true), models[0].params(), false, 0, false);
+  at::Tensor logits =
+      models[0].forward(p.data.inputs(rows, true), models[0].params(), false, 0, false);
   return at::nll_loss(at::log_softmax(logits, 1), p.data.targets(rows, true)).item<double>();
 }
 
@@ -157,7 +163,8 @@ nlohmann::json run(const test::Prepared& p) {
 
 }  // namespace
 
-TEST_CASE("gpipe over 3 stages equals plain SGD on mini-batches of m micro-batches", "[algo][oracle]") {
+TEST_CASE("gpipe over 3 stages equals plain SGD on mini-batches of m micro-batches",
+          "[algo][oracle]") {
   auto p = test::prepare(kSmall, {"training.algorithm=gpipe", "training.steps=12"});
   REQUIRE(p.plan.clusters[0].stages.size() == 3);
   auto s = run(p);
@@ -169,19 +176,23 @@ TEST_CASE("gpipe over 3 stages equals plain SGD on mini-batches of m micro-batch
 
 TEST_CASE("ravnest with one micro-batch in flight equals plain SGD", "[algo][oracle]") {
   for (bool stash : {true, false}) {
-    auto p = test::prepare(kSmall, {"training.max_in_flight=1",
-                                    std::string("training.weight_stashing=") + (stash ? "true" : "false")});
+    auto p = test::prepare(kSmall,
+                           {"training.max_in_flight=1",
+                            std::string("training.weight_stashing=") + (stash ? "true" : "false")});
     auto s = run(p);
     INFO("weight_stashing = " << stash);
     CHECK(s["staleness"]["max"].get<int64_t>() == 0);
-    CHECK(s["final"]["test_loss"].get<double>() == Approx(plain_sgd_test_loss(p, 40, 1)).epsilon(1e-4));
+    CHECK(s["final"]["test_loss"].get<double>() ==
+          Approx(plain_sgd_test_loss(p, 40, 1)).epsilon(1e-4));
   }
 }
 
-TEST_CASE("ravnest with several micro-batches in flight learns, staleness bounded by the cap", "[algo]") {
+TEST_CASE("ravnest with several micro-batches in flight learns, staleness bounded by the cap",
+          "[algo]") {
   for (bool stash : {true, false}) {
-    auto p = test::prepare(kSmall, {"training.max_in_flight=3", "training.steps=150",
-                                    std::string("training.weight_stashing=") + (stash ? "true" : "false")});
+    auto p = test::prepare(kSmall,
+                           {"training.max_in_flight=3", "training.steps=150",
+                            std::string("training.weight_stashing=") + (stash ? "true" : "false")});
     auto s = run(p);
     INFO("weight_stashing = " << stash << "\n" << s.dump(1));
     CHECK(s["staleness"]["max"].get<int64_t>() <= 2);
@@ -201,7 +212,8 @@ TEST_CASE("evaluations happen every eval_every updates and at the end", "[algo]"
   CHECK(steps == std::vector<int64_t>{10, 20, 30, 40});
 }
 
-TEST_CASE("a node that crashes stops the others with an error instead of a hang", "[algo][faults]") {
+TEST_CASE("a node that crashes stops the others with an error instead of a hang",
+          "[algo][faults]") {
   auto p = test::prepare(kSmall, {"training.steps=100"});
   FaultSpec crash;
   crash.crash_after_sends = 5;
@@ -222,14 +234,16 @@ TEST_CASE("an unexpected message is a clear input error", "[algo][faults]") {
   CHECK_THROWS_AS(run_loopback(p.spec(), 2, 0, &drop), Error);
 }
 
-TEST_CASE("multi-cluster ravnest: every cluster holds the same model after each averaging", "[algo][rings]") {
+TEST_CASE("multi-cluster ravnest: every cluster holds the same model after each averaging",
+          "[algo][rings]") {
   const std::string allreduce = GENERATE("multi-ring", "single-ring");
   const bool optimizer_state = GENERATE(false, true);
   INFO(allreduce << (optimizer_state ? ", with optimizer state" : ""));
-  auto p = test::prepare(std::string(kSmall) + test::kTwoClusters,
-                         {"training.steps=60", "training.average_every=20", "training.eval_every=20", "devices.0.count=3",
-                          "training.allreduce=" + allreduce, "training.momentum=0.9",
-                          std::string("training.average_optimizer_state=") + (optimizer_state ? "true" : "false")});
+  auto p = test::prepare(
+      std::string(kSmall) + test::kTwoClusters,
+      {"training.steps=60", "training.average_every=20", "training.eval_every=20",
+       "devices.0.count=3", "training.allreduce=" + allreduce, "training.momentum=0.9",
+       std::string("training.average_optimizer_state=") + (optimizer_state ? "true" : "false")});
   REQUIRE(p.plan.clusters.size() == 2);
   auto events = run_loopback(p.spec(), 30);
   std::map<int64_t, std::vector<double>> losses;  // step -> test loss of each cluster
@@ -261,10 +275,12 @@ TEST_CASE("clusters train on disjoint shards of the training set", "[data]") {
   CHECK(all.size() == 100);
 }
 
-TEST_CASE("sync-dp with C nodes and batch b equals plain SGD with batch C*b on the same samples", "[algo][oracle]") {
+TEST_CASE("sync-dp with C nodes and batch b equals plain SGD with batch C*b on the same samples",
+          "[algo][oracle]") {
   const std::string allreduce = GENERATE("multi-ring", "single-ring");
   INFO(allreduce);
-  auto p = test::prepare(kSmall, {"training.algorithm=sync-dp", "training.steps=15", "training.allreduce=" + allreduce});
+  auto p = test::prepare(kSmall, {"training.algorithm=sync-dp", "training.steps=15",
+                                  "training.allreduce=" + allreduce});
   const int C = 3;
   REQUIRE(p.plan.clusters.size() == C);
   auto s = run(p);
@@ -276,8 +292,9 @@ TEST_CASE("sync-dp with C nodes and batch b equals plain SGD with batch C*b on t
 
 TEST_CASE("sync-dp refuses a pool whose nodes cannot hold the model, saying so", "[algo]") {
   try {
-    test::prepare(std::string(kSmall) + "[[devices]]\nname = \"tiny\"\ncount = 1\nram_gb = 0.00001\n",
-                  {"training.algorithm=sync-dp"}, false);
+    test::prepare(
+        std::string(kSmall) + "[[devices]]\nname = \"tiny\"\ncount = 1\nram_gb = 0.00001\n",
+        {"training.algorithm=sync-dp"}, false);
     FAIL("no error");
   } catch (const ScenarioError& e) {
     std::string w = e.what();
@@ -286,7 +303,9 @@ TEST_CASE("sync-dp refuses a pool whose nodes cannot hold the model, saying so",
   }
 }
 
-TEST_CASE("gpipe in 2 clusters of 2 stages equals plain SGD on both clusters' micro-batches of a step", "[algo][oracle]") {
+TEST_CASE(
+    "gpipe in 2 clusters of 2 stages equals plain SGD on both clusters' micro-batches of a step",
+    "[algo][oracle]") {
   auto p = test::prepare(std::string(kSmall) + R"(
 [planner]
 method = "manual"
@@ -294,22 +313,25 @@ method = "manual"
 nodes = [0, 1]
 [[planner.cluster]]
 nodes = [2, 3]
-)", {"training.algorithm=gpipe", "training.steps=8", "devices.0.count=4"});
+)",
+                         {"training.algorithm=gpipe", "training.steps=8", "devices.0.count=4"});
   REQUIRE(p.plan.clusters.size() == 2);
   auto s = run(p);
   const double expected = plain_sgd_test_loss(p, 8, p.scenario.training.micro_batches, 2);
   CHECK(s["final"]["test_loss"].get<double>() == Approx(expected).epsilon(1e-4));
 }
 
-TEST_CASE("overlapped averaging: training goes on meanwhile, and clusters end with the same model", "[algo][rings]") {
+TEST_CASE("overlapped averaging: training goes on meanwhile, and clusters end with the same model",
+          "[algo][rings]") {
   const std::string allreduce = GENERATE("multi-ring", "single-ring");
   const bool optimizer_state = GENERATE(false, true);
   INFO(allreduce << (optimizer_state ? ", with optimizer state" : ""));
-  auto p = test::prepare(std::string(kSmall) + test::kTwoClusters,
-                         {"training.steps=60", "training.average_every=20", "training.averaging=overlapped",
-                          "devices.0.count=3", "training.allreduce=" + allreduce, "training.optimizer=adam",
-                          "training.lr=0.01",
-                          std::string("training.average_optimizer_state=") + (optimizer_state ? "true" : "false")});
+  auto p = test::prepare(
+      std::string(kSmall) + test::kTwoClusters,
+      {"training.steps=60", "training.average_every=20", "training.averaging=overlapped",
+       "devices.0.count=3", "training.allreduce=" + allreduce, "training.optimizer=adam",
+       "training.lr=0.01",
+       std::string("training.average_optimizer_state=") + (optimizer_state ? "true" : "false")});
   auto events = run_loopback(p.spec(), 30);
   std::map<int64_t, std::vector<double>> losses;
   int averagings = 0;
@@ -323,12 +345,15 @@ TEST_CASE("overlapped averaging: training goes on meanwhile, and clusters end wi
   CHECK(losses[60][0] == losses[60][1]);  // the last averaging is bulk-synchronous
 }
 
-TEST_CASE("averaging the optimizer state: ravnest in one-node clusters equals local Adam with averaged moments",
-          "[algo][oracle][rings]") {
+TEST_CASE(
+    "averaging the optimizer state: ravnest in one-node clusters equals local Adam with averaged "
+    "moments",
+    "[algo][oracle][rings]") {
   const bool optimizer_state = GENERATE(false, true);
   const std::string allreduce = GENERATE("multi-ring", "single-ring");
   INFO((optimizer_state ? "moments averaged, " : "moments kept, ") << allreduce);
-  auto p = test::prepare(std::string(kSmall) + R"(
+  auto p = test::prepare(
+      std::string(kSmall) + R"(
 [planner]
 method = "manual"
 [[planner.cluster]]
@@ -337,9 +362,10 @@ nodes = [0]
 nodes = [1]
 [[planner.cluster]]
 nodes = [2]
-)", {"training.optimizer=adam", "training.lr=0.01", "training.steps=24", "training.average_every=4",
-     "training.allreduce=" + allreduce,
-     std::string("training.average_optimizer_state=") + (optimizer_state ? "true" : "false")});
+)",
+      {"training.optimizer=adam", "training.lr=0.01", "training.steps=24",
+       "training.average_every=4", "training.allreduce=" + allreduce,
+       std::string("training.average_optimizer_state=") + (optimizer_state ? "true" : "false")});
   REQUIRE(p.plan.clusters.size() == 3);
   auto s = run(p);
   const double expected = local_sgd_test_loss(p, 3, 24, 4, optimizer_state);

@@ -1,10 +1,9 @@
 // The kernel shaper's latency (emu/arrival_latency.h), on a clock moved by hand: a message is
 // handed over its route's latency after its last byte arrived, a pair's messages in order, several
 // senders' in the order they fall due.
-#include "catch.h"
-
 #include <deque>
 
+#include "catch.h"
 #include "emu/arrival_latency.h"
 #include "emu_support.h"
 

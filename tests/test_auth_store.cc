@@ -29,9 +29,13 @@ using std::chrono::milliseconds;
 
 const std::string kSecret = "the secret of this test run, 32B";
 
-std::vector<uint8_t> bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
+std::vector<uint8_t> bytes(const std::string& s) {
+  return std::vector<uint8_t>(s.begin(), s.end());
+}
 std::string text(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 // A raw TCP connection to 127.0.0.1:port.
 int raw_connect(int port) {
@@ -49,7 +53,8 @@ std::string read_until_closed(int fd, int limit_ms) {
   std::string got;
   const auto end = std::chrono::steady_clock::now() + milliseconds(limit_ms);
   for (;;) {
-    const auto left = std::chrono::duration_cast<milliseconds>(end - std::chrono::steady_clock::now()).count();
+    const auto left =
+        std::chrono::duration_cast<milliseconds>(end - std::chrono::steady_clock::now()).count();
     if (left <= 0) return got + "<open>";
     pollfd p{fd, POLLIN, 0};
     if (::poll(&p, 1, static_cast<int>(left)) <= 0) continue;
@@ -62,7 +67,8 @@ std::string read_until_closed(int fd, int limit_ms) {
 
 }  // namespace
 
-TEST_CASE("auth: MACs depend on every part and on the secret, secrets come from the environment", "[auth]") {
+TEST_CASE("auth: MACs depend on every part and on the secret, secrets come from the environment",
+          "[auth]") {
   const auto m = rv::auth::mac(kSecret, {"a", "bc"});
   CHECK(m == rv::auth::mac(kSecret, {"a", "bc"}));
   CHECK(m != rv::auth::mac(kSecret, {"ab", "c"}));  // parts are length-prefixed
@@ -100,7 +106,8 @@ TEST_CASE("auth: MACs depend on every part and on the secret, secrets come from 
   } catch (const rv::InputError& e) {
     CHECK(contains(e.what(), "other users may read it (mode 0644)"));
   }
-  // A final newline (echo, an editor) is not part of the secret: the file agrees with RAVNEST_SECRET.
+  // A final newline (echo, an editor) is not part of the secret: the file agrees with
+  // RAVNEST_SECRET.
   const std::string lined = (dir / "secret-with-newline").string();
   rv::auth::write_secret_file(lined, kSecret + "\n");
   ::setenv(rv::auth::kSecretFileEnv, lined.c_str(), 1);
@@ -164,10 +171,13 @@ TEST_CASE("auth store: a client with the secret gets c10d's store semantics", "[
   CHECK(server.refused() == 0);
 }
 
-TEST_CASE("auth store: a client without the secret is refused with a message, and the store goes on", "[auth][store]") {
+TEST_CASE(
+    "auth store: a client without the secret is refused with a message, and the store goes on",
+    "[auth][store]") {
   rv::AuthStoreServer server(kSecret, "127.0.0.1", 0);
   try {
-    rv::AuthStore wrong("another run's secret, 32 bytes!!", "127.0.0.1", server.port(), milliseconds(5000));
+    rv::AuthStore wrong("another run's secret, 32 bytes!!", "127.0.0.1", server.port(),
+                        milliseconds(5000));
     FAIL("a client with the wrong secret was let in");
   } catch (const rv::InputError& e) {
     CHECK(contains(e.what(), "refused"));
@@ -179,7 +189,8 @@ TEST_CASE("auth store: a client without the secret is refused with a message, an
   CHECK(text(good.get("k")) == "v");
 }
 
-TEST_CASE("auth store: TCPStore's 1 GiB request, garbage and idle connections are refused cheaply", "[auth][store]") {
+TEST_CASE("auth store: TCPStore's 1 GiB request, garbage and idle connections are refused cheaply",
+          "[auth][store]") {
   rv::StoreLimits limits;
   limits.handshake_s = 0.5;
   rv::AuthStoreServer server(kSecret, "127.0.0.1", 0, limits);
@@ -207,7 +218,8 @@ TEST_CASE("auth store: TCPStore's 1 GiB request, garbage and idle connections ar
     const int fd = raw_connect(server.port());
     std::string hello = std::string("RVC1") + std::string(16, 'n') + std::string(32, 'p');
     const std::string frame = rv::auth::be32(static_cast<uint32_t>(hello.size())) + hello;
-    REQUIRE(::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(frame.size()));
+    REQUIRE(::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL) ==
+            static_cast<ssize_t>(frame.size()));
     const std::string got = read_until_closed(fd, 5000);
     ::close(fd);
     CHECK(contains(got, "wrong run secret"));
@@ -225,7 +237,8 @@ TEST_CASE("auth store: TCPStore's 1 GiB request, garbage and idle connections ar
   CHECK(text(good.get("still")) == "serving");
 }
 
-TEST_CASE("auth store: a server that does not know the secret cannot pose as the store", "[auth][store]") {
+TEST_CASE("auth store: a server that does not know the secret cannot pose as the store",
+          "[auth][store]") {
   // A store of another run on the port this client was given: it refuses the client, which says so.
   rv::AuthStoreServer other("the secret of some other run, 32", "127.0.0.1", 0);
   try {
@@ -270,8 +283,9 @@ TEST_CASE("auth store: a port that is taken is an error that names it", "[auth][
   }
 }
 
-TEST_CASE("auth store: beyond the unauthenticated limit, connections wait rather than being refused",
-          "[auth][store]") {
+TEST_CASE(
+    "auth store: beyond the unauthenticated limit, connections wait rather than being refused",
+    "[auth][store]") {
   rv::StoreLimits limits;
   limits.max_unauthenticated = 2;
   limits.handshake_s = 0.5;

@@ -3,7 +3,7 @@
 // states (to float rounding), for many shapes of clusters (a cluster of one node, clusters of
 // different lengths cut at different layers), with one row (the state) or several (the state and
 // optimizer slots).
-#include "catch.h"
+#include <ATen/ATen.h>
 
 #include <algorithm>
 #include <functional>
@@ -13,11 +13,10 @@
 #include <thread>
 #include <vector>
 
-#include <ATen/ATen.h>
-
 #include "algo/ring_averager.h"
-#include "loopback/loopback.h"
+#include "catch.h"
 #include "exec/wall_env.h"
+#include "loopback/loopback.h"
 #include "test_support.h"
 
 using namespace rv;
@@ -86,7 +85,8 @@ class InPlaceTransport : public Transport {
 };
 
 std::vector<std::string> on_loopback(
-    int n, const std::function<void(NodeEnv&, LoopbackTransport&, int)>& body, OfferBoard* board = nullptr) {
+    int n, const std::function<void(NodeEnv&, LoopbackTransport&, int)>& body,
+    OfferBoard* board = nullptr) {
   LoopbackHub hub(n, 20);
   std::vector<std::string> errors(static_cast<size_t>(n));
   std::vector<std::thread> threads;
@@ -116,8 +116,8 @@ std::vector<std::string> on_loopback(
 // `piece_bytes` (0: whole), over `board`'s in-place transport if given. Returns the number of
 // messages the nodes received.
 int64_t check_mean(const std::vector<std::vector<int>>& clusters,
-                   RingTopology topology = RingTopology::kMulti, int64_t rows = 1, int64_t piece_bytes = 0,
-                   OfferBoard* board = nullptr) {
+                   RingTopology topology = RingTopology::kMulti, int64_t rows = 1,
+                   int64_t piece_bytes = 0, OfferBoard* board = nullptr) {
   std::string toml = R"(
 name = "rings"
 [model]
@@ -153,8 +153,9 @@ method = "manual"
 
   std::vector<at::Tensor> result(node);
   std::vector<int64_t> received(static_cast<size_t>(node), 0);
-  const std::vector<std::string> errors =
-      on_loopback(node, [&](NodeEnv& env, LoopbackTransport& t, int n) {
+  const std::vector<std::string> errors = on_loopback(
+      node,
+      [&](NodeEnv& env, LoopbackTransport& t, int n) {
         NodeRole r = p.plan.role_of(n);
         const int64_t lo = m.state_offset(r.layer_begin), hi = m.state_offset(r.layer_end);
         RingAverager avg(env, p.plan, m, n, topology, piece_bytes);
@@ -172,7 +173,8 @@ method = "manual"
         const at::Tensor before = mine.clone();
         at::Tensor held = mine;
         mine = avg.average(held, rows, 0, recv, fail);
-        if (!at::equal(held, before)) throw Error("the averager wrote into a state its caller holds");
+        if (!at::equal(held, before))
+          throw Error("the averager wrote into a state its caller holds");
         held = at::Tensor();
         mine = avg.average(std::move(mine), rows, 1, recv, fail);
         result[n] = rows == 1 ? mine.unsqueeze(0) : mine;
@@ -193,8 +195,12 @@ method = "manual"
 
 }  // namespace
 
-TEST_CASE("multi-ring: two clusters cut at the same layers", "[rings]") { check_mean({{4, 4, 4}, {4, 4, 4}}); }
-TEST_CASE("multi-ring: a cluster of one node and a pipeline", "[rings]") { check_mean({{12}, {5, 7}}); }
+TEST_CASE("multi-ring: two clusters cut at the same layers", "[rings]") {
+  check_mean({{4, 4, 4}, {4, 4, 4}});
+}
+TEST_CASE("multi-ring: a cluster of one node and a pipeline", "[rings]") {
+  check_mean({{12}, {5, 7}});
+}
 TEST_CASE("multi-ring: clusters of different lengths cut at different layers", "[rings]") {
   check_mean({{1, 2, 3, 6}, {6, 6}, {12}, {3, 3, 3, 3}});
 }
@@ -214,12 +220,14 @@ TEST_CASE("single ring: clusters of different lengths, one of one node", "[rings
 TEST_CASE("single ring: first stages without parameters still lead their cluster", "[rings]") {
   check_mean({{1, 1, 10}, {3, 1, 8}, {2, 10}}, RingTopology::kSingle);
 }
-TEST_CASE("multi-ring and single ring average several rows (state and optimizer slots)", "[rings]") {
+TEST_CASE("multi-ring and single ring average several rows (state and optimizer slots)",
+          "[rings]") {
   check_mean({{1, 2, 3, 6}, {6, 6}, {12}}, RingTopology::kMulti, 3);
   check_mean({{1, 2, 3, 6}, {6, 6}, {12}}, RingTopology::kSingle, 2);
 }
 
-TEST_CASE("multi-ring and single ring in pieces: each lane at its own pace, the same mean", "[rings]") {
+TEST_CASE("multi-ring and single ring in pieces: each lane at its own pace, the same mean",
+          "[rings]") {
   const std::vector<std::vector<int>> shapes{{1, 2, 3, 6}, {6, 6}, {12}, {3, 3, 3, 3}};
   const int64_t whole = check_mean(shapes);
   // Pieces of 128, 32 and 1 byte (at most one piece per element of a segment).
@@ -230,11 +238,14 @@ TEST_CASE("multi-ring and single ring in pieces: each lane at its own pace, the 
     CHECK(n > before);  // smaller pieces, more messages
     before = n;
   }
-  CHECK(check_mean(shapes, RingTopology::kMulti, 3, 200) > check_mean(shapes, RingTopology::kMulti, 3));
-  CHECK(check_mean(shapes, RingTopology::kSingle, 2, 100) > check_mean(shapes, RingTopology::kSingle, 2));
+  CHECK(check_mean(shapes, RingTopology::kMulti, 3, 200) >
+        check_mean(shapes, RingTopology::kMulti, 3));
+  CHECK(check_mean(shapes, RingTopology::kSingle, 2, 100) >
+        check_mean(shapes, RingTopology::kSingle, 2));
 }
 
-TEST_CASE("multi-ring and single ring: all-gather segments received in place give the same mean", "[rings]") {
+TEST_CASE("multi-ring and single ring: all-gather segments received in place give the same mean",
+          "[rings]") {
   const std::vector<std::vector<int>> shapes{{1, 2, 3, 6}, {6, 6}, {12}, {3, 3, 3, 3}};
   for (const RingTopology topology : {RingTopology::kMulti, RingTopology::kSingle}) {
     for (const int64_t piece : {int64_t{0}, int64_t{32}}) {
@@ -275,14 +286,16 @@ count = 2
   const int64_t total = p.model.state_offset(p.model.layer_count());
   std::vector<const void*> before(2), after(2);
   std::vector<float> first(2);
-  const std::vector<std::string> errors = on_loopback(2, [&](NodeEnv& env, LoopbackTransport& t, int n) {
-    RingAverager avg(env, p.plan, p.model, n, RingTopology::kMulti);
-    at::Tensor state = at::full({total}, static_cast<float>(2 * n));
-    before[n] = state.data_ptr();
-    at::Tensor mean = avg.average(std::move(state), 1, 0, [&] { return t.recv(); }, [](Message) {});
-    after[n] = mean.data_ptr();
-    first[n] = mean[0].item<float>();
-  });
+  const std::vector<std::string> errors =
+      on_loopback(2, [&](NodeEnv& env, LoopbackTransport& t, int n) {
+        RingAverager avg(env, p.plan, p.model, n, RingTopology::kMulti);
+        at::Tensor state = at::full({total}, static_cast<float>(2 * n));
+        before[n] = state.data_ptr();
+        at::Tensor mean = avg.average(
+            std::move(state), 1, 0, [&] { return t.recv(); }, [](Message) {});
+        after[n] = mean.data_ptr();
+        first[n] = mean[0].item<float>();
+      });
   for (int n = 0; n < 2; ++n) {
     INFO("node " << n << ": " << errors[n]);
     REQUIRE(errors[n].empty());

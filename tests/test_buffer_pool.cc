@@ -1,9 +1,8 @@
 // BufferPool: received messages' memory is reused once its tensors are gone, within a cap, and
 // outlives the pool safely.
-#include "catch.h"
-
 #include <ATen/ATen.h>
 
+#include "catch.h"
 #include "real/buffer_pool.h"
 
 using namespace rv;
@@ -36,7 +35,7 @@ TEST_CASE("buffer pool: a released block serves the next request of its size", "
 }
 
 TEST_CASE("buffer pool: keeps at most its cap, small requests bypass it", "[buffer_pool]") {
-  BufferPool pool(size_t{1} << 20);  // 1 MiB
+  BufferPool pool(size_t{1} << 20);                // 1 MiB
   at::Tensor big = pool.take(400000, at::kFloat);  // 1.6 MB: more than the cap
   big = at::Tensor();
   CHECK(pool.cached_bytes() == 0);

@@ -2,25 +2,24 @@
 // file format and its bad input, the scenario's refusals, a simulation stopped after a checkpoint
 // and resumed giving byte-identical outputs (numeric and timing, one cluster and several), and a
 // real run resumed whose loss goes on from where it stopped.
-#include "catch.h"
+#include <ATen/ATen.h>
 
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <utility>
 
-#include <ATen/ATen.h>
-#include <nlohmann/json.hpp>
-
 #include "algo/registry.h"
+#include "catch.h"
+#include "cli_support.h"
 #include "core/checkpoint/checkpoint.h"
 #include "core/error.h"
 #include "core/output/run_output.h"
 #include "core/scenario/scenario.h"
-#include "cli_support.h"
 #include "snippets.h"
 
 using namespace rv;
@@ -58,7 +57,8 @@ fs::path workdir(const std::string& name) {
   return test::fresh_dir("rv-ckpt", name + "-" + std::to_string(count++));
 }
 
-std::vector<std::string> with_sets(std::vector<std::string> args, const std::vector<std::string>& sets) {
+std::vector<std::string> with_sets(std::vector<std::string> args,
+                                   const std::vector<std::string>& sets) {
   for (const auto& s : sets) args.insert(args.end(), {"--set", s});
   return args;
 }
@@ -78,11 +78,14 @@ void check_stop_and_resume(const std::string& toml, const std::vector<std::strin
                            const std::vector<int>& trainers) {
   const fs::path d = workdir("sim");
   std::ofstream(d / "s.toml") << toml;
-  const test::Result whole = test::ravnest(with_sets({"sim", "s.toml", "--run-dir", "whole", "--progress", "off"}, sets), d);
+  const test::Result whole = test::ravnest(
+      with_sets({"sim", "s.toml", "--run-dir", "whole", "--progress", "off"}, sets), d);
   REQUIRE(whole.status == 0);
   const test::Result stopped =
-      test::ravnest(with_sets({"sim", "s.toml", "--run-dir", "stopped", "--progress", "off", "--stop-after-checkpoint",
-                               std::to_string(stop)}, sets), d);
+      test::ravnest(with_sets({"sim", "s.toml", "--run-dir", "stopped", "--progress", "off",
+                               "--stop-after-checkpoint", std::to_string(stop)},
+                              sets),
+                    d);
   INFO(stopped.err);
   REQUIRE(stopped.status == 1);
   CHECK(stopped.err.find("stopped after checkpoint " + std::to_string(stop)) != std::string::npos);
@@ -93,11 +96,12 @@ void check_stop_and_resume(const std::string& toml, const std::vector<std::strin
   // Stopped on request, not failed: the reason says where, for --resume.
   const nlohmann::json stopped_run = nlohmann::json::parse(test::slurp(d / "stopped" / "run.json"));
   CHECK(stopped_run.at("status") == "stopped");
-  CHECK(stopped_run.at("reason").get<std::string>().find("stopped after checkpoint " + std::to_string(stop)) !=
-        std::string::npos);
+  CHECK(stopped_run.at("reason").get<std::string>().find(
+            "stopped after checkpoint " + std::to_string(stop)) != std::string::npos);
   CHECK_FALSE(stopped_run.contains("error"));
 
-  const test::Result resumed = test::ravnest({"sim", "--resume", "stopped", "--run-dir", "resumed", "--progress", "off"}, d);
+  const test::Result resumed =
+      test::ravnest({"sim", "--resume", "stopped", "--run-dir", "resumed", "--progress", "off"}, d);
   INFO(resumed.err);
   REQUIRE(resumed.status == 0);
   const auto a = outputs(d / "whole"), b = outputs(d / "resumed");
@@ -112,7 +116,8 @@ void check_stop_and_resume(const std::string& toml, const std::vector<std::strin
   if (stop == 1) {
     for (const auto& e : fs::directory_iterator(d / "whole" / "checkpoints" / "round-80")) {
       INFO(e.path());
-      CHECK(test::slurp(e.path()) == test::slurp(d / "resumed" / "checkpoints" / "round-80" / e.path().filename()));
+      CHECK(test::slurp(e.path()) ==
+            test::slurp(d / "resumed" / "checkpoints" / "round-80" / e.path().filename()));
     }
   }
   const auto run = nlohmann::json::parse(test::slurp(d / "resumed" / "run.json"));
@@ -123,7 +128,8 @@ void check_stop_and_resume(const std::string& toml, const std::vector<std::strin
 
 }  // namespace
 
-TEST_CASE("a node's state survives the file format and a damaged file is refused by name", "[checkpoint]") {
+TEST_CASE("a node's state survives the file format and a damaged file is refused by name",
+          "[checkpoint]") {
   NodeState s;
   s.node = 3;
   s.cluster = 1;
@@ -219,14 +225,17 @@ TEST_CASE("the scenario refuses checkpoints it cannot take", "[checkpoint]") {
     }
     return std::string("accepted");
   };
-  CHECK(problem({"checkpoint.every=30"}).find("not a multiple of training.average_every (20)") != std::string::npos);
-  CHECK(problem({"training.averaging=\"overlapped\""}).find("bulk-synchronous") != std::string::npos);
+  CHECK(problem({"checkpoint.every=30"}).find("not a multiple of training.average_every (20)") !=
+        std::string::npos);
+  CHECK(problem({"training.averaging=\"overlapped\""}).find("bulk-synchronous") !=
+        std::string::npos);
   CHECK(problem({"churn.leave_per_hour=1"}).find("[churn]") != std::string::npos);
   CHECK(problem({"checkpoint.every=0", "churn.leave_per_hour=1"}) == "accepted");
 
   const fs::path d = workdir("refused");
   std::ofstream(d / "s.toml") << kTwoClusters;
-  const test::Result gpipe = test::ravnest({"sim", "s.toml", "--set", "training.algorithm=\"gpipe\""}, d);
+  const test::Result gpipe =
+      test::ravnest({"sim", "s.toml", "--set", "training.algorithm=\"gpipe\""}, d);
   CHECK(gpipe.status == 2);
   CHECK(gpipe.err.find("takes no checkpoints") != std::string::npos);
   const test::Result loop = test::ravnest({"sim", "s.toml", "--executor", "loopback"}, d);
@@ -249,13 +258,16 @@ TEST_CASE("resuming refuses what it cannot continue with exit 2", "[checkpoint][
   const test::Result neither = run({"sim"});
   CHECK(neither.status == 2);
 
-  REQUIRE(run({"sim", "s.toml", "--run-dir", "a", "--progress", "off", "--set", "checkpoint.every=0",
-               "--set", "training.steps=40"}).status == 0);
+  REQUIRE(run({"sim", "s.toml", "--run-dir", "a", "--progress", "off", "--set",
+               "checkpoint.every=0", "--set", "training.steps=40"})
+              .status == 0);
   const test::Result untaken = run({"sim", "--resume", "a"});
   CHECK(untaken.status == 2);
   CHECK(untaken.err.find("took no checkpoints") != std::string::npos);
 
-  REQUIRE(run({"sim", "s.toml", "--run-dir", "b", "--progress", "off", "--stop-after-checkpoint", "1"}).status == 1);
+  REQUIRE(
+      run({"sim", "s.toml", "--run-dir", "b", "--progress", "off", "--stop-after-checkpoint", "1"})
+          .status == 1);
   // A damaged state file: refused, naming it, before the folder it would write is made.
   const fs::path state = d / "b" / "checkpoints" / "round-40" / "node-2.state";
   const std::string bytes = test::slurp(state);
@@ -267,16 +279,19 @@ TEST_CASE("resuming refuses what it cannot continue with exit 2", "[checkpoint][
   fs::remove_all(d);
 }
 
-TEST_CASE("a simulation stopped after a checkpoint and resumed gives byte-identical outputs", "[checkpoint][sim]") {
+TEST_CASE("a simulation stopped after a checkpoint and resumed gives byte-identical outputs",
+          "[checkpoint][sim]") {
   SECTION("numeric, two clusters") { check_stop_and_resume(kTwoClusters, {}, 1, {0, 1, 2, 3}); }
   SECTION("numeric, one cluster of three stages (its pipeline drains at the checkpoint)") {
     std::string one = kTwoClusters;
-    const std::string clusters = "[[planner.cluster]]\nnodes = [0, 1]\n[[planner.cluster]]\nnodes = [2, 3]\n";
+    const std::string clusters =
+        "[[planner.cluster]]\nnodes = [0, 1]\n[[planner.cluster]]\nnodes = [2, 3]\n";
     one.replace(one.find(clusters), clusters.size(), "[[planner.cluster]]\nnodes = [1, 2, 3]\n");
     check_stop_and_resume(one, {}, 2, {1, 2, 3});
   }
   SECTION("timing mode, two clusters, summary metrics") {
-    check_stop_and_resume(kTwoClusters, {"sim.mode=\"timing\"", "output.metrics=\"summary\""}, 2, {0, 1, 2, 3});
+    check_stop_and_resume(kTwoClusters, {"sim.mode=\"timing\"", "output.metrics=\"summary\""}, 2,
+                          {0, 1, 2, 3});
   }
 }
 
@@ -284,8 +299,11 @@ TEST_CASE("a real run stopped after a checkpoint resumes where it stopped", "[ch
   const fs::path d = workdir("real");
   std::ofstream(d / "s.toml") << kTwoClusters;
   const std::vector<std::string> sets = {"real.emulate_network=false"};
-  const test::Result stopped = test::ravnest(
-      with_sets({"real", "s.toml", "--run-dir", "stopped", "--progress", "off", "--stop-after-checkpoint", "1"}, sets), d);
+  const test::Result stopped =
+      test::ravnest(with_sets({"real", "s.toml", "--run-dir", "stopped", "--progress", "off",
+                               "--stop-after-checkpoint", "1"},
+                              sets),
+                    d);
   INFO(stopped.err);
   REQUIRE(stopped.status == 1);
   const auto point = last_checkpoint((d / "stopped" / "checkpoints").string());
@@ -293,7 +311,8 @@ TEST_CASE("a real run stopped after a checkpoint resumes where it stopped", "[ch
   CHECK(point->done == 40);
   // Rank 0 marked its folder stopped, and the launcher left that as it was.
   CHECK(nlohmann::json::parse(test::slurp(d / "stopped" / "run.json")).at("status") == "stopped");
-  const test::Result resumed = test::ravnest({"real", "--resume", "stopped", "--run-dir", "resumed", "--progress", "off"}, d);
+  const test::Result resumed = test::ravnest(
+      {"real", "--resume", "stopped", "--run-dir", "resumed", "--progress", "off"}, d);
   INFO(resumed.err);
   REQUIRE(resumed.status == 0);
   const std::vector<Event> events = read_events_csv((d / "resumed" / "metrics.csv").string());

@@ -1,29 +1,27 @@
 // Churn: the schedule of departures and arrivals, the roster every node replays from it, and
 // ravnest recovering in the simulator (a first, middle or last stage lost; a newcomer; a departure
 // during an averaging and during a state transfer), against algorithms that stop, saying why.
-#include "catch.h"
-
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <stdexcept>
 
-#include <nlohmann/json.hpp>
-
 #include "algo/pipeline_worker.h"
 #include "algo/registry.h"
 #include "algo/roster.h"
+#include "catch.h"
+#include "cli_support.h"
 #include "core/churn/schedule.h"
 #include "core/error.h"
 #include "core/output/metrics.h"
 #include "core/output/run_output.h"
 #include "exec/wall_env.h"
 #include "loopback/loopback.h"
-#include "cli_support.h"
 #include "snippets.h"
 #include "test_support.h"
 
@@ -86,7 +84,8 @@ struct FakeMembership : Membership {
   std::vector<MemberEvent> log;
   std::vector<int64_t> seals;
   int64_t seal(int64_t round) override {
-    while (static_cast<int64_t>(seals.size()) <= round) seals.push_back(static_cast<int64_t>(log.size()));
+    while (static_cast<int64_t>(seals.size()) <= round)
+      seals.push_back(static_cast<int64_t>(log.size()));
     return seals[static_cast<size_t>(round)];
   }
   int64_t sealed(int64_t round) const override {
@@ -112,7 +111,8 @@ Plan two_clusters_and_a_spare() {
 // "planner.cluster.2.nodes=[6, 7, 8]") appended as tables ([[churn.event]], ...), in index order;
 // the other overrides are left in `overrides`.
 std::string with_elements(std::string toml, std::vector<std::string>& overrides) {
-  std::map<std::string, std::map<int, std::vector<std::string>>> added;  // table -> index -> "k = v"
+  std::map<std::string, std::map<int, std::vector<std::string>>>
+      added;  // table -> index -> "k = v"
   std::vector<std::string> rest;
   for (const std::string& o : overrides) {
     bool taken = false;
@@ -121,7 +121,8 @@ std::string with_elements(std::string toml, std::vector<std::string>& overrides)
       const size_t dot = o.find('.', table.size() + 1), eq = o.find('=');
       const int index = std::stoi(o.substr(table.size() + 1, dot - table.size() - 1));
       size_t have = 0;
-      for (size_t at = toml.find("[[" + table + "]]"); at != std::string::npos; at = toml.find("[[" + table + "]]", at + 1))
+      for (size_t at = toml.find("[[" + table + "]]"); at != std::string::npos;
+           at = toml.find("[[" + table + "]]", at + 1))
         ++have;
       if (static_cast<size_t>(index) < have) break;
       added[table][index].push_back(o.substr(dot + 1, eq - dot - 1) + " = " + o.substr(eq + 1));
@@ -141,7 +142,8 @@ std::string with_elements(std::string toml, std::vector<std::string>& overrides)
 // The training losses of a run, in time order.
 std::vector<double> training_losses(const std::vector<Event>& events) {
   std::vector<Event> l = of_kind(events, EventKind::kLoss);
-  std::stable_sort(l.begin(), l.end(), [](const Event& a, const Event& b) { return a.end < b.end; });
+  std::stable_sort(l.begin(), l.end(),
+                   [](const Event& a, const Event& b) { return a.end < b.end; });
   std::vector<double> out;
   for (const Event& e : l) out.push_back(e.loss);
   return out;
@@ -164,11 +166,13 @@ struct Ran {
 // Runs `ravnest <command...> s.toml --run-dir run --progress off --set <overrides>` in a fresh
 // folder holding `toml` as s.toml; `inspect` reads the folder before it goes. Returns the exit
 // status; `err` gets stderr.
-int run_ravnest(const std::vector<std::string>& command, std::vector<std::string> overrides, const std::string& toml,
-                std::string* err, const std::function<void(const std::filesystem::path&)>& inspect = {}) {
+int run_ravnest(const std::vector<std::string>& command, std::vector<std::string> overrides,
+                const std::string& toml, std::string* err,
+                const std::function<void(const std::filesystem::path&)>& inspect = {}) {
   namespace fs = std::filesystem;
   static int count = 0;
-  const fs::path dir = fs::temp_directory_path() / ("rv-churn-" + std::to_string(::getpid()) + "-" + std::to_string(count++));
+  const fs::path dir = fs::temp_directory_path() /
+                       ("rv-churn-" + std::to_string(::getpid()) + "-" + std::to_string(count++));
   fs::remove_all(dir);
   fs::create_directories(dir);
   const std::string text = with_elements(toml, overrides);
@@ -189,23 +193,29 @@ Ran simulate_churn(std::vector<std::string> overrides, const std::string& toml =
   namespace fs = std::filesystem;
   Ran out;
   std::string err;
-  const int status = run_ravnest({"sim"}, std::move(overrides), toml, &err, [&](const fs::path& dir) {
-    if (fs::exists(dir / "run" / "metrics.csv")) {  // output.metrics = "summary" writes none
-      std::ifstream metrics(dir / "run" / "metrics.csv");
-      out.events = parse_events_csv(metrics, (dir / "run" / "metrics.csv").string());
-    }
-    if (fs::exists(dir / "run" / "summary.json")) out.summary = nlohmann::json::parse(test::slurp(dir / "run" / "summary.json"));
-    if (fs::exists(dir / "run" / "trace.json")) out.trace = test::slurp(dir / "run" / "trace.json");
-  });
-  if (status != 0) throw std::runtime_error("ravnest sim exit " + std::to_string(status) + ": " + err);
+  const int status =
+      run_ravnest({"sim"}, std::move(overrides), toml, &err, [&](const fs::path& dir) {
+        if (fs::exists(dir / "run" / "metrics.csv")) {  // output.metrics = "summary" writes none
+          std::ifstream metrics(dir / "run" / "metrics.csv");
+          out.events = parse_events_csv(metrics, (dir / "run" / "metrics.csv").string());
+        }
+        if (fs::exists(dir / "run" / "summary.json"))
+          out.summary = nlohmann::json::parse(test::slurp(dir / "run" / "summary.json"));
+        if (fs::exists(dir / "run" / "trace.json"))
+          out.trace = test::slurp(dir / "run" / "trace.json");
+      });
+  if (status != 0)
+    throw std::runtime_error("ravnest sim exit " + std::to_string(status) + ": " + err);
   return out;
 }
 
 }  // namespace
 
-TEST_CASE("churn schedule: timed departures, arrivals and drawn sessions, the same every time", "[churn]") {
-  std::vector<std::string> o = {"churn.event.0.at_s=3", "churn.event.0.leave=2", "churn.event.1.at_s=1",
-                                "churn.event.1.leave=4", "churn.event.2.at_s=2", "churn.event.2.leave=4"};
+TEST_CASE("churn schedule: timed departures, arrivals and drawn sessions, the same every time",
+          "[churn]") {
+  std::vector<std::string> o = {"churn.event.0.at_s=3", "churn.event.0.leave=2",
+                                "churn.event.1.at_s=1", "churn.event.1.leave=4",
+                                "churn.event.2.at_s=2", "churn.event.2.leave=4"};
   Scenario s = parse_scenario(with_elements(kChurn, o), "t.toml", o);
   auto events = all(ChurnSchedule(s));
   // In time order; node 4's second departure is void (it is gone already).
@@ -247,8 +257,11 @@ TEST_CASE("churn schedule: timed departures, arrivals and drawn sessions, the sa
   CHECK(differ);
 }
 
-TEST_CASE("churn keys: later groups come last, departures name a node, recovery needs the multi-ring", "[churn]") {
-  const std::string late = std::string(kChurn) + "[[devices]]\nname = \"late\"\ncount = 2\njoin_at_s = 30\n";
+TEST_CASE(
+    "churn keys: later groups come last, departures name a node, recovery needs the multi-ring",
+    "[churn]") {
+  const std::string late =
+      std::string(kChurn) + "[[devices]]\nname = \"late\"\ncount = 2\njoin_at_s = 30\n";
   Scenario s = parse_scenario(late, "t.toml");
   CHECK(s.node_count() == 9);
   CHECK(s.initial_node_count() == 7);
@@ -259,23 +272,31 @@ TEST_CASE("churn keys: later groups come last, departures name a node, recovery 
   for (const auto& c : p.plan.clusters)
     for (const auto& st : c.stages) CHECK(st.node < 7);
   // A later group before one present from the start.
-  const std::string early = std::string(kChurn) + "[[devices]]\nname = \"late\"\njoin_at_s = 30\n[[devices]]\nname = \"x\"\n";
-  CHECK_THROWS_WITH(parse_scenario(early, "t.toml"), Catch::Contains("devices[2]") && Catch::Contains("come after"));
+  const std::string early =
+      std::string(kChurn) +
+      "[[devices]]\nname = \"late\"\njoin_at_s = 30\n[[devices]]\nname = \"x\"\n";
+  CHECK_THROWS_WITH(parse_scenario(early, "t.toml"),
+                    Catch::Contains("devices[2]") && Catch::Contains("come after"));
   std::vector<std::string> no_leave = {"churn.event.0.at_s=3"};
   CHECK_THROWS_WITH(parse_scenario(with_elements(kChurn, no_leave), "t.toml"),
                     Catch::Contains("churn.event[0].leave") && Catch::Contains("missing"));
   std::vector<std::string> outside = {"churn.event.0.at_s=3", "churn.event.0.leave=7"};
   CHECK_THROWS_WITH(parse_scenario(with_elements(kChurn, outside), "t.toml"),
                     Catch::Contains("no node 7 in a pool of 7"));
-  Scenario ring = parse_scenario(kChurn, "t.toml", {"churn.leave_per_hour=1", "training.allreduce=single-ring"});
-  CHECK_THROWS_WITH(check_churn_support(ring), Catch::Contains("training.allreduce") && Catch::Contains("multi-ring"));
-  Scenario over = parse_scenario(kChurn, "t.toml", {"churn.leave_per_hour=1", "training.averaging=overlapped"});
+  Scenario ring = parse_scenario(kChurn, "t.toml",
+                                 {"churn.leave_per_hour=1", "training.allreduce=single-ring"});
+  CHECK_THROWS_WITH(check_churn_support(ring),
+                    Catch::Contains("training.allreduce") && Catch::Contains("multi-ring"));
+  Scenario over =
+      parse_scenario(kChurn, "t.toml", {"churn.leave_per_hour=1", "training.averaging=overlapped"});
   CHECK_THROWS_WITH(check_churn_support(over), Catch::Contains("bulk-sync"));
   // Without churn, any all-reduce goes.
-  CHECK_NOTHROW(check_churn_support(parse_scenario(kChurn, "t.toml", {"training.allreduce=single-ring"})));
+  CHECK_NOTHROW(
+      check_churn_support(parse_scenario(kChurn, "t.toml", {"training.allreduce=single-ring"})));
 }
 
-TEST_CASE("roster: spares take lost stages, newcomers fill waiting ones, rounds see one membership", "[churn]") {
+TEST_CASE("roster: spares take lost stages, newcomers fill waiting ones, rounds see one membership",
+          "[churn]") {
   const Plan plan = two_clusters_and_a_spare();
   FakeMembership m;
   Roster r(plan, 7);
@@ -339,16 +360,18 @@ struct NoCompute : Compute {
   Seconds run(const Work&, SavedActivations, const std::function<void()>&) override { return kNaN; }
 };
 
-TEST_CASE("churn: a replacement's first messages are kept though this node has not yet heard of it", "[churn]") {
+TEST_CASE("churn: a replacement's first messages are kept though this node has not yet heard of it",
+          "[churn]") {
   // Clusters {0, 1} and {2, 3}. Node 2 left; node 3 last took its role while stage 0 waited for a
   // node (prev -1). Node 2's replacement joins, round 0 is sealed, and the replacement (which
   // heard of the seal first: the real membership is polled) sends its first forward of period 1
   // before node 3's notice arrives. Node 3 must keep it: dropped, both ends would wait forever.
-  const test::Prepared p = test::prepare(std::string("name = \"early\"\n") + test::kDigitsMlp +
-                                             "[sim]\nmode = \"timing\"\n[training]\nsteps = 40\naverage_every = 20\n"
-                                             "[planner]\nmethod = \"manual\"\n[[planner.cluster]]\nnodes = [0, 1]\n"
-                                             "[[planner.cluster]]\nnodes = [2, 3]\n[[devices]]\ncount = 4\n",
-                                         {}, false);
+  const test::Prepared p =
+      test::prepare(std::string("name = \"early\"\n") + test::kDigitsMlp +
+                        "[sim]\nmode = \"timing\"\n[training]\nsteps = 40\naverage_every = 20\n"
+                        "[planner]\nmethod = \"manual\"\n[[planner.cluster]]\nnodes = [0, 1]\n"
+                        "[[planner.cluster]]\nnodes = [2, 3]\n[[devices]]\ncount = 4\n",
+                    {}, false);
   const RunSpec spec = p.spec();
   FakeMembership members;
   members.log.push_back({2, false, 1.0});
@@ -387,11 +410,13 @@ TEST_CASE("churn: a replacement's first messages are kept though this node has n
   CHECK_FALSE(w.try_recv().has_value());
 }
 
-TEST_CASE("churn: ravnest loses a first, a middle or a last stage, and the spare takes it over", "[churn][sim]") {
+TEST_CASE("churn: ravnest loses a first, a middle or a last stage, and the spare takes it over",
+          "[churn][sim]") {
   const Ran base = simulate_churn({});
   for (int lost : {3, 4, 5}) {
     INFO("node " << lost << " leaves at 1 s");
-    const std::vector<std::string> leave = {"churn.event.0.at_s=1", "churn.event.0.leave=" + std::to_string(lost)};
+    const std::vector<std::string> leave = {"churn.event.0.at_s=1",
+                                            "churn.event.0.leave=" + std::to_string(lost)};
     const Ran run = simulate_churn(leave);
     INFO(run.summary.dump(2));
     // The spare took the lost stage, in cluster 1.
@@ -416,7 +441,8 @@ TEST_CASE("churn: ravnest loses a first, a middle or a last stage, and the spare
             for (const Event& d : drops) ids.insert(d.micro_batch);
             return ids.size();
           }()));
-    // Each of the cluster's nodes (the spare among them) fetched its state after a round it sat out.
+    // Each of the cluster's nodes (the spare among them) fetched its state after a round it sat
+    // out.
     const auto transfers = of_kind(run.events, EventKind::kTransfer);
     std::set<int> fetched;
     for (const Event& t : transfers) {
@@ -439,7 +465,8 @@ TEST_CASE("churn: ravnest loses a first, a middle or a last stage, and the spare
     CHECK(run.summary["churn"]["leaves"] == 1);
     CHECK(run.summary["churn"]["takeovers"] == 1);
     CHECK(run.summary["churn"]["samples_lost"].get<int64_t>() > 0);
-    CHECK(run.summary["train_samples"].get<int64_t>() < base.summary["train_samples"].get<int64_t>());
+    CHECK(run.summary["train_samples"].get<int64_t>() <
+          base.summary["train_samples"].get<int64_t>());
     // Simulated: the same scenario gives the same events.
     const Ran again = simulate_churn(leave);
     CHECK(events_csv(again.events) == events_csv(run.events));
@@ -448,12 +475,14 @@ TEST_CASE("churn: ravnest loses a first, a middle or a last stage, and the spare
 }
 
 TEST_CASE("churn: a newcomer takes the stage that waited for it", "[churn][sim]") {
-  const std::string late = std::string(kChurn) +
-                           "[[devices]]\nname = \"late\"\ncount = 1\njoin_at_s = 3\nup_mbps = 20\ndown_mbps = 50\n"
-                           "latency_ms = 10\ntflops = 0.001\n";
+  const std::string late =
+      std::string(kChurn) +
+      "[[devices]]\nname = \"late\"\ncount = 1\njoin_at_s = 3\nup_mbps = 20\ndown_mbps = 50\n"
+      "latency_ms = 10\ntflops = 0.001\n";
   // No spare: devices[0] has 6 nodes; node 6 arrives at 3 s.
-  const Ran run = simulate_churn({"devices.0.count=6", "churn.event.0.at_s=1", "churn.event.0.leave=4",
-                                  "output.trace=true"}, late);
+  const Ran run = simulate_churn(
+      {"devices.0.count=6", "churn.event.0.at_s=1", "churn.event.0.leave=4", "output.trace=true"},
+      late);
   INFO(run.summary.dump(2));
   const auto joins = of_kind(run.events, EventKind::kJoin);
   REQUIRE(joins.size() == 1);
@@ -496,7 +525,8 @@ TEST_CASE("churn: a newcomer takes the stage that waited for it", "[churn][sim]"
   CHECK(churn_names.count("drop") == 1);
 }
 
-TEST_CASE("churn: a departure during an averaging gives up only the rings it was in", "[churn][sim]") {
+TEST_CASE("churn: a departure during an averaging gives up only the rings it was in",
+          "[churn][sim]") {
   // Without churn, node 1's first averaging (with node 4: the rings of stage 1) runs over ~0.655 s
   // to ~0.706 s; node 4 leaves at 0.68 s, in the middle of it.
   const Ran base = simulate_churn({});
@@ -508,7 +538,8 @@ TEST_CASE("churn: a departure during an averaging gives up only the rings it was
     }
   REQUIRE(start > 0);
   const double at = (start + end) / 2;
-  const Ran run = simulate_churn({"churn.event.0.at_s=" + std::to_string(at), "churn.event.0.leave=4"});
+  const Ran run =
+      simulate_churn({"churn.event.0.at_s=" + std::to_string(at), "churn.event.0.leave=4"});
   INFO(run.summary.dump(2));
   // Node 1 waited for node 4 until the notice, then gave the ring up and went on.
   bool gave_up = false;
@@ -524,7 +555,8 @@ TEST_CASE("churn: a departure during an averaging gives up only the rings it was
   CHECK(run.summary["final"]["test_accuracy"].get<double>() > 0.85);
 }
 
-TEST_CASE("churn: a donor that leaves during a transfer is replaced by another cluster's node", "[churn][sim]") {
+TEST_CASE("churn: a donor that leaves during a transfer is replaced by another cluster's node",
+          "[churn][sim]") {
   // Three clusters; cluster 1 loses node 4 and fetches from cluster 2 (the next after its own)
   // after the round it sits out.
   const std::vector<std::string> three = {"devices.0.count=10", "planner.cluster.2.nodes=[6, 7, 8]",
@@ -554,24 +586,30 @@ TEST_CASE("churn: a donor that leaves during a transfer is replaced by another c
   CHECK(run.summary["final"]["test_accuracy"].get<double>() > 0.85);
 }
 
-TEST_CASE("churn: algorithms that cannot recover, and a run with no cluster left, stop and say why", "[churn][sim]") {
+TEST_CASE("churn: algorithms that cannot recover, and a run with no cluster left, stop and say why",
+          "[churn][sim]") {
   for (const char* algo : {"gpipe", "sync-dp"}) {
     INFO(algo);
-    const std::vector<std::string> o = {std::string("training.algorithm=") + algo, "churn.event.0.at_s=1",
-                                        "churn.event.0.leave=1"};
-    CHECK_THROWS_WITH(simulate_churn(o), Catch::Contains(std::string(algo) + " cannot go on without node 1") &&
-                                             Catch::Contains("only ravnest recovers"));
+    const std::vector<std::string> o = {std::string("training.algorithm=") + algo,
+                                        "churn.event.0.at_s=1", "churn.event.0.leave=1"};
+    CHECK_THROWS_WITH(simulate_churn(o),
+                      Catch::Contains(std::string(algo) + " cannot go on without node 1") &&
+                          Catch::Contains("only ravnest recovers"));
   }
   // Both clusters lose a node before either is rebuilt.
-  CHECK_THROWS_WITH(simulate_churn({"churn.event.0.at_s=1", "churn.event.0.leave=4", "churn.event.1.at_s=1.1",
-                                    "churn.event.1.leave=1"}),
-                    Catch::Contains("every cluster has lost a node") && Catch::Contains("no cluster is left"));
+  CHECK_THROWS_WITH(
+      simulate_churn({"churn.event.0.at_s=1", "churn.event.0.leave=4", "churn.event.1.at_s=1.1",
+                      "churn.event.1.leave=1"}),
+      Catch::Contains("every cluster has lost a node") && Catch::Contains("no cluster is left"));
 }
 
-TEST_CASE("churn: drawn sessions over many rounds, in timing mode, end with every node accounted for", "[churn][sim]") {
+TEST_CASE(
+    "churn: drawn sessions over many rounds, in timing mode, end with every node accounted for",
+    "[churn][sim]") {
   // Three clusters and three spares; sessions of 3 minutes on average, nodes back 10 s after.
-  const Ran run = simulate_churn({"devices.0.count=12", "planner.cluster.2.nodes=[6, 7, 8]", "sim.mode=timing",
-                                  "training.steps=2000", "churn.leave_per_hour=20", "churn.rejoin_s=10", "seed=1"});
+  const Ran run = simulate_churn({"devices.0.count=12", "planner.cluster.2.nodes=[6, 7, 8]",
+                                  "sim.mode=timing", "training.steps=2000",
+                                  "churn.leave_per_hour=20", "churn.rejoin_s=10", "seed=1"});
   INFO(run.summary.dump(2));
   const auto& c = run.summary["churn"];
   CHECK(c["leaves"].get<int>() >= 3);
@@ -584,7 +622,8 @@ TEST_CASE("churn: drawn sessions over many rounds, in timing mode, end with ever
   CHECK(run.summary["train_samples"].get<int64_t>() > c["planned_samples"].get<int64_t>() / 2);
 }
 
-TEST_CASE("churn: the shipped scenario runs 120 PCs through its sessions to the end", "[churn][sim][slow]") {
+TEST_CASE("churn: the shipped scenario runs 120 PCs through its sessions to the end",
+          "[churn][sim][slow]") {
   std::ifstream in(test::source_path("scenarios/churn.toml"));
   std::stringstream text;
   text << in.rdbuf();
@@ -605,7 +644,9 @@ TEST_CASE("churn: the executors that do not play it refuse it, before any run", 
   const std::vector<std::string> leave = {"churn.event.0.at_s=1", "churn.event.0.leave=4"};
   std::string err;
   bool folder = true;
-  auto no_folder = [&](const std::filesystem::path& dir) { folder = std::filesystem::exists(dir / "run"); };
+  auto no_folder = [&](const std::filesystem::path& dir) {
+    folder = std::filesystem::exists(dir / "run");
+  };
   CHECK(run_ravnest({"sim", "--executor", "loopback"}, leave, kChurn, &err, no_folder) == 2);
   CHECK(err.find("key 'churn'") != std::string::npos);
   CHECK(err.find("the loopback executor runs every node") != std::string::npos);
@@ -615,6 +656,7 @@ TEST_CASE("churn: the executors that do not play it refuse it, before any run", 
   CHECK(err.find("the real executor runs every node") != std::string::npos);
   CHECK_FALSE(folder);
   // And an all-reduce that cannot re-form, with churn, is refused by every command.
-  CHECK(run_ravnest({"sim"}, {"churn.leave_per_hour=1", "training.allreduce=single-ring"}, kChurn, &err, no_folder) == 2);
+  CHECK(run_ravnest({"sim"}, {"churn.leave_per_hour=1", "training.allreduce=single-ring"}, kChurn,
+                    &err, no_folder) == 2);
   CHECK(err.find("churn needs \"multi-ring\"") != std::string::npos);
 }

@@ -1,18 +1,13 @@
 // Integration tests of the `ravnest` executable: exit statuses and messages for bad input (and no
 // run folder left behind), byte-identical simulations, the real executor against the simulator,
 // and a dead peer stopping a real run with a clear error.
-#include "catch.h"
-#include "cli_support.h"
-#include "snippets.h"
-
 #include <signal.h>
 #include <sys/wait.h>
-#include <cerrno>
-#include <chrono>
-#include <thread>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -20,11 +15,15 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 #include <sstream>
+#include <thread>
 
-#include <nlohmann/json.hpp>
+#include "catch.h"
+#include "cli_support.h"
+#include "snippets.h"
 
 namespace fs = std::filesystem;
 using namespace rv::test;
@@ -89,7 +88,8 @@ std::map<std::string, std::string> values_of(const fs::path& run, const std::str
     std::stringstream ss(line);
     for (std::string c; std::getline(ss, c, ',');) f.push_back(c);
     if (f.size() < 10 || f[0] != kind) continue;
-    out[f[1] + "," + f[4] + "," + f[5]] = f[8] + "," + f[9];  // node,step,micro_batch -> loss,accuracy
+    out[f[1] + "," + f[4] + "," + f[5]] =
+        f[8] + "," + f[9];  // node,step,micro_batch -> loss,accuracy
   }
   return out;
 }
@@ -111,12 +111,31 @@ TEST_CASE("bad input exits 2 with a message that says where, and writes no run f
     std::string expect;
   };
   std::vector<Case> cases = {
-      {"unknown key", std::string(kSmall) + "[sim]\nmodes = \"timing\"\n", {}, "key 'sim.modes': unknown key"},
-      {"wrong type", "name = \"x\"\n[training]\nlr = \"fast\"\n[[devices]]\ncount = 2\n", {}, "bad.toml:3: key 'training.lr': expected a number"},
-      {"out of range", "name = \"x\"\n[[devices]]\ncount = 2\nram_gb = -1\n", {}, "bad.toml:4: key 'devices[0].ram_gb'"},
-      {"unknown dataset", "name = \"x\"\n[data]\nkind = \"cifar\"\n[[devices]]\ncount = 2\n", {}, "key 'data.kind': unknown value 'cifar'"},
-      {"missing dataset file", std::string(kSmall), {"--set", "data.path=/nonexistent/digits.csv.gz"}, "/nonexistent/digits.csv.gz"},
-      {"does not fit", "name = \"x\"\n[model]\nhead = \"linear\"\nhidden = [4096, 4096]\n[[devices]]\ncount = 2\nram_gb = 0.01\n", {}, "does not fit the cluster's RAM"},
+      {"unknown key",
+       std::string(kSmall) + "[sim]\nmodes = \"timing\"\n",
+       {},
+       "key 'sim.modes': unknown key"},
+      {"wrong type",
+       "name = \"x\"\n[training]\nlr = \"fast\"\n[[devices]]\ncount = 2\n",
+       {},
+       "bad.toml:3: key 'training.lr': expected a number"},
+      {"out of range",
+       "name = \"x\"\n[[devices]]\ncount = 2\nram_gb = -1\n",
+       {},
+       "bad.toml:4: key 'devices[0].ram_gb'"},
+      {"unknown dataset",
+       "name = \"x\"\n[data]\nkind = \"cifar\"\n[[devices]]\ncount = 2\n",
+       {},
+       "key 'data.kind': unknown value 'cifar'"},
+      {"missing dataset file",
+       std::string(kSmall),
+       {"--set", "data.path=/nonexistent/digits.csv.gz"},
+       "/nonexistent/digits.csv.gz"},
+      {"does not fit",
+       "name = \"x\"\n[model]\nhead = \"linear\"\nhidden = [4096, 4096]\n[[devices]]\ncount = "
+       "2\nram_gb = 0.01\n",
+       {},
+       "does not fit the cluster's RAM"},
       {"bad override", std::string(kSmall), {"--set", "training.steps=0"}, "key 'training.steps'"},
   };
   for (const auto& c : cases) {
@@ -140,29 +159,36 @@ TEST_CASE("bad input exits 2 with a message that says where, and writes no run f
   write(d / "bad.toml", kSmall);
   for (const char* executor : {"sim", "loopback"}) {
     INFO("allreduce = gloo with --executor " << executor);
-    Result g = ravnest({"sim", "bad.toml", "--executor", executor, "--set", "training.allreduce=gloo"}, d);
+    Result g =
+        ravnest({"sim", "bad.toml", "--executor", executor, "--set", "training.allreduce=gloo"}, d);
     CHECK(g.status == 2);
     CHECK(g.err.find("key 'training.allreduce'") != std::string::npos);
     CHECK(g.err.find("only the real executor") != std::string::npos);
     CHECK_FALSE(has_run_folder(d));
   }
   // SimGrid's own options and platform files: refused before any folder, saying which.
-  fs::copy_file(fs::path(RV_SOURCE_DIR) / "tests/data/lab_platform.xml", d / "lab.xml", fs::copy_options::overwrite_existing);
-  const std::string lab = "name = \"lab\"\n[model]\nhead = \"linear\"\n[network]\nplatform = \"lab.xml\"\n[[devices]]\nname = \"a\"\n"
-                          "[[devices]]\nname = \"b\"\ncount = 3\n";
+  fs::copy_file(fs::path(RV_SOURCE_DIR) / "tests/data/lab_platform.xml", d / "lab.xml",
+                fs::copy_options::overwrite_existing);
+  const std::string lab =
+      "name = \"lab\"\n[model]\nhead = \"linear\"\n[network]\nplatform = "
+      "\"lab.xml\"\n[[devices]]\nname = \"a\"\n"
+      "[[devices]]\nname = \"b\"\ncount = 3\n";
   write(d / "lab.toml", lab);
   const struct {
     std::vector<std::string> args;
     std::string expect;
   } engine_cases[] = {
-      {{"sim", "bad.toml", "--cfg=network/TCP-gamma:x"}, "SimGrid refused --cfg=network/TCP-gamma:x"},
+      {{"sim", "bad.toml", "--cfg=network/TCP-gamma:x"},
+       "SimGrid refused --cfg=network/TCP-gamma:x"},
       {{"sim", "bad.toml", "--cfg=contexts/factory:none-such"}, "valid factory"},
       {{"sim", "bad.toml", "--cfg=network/model:CM02"}, "network.model"},
       {{"sim", "bad.toml", "--log=root.thresh:loud"}, "--log=root.thresh:loud"},
-      {{"sim", "bad.toml", "--executor", "loopback", "--cfg=network/TCP-gamma:1"}, "only for --executor sim"},
+      {{"sim", "bad.toml", "--executor", "loopback", "--cfg=network/TCP-gamma:1"},
+       "only for --executor sim"},
       {{"sim", "lab.toml"}, "no host named \"b-2\""},
       {{"sim", "lab.toml", "--executor", "loopback"}, "network.platform"},
-      {{"real", "lab.toml"}, "key 'network.platform': a SimGrid platform file is for the simulator"},
+      {{"real", "lab.toml"},
+       "key 'network.platform': a SimGrid platform file is for the simulator"},
   };
   for (const auto& c : engine_cases) {
     INFO(c.args[0] << " " << c.args[1] << " " << c.args.back());
@@ -172,9 +198,10 @@ TEST_CASE("bad input exits 2 with a message that says where, and writes no run f
     CHECK_FALSE(has_run_folder(d));
   }
   // Faults aimed at a node the plan leaves idle would never act.
-  write(d / "idle.toml", "name = \"idle\"\n[model]\nhead = \"linear\"\n[planner]\nmethod = \"manual\"\n"
-                         "[[planner.cluster]]\nnodes = [0, 1]\n[faults]\nnode = 2\ncrash_after_sends = 3\n"
-                         "[[devices]]\ncount = 3\n");
+  write(d / "idle.toml",
+        "name = \"idle\"\n[model]\nhead = \"linear\"\n[planner]\nmethod = \"manual\"\n"
+        "[[planner.cluster]]\nnodes = [0, 1]\n[faults]\nnode = 2\ncrash_after_sends = 3\n"
+        "[[devices]]\ncount = 3\n");
   for (const char* cmd : {"sim", "real"}) {
     INFO("faults on an idle node with `ravnest " << cmd << "`");
     Result f = ravnest({cmd, "idle.toml"}, d);
@@ -197,13 +224,19 @@ TEST_CASE("the same scenario and seed give byte-identical simulation outputs", "
   write(d / "s.toml", kSmall);
   for (const char* mode : {"numeric", "timing"}) {
     INFO(mode);
-    Result a = ravnest({"sim", "s.toml", "--set", std::string("sim.mode=") + mode, "--run-dir", std::string("a-") + mode}, d);
-    Result b = ravnest({"sim", "s.toml", "--set", std::string("sim.mode=") + mode, "--run-dir", std::string("b-") + mode}, d);
+    Result a = ravnest({"sim", "s.toml", "--set", std::string("sim.mode=") + mode, "--run-dir",
+                        std::string("a-") + mode},
+                       d);
+    Result b = ravnest({"sim", "s.toml", "--set", std::string("sim.mode=") + mode, "--run-dir",
+                        std::string("b-") + mode},
+                       d);
     REQUIRE(a.status == 0);
     REQUIRE(b.status == 0);
-    for (const char* f : {"scenario.toml", "plan.json", "metrics.csv", "eval.csv", "summary.json", "trace.json"}) {
+    for (const char* f :
+         {"scenario.toml", "plan.json", "metrics.csv", "eval.csv", "summary.json", "trace.json"}) {
       INFO(f);
-      std::string x = slurp(d / (std::string("a-") + mode) / f), y = slurp(d / (std::string("b-") + mode) / f);
+      std::string x = slurp(d / (std::string("a-") + mode) / f),
+                  y = slurp(d / (std::string("b-") + mode) / f);
       CHECK(!x.empty());
       CHECK(x == y);
     }
@@ -231,8 +264,10 @@ std::vector<std::map<std::string, std::string>> csv_rows(const fs::path& file) {
   return rows;
 }
 
-TEST_CASE("output.metrics = summary writes per-node totals equal to the events', and trace_nodes keeps whole clusters",
-          "[cli][sim]") {
+TEST_CASE(
+    "output.metrics = summary writes per-node totals equal to the events', and trace_nodes keeps "
+    "whole clusters",
+    "[cli][sim]") {
   fs::path d = workdir("summary_metrics");
   write(d / "s.toml", R"(name = "pool"
 seed = 3
@@ -263,8 +298,9 @@ latency_ms = 20
 )");
   Result ev = ravnest({"sim", "s.toml", "--run-dir", "events"}, d);
   REQUIRE(ev.status == 0);
-  Result su = ravnest({"sim", "s.toml", "--run-dir", "summary", "--set", "output.metrics=summary", "--set",
-                       "output.trace_nodes=3"}, d);
+  Result su = ravnest({"sim", "s.toml", "--run-dir", "summary", "--set", "output.metrics=summary",
+                       "--set", "output.trace_nodes=3"},
+                      d);
   REQUIRE(su.status == 0);
   CHECK(fs::exists(d / "events" / "metrics.csv"));
   CHECK(!fs::exists(d / "events" / "node_metrics.csv"));
@@ -276,7 +312,8 @@ latency_ms = 20
   REQUIRE(plan["clusters"].size() >= 3);
   std::map<int, int> cluster_of;
   for (size_t c = 0; c < plan["clusters"].size(); ++c)
-    for (const auto& st : plan["clusters"][c]["stages"]) cluster_of[st["node"].get<int>()] = static_cast<int>(c);
+    for (const auto& st : plan["clusters"][c]["stages"])
+      cluster_of[st["node"].get<int>()] = static_cast<int>(c);
   REQUIRE(cluster_of.size() >= 6);
 
   // Totals from every event of the events run against node_metrics.csv of the summary run (whose
@@ -325,7 +362,8 @@ latency_ms = 20
   };
   CHECK(summary("events") == summary("summary"));
 
-  // trace.json: every node in the events run; in the summary run, whole clusters of at most 3 nodes.
+  // trace.json: every node in the events run; in the summary run, whole clusters of at most 3
+  // nodes.
   auto traced = [&](const char* run) {
     std::set<int> nodes;
     const auto trace = nlohmann::json::parse(slurp(d / run / "trace.json"));
@@ -346,8 +384,9 @@ latency_ms = 20
   fs::remove_all(d);
 }
 
-TEST_CASE("real processes, the simulator and the loopback agree on the plan and reach comparable loss",
-          "[cli][real][conformance]") {
+TEST_CASE(
+    "real processes, the simulator and the loopback agree on the plan and reach comparable loss",
+    "[cli][real][conformance]") {
   fs::path d = workdir("real");
   write(d / "s.toml", kSmall);
   Result real = ravnest({"real", "s.toml", "--run-dir", "real"}, d);
@@ -357,7 +396,9 @@ TEST_CASE("real processes, the simulator and the loopback agree on the plan and 
   REQUIRE(sim.status == 0);
   Result loop = ravnest({"sim", "s.toml", "--executor", "loopback", "--run-dir", "loop"}, d);
   REQUIRE(loop.status == 0);
-  auto json = [&](const std::string& run, const char* f) { return nlohmann::json::parse(slurp(d / run / f)); };
+  auto json = [&](const std::string& run, const char* f) {
+    return nlohmann::json::parse(slurp(d / run / f));
+  };
   CHECK(json("real", "plan.json") == json("sim", "plan.json"));
   CHECK(json("loop", "plan.json") == json("sim", "plan.json"));
   for (const char* f : {"scenario.toml", "metrics.csv", "eval.csv", "summary.json", "trace.json"}) {
@@ -366,7 +407,8 @@ TEST_CASE("real processes, the simulator and the loopback agree on the plan and 
   auto rs = json("real", "summary.json"), ss = json("sim", "summary.json");
   CHECK(rs["executor"] == "real");
   CHECK(rs["train_samples"] == ss["train_samples"]);
-  const double ar = rs["final"]["test_accuracy"].get<double>(), as = ss["final"]["test_accuracy"].get<double>();
+  const double ar = rs["final"]["test_accuracy"].get<double>(),
+               as = ss["final"]["test_accuracy"].get<double>();
   INFO("real accuracy " << ar << ", sim accuracy " << as);
   CHECK(ar > 0.85);
   CHECK(std::abs(ar - as) <= 0.05);
@@ -386,7 +428,7 @@ TEST_CASE("real processes, the simulator and the loopback agree on the plan and 
       for (std::string c; std::getline(ss, c, ',');) f.push_back(c);
       if (!row.empty() && row.back() == ',') f.push_back("");
       REQUIRE(f.size() == 17);
-      CHECK(f[16].empty());  // device_s: no span of a CPU run has a GPU's kernel time
+      CHECK(f[16].empty());    // device_s: no span of a CPU run has a GPU's kernel time
       if (f[0] == "update") {  // stage 1 holds no parameters (ReLU, pooling): its norm is 0
         REQUIRE_FALSE(f[15].empty());
         CHECK(std::stod(f[15]) >= 0);
@@ -413,8 +455,10 @@ TEST_CASE("real processes, the simulator and the loopback agree on the plan and 
   fs::remove_all(d);
 }
 
-TEST_CASE("a write to a pipe or connection whose reader is gone fails, it does not kill ravnest (SIGPIPE)",
-          "[cli][faults]") {
+TEST_CASE(
+    "a write to a pipe or connection whose reader is gone fails, it does not kill ravnest "
+    "(SIGPIPE)",
+    "[cli][faults]") {
   fs::path d = workdir("sigpipe");
   write(d / "s.toml", kSmall);
   int fds[2];
@@ -435,12 +479,14 @@ TEST_CASE("a write to a pipe or connection whose reader is gone fails, it does n
   ::close(fds[1]);
   int st = 0;
   REQUIRE(waitpid(pid, &st, 0) == pid);
-  INFO((WIFSIGNALED(st) ? "killed by signal " + std::to_string(WTERMSIG(st)) : "exit " + std::to_string(WEXITSTATUS(st))));
+  INFO((WIFSIGNALED(st) ? "killed by signal " + std::to_string(WTERMSIG(st))
+                        : "exit " + std::to_string(WEXITSTATUS(st))));
   CHECK(WIFEXITED(st));
   CHECK(WEXITSTATUS(st) != 127);
 }
 
-TEST_CASE("a real node that dies makes the others stop with a clear error, not hang", "[cli][real][faults]") {
+TEST_CASE("a real node that dies makes the others stop with a clear error, not hang",
+          "[cli][real][faults]") {
   fs::path d = workdir("crash");
   write(d / "s.toml", std::string(kSmall) + "[faults]\nnode = 1\ncrash_after_sends = 20\n");
   Result r = ravnest({"real", "s.toml", "--set", "real.timeout_s=10", "--run-dir", "run"}, d);
@@ -455,11 +501,14 @@ TEST_CASE("a real node that dies makes the others stop with a clear error, not h
   fs::remove_all(d);
 }
 
-TEST_CASE("a real run's folder fills as it runs, from every rank, and a killed writer leaves it failed",
-          "[cli][real][live]") {
+TEST_CASE(
+    "a real run's folder fills as it runs, from every rank, and a killed writer leaves it failed",
+    "[cli][real][live]") {
   fs::path d = workdir("live_real");
-  write(d / "s.toml", std::string(kSmall) + "[[devices]]\ncount = 1\n");  // 4 nodes: the plan uses several
-  const pid_t pid = start_ravnest({"real", "s.toml", "--set", "training.steps=100000", "--run-dir", "run"}, d);
+  write(d / "s.toml",
+        std::string(kSmall) + "[[devices]]\ncount = 1\n");  // 4 nodes: the plan uses several
+  const pid_t pid =
+      start_ravnest({"real", "s.toml", "--set", "training.steps=100000", "--run-dir", "run"}, d);
   // Rows of at least two nodes in metrics.csv while run.json says running (60 s at most).
   std::set<std::string> nodes;
   for (int i = 0; i < 600 && nodes.size() < 2; ++i) {
@@ -507,13 +556,15 @@ TEST_CASE("a real run's folder fills as it runs, from every rank, and a killed w
 TEST_CASE("sweep runs every combination, and checks every value before running any", "[cli]") {
   fs::path d = workdir("sweep");
   write(d / "s.toml", kSmall);
-  Result r = ravnest({"sweep", "s.toml", "--set", "sim.mode=timing", "--set", "training.steps=20,40", "--set",
-                      "training.max_in_flight=1,3", "--out", "grid"},
-                     d);
+  Result r =
+      ravnest({"sweep", "s.toml", "--set", "sim.mode=timing", "--set", "training.steps=20,40",
+               "--set", "training.max_in_flight=1,3", "--out", "grid"},
+              d);
   INFO(r.out << r.err);
   CHECK(r.status == 0);
   int folders = 0;
-  for (auto& e : fs::directory_iterator(d / "grid")) folders += fs::exists(e.path() / "summary.json");
+  for (auto& e : fs::directory_iterator(d / "grid"))
+    folders += fs::exists(e.path() / "summary.json");
   CHECK(folders == 4);
   Result bad = ravnest({"sweep", "s.toml", "--set", "training.steps=20,-3", "--out", "bad"}, d);
   CHECK(bad.status == 2);
@@ -522,7 +573,8 @@ TEST_CASE("sweep runs every combination, and checks every value before running a
   fs::remove_all(d);
 }
 
-TEST_CASE("report: every option is the script's, and the script is found beside the binary", "[cli][report]") {
+TEST_CASE("report: every option is the script's, and the script is found beside the binary",
+          "[cli][report]") {
   const fs::path d = workdir("report_where");
   // The script's own help, through the command.
   Result help = ravnest({"report", "--help"}, d);
@@ -537,13 +589,16 @@ TEST_CASE("report: every option is the script's, and the script is found beside 
   fs::create_directories(d / "prefix" / "bin");
   fs::create_directories(d / "prefix" / "share" / "ravnest");
   fs::copy_file(fs::path(RV_BINARY_DIR) / "ravnest", d / "prefix" / "bin" / "ravnest");
-  fs::copy_file(fs::path(RV_SOURCE_DIR) / "analysis" / "report.py", d / "prefix" / "share" / "ravnest" / "report.py");
-  Result installed = finish_ravnest(start_ravnest({"report", "--help"}, d, {}, (d / "prefix" / "bin" / "ravnest").string()), d);
+  fs::copy_file(fs::path(RV_SOURCE_DIR) / "analysis" / "report.py",
+                d / "prefix" / "share" / "ravnest" / "report.py");
+  Result installed = finish_ravnest(
+      start_ravnest({"report", "--help"}, d, {}, (d / "prefix" / "bin" / "ravnest").string()), d);
   CHECK(installed.status == 0);
   CHECK(installed.out.find("--title") != std::string::npos);
   // Without the script beside it: a clear error naming where it looked, not a compiled-in path.
   fs::remove(d / "prefix" / "share" / "ravnest" / "report.py");
-  Result missing = finish_ravnest(start_ravnest({"report", "--help"}, d, {}, (d / "prefix" / "bin" / "ravnest").string()), d);
+  Result missing = finish_ravnest(
+      start_ravnest({"report", "--help"}, d, {}, (d / "prefix" / "bin" / "ravnest").string()), d);
   CHECK(missing.status == 1);
   CHECK(missing.err.find("share/ravnest/report.py") != std::string::npos);
   CHECK(missing.err.find(RV_SOURCE_DIR) == std::string::npos);
@@ -554,9 +609,9 @@ TEST_CASE("sweep records a point the planner refuses, and the report shows why",
   fs::path d = workdir("refused");
   write(d / "s.toml", kSmall);
   // 0.3 MiB per node: a three-stage pipeline fits, the whole model (0.38 MiB) does not.
-  Result r = ravnest({"sweep", "s.toml", "--set", "sim.mode=timing", "--set", "training.steps=20", "--set",
-                      "devices.0.ram_gb=0.0003", "--set", "training.max_in_flight=1", "--set",
-                      "training.algorithm=ravnest,sync-dp", "--out", "grid"},
+  Result r = ravnest({"sweep", "s.toml", "--set", "sim.mode=timing", "--set", "training.steps=20",
+                      "--set", "devices.0.ram_gb=0.0003", "--set", "training.max_in_flight=1",
+                      "--set", "training.algorithm=ravnest,sync-dp", "--out", "grid"},
                      d);
   INFO(r.out << r.err);
   REQUIRE(r.status == 0);
@@ -570,7 +625,8 @@ TEST_CASE("sweep records a point the planner refuses, and the report shows why",
   CHECK_FALSE(fs::exists(no / "metrics.csv"));
   auto j = nlohmann::json::parse(slurp(no / "refused.json"));
   CHECK(j["algorithm"] == "sync-dp");
-  CHECK(j["reason"].get<std::string>().find("sync-dp needs every node to hold the whole model") != std::string::npos);
+  CHECK(j["reason"].get<std::string>().find("sync-dp needs every node to hold the whole model") !=
+        std::string::npos);
   CHECK(r.out.find("refused") != std::string::npos);
   Result rep = ravnest({"report", ok.string(), no.string(), "--out", (d / "rep").string()}, d);
   INFO(rep.err);
@@ -601,15 +657,20 @@ std::map<std::string, std::set<std::string>> eval_losses_by_step(const fs::path&
 
 }  // namespace
 
-TEST_CASE("real processes in several clusters average to one model, by our rings or by c10d allreduce", "[cli][real][rings]") {
+TEST_CASE(
+    "real processes in several clusters average to one model, by our rings or by c10d allreduce",
+    "[cli][real][rings]") {
   const std::string allreduce = GENERATE("multi-ring", "single-ring", "gloo");
   INFO("allreduce " << allreduce);
   fs::path d = workdir("clusters");
   write(d / "s.toml", std::string(kSmall) + rv::test::kTwoClusters);
   // Our rings run through the network emulator (on by default); c10d's all-reduce runs outside it.
-  Result real = ravnest({"real", "s.toml", "--set", "training.average_every=50", "--set", "training.allreduce=" + allreduce,
-                         "--set", std::string("real.emulate_network=") + (allreduce == "gloo" ? "false" : "true"),
-                         "--run-dir", "real"}, d);
+  Result real =
+      ravnest({"real", "s.toml", "--set", "training.average_every=50", "--set",
+               "training.allreduce=" + allreduce, "--set",
+               std::string("real.emulate_network=") + (allreduce == "gloo" ? "false" : "true"),
+               "--run-dir", "real"},
+              d);
   INFO(real.err);
   REQUIRE(real.status == 0);
   // eval.csv: after each averaging both clusters score exactly the same model.
@@ -632,15 +693,18 @@ TEST_CASE("real processes in several clusters average to one model, by our rings
   fs::remove_all(d);
 }
 
-TEST_CASE("diloco, local-sgd and pipedream as real processes: after every exchange both clusters hold one model",
-          "[cli][real][diloco][pipedream]") {
+TEST_CASE(
+    "diloco, local-sgd and pipedream as real processes: after every exchange both clusters hold "
+    "one model",
+    "[cli][real][diloco][pipedream]") {
   const std::string algorithm = GENERATE("diloco", "local-sgd", "pipedream");
   INFO(algorithm);
   fs::path d = workdir("outer");
   write(d / "s.toml", std::string(kSmall) + rv::test::kTwoClusters);
-  Result real = ravnest({"real", "s.toml", "--set", "training.algorithm=\"" + algorithm + "\"", "--set",
-                         "training.optimizer=\"adamw\"", "--set", "training.average_every=50", "--run-dir", "real"},
-                        d);
+  Result real = ravnest(
+      {"real", "s.toml", "--set", "training.algorithm=\"" + algorithm + "\"", "--set",
+       "training.optimizer=\"adamw\"", "--set", "training.average_every=50", "--run-dir", "real"},
+      d);
   INFO(real.err);
   REQUIRE(real.status == 0);
   // eval.csv: both clusters score the same model after each exchange (steps 100 and 200).
@@ -661,9 +725,10 @@ TEST_CASE("dedloc as real processes: each peer at its own pace and one step per 
           "[cli][real][dedloc]") {
   fs::path d = workdir("dedloc");
   write(d / "s.toml", kSmall);
-  Result real = ravnest({"real", "s.toml", "--set", "training.algorithm=\"dedloc\"", "--set", "training.steps=60",
-                         "--set", "training.target_batch=192", "--run-dir", "real"},
-                        d);
+  Result real =
+      ravnest({"real", "s.toml", "--set", "training.algorithm=\"dedloc\"", "--set",
+               "training.steps=60", "--set", "training.target_batch=192", "--run-dir", "real"},
+              d);
   INFO(real.err);
   REQUIRE(real.status == 0);
   // metrics.csv rows by kind (first column) and node (second).
@@ -711,10 +776,12 @@ TEST_CASE("sync-dp and gpipe across clusters: real processes equal the loopback 
   INFO(c.algorithm << " with " << c.allreduce << " on " << c.nodes << " nodes");
   fs::path d = workdir("synchronous");
   write(d / "s.toml", std::string(kSmall) + (c.algorithm == "gpipe" ? rv::test::kTwoClusters : ""));
-  const std::vector<std::string> set = {"--set", "training.algorithm=" + c.algorithm, "--set", "training.steps=30",
-                                        "--set", "training.eval_every=0", "--set",
-                                        "devices.0.count=" + std::to_string(c.nodes)};
-  auto args = [&](std::vector<std::string> a, const std::string& allreduce, const std::string& dir) {
+  const std::vector<std::string> set = {"--set", "training.algorithm=" + c.algorithm,
+                                        "--set", "training.steps=30",
+                                        "--set", "training.eval_every=0",
+                                        "--set", "devices.0.count=" + std::to_string(c.nodes)};
+  auto args = [&](std::vector<std::string> a, const std::string& allreduce,
+                  const std::string& dir) {
     a.insert(a.end(), set.begin(), set.end());
     a.insert(a.end(), {"--set", "training.allreduce=" + allreduce, "--run-dir", dir});
     if (allreduce == "gloo") a.insert(a.end(), {"--set", "real.emulate_network=false"});
@@ -781,9 +848,7 @@ std::set<std::string> namespaces() {
   return out;
 }
 
-bool netns_mounted() {
-  return std::system("grep -q ' /run/netns ' /proc/self/mountinfo") == 0;
-}
+bool netns_mounted() { return std::system("grep -q ' /run/netns ' /proc/self/mountinfo") == 0; }
 
 // Whether this machine lets a run make network namespaces (root, iproute2). Leaves /run/netns as
 // it found it (`ip netns add` mounts it on itself).
@@ -799,16 +864,20 @@ bool can_make_namespaces() {
 // Two machines, the way PyTorch users start them (torchrun's --nnodes, --node-rank,
 // --rdzv-endpoint): two network namespaces joined by a veth pair stand for them, each with its
 // own address; each runs `ravnest real` for its share of the ranks, each rank logs to a file.
-TEST_CASE("ravnest real on two machines: each starts its share of the ranks and they meet at machine 0",
-          "[cli][real][root]") {
+TEST_CASE(
+    "ravnest real on two machines: each starts its share of the ranks and they meet at machine 0",
+    "[cli][real][root]") {
   if (!can_make_namespaces()) {
     std::cout << "SKIPPED: cannot create a network namespace here (`ip netns add` needs root)\n";
     return;
   }
   const bool mounted_before = netns_mounted();
   const std::string tag = std::to_string(getpid() % 100000);
-  const std::string ns0 = "rvm0-" + tag, ns1 = "rvm1-" + tag, if0 = "rvm0x" + tag, if1 = "rvm1x" + tag;
-  auto sh = [](const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()) == 0; };
+  const std::string ns0 = "rvm0-" + tag, ns1 = "rvm1-" + tag, if0 = "rvm0x" + tag,
+                    if1 = "rvm1x" + tag;
+  auto sh = [](const std::string& cmd) {
+    return std::system((cmd + " >/dev/null 2>&1").c_str()) == 0;
+  };
   // Inside a namespace through nsenter, as the kernel shaper does (`ip -n` and `ip netns exec`
   // remount / and /sys, which a chroot does not allow).
   const std::string nsenter = "/usr/bin/nsenter";
@@ -816,7 +885,9 @@ TEST_CASE("ravnest real on two machines: each starts its share of the ranks and 
     std::cout << "SKIPPED: no nsenter (util-linux)\n";
     return;
   }
-  auto in = [&](const std::string& ns, const std::string& cmd) { return nsenter + " --net=/run/netns/" + ns + " -- " + cmd; };
+  auto in = [&](const std::string& ns, const std::string& cmd) {
+    return nsenter + " --net=/run/netns/" + ns + " -- " + cmd;
+  };
   // The namespaces (and the veth pair in them) go whatever happens below.
   struct Cleanup {
     std::string ns0, ns1;
@@ -824,27 +895,43 @@ TEST_CASE("ravnest real on two machines: each starts its share of the ranks and 
     ~Cleanup() {
       (void)std::system(("ip netns delete " + ns0 + " >/dev/null 2>&1").c_str());
       (void)std::system(("ip netns delete " + ns1 + " >/dev/null 2>&1").c_str());
-      if (!mounted_before && netns_mounted()) (void)std::system("umount /run/netns >/dev/null 2>&1");
+      if (!mounted_before && netns_mounted())
+        (void)std::system("umount /run/netns >/dev/null 2>&1");
     }
   } cleanup{ns0, ns1, mounted_before};
   REQUIRE(sh("ip netns add " + ns0));
   REQUIRE(sh("ip netns add " + ns1));
   REQUIRE(sh("ip link add " + if0 + " type veth peer name " + if1));
   REQUIRE(sh("ip link set " + if0 + " netns " + ns0 + " && ip link set " + if1 + " netns " + ns1));
-  REQUIRE(sh(in(ns0, "ip addr add 10.231.7.1/24 dev " + if0) + " && " + in(ns1, "ip addr add 10.231.7.2/24 dev " + if1)));
-  REQUIRE(sh(in(ns0, "ip link set " + if0 + " up") + " && " + in(ns1, "ip link set " + if1 + " up")));
+  REQUIRE(sh(in(ns0, "ip addr add 10.231.7.1/24 dev " + if0) + " && " +
+             in(ns1, "ip addr add 10.231.7.2/24 dev " + if1)));
+  REQUIRE(
+      sh(in(ns0, "ip link set " + if0 + " up") + " && " + in(ns1, "ip link set " + if1 + " up")));
   REQUIRE(sh(in(ns0, "ip link set lo up") + " && " + in(ns1, "ip link set lo up")));
   fs::path d = workdir("machines");
   const std::string scenario = std::string(kSmall) + "[[devices]]\ncount = 2\n";  // 5 nodes: 2 + 3
   const std::string secret = "RAVNEST_SECRET=machines-test-secret-" + tag;
-  auto start = [&](int k, const std::string& ns, const std::string& ifname, std::vector<std::string> extra) {
+  auto start = [&](int k, const std::string& ns, const std::string& ifname,
+                   std::vector<std::string> extra) {
     const fs::path m = d / ("m" + std::to_string(k));
     fs::create_directories(m);
     write(m / "s.toml", scenario);
-    std::vector<std::string> args = {"--net=/run/netns/" + ns, "--", "env", "GLOO_SOCKET_IFNAME=" + ifname, secret,
-                                     std::string(RV_BINARY_DIR) + "/ravnest", "real", "s.toml", "--set",
-                                     "training.steps=40", "--nnodes", "2", "--node-rank", std::to_string(k),
-                                     "--rdzv-endpoint", "10.231.7.1:29731"};
+    std::vector<std::string> args = {"--net=/run/netns/" + ns,
+                                     "--",
+                                     "env",
+                                     "GLOO_SOCKET_IFNAME=" + ifname,
+                                     secret,
+                                     std::string(RV_BINARY_DIR) + "/ravnest",
+                                     "real",
+                                     "s.toml",
+                                     "--set",
+                                     "training.steps=40",
+                                     "--nnodes",
+                                     "2",
+                                     "--node-rank",
+                                     std::to_string(k),
+                                     "--rdzv-endpoint",
+                                     "10.231.7.1:29731"};
     args.insert(args.end(), extra.begin(), extra.end());
     return start_ravnest(args, m, {}, nsenter);
   };
@@ -863,20 +950,27 @@ TEST_CASE("ravnest real on two machines: each starts its share of the ranks and 
   std::stringstream lines(slurp(d / "m0" / "run" / "metrics.csv"));
   std::string line;
   std::getline(lines, line);
-  while (std::getline(lines, line)) nodes.insert(line.substr(line.find(',') + 1, line.find(',', line.find(',') + 1) - line.find(',') - 1));
+  while (std::getline(lines, line))
+    nodes.insert(
+        line.substr(line.find(',') + 1, line.find(',', line.find(',') + 1) - line.find(',') - 1));
   CHECK(nodes.size() == 5);
   // One log file per rank, on the machine that ran it.
-  for (int r : {0, 1}) CHECK(fs::exists(d / "m0" / "ravnest-logs" / ("rank-" + std::to_string(r) + ".log")));
-  for (int r : {2, 3, 4}) CHECK(fs::exists(d / "m1" / "ravnest-logs" / ("rank-" + std::to_string(r) + ".log")));
+  for (int r : {0, 1})
+    CHECK(fs::exists(d / "m0" / "ravnest-logs" / ("rank-" + std::to_string(r) + ".log")));
+  for (int r : {2, 3, 4})
+    CHECK(fs::exists(d / "m1" / "ravnest-logs" / ("rank-" + std::to_string(r) + ".log")));
   CHECK_FALSE(fs::exists(d / "m1" / "run"));
   // What each machine needs is checked before any rank starts: the shared secret, the endpoint.
-  Result no_secret = ravnest({"real", "m0/s.toml", "--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:29732"}, d);
+  Result no_secret =
+      ravnest({"real", "m0/s.toml", "--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:29732"}, d);
   CHECK(no_secret.status == 2);
   CHECK(no_secret.err.find("RAVNEST_SECRET") != std::string::npos);
   Result no_endpoint = ravnest({"real", "m0/s.toml", "--nnodes", "2"}, d);
   CHECK(no_endpoint.status == 2);
   CHECK(no_endpoint.err.find("--rdzv-endpoint") != std::string::npos);
-  Result bad_rank = ravnest({"real", "m0/s.toml", "--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "127.0.0.1:1"}, d);
+  Result bad_rank = ravnest(
+      {"real", "m0/s.toml", "--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "127.0.0.1:1"},
+      d);
   CHECK(bad_rank.status == 2);
   CHECK(bad_rank.err.find("--node-rank 2") != std::string::npos);
   fs::remove_all(d);
@@ -892,9 +986,11 @@ TEST_CASE("the kernel shaper runs each node in a namespace of its own, c10d's al
   }
   fs::path d = workdir("kernel");
   write(d / "s.toml", kSmall);
-  const std::vector<std::string> set = {"--set", "training.algorithm=sync-dp", "--set", "training.steps=30",
-                                        "--set", "training.eval_every=0", "--set", "devices.0.count=2"};
-  auto args = [&](std::vector<std::string> a, const std::string& allreduce, const std::string& dir) {
+  const std::vector<std::string> set = {
+      "--set", "training.algorithm=sync-dp", "--set", "training.steps=30",
+      "--set", "training.eval_every=0",      "--set", "devices.0.count=2"};
+  auto args = [&](std::vector<std::string> a, const std::string& allreduce,
+                  const std::string& dir) {
     a.insert(a.end(), set.begin(), set.end());
     a.insert(a.end(), {"--set", "training.allreduce=" + allreduce, "--run-dir", dir});
     return a;
@@ -927,12 +1023,14 @@ TEST_CASE("calibrate writes this host's profile, which a device can then use", "
   // A convolution of an image's channels is timed as a first layer: its backward is the weights'
   // gradient alone (as many flops as its forward), any other's both gradients (twice).
   {
-    const std::regex conv_case(R"(^(forward|backward)\s+conv\s+(conv3x3 \S+( \(first\))?)\s+(\S+))");
+    const std::regex conv_case(
+        R"(^(forward|backward)\s+conv\s+(conv3x3 \S+( \(first\))?)\s+(\S+))");
     std::map<std::string, std::pair<double, double>> flops;  // case -> (forward, backward)
     std::istringstream out(cal.out);
     for (std::string line; std::getline(out, line);) {
       std::smatch m;
-      if (line.find("fixed cost") != std::string::npos || !std::regex_search(line, m, conv_case)) continue;
+      if (line.find("fixed cost") != std::string::npos || !std::regex_search(line, m, conv_case))
+        continue;
       auto& f = flops[m[2].str()];
       (m[1] == "forward" ? f.first : f.second) = std::stod(m[4].str());
     }
@@ -959,7 +1057,8 @@ TEST_CASE("calibrate writes this host's profile, which a device can then use", "
     for (std::string line; std::getline(out, line);) {
       if (line.find(label) == std::string::npos) continue;
       std::istringstream f(line);
-      std::string pass, kind, layer, dims;  // a case is named by its layer and its input's dimensions
+      std::string pass, kind, layer,
+          dims;  // a case is named by its layer and its input's dimensions
       double flops = 0, intensity = 0, us = 0;
       f >> pass >> kind >> layer >> dims >> flops >> intensity >> us;
       // Per operation: a backward of a matmul or a convolution is two (work.h: input and weights).
@@ -974,11 +1073,13 @@ TEST_CASE("calibrate writes this host's profile, which a device can then use", "
     return v[1];
   };
   std::map<std::string, std::vector<double>> network = per_kind("(fixed cost, in a network)");
-  const std::map<std::string, std::vector<double>> emptied = per_kind("(fixed cost, in a network, caches emptied)");
+  const std::map<std::string, std::vector<double>> emptied =
+      per_kind("(fixed cost, in a network, caches emptied)");
   CHECK(network.size() == 10);
   REQUIRE(emptied.size() == 10);
   {
-    std::vector<double> first(10, 0.0);  // as the profile lists them: forward, then backward, by kind
+    std::vector<double> first(10,
+                              0.0);  // as the profile lists them: forward, then backward, by kind
     const size_t at = profile.find("first_op_us = [[");
     if (at != std::string::npos) {
       std::string list = profile.substr(at + 16, profile.find("]]", at) - at - 16);
@@ -1007,14 +1108,15 @@ TEST_CASE("calibrate writes this host's profile, which a device can then use", "
       std::vector<double> v = network[pass + "." + line.substr(0, eq)];
       REQUIRE(v.size() == 3);
       std::sort(v.begin(), v.end());
-      // The table prints microseconds to 0.01 (halved for a backward of two operations), the profile
-      // to four digits: both rounded.
+      // The table prints microseconds to 0.01 (halved for a backward of two operations), the
+      // profile to four digits: both rounded.
       CHECK(std::stod(line.substr(eq + 4)) == Approx(v[1]).epsilon(1e-3).margin(0.01));
       ++compared;
     }
     CHECK(compared == 10);
   }
-  CHECK((profile.find("memory_gbps = ") != std::string::npos) == (profile.find("cache_mib = ") != std::string::npos));
+  CHECK((profile.find("memory_gbps = ") != std::string::npos) ==
+        (profile.find("cache_mib = ") != std::string::npos));
   // A device described by it: the plan's stage times change, and a bad path is refused (exit 2).
   Result peak = ravnest({"plan", "s.toml"}, d);
   Result calibrated = ravnest({"plan", "s.toml", "--set", "devices.0.profile=\"host.toml\""}, d);
@@ -1028,10 +1130,13 @@ TEST_CASE("calibrate writes this host's profile, which a device can then use", "
   fs::remove_all(d);
 }
 
-TEST_CASE("calibrate --from fits a device's published timings, bad input exits 2", "[cli][compute]") {
+TEST_CASE("calibrate --from fits a device's published timings, bad input exits 2",
+          "[cli][compute]") {
   fs::path d = workdir("calibrate-from");
   const std::string gpu = std::string(RV_SOURCE_DIR) + "/profiles/published/gtx-1080-ti.csv";
-  Result fit = ravnest({"calibrate", "--from", gpu, "--peak-tflops", "11.34", "--memory-gbps", "484", "--out", "gpu.toml"}, d);
+  Result fit = ravnest({"calibrate", "--from", gpu, "--peak-tflops", "11.34", "--memory-gbps",
+                        "484", "--out", "gpu.toml"},
+                       d);
   INFO(fit.err);
   REQUIRE(fit.status == 0);
   const std::string profile = slurp(d / "gpu.toml");
@@ -1039,7 +1144,9 @@ TEST_CASE("calibrate --from fits a device's published timings, bad input exits 2
   CHECK(profile.find("published timings, not this host") != std::string::npos);
   // The shipped profile is what profiles/published/make.sh makes of the same file.
   CHECK(profile == slurp(fs::path(RV_SOURCE_DIR) / "profiles" / "gtx-1080-ti.toml"));
-  write(d / "bad.csv", std::string("pass,kind,case,ops,flops,bytes,seconds,fixed_cost\nforward,matmul,g,1,x,1,1,0\n"));
+  write(d / "bad.csv",
+        std::string(
+            "pass,kind,case,ops,flops,bytes,seconds,fixed_cost\nforward,matmul,g,1,x,1,1,0\n"));
   Result bad = ravnest({"calibrate", "--from", "bad.csv", "--peak-tflops", "10"}, d);
   CHECK(bad.status == 2);
   CHECK(bad.err.find("bad.csv:2: flops must be a number") != std::string::npos);
@@ -1049,12 +1156,15 @@ TEST_CASE("calibrate --from fits a device's published timings, bad input exits 2
   fs::remove_all(d);
 }
 
-TEST_CASE("overlapped averaging is faster than bulk-synchronous in simulation", "[cli][sim][rings]") {
+TEST_CASE("overlapped averaging is faster than bulk-synchronous in simulation",
+          "[cli][sim][rings]") {
   fs::path d = workdir("overlap");
   write(d / "s.toml", std::string(kSmall) + rv::test::kTwoClusters);
   auto time_of = [&](const std::string& mode) {
-    Result r = ravnest({"sim", "s.toml", "--set", "sim.mode=timing", "--set", "training.average_every=20", "--set",
-                        "training.averaging=" + mode, "--run-dir", mode}, d);
+    Result r =
+        ravnest({"sim", "s.toml", "--set", "sim.mode=timing", "--set", "training.average_every=20",
+                 "--set", "training.averaging=" + mode, "--run-dir", mode},
+                d);
     REQUIRE(r.status == 0);
     return nlohmann::json::parse(slurp(d / mode / "summary.json"))["time_s"].get<double>();
   };
@@ -1096,10 +1206,12 @@ double ratio_error(double a, double b) { return std::exp(std::abs(std::log(a / b
 
 }  // namespace
 
-TEST_CASE("validate runs the scenario simulated and emulated, dilated, and compares them", "[cli][real][validate]") {
+TEST_CASE("validate runs the scenario simulated and emulated, dilated, and compares them",
+          "[cli][real][validate]") {
   fs::path d = workdir("validate");
   write(d / "s.toml", kTiny);
-  Result r = ravnest({"validate", "s.toml", "--dilation", "2", "--run-dir", "v", "--progress", "off"}, d);
+  Result r =
+      ravnest({"validate", "s.toml", "--dilation", "2", "--run-dir", "v", "--progress", "off"}, d);
   INFO(r.out << r.err);
   REQUIRE(r.status == 0);
   CHECK(r.out.find("validate folder: ") != std::string::npos);
@@ -1108,7 +1220,8 @@ TEST_CASE("validate runs the scenario simulated and emulated, dilated, and compa
   const auto real = nlohmann::json::parse(slurp(d / "v" / "real" / "summary.json"));
   CHECK(v["dilation"].get<double>() == 2);
   CHECK(slurp(d / "v" / "sim" / "scenario.toml").find("dilation = 2") != std::string::npos);
-  CHECK(slurp(d / "v" / "real" / "scenario.toml").find("emulate_speed = true") != std::string::npos);
+  CHECK(slurp(d / "v" / "real" / "scenario.toml").find("emulate_speed = true") !=
+        std::string::npos);
   CHECK(v["same_plan"].get<bool>());
   // The host's demand was measured for both working nodes, whatever dilation was given.
   REQUIRE(v["host"]["nodes"].size() == 2);
@@ -1122,7 +1235,8 @@ TEST_CASE("validate runs the scenario simulated and emulated, dilated, and compa
       CHECK(f["sim"].get<double>() == sim["steady_samples_per_s"].get<double>());
       CHECK(f["real"].get<double>() == real["steady_samples_per_s"].get<double>());
       CHECK(f["error"].get<double>() ==
-            Approx(ratio_error(sim["steady_samples_per_s"].get<double>(), real["steady_samples_per_s"].get<double>())));
+            Approx(ratio_error(sim["steady_samples_per_s"].get<double>(),
+                               real["steady_samples_per_s"].get<double>())));
     }
   CHECK(seen);
   // Message sizes and counts do not depend on timing: both runs moved the same bytes.
@@ -1135,16 +1249,23 @@ TEST_CASE("validate runs the scenario simulated and emulated, dilated, and compa
   fs::remove_all(d);
 }
 
-TEST_CASE("validate runs again, dilated more, when the real run did not keep up", "[cli][real][validate]") {
+TEST_CASE("validate runs again, dilated more, when the real run did not keep up",
+          "[cli][real][validate]") {
   fs::path d = workdir("validate_retry");
   write(d / "s.toml", kTiny);
   // Stages of a few milliseconds here (longer than a late span's 1 ms of slack), on devices modeled
   // 50 times faster than kTiny's (and links fast enough that the dilated run stays short), and
   // almost no headroom: the first dilation is far too small for the host.
-  Result r = ravnest({"validate", "s.toml", "--set", "model.hidden=[1024, 1024, 1024]", "--set", "data.batch_size=128",
-                      "--set", "devices.0.tflops=1", "--set", "devices.0.up_mbps=10000", "--set", "devices.0.down_mbps=10000",
-                      "--set", "training.steps=30", "--headroom", "0.01",
-                      "--run-dir", "v", "--progress", "off"},
+  Result r = ravnest({"validate",   "s.toml",
+                      "--set",      "model.hidden=[1024, 1024, 1024]",
+                      "--set",      "data.batch_size=128",
+                      "--set",      "devices.0.tflops=1",
+                      "--set",      "devices.0.up_mbps=10000",
+                      "--set",      "devices.0.down_mbps=10000",
+                      "--set",      "training.steps=30",
+                      "--headroom", "0.01",
+                      "--run-dir",  "v",
+                      "--progress", "off"},
                      d);
   INFO(r.out << r.err);
   REQUIRE(r.status == 0);
@@ -1153,7 +1274,8 @@ TEST_CASE("validate runs again, dilated more, when the real run did not keep up"
   if (attempts.empty()) {
     // A host so slow that keeping up would need more than kMaxDilation: the runs stay, and say so.
     bool said = false;
-    for (const auto& n : v["notes"]) said = said || n.get<std::string>().find("above the limit") != std::string::npos;
+    for (const auto& n : v["notes"])
+      said = said || n.get<std::string>().find("above the limit") != std::string::npos;
     CHECK(said);
     CHECK(v["late_fraction"].get<double>() > 0.05);
   } else {
@@ -1171,7 +1293,8 @@ TEST_CASE("validate runs again, dilated more, when the real run did not keep up"
   fs::remove_all(d);
 }
 
-TEST_CASE("validate refuses a run this host cannot keep up with, naming the --set that shrinks it", "[cli][validate]") {
+TEST_CASE("validate refuses a run this host cannot keep up with, naming the --set that shrinks it",
+          "[cli][validate]") {
   fs::path d = workdir("validate_refused");
   write(d / "s.toml", kTiny);
   Result r = ravnest({"validate", "s.toml", "--set", "devices.0.tflops=1e5"}, d);
@@ -1222,15 +1345,18 @@ latency_ms = 0.1
 
 }  // namespace
 
-TEST_CASE("theory measures a quadratic run on every executor under its bound", "[cli][theory][real]") {
+TEST_CASE("theory measures a quadratic run on every executor under its bound",
+          "[cli][theory][real]") {
   fs::path d = workdir("theory");
   write(d / "q.toml", kQuadratic);
   for (const std::string executor : {"sim", "loopback", "real"}) {
     INFO(executor);
     const std::vector<std::string> args =
         executor == "loopback"
-            ? std::vector<std::string>{"sim", "q.toml", "--executor", "loopback", "--run-dir", executor, "--progress", "off"}
-            : std::vector<std::string>{executor, "q.toml", "--run-dir", executor, "--progress", "off"};
+            ? std::vector<std::string>{"sim",       "q.toml", "--executor", "loopback",
+                                       "--run-dir", executor, "--progress", "off"}
+            : std::vector<std::string>{executor, "q.toml",     "--run-dir",
+                                       executor, "--progress", "off"};
     Result run = ravnest(args, d);
     INFO(run.out << run.err);
     REQUIRE(run.status == 0);
@@ -1255,11 +1381,12 @@ TEST_CASE("theory measures a quadratic run on every executor under its bound", "
   fs::remove_all(d);
 }
 
-TEST_CASE("theory flags a run outside the conditions and refuses a run it cannot measure", "[cli][theory]") {
+TEST_CASE("theory flags a run outside the conditions and refuses a run it cannot measure",
+          "[cli][theory]") {
   fs::path d = workdir("theory_flags");
   write(d / "q.toml", kQuadratic);
-  Result run = ravnest({"sim", "q.toml", "--set", "training.lr=1.5", "--set", "training.steps=40", "--run-dir", "big",
-                        "--progress", "off"},
+  Result run = ravnest({"sim", "q.toml", "--set", "training.lr=1.5", "--set", "training.steps=40",
+                        "--run-dir", "big", "--progress", "off"},
                        d);
   REQUIRE(run.status == 0);
   Result r = ravnest({"theory", "big", "--no-plot"}, d);
@@ -1271,8 +1398,8 @@ TEST_CASE("theory flags a run outside the conditions and refuses a run it cannot
   CHECK(r.out.find("the bound does not apply: the step-size condition fails") != std::string::npos);
   // A timing-mode run computes no gradients: exit status 2, and why.
   write(d / "tiny.toml", kTiny);
-  REQUIRE(ravnest({"sim", "tiny.toml", "--set", "training.steps=4", "--set", "sim.mode=\"timing\"", "--run-dir", "nn",
-                   "--progress", "off"},
+  REQUIRE(ravnest({"sim", "tiny.toml", "--set", "training.steps=4", "--set", "sim.mode=\"timing\"",
+                   "--run-dir", "nn", "--progress", "off"},
                   d)
               .status == 0);
   Result nn = ravnest({"theory", "nn"}, d);
@@ -1282,13 +1409,15 @@ TEST_CASE("theory flags a run outside the conditions and refuses a run it cannot
   fs::remove_all(d);
 }
 
-TEST_CASE("theory estimates a neural network's constants and labels its bound a shape", "[cli][theory]") {
+TEST_CASE("theory estimates a neural network's constants and labels its bound a shape",
+          "[cli][theory]") {
   fs::path d = workdir("theory_nn");
   write(d / "tiny.toml", kTiny);
-  REQUIRE(ravnest({"sim", "tiny.toml", "--set", "training.steps=30", "--set", "training.eval_every=0", "--set",
-                   "training.momentum=0", "--run-dir", "nn", "--progress", "off"},
-                  d)
-              .status == 0);
+  REQUIRE(
+      ravnest({"sim", "tiny.toml", "--set", "training.steps=30", "--set", "training.eval_every=0",
+               "--set", "training.momentum=0", "--run-dir", "nn", "--progress", "off"},
+              d)
+          .status == 0);
   Result r = ravnest({"theory", "nn", "--out", "nn/report"}, d);
   INFO(r.out << r.err);
   REQUIRE(r.status == 0);
@@ -1308,7 +1437,8 @@ TEST_CASE("theory estimates a neural network's constants and labels its bound a 
         t["estimates"]["sigma2"].get<double>() / t["inputs"]["batch"].get<double>());
   const std::string csv = slurp(d / "nn" / "theory.csv");
   CHECK(std::count(csv.begin(), csv.end(), '\n') == 31);
-  CHECK(r.out.find("estimates (the largest over an SGD replay of 30 updates)") != std::string::npos);
+  CHECK(r.out.find("estimates (the largest over an SGD replay of 30 updates)") !=
+        std::string::npos);
   CHECK(t["estimates"]["points"].size() == 5);  // updates 0, 7, 15, 22, 30
   CHECK(t["estimates"]["points"][4]["update"].get<int64_t>() == 30);
   CHECK(r.out.find("not a guarantee") != std::string::npos);
@@ -1368,14 +1498,16 @@ TEST_CASE("plan --out replaces a plan whole or leaves the older one", "[cli][inp
   fs::remove_all(d);
 }
 
-TEST_CASE("real: SIGTERM or SIGINT ends a run with its ranks and its temporary files", "[cli][real][signal]") {
+TEST_CASE("real: SIGTERM or SIGINT ends a run with its ranks and its temporary files",
+          "[cli][real][signal]") {
   for (const int sig : {SIGTERM, SIGINT}) {
     INFO("signal " << sig);
     fs::path d = workdir("signal");
     fs::path tmp = d / "tmp";
     fs::create_directories(tmp);
     write(d / "s.toml", std::string(kSmall) + rv::test::kTwoClusters);
-    const pid_t pid = start_ravnest({"real", "s.toml", "--set", "training.steps=100000", "--progress", "off"}, d, tmp);
+    const pid_t pid = start_ravnest(
+        {"real", "s.toml", "--set", "training.steps=100000", "--progress", "off"}, d, tmp);
     const std::vector<pid_t> ranks = wait_for_children(pid, 3, 1500);
     REQUIRE(ranks.size() == 3);
     REQUIRE(!fs::is_empty(tmp));  // the launcher's status folder (the secret, the emulator socket)
@@ -1392,7 +1524,8 @@ TEST_CASE("real: SIGTERM or SIGINT ends a run with its ranks and its temporary f
         if (e.path().filename() != "run.json") continue;
         const nlohmann::json status = nlohmann::json::parse(slurp(e.path()));
         CHECK(status["status"] == "interrupted");
-        CHECK(status["reason"].get<std::string>().find("interrupted by signal") != std::string::npos);
+        CHECK(status["reason"].get<std::string>().find("interrupted by signal") !=
+              std::string::npos);
         CHECK_FALSE(status.contains("error"));
         CHECK_FALSE(fs::exists(e.path().parent_path() / "summary.json"));
       }
@@ -1401,13 +1534,15 @@ TEST_CASE("real: SIGTERM or SIGINT ends a run with its ranks and its temporary f
   }
 }
 
-TEST_CASE("real: ranks all stopped at once are found by the launcher within the timeout", "[cli][real][signal]") {
+TEST_CASE("real: ranks all stopped at once are found by the launcher within the timeout",
+          "[cli][real][signal]") {
   fs::path d = workdir("allstopped");
   fs::path tmp = d / "tmp";
   fs::create_directories(tmp);
   write(d / "s.toml", std::string(kSmall) + rv::test::kTwoClusters);
-  const pid_t pid = start_ravnest(
-      {"real", "s.toml", "--set", "training.steps=100000", "--set", "real.timeout_s=3", "--progress", "off"}, d, tmp);
+  const pid_t pid = start_ravnest({"real", "s.toml", "--set", "training.steps=100000", "--set",
+                                   "real.timeout_s=3", "--progress", "off"},
+                                  d, tmp);
   const std::vector<pid_t> ranks = wait_for_children(pid, 3, 1500);
   REQUIRE(ranks.size() == 3);
   for (pid_t c : ranks) kill(c, SIGSTOP);  // no rank can notice: only the launcher can
@@ -1419,23 +1554,27 @@ TEST_CASE("real: ranks all stopped at once are found by the launcher within the 
   fs::remove_all(d);
 }
 
-TEST_CASE("node: a rank started by hand without the run's secret is refused (exit 2)", "[cli][real][auth]") {
+TEST_CASE("node: a rank started by hand without the run's secret is refused (exit 2)",
+          "[cli][real][auth]") {
   fs::path d = workdir("nosecret");
   write(d / "s.toml", std::string(kSmall) + rv::test::kTwoClusters);
   ::unsetenv("RAVNEST_SECRET");
   ::unsetenv("RAVNEST_SECRET_FILE");
-  const Result r = ravnest({"node", "s.toml", "--rank", "0", "--world-size", "3", "--master-port", "29999"}, d);
+  const Result r =
+      ravnest({"node", "s.toml", "--rank", "0", "--world-size", "3", "--master-port", "29999"}, d);
   CHECK(r.status == 2);
   CHECK(r.err.find("no run secret") != std::string::npos);
   CHECK(r.err.find("RAVNEST_SECRET_FILE") != std::string::npos);
   fs::remove_all(d);
 }
 
-TEST_CASE("a test's deadline ends what it started with every process that started, SIGTERM or not", "[cli][signal]") {
+TEST_CASE("a test's deadline ends what it started with every process that started, SIGTERM or not",
+          "[cli][signal]") {
   // A program that ignores SIGTERM, as a hung launcher may, and starts a child that ignores it too:
   // past the deadline both get SIGKILL, by their process group, so no child outlives the test.
   const fs::path d = rv::test::fresh_dir("rv-cli", "deadline");
-  const pid_t pid = start_ravnest({"-c", "trap '' TERM; sleep 1000 & echo $! > child; wait"}, d, {}, "/bin/sh");
+  const pid_t pid =
+      start_ravnest({"-c", "trap '' TERM; sleep 1000 & echo $! > child; wait"}, d, {}, "/bin/sh");
   pid_t child = 0;
   for (int i = 0; i < 500 && child == 0; ++i) {
     std::ifstream in(d / "child");

@@ -8,7 +8,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-
 #include <nlohmann/json.hpp>
 
 #include "catch.h"
@@ -34,7 +33,9 @@ steps = 4
 count = 2
 )";
 
-Scenario two_ranks(const std::vector<std::string>& sets) { return parse_scenario(kTwoRanks, "d.toml", sets); }
+Scenario two_ranks(const std::vector<std::string>& sets) {
+  return parse_scenario(kTwoRanks, "d.toml", sets);
+}
 
 TrainingSpec adam() {
   TrainingSpec t;
@@ -51,7 +52,8 @@ TEST_CASE("real.device: cpu is the CPU, auto a GPU only where one is visible", "
   if (visible_gpus() == 0) {
     CHECK(automatic.is_cpu());
   } else {
-    CHECK(automatic == c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(1 % visible_gpus())));
+    CHECK(automatic ==
+          c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(1 % visible_gpus())));
   }
 }
 
@@ -69,8 +71,9 @@ TEST_CASE("real.device: cuda without CUDA or a GPU is refused, naming the key", 
   // And the command line: exit status 2 before any rank starts.
   const fs::path d = test::fresh_dir("rv-device", "refused");
   std::ofstream(d / "s.toml") << kTwoRanks;
-  const test::Result r =
-      test::ravnest({"real", "s.toml", "--set", "real.device=\"cuda\"", "--run-dir", "run", "--progress", "off"}, d);
+  const test::Result r = test::ravnest(
+      {"real", "s.toml", "--set", "real.device=\"cuda\"", "--run-dir", "run", "--progress", "off"},
+      d);
   INFO(r.err);
   CHECK(r.status == 2);
   CHECK(r.err.find("real.device") != std::string::npos);
@@ -80,10 +83,13 @@ TEST_CASE("real.device: cuda without CUDA or a GPU is refused, naming the key", 
 
 TEST_CASE("devices[].gpu past the last GPU is refused", "[device]") {
   if (visible_gpus() == 0) {
-    std::cout << "SKIPPED: no GPU visible (the LibTorch built against has no CUDA, or the machine no GPU)\n";
+    std::cout << "SKIPPED: no GPU visible (the LibTorch built against has no CUDA, or the machine "
+                 "no GPU)\n";
     return;
   }
-  CHECK_THROWS_AS(compute_device(two_ranks({"real.device=\"cuda\"", "devices.0.gpu=" + std::to_string(visible_gpus())}), 0),
+  CHECK_THROWS_AS(compute_device(two_ranks({"real.device=\"cuda\"",
+                                            "devices.0.gpu=" + std::to_string(visible_gpus())}),
+                                 0),
                   KeyError);
   CHECK(compute_device(two_ranks({"real.device=\"cuda\"", "devices.0.gpu=0"}), 1).index() == 0);
 }
@@ -100,7 +106,8 @@ TEST_CASE("a stage on the CPU device is the stage by default, to the bit", "[dev
 TEST_CASE("a stage on a GPU keeps its parameters and activations there, its interface on the CPU",
           "[device][gpu]") {
   if (visible_gpus() == 0) {
-    std::cout << "SKIPPED: no GPU visible (the LibTorch built against has no CUDA, or the machine no GPU)\n";
+    std::cout << "SKIPPED: no GPU visible (the LibTorch built against has no CUDA, or the machine "
+                 "no GPU)\n";
     return;
   }
   const c10::Device gpu(c10::DeviceType::CUDA, 0);
@@ -109,21 +116,23 @@ TEST_CASE("a stage on a GPU keeps its parameters and activations there, its inte
   for (const at::Tensor& p : dev.module().params()) CHECK(p.device() == gpu);
   const at::Tensor x = at::randn({16, m.profile[0].out_elems});
   const at::Tensor y_cpu = cpu.forward(0, x), y_dev = dev.forward(0, x);
-  CHECK(y_dev.is_cpu());                                  // the interface: CPU tensors
-  CHECK(at::allclose(y_cpu, y_dev, 1e-4, 1e-5));          // the same maths
+  CHECK(y_dev.is_cpu());                          // the interface: CPU tensors
+  CHECK(at::allclose(y_cpu, y_dev, 1e-4, 1e-5));  // the same maths
   const at::Tensor g = at::randn(y_cpu.sizes());
   const at::Tensor gi_cpu = cpu.backward(0, g), gi_dev = dev.backward(0, g);
   CHECK(gi_dev.is_cpu());
   CHECK(at::allclose(gi_cpu, gi_dev, 1e-4, 1e-5));
   cpu.update();
   dev.update();
-  for (const at::Tensor& p : dev.module().params()) CHECK(p.device() == gpu);  // the optimizer's step stays there
+  for (const at::Tensor& p : dev.module().params())
+    CHECK(p.device() == gpu);  // the optimizer's step stays there
   CHECK(at::allclose(cpu.flat_state(), dev.flat_state(), 1e-4, 1e-5));
   CHECK(dev.averaged_state(true).is_cpu());
   // A forward's saved activations stay on the GPU: its output is on the GPU inside the stage.
   dev.forward(1, x);
   CHECK(dev.pending() == 1);
-  CHECK(dev.module().forward(dev.to_device(x), dev.module().params(), false, 0, false).device() == gpu);
+  CHECK(dev.module().forward(dev.to_device(x), dev.module().params(), false, 0, false).device() ==
+        gpu);
 }
 
 TEST_CASE("wall compute on the CPU measures no device time", "[device]") {
@@ -140,7 +149,8 @@ TEST_CASE("wall compute on the CPU measures no device time", "[device]") {
 
 TEST_CASE("wall compute times a GPU's kernels with device events", "[device][gpu]") {
   if (visible_gpus() == 0) {
-    std::cout << "SKIPPED: no GPU visible (the LibTorch built against has no CUDA, or the machine no GPU)\n";
+    std::cout << "SKIPPED: no GPU visible (the LibTorch built against has no CUDA, or the machine "
+                 "no GPU)\n";
     return;
   }
   const Work work;  // no emulation: the work's size does not matter
@@ -158,9 +168,11 @@ TEST_CASE("wall compute times a GPU's kernels with device events", "[device][gpu
   CHECK(large > 5 * small);  // the kernels' time, not a constant: 20 products take longer than 1
 }
 
-TEST_CASE("a real run on a GPU records its spans' kernel time and each node's GPU memory", "[device][gpu]") {
+TEST_CASE("a real run on a GPU records its spans' kernel time and each node's GPU memory",
+          "[device][gpu]") {
   if (visible_gpus() == 0) {
-    std::cout << "SKIPPED: no GPU visible (the LibTorch built against has no CUDA, or the machine no GPU)\n";
+    std::cout << "SKIPPED: no GPU visible (the LibTorch built against has no CUDA, or the machine "
+                 "no GPU)\n";
     return;
   }
   const fs::path d = test::fresh_dir("rv-device", "gpu-run");
@@ -180,12 +192,14 @@ steps = 12
 [[devices]]
 count = 2
 )";
-  const test::Result r =
-      test::ravnest({"real", "s.toml", "--set", "real.device=\"cuda\"", "--run-dir", "run", "--progress", "off"}, d);
+  const test::Result r = test::ravnest(
+      {"real", "s.toml", "--set", "real.device=\"cuda\"", "--run-dir", "run", "--progress", "off"},
+      d);
   INFO(r.err);
   REQUIRE(r.status == 0);
   const nlohmann::json summary = nlohmann::json::parse(std::ifstream(d / "run" / "summary.json"));
-  for (const auto& n : summary["per_node"]) CHECK(n["measured_device_peak_bytes"].get<int64_t>() > 0);
+  for (const auto& n : summary["per_node"])
+    CHECK(n["measured_device_peak_bytes"].get<int64_t>() > 0);
   std::ifstream csv(d / "run" / "metrics.csv");
   const std::vector<Event> events = parse_events_csv(csv, "metrics.csv");
   int timed = 0, forwards = 0;

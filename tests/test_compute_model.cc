@@ -2,12 +2,13 @@
 // intensity class,
 // a device's time for it (one function, time_of), profile files, and the simulator and the planner
 // charging exactly that time.
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <unistd.h>
 
 #include "catch.h"
 #include "core/compute/profile.h"
@@ -39,7 +40,8 @@ ComputeProfile example_profile() {
 }
 
 fs::path temp_file(const std::string& name, const std::string& text) {
-  const fs::path p = fs::temp_directory_path() / ("rv-compute-" + std::to_string(getpid()) + "-" + name);
+  const fs::path p =
+      fs::temp_directory_path() / ("rv-compute-" + std::to_string(getpid()) + "-" + name);
   std::ofstream(p) << text;
   return p;
 }
@@ -65,8 +67,8 @@ TEST_CASE("work counts operations by pass, kind and intensity class", "[compute]
   CHECK(twice.flops(OpKind::kMatmul, Pass::kForward, 0) == 2000);
   // No bytes: nothing bounds it but the flops.
   CHECK(op_class_of(10, 0) == kIntensities - 1);
-  CHECK(op_class_of(1e8, 2e6) == kIntensities + 4);  // 50 flop/B beyond the cache
-  CHECK(op_class_of(1e9, 2e7) == 2 * kIntensities + 4);  // 50 flop/B streamed from memory
+  CHECK(op_class_of(1e8, 2e6) == kIntensities + 4);         // 50 flop/B beyond the cache
+  CHECK(op_class_of(1e9, 2e7) == 2 * kIntensities + 4);     // 50 flop/B streamed from memory
   CHECK(op_class_of(5e6, kStreamedBytes) == kIntensities);  // 8 MiB itself: the middle footprint
   CHECK(op_class_name(kIntensities + 1) == "<8 flop/B, beyond 1 MiB");
   CHECK(op_class_name(2 * kIntensities + 1) == "<8 flop/B, beyond 8 MiB");
@@ -81,8 +83,8 @@ TEST_CASE("a device's time: a fixed cost per operation plus flops at its efficie
   w.add(OpKind::kMatmul, Pass::kForward, 1e9, 1e7, 2);  // 100 flop/B, 10 MB: the last class, 0.18
   w.add(OpKind::kConv, Pass::kBackward, 1e5, 1e5, 4);   // 1 flop/B, cached: the first, 0.021
   w.add(OpKind::kPool, Pass::kForward, 2e6, 2e5);       // 10 flop/B, cached: the third, 0.12
-  const double expected = 2 * 20e-6 + 2e9 / (2e11 * 0.18) + 4 * 31e-6 + 4e5 / (2e11 * 0.021) + 23e-6 +
-                          2e6 / (2e11 * 0.12);
+  const double expected = 2 * 20e-6 + 2e9 / (2e11 * 0.18) + 4 * 31e-6 + 4e5 / (2e11 * 0.021) +
+                          23e-6 + 2e6 / (2e11 * 0.12);
   CHECK(time_of(w, p) == Approx(expected).epsilon(1e-12));
   // The default profile is the peak model: flops over the peak, nothing per operation.
   ComputeProfile peak;
@@ -113,8 +115,9 @@ TEST_CASE("a span's first operation of a kind in a class pays the kind's first c
   CHECK(time_of(Work(), p) == 0);
 }
 
-TEST_CASE("cold memory: a span whose stage outgrows the cache reads its cold bytes at the bandwidth",
-          "[compute]") {
+TEST_CASE(
+    "cold memory: a span whose stage outgrows the cache reads its cold bytes at the bandwidth",
+    "[compute]") {
   ComputeProfile p = example_profile();
   Work w;
   w.add(OpKind::kMatmul, Pass::kForward, 1e9, 1e7, 2);
@@ -148,7 +151,7 @@ TEST_CASE("cold memory: a span whose stage outgrows the cache reads its cold byt
   w.add_idle_cold(6e6);
   CHECK(w.idle_cold_bytes() == 6e6);
   CHECK(time_of(w, p, 1.0) == warm);  // no cooling curve in the profile: never
-  p.idle_cold = {{1e-3, 1.0}};  // a step: all cold from 1 ms on
+  p.idle_cold = {{1e-3, 1.0}};        // a step: all cold from 1 ms on
   CHECK(time_of(w, p, 0) == warm);
   CHECK(time_of(w, p, 0.9e-3) == warm);
   CHECK(time_of(w, p, 1e-3) == Approx(warm + 10e6 / 2e9).epsilon(1e-12));
@@ -180,7 +183,8 @@ TEST_CASE("cold memory: a span whose stage outgrows the cache reads its cold byt
   // A profile written with the step (idle_cold_ms) still reads, as the curve [[ms, 1]].
   const std::string memory = "peak_tflops = 1\nmemory_gbps = 1\ncache_mib = 1\n";
   const std::string example = profile_to_toml(example_profile());
-  const ComputeProfile step = parse_profile(memory + "idle_cold_ms = 3\n" + example.substr(example.find("[forward]")), "s.toml");
+  const ComputeProfile step = parse_profile(
+      memory + "idle_cold_ms = 3\n" + example.substr(example.find("[forward]")), "s.toml");
   REQUIRE(step.idle_cold.size() == 1);
   CHECK(step.idle_cold[0].wait == Approx(3e-3).epsilon(1e-9));
   CHECK(step.idle_cold[0].cold == 1.0);
@@ -205,12 +209,14 @@ TEST_CASE("cold memory: a span whose stage outgrows the cache reads its cold byt
       CHECK(std::string(e.what()).find("i.toml: key '" + key + "'") != std::string::npos);
     }
   }
-  for (const std::string& one : {std::string("memory_gbps = 3\n"), std::string("cache_mib = 3\n")}) {
+  for (const std::string& one :
+       {std::string("memory_gbps = 3\n"), std::string("cache_mib = 3\n")}) {
     try {
       parse_profile(one + profile_to_toml(example_profile()), "p.toml");
       FAIL("accepted " << one);
     } catch (const InputError& e) {
-      CHECK(std::string(e.what()).find(one.find("memory") == 0 ? "cache_mib" : "memory_gbps") != std::string::npos);
+      CHECK(std::string(e.what()).find(one.find("memory") == 0 ? "cache_mib" : "memory_gbps") !=
+            std::string::npos);
     }
   }
 }
@@ -261,11 +267,13 @@ TEST_CASE("the wake-up curve: after a wait each operation costs more, once per c
     return t;
   };
   const Seconds inf = std::numeric_limits<Seconds>::infinity();
-  CHECK(span(fwd, 0, 1e-3) == Approx(time_of(fwd, p, inf, inf)).epsilon(1e-12));  // the first: after ever
+  CHECK(span(fwd, 0, 1e-3) ==
+        Approx(time_of(fwd, p, inf, inf)).epsilon(1e-12));  // the first: after ever
   CHECK(span(bwd, 1e-3, 1e-3) == Approx(time_of(bwd, p, 0, inf)).epsilon(1e-12));
   CHECK(span(fwd, 2e-3, 1e-3) == time_of(fwd, p));
   CHECK(span(step, 3e-3, 1e-3) == Approx(time_of(step, p, 0, inf)).epsilon(1e-12));
-  CHECK(span(fwd, 4e-3 + 5e-5, 1e-3) == Approx(time_of(fwd, p, 5e-5)).epsilon(1e-9));  // 50 us: below the curve, warm
+  CHECK(span(fwd, 4e-3 + 5e-5, 1e-3) ==
+        Approx(time_of(fwd, p, 5e-5)).epsilon(1e-9));  // 50 us: below the curve, warm
   // 1 ms: a new busy period; the forward pays, the backward right after it too (its code did not
   // run since), the next forward not.
   CHECK(span(fwd, 6.05e-3, 1e-3) == Approx(time_of(fwd, p, 1e-3, 1e-3)).epsilon(1e-9));
@@ -367,14 +375,16 @@ TEST_CASE("the wake-up curve's span cost: the span that ends a wait pays it once
   }
   const std::string head = "peak_tflops = 1\n", rest = profile_to_toml(example_profile());
   const std::string tables = rest.substr(rest.find("[forward]"));
-  const ComputeProfile two = parse_profile(head + "idle_op_us = [[1, 2], [3, 4]]\n" + tables, "o.toml");
+  const ComputeProfile two =
+      parse_profile(head + "idle_op_us = [[1, 2], [3, 4]]\n" + tables, "o.toml");
   REQUIRE(two.idle_op.size() == 2);
   CHECK(two.idle_op[1].op == Approx(4e-6).epsilon(1e-12));
   CHECK(two.idle_op[1].span == 0);
 }
 
-TEST_CASE("a backward reads its saved activations from memory where other micro-batches' pushed them out",
-          "[compute]") {
+TEST_CASE(
+    "a backward reads its saved activations from memory where other micro-batches' pushed them out",
+    "[compute]") {
   ComputeProfile p = example_profile();
   p.memory_bytes_per_s = 1e9;
   p.cache_bytes = 10e6;
@@ -436,11 +446,13 @@ TEST_CASE("a backward reads its saved activations from memory where other micro-
   CHECK(span(bwd, Use::kNone, -1) == warm);
   // Forwards whose backwards never come (micro-batches lost with a node) are forgotten after
   // kMaxKept micro-batches: the history stays bounded, and the recent ones are still charged.
-  for (int64_t mb = 100; mb < 100 + static_cast<int64_t>(DeviceHistory::kMaxKept) + 10; ++mb) span(fwd, Use::kWrites, mb);
+  for (int64_t mb = 100; mb < 100 + static_cast<int64_t>(DeviceHistory::kMaxKept) + 10; ++mb)
+    span(fwd, Use::kWrites, mb);
   const int64_t last = 100 + static_cast<int64_t>(DeviceHistory::kMaxKept) + 9;
   CHECK(span(bwd, Use::kReads, last) == warm);
-  CHECK(span(bwd, Use::kReads, last - 1) == Approx(warm + 2e6 / 1e9).epsilon(1e-12));  // the last's 6 MB since
-  CHECK(span(bwd, Use::kReads, 100) == warm);  // forgotten: as one whose forward was not seen
+  CHECK(span(bwd, Use::kReads, last - 1) ==
+        Approx(warm + 2e6 / 1e9).epsilon(1e-12));  // the last's 6 MB since
+  CHECK(span(bwd, Use::kReads, 100) == warm);      // forgotten: as one whose forward was not seen
   // Without the memory term nothing is charged; after a wait that cools everything the bytes
   // are charged once, not twice.
   ComputeProfile off = example_profile();
@@ -530,9 +542,11 @@ count = 1
   for (const LayerProfile& p : m.profile) tensors += p.param_elems.size();
   CHECK(tensors > 0);
   CHECK(sw.update.total_flops() == Approx(c.update).epsilon(1e-12));
-  CHECK(sw.update.total_flops() == Approx(10.0 * static_cast<double>(m.params(0, n))).epsilon(1e-12));
+  CHECK(sw.update.total_flops() ==
+        Approx(10.0 * static_cast<double>(m.params(0, n))).epsilon(1e-12));
   CHECK(sw.update.total_ops() == 8.0 * static_cast<double>(tensors));
-  CHECK(sw.forward.total_flops() == Approx(c.forward + 5.0 * 16 * m.input_elems + 16).epsilon(1e-12));
+  CHECK(sw.forward.total_flops() ==
+        Approx(c.forward + 5.0 * 16 * m.input_elems + 16).epsilon(1e-12));
   CHECK(sw.forward.total_ops() == f.total_ops() + 6);
   CHECK(sw.backward.total_ops() == b.total_ops() + 8);
   const StageWork middle = stage_work(m, 1, n - 1, tr, 16);
@@ -548,7 +562,8 @@ count = 1
   const double later = kFloatBytes * static_cast<double>(m.params(1, n - 1));
   CHECK(middle.backward.cold_bytes() == 2 * later);
   CHECK(sw.forward.resident_bytes() ==
-        Approx(5 * weights + kFloatBytes * (static_cast<double>(m.buffers(0, n)) + 16.0 * m.activation_elems(0, n)))
+        Approx(5 * weights + kFloatBytes * (static_cast<double>(m.buffers(0, n)) +
+                                            16.0 * m.activation_elems(0, n)))
             .epsilon(1e-12));
   CHECK(sw.backward.resident_bytes() == sw.forward.resident_bytes());
   CHECK(sw.update.cold_bytes() == 4 * weights);  // the weights, their gradients, Adam's two moments
@@ -556,9 +571,11 @@ count = 1
   // After an idle wait a backward fetches its saved activations; what a span receives (a later
   // stage's input, the incoming gradient) arrives after the wait, warm.
   CHECK(sw.forward.idle_cold_bytes() == 0);
-  CHECK(sw.backward.idle_cold_bytes() == kFloatBytes * 16.0 * static_cast<double>(m.activation_elems(0, n)));
+  CHECK(sw.backward.idle_cold_bytes() ==
+        kFloatBytes * 16.0 * static_cast<double>(m.activation_elems(0, n)));
   CHECK(middle.forward.idle_cold_bytes() == 0);
-  CHECK(middle.backward.idle_cold_bytes() == kFloatBytes * 16.0 * static_cast<double>(m.activation_elems(1, n - 1)));
+  CHECK(middle.backward.idle_cold_bytes() ==
+        kFloatBytes * 16.0 * static_cast<double>(m.activation_elems(1, n - 1)));
   // The forward keeps the saved activations for the backward (DeviceHistory); without weight
   // stashing only its input, the backward recomputing the rest.
   CHECK(middle.forward.saved_bytes() == middle.backward.idle_cold_bytes());
@@ -594,7 +611,8 @@ count = 1
 tflops = 0.2
 )";
 
-TEST_CASE("an optimizer step: its kernels on each parameter tensor, each at that tensor's size", "[compute]") {
+TEST_CASE("an optimizer step: its kernels on each parameter tensor, each at that tensor's size",
+          "[compute]") {
   auto prep = test::prepare(kOneNode, {"model.hidden=[512, 256]"}, false);
   const ModelDesc& m = prep.model;
   int lin = -1;  // linear(512->256): a weight of 131,072 floats and a bias of 256
@@ -603,7 +621,8 @@ TEST_CASE("an optimizer step: its kernels on each parameter tensor, each at that
   REQUIRE(lin >= 0);
   CHECK(m.profile[static_cast<size_t>(lin)].param_elems == std::vector<int64_t>{512 * 256, 256});
   CHECK(m.profile[static_cast<size_t>(lin)].params == 512 * 256 + 256);
-  // Kernels per tensor as Optimizer::step runs them: (reads, count), (reads + 1) / 2 flops per element.
+  // Kernels per tensor as Optimizer::step runs them: (reads, count), (reads + 1) / 2 flops per
+  // element.
   auto expect = [&](const TrainingSpec& tr, std::vector<std::pair<int, int>> kernels) {
     const Work w = m.update_work(lin, lin + 1, tr);
     double ops = 0, flops_per_element = 0;
@@ -658,21 +677,25 @@ TEST_CASE("profile files read back as written, bad ones name the key", "[compute
   {
     ComputeProfile f = p;
     for (int r = 0; r < kPasses; ++r)
-      for (int k = 0; k < kOpKinds; ++k) f.of(static_cast<Pass>(r), static_cast<OpKind>(k)).first = (10 * r + k + 1) * 1e-6;
+      for (int k = 0; k < kOpKinds; ++k)
+        f.of(static_cast<Pass>(r), static_cast<OpKind>(k)).first = (10 * r + k + 1) * 1e-6;
     const std::string text = profile_to_toml(f);
     CHECK(text.find("first_op_us = [[1, 2, 3, 4, 5], [11, 12, 13, 14, 15]]") != std::string::npos);
     const ComputeProfile g = parse_profile(text, "f.toml");
     for (int r = 0; r < kPasses; ++r)
       for (int k = 0; k < kOpKinds; ++k)
-        CHECK(g.of(static_cast<Pass>(r), static_cast<OpKind>(k)).first == Approx((10 * r + k + 1) * 1e-6));
+        CHECK(g.of(static_cast<Pass>(r), static_cast<OpKind>(k)).first ==
+              Approx((10 * r + k + 1) * 1e-6));
   }
   // A profile of 12 efficiencies per kind (before the middle footprint) gives its second six to
   // both footprints beyond the cache.
   {
-    const std::string old_row = " = [2, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2]\n";
-    const std::string old_kinds =
-        "matmul" + old_row + "conv" + old_row + "norm" + old_row + "pool" + old_row + "elementwise" + old_row;
-    const ComputeProfile o = parse_profile("peak_tflops = 1\n[forward]\n" + old_kinds + "[backward]\n" + old_kinds, "o.toml");
+    const std::string old_row =
+        " = [2, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2]\n";
+    const std::string old_kinds = "matmul" + old_row + "conv" + old_row + "norm" + old_row +
+                                  "pool" + old_row + "elementwise" + old_row;
+    const ComputeProfile o = parse_profile(
+        "peak_tflops = 1\n[forward]\n" + old_kinds + "[backward]\n" + old_kinds, "o.toml");
     const KindCost& m = o.of(Pass::kBackward, OpKind::kPool);
     CHECK(m.overhead == Approx(2e-6));
     for (int c = 0; c < kIntensities; ++c) {
@@ -686,19 +709,27 @@ TEST_CASE("profile files read back as written, bad ones name the key", "[compute
     std::string text, says;
   };
   const std::string row = " = [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n";
-  const std::string kinds = "matmul" + row + "conv" + row + "norm" + row + "pool" + row + "elementwise" + row;
+  const std::string kinds =
+      "matmul" + row + "conv" + row + "norm" + row + "pool" + row + "elementwise" + row;
   const std::string backward = "peak_tflops = 1\n[backward]\n" + kinds + "[forward]\n";
-  for (const Bad& bad : {Bad{"peak_tflops = 1\n[forward]\n" + kinds, "key 'backward'"},
-                         Bad{"speed = 3\n" + good, "key 'speed': unknown key"},
-                         Bad{good + "attention" + row, "key 'backward.attention': unknown kind"},
-                         Bad{"peak_tflops = -1\n", "key 'peak_tflops'"},
-                         Bad{backward + "matmul = [1, 1, 1, 1]\n" + kinds.substr(6 + row.size()), "key 'forward.matmul'"},
-                         Bad{backward + "matmul = [1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + kinds.substr(6 + row.size()), "(0, 16]"},
-                         Bad{backward + "matmul = [-1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + kinds.substr(6 + row.size()), "fixed cost"},
-                         Bad{"peak_tflops = [", "p.toml:1"},
-                         Bad{"first_op_us = [[1, 2, 3, 4, 5]]\n" + good, "key 'first_op_us'"},
-                         Bad{"first_op_us = [[1, 2, 3, 4, 5], [1, 2, 3, 4]]\n" + good, "key 'first_op_us[1]'"},
-                         Bad{"first_op_us = [[1, 2, 3, 4, 5], [1, 2, -3, 4, 5]]\n" + good, "key 'first_op_us[1][2]'"}}) {
+  for (const Bad& bad :
+       {Bad{"peak_tflops = 1\n[forward]\n" + kinds, "key 'backward'"},
+        Bad{"speed = 3\n" + good, "key 'speed': unknown key"},
+        Bad{good + "attention" + row, "key 'backward.attention': unknown kind"},
+        Bad{"peak_tflops = -1\n", "key 'peak_tflops'"},
+        Bad{backward + "matmul = [1, 1, 1, 1]\n" + kinds.substr(6 + row.size()),
+            "key 'forward.matmul'"},
+        Bad{backward + "matmul = [1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n" +
+                kinds.substr(6 + row.size()),
+            "(0, 16]"},
+        Bad{backward + "matmul = [-1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n" +
+                kinds.substr(6 + row.size()),
+            "fixed cost"},
+        Bad{"peak_tflops = [", "p.toml:1"},
+        Bad{"first_op_us = [[1, 2, 3, 4, 5]]\n" + good, "key 'first_op_us'"},
+        Bad{"first_op_us = [[1, 2, 3, 4, 5], [1, 2, 3, 4]]\n" + good, "key 'first_op_us[1]'"},
+        Bad{"first_op_us = [[1, 2, 3, 4, 5], [1, 2, -3, 4, 5]]\n" + good,
+            "key 'first_op_us[1][2]'"}}) {
     INFO(bad.text);
     try {
       parse_profile(bad.text, "p.toml");
@@ -708,7 +739,6 @@ TEST_CASE("profile files read back as written, bad ones name the key", "[compute
     }
   }
 }
-
 
 TEST_CASE("a device's profile: the simulator and the planner charge time_of, nothing else",
           "[compute][sim]") {
@@ -736,19 +766,24 @@ TEST_CASE("a device's profile: the simulator and the planner charge time_of, not
   fs::remove(file);
 }
 
-TEST_CASE("a stage before the last: the planner and the simulator charge the activations the next forward evicts",
-          "[compute][sim]") {
+TEST_CASE(
+    "a stage before the last: the planner and the simulator charge the activations the next "
+    "forward evicts",
+    "[compute][sim]") {
   ComputeProfile small = example_profile();
   small.memory_bytes_per_s = 1e9;
   small.cache_bytes = 0.01 * 1048576;  // 10 KiB: smaller than a micro-batch's saved activations
   const fs::path file = temp_file("profile.toml", profile_to_toml(small));
-  auto p = test::prepare(kOneNode, {"devices.0.profile=\"" + file.string() + "\"", "devices.0.count=2",
-                                    "planner.method=\"manual\"", "planner.clusters=1"}, false);
+  auto p = test::prepare(kOneNode,
+                         {"devices.0.profile=\"" + file.string() + "\"", "devices.0.count=2",
+                          "planner.method=\"manual\"", "planner.clusters=1"},
+                         false);
   REQUIRE(p.plan.nodes == 2);
   const NodeRole first = p.plan.role_of(0);
   REQUIRE(first.layer_end < p.model.layer_count());
   const ComputeProfile device = p.scenario.devices[0].compute_profile();
-  const StageWork w = stage_work(p.model, first.layer_begin, first.layer_end, p.scenario.training, 32);
+  const StageWork w =
+      stage_work(p.model, first.layer_begin, first.layer_end, p.scenario.training, 32);
   const double saved = w.forward.saved_bytes();
   REQUIRE(saved > device.cache_bytes);
   CHECK(evicted_bytes(saved, saved, device) == saved);  // the next forward's fill the cache
@@ -760,7 +795,8 @@ TEST_CASE("a stage before the last: the planner and the simulator charge the act
   CostModel cost(p.scenario, p.model);
   CHECK(cost.pass_time(0, first.layer_begin, first.layer_end) ==
         Approx(time_of(w.forward, device) + backward).epsilon(1e-12));
-  CHECK(cost.pass_time(0, first.layer_begin, first.layer_end) == Approx(stage_pass_time(w, device, 1)).epsilon(1e-12));
+  CHECK(cost.pass_time(0, first.layer_begin, first.layer_end) ==
+        Approx(stage_pass_time(w, device, 1)).epsilon(1e-12));
   CHECK(stage_pass_time(w, device, 1) > stage_pass_time(w, device, 0));
   // The simulator: each backward after the first stage's second forward finds its own activations
   // gone (the first's forward 1 ran between forward 0 and backward 0).
@@ -774,7 +810,8 @@ TEST_CASE("a stage before the last: the planner and the simulator charge the act
   fs::remove(file);
 }
 
-TEST_CASE("the simulator charges a span after an idle wait its cold bytes (idle_cold)", "[compute][sim]") {
+TEST_CASE("the simulator charges a span after an idle wait its cold bytes (idle_cold)",
+          "[compute][sim]") {
   // The node's first span follows an unbounded wait and reads cold; the others follow its own
   // spans back to back (one node: nothing to wait for) and do not.
   ComputeProfile idle = example_profile();
@@ -787,7 +824,8 @@ TEST_CASE("the simulator charges a span after an idle wait its cold bytes (idle_
   const StageWork w = stage_work(q.model, 0, q.model.layer_count(), q.scenario.training, 32);
   std::vector<Seconds> forwards;
   for (const Event& e : run_simulation(q.spec()).events)
-    if (e.kind == EventKind::kForward && e.node == 0 && e.micro_batch >= 0) forwards.push_back(e.end - e.start);
+    if (e.kind == EventKind::kForward && e.node == 0 && e.micro_batch >= 0)
+      forwards.push_back(e.end - e.start);
   REQUIRE(forwards.size() == 5);
   const Seconds warm = time_of(w.forward, idle_device), cold = time_of(w.forward, idle_device, 1.0);
   CHECK(cold == Approx(warm + w.forward.cold_bytes() / 1e9).epsilon(1e-12));
@@ -805,15 +843,19 @@ TEST_CASE("the simulator charges each span's code once after a wait (idle_op)", 
   waking.of(Pass::kBackward, OpKind::kConv).first = 30e-6;
   const fs::path file = temp_file("waking.toml", profile_to_toml(waking));
   for (double dilation : {1.0, 2.0}) {
-    auto q = test::prepare(kOneNode, {"devices.0.profile=\"" + file.string() + "\"",
-                                      "dilation=" + std::to_string(dilation)}, false);
+    auto q = test::prepare(
+        kOneNode,
+        {"devices.0.profile=\"" + file.string() + "\"", "dilation=" + std::to_string(dilation)},
+        false);
     const ComputeProfile device = q.scenario.devices[0].compute_profile();
     REQUIRE(device.idle_op.size() == 2);
     CHECK(device.idle_op[1].wait == Approx(1e-2 * dilation).epsilon(1e-12));  // a wait, dilated too
     CHECK(device.idle_op[1].op == Approx(20e-6 * dilation).epsilon(1e-12));
     CHECK(device.idle_op[1].span == Approx(80e-6 * dilation).epsilon(1e-12));
-    CHECK(device.of(Pass::kForward, OpKind::kMatmul).overhead == Approx(20e-6 * dilation).epsilon(1e-12));
-    CHECK(device.of(Pass::kBackward, OpKind::kConv).first == Approx(30e-6 * dilation).epsilon(1e-12));
+    CHECK(device.of(Pass::kForward, OpKind::kMatmul).overhead ==
+          Approx(20e-6 * dilation).epsilon(1e-12));
+    CHECK(device.of(Pass::kBackward, OpKind::kConv).first ==
+          Approx(30e-6 * dilation).epsilon(1e-12));
     if (dilation == 1.0) continue;
     const StageWork w = stage_work(q.model, 0, q.model.layer_count(), q.scenario.training, 32);
     std::vector<Seconds> forwards, backwards, steps;
@@ -827,12 +869,15 @@ TEST_CASE("the simulator charges each span's code once after a wait (idle_op)", 
     REQUIRE(forwards.size() == 5);
     REQUIRE(backwards.size() == 5);
     REQUIRE(steps.size() == 5);
-    CHECK(steps[0] == Approx(time_of(w.update, device) + w.update.codes() * 20e-6 * dilation).epsilon(1e-9));
-    for (size_t i = 1; i < steps.size(); ++i) CHECK(steps[i] == Approx(time_of(w.update, device)).epsilon(1e-9));
+    CHECK(steps[0] ==
+          Approx(time_of(w.update, device) + w.update.codes() * 20e-6 * dilation).epsilon(1e-9));
+    for (size_t i = 1; i < steps.size(); ++i)
+      CHECK(steps[i] == Approx(time_of(w.update, device)).epsilon(1e-9));
     const Seconds inf = std::numeric_limits<Seconds>::infinity();
     // The first forward ends the unbounded wait before the run: it pays the span cost too.
-    CHECK(forwards[0] ==
-          Approx(time_of(w.forward, device) + 80e-6 * dilation + w.forward.codes() * 20e-6 * dilation).epsilon(1e-9));
+    CHECK(forwards[0] == Approx(time_of(w.forward, device) + 80e-6 * dilation +
+                                w.forward.codes() * 20e-6 * dilation)
+                             .epsilon(1e-9));
     CHECK(backwards[0] == Approx(time_of(w.backward, device, 0, inf)).epsilon(1e-9));
     CHECK(backwards[0] > time_of(w.backward, device));
     for (size_t i = 1; i < forwards.size(); ++i) {
@@ -843,7 +888,8 @@ TEST_CASE("the simulator charges each span's code once after a wait (idle_op)", 
   fs::remove(file);
 }
 
-TEST_CASE("a missing or bad profile file is a scenario error naming the device's key", "[compute]") {
+TEST_CASE("a missing or bad profile file is a scenario error naming the device's key",
+          "[compute]") {
   const fs::path bad = temp_file("bad.toml", "peak_tflops = 1\n");
   for (const std::string& path : {std::string("/nonexistent/profile.toml"), bad.string()}) {
     try {
@@ -870,36 +916,42 @@ TEST_CASE("devices.efficiency replaces the profile's efficiencies and keeps its 
   CHECK(time_of(w.forward, uniform) == Approx(4 * time_of(w.forward, at_peak)).epsilon(1e-12));
 
   const fs::path file = temp_file("eff.toml", profile_to_toml(example_profile()));
-  auto p = test::prepare(kOneNode, {"devices.0.profile=\"" + file.string() + "\"", "devices.0.efficiency=0.5"},
-                         false);
+  auto p = test::prepare(
+      kOneNode, {"devices.0.profile=\"" + file.string() + "\"", "devices.0.efficiency=0.5"}, false);
   const ComputeProfile d = p.scenario.devices[0].compute_profile();
   for (int q = 0; q < kPasses; ++q)
     for (int k = 0; k < kOpKinds; ++k) {
       const KindCost& c = d.of(static_cast<Pass>(q), static_cast<OpKind>(k));
-      CHECK(c.overhead == Approx(example_profile().of(static_cast<Pass>(q), static_cast<OpKind>(k)).overhead));
+      CHECK(c.overhead ==
+            Approx(example_profile().of(static_cast<Pass>(q), static_cast<OpKind>(k)).overhead));
       for (double e : c.efficiency) CHECK(e == 0.5);
     }
   // The resolved scenario keeps the key, so a run folder's scenario.toml reproduces the device.
   CHECK(to_toml(p.scenario).find("efficiency = 0.5") != std::string::npos);
   // Dilated k times, a device's fixed costs are k times longer (and its peak k times lower).
-  auto dilated = test::prepare(kOneNode, {"devices.0.profile=\"" + file.string() + "\"", "dilation=3"}, false);
+  auto dilated =
+      test::prepare(kOneNode, {"devices.0.profile=\"" + file.string() + "\"", "dilation=3"}, false);
   const ComputeProfile slow = dilated.scenario.devices[0].compute_profile();
   CHECK(slow.of(Pass::kBackward, OpKind::kConv).overhead ==
         Approx(3 * example_profile().of(Pass::kBackward, OpKind::kConv).overhead));
-  // The memory bandwidth keeps its ratio to the peak: the device's peak over the profile's, dilated.
+  // The memory bandwidth keeps its ratio to the peak: the device's peak over the profile's,
+  // dilated.
   ComputeProfile banded = example_profile();
   banded.memory_bytes_per_s = 1e9;
   banded.cache_bytes = 1e6;
   const fs::path band_file = temp_file("band.toml", profile_to_toml(banded));
-  auto band = test::prepare(kOneNode, {"devices.0.profile=\"" + band_file.string() + "\"", "dilation=2"}, false);
+  auto band = test::prepare(
+      kOneNode, {"devices.0.profile=\"" + band_file.string() + "\"", "dilation=2"}, false);
   const ComputeProfile b = band.scenario.devices[0].compute_profile();
   CHECK(b.memory_bytes_per_s == Approx(1e9 * (0.2e12 / 2) / banded.peak_flops_per_s).epsilon(1e-9));
   CHECK(b.cache_bytes == Approx(1e6).epsilon(1e-6));
   fs::remove(band_file);
   CHECK(time_of(w.forward, slow) ==
-        Approx(3 * time_of(w.forward, test::prepare(kOneNode, {"devices.0.profile=\"" + file.string() + "\""}, false)
-                                          .scenario.devices[0]
-                                          .compute_profile()))
+        Approx(3 * time_of(w.forward,
+                           test::prepare(kOneNode, {"devices.0.profile=\"" + file.string() + "\""},
+                                         false)
+                               .scenario.devices[0]
+                               .compute_profile()))
             .epsilon(1e-12));
   CHECK_THROWS_AS(parse_scenario(kOneNode, "one.toml", {"devices.0.efficiency=2"}), ScenarioError);
   fs::remove(file);

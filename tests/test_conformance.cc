@@ -1,14 +1,12 @@
 // Cross-executor conformance: the same scenario on the loopback transport (threads, wall clock)
 // and in SimGrid (modeled time) uses the same plan and reaches comparable loss and accuracy.
 // (The real-process executor joins this comparison in test_cli.)
-#include "catch.h"
-
 #include <cmath>
-
 #include <nlohmann/json.hpp>
 
-#include "core/plan.h"
+#include "catch.h"
 #include "core/output/run_output.h"
+#include "core/plan.h"
 #include "loopback/loopback.h"
 #include "sim/sim_runner.h"
 #include "test_support.h"
@@ -41,8 +39,10 @@ down_mbps = 10
 latency_ms = 20
 )";
   auto p = test::prepare(scenario);
-  auto loop = summarize(p.scenario, p.plan, run_loopback(p.spec(), 60), RunInfo{"loopback", "cpu", 0});
-  auto sim = summarize(p.scenario, p.plan, run_simulation(p.spec()).events, RunInfo{"sim", "numeric", 0});
+  auto loop =
+      summarize(p.scenario, p.plan, run_loopback(p.spec(), 60), RunInfo{"loopback", "cpu", 0});
+  auto sim =
+      summarize(p.scenario, p.plan, run_simulation(p.spec()).events, RunInfo{"sim", "numeric", 0});
   auto q = test::prepare(scenario);  // planning again gives the same plan
   CHECK(to_json(q.plan) == to_json(p.plan));
   INFO("loopback: " << loop["final"].dump() << "\nsim: " << sim["final"].dump());

@@ -1,12 +1,11 @@
 // Datasets from Debian's packages, the synthetic set, and the sampler.
-#include "catch.h"
+#include <ATen/ATen.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <set>
 
-#include <ATen/ATen.h>
-
+#include "catch.h"
 #include "core/data/dataset.h"
 #include "core/scenario/scenario.h"
 
@@ -26,7 +25,13 @@ TEST_CASE("Fashion-MNIST loads from dataset-fashion-mnist", "[data]") {
   CHECK(x.scalar_type() == at::kFloat);
   CHECK(x.sizes() == at::IntArrayRef({3, 1, 28, 28}));
   // Normalised: the whole set has mean about 0 and std about 1.
-  at::Tensor all = d.inputs([] { std::vector<int64_t> r; for (int i = 0; i < 2000; ++i) r.push_back(i); return r; }(), false);
+  at::Tensor all = d.inputs(
+      [] {
+        std::vector<int64_t> r;
+        for (int i = 0; i < 2000; ++i) r.push_back(i);
+        return r;
+      }(),
+      false);
   CHECK(std::abs(all.mean().item<double>()) < 0.05);
   CHECK(std::abs(all.std().item<double>() - 1.0) < 0.05);
 }

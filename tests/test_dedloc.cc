@@ -1,19 +1,17 @@
 // dedloc (algo/dedloc.h): the load-balancing programme's shares and optimum against hand-solved
 // cases, part bounds, and a collaboration of fast and slow (client_only) PCs training digits, each
 // at its own pace. (The butterfly all-reduce's time: tests/test_sim_analytic.cc.)
-#include "catch.h"
-
 #include <filesystem>
 #include <fstream>
 #include <map>
-
 #include <nlohmann/json.hpp>
 
 #include "algo/dedloc.h"
+#include "catch.h"
 #include "cli_support.h"
-#include "snippets.h"
 #include "core/error.h"
 #include "core/output/run_output.h"
+#include "snippets.h"
 
 using namespace rv;
 namespace fs = std::filesystem;
@@ -24,7 +22,9 @@ TEST_CASE("dedloc's shares: equal peers share equally, at (1 + (n - 2) / n) / ba
   CHECK(s.seconds_per_byte == Approx((1 + 2.0 / 4) / 8));
 }
 
-TEST_CASE("dedloc's shares: two peers split in proportion to their bandwidth, each moving the whole vector") {
+TEST_CASE(
+    "dedloc's shares: two peers split in proportion to their bandwidth, each moving the whole "
+    "vector") {
   // With two peers each sends and receives one vector whatever the split: T = 1 / the slower; the
   // second objective spreads the parts by bandwidth.
   const Shares s = dedloc_shares({1, 3}, {2, 5}, {false, false});
@@ -33,7 +33,9 @@ TEST_CASE("dedloc's shares: two peers split in proportion to their bandwidth, ea
   CHECK(s.seconds_per_byte == Approx(1.0));
 }
 
-TEST_CASE("dedloc's shares: slow peers that must move the vector anyway leave the aggregating to the fast") {
+TEST_CASE(
+    "dedloc's shares: slow peers that must move the vector anyway leave the aggregating to the "
+    "fast") {
   // c = (1, 1, 4), n = 3: each peer moves at least one vector, so T >= 1; the slow peers then can
   // take no share ((1 + w) / 1 <= 1), and the fast one aggregates everything ((1 + 1) / 4 <= 1).
   const Shares s = dedloc_shares({1, 1, 4}, {1, 1, 4}, {false, false, false});
@@ -62,7 +64,8 @@ TEST_CASE("dedloc's part bounds cover the vector in order and a zero share is an
   for (size_t i = 1; i < b.size(); ++i) CHECK(b[i] >= b[i - 1]);
 }
 
-TEST_CASE("dedloc: fast and client_only slow PCs train digits together, each at its own pace", "[sim][dedloc]") {
+TEST_CASE("dedloc: fast and client_only slow PCs train digits together, each at its own pace",
+          "[sim][dedloc]") {
   const fs::path d = test::fresh_dir("rv-dedloc", "train");
   std::ofstream(d / "s.toml") << R"(name = "dedloc"
 )" << test::kDigitsMlp << R"([training]
@@ -88,7 +91,8 @@ latency_ms = 20
 tflops = 0.0005
 client_only = true
 )";
-  const test::Result r = test::ravnest({"sim", "s.toml", "--run-dir", "run", "--progress", "off"}, d);
+  const test::Result r =
+      test::ravnest({"sim", "s.toml", "--run-dir", "run", "--progress", "off"}, d);
   INFO(r.err);
   REQUIRE(r.status == 0);
   const auto summary = nlohmann::json::parse(test::slurp(d / "run" / "summary.json"));
@@ -101,7 +105,8 @@ client_only = true
     if (e.kind == EventKind::kUpdate) ++updates[e.node];
     if (e.kind == EventKind::kAverage) sent[e.node].push_back(e.bytes);
   }
-  for (int n = 0; n < 4; ++n) CHECK(updates[n] == 150);  // one optimizer step per collaborative step
+  for (int n = 0; n < 4; ++n)
+    CHECK(updates[n] == 150);  // one optimizer step per collaborative step
   // The fast PCs (4x the flops) do more micro-batches than the slow ones.
   CHECK(micro_batches[0] > 2 * micro_batches[2]);
   CHECK(micro_batches[1] > 2 * micro_batches[3]);

@@ -2,19 +2,17 @@
 // of the clusters' parameter deltas, buffers take the mean, local SGD's step is the mean itself
 // (so a local-sgd run is ravnest's averaging of parameters alone, to the byte), and diloco trains
 // digits to a good accuracy with its loss falling. (Its timing: tests/test_sim_analytic.cc.)
-#include "catch.h"
-
 #include <ATen/ATen.h>
 
 #include <filesystem>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "algo/diloco.h"
+#include "catch.h"
 #include "cli_support.h"
-#include "snippets.h"
 #include "core/output/run_output.h"
+#include "snippets.h"
 
 using namespace rv;
 namespace fs = std::filesystem;
@@ -71,9 +69,10 @@ tflops = 0.001
 )";
 
 fs::path sim(const fs::path& d, const std::string& algorithm, const std::string& run) {
-  const test::Result r = test::ravnest({"sim", "s.toml", "--set", "training.algorithm=\"" + algorithm + "\"",
-                                        "--run-dir", run, "--progress", "off"},
-                                       d);
+  const test::Result r =
+      test::ravnest({"sim", "s.toml", "--set", "training.algorithm=\"" + algorithm + "\"",
+                     "--run-dir", run, "--progress", "off"},
+                    d);
   INFO(r.err);
   REQUIRE(r.status == 0);
   return d / run;
@@ -81,7 +80,8 @@ fs::path sim(const fs::path& d, const std::string& algorithm, const std::string&
 
 }  // namespace
 
-TEST_CASE("a local-sgd run is ravnest's averaging of the parameters alone, to the byte", "[sim][diloco]") {
+TEST_CASE("a local-sgd run is ravnest's averaging of the parameters alone, to the byte",
+          "[sim][diloco]") {
   const fs::path d = test::fresh_dir("rv-diloco", "local");
   std::ofstream(d / "s.toml") << kDigits;
   const fs::path local = sim(d, "local-sgd", "local"), ravnest = sim(d, "ravnest", "ravnest");
@@ -109,8 +109,8 @@ TEST_CASE("diloco trains digits across two pipeline clusters, its loss falling",
   for (const Event& e : events) averages += e.kind == EventKind::kAverage && e.node == 0;
   CHECK(averages == 30);
   // diloco is refused with another inner optimizer, saying which it needs.
-  const test::Result r = test::ravnest({"sim", "s.toml", "--set", "training.algorithm=\"diloco\"", "--set",
-                                        "training.optimizer=\"adam\""},
+  const test::Result r = test::ravnest({"sim", "s.toml", "--set", "training.algorithm=\"diloco\"",
+                                        "--set", "training.optimizer=\"adam\""},
                                        d);
   CHECK(r.status == 2);
   CHECK(r.err.find("diloco's inner optimizer is adamw") != std::string::npos);

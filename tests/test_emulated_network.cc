@@ -5,9 +5,9 @@
 #include "catch.h"
 #include "core/error.h"
 #include "emu/emulated_network.h"
+#include "emu_support.h"
 #include "exec/wall_env.h"
 #include "loopback/loopback.h"
-#include "emu_support.h"
 #include "test_support.h"
 
 using namespace rv;
@@ -60,11 +60,13 @@ TEST_CASE("messages of one pair go one after the other, other pairs share the li
   // Node 2's downlink is shared by two connections: messages 1 and 3 at half its rate each until 3
   // is through; then 1 alone; then 2, which waited behind 1 on its pair's connection.
   const double b = 10 * kMb;
-  const Seconds at3 = 0.010 + 1'000'000 / b, at1 = 0.010 + 1'500'000 / b, at2 = 0.010 + 1'501'000 / b;
+  const Seconds at3 = 0.010 + 1'000'000 / b, at1 = 0.010 + 1'500'000 / b,
+                at2 = 0.010 + 1'501'000 / b;
   clock.set(0.020);
   net.pump();
   CHECK(ids_at(hub, 2).empty());
-  for (const auto& [t, id] : std::vector<std::pair<Seconds, int64_t>>{{at3, 3}, {at1, 1}, {at2, 2}}) {
+  for (const auto& [t, id] :
+       std::vector<std::pair<Seconds, int64_t>>{{at3, 3}, {at1, 1}, {at2, 2}}) {
     clock.set(t - 1e-6);
     net.pump();
     CHECK(ids_at(hub, 2).empty());

@@ -104,7 +104,8 @@ TEST_CASE("a message is received when the launcher's model delivers it, not when
 }
 
 TEST_CASE("a receiver waiting in recv() gets each message on delivery, in order", "[emu]") {
-  const std::vector<NodeLinks> links = {{800 * kMb, 800 * kMb, 0.001}, {800 * kMb, 800 * kMb, 0.001}};
+  const std::vector<NodeLinks> links = {{800 * kMb, 800 * kMb, 0.001},
+                                        {800 * kMb, 800 * kMb, 0.001}};
   WallClock clock;
   EmulatorServer server(socket_path("wall"), links, clock);
   server.start();
@@ -165,7 +166,8 @@ TEST_CASE("the server refuses bad records and names the node, the node fails, no
   // The server keeps its first error: one bad connection per section.
   auto refused = [&](const std::vector<int64_t>& words, const std::string& says) {
     const int fd = raw_connect(server.path());
-    REQUIRE(::send(fd, words.data(), words.size() * 8, 0) == static_cast<ssize_t>(words.size() * 8));
+    REQUIRE(::send(fd, words.data(), words.size() * 8, 0) ==
+            static_cast<ssize_t>(words.size() * 8));
     REQUIRE(eventually([&] { return !server.error().empty(); }));
     CHECK(server.error().find(says) != std::string::npos);
     char buf[32];
@@ -196,7 +198,7 @@ TEST_CASE("a node whose emulator has gone fails with a PeerError instead of wait
   ShapedTransport s0(t0, c0), s1(t1, c1);
   s0.send(1, sized(1, 1000));
   REQUIRE(eventually([&] { return server->network().submitted() == 1; }));
-  server.reset();  // the launcher is gone; the message is never delivered
+  server.reset();                         // the launcher is gone; the message is never delivered
   CHECK_THROWS_AS(s1.recv(), PeerError);  // at once, not after the 60 s timeout
   CHECK_THROWS_AS(EmulatorClient(socket_path("gone"), 0, 1.0), PeerError);
 }

@@ -1,7 +1,6 @@
 // The one NodeEnv assembly: the scenario's wrappers are applied to the executor's parts once, for
 // the node they concern, and every event reaches the node's sink and the observer.
 #include "catch.h"
-
 #include "core/error.h"
 #include "exec/env_assembly.h"
 #include "exec/wall_env.h"
@@ -24,7 +23,8 @@ Message numbered(int64_t id) {
 }
 
 // Ids that node 1 received from node 0 after node 0 sent 0..n-1 through its stack.
-std::vector<int64_t> delivered(const Scenario& s, int n, const FaultSpec* override_faults = nullptr) {
+std::vector<int64_t> delivered(const Scenario& s, int n,
+                               const FaultSpec* override_faults = nullptr) {
   LoopbackHub hub(2, 1.0);
   LoopbackTransport t0(hub, 0);
   WallClock clock;
@@ -75,13 +75,21 @@ TEST_CASE("every event reaches the node's sink and the observer, under its lock"
   CHECK(&stack.env().compute == &compute);
 }
 
-TEST_CASE("the executor's direct channel reaches a node only where nothing wraps any node's transport", "[env]") {
+TEST_CASE(
+    "the executor's direct channel reaches a node only where nothing wraps any node's transport",
+    "[env]") {
   struct NoChannel : DirectChannel {  // never used: only where the assembly hands it is checked
-    std::unique_ptr<CollectiveWork> send(int, int64_t, at::Tensor) override { throw Error("not here"); }
-    std::unique_ptr<CollectiveWork> recv(int, int64_t, at::Tensor) override { throw Error("not here"); }
+    std::unique_ptr<CollectiveWork> send(int, int64_t, at::Tensor) override {
+      throw Error("not here");
+    }
+    std::unique_ptr<CollectiveWork> recv(int, int64_t, at::Tensor) override {
+      throw Error("not here");
+    }
   } channel;
   struct HeldAtSender : NetworkEmulator {
-    void submit(Transport& inner, int, int dst, Message msg) override { inner.send(dst, std::move(msg)); }
+    void submit(Transport& inner, int, int dst, Message msg) override {
+      inner.send(dst, std::move(msg));
+    }
     void drain(int) override {}
   } network;
   LoopbackHub hub(2, 1.0);

@@ -33,8 +33,9 @@ TEST_CASE("2,000 mutated scenarios are accepted or refused with a placed message
     INFO(kind);
     CHECK(c.cases_by_kind.count(kind) == 1);
   }
-  std::cout << "scenario cases: " << c.scenario_cases << ", accepted " << c.accepted << " (planned " << c.planned
-            << "), refused " << c.rejected << ", slowest " << c.slowest_case_cpu_s << " s of CPU\n";
+  std::cout << "scenario cases: " << c.scenario_cases << ", accepted " << c.accepted << " (planned "
+            << c.planned << "), refused " << c.rejected << ", slowest " << c.slowest_case_cpu_s
+            << " s of CPU\n";
 }
 
 TEST_CASE("5,000 malformed frames are decoded or refused naming the peer") {
@@ -42,7 +43,8 @@ TEST_CASE("5,000 malformed frames are decoded or refused naming the peer") {
   report(c);
   CHECK(c.failures == 0);
   CHECK(c.frame_cases == 5000);
-  CHECK(c.frames_accepted + c.frames_rejected == 10000);  // each decoded twice (as sent, in a receiver's room)
+  CHECK(c.frames_accepted + c.frames_rejected ==
+        10000);  // each decoded twice (as sent, in a receiver's room)
   CHECK(c.frames_rejected > 2000);
   CHECK(c.frames_accepted > 500);  // edits of unused words leave valid headers
 }

@@ -22,8 +22,8 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <vector>
 
-#include "catch.h"
 #include "algo/ring_averager.h"
+#include "catch.h"
 #include "core/error.h"
 #include "core/output/metrics.h"
 #include "exec/wall_env.h"
@@ -118,10 +118,10 @@ bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
 
-// {300, 257} travels inside the header, {513, 513} (beyond kInlineFloats) split in a lead and a body.
-const std::vector<std::vector<int64_t>> kShapes = {{},        {3},        {2, 5},
-                                                   {4, 1, 3, 2}, {0},     {7, 0, 2},
-                                                   {300, 257}, {1, 2, 1, 2, 1, 2}, {513, 513}};
+// {300, 257} travels inside the header, {513, 513} (beyond kInlineFloats) split in a lead and a
+// body.
+const std::vector<std::vector<int64_t>> kShapes = {
+    {}, {3}, {2, 5}, {4, 1, 3, 2}, {0}, {7, 0, 2}, {300, 257}, {1, 2, 1, 2, 1, 2}, {513, 513}};
 
 float value(int src, int i, int k) { return static_cast<float>(src * 100000 + i * 10 + k); }
 
@@ -309,8 +309,9 @@ TEST_CASE("gloo transport: a peer that dies raises PeerError naming it long befo
   CHECK(status[2] == 3);
 }
 
-TEST_CASE("gloo transport: a replacement process takes a lost rank's place and talks to every survivor",
-          "[gloo][recover][join]") {
+TEST_CASE(
+    "gloo transport: a replacement process takes a lost rank's place and talks to every survivor",
+    "[gloo][recover][join]") {
   constexpr int kWorld = 3;
   // Children 0-2 are the ranks; child 3 replaces rank 2 once the survivors have lost it.
   const auto status = run_ranks(kWorld + 1, 40, [](int child, int port) -> int {
@@ -356,7 +357,8 @@ TEST_CASE("gloo transport: a replacement process takes a lost rank's place and t
       bool from[2] = {false, false};
       for (int k = 0; k < 2; ++k) {
         const Message r = t->recv();
-        EXPECT_OR_EXIT((r.src == 0 || r.src == 1) && r.id == 80 + r.src && r.payload.at(0)[0].item<float>() == r.src);
+        EXPECT_OR_EXIT((r.src == 0 || r.src == 1) && r.id == 80 + r.src &&
+                       r.payload.at(0)[0].item<float>() == r.src);
         from[r.src] = true;
       }
       EXPECT_OR_EXIT(from[0] && from[1]);
@@ -374,8 +376,10 @@ TEST_CASE("gloo transport: a replacement process takes a lost rank's place and t
     GlooOptions o = options(rank, kWorld, port, 20);
     std::atomic<int> reports{0};
     o.peer_lost = [&](int peer, int incarnation) {
-      if (peer == 2 && incarnation == 0) ++reports;
-      else reports = 100;
+      if (peer == 2 && incarnation == 0)
+        ++reports;
+      else
+        reports = 100;
     };
     GlooTransport t(o);
     t.barrier();
@@ -452,7 +456,8 @@ TEST_CASE("gloo transport: a tolerant rank takes a dead peer for lost and goes o
         EXPECT_OR_EXIT(r.src == -1);
         got_notice = true;
       } else {
-        EXPECT_OR_EXIT(r.src == 1 - rank && r.id == 41 - rank && r.payload.at(0)[0].item<float>() == 1 - rank);
+        EXPECT_OR_EXIT(r.src == 1 - rank && r.id == 41 - rank &&
+                       r.payload.at(0)[0].item<float>() == 1 - rank);
         got_peer = true;
       }
     }
@@ -588,8 +593,10 @@ TEST_CASE("gloo transport: a header cut short raises InputError, not an earlier 
   CHECK(status == std::vector<int>{0, 0});
 }
 
-TEST_CASE("wire format: a payload beyond the inline size is split in a lead that checks its place and a body",
-          "[gloo]") {
+TEST_CASE(
+    "wire format: a payload beyond the inline size is split in a lead that checks its place and a "
+    "body",
+    "[gloo]") {
   using namespace rv::wire;
   const int64_t n = 2 * kInlineFloats + 7;
   const at::Tensor flat = at::arange(n, at::kFloat);
@@ -600,7 +607,8 @@ TEST_CASE("wire format: a payload beyond the inline size is split in a lead that
   CHECK(is_split(n));
   CHECK_FALSE(is_split(kInlineFloats));
   CHECK(header.numel() == kWInlineData);  // no floats: they follow in the lead and the body
-  const Decoded d = decode_header(header.data_ptr<int64_t>(), static_cast<size_t>(header.numel()), 1);
+  const Decoded d =
+      decode_header(header.data_ptr<int64_t>(), static_cast<size_t>(header.numel()), 1);
   CHECK(d.split);
   CHECK_FALSE(d.inline_payload);
   CHECK(d.elems == n);
@@ -620,32 +628,43 @@ TEST_CASE("wire format: a payload beyond the inline size is split in a lead that
   };
   // A lead of another payload, a header where the lead belongs, or a lead in too little room.
   const at::Tensor other = encode_lead(flat.data_ptr<float>(), n + 1, d.lead);
-  CHECK(refused([&] { decode_lead(other.data_ptr<int64_t>(), static_cast<size_t>(other.numel()), 1, d); },
-                "a lead of 65536 floats and a body of " + std::to_string(n + 1 - kLeadFloats)));
-  CHECK(refused([&] { decode_lead(header.data_ptr<int64_t>(), static_cast<size_t>(header.numel()), 1, d); },
-                "malformed payload lead"));
-  CHECK(refused([&] { decode_lead(lead.data_ptr<int64_t>(), kWInlineData, 1, d); }, "in " + std::to_string(kWInlineData) + " words"));
+  CHECK(refused(
+      [&] { decode_lead(other.data_ptr<int64_t>(), static_cast<size_t>(other.numel()), 1, d); },
+      "a lead of 65536 floats and a body of " + std::to_string(n + 1 - kLeadFloats)));
+  CHECK(refused(
+      [&] { decode_lead(header.data_ptr<int64_t>(), static_cast<size_t>(header.numel()), 1, d); },
+      "malformed payload lead"));
+  CHECK(refused([&] { decode_lead(lead.data_ptr<int64_t>(), kWInlineData, 1, d); },
+                "in " + std::to_string(kWInlineData) + " words"));
   // The inline flag must say how the payload travels: whole in the header, or split.
   at::Tensor wrong = header.clone();
   wrong.data_ptr<int64_t>()[kWInline] = 1;
-  CHECK(refused([&] { decode_header(wrong.data_ptr<int64_t>(), static_cast<size_t>(wrong.numel()), 1); },
-                "inline payload flag 1"));
+  CHECK(refused(
+      [&] { decode_header(wrong.data_ptr<int64_t>(), static_cast<size_t>(wrong.numel()), 1); },
+      "inline payload flag 1"));
   const at::Tensor small = at::ones({10});
   at::Tensor inline_header = encode_header(m, {small}, 10, small);
   inline_header.data_ptr<int64_t>()[kWInline] = 2;
-  CHECK(refused([&] { decode_header(inline_header.data_ptr<int64_t>(), static_cast<size_t>(inline_header.numel()), 1); },
-                "inline payload flag 2"));
+  CHECK(refused(
+      [&] {
+        decode_header(inline_header.data_ptr<int64_t>(), static_cast<size_t>(inline_header.numel()),
+                      1);
+      },
+      "inline payload flag 2"));
   // And a split payload's lead must be 1..kInlineFloats floats.
   for (int64_t bad_lead : {int64_t{0}, kInlineFloats + 1, int64_t{-3}}) {
     at::Tensor bad = header.clone();
     bad.data_ptr<int64_t>()[kWLead] = bad_lead;
-    CHECK(refused([&] { decode_header(bad.data_ptr<int64_t>(), static_cast<size_t>(bad.numel()), 1); },
-                  bad_lead == 0 ? "without a lead" : "a lead of " + std::to_string(bad_lead) + " floats"));
+    CHECK(refused(
+        [&] { decode_header(bad.data_ptr<int64_t>(), static_cast<size_t>(bad.numel()), 1); },
+        bad_lead == 0 ? "without a lead" : "a lead of " + std::to_string(bad_lead) + " floats"));
   }
 }
 
-TEST_CASE("gloo transport: a header announcing a split payload and then anything but its lead is malformed",
-          "[gloo]") {
+TEST_CASE(
+    "gloo transport: a header announcing a split payload and then anything but its lead is "
+    "malformed",
+    "[gloo]") {
   const auto status = run_ranks(2, 25, [](int rank, int port) -> int {
     GlooTransport t(options(rank, 2, port, 10));
     t.barrier();
@@ -658,14 +677,17 @@ TEST_CASE("gloo transport: a header announcing a split payload and then anything
       send_raw(t, {rv::wire::encode_header(m, {flat}, n, flat), rv::wire::encode_header(m, {}, 0)});
       return 0;
     }
-    return recv_malformed(t, {"malformed payload lead from peer 1", "where the lead of a payload of"});
+    return recv_malformed(t,
+                          {"malformed payload lead from peer 1", "where the lead of a payload of"});
   });
   CHECK(status == std::vector<int>{0, 0});
 }
 
-TEST_CASE("gloo transport: a split payload sent without a copy is read where it was, and a payload held elsewhere "
-          "is copied before send() returns",
-          "[gloo]") {
+TEST_CASE(
+    "gloo transport: a split payload sent without a copy is read where it was, and a payload held "
+    "elsewhere "
+    "is copied before send() returns",
+    "[gloo]") {
   constexpr int64_t kN = 3 * GlooTransport::kInlineFloats + 5;
   const auto status = run_ranks(2, 30, [](int rank, int port) -> int {
     GlooTransport t(options(rank, 2, port, 20));
@@ -703,8 +725,10 @@ TEST_CASE("gloo transport: a split payload sent without a copy is read where it 
       const Message b = t.recv();
       EXPECT_OR_EXIT(b.id == 2 && b.payload[0].eq(2.f).all().item<bool>());
       const Message c = t.recv();
-      EXPECT_OR_EXIT(c.id == 3 && c.payload.size() == 2 && c.payload[0].sizes() == at::IntArrayRef({2, GlooTransport::kInlineFloats}));
-      EXPECT_OR_EXIT(c.payload[0].eq(3.f).all().item<bool>() && c.payload[1].eq(4.f).all().item<bool>());
+      EXPECT_OR_EXIT(c.id == 3 && c.payload.size() == 2 &&
+                     c.payload[0].sizes() == at::IntArrayRef({2, GlooTransport::kInlineFloats}));
+      EXPECT_OR_EXIT(c.payload[0].eq(3.f).all().item<bool>() &&
+                     c.payload[1].eq(4.f).all().item<bool>());
     }
     t.close();
     return 0;
@@ -799,7 +823,8 @@ TEST_CASE("c10d all-reduce sums within the float error bound of any summation or
   }
 }
 
-TEST_CASE("gloo transport: a second group of the same members is a group of its own", "[gloo][auth]") {
+TEST_CASE("gloo transport: a second group of the same members is a group of its own",
+          "[gloo][auth]") {
   // Each make_group() of one member list gets its own store keys and proofs: the second neither
   // collides with the first's rendezvous nor accepts the first's proofs, and both work.
   constexpr int kWorld = 3;
@@ -825,8 +850,9 @@ TEST_CASE("gloo transport: a second group of the same members is a group of its 
   }
 }
 
-TEST_CASE("gloo transport: a stopped peer is reported within the timeout, named, even by a long wait",
-          "[gloo]") {
+TEST_CASE(
+    "gloo transport: a stopped peer is reported within the timeout, named, even by a long wait",
+    "[gloo]") {
   // Rank 2 stops after 3 s (SIGSTOP: its connections stay open, so no socket error tells the
   // others) while rank 0 waits as the final gather does, for an hour, and rank 1 computes without
   // a word for longer than the 2 s timeout first. Heartbeats keep rank 1 alive and name rank 2
@@ -871,7 +897,8 @@ TEST_CASE("gloo transport: a stopped peer is reported within the timeout, named,
   CHECK(status[2] == kKilled);  // stopped to the end
 }
 
-TEST_CASE("gloo transport: a rank without the run's secret is refused, with a message", "[gloo][auth]") {
+TEST_CASE("gloo transport: a rank without the run's secret is refused, with a message",
+          "[gloo][auth]") {
   const auto status = run_ranks(2, 25, [](int rank, int port) -> int {
     GlooOptions o = options(rank, 2, port, 3.0);
     if (rank == 1) o.secret = "another run's secret, 32 bytes!!";
@@ -894,7 +921,8 @@ TEST_CASE("gloo transport: a rank without the run's secret is refused, with a me
   CHECK(status == std::vector<int>{0, 0});
 }
 
-TEST_CASE("gloo transport: a header announcing more than the plan can send is malformed", "[gloo]") {
+TEST_CASE("gloo transport: a header announcing more than the plan can send is malformed",
+          "[gloo]") {
   const auto status = run_ranks(2, 25, [](int rank, int port) -> int {
     GlooOptions o = options(rank, 2, port, 10);
     o.max_payload_elems = rank == 1 ? 1000 : 1 << 20;
@@ -971,8 +999,9 @@ TEST_CASE("gloo transport: a full inbox holds back its peers (bounded queues), a
   CHECK(status == std::vector<int>{0, 0});
 }
 
-TEST_CASE("gloo transport: after drain() a full inbox no longer holds back control messages or byes",
-          "[gloo]") {
+TEST_CASE(
+    "gloo transport: after drain() a full inbox no longer holds back control messages or byes",
+    "[gloo]") {
   constexpr int kMessages = 12;
   constexpr int64_t kFloats = GlooTransport::kInlineFloats + 4096;
   const auto status = run_ranks(2, 60, [](int rank, int port) -> int {
@@ -1005,9 +1034,11 @@ TEST_CASE("gloo transport: after drain() a full inbox no longer holds back contr
   CHECK(status == std::vector<int>{0, 0});
 }
 
-TEST_CASE("gloo transport: a payload offered a place arrives in it - other sizes or messages and withdrawn "
-          "offers arrive as usual",
-          "[gloo]") {
+TEST_CASE(
+    "gloo transport: a payload offered a place arrives in it - other sizes or messages and "
+    "withdrawn "
+    "offers arrive as usual",
+    "[gloo]") {
   constexpr int64_t kN = GlooTransport::kInlineFloats + 1000;  // beyond the inline limit
   const auto status = run_ranks(2, 30, [](int rank, int port) -> int {
     GlooTransport t(options(rank, 2, port, 20));
@@ -1021,11 +1052,11 @@ TEST_CASE("gloo transport: a payload offered a place arrives in it - other sizes
       return m;
     };
     if (rank == 0) {
-      t.barrier();  // rank 1's offers are made
+      t.barrier();                                        // rank 1's offers are made
       t.send(1, message(MsgKind::kForward, 0, kN, 1.f));  // the offer's fields but another kind
       t.send(1, message(MsgKind::kGather, 0, kN, 2.f));   // the offer's message
       t.send(1, message(MsgKind::kGather, 1, kN, 3.f));   // matches an offer of another size
-      EXPECT_OR_EXIT(t.recv().kind == MsgKind::kStop);     // rank 1 withdrew its third offer
+      EXPECT_OR_EXIT(t.recv().kind == MsgKind::kStop);    // rank 1 withdrew its third offer
       t.send(1, message(MsgKind::kGather, 2, kN, 4.f));
       t.flush();
     } else {
@@ -1037,11 +1068,13 @@ TEST_CASE("gloo transport: a payload offered a place arrives in it - other sizes
       t.offer(0, third, into.narrow(0, 2 * kN, kN));
       t.barrier();
       const Message other = t.recv();
-      EXPECT_OR_EXIT(other.kind == MsgKind::kForward && other.payload[0].data_ptr() != into.data_ptr());
+      EXPECT_OR_EXIT(other.kind == MsgKind::kForward &&
+                     other.payload[0].data_ptr() != into.data_ptr());
       EXPECT_OR_EXIT(other.payload[0].eq(1.f).all().item<bool>());
       const Message in_place = t.recv();
       EXPECT_OR_EXIT(in_place.kind == MsgKind::kGather && in_place.step == 0);
-      EXPECT_OR_EXIT(in_place.payload.size() == 1 && in_place.payload[0].sizes() == at::IntArrayRef({1, kN}));
+      EXPECT_OR_EXIT(in_place.payload.size() == 1 &&
+                     in_place.payload[0].sizes() == at::IntArrayRef({1, kN}));
       EXPECT_OR_EXIT(in_place.payload[0].data_ptr<float>() == into.data_ptr<float>() + kN / 2);
       EXPECT_OR_EXIT(into.narrow(0, kN / 2, kN).eq(2.f).all().item<bool>());
       EXPECT_OR_EXIT(into.narrow(0, 0, kN / 2).eq(-1.f).all().item<bool>());
@@ -1065,9 +1098,11 @@ TEST_CASE("gloo transport: a payload offered a place arrives in it - other sizes
   CHECK(status == std::vector<int>{0, 0});
 }
 
-TEST_CASE("gloo transport: the direct channel moves tensors in order per tag, beside messages, and refuses "
-          "what it cannot send",
-          "[gloo][direct]") {
+TEST_CASE(
+    "gloo transport: the direct channel moves tensors in order per tag, beside messages, and "
+    "refuses "
+    "what it cannot send",
+    "[gloo][direct]") {
   constexpr int64_t kLarge = GlooTransport::kInlineFloats + 777;
   // Over the one connection between the ranks, and with the second one for rank 1 to rank 0
   // (GlooOptions::direct_reverse).
@@ -1079,7 +1114,9 @@ TEST_CASE("gloo transport: the direct channel moves tensors in order per tag, be
       GlooTransport t(o);
       rv::DirectChannel& d = t.direct();
       const int peer = 1 - rank;
-      auto values = [](int from, int k, int64_t n) { return at::arange(n, at::kFloat) + static_cast<float>(1000 * from + k); };
+      auto values = [](int from, int k, int64_t n) {
+        return at::arange(n, at::kFloat) + static_cast<float>(1000 * from + k);
+      };
       // Receives posted first (tag 0: two, in order; tag 7: one), then the sends in another order
       // across tags, a message among them.
       at::Tensor a = at::zeros({5}), b = at::zeros({kLarge}), c = at::zeros({3});
@@ -1099,10 +1136,11 @@ TEST_CASE("gloo transport: the direct channel moves tensors in order per tag, be
       EXPECT_OR_EXIT(at::equal(b, values(peer, 2, kLarge)));
       EXPECT_OR_EXIT(at::equal(c, values(peer, 3, 3)));
       const Message got = t.recv();
-      EXPECT_OR_EXIT(got.kind == MsgKind::kForward && got.id == 42 && got.payload[0].eq(9.f).all().item<bool>());
+      EXPECT_OR_EXIT(got.kind == MsgKind::kForward && got.id == 42 &&
+                     got.payload[0].eq(9.f).all().item<bool>());
       EXPECT_OR_EXIT(ra->done() && tb->done());
-      // What it refuses, with rv::Error: itself, no rank, a tag out of range, a tensor not contiguous
-      // float32.
+      // What it refuses, with rv::Error: itself, no rank, a tag out of range, a tensor not
+      // contiguous float32.
       auto refused = [&](const std::function<void()>& f) {
         try {
           f();
@@ -1153,9 +1191,11 @@ TEST_CASE("gloo transport: a direct receive from a peer that dies fails with Pee
   }
 }
 
-TEST_CASE("multi-ring over the direct channel: every cluster holds the mean, no ring message goes through the "
-          "transport, rounds and pieces do not mix, and an overlapped averaging keeps to messages",
-          "[gloo][direct][rings]") {
+TEST_CASE(
+    "multi-ring over the direct channel: every cluster holds the mean, no ring message goes "
+    "through the "
+    "transport, rounds and pieces do not mix, and an overlapped averaging keeps to messages",
+    "[gloo][direct][rings]") {
   // Three clusters cut at different layers (6 ranks): rings of several lengths, nodes in several
   // rings with different neighbours; whole segments, then pieces of at most 64 bytes (many lanes).
   const std::string toml = R"(
@@ -1193,7 +1233,8 @@ count = 6
       return at::randn({total}, gen, at::kFloat) * (cluster + 1) + cluster;
     };
     const rv::NodeRole role = plan.role_of(rank);
-    const int64_t lo = model.state_offset(role.layer_begin), hi = model.state_offset(role.layer_end);
+    const int64_t lo = model.state_offset(role.layer_begin),
+                  hi = model.state_offset(role.layer_end);
     const at::Tensor mean = (full(0) + full(1) + full(2)).div(3).narrow(0, lo, hi - lo);
     GlooOptions o = options(rank, kWorld, port, 60);
     o.direct_reverse = true;  // as real runs offering the channel
@@ -1202,7 +1243,9 @@ count = 6
     rv::WallCompute compute;
     rv::EventLog log;
     rv::NodeEnv env{t, clock, compute, log, nullptr, nullptr, nullptr, &t.direct()};
-    auto no_message = [&]() -> Message { throw rv::Error("a ring waited for a message: not on the direct channel"); };
+    auto no_message = [&]() -> Message {
+      throw rv::Error("a ring waited for a message: not on the direct channel");
+    };
     auto unexpected = [](Message) { throw rv::Error("an unexpected message"); };
     int64_t round = 0;
     for (int64_t piece : {int64_t{0}, int64_t{64}}) {

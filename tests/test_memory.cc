@@ -15,7 +15,8 @@
 
 using namespace rv;
 
-TEST_CASE("under the heap policy a freed tensor-sized block is reused and not mapped afresh", "[memory]") {
+TEST_CASE("under the heap policy a freed tensor-sized block is reused and not mapped afresh",
+          "[memory]") {
 #if defined(__GLIBC__)
   REQUIRE(configure_allocator());
   // Allocated and freed in turn, as the calibration repeats an operation. Under glibc's default a
@@ -43,8 +44,8 @@ TEST_CASE("tensors come aligned from the heap, whose freed buffers fit the next 
   CHECK(at::empty({0}).numel() == 0);
   // As a stage keeps its last micro-batches' outputs: each turn a fresh input and an output of
   // 12 MB, the last four outputs kept. Through posix_memalign (LibTorch's own allocator) the
-  // heap grew by 167 MB here; through the allocator here by 59 MB: a turn's buffers take the holes the
-  // turn before left, and the heap holds about the live blocks (up to 6 of 12 MB).
+  // heap grew by 167 MB here; through the allocator here by 59 MB: a turn's buffers take the holes
+  // the turn before left, and the heap holds about the live blocks (up to 6 of 12 MB).
   const size_t before = mallinfo2().arena;
   std::vector<at::Tensor> kept(4);
   for (int turn = 0; turn < 40; ++turn) {
@@ -54,7 +55,8 @@ TEST_CASE("tensors come aligned from the heap, whose freed buffers fit the next 
     y.fill_(2.0f);
     kept[static_cast<size_t>(turn) % kept.size()] = y;
   }
-  const double grown_mb = (static_cast<double>(mallinfo2().arena) - static_cast<double>(before)) / 1e6;
+  const double grown_mb =
+      (static_cast<double>(mallinfo2().arena) - static_cast<double>(before)) / 1e6;
   INFO("the heap grew by " << grown_mb << " MB");
   CHECK(grown_mb < 100);
 #else
@@ -62,7 +64,8 @@ TEST_CASE("tensors come aligned from the heap, whose freed buffers fit the next 
 #endif
 }
 
-TEST_CASE("a large table moves to huge-page memory with its values, views and small tables stay", "[memory]") {
+TEST_CASE("a large table moves to huge-page memory with its values, views and small tables stay",
+          "[memory]") {
   const at::Tensor big = at::arange(int64_t{1} << 20, at::kInt).reshape({1024, 1024});  // 4 MiB
   const at::Tensor moved = on_huge_pages(big);
   CHECK(moved.data_ptr() != big.data_ptr());

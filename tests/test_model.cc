@@ -1,9 +1,8 @@
 // Models: the analytic profile matches the instantiated module, and stages compose to the model.
-#include "catch.h"
-
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
+#include "catch.h"
 #include "core/error.h"
 #include "core/model/model.h"
 #include "core/scenario/scenario.h"
@@ -67,7 +66,8 @@ TEST_CASE("flops of a linear layer are 2 * in * out per sample", "[model]") {
   CHECK(m.total_params() == m.params(0, 3) + m.params(3, m.layer_count()));
 }
 
-TEST_CASE("stages compose to the whole model, with the same initial weights however cut", "[model]") {
+TEST_CASE("stages compose to the whole model, with the same initial weights however cut",
+          "[model]") {
   ModelDesc m = cnn();
   at::Tensor x = at::randn({5, 1, 8, 8});
   StageModule whole(m, 0, m.layer_count(), 42);

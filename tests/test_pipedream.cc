@@ -4,17 +4,15 @@
 // version behind, and keeps less memory than 1F1B's stashed versions; the option is refused for
 // other algorithms. (The 1F1B schedule's timing against its recurrence, and against ravnest's
 // backward-first stages: tests/test_sim_analytic.cc.)
-#include "catch.h"
-
 #include <filesystem>
 #include <fstream>
 #include <map>
-
 #include <nlohmann/json.hpp>
 
+#include "catch.h"
 #include "cli_support.h"
-#include "snippets.h"
 #include "core/output/run_output.h"
+#include "snippets.h"
 
 using namespace rv;
 namespace fs = std::filesystem;
@@ -76,8 +74,9 @@ Bytes peak_memory(const Run& r, int stage) {
 
 }  // namespace
 
-TEST_CASE("pipedream: 1F1B with weight stashing trains, each stage's updates p - s - 1 versions stale",
-          "[sim][pipedream]") {
+TEST_CASE(
+    "pipedream: 1F1B with weight stashing trains, each stage's updates p - s - 1 versions stale",
+    "[sim][pipedream]") {
   const fs::path d = test::fresh_dir("rv-pipedream", "1f1b");
   std::ofstream(d / "s.toml") << kThreeStages;
   const Run one = sim(d, {}, "1f1b");
@@ -98,7 +97,8 @@ TEST_CASE("pipedream: 1F1B with weight stashing trains, each stage's updates p -
   for (const Event& e : two.events) updates += e.kind == EventKind::kUpdate && e.node == 0;
   CHECK(updates == 300);
   int forwards = 0;
-  for (const Event& e : two.events) forwards += e.kind == EventKind::kForward && e.node == 0 && e.micro_batch >= 0;
+  for (const Event& e : two.events)
+    forwards += e.kind == EventKind::kForward && e.node == 0 && e.micro_batch >= 0;
   CHECK(forwards >= 300 * 4);
   for (const auto& [stage, counts] : staleness_by_stage(two)) {
     INFO("stage " << stage);
@@ -108,8 +108,8 @@ TEST_CASE("pipedream: 1F1B with weight stashing trains, each stage's updates p -
   CHECK(peak_memory(two, 0) < peak_memory(one, 0));
 
   // The option is pipedream's alone.
-  const test::Result r = test::ravnest({"sim", "s.toml", "--set", "training.algorithm=\"ravnest\"", "--set",
-                                        "training.double_buffered_weights=true"},
+  const test::Result r = test::ravnest({"sim", "s.toml", "--set", "training.algorithm=\"ravnest\"",
+                                        "--set", "training.double_buffered_weights=true"},
                                        d);
   CHECK(r.status == 2);
   CHECK(r.err.find("double-buffered weights are pipedream's") != std::string::npos);

@@ -1,9 +1,8 @@
 // The manual planner: contiguous stages covering the model, memory in proportion to RAM, explicit
 // cuts honoured, infeasible pools refused with what is missing.
 #include "catch.h"
-
-#include "core/model/cost_model.h"
 #include "core/error.h"
+#include "core/model/cost_model.h"
 #include "planner/comm_graph.h"
 #include "test_support.h"
 
@@ -54,8 +53,11 @@ TEST_CASE("the manual planner puts memory on nodes in proportion to their RAM", 
     double worst = 0;
     for (size_t k = 0; k + 1 < cuts.size(); ++k) {
       if (cuts[k] >= cuts[k + 1]) return 1e300;
-      Bytes m = stage_cost(p.model, cuts[k], cuts[k + 1], p.scenario.training, p.scenario.data.batch_size, 4).memory;
-      worst = std::max(worst, static_cast<double>(m) / p.scenario.device_of(static_cast<int>(k)).ram_gb);
+      Bytes m = stage_cost(p.model, cuts[k], cuts[k + 1], p.scenario.training,
+                           p.scenario.data.batch_size, 4)
+                    .memory;
+      worst = std::max(worst,
+                       static_cast<double>(m) / p.scenario.device_of(static_cast<int>(k)).ram_gb);
     }
     return worst;
   };
@@ -80,7 +82,9 @@ TEST_CASE("stage_layers fixes the cut, a wrong total is refused", "[planner]") {
 }
 
 TEST_CASE("more nodes than layers leaves the extra nodes idle", "[planner]") {
-  auto p = test::prepare("name = \"tiny\"\n[model]\nhead = \"linear\"\nhidden = []\n[[devices]]\ncount = 5\n", {}, false);
+  auto p = test::prepare(
+      "name = \"tiny\"\n[model]\nhead = \"linear\"\nhidden = []\n[[devices]]\ncount = 5\n", {},
+      false);
   CHECK(p.model.layer_count() == 2);
   CHECK(p.plan.clusters[0].stages.size() == 2);
   CHECK(p.plan.role_of(4).stage == -1);
@@ -95,7 +99,8 @@ nodes = [0, 1]
 [[planner.cluster]]
 nodes = [2, 3]
 stage_layers = [9, 5]
-)", {}, false);
+)",
+                         {}, false);
   CostModel cost(p.scenario, p.model);
   CommGraph g = comm_graph(cost, p.plan.clusters, p.plan.rings);
   int activations = 0, gradients = 0, averaging = 0;

@@ -1,10 +1,10 @@
 // The planner's cost model against the simulator: predicted steady throughput of a cluster within
-// 5% of the simulated one (8% where two flows share the bottleneck link), in compute-bound, bandwidth-bound and in-flight-bound pipelines, on
-// both network models. (One simulation per test case: SimGrid allows one engine per process.)
-#include "catch.h"
-
+// 5% of the simulated one (8% where two flows share the bottleneck link), in compute-bound,
+// bandwidth-bound and in-flight-bound pipelines, on both network models. (One simulation per test
+// case: SimGrid allows one engine per process.)
 #include <nlohmann/json.hpp>
 
+#include "catch.h"
 #include "core/output/run_output.h"
 #include "planner/cost.h"
 #include "sim/sim_runner.h"
@@ -86,7 +86,8 @@ TEST_CASE("cost model: latency-heavy pipeline, LV08 network", "[planner][cost]")
 TEST_CASE("cost model: saturated pipeline, LV08 network", "[planner][cost]") {
   check_prediction({"network.model=lv08", "training.max_in_flight=12"});
 }
-TEST_CASE("a plan states its reason: the bottleneck station and what bounds it", "[planner][cost]") {
+TEST_CASE("a plan states its reason: the bottleneck station and what bounds it",
+          "[planner][cost]") {
   auto reason = [](const std::vector<std::string>& overrides) {
     return test::prepare(kCluster, overrides, false).plan.reason;
   };
@@ -94,12 +95,13 @@ TEST_CASE("a plan states its reason: the bottleneck station and what bounds it",
   INFO(bandwidth);
   CHECK(bandwidth.find("bottleneck: the uplink of node 1 (a) (5 Mbit/s)") == 0);
   CHECK(bandwidth.find("4 of 4 nodes used") != std::string::npos);
-  const std::string compute = reason({"network.model=ideal", "devices.0.tflops=0.002", "devices.1.tflops=0.004",
-                                      "training.max_in_flight=8"});
+  const std::string compute = reason({"network.model=ideal", "devices.0.tflops=0.002",
+                                      "devices.1.tflops=0.004", "training.max_in_flight=8"});
   INFO(compute);
   CHECK(compute.find("bottleneck: the compute of stage") == 0);
   CHECK(compute.find("(a)") != std::string::npos);
-  const std::string round_trip = reason({"network.model=lv08", "devices.0.latency_ms=40", "training.max_in_flight=1"});
+  const std::string round_trip =
+      reason({"network.model=lv08", "devices.0.latency_ms=40", "training.max_in_flight=1"});
   INFO(round_trip);
   CHECK(round_trip.find("bound by its round trip") != std::string::npos);
   // It travels with the plan.
@@ -107,7 +109,8 @@ TEST_CASE("a plan states its reason: the bottleneck station and what bounds it",
   CHECK(plan_from_json(to_json(p)).reason == p.reason);
 }
 
-TEST_CASE("cost model: a single transfer costs latency x 13.01 and bandwidth x 0.97 under LV08", "[planner][cost]") {
+TEST_CASE("cost model: a single transfer costs latency x 13.01 and bandwidth x 0.97 under LV08",
+          "[planner][cost]") {
   auto p = test::prepare(kCluster, {"network.model=lv08"}, false);
   CostModel cost(p.scenario, p.model);
   CHECK(cost.path_latency(0, 2) == Approx((0.005 + 0.010) * 13.01));
@@ -135,7 +138,8 @@ mode = "timing"
 [planner]
 method = "manual"
 )");
-  for (int c = 0; c < clusters; ++c) toml += "[[planner.cluster]]\nnodes = [" + std::to_string(c) + "]\n";
+  for (int c = 0; c < clusters; ++c)
+    toml += "[[planner.cluster]]\nnodes = [" + std::to_string(c) + "]\n";
   toml += "[network]\nmodel = \"" + network + "\"\n";
   toml += "[[devices]]\ncount = " + std::to_string(clusters) +
           "\ntflops = 1\nram_gb = 8\nup_mbps = 100\ndown_mbps = 100\nlatency_ms = 10\n";
@@ -153,13 +157,16 @@ method = "manual"
 
 }  // namespace
 
-TEST_CASE("cost model: one averaging of 4 clusters, ideal network, equals 2(C-1)(latency + S/(C B))", "[planner][cost]") {
+TEST_CASE(
+    "cost model: one averaging of 4 clusters, ideal network, equals 2(C-1)(latency + S/(C B))",
+    "[planner][cost]") {
   double predicted = 0;
   const double simulated = simulated_averaging(4, "ideal", &predicted);
   // S = state bytes, B = 100 Mbit/s, latency 10 + 10 ms per hop.
   const double S = 4.0 * (1024 * 1024 + 1024 + 1024 * 1024 + 1024 + 1024 * 10 + 10);
   const double alpha_beta = 2 * 3 * (0.020 + S / 4 / (100e6 / 8));
-  INFO("simulated " << simulated << " s, predicted " << predicted << " s, alpha-beta " << alpha_beta << " s");
+  INFO("simulated " << simulated << " s, predicted " << predicted << " s, alpha-beta " << alpha_beta
+                    << " s");
   CHECK(simulated == Approx(alpha_beta).epsilon(0.01));
   CHECK(predicted == Approx(simulated).epsilon(0.05));
 }

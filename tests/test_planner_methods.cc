@@ -3,19 +3,17 @@
 // owner per cluster), the same plan for the same seed, and refuses infeasible pools saying what
 // is missing; on small random pools exhaustive >= ga >= greedy, ga within 2% of exhaustive, and
 // exhaustive matches brute force on tiny ones.
-#include "catch.h"
-
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <optional>
 #include <random>
 #include <set>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
+#include "catch.h"
 #include "core/error.h"
 #include "planner/layer_graph.h"
 #include "test_support.h"
@@ -426,8 +424,9 @@ latency_ms = 10
 )";
   const std::string method = GENERATE("greedy", "ga", "exhaustive");
   // (manual and ravnest-ga keep their layouts: the user's, the reference's.)
-  for (const std::string& text : {consumer + planner_section(method), toml_of(random_pool(3, 8), planner_section(method)),
-                                  toml_of(random_pool(8, 10, 0.02, 0.2), planner_section(method))}) {
+  for (const std::string& text :
+       {consumer + planner_section(method), toml_of(random_pool(3, 8), planner_section(method)),
+        toml_of(random_pool(8, 10, 0.02, 0.2), planner_section(method))}) {
     test::Prepared p;
     try {
       p = test::prepare(text, {}, false);
@@ -454,7 +453,8 @@ latency_ms = 10
           k.erase(k.begin() + static_cast<std::ptrdiff_t>(into_next ? s + 1 : s));
           bool fits = true;
           for (size_t u = 0; u < o.size(); ++u)
-            fits = fits && cost.fits(o[u], k[u], k[u + 1], cost.in_flight(static_cast<int>(o.size())));
+            fits =
+                fits && cost.fits(o[u], k[u], k[u + 1], cost.in_flight(static_cast<int>(o.size())));
           INFO(method << ": " << to_json(p.plan).dump() << ", stage " << s);
           CHECK((!fits || cost.cluster_period(o, k) > period * (1 + 1e-12)));
         }
@@ -476,7 +476,8 @@ TEST_CASE("the genetic algorithms stop at their budget of evaluations and record
   CHECK(plan_from_json(to_json(full)).search_evaluations == full.search_evaluations);
   // A million generations asked, 300 evaluations allowed: the search ends there, and the same
   // way every time (the plan depends on the scenario only).
-  const std::string capped = planner_section(method, "generations = 1000000\nevaluations = 300\npopulation = 20\n");
+  const std::string capped =
+      planner_section(method, "generations = 1000000\nevaluations = 300\npopulation = 20\n");
   const Plan a = plan_of(pool, capped), b = plan_of(pool, capped);
   CHECK(a.search_budget == 300);
   CHECK(a.search_evaluations <= 300);
@@ -484,7 +485,8 @@ TEST_CASE("the genetic algorithms stop at their budget of evaluations and record
   CHECK(to_json(a).dump() == to_json(b).dump());
   // A population whose genes would not fit in memory is refused, naming the key.
   try {
-    plan_of(random_pool(3, 2000, 1, 2), planner_section(method, "population = 100000\nevaluations = 1000000\n"));
+    plan_of(random_pool(3, 2000, 1, 2),
+            planner_section(method, "population = 100000\nevaluations = 1000000\n"));
     FAIL("accepted");
   } catch (const ScenarioError& e) {
     CHECK(e.key() == "planner.population");
@@ -497,11 +499,13 @@ TEST_CASE("PipelineMemo answers exactly what best_pipeline() does, for any list 
   // one remembered answer, their own nodes put in.
   std::ostringstream os;
   os << "name = \"memo\"\nseed = 3\n" << kModel << "\n";
-  const std::vector<Node> kinds = {{0.05, 0.04, 100, 400, 5}, {0.01, 0.03, 20, 100, 20}, {0.002, 0.09, 10, 50, 40}};
+  const std::vector<Node> kinds = {
+      {0.05, 0.04, 100, 400, 5}, {0.01, 0.03, 20, 100, 20}, {0.002, 0.09, 10, 50, 40}};
   for (size_t g = 0; g < kinds.size(); ++g) {
     const Node& n = kinds[g];
-    os << "[[devices]]\nname = \"g" << g << "\"\ncount = 6\ntflops = " << n.tflops << "\nram_gb = " << n.ram_gb
-       << "\nup_mbps = " << n.up << "\ndown_mbps = " << n.down << "\nlatency_ms = " << n.latency << "\n";
+    os << "[[devices]]\nname = \"g" << g << "\"\ncount = 6\ntflops = " << n.tflops
+       << "\nram_gb = " << n.ram_gb << "\nup_mbps = " << n.up << "\ndown_mbps = " << n.down
+       << "\nlatency_ms = " << n.latency << "\n";
   }
   const Scenario s = parse_scenario(os.str(), "memo.toml");
   const ModelDesc model = build_model(s);

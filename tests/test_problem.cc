@@ -1,17 +1,17 @@
 // Problems with known constants (core/problem/problem.h) and the additive block model that fits
 // them (model.kind = "blocks"): the quadratic's exact gradient, f*, L and noise; the logistic's
 // bounds; the block model's stochastic gradient against the problem's exact one.
-#include <cmath>
-
 #include <ATen/ATen.h>
+
+#include <cmath>
 
 #include "catch.h"
 #include "core/data/dataset.h"
 #include "core/error.h"
 #include "core/model/stage.h"
 #include "core/problem/problem.h"
-#include "theory/estimate.h"
 #include "test_support.h"
+#include "theory/estimate.h"
 
 using namespace rv;
 
@@ -58,7 +58,9 @@ Eigen::VectorXd from_tensor(const at::Tensor& t) {
 
 }  // namespace
 
-TEST_CASE("the quadratic's Hessian has the chosen spectrum, and its gradient, f* and noise are exact", "[problem]") {
+TEST_CASE(
+    "the quadratic's Hessian has the chosen spectrum, and its gradient, f* and noise are exact",
+    "[problem]") {
   const Problem p = make_problem(quadratic(8));
   // Geometric spectrum from eig_min to eig_max; L is the largest.
   CHECK(p.eigenvalues(0) == Approx(0.05).epsilon(1e-12));
@@ -72,17 +74,20 @@ TEST_CASE("the quadratic's Hessian has the chosen spectrum, and its gradient, f*
   for (int i = 0; i < 8; ++i) h.col(i) = p.gradient(Eigen::VectorXd::Unit(8, i)) - g0;
   CHECK((h - h.transpose()).norm() < 1e-12);
   Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eig(h);
-  for (int i = 0; i < 8; ++i) CHECK(eig.eigenvalues()(i) == Approx(p.eigenvalues(i)).epsilon(1e-10));
+  for (int i = 0; i < 8; ++i)
+    CHECK(eig.eigenvalues()(i) == Approx(p.eigenvalues(i)).epsilon(1e-10));
   // The minimum: gradient 0 and f = f* = tau^2 at w*, and f - f* = (w - w*)^T H (w - w*) / 2.
   CHECK(p.gradient(p.w_star).norm() < 1e-12);
   CHECK(p.value(p.w_star) == Approx(p.f_star).epsilon(1e-12));
   CHECK(p.f_star == Approx(p.tau2));
   const Eigen::VectorXd w = Eigen::VectorXd::LinSpaced(8, -1, 2);
-  CHECK(p.value(w) - p.f_star == Approx(0.5 * (w - p.w_star).dot(h * (w - p.w_star))).epsilon(1e-10));
+  CHECK(p.value(w) - p.f_star ==
+        Approx(0.5 * (w - p.w_star).dot(h * (w - p.w_star))).epsilon(1e-10));
   // The quadratic as least squares: f(w) = (1/d)||A w - b||^2 + tau^2, A^T A (2/d) = H.
   CHECK(p.value(w) == Approx((p.a * w - p.b).squaredNorm() / 8 + p.tau2).epsilon(1e-12));
   CHECK(((2.0 / 8) * p.a.transpose() * p.a - h).norm() < 1e-10);
-  // A sample's gradient noise -(2/d) A^T e, e ~ N(0, tau^2 I): E||n||^2 = (4/d^2) tau^2 tr(A A^T) = sigma^2.
+  // A sample's gradient noise -(2/d) A^T e, e ~ N(0, tau^2 I): E||n||^2 = (4/d^2) tau^2 tr(A A^T) =
+  // sigma^2.
   CHECK((4.0 / 64) * p.tau2 * (p.a * p.a.transpose()).trace() == Approx(3).epsilon(1e-12));
   CHECK(p.delta() == Approx(0.5 * p.w_star.dot(h * p.w_star)).epsilon(1e-10));
   // Deterministic from the problem's seed.
@@ -92,7 +97,8 @@ TEST_CASE("the quadratic's Hessian has the chosen spectrum, and its gradient, f*
   CHECK(make_problem(other).w_star != p.w_star);
 }
 
-TEST_CASE("logistic regression's L and sigma^2 bound what they bound, and f* is its minimum", "[problem]") {
+TEST_CASE("logistic regression's L and sigma^2 bound what they bound, and f* is its minimum",
+          "[problem]") {
   ProblemSpec s;
   s.kind = "logistic";
   s.dim = 5;
@@ -149,8 +155,10 @@ TEST_CASE("a problem's spec is checked", "[problem]") {
   CHECK_THROWS_AS(test::prepare(kQuadraticScenario, {"model.blocks=7"}), InputError);
 }
 
-TEST_CASE("the block model's micro-batch gradient is the quadratic's exact gradient plus noise of variance sigma^2 / N",
-          "[problem][model]") {
+TEST_CASE(
+    "the block model's micro-batch gradient is the quadratic's exact gradient plus noise of "
+    "variance sigma^2 / N",
+    "[problem][model]") {
   test::Prepared t = test::prepare(kQuadraticScenario);
   const ModelDesc& m = t.model;
   REQUIRE(m.layer_count() == 4);  // 3 blocks and the readout
@@ -192,7 +200,8 @@ TEST_CASE("the block model's micro-batch gradient is the quadratic's exact gradi
   CHECK(deviation == Approx(0.5).epsilon(0.1));
 }
 
-TEST_CASE("the estimates made for a network recover the quadratic's L, sigma^2 and f(w_0)", "[problem][theory]") {
+TEST_CASE("the estimates made for a network recover the quadratic's L, sigma^2 and f(w_0)",
+          "[problem][theory]") {
   // The quadratic's Hessian is constant and its gradient noise independent of w, so the estimator
   // (theory/estimate.h) has exact answers here: L = eig_max, sigma^2, f(0) = Δ + f*.
   test::Prepared t = test::prepare(kQuadraticScenario);

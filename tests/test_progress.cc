@@ -7,7 +7,8 @@
 
 using namespace rv;
 
-TEST_CASE("progress: rate and time left from the updates done and the wall time gone", "[progress]") {
+TEST_CASE("progress: rate and time left from the updates done and the wall time gone",
+          "[progress]") {
   // 250 of 1000 updates in 50 s: 5 updates/s, 750 left: 150 s.
   const std::string line = progress_line(250, 1000, "simulated", 12.5, 0.6931, 50.0);
   CHECK(line.find("[ 25.0%]") != std::string::npos);

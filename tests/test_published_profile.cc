@@ -1,12 +1,13 @@
 // Profiles from published kernel timings (exec/calibrate.h, calibrate_published): a samples file
 // fitted by the same code as this host's calibration, kinds it lacks modeled on the roofline, its
 // errors naming file and line, and the shipped GPU profiles reproducing the timings they came from.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <unistd.h>
 
 #include "catch.h"
 #include "core/compute/profile.h"
@@ -20,7 +21,8 @@ namespace fs = std::filesystem;
 namespace {
 
 fs::path samples_file(const std::string& name, const std::string& text) {
-  const fs::path p = fs::temp_directory_path() / ("rv-published-" + std::to_string(getpid()) + "-" + name);
+  const fs::path p =
+      fs::temp_directory_path() / ("rv-published-" + std::to_string(getpid()) + "-" + name);
   std::ofstream(p) << text;
   return p;
 }
@@ -30,7 +32,8 @@ fs::path samples_file(const std::string& name, const std::string& text) {
 constexpr double kPeak = 1e13;
 Seconds fixed_of(Pass p) { return p == Pass::kForward ? 5e-6 : 8e-6; }
 double efficiency_of(Pass p, OpKind k, int cls) {
-  return 0.05 + 0.07 * (cls % kIntensities) + 0.02 * static_cast<int>(k) + (p == Pass::kBackward ? -0.01 : 0.0);
+  return 0.05 + 0.07 * (cls % kIntensities) + 0.02 * static_cast<int>(k) +
+         (p == Pass::kBackward ? -0.01 : 0.0);
 }
 
 // One sample line of that device: `flops` over `bytes`, timed as the device would.
@@ -39,7 +42,8 @@ std::string line_of(Pass p, OpKind k, double flops, double bytes) {
   const double t = fixed_of(p) + flops / (kPeak * efficiency_of(p, k, cls));
   std::ostringstream os;
   os.precision(17);
-  os << pass_name(p) << "," << op_kind_name(k) << ",case," << 1 << "," << flops << "," << bytes << "," << t << ",0\n";
+  os << pass_name(p) << "," << op_kind_name(k) << ",case," << 1 << "," << flops << "," << bytes
+     << "," << t << ",0\n";
   return os.str();
 }
 
@@ -53,7 +57,8 @@ TEST_CASE("published timings fit a profile: the device's fixed costs and efficie
   const double bytes = 4e6;
   for (Pass p : {Pass::kForward, Pass::kBackward}) {
     for (OpKind k : {OpKind::kMatmul, OpKind::kConv})
-      for (double intensity : {2.0, 6.0, 12.0, 24.0, 48.0, 96.0}) text += line_of(p, k, intensity * bytes, bytes);
+      for (double intensity : {2.0, 6.0, 12.0, 24.0, 48.0, 96.0})
+        text += line_of(p, k, intensity * bytes, bytes);
     text += line_of(p, OpKind::kMatmul, 10, 64);
   }
   const fs::path f = samples_file("fit.csv", text);
@@ -62,7 +67,8 @@ TEST_CASE("published timings fit a profile: the device's fixed costs and efficie
   const ComputeProfile& prof = cal.profile;
   CHECK(prof.peak_flops_per_s == kPeak);
   for (Pass p : {Pass::kForward, Pass::kBackward}) {
-    for (int k = 0; k < kOpKinds; ++k)  // the shortest kernel's time: the fixed cost, to its 10 flops
+    for (int k = 0; k < kOpKinds;
+         ++k)  // the shortest kernel's time: the fixed cost, to its 10 flops
       CHECK(prof.of(p, static_cast<OpKind>(k)).overhead == Approx(fixed_of(p)).epsilon(1e-5));
     for (OpKind k : {OpKind::kMatmul, OpKind::kConv})
       for (int cls = kIntensities; cls < kOpClasses; ++cls)  // the large classes, measured
@@ -77,35 +83,41 @@ TEST_CASE("published timings fit a profile: the device's fixed costs and efficie
   fs::remove(f);
 }
 
-TEST_CASE("published timings: a kind with none needs the memory bandwidth, a bad file names its line",
-          "[compute][published]") {
+TEST_CASE(
+    "published timings: a kind with none needs the memory bandwidth, a bad file names its line",
+    "[compute][published]") {
   const std::string header = std::string(kSamplesHeader) + "\n";
-  const std::string good = "forward,matmul,gemm,1,2e9,1e7,0.001,0\nbackward,matmul,gemm,1,2e9,1e7,0.002,0\n";
+  const std::string good =
+      "forward,matmul,gemm,1,2e9,1e7,0.001,0\nbackward,matmul,gemm,1,2e9,1e7,0.002,0\n";
   const fs::path f = samples_file("nomem.csv", header + good);
   try {
     calibrate_published({f.string(), "x", kPeak, 0});
     FAIL("expected an InputError");
   } catch (const InputError& e) {
-    CHECK_THAT(e.what(), Catch::Contains("no conv case in the forward pass") && Catch::Contains("--memory-gbps"));
+    CHECK_THAT(e.what(), Catch::Contains("no conv case in the forward pass") &&
+                             Catch::Contains("--memory-gbps"));
   }
-  CHECK_THROWS_WITH(calibrate_published({f.string(), "x", 0, 1e11}), Catch::Contains("--peak-tflops"));
+  CHECK_THROWS_WITH(calibrate_published({f.string(), "x", 0, 1e11}),
+                    Catch::Contains("--peak-tflops"));
   fs::remove(f);
 
   struct Bad {
     std::string text, says;
   };
-  for (const Bad& b : {Bad{"pass,kind\n", ":1: expected the header"},
-                       Bad{header + "sideways,matmul,g,1,1,1,1,0\n", ":2: pass must be forward or backward"},
-                       Bad{header + "forward,attention,g,1,1,1,1,0\n", ":2: unknown kind 'attention'"},
-                       Bad{header + "# ok\nforward,matmul,g,1,1,1\n", ":3: 8 fields expected"},
-                       Bad{header + "forward,matmul,g,1,2e9,ten,0.001,0\n", ":2: bytes must be a number"},
-                       Bad{header + "forward,matmul,g,1,2e9,-5,0.001,0\n", ":2: bytes must be a number >= 0"},
-                       Bad{header + "forward,matmul,g,1,2e9,1e7,0,0\n", ":2: ops, bytes and seconds must be > 0"},
-                       Bad{header + "forward,matmul,g,1,2e9,1e7,0.1,yes\n", ":2: fixed_cost must be 0 or 1"},
-                       Bad{"", "empty samples file"}}) {
+  for (const Bad& b :
+       {Bad{"pass,kind\n", ":1: expected the header"},
+        Bad{header + "sideways,matmul,g,1,1,1,1,0\n", ":2: pass must be forward or backward"},
+        Bad{header + "forward,attention,g,1,1,1,1,0\n", ":2: unknown kind 'attention'"},
+        Bad{header + "# ok\nforward,matmul,g,1,1,1\n", ":3: 8 fields expected"},
+        Bad{header + "forward,matmul,g,1,2e9,ten,0.001,0\n", ":2: bytes must be a number"},
+        Bad{header + "forward,matmul,g,1,2e9,-5,0.001,0\n", ":2: bytes must be a number >= 0"},
+        Bad{header + "forward,matmul,g,1,2e9,1e7,0,0\n", ":2: ops, bytes and seconds must be > 0"},
+        Bad{header + "forward,matmul,g,1,2e9,1e7,0.1,yes\n", ":2: fixed_cost must be 0 or 1"},
+        Bad{"", "empty samples file"}}) {
     const fs::path bad = samples_file("bad.csv", b.text);
     INFO(b.text);
-    CHECK_THROWS_WITH(read_samples(bad.string()), Catch::Contains(bad.string()) && Catch::Contains(b.says));
+    CHECK_THROWS_WITH(read_samples(bad.string()),
+                      Catch::Contains(bad.string()) && Catch::Contains(b.says));
     fs::remove(bad);
   }
   CHECK_THROWS_AS(read_samples("/nonexistent/samples.csv"), InputError);
@@ -115,19 +127,21 @@ TEST_CASE("the shipped GPU profiles give back the published timings they were fi
           "[compute][published]") {
   for (const std::string name : {"gtx-1080-ti", "titan-xp"}) {
     INFO(name);
-    const ComputeProfile prof = read_profile(std::string(RV_SOURCE_DIR) + "/profiles/" + name + ".toml");
+    const ComputeProfile prof =
+        read_profile(std::string(RV_SOURCE_DIR) + "/profiles/" + name + ".toml");
     const std::vector<CalibrationSample> samples =
         read_samples(std::string(RV_SOURCE_DIR) + "/profiles/published/" + name + ".csv");
     REQUIRE(samples.size() > 100);
     // Each kernel as the model times it, against its published time, by kind. A class's efficiency
-    // is its kernels' median, so the median error measures how much a class's kernels differ: little
-    // for GEMMs (4-6%), much for convolutions (about 37%: cuDNN picks Winograd, implicit GEMM or FFT
-    // by shape, which an intensity class does not see). A broken fit is far off both.
+    // is its kernels' median, so the median error measures how much a class's kernels differ:
+    // little for GEMMs (4-6%), much for convolutions (about 37%: cuDNN picks Winograd, implicit
+    // GEMM or FFT by shape, which an intensity class does not see). A broken fit is far off both.
     std::vector<double> matmul, conv;
     for (const CalibrationSample& s : samples) {
       Work w;
       w.add(s.kind, s.pass, s.flops / s.ops, s.bytes, s.ops);
-      (s.kind == OpKind::kMatmul ? matmul : conv).push_back(std::abs(std::log(time_of(w, prof) / s.time)));
+      (s.kind == OpKind::kMatmul ? matmul : conv)
+          .push_back(std::abs(std::log(time_of(w, prof) / s.time)));
     }
     auto median = [](std::vector<double> v) {
       std::sort(v.begin(), v.end());

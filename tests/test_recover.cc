@@ -2,8 +2,6 @@
 // random moment, its cluster sits out until the spare takes its stage and fetches its state, and
 // the run finishes with its loss still falling; the loss of rank 0 (which gathers the run) ends
 // the run with a clear error.
-#include "catch.h"
-
 #include <signal.h>
 #include <sys/types.h>
 
@@ -11,16 +9,16 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <thread>
 
-#include <nlohmann/json.hpp>
-
-#include "core/output/run_output.h"
+#include "catch.h"
 #include "cli_support.h"
-#include "snippets.h"
+#include "core/output/run_output.h"
 #include "real/gloo_transport.h"
+#include "snippets.h"
 
 using namespace rv;
 namespace fs = std::filesystem;
@@ -102,7 +100,8 @@ void lose_a_rank(int signal, const std::vector<std::string>& sets) {
   const pid_t launcher = test::start_ravnest(args, d);
   // Training has begun once the live metrics show updates (they are flushed every second).
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (rows_of_kind(d / "run" / "metrics.csv", "update") < 10 && std::chrono::steady_clock::now() < give_up)
+  while (rows_of_kind(d / "run" / "metrics.csv", "update") < 10 &&
+         std::chrono::steady_clock::now() < give_up)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   std::this_thread::sleep_for(std::chrono::duration<double>(after));
   const pid_t pid = rank_process(launcher, victim);
@@ -116,13 +115,15 @@ void lose_a_rank(int signal, const std::vector<std::string>& sets) {
     std::istringstream lines(r.err);
     for (std::string line; std::getline(lines, line);)
       if (line.find("rank " + std::to_string(victim) + " was killed") == std::string::npos &&
-          line != "ravnest real: the run recovered from the loss of rank(s) " + std::to_string(victim))
+          line !=
+              "ravnest real: the run recovered from the loss of rank(s) " + std::to_string(victim))
         unexpected += line + "\n";
   }
   INFO("other output: " << unexpected);
   INFO(r.err);
   REQUIRE(r.status == 0);
-  CHECK(r.err.find("the run recovered from the loss of rank(s) " + std::to_string(victim)) != std::string::npos);
+  CHECK(r.err.find("the run recovered from the loss of rank(s) " + std::to_string(victim)) !=
+        std::string::npos);
 
   const auto summary = nlohmann::json::parse(test::slurp(d / "run" / "summary.json"));
   const auto& churn = summary.at("churn");
@@ -152,7 +153,8 @@ void check_loss_falls(const std::vector<Event>& events, double killed_at) {
   for (const Event& e : events)
     if (e.kind == EventKind::kLoss) losses.emplace_back(e.end, e.loss);
   std::sort(losses.begin(), losses.end());
-  const auto kill = std::lower_bound(losses.begin(), losses.end(), std::make_pair(killed_at, -1e300));
+  const auto kill =
+      std::lower_bound(losses.begin(), losses.end(), std::make_pair(killed_at, -1e300));
   REQUIRE(kill - losses.begin() >= 20);
   REQUIRE(losses.end() - kill >= 40);
   auto mean = [](auto from, auto to) {
@@ -177,7 +179,8 @@ TEST_CASE("a real run goes on when a rank stops answering at a random moment", "
   lose_a_rank(SIGSTOP, {"real.timeout_s=4"});
 }
 
-TEST_CASE("a replacement process joins a running job and takes the lost stage", "[real][recover][join]") {
+TEST_CASE("a replacement process joins a running job and takes the lost stage",
+          "[real][recover][join]") {
   // Two clusters of two stages and no spare: the lost stage waits for the replacement. The links
   // are not emulated (a replacement cannot share the launcher's emulator); the devices' speed is.
   const fs::path d = workdir("join");
@@ -188,17 +191,20 @@ TEST_CASE("a replacement process joins a running job and takes the lost stage", 
   std::random_device entropy;
   std::mt19937 rng(entropy());
   std::string secret;
-  for (int i = 0; i < 32; ++i) secret += "0123456789abcdef"[std::uniform_int_distribution<int>(0, 15)(rng)];
+  for (int i = 0; i < 32; ++i)
+    secret += "0123456789abcdef"[std::uniform_int_distribution<int>(0, 15)(rng)];
   ::setenv("RAVNEST_SECRET", secret.c_str(), 1);
   const std::string port = std::to_string(free_loopback_port());
-  const std::vector<std::string> sets = {"--set", "devices.0.count=4",          "--set", "devices.0.tflops=0.00004",
-                                         "--set", "real.emulate_network=false", "--set", "real.emulate_speed=true",
-                                         "--set", "real.master_port=" + port};
+  const std::vector<std::string> sets = {
+      "--set", "devices.0.count=4",          "--set", "devices.0.tflops=0.00004",
+      "--set", "real.emulate_network=false", "--set", "real.emulate_speed=true",
+      "--set", "real.master_port=" + port};
   std::vector<std::string> args = {"real", "s.toml", "--run-dir", "run", "--progress", "off"};
   args.insert(args.end(), sets.begin(), sets.end());
   const pid_t launcher = test::start_ravnest(args, d);
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (rows_of_kind(d / "run" / "metrics.csv", "update") < 10 && std::chrono::steady_clock::now() < give_up)
+  while (rows_of_kind(d / "run" / "metrics.csv", "update") < 10 &&
+         std::chrono::steady_clock::now() < give_up)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   const int victim = std::uniform_int_distribution<int>(1, 3)(rng);
   INFO("rank " << victim << " killed and replaced");
@@ -206,8 +212,10 @@ TEST_CASE("a replacement process joins a running job and takes the lost stage", 
   REQUIRE(pid > 0);
   REQUIRE(::kill(pid, SIGKILL) == 0);
   // The replacement: refused (exit 2) until the run has taken the rank for lost, then it joins.
-  std::vector<std::string> join = {"node", "../s.toml", "--join", "--rank", std::to_string(victim), "--world-size", "4",
-                                   "--master-port", port, "--progress", "off"};
+  std::vector<std::string> join = {
+      "node",         "../s.toml", "--join",        "--rank", std::to_string(victim),
+      "--world-size", "4",         "--master-port", port,     "--progress",
+      "off"};
   join.insert(join.end(), sets.begin(), sets.end());
   test::Result joined;
   for (int attempt = 0; attempt < 100; ++attempt) {
@@ -258,8 +266,10 @@ TEST_CASE("a replacement process joins a running job and takes the lost stage", 
 TEST_CASE("a real run that loses rank 0 stops saying why", "[real][recover]") {
   const fs::path d = workdir("rank0");
   std::ofstream(d / "s.toml") << kRecover;
-  const test::Result r = test::ravnest({"real", "s.toml", "--run-dir", "run", "--progress", "off", "--set",
-                                        "faults.node=0", "--set", "faults.crash_after_sends=50"}, d);
+  const test::Result r =
+      test::ravnest({"real", "s.toml", "--run-dir", "run", "--progress", "off", "--set",
+                     "faults.node=0", "--set", "faults.crash_after_sends=50"},
+                    d);
   CHECK(r.status == 1);
   CHECK(r.err.find("rank 0") != std::string::npos);
   CHECK(r.err.find("injected crash") != std::string::npos);

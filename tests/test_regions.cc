@@ -18,7 +18,8 @@ namespace {
 
 // Two regions of four nodes each; nodes' own links fast, the link between the regions slow.
 // The 10-layer MLP (30 MB of weights and gradients) needs four of these nodes per cluster.
-std::string two_regions(const std::string& planner, double between_mbps = 20, double between_ms = 80) {
+std::string two_regions(const std::string& planner, double between_mbps = 20,
+                        double between_ms = 80) {
   std::ostringstream os;
   os << R"(name = "regions"
 seed = 3
@@ -67,8 +68,8 @@ latency_ms = 5
 
 // A [planner] table of two clusters given by hand (each a TOML list of nodes in pipeline order).
 std::string manual_clusters(const std::string& first, const std::string& second) {
-  return "[planner]\nmethod = \"manual\"\n[[planner.cluster]]\nnodes = " + first + "\n[[planner.cluster]]\nnodes = " +
-         second + "\n";
+  return "[planner]\nmethod = \"manual\"\n[[planner.cluster]]\nnodes = " + first +
+         "\n[[planner.cluster]]\nnodes = " + second + "\n";
 }
 
 // The region of every node of each cluster of `plan`.
@@ -98,27 +99,33 @@ TEST_CASE("a region or a link between regions is refused where it would do nothi
   CHECK_THAT(error_of(regions + "[[devices]]\nregion = \"eu\"\n[[devices]]\nregion = \"us\"\n"),
              Catch::Contains("\"eu\" and \"us\"") && Catch::Contains("needs one"));
   const std::string pair = regions + "[[devices]]\nregion = \"eu\"\n[[devices]]\nregion = \"us\"\n";
-  CHECK_THAT(error_of(pair + "[[network.link]]\na = \"eu\"\nb = \"asia\"\n"),
-             Catch::Contains("network.link[0].b") && Catch::Contains("no device is in region \"asia\""));
+  CHECK_THAT(
+      error_of(pair + "[[network.link]]\na = \"eu\"\nb = \"asia\"\n"),
+      Catch::Contains("network.link[0].b") && Catch::Contains("no device is in region \"asia\""));
   CHECK_THAT(error_of(pair + "[[network.link]]\na = \"eu\"\nb = \"eu\"\n"),
              Catch::Contains("network.link[0].b") && Catch::Contains("two different regions"));
   CHECK_THAT(error_of(pair + "[[network.link]]\na = \"eu\"\n"),
              Catch::Contains("network.link[0].b") && Catch::Contains("missing"));
-  CHECK_THAT(error_of(pair + "[[network.link]]\na = \"eu\"\nb = \"us\"\n[[network.link]]\na = \"us\"\nb = \"eu\"\n"),
-             Catch::Contains("network.link[1]") && Catch::Contains("already joined by network.link[0]"));
+  CHECK_THAT(
+      error_of(
+          pair +
+          "[[network.link]]\na = \"eu\"\nb = \"us\"\n[[network.link]]\na = \"us\"\nb = \"eu\"\n"),
+      Catch::Contains("network.link[1]") && Catch::Contains("already joined by network.link[0]"));
   CHECK_THAT(error_of(pair + "[[network.link]]\na = \"eu\"\nb = \"us\"\nmbps = 0\n"),
              Catch::Contains("network.link[0].mbps"));
   // A valid one reads back from its resolved copy.
-  const Scenario s = parse_scenario(pair + "[[network.link]]\na = \"eu\"\nb = \"us\"\nlatency_ms = 67\nmbps = 790\n", "ok.toml");
+  const Scenario s = parse_scenario(
+      pair + "[[network.link]]\na = \"eu\"\nb = \"us\"\nlatency_ms = 67\nmbps = 790\n", "ok.toml");
   const Scenario back = parse_scenario(to_toml(s), "resolved.toml");
   REQUIRE(back.network.link.size() == 1);
   CHECK(back.network.link[0].mbps == 790);
   CHECK(back.devices[1].region == "us");
 }
 
-TEST_CASE("links_of: a message between regions crosses the sender's uplink and the regions' link and "
-          "the receiver's downlink",
-          "[regions]") {
+TEST_CASE(
+    "links_of: a message between regions crosses the sender's uplink and the regions' link and "
+    "the receiver's downlink",
+    "[regions]") {
   const Scenario s = parse_scenario(two_regions("", 5, 80), "regions.toml");
   const NetworkLinks links = links_of(s);
   REQUIRE(links.regions == 2);
@@ -137,9 +144,10 @@ TEST_CASE("links_of: a message between regions crosses the sender's uplink and t
   CHECK(cost.path_latency(1, 2) == Approx(links.route_delay(1, 2)));
 }
 
-TEST_CASE("a simulated message between regions takes the three links' latency plus its bytes over "
-          "the slowest and two share the link",
-          "[regions][sim]") {
+TEST_CASE(
+    "a simulated message between regions takes the three links' latency plus its bytes over "
+    "the slowest and two share the link",
+    "[regions][sim]") {
   const Scenario s = parse_scenario(two_regions("", 5, 80), "regions.toml");
   std::vector<int> nodes(8);
   for (int i = 0; i < 8; ++i) nodes[i] = i;
@@ -166,8 +174,8 @@ TEST_CASE("a simulated message between regions takes the three links' latency pl
 TEST_CASE("the planner's clusters follow the regions where that is faster", "[regions][planner]") {
   for (const char* method : {"ga", "exhaustive"}) {
     INFO("method " << method);
-    const test::Prepared p =
-        test::prepare(two_regions(std::string("[planner]\nmethod = \"") + method + "\"\n"), {}, false);
+    const test::Prepared p = test::prepare(
+        two_regions(std::string("[planner]\nmethod = \"") + method + "\"\n"), {}, false);
     const NetworkLinks links = links_of(p.scenario);
     REQUIRE(p.plan.clusters.size() >= 2);
     for (const std::set<int>& r : cluster_regions(p.plan, links)) CHECK(r.size() == 1);
@@ -182,8 +190,8 @@ TEST_CASE("the planner's clusters follow the regions where that is faster", "[re
   const test::Prepared across = test::prepare(two_regions(straddle), {}, false);
   const test::Prepared within = test::prepare(two_regions(local), {}, false);
   const test::Prepared ga = test::prepare(two_regions("[planner]\nmethod = \"ga\"\n"), {}, false);
-  INFO("straddling " << across.plan.throughput << ", within regions " << within.plan.throughput << ", ga "
-                     << ga.plan.throughput);
+  INFO("straddling " << across.plan.throughput << ", within regions " << within.plan.throughput
+                     << ", ga " << ga.plan.throughput);
   CHECK(across.plan.throughput < 0.5 * within.plan.throughput);
   CHECK(ga.plan.throughput >= within.plan.throughput * (1 - 1e-9));
   // With a link between the regions as fast as the nodes' own, straddling costs only latency.
@@ -191,9 +199,10 @@ TEST_CASE("the planner's clusters follow the regions where that is faster", "[re
   CHECK(fast.plan.throughput > 0.9 * within.plan.throughput);
 }
 
-TEST_CASE("the shipped geo-regions scenario: ga keeps each pipeline in one city and beats greedy "
-          "whose pipelines cross them",
-          "[regions][planner]") {
+TEST_CASE(
+    "the shipped geo-regions scenario: ga keeps each pipeline in one city and beats greedy "
+    "whose pipelines cross them",
+    "[regions][planner]") {
   const Scenario s = load_scenario(test::source_path("scenarios/geo-regions.toml"));
   const ModelDesc model = build_model(s);
   const Plan ga = make_plan(s, model);

@@ -104,7 +104,8 @@ TEST_CASE("traits decide in-flight micro-batches, stashing and the exchange peri
     // rounded up (a quarter of 200 is 50: 3.125 micro-batches).
     TrainingSpec target = t;
     target.target_batch = 200;
-    CHECK(micro_batches_per_exchange(a, target, 16, 4) == (a.traits.target_batch ? 4 : per_update * updates));
+    CHECK(micro_batches_per_exchange(a, target, 16, 4) ==
+          (a.traits.target_batch ? 4 : per_update * updates));
   }
   // "stages" means one in flight per stage.
   Scenario s = parse_scenario(kPipeline, "reg.toml", {"training.max_in_flight=\"stages\""});
@@ -120,7 +121,8 @@ TEST_CASE("the cost model charges what the registry says", "[registry][planner]"
     INFO(a.name);
     CHECK(cost.in_flight(2) == in_flight(a, effective_training(p.scenario), 2));
     CHECK(cost.micro_batches_per_exchange(3) ==
-          micro_batches_per_exchange(a, effective_training(p.scenario), p.scenario.data.batch_size, 3));
+          micro_batches_per_exchange(a, effective_training(p.scenario), p.scenario.data.batch_size,
+                                     3));
     CHECK(cost.training().weight_stashing == effective_training(p.scenario).weight_stashing);
   }
 }
@@ -190,8 +192,10 @@ TEST_CASE("the README lists the registry's names as the choices of their keys",
   CHECK(test::readme_keys() == keys_markdown(registry_choices()));
 }
 
-TEST_CASE("a target-batch round: each peer at its own pace until the target, then it finishes its micro-batch",
-          "[registry][planner]") {
+TEST_CASE(
+    "a target-batch round: each peer at its own pace until the target, then it finishes its "
+    "micro-batch",
+    "[registry][planner]") {
   // dedloc: every peer trains from the round's start; once the finished micro-batches hold the
   // target's samples, each peer finishes the one it is on. Peers of 0.1 s and 0.4 s per micro-batch
   // of B samples and a target of 25 B: the 25th micro-batch ends at 2.0 s (20 + 5), no other is
@@ -207,7 +211,9 @@ TEST_CASE("a target-batch round: each peer at its own pace until the target, the
   CHECK(uneven.samples == Approx(3.0 * b));
   CHECK(uneven.seconds == Approx(10.0));
   // The cost model's throughput is the round's samples over its time and the exchange's.
-  p = test::prepare(kPipeline, {"training.algorithm=\"dedloc\"", "training.target_batch=" + std::to_string(25 * b)}, false);
+  p = test::prepare(
+      kPipeline,
+      {"training.algorithm=\"dedloc\"", "training.target_batch=" + std::to_string(25 * b)}, false);
   const CostModel dedloc(p.scenario, p.model);
   CHECK(dedloc.throughput({0.1, 0.4}, 0.0) == Approx(b * (1 / 0.1 + 1 / 0.4)));
   CHECK(dedloc.throughput({0.1, 0.4}, 2.0) == Approx(25.0 * b / (2.0 + 2.0)));

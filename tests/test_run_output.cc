@@ -1,16 +1,14 @@
 // Run folders: every file is written, metrics round-trip, a failure leaves nothing behind.
-#include "catch.h"
-
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
+#include "catch.h"
 #include "core/output/live_run.h"
 #include "core/output/provenance.h"
 #include "core/output/run_output.h"
@@ -79,7 +77,8 @@ TEST_CASE("metrics.csv round-trips", "[output]") {
   fs::remove(p);
 }
 
-TEST_CASE("metrics.csv carries a GPU span's kernel time and reads folders written before it", "[output]") {
+TEST_CASE("metrics.csv carries a GPU span's kernel time and reads folders written before it",
+          "[output]") {
   std::vector<Event> ev = some_events();
   ev[0].device = 0.25;  // a forward on a GPU
   Event gpu;
@@ -96,7 +95,8 @@ TEST_CASE("metrics.csv carries a GPU span's kernel time and reads folders writte
   CHECK(back.back().bytes == 123456789);
   // A folder from before device_s: its 16 columns read with device_s empty.
   std::istringstream old(
-      "kind,node,cluster,stage,step,micro_batch,start_s,end_s,loss,accuracy,staleness,bytes,peer,samples,cpu_s,grad_norm2\n"
+      "kind,node,cluster,stage,step,micro_batch,start_s,end_s,loss,accuracy,staleness,bytes,peer,"
+      "samples,cpu_s,grad_norm2\n"
       "forward,0,0,0,-1,3,1,1.5,,,-1,0,-1,0,0.4,\n");
   const std::vector<Event> older = parse_events_csv(old, "old.csv");
   REQUIRE(older.size() == 1);
@@ -104,13 +104,15 @@ TEST_CASE("metrics.csv carries a GPU span's kernel time and reads folders writte
   CHECK(std::isnan(older[0].device));
   // But not a row of one header under the other.
   std::istringstream mixed(
-      "kind,node,cluster,stage,step,micro_batch,start_s,end_s,loss,accuracy,staleness,bytes,peer,samples,cpu_s,grad_norm2\n"
+      "kind,node,cluster,stage,step,micro_batch,start_s,end_s,loss,accuracy,staleness,bytes,peer,"
+      "samples,cpu_s,grad_norm2\n"
       "forward,0,0,0,-1,3,1,1.5,,,-1,0,-1,0,0.4,,0.1\n");
   CHECK_THROWS_AS(parse_events_csv(mixed, "mixed.csv"), InputError);
 }
 
 TEST_CASE("summary.json gives each node's measured GPU memory", "[output]") {
-  auto p = test::prepare("name = \"out\"\n[model]\nhead = \"linear\"\n[[devices]]\ncount = 2\n", {}, false);
+  auto p = test::prepare("name = \"out\"\n[model]\nhead = \"linear\"\n[[devices]]\ncount = 2\n", {},
+                         false);
   std::vector<Event> ev = some_events();
   Event gpu;
   gpu.kind = EventKind::kMeasuredDeviceMemory;
@@ -123,13 +125,15 @@ TEST_CASE("summary.json gives each node's measured GPU memory", "[output]") {
 }
 
 TEST_CASE("a run folder holds every output file", "[output]") {
-  auto p = test::prepare("name = \"out\"\n[model]\nhead = \"linear\"\n[[devices]]\ncount = 2\n", {}, false);
+  auto p = test::prepare("name = \"out\"\n[model]\nhead = \"linear\"\n[[devices]]\ncount = 2\n", {},
+                         false);
   fs::path dir = fs::temp_directory_path() / "rv_test_run_folder";
   fs::remove_all(dir);
   RunInfo info{"sim", "numeric", 1.5};
   info.started_unix_s = 1795651200.25;  // 2026-11-26 00:00:00.250 UTC
   write_run_folder(dir.string(), p.scenario, p.plan, p.model, some_events(), info);
-  for (const char* f : {"scenario.toml", "plan.json", "metrics.csv", "eval.csv", "summary.json", "trace.json", "run.json"})
+  for (const char* f : {"scenario.toml", "plan.json", "metrics.csv", "eval.csv", "summary.json",
+                        "trace.json", "run.json"})
     CHECK(fs::file_size(dir / f) > 0);
   std::ifstream in(dir / "summary.json");
   auto j = nlohmann::json::parse(in);
@@ -150,7 +154,8 @@ TEST_CASE("a run folder holds every output file", "[output]") {
   CHECK(!run["host"].get<std::string>().empty());
   CHECK(run["started_utc"] == "2026-11-26T00:00:00.250Z");
   // Writing again to the same folder is refused and leaves it intact.
-  CHECK_THROWS(write_run_folder(dir.string(), p.scenario, p.plan, p.model, some_events(), RunInfo{}));
+  CHECK_THROWS(
+      write_run_folder(dir.string(), p.scenario, p.plan, p.model, some_events(), RunInfo{}));
   CHECK(fs::exists(dir / "summary.json"));
   fs::remove_all(dir);
 }
@@ -171,14 +176,17 @@ std::string status_of(const fs::path& dir) {
 
 }  // namespace
 
-TEST_CASE("a live run folder shows its rows as they come and ends complete, or failed", "[output]") {
-  auto p = test::prepare("name = \"out\"\n[model]\nhead = \"linear\"\n[[devices]]\ncount = 2\n", {}, false);
+TEST_CASE("a live run folder shows its rows as they come and ends complete, or failed",
+          "[output]") {
+  auto p = test::prepare("name = \"out\"\n[model]\nhead = \"linear\"\n[[devices]]\ncount = 2\n", {},
+                         false);
   const fs::path base = fs::temp_directory_path() / ("rv_test_live_" + std::to_string(::getpid()));
   fs::remove_all(base);
   const std::vector<Event> events = some_events();
   test::ManualClock wall;
   {
-    LiveRun live((base / "run").string(), p.scenario, p.plan, p.model, RunInfo{"sim", "numeric", 0, "ravnest"}, wall);
+    LiveRun live((base / "run").string(), p.scenario, p.plan, p.model,
+                 RunInfo{"sim", "numeric", 0, "ravnest"}, wall);
     // Running: the scenario, the plan and run.json are there at once, with the CSV headers.
     CHECK(status_of(base / "run") == "running");
     CHECK(fs::file_size(base / "run" / "plan.json") > 0);
@@ -191,25 +199,29 @@ TEST_CASE("a live run folder shows its rows as they come and ends complete, or f
     CHECK(rows.back() == '\n');
     CHECK(text_of(base / "run" / "eval.csv").find("0.75") != std::string::npos);
     // A second run cannot take the folder.
-    CHECK_THROWS_AS(LiveRun((base / "run").string(), p.scenario, p.plan, p.model, RunInfo{}, wall), Error);
+    CHECK_THROWS_AS(LiveRun((base / "run").string(), p.scenario, p.plan, p.model, RunInfo{}, wall),
+                    Error);
     // Finished: the same files as a run folder written at the end, run.json complete.
     wall.set(1.5);
     CHECK(live.finish(events) == (base / "run").string());
   }
-  write_run_folder((base / "whole").string(), p.scenario, p.plan, p.model, events, RunInfo{"sim", "numeric", 1.5, "ravnest"});
+  write_run_folder((base / "whole").string(), p.scenario, p.plan, p.model, events,
+                   RunInfo{"sim", "numeric", 1.5, "ravnest"});
   CHECK(status_of(base / "run") == "complete");
   {
     std::ifstream in(base / "run" / "run.json");
     CHECK(nlohmann::json::parse(in)["wall_seconds"].get<double>() == 1.5);
   }
-  for (const char* f : {"metrics.csv", "eval.csv", "summary.json", "plan.json", "scenario.toml", "trace.json"}) {
+  for (const char* f :
+       {"metrics.csv", "eval.csv", "summary.json", "plan.json", "scenario.toml", "trace.json"}) {
     INFO(f);
     CHECK(text_of(base / "run" / f) == text_of(base / "whole" / f));
   }
   CHECK_FALSE(fs::exists(base / "run" / ".final.partial"));
   // A run that fails keeps its rows and says why; one that ends without a word is marked failed.
   {
-    LiveRun live((base / "failed").string(), p.scenario, p.plan, p.model, RunInfo{"sim", "numeric", 0, ""}, wall);
+    LiveRun live((base / "failed").string(), p.scenario, p.plan, p.model,
+                 RunInfo{"sim", "numeric", 0, ""}, wall);
     for (const Event& e : events) live.record(e);
     wall.set(4.0);
     live.fail("node 1 crashed");
@@ -227,7 +239,8 @@ TEST_CASE("a live run folder shows its rows as they come and ends complete, or f
   // A run stopped on request keeps its rows and says why as a reason, not an error; a launcher's
   // later word leaves it stopped, but takes a failed (or running) folder for interrupted.
   {
-    LiveRun live((base / "stopped").string(), p.scenario, p.plan, p.model, RunInfo{"sim", "numeric", 0, ""}, wall);
+    LiveRun live((base / "stopped").string(), p.scenario, p.plan, p.model,
+                 RunInfo{"sim", "numeric", 0, ""}, wall);
     for (const Event& e : events) live.record(e);
     live.stop("stopped after checkpoint 1");
   }
@@ -251,9 +264,12 @@ TEST_CASE("a live run folder shows its rows as they come and ends complete, or f
   fs::remove_all(base);
 }
 
-TEST_CASE("a live run folder writes its rows at least once a second of its wall clock", "[output]") {
-  auto p = test::prepare("name = \"out\"\n[model]\nhead = \"linear\"\n[[devices]]\ncount = 2\n", {}, false);
-  const fs::path dir = fs::temp_directory_path() / ("rv_test_live_flush_" + std::to_string(::getpid()));
+TEST_CASE("a live run folder writes its rows at least once a second of its wall clock",
+          "[output]") {
+  auto p = test::prepare("name = \"out\"\n[model]\nhead = \"linear\"\n[[devices]]\ncount = 2\n", {},
+                         false);
+  const fs::path dir =
+      fs::temp_directory_path() / ("rv_test_live_flush_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   test::ManualClock wall;
   LiveRun live(dir.string(), p.scenario, p.plan, p.model, RunInfo{"sim", "numeric", 0, ""}, wall);
@@ -278,7 +294,8 @@ TEST_CASE("a live run folder writes its rows at least once a second of its wall 
 }
 
 TEST_CASE("a failed write leaves no run folder", "[output]") {
-  auto p = test::prepare("name = \"out\"\n[model]\nhead = \"linear\"\n[[devices]]\ncount = 2\n", {}, false);
+  auto p = test::prepare("name = \"out\"\n[model]\nhead = \"linear\"\n[[devices]]\ncount = 2\n", {},
+                         false);
   fs::path base = fs::temp_directory_path() / "rv_test_ro";
   fs::remove_all(base);
   fs::create_directories(base);
@@ -287,9 +304,11 @@ TEST_CASE("a failed write leaves no run folder", "[output]") {
     // root ignores permissions: use an impossible path instead (a file as parent).
     fs::permissions(base, fs::perms::owner_all);
     std::ofstream(base / "file") << "x";
-    CHECK_THROWS(write_run_folder((base / "file" / "run").string(), p.scenario, p.plan, p.model, some_events(), RunInfo{}));
+    CHECK_THROWS(write_run_folder((base / "file" / "run").string(), p.scenario, p.plan, p.model,
+                                  some_events(), RunInfo{}));
   } else {
-    CHECK_THROWS(write_run_folder((base / "run").string(), p.scenario, p.plan, p.model, some_events(), RunInfo{}));
+    CHECK_THROWS(write_run_folder((base / "run").string(), p.scenario, p.plan, p.model,
+                                  some_events(), RunInfo{}));
   }
   fs::permissions(base, fs::perms::owner_all);
   CHECK_FALSE(fs::exists(base / "run"));

@@ -1,16 +1,15 @@
 // Scenario loading: defaults, overrides, and a clear error (file, line, key) for every bad input.
-#include "catch.h"
-
 #include <filesystem>
 #include <fstream>
 
+#include "catch.h"
 #include "core/data/dataset.h"
 #include "core/error.h"
 #include "core/model/cost_model.h"
 #include "core/model/model.h"
 #include "core/scenario/scenario.h"
-#include "scenario_errors.h"
 #include "planner/planner.h"
+#include "scenario_errors.h"
 #include "test_support.h"
 
 using namespace rv;
@@ -53,7 +52,8 @@ TEST_CASE("overrides given with --set change any key, with TOML values", "[scena
 
 TEST_CASE("bad scenarios name file, line and key", "[scenario]") {
   SECTION("unknown key") {
-    auto e = error_of("name = \"x\"\n[training]\nlr = 0.1\nlearning_rate = 0.1\n[[devices]]\ncount = 1\n");
+    auto e = error_of(
+        "name = \"x\"\n[training]\nlr = 0.1\nlearning_rate = 0.1\n[[devices]]\ncount = 1\n");
     CHECK(e.find("bad.toml:4") != std::string::npos);
     CHECK(e.find("training.learning_rate") != std::string::npos);
     CHECK(e.find("unknown key") != std::string::npos);
@@ -109,18 +109,23 @@ TEST_CASE("a missing scenario file is an input error", "[scenario]") {
 }
 
 TEST_CASE("a missing dataset file is an input error naming the file", "[scenario][data]") {
-  Scenario s = parse_scenario(kMinimal, "mini.toml", {"data.kind=fashion-mnist", "data.path=/nonexistent/fm"});
+  Scenario s = parse_scenario(kMinimal, "mini.toml",
+                              {"data.kind=fashion-mnist", "data.path=/nonexistent/fm"});
   try {
     load_dataset(s.data, s.seed);
     FAIL("no error");
   } catch (const InputError& e) {
-    CHECK(std::string(e.what()).find("/nonexistent/fm/train-images-idx3-ubyte.gz") != std::string::npos);
+    CHECK(std::string(e.what()).find("/nonexistent/fm/train-images-idx3-ubyte.gz") !=
+          std::string::npos);
   }
 }
 
-TEST_CASE("a model that does not fit the cluster's RAM is refused with what is missing", "[scenario][planner]") {
-  Scenario s = parse_scenario("name = \"big\"\n[model]\nhead = \"linear\"\nhidden = [8192, 8192, 8192]\n[[devices]]\ncount = 2\nram_gb = 0.1\n",
-                              "big.toml");
+TEST_CASE("a model that does not fit the cluster's RAM is refused with what is missing",
+          "[scenario][planner]") {
+  Scenario s = parse_scenario(
+      "name = \"big\"\n[model]\nhead = \"linear\"\nhidden = [8192, 8192, 8192]\n[[devices]]\ncount "
+      "= 2\nram_gb = 0.1\n",
+      "big.toml");
   ModelDesc m = build_model(s);
   try {
     make_plan(s, m);
@@ -136,8 +141,10 @@ TEST_CASE("a model that does not fit the cluster's RAM is refused with what is m
 
 TEST_CASE("a model past 2^40 parameters is refused at its key's line", "[scenario][model]") {
   // 2^20 x 2^20 in one linear layer: 2^40 weights (and its bias) in a layer.
-  Scenario s = parse_scenario("name = \"huge\"\n[model]\nhidden = [1048576, 1048576]\nhead = \"linear\"\n[[devices]]\ncount = 2\n",
-                              "huge.toml");
+  Scenario s = parse_scenario(
+      "name = \"huge\"\n[model]\nhidden = [1048576, 1048576]\nhead = "
+      "\"linear\"\n[[devices]]\ncount = 2\n",
+      "huge.toml");
   try {
     build_model(s);
     FAIL("no error");
@@ -146,9 +153,11 @@ TEST_CASE("a model past 2^40 parameters is refused at its key's line", "[scenari
     CHECK(std::string(e.what()).find("2^40") != std::string::npos);
   }
   // The model's own mistakes name their keys too.
-  Scenario none = parse_scenario("name = \"none\"\n[model]\nhidden = []\nhead = \"none\"\n[[devices]]\ncount = 1\n",
-                                 "none.toml");
-  CHECK_THROWS_WITH(build_model(none), Catch::StartsWith("none.toml:3: key 'model.hidden': no layers"));
+  Scenario none = parse_scenario(
+      "name = \"none\"\n[model]\nhidden = []\nhead = \"none\"\n[[devices]]\ncount = 1\n",
+      "none.toml");
+  CHECK_THROWS_WITH(build_model(none),
+                    Catch::StartsWith("none.toml:3: key 'model.hidden': no layers"));
 }
 
 TEST_CASE("memory sizes saturate instead of wrapping around", "[scenario][model]") {
@@ -158,7 +167,8 @@ TEST_CASE("memory sizes saturate instead of wrapping around", "[scenario][model]
   // A batch of 2^20 samples of a 32x32 CNN with 65536 channels, 10^6 micro-batches in flight:
   // its memory is far beyond 64 bits; the stage reports the largest size, never a negative one.
   Scenario s = parse_scenario(
-      "name = \"wide\"\n[model]\nkind = \"cnn\"\nchannels = [65536]\nhidden = []\nhead = \"linear\"\n"
+      "name = \"wide\"\n[model]\nkind = \"cnn\"\nchannels = [65536]\nhidden = []\nhead = "
+      "\"linear\"\n"
       "[data]\nkind = \"synthetic\"\nside = 1024\nbatch_size = 1048576\n[[devices]]\ncount = 1\n",
       "wide.toml");
   const ModelDesc m = build_model(s);

@@ -12,8 +12,8 @@
 #include "core/error.h"
 #include "core/scenario/keys.h"
 #include "core/scenario/scenario.h"
-#include "scenario_errors.h"
 #include "readme_keys.h"
+#include "scenario_errors.h"
 
 using namespace rv;
 
@@ -149,7 +149,8 @@ TEST_CASE("a minimal scenario reads every key's default", "[scenario][keys]") {
   REQUIRE(s.devices.size() == 1);
   CHECK(s.planner.cluster.empty());
   for (const KeySpec& k : scenario_keys()) {
-    if (k.table == "planner.cluster" || k.table == "network.link" || k.table == "churn.event") continue;  // none given
+    if (k.table == "planner.cluster" || k.table == "network.link" || k.table == "churn.event")
+      continue;  // none given
     INFO(k.dotted());
     if (k.name == "name" && k.table.empty()) continue;        // given
     if (k.table == "devices" && k.name == "count") continue;  // given
@@ -186,7 +187,8 @@ TEST_CASE("every key, changed from its default, is read and written back", "[sce
     for (size_t i = 0; i < (in_array(k) ? elements_of(k.table) : 1u); ++i) {
       INFO(k.dotted(i) << ": " << toml_value_text(k, k.get(s, i)));
       const bool first_groups_stay = k.table == "devices" && k.name == "join_at_s" && i < 2;
-      if ((k.type != KeyType::kChoice || k.choices.size() > 1) && !kept_default(k) && !first_groups_stay)
+      if ((k.type != KeyType::kChoice || k.choices.size() > 1) && !kept_default(k) &&
+          !first_groups_stay)
         CHECK(!(other_value(k, i) == k.default_at(i)));
       CHECK(k.get(s, i) == other_value(k, i));
       CHECK(k.get(t, i) == k.get(s, i));
@@ -243,7 +245,8 @@ TEST_CASE("each kind of bad value names file, line, key and what is wrong", "[sc
       {"[training]\nalgorithm = \"\"\n", 5, "training.algorithm", "must not be empty"},
       {"[data]\nfeatures = 0\n", 5, "data.features", "value 0 is out of range [1, 1048576]"},
       {"[data]\nkind = \"imagenet\"\n", 5, "data.kind",
-       "unknown value 'imagenet' (expected one of: synthetic, quadratic, logistic, fashion-mnist, digits, "
+       "unknown value 'imagenet' (expected one of: synthetic, quadratic, logistic, fashion-mnist, "
+       "digits, "
        "regression, sort, text)"},
       {"[output]\ndir = \"\"\n", 5, "output.dir", "must not be empty"},
       {"[real]\nmaster_port = 65536\n", 5, "real.master_port",
@@ -258,7 +261,8 @@ TEST_CASE("each kind of bad value names file, line, key and what is wrong", "[sc
       {"[[devices]]\ncount = 99999\n", 2, "devices", "more than 100000 nodes"},
       // A key that would do nothing is refused, never taken silently.
       {"[[devices]]\nregion = \"eu\"\n", 5, "devices[1].region",
-       "a region does nothing under network.topology = \"star\": set topology = \"regions\" and give "
+       "a region does nothing under network.topology = \"star\": set topology = \"regions\" and "
+       "give "
        "[[network.link]] entries, or leave it out"},
   };
   for (const Case& c : cases) {
@@ -274,31 +278,40 @@ TEST_CASE("bad tables and names are reported with their key", "[scenario][keys]"
             .find("bad.toml:2: key 'model': expected a table [model]") == 0);
   CHECK(error_of("name = \"x\"\n").find("key 'devices': missing") != std::string::npos);
   CHECK(error_of("name = \"x\"\ndevices = []\n").find("bad.toml:2: key 'devices'") == 0);
-  CHECK(error_of(kMinimal, {"devices.0.count=0"}).find("bad.toml (--set): key 'devices[0].count'") == 0);
+  CHECK(
+      error_of(kMinimal, {"devices.0.count=0"}).find("bad.toml (--set): key 'devices[0].count'") ==
+      0);
   CHECK(error_of(kMinimal, {"name=x y"}).find("bad.toml (--set): key 'name': must be") == 0);
   // The name is one folder under output.dir: never a path, ".." or a hidden or option-like name.
   for (const char* bad : {"..", ".", ".hidden", "-x", "a/b", "a\\b", "caf\u00e9", "a\tb", ""}) {
     INFO(bad);
-    CHECK(error_of(std::string("name = \"") + bad + "\"\n[[devices]]\n").find("bad.toml:1: key 'name': ") == 0);
+    CHECK(error_of(std::string("name = \"") + bad + "\"\n[[devices]]\n")
+              .find("bad.toml:1: key 'name': ") == 0);
   }
-  CHECK(error_of("name = \"" + std::string(129, 'n') + "\"\n[[devices]]\n").find("bad.toml:1: key 'name'") == 0);
-  CHECK_NOTHROW(parse_scenario("name = \"" + std::string(128, 'n') + "\"\n[[devices]]\n", "ok.toml"));
+  CHECK(error_of("name = \"" + std::string(129, 'n') + "\"\n[[devices]]\n")
+            .find("bad.toml:1: key 'name'") == 0);
+  CHECK_NOTHROW(
+      parse_scenario("name = \"" + std::string(128, 'n') + "\"\n[[devices]]\n", "ok.toml"));
   CHECK_NOTHROW(parse_scenario("name = \"A.b_c-9\"\n[[devices]]\n", "ok.toml"));
   CHECK(error_of(std::string(kMinimal) + "[planner]\ncluster = 3\n")
             .find("bad.toml:5: key 'planner.cluster': expected [[planner.cluster]] tables") == 0);
 }
 
-TEST_CASE("input past the TOML limits is refused before the parser, naming the line", "[scenario][keys]") {
+TEST_CASE("input past the TOML limits is refused before the parser, naming the line",
+          "[scenario][keys]") {
   // toml++ recursed once per key part and overflowed the stack on these (exit 139).
   std::string deep_header = "[a";
   for (int i = 0; i < 40000; ++i) deep_header += ".a";
-  CHECK(error_of(std::string(kMinimal) + deep_header + "]\n").find("bad.toml:4: a key of more than 16 parts") == 0);
+  CHECK(error_of(std::string(kMinimal) + deep_header + "]\n")
+            .find("bad.toml:4: a key of more than 16 parts") == 0);
   std::string deep_key = "a";
   for (int i = 0; i < 100000; ++i) deep_key += ".a";
-  CHECK(error_of(deep_key + " = 1\n" + kMinimal).find("bad.toml:1: a key of more than 16 parts") == 0);
+  CHECK(error_of(deep_key + " = 1\n" + kMinimal).find("bad.toml:1: a key of more than 16 parts") ==
+        0);
   // And through --set: its path and its value.
   CHECK(error_of(kMinimal, {deep_key + "=1"}).find("--set: key 'a.a.a") == 0);
-  CHECK(error_of(kMinimal, {"training.lr=" + std::string(100, '[')}).find("--set training.lr:1: arrays and inline tables nested") == 0);
+  CHECK(error_of(kMinimal, {"training.lr=" + std::string(100, '[')})
+            .find("--set training.lr:1: arrays and inline tables nested") == 0);
 }
 
 TEST_CASE("an unknown key is rejected in every table", "[scenario][keys]") {

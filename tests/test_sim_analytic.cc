@@ -8,16 +8,14 @@
 //   largest chunk, and one single-ring averaging adds collecting the stages at the leaders and
 //   handing them back: 2 (latency + (S - s0) / B) + 2(C - 1)(latency + S / (C B)).
 // Simulated time is deterministic, so these are tight.
-#include "catch.h"
-
 #include <map>
-
 #include <nlohmann/json.hpp>
 
 #include "algo/dedloc.h"
 #include "algo/ring_averager.h"
-#include "core/model/cost_model.h"
+#include "catch.h"
 #include "core/error.h"
+#include "core/model/cost_model.h"
 #include "core/output/run_output.h"
 #include "sim/platform.h"
 #include "sim/sim_runner.h"
@@ -41,7 +39,8 @@ side = 16
 classes = 256
 batch_size = 64
 [training]
-algorithm = ")" + algorithm + R"("
+algorithm = ")" +
+         algorithm + R"("
 micro_batches = 4
 max_in_flight = 8
 steps = 1
@@ -53,13 +52,15 @@ model = "ideal"
 mode = "timing"
 [[devices]]
 count = 1
-tflops = )" + tflops_list.substr(0, tflops_list.find(',')) + R"(
+tflops = )" +
+         tflops_list.substr(0, tflops_list.find(',')) + R"(
 up_mbps = 1e9
 down_mbps = 1e9
 latency_ms = 0
 [[devices]]
 count = 3
-tflops = )" + tflops_list.substr(tflops_list.find(',') + 1) + R"(
+tflops = )" +
+         tflops_list.substr(tflops_list.find(',') + 1) + R"(
 up_mbps = 1e9
 down_mbps = 1e9
 latency_ms = 0
@@ -75,9 +76,11 @@ struct StageTimes {
 std::vector<StageTimes> stage_times(const test::Prepared& p, const TrainingSpec& tr) {
   std::vector<StageTimes> out;
   for (const auto& st : p.plan.clusters[0].stages) {
-    const StageWork w = stage_work(p.model, st.layer_begin, st.layer_end, tr, p.scenario.data.batch_size);
+    const StageWork w =
+        stage_work(p.model, st.layer_begin, st.layer_end, tr, p.scenario.data.batch_size);
     const ComputeProfile device = p.scenario.device_of(st.node).compute_profile();
-    StageTimes t{time_of(w.forward, device), time_of(w.backward, device), time_of(w.update, device), 0};
+    StageTimes t{time_of(w.forward, device), time_of(w.backward, device), time_of(w.update, device),
+                 0};
     t.period = t.tf + t.tb + t.tu;
     out.push_back(t);
   }
@@ -108,8 +111,9 @@ double gpipe_step(const std::vector<StageTimes>& st, int m) {
 
 }  // namespace
 
-TEST_CASE("one transfer takes latency + bytes / bandwidth, over the sender's up and receiver's down link",
-          "[sim][analytic]") {
+TEST_CASE(
+    "one transfer takes latency + bytes / bandwidth, over the sender's up and receiver's down link",
+    "[sim][analytic]") {
   Scenario s = parse_scenario(R"(
 name = "transfer"
 [network]
@@ -124,7 +128,8 @@ name = "b"
 up_mbps = 50
 down_mbps = 20
 latency_ms = 5
-)", "transfer.toml");
+)",
+                              "transfer.toml");
   const Bytes S = 1000000;
   double arrival[2] = {0, 0};
   simulate(s, {0, 1}, false, [&](NodeEnv& env, int r) {
@@ -156,7 +161,8 @@ latency_ms = 10
 up_mbps = 50
 down_mbps = 20
 latency_ms = 5
-)", "transfer.toml");
+)",
+                              "transfer.toml");
   REQUIRE(s.network.model == "tcp");
   const Bytes S = 1000000;
   double arrival = 0;
@@ -176,8 +182,9 @@ latency_ms = 5
 }
 
 // (SimGrid allows one engine per process, and ctest runs each test case in its own process.)
-TEST_CASE("messages from one sender arrive in the order sent, one after the other, the latency paid once",
-          "[sim][analytic]") {
+TEST_CASE(
+    "messages from one sender arrive in the order sent, one after the other, the latency paid once",
+    "[sim][analytic]") {
   Scenario s = parse_scenario(R"(
 name = "fifo"
 [network]
@@ -187,7 +194,8 @@ count = 2
 up_mbps = 10
 down_mbps = 10
 latency_ms = 10
-)", "fifo.toml");
+)",
+                              "fifo.toml");
   const Bytes S = 1000000;
   const double b = 10e6 / 8;
   std::vector<std::pair<int64_t, Seconds>> got;
@@ -221,7 +229,8 @@ latency_ms = 10
   // The small message follows the big one's last byte: no second latency (but for the sliver
   // SimGrid charges each transfer itself), no share of the link.
   CHECK(got[1].first == 2);
-  CHECK(got[1].second == Approx(0.020 + (4 * S + 10) / b).epsilon(0).margin(1.01 * kSimGridLatencyFactor * 0.020));
+  CHECK(got[1].second ==
+        Approx(0.020 + (4 * S + 10) / b).epsilon(0).margin(1.01 * kSimGridLatencyFactor * 0.020));
   CHECK(got[1].second > got[0].second);
   CHECK(got[2].first == 3);
   CHECK(got[2].second == Approx(10.020 + S / b).epsilon(1e-9));
@@ -254,11 +263,18 @@ void check_gpipe_idle(int m) {
   }
 }
 
-TEST_CASE("GPipe's idle fraction is 1 - a node's work over the step, m = 2", "[sim][analytic]") { check_gpipe_idle(2); }
-TEST_CASE("GPipe's idle fraction is 1 - a node's work over the step, m = 4", "[sim][analytic]") { check_gpipe_idle(4); }
-TEST_CASE("GPipe's idle fraction is 1 - a node's work over the step, m = 8", "[sim][analytic]") { check_gpipe_idle(8); }
+TEST_CASE("GPipe's idle fraction is 1 - a node's work over the step, m = 2", "[sim][analytic]") {
+  check_gpipe_idle(2);
+}
+TEST_CASE("GPipe's idle fraction is 1 - a node's work over the step, m = 4", "[sim][analytic]") {
+  check_gpipe_idle(4);
+}
+TEST_CASE("GPipe's idle fraction is 1 - a node's work over the step, m = 8", "[sim][analytic]") {
+  check_gpipe_idle(8);
+}
 
-TEST_CASE("the asynchronous pipeline's steady throughput is 1 / the slowest stage", "[sim][analytic]") {
+TEST_CASE("the asynchronous pipeline's steady throughput is 1 / the slowest stage",
+          "[sim][analytic]") {
   // Node 0 at 2 TFLOPS, nodes 1-3 at 0.5: the slowest stage is the slowest of 1-3.
   auto p = test::prepare(pipeline_scenario("ravnest", "2,0.5"), {"training.steps=300"});
   SimResult r = run_simulation(p.spec());
@@ -268,15 +284,18 @@ TEST_CASE("the asynchronous pipeline's steady throughput is 1 / the slowest stag
   CHECK(summary["steady_samples_per_s"].get<double>() == Approx(expected).epsilon(0.01));
   // The bottleneck stage has no bubble in steady state.
   double best_busy = 0;
-  for (const auto& node : summary["per_node"]) best_busy = std::max(best_busy, node["busy_fraction"].get<double>());
+  for (const auto& node : summary["per_node"])
+    best_busy = std::max(best_busy, node["busy_fraction"].get<double>());
   CHECK(best_busy > 0.95);
 }
 
-TEST_CASE("a pipeline's time per step is its period, dilated k times, k times longer", "[sim][analytic]") {
+TEST_CASE("a pipeline's time per step is its period, dilated k times, k times longer",
+          "[sim][analytic]") {
   // The expectation from the undilated scenario; the simulation of the same dilated 2.5 times.
   auto plain = test::prepare(pipeline_scenario("ravnest", "2,0.5"), {"training.steps=300"});
   const StageTimes t = slowest(plain, plain.scenario.training);
-  auto p = test::prepare(pipeline_scenario("ravnest", "2,0.5"), {"training.steps=300", "dilation=2.5"});
+  auto p =
+      test::prepare(pipeline_scenario("ravnest", "2,0.5"), {"training.steps=300", "dilation=2.5"});
   SimResult r = run_simulation(p.spec());
   auto summary = summarize(p.scenario, p.plan, r.events, RunInfo{"sim", "timing", 0});
   CHECK(summary["steady_samples_per_s"].get<double>() ==
@@ -288,7 +307,8 @@ TEST_CASE("a pipeline's time per step is its period, dilated k times, k times lo
 }
 
 TEST_CASE("every stage applies one update per micro-batch, on the LV08 model too", "[sim]") {
-  auto p = test::prepare(pipeline_scenario("ravnest", "2,0.5"), {"training.steps=50", "network.model=\"lv08\""});
+  auto p = test::prepare(pipeline_scenario("ravnest", "2,0.5"),
+                         {"training.steps=50", "network.model=\"lv08\""});
   SimResult a = run_simulation(p.spec());
   // (Byte-identical reruns are checked by the CLI test, which can run two simulations.)
   int updates = 0;
@@ -301,14 +321,15 @@ namespace {
 // Two clusters of three nodes cut at the same layers, on equal links of B = 100 Mbit/s each way
 // and 10 ms per link (20 ms per transfer); every node starts one averaging at time 0.
 struct Averaging {
-  double t = 0;               // when the last node is done, simulated seconds
-  int64_t rows = 1;           // of the averaged tensor (the optimizer's state too, where averaged)
-  double S = 0;               // the state's bytes in total
+  double t = 0;                // when the last node is done, simulated seconds
+  int64_t rows = 1;            // of the averaged tensor (the optimizer's state too, where averaged)
+  double S = 0;                // the state's bytes in total
   std::vector<double> chunks;  // and per stage
-  double predicted = 0;       // the planner's cost model
+  double predicted = 0;        // the planner's cost model
 };
 
-Averaging one_averaging(RingTopology topology, double piece_mb = 0, const std::vector<std::string>& extra = {}) {
+Averaging one_averaging(RingTopology topology, double piece_mb = 0,
+                        const std::vector<std::string>& extra = {}) {
   Averaging a;
   std::string toml = R"(
 name = "avg"
@@ -340,7 +361,8 @@ down_mbps = 100
 latency_ms = 10
 )";
   std::vector<std::string> overrides{
-      std::string("training.allreduce=") + (topology == RingTopology::kMulti ? "multi-ring" : "single-ring"),
+      std::string("training.allreduce=") +
+          (topology == RingTopology::kMulti ? "multi-ring" : "single-ring"),
       "training.ring_piece_mb=" + std::to_string(piece_mb)};
   overrides.insert(overrides.end(), extra.begin(), extra.end());
   auto p = test::prepare(toml, overrides, false);
@@ -349,11 +371,12 @@ latency_ms = 10
   a.S = kFloatBytes * static_cast<double>(p.model.state_offset(p.model.layer_count()));
   for (const auto& st : p.plan.clusters[0].stages)
     a.chunks.push_back(kFloatBytes * static_cast<double>(p.model.state_offset(st.layer_end) -
-                                                        p.model.state_offset(st.layer_begin)));
+                                                         p.model.state_offset(st.layer_begin)));
   simulate(p.scenario, {0, 1, 2, 3, 4, 5}, false, [&](NodeEnv& env, int node) {
     RingAverager avg(env, p.plan, p.model, node, topology, ring_piece_bytes(p.scenario.training));
-    avg.average(at::Tensor(), a.rows, 0, [&] { return env.transport.recv(); },
-                [](Message) { throw Error("unexpected message"); });
+    avg.average(
+        at::Tensor(), a.rows, 0, [&] { return env.transport.recv(); },
+        [](Message) { throw Error("unexpected message"); });
     env.transport.flush();
     a.t = std::max(a.t, env.clock.now());
   });
@@ -365,24 +388,30 @@ latency_ms = 10
 constexpr double kB = 100e6 / 8;  // bytes per second
 constexpr double kLat = 0.020;    // seconds per transfer (two links)
 
-// C = 2: one reduce-scatter round and one all-gather round of half the largest chunk (plus a header).
+// C = 2: one reduce-scatter round and one all-gather round of half the largest chunk (plus a
+// header).
 double multi_ring_alpha_beta(const std::vector<double>& chunks) {
   return 2 * (kLat + (*std::max_element(chunks.begin(), chunks.end()) / 2 + kHeaderBytes) / kB);
 }
 
 }  // namespace
 
-TEST_CASE("one multi-ring averaging of pipeline clusters takes 2(C-1)(latency + chunk/(C B)) for the largest chunk",
-          "[sim][analytic][rings]") {
+TEST_CASE(
+    "one multi-ring averaging of pipeline clusters takes 2(C-1)(latency + chunk/(C B)) for the "
+    "largest chunk",
+    "[sim][analytic][rings]") {
   const Averaging a = one_averaging(RingTopology::kMulti);
   const double expected = multi_ring_alpha_beta(a.chunks);
   INFO("simulated " << a.t << " s, alpha-beta " << expected << " s");
   CHECK(a.t == Approx(expected).epsilon(0.01));
 }
 
-TEST_CASE("averaging Adam's moments with the parameters moves three rows, and the planner charges them",
-          "[sim][analytic][rings]") {
-  const Averaging a = one_averaging(RingTopology::kMulti, 0, {"training.optimizer=adam", "training.average_optimizer_state=true"});
+TEST_CASE(
+    "averaging Adam's moments with the parameters moves three rows, and the planner charges them",
+    "[sim][analytic][rings]") {
+  const Averaging a =
+      one_averaging(RingTopology::kMulti, 0,
+                    {"training.optimizer=adam", "training.average_optimizer_state=true"});
   REQUIRE(a.rows == 3);
   // C = 2: one round each way of half the largest chunk's three rows (plus a header).
   const double largest = *std::max_element(a.chunks.begin(), a.chunks.end());
@@ -391,8 +420,10 @@ TEST_CASE("averaging Adam's moments with the parameters moves three rows, and th
   CHECK(a.t == Approx(expected).epsilon(0.01));
 }
 
-TEST_CASE("a multi-ring averaging in pieces overlaps the pieces' latencies: at most the whole segments' time",
-          "[sim][analytic][rings]") {
+TEST_CASE(
+    "a multi-ring averaging in pieces overlaps the pieces' latencies: at most the whole segments' "
+    "time",
+    "[sim][analytic][rings]") {
   // (One simulation per process: the whole segments' time is the alpha-beta figure, which the
   // test above holds the simulator to.)
   const Averaging pieces = one_averaging(RingTopology::kMulti, 0.5);
@@ -401,13 +432,16 @@ TEST_CASE("a multi-ring averaging in pieces overlaps the pieces' latencies: at m
   CHECK(pieces.t < whole);
 }
 
-TEST_CASE("one single-ring averaging adds collecting at the leaders and handing back: slower than the multi-ring",
-          "[sim][analytic][rings]") {
+TEST_CASE(
+    "one single-ring averaging adds collecting at the leaders and handing back: slower than the "
+    "multi-ring",
+    "[sim][analytic][rings]") {
   const Averaging a = one_averaging(RingTopology::kSingle);
   const double S = a.S, t = a.t;
   const double members = S - a.chunks[0];  // what the leader collects and hands back
   // Collect (members share the leader's down link), the ring over S, hand back (its up link).
-  const double expected = 2 * (kLat + (members + 2 * kHeaderBytes) / kB) + 2 * (kLat + (S / 2 + kHeaderBytes) / kB);
+  const double expected =
+      2 * (kLat + (members + 2 * kHeaderBytes) / kB) + 2 * (kLat + (S / 2 + kHeaderBytes) / kB);
   const double multi = multi_ring_alpha_beta(a.chunks);
   INFO("simulated " << t << " s, alpha-beta " << expected << " s; multi-ring " << multi << " s");
   CHECK(t == Approx(expected).epsilon(0.01));
@@ -469,7 +503,8 @@ latency_ms = 10
     REQUIRE(ends.size() == 3);
     for (size_t k = 0; k < ends.size(); ++k) {
       const double expected = static_cast<double>(k + 1) * (10 * period + averaging);
-      INFO("outer step " << k + 1 << ": simulated " << ends[k] << " s, analytic " << expected << " s");
+      INFO("outer step " << k + 1 << ": simulated " << ends[k] << " s, analytic " << expected
+                         << " s");
       CHECK(ends[k] == Approx(expected).epsilon(0.01));
     }
   }
@@ -477,8 +512,9 @@ latency_ms = 10
 
 }  // namespace
 
-TEST_CASE("diloco: each outer period takes E updates of a whole-model node, then one ring averaging",
-          "[sim][analytic][diloco]") {
+TEST_CASE(
+    "diloco: each outer period takes E updates of a whole-model node, then one ring averaging",
+    "[sim][analytic][diloco]") {
   check_outer_periods("diloco");
 }
 
@@ -535,7 +571,8 @@ std::vector<std::vector<Op>> one_f_one_b(const std::vector<StageTimes>& st, int6
         }
         op.start = ready;
         op.end = ready + (op.backward ? st[s].tb + st[s].tu : st[s].tf);
-        // What the neighbour waits for: a forward's output, a backward's gradient (before the update).
+        // What the neighbour waits for: a forward's output, a backward's gradient (before the
+        // update).
         done[s][{op.backward, op.mb}] = op.backward ? ready + st[s].tb : op.end;
         free_at[s] = op.end;
         ++next[s];
@@ -552,12 +589,15 @@ std::vector<std::vector<Op>> simulated_ops(const SimResult& r, int stages) {
   std::vector<std::vector<Op>> ops(stages);
   for (const Event& e : r.events) {
     if (e.cluster != 0 || e.micro_batch < 0) continue;
-    if (e.kind == EventKind::kForward) ops[e.stage].push_back({false, e.micro_batch, e.start, e.end});
-    if (e.kind == EventKind::kBackward) ops[e.stage].push_back({true, e.micro_batch, e.start, e.end});
+    if (e.kind == EventKind::kForward)
+      ops[e.stage].push_back({false, e.micro_batch, e.start, e.end});
+    if (e.kind == EventKind::kBackward)
+      ops[e.stage].push_back({true, e.micro_batch, e.start, e.end});
     if (e.kind == EventKind::kUpdate) ops[e.stage].back().end = e.end;
   }
   for (auto& s : ops)
-    std::stable_sort(s.begin(), s.end(), [](const Op& a, const Op& b) { return a.start < b.start; });
+    std::stable_sort(s.begin(), s.end(),
+                     [](const Op& a, const Op& b) { return a.start < b.start; });
   return ops;
 }
 
@@ -568,8 +608,9 @@ constexpr int64_t kMicroBatches = 12;
 TEST_CASE("pipedream runs the 1F1B schedule: every forward and backward when the recurrence says",
           "[sim][analytic][pipedream]") {
   // Four stages of unequal times (2 and 0.5 TFLOPS / 100, so that transfers are negligible).
-  auto p = test::prepare(pipeline_scenario("pipedream", "0.02,0.005"),
-                         {"training.steps=" + std::to_string(kMicroBatches), "training.eval_every=0"}, false);
+  auto p = test::prepare(
+      pipeline_scenario("pipedream", "0.02,0.005"),
+      {"training.steps=" + std::to_string(kMicroBatches), "training.eval_every=0"}, false);
   const SimResult r = run_simulation(p.spec());
   const auto expected = one_f_one_b(stage_times(p, effective_training(p.scenario)), kMicroBatches);
   const auto got = simulated_ops(r, 4);
@@ -578,9 +619,9 @@ TEST_CASE("pipedream runs the 1F1B schedule: every forward and backward when the
     for (size_t i = 0; i < got[s].size(); ++i) {
       const Op& g = got[s][i];
       const Op& x = expected[s][i];
-      INFO("stage " << s << " op " << i << ": " << (x.backward ? "B" : "F") << x.mb << " expected at " << x.start
-                    << ".." << x.end << ", simulated " << (g.backward ? "B" : "F") << g.mb << " at " << g.start
-                    << ".." << g.end);
+      INFO("stage " << s << " op " << i << ": " << (x.backward ? "B" : "F") << x.mb
+                    << " expected at " << x.start << ".." << x.end << ", simulated "
+                    << (g.backward ? "B" : "F") << g.mb << " at " << g.start << ".." << g.end);
       CHECK(g.backward == x.backward);
       CHECK(g.mb == x.mb);
       CHECK(g.start == Approx(x.start).epsilon(1e-3).margin(1e-6));
@@ -591,10 +632,11 @@ TEST_CASE("pipedream runs the 1F1B schedule: every forward and backward when the
 
 TEST_CASE("ravnest's backward-first stages fill the bubbles that 1F1B leaves on the middle stages",
           "[sim][analytic][pipedream]") {
-  // The same pipeline under ravnest (at most 4 micro-batches in flight, as pipedream's first stage).
+  // The same pipeline under ravnest (at most 4 micro-batches in flight, as pipedream's first
+  // stage).
   auto p = test::prepare(pipeline_scenario("ravnest", "0.02,0.005"),
-                         {"training.steps=" + std::to_string(kMicroBatches), "training.eval_every=0",
-                          "training.max_in_flight=4"},
+                         {"training.steps=" + std::to_string(kMicroBatches),
+                          "training.eval_every=0", "training.max_in_flight=4"},
                          false);
   const SimResult r = run_simulation(p.spec());
   const auto one_f = one_f_one_b(stage_times(p, effective_training(p.scenario)), kMicroBatches);
@@ -616,13 +658,16 @@ TEST_CASE("ravnest's backward-first stages fill the bubbles that 1F1B leaves on 
     for (size_t i = 0; i < b; ++i) busy += ops[i].end - ops[i].start;
     return ops[b].start - ops.front().start - busy;
   };
-  INFO("stage 1 idle before its first backward: 1F1B " << idle_before_first_backward(one_f[1]) << " s, ravnest "
-                                                        << idle_before_first_backward(got[1]) << " s");
+  INFO("stage 1 idle before its first backward: 1F1B "
+       << idle_before_first_backward(one_f[1]) << " s, ravnest "
+       << idle_before_first_backward(got[1]) << " s");
   CHECK(idle_before_first_backward(got[1]) < idle_before_first_backward(one_f[1]) - 1e-4);
 }
 
-TEST_CASE("dedloc's butterfly all-reduce of equal peers takes the programme's time per byte plus two transfers' latency",
-          "[sim][analytic][dedloc]") {
+TEST_CASE(
+    "dedloc's butterfly all-reduce of equal peers takes the programme's time per byte plus two "
+    "transfers' latency",
+    "[sim][analytic][dedloc]") {
   // Three equal PCs: equal shares; each phase moves 2/3 of the vector up and down every link
   // (two parts of S / 3, each at half the link), so the two take (4/3) S / B = T S, each after
   // one transfer's latency (two links of 10 ms).
@@ -661,8 +706,8 @@ latency_ms = 10
   for (const Event& e : r.events) {
     if (e.kind != EventKind::kAverage) continue;
     ++spans;
-    INFO("node " << e.node << " step " << e.step << ": simulated " << e.end - e.start << " s, analytic " << expected
-                 << " s");
+    INFO("node " << e.node << " step " << e.step << ": simulated " << e.end - e.start
+                 << " s, analytic " << expected << " s");
     CHECK(e.end - e.start == Approx(expected).epsilon(0.01));
   }
   CHECK(spans == 3 * 3);

@@ -20,7 +20,8 @@ namespace {
 // Node 0 is host "a", nodes 1 and 2 hosts "b-0" and "b-1" of tests/data/lab_platform.xml.
 std::string lab(const std::string& platform = "lab_platform.xml") {
   return "name = \"lab\"\n[network]\nmodel = \"ideal\"\nplatform = \"" + platform +
-         "\"\n[[devices]]\nname = \"a\"\ntflops = 0.002\n[[devices]]\nname = \"b\"\ncount = 2\ntflops = 0.004\n";
+         "\"\n[[devices]]\nname = \"a\"\ntflops = 0.002\n[[devices]]\nname = \"b\"\ncount = "
+         "2\ntflops = 0.004\n";
 }
 
 Scenario lab_scenario(const std::string& platform = "lab_platform.xml") {
@@ -65,8 +66,9 @@ TEST_CASE("a platform file's routes carry the messages: latency plus bytes over 
   CHECK(arrived[2] == Approx(0.020 + 2.0 * bytes / 10e6).epsilon(1e-6));
 }
 
-TEST_CASE("on a platform file's host a unit of work takes the device model's time, not the host's speed",
-          "[sim][platform]") {
+TEST_CASE(
+    "on a platform file's host a unit of work takes the device model's time, not the host's speed",
+    "[sim][platform]") {
   const Scenario s = lab_scenario();
   Work w;
   w.add(OpKind::kMatmul, Pass::kForward, 1e9, 1e6, 3);
@@ -84,7 +86,8 @@ TEST_CASE("on a platform file's host a unit of work takes the device model's tim
 
 // On the scenario's own platform a unit of work is one sleep of the modeled time (sim/sim_env.h):
 // exactly time_of, one unit after another, on every node at once.
-TEST_CASE("on the scenario's own platform a unit of work takes exactly the device model's time", "[sim]") {
+TEST_CASE("on the scenario's own platform a unit of work takes exactly the device model's time",
+          "[sim]") {
   const Scenario s = parse_scenario(
       "name = \"own\"\n[network]\nmodel = \"ideal\"\n[[devices]]\nname = \"a\"\ntflops = 0.0023\n"
       "[[devices]]\nname = \"b\"\ncount = 2\ntflops = 0.0037\n",
@@ -110,51 +113,62 @@ TEST_CASE("a platform file that lacks a node's host or cannot be read is refused
           "[sim][platform]") {
   Scenario s = lab_scenario();
   s.devices[1].count = 3;  // b-2 is not in the file
-  CHECK_THAT(refusal(s, {}), Catch::Contains("network.platform") && Catch::Contains("no host named \"b-2\""));
-  const std::string broken = (std::filesystem::temp_directory_path() / "rv-broken-platform.xml").string();
+  CHECK_THAT(refusal(s, {}),
+             Catch::Contains("network.platform") && Catch::Contains("no host named \"b-2\""));
+  const std::string broken =
+      (std::filesystem::temp_directory_path() / "rv-broken-platform.xml").string();
   {
     std::ofstream f(broken);
     f << "<platform version=\"4.1\"><zone id=\"z\" routing=\"Full\"><host id=\"a\"";
   }
   Scenario b = lab_scenario(broken);
-  CHECK_THAT(refusal(b, {}), Catch::Contains("network.platform") && Catch::Contains("cannot load it"));
+  CHECK_THAT(refusal(b, {}),
+             Catch::Contains("network.platform") && Catch::Contains("cannot load it"));
   std::filesystem::remove(broken);
-  CHECK_THROWS_WITH(lab_scenario("missing.xml"), Catch::Contains("network.platform") && Catch::Contains("no such file"));
+  CHECK_THROWS_WITH(lab_scenario("missing.xml"),
+                    Catch::Contains("network.platform") && Catch::Contains("no such file"));
   const std::string regions =
-      "name = \"lab\"\n[network]\ntopology = \"regions\"\nplatform = \"lab_platform.xml\"\n[[network.link]]\n"
+      "name = \"lab\"\n[network]\ntopology = \"regions\"\nplatform = "
+      "\"lab_platform.xml\"\n[[network.link]]\n"
       "a = \"x\"\nb = \"y\"\n[[devices]]\nregion = \"x\"\n[[devices]]\nregion = \"y\"\n";
   CHECK_THROWS_WITH(parse_scenario(regions, test::source_path("tests/data/lab.toml")),
                     Catch::Contains("network.platform") && Catch::Contains("star"));
 }
 
-TEST_CASE("SimGrid's cfg and log options reach the engine and a bad one is refused before the run", "[sim][engine]") {
+TEST_CASE("SimGrid's cfg and log options reach the engine and a bad one is refused before the run",
+          "[sim][engine]") {
   const Scenario s = lab_scenario();
-  CHECK_THAT(refusal(s, {{"nonsense/key:1"}, {}}), Catch::Contains("--cfg=nonsense/key:1") && Catch::Contains("Bad config key"));
-  CHECK_THAT(refusal(s, {{"network/TCP-gamma:many"}, {}}), Catch::Contains("--cfg=network/TCP-gamma:many"));
+  CHECK_THAT(refusal(s, {{"nonsense/key:1"}, {}}),
+             Catch::Contains("--cfg=nonsense/key:1") && Catch::Contains("Bad config key"));
+  CHECK_THAT(refusal(s, {{"network/TCP-gamma:many"}, {}}),
+             Catch::Contains("--cfg=network/TCP-gamma:many"));
   // SimGrid ends the process on these; the child it runs in says why.
   CHECK_THAT(refusal(s, {{"contexts/factory:none-such"}, {}}), Catch::Contains("valid factory"));
   CHECK_THAT(refusal(s, {{}, {"root.thresh:loud"}}), Catch::Contains("--log=root.thresh:loud"));
   CHECK_THAT(refusal(s, {{"network/model:CM02"}, {}}), Catch::Contains("network.model"));
   CHECK_THAT(refusal(s, {{"no-colon"}, {}}), Catch::Contains("name:value"));
-  CHECK_NOTHROW(preflight(s, {{"network/TCP-gamma:1e6", "contexts/stack-size:16384"}, {"root.thresh:critical"}}));
-  // A --cfg is in force in the run: TCP's window over a route of 20 ms caps a flow at gamma / 40 ms.
+  CHECK_NOTHROW(preflight(
+      s, {{"network/TCP-gamma:1e6", "contexts/stack-size:16384"}, {"root.thresh:critical"}}));
+  // A --cfg is in force in the run: TCP's window over a route of 20 ms caps a flow at gamma / 40
+  // ms.
   Scenario lv = s;
   const Bytes bytes = 1'000'000;
   Seconds arrived = -1;
-  simulate(lv, {0, 1}, false,
-           [&](NodeEnv& env, int node) {
-             if (node == 0) {
-               Message m;
-               m.kind = MsgKind::kForward;
-               m.bytes = bytes;
-               env.transport.send(1, std::move(m));
-               env.transport.flush();
-             } else {
-               env.transport.recv();
-               arrived = env.clock.now();
-             }
-           },
-           nullptr, {}, EngineOptions{{"network/TCP-gamma:100000"}, {}});
+  simulate(
+      lv, {0, 1}, false,
+      [&](NodeEnv& env, int node) {
+        if (node == 0) {
+          Message m;
+          m.kind = MsgKind::kForward;
+          m.bytes = bytes;
+          env.transport.send(1, std::move(m));
+          env.transport.flush();
+        } else {
+          env.transport.recv();
+          arrived = env.clock.now();
+        }
+      },
+      nullptr, {}, EngineOptions{{"network/TCP-gamma:100000"}, {}});
   // 100 kB / (2 x 20 ms) = 2.5 MB/s, below the link's 10 MB/s.
   CHECK(arrived == Approx(0.020 + bytes / 2.5e6).epsilon(1e-3));
 }

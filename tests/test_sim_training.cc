@@ -1,11 +1,10 @@
 // Training in the simulator with real maths: the ravnest pipeline learns Fashion-MNIST.
-#include "catch.h"
+#include <nlohmann/json.hpp>
 
+#include "catch.h"
 #include "core/output/run_output.h"
 #include "sim/sim_runner.h"
 #include "test_support.h"
-
-#include <nlohmann/json.hpp>
 
 using namespace rv;
 

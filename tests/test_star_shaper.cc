@@ -107,7 +107,8 @@ TEST_CASE("a flow held back by a slow receiver leaves the rest of the uplink to 
 // Regions (core/network/links.h): node 0 and 1 in region a, node 2 and 3 in region b, a link each
 // way between a and b of 10 Mbit/s and 40 ms.
 static NetworkLinks two_regions() {
-  NetworkLinks links({mbps(100, 100, 5), mbps(100, 100, 5), mbps(100, 100, 10), mbps(100, 100, 10)});
+  NetworkLinks links(
+      {mbps(100, 100, 5), mbps(100, 100, 5), mbps(100, 100, 10), mbps(100, 100, 10)});
   links.region = {0, 0, 1, 1};
   links.regions = 2;
   links.region_names = {"a", "b"};
@@ -116,8 +117,9 @@ static NetworkLinks two_regions() {
   return links;
 }
 
-TEST_CASE("a message between regions takes the three links' latency plus its bytes over the slowest",
-          "[emu]") {
+TEST_CASE(
+    "a message between regions takes the three links' latency plus its bytes over the slowest",
+    "[emu]") {
   const NetworkLinks links = two_regions();
   const Bytes bytes = 1'000'000;
   const std::vector<Seconds> t = emulate(links, {{0, 0, 2, bytes}, {0, 1, 0, bytes}});
@@ -126,11 +128,13 @@ TEST_CASE("a message between regions takes the three links' latency plus its byt
   CHECK(t[1] == Approx(0.010 + bytes / (100 * kMbpsToBytesPerSecond)).epsilon(1e-9));
 }
 
-TEST_CASE("flows between two regions share the link between them, each direction its own", "[emu]") {
+TEST_CASE("flows between two regions share the link between them, each direction its own",
+          "[emu]") {
   const NetworkLinks links = two_regions();
   const Bytes bytes = 1'000'000;
   // 0 -> 2 and 1 -> 3 share a -> b (5 Mbit/s each); 2 -> 0 has b -> a to itself.
-  const std::vector<Seconds> t = emulate(links, {{0, 0, 2, bytes}, {0, 1, 3, bytes}, {0, 2, 0, bytes}});
+  const std::vector<Seconds> t =
+      emulate(links, {{0, 0, 2, bytes}, {0, 1, 3, bytes}, {0, 2, 0, bytes}});
   const Seconds latency = 0.005 + 0.040 + 0.010;
   CHECK(t[0] == Approx(latency + bytes / (5 * kMbpsToBytesPerSecond)).epsilon(1e-9));
   CHECK(t[1] == Approx(latency + bytes / (5 * kMbpsToBytesPerSecond)).epsilon(1e-9));
@@ -166,9 +170,10 @@ void check_trace(const std::string& network, bool regions = false,
     if (regions) toml += "region = \"r" + std::to_string(i % 3) + "\"\n";
   }
   if (regions)
-    toml += "[[network.link]]\na = \"r0\"\nb = \"r1\"\nlatency_ms = 35\nmbps = 60\n"
-            "[[network.link]]\na = \"r1\"\nb = \"r2\"\nlatency_ms = 0\nmbps = 150\n"
-            "[[network.link]]\na = \"r0\"\nb = \"r2\"\nlatency_ms = 80\nmbps = 25\n";
+    toml +=
+        "[[network.link]]\na = \"r0\"\nb = \"r1\"\nlatency_ms = 35\nmbps = 60\n"
+        "[[network.link]]\na = \"r1\"\nb = \"r2\"\nlatency_ms = 0\nmbps = 150\n"
+        "[[network.link]]\na = \"r0\"\nb = \"r2\"\nlatency_ms = 80\nmbps = 25\n";
   const Scenario s = parse_scenario(toml, "trace.toml");
   const NetworkLinks links = links_of(s);
   std::vector<Send> sends;
@@ -230,7 +235,8 @@ void check_trace(const std::string& network, bool regions = false,
   const auto total = static_cast<int64_t>(sends.size());
   CHECK(SimNetwork::kernel_messages() + SimNetwork::carrier_messages() == total);
   if (kernel_transfers == 0) CHECK(SimNetwork::kernel_messages() == 0);
-  if (kernel_transfers >= static_cast<int>(sends.size())) CHECK(SimNetwork::carrier_messages() == 0);
+  if (kernel_transfers >= static_cast<int>(sends.size()))
+    CHECK(SimNetwork::carrier_messages() == 0);
   if (kernel_transfers > 0 && kernel_transfers < 10) {
     CHECK(SimNetwork::kernel_messages() >= 10);
     CHECK(SimNetwork::carrier_messages() >= 10);
@@ -256,7 +262,8 @@ TEST_CASE("a trace through the emulator gets the simulator's delivery times (ide
   check_trace("model = \"ideal\"");
 }
 
-TEST_CASE("a trace through the emulator gets the simulator's delivery times (regions)", "[emu][sim]") {
+TEST_CASE("a trace through the emulator gets the simulator's delivery times (regions)",
+          "[emu][sim]") {
   check_trace("topology = \"regions\"\nmodel = \"ideal\"\nlatency_factor = 1.5", true);
 }
 

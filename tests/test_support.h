@@ -30,10 +30,13 @@ inline Prepared prepare(const std::string& toml, const std::vector<std::string>&
   p.scenario = parse_scenario(toml, "test.toml", overrides);
   p.model = build_model(p.scenario);
   p.plan = make_plan(p.scenario, p.model);
-  if (load_data && p.scenario.sim.mode == "numeric") p.data = load_dataset(p.scenario.data, p.scenario.seed);
+  if (load_data && p.scenario.sim.mode == "numeric")
+    p.data = load_dataset(p.scenario.data, p.scenario.seed);
   return p;
 }
 
-inline std::string source_path(const std::string& rel) { return std::string(RV_SOURCE_DIR) + "/" + rel; }
+inline std::string source_path(const std::string& rel) {
+  return std::string(RV_SOURCE_DIR) + "/" + rel;
+}
 
 }  // namespace rv::test

@@ -19,11 +19,11 @@ BoundInputs four_clusters() { return BoundInputs{10, 2, 4, 8, 3, 4, 5, 0.01, 100
 
 TEST_CASE("the bound's terms and condition, by hand", "[theory]") {
   const Bound b = convergence_bound(four_clusters());
-  CHECK(b.optimisation == Approx(2.0).epsilon(1e-12));   // 2 * 10 / (0.01 * 1000)
-  CHECK(b.noise == Approx(0.0025).epsilon(1e-12));       // 2 * 0.01 * 4 / (4 * 8)
-  CHECK(b.delay == Approx(0.0068).epsilon(1e-12));       // 4 * 1e-4 * (2 * 9 + 4 * 4) * 4 / 8
+  CHECK(b.optimisation == Approx(2.0).epsilon(1e-12));  // 2 * 10 / (0.01 * 1000)
+  CHECK(b.noise == Approx(0.0025).epsilon(1e-12));      // 2 * 0.01 * 4 / (4 * 8)
+  CHECK(b.delay == Approx(0.0068).epsilon(1e-12));      // 4 * 1e-4 * (2 * 9 + 4 * 4) * 4 / 8
   CHECK(b.value == Approx(2.0093).epsilon(1e-12));
-  CHECK(b.condition == Approx(0.0528).epsilon(1e-12));   // 0.02 + 4e-4 * (18 + 4 * 16)
+  CHECK(b.condition == Approx(0.0528).epsilon(1e-12));  // 0.02 + 4e-4 * (18 + 4 * 16)
   CHECK(b.holds);
 
   // One cluster: a = 1, κ = 0 whatever H; here the condition fails.
@@ -62,12 +62,14 @@ TEST_CASE("step sizes: the largest that meets the condition, the best for the bo
   // 2 L Δ C (a T² + 4 κ) / K.
   in.lr = eta;
   const Bound b = convergence_bound(in);
-  CHECK(b.optimisation + b.noise == Approx(2 * std::sqrt(2.0 * 10 * 2 * 4 / (4.0 * 8 * 1e6))).epsilon(1e-12));
+  CHECK(b.optimisation + b.noise ==
+        Approx(2 * std::sqrt(2.0 * 10 * 2 * 4 / (4.0 * 8 * 1e6))).epsilon(1e-12));
   CHECK(b.delay == Approx(2.0 * 2 * 10 * 4 * 34 / 1e6).epsilon(1e-12));
   CHECK(b.holds);
 }
 
-TEST_CASE("the bound falls as 1/sqrt(C N K) at the best step, with linear speedup in C", "[theory]") {
+TEST_CASE("the bound falls as 1/sqrt(C N K) at the best step, with linear speedup in C",
+          "[theory]") {
   BoundInputs in = four_clusters();
   in.staleness = 1;
   in.updates = 100000000;

@@ -37,13 +37,17 @@ std::string dotted(size_t n) { return "a" + repeat(".a", n - 1); }
 TEST_CASE("keys and headers of more parts than the limit are refused, naming the line") {
   const int max = TomlLimits().max_key_parts;
   CHECK(refusal("x = 1\n[" + dotted(max) + "]\ny = 2\n").empty());
-  CHECK_THAT(refusal("x = 1\n[" + dotted(max + 1) + "]\n"), Catch::Matchers::StartsWith("f.toml:2: a key of more than"));
-  CHECK_THAT(refusal("\n\n[[" + dotted(max + 1) + "]]\n"), Catch::Matchers::StartsWith("f.toml:3: "));
+  CHECK_THAT(refusal("x = 1\n[" + dotted(max + 1) + "]\n"),
+             Catch::Matchers::StartsWith("f.toml:2: a key of more than"));
+  CHECK_THAT(refusal("\n\n[[" + dotted(max + 1) + "]]\n"),
+             Catch::Matchers::StartsWith("f.toml:3: "));
   CHECK(refusal(dotted(max) + " = 1\n").empty());
-  CHECK_THAT(refusal(dotted(max + 1) + " = 1\n"), Catch::Matchers::StartsWith("f.toml:1: a key of more than"));
+  CHECK_THAT(refusal(dotted(max + 1) + " = 1\n"),
+             Catch::Matchers::StartsWith("f.toml:1: a key of more than"));
   // Keys inside inline tables, after '{' and after ','.
   CHECK(refusal("t = { " + dotted(max) + " = 1, b = 2 }\n").empty());
-  CHECK_THAT(refusal("t = { b = 1, " + dotted(max + 1) + " = 2 }\n"), Catch::Matchers::StartsWith("f.toml:1: a key of"));
+  CHECK_THAT(refusal("t = { b = 1, " + dotted(max + 1) + " = 2 }\n"),
+             Catch::Matchers::StartsWith("f.toml:1: a key of"));
   // Dots inside quoted keys are one part.
   CHECK(refusal("\"" + repeat("a.", 100) + "\" = 1\n").empty());
   CHECK(refusal("[x.'" + repeat("a.", 100) + "']\n").empty());
@@ -59,7 +63,8 @@ TEST_CASE("arrays and inline tables nested past the limit are refused") {
   CHECK_THAT(refusal("a = 1\nb = " + repeat("{ c = ", max + 1) + "1" + repeat("}", max + 1) + "\n"),
              Catch::Matchers::StartsWith("f.toml:2: "));
   // Arrays span lines; the line named is the one where the limit is passed.
-  CHECK_THAT(refusal("a = [\n" + repeat("[\n", max) + "]\n"), Catch::Matchers::StartsWith("f.toml:" + std::to_string(max + 1) + ": "));
+  CHECK_THAT(refusal("a = [\n" + repeat("[\n", max) + "]\n"),
+             Catch::Matchers::StartsWith("f.toml:" + std::to_string(max + 1) + ": "));
   // Brackets in strings and comments are text.
   CHECK(refusal("a = \"" + repeat("[", 1000) + "\"  # " + repeat("{", 1000) + "\n").empty());
   CHECK(refusal("a = '''\n" + repeat("[{", 1000) + "\n'''\nb = 1\n").empty());
@@ -72,16 +77,21 @@ TEST_CASE("strings, arrays and files past their limits are refused") {
   small.max_array_elements = 10;
   small.max_bytes = 1000;
   CHECK(refusal("a = \"" + repeat("x", 98) + "\"\n", small).empty());
-  CHECK_THAT(refusal("a = 1\n\nb = \"" + repeat("x", 99) + "\"\n", small), Catch::Matchers::StartsWith("f.toml:3: a string of more than 100"));
+  CHECK_THAT(refusal("a = 1\n\nb = \"" + repeat("x", 99) + "\"\n", small),
+             Catch::Matchers::StartsWith("f.toml:3: a string of more than 100"));
   // A multi-line string is named at its first line.
-  CHECK_THAT(refusal("a = '''\n" + repeat("y\n", 60) + "'''\n", small), Catch::Matchers::StartsWith("f.toml:1: a string"));
+  CHECK_THAT(refusal("a = '''\n" + repeat("y\n", 60) + "'''\n", small),
+             Catch::Matchers::StartsWith("f.toml:1: a string"));
   CHECK(refusal("a = [" + repeat("1, ", 9) + "1]\n", small).empty());
   CHECK(refusal("a = [\n" + repeat("  \"x\",  # c,\n", 10) + "]\n", small).empty());
-  CHECK_THAT(refusal("a = [" + repeat("1, ", 10) + "1]\n", small), Catch::Matchers::StartsWith("f.toml:1: an array of more than 10"));
-  CHECK_THAT(refusal("a = [" + repeat("[], ", 10) + "[]]\n", small), Catch::Matchers::StartsWith("f.toml:1: an array"));
+  CHECK_THAT(refusal("a = [" + repeat("1, ", 10) + "1]\n", small),
+             Catch::Matchers::StartsWith("f.toml:1: an array of more than 10"));
+  CHECK_THAT(refusal("a = [" + repeat("[], ", 10) + "[]]\n", small),
+             Catch::Matchers::StartsWith("f.toml:1: an array"));
   // Elements of inner arrays count for their own array.
   CHECK(refusal("a = [" + repeat("[1, 2, 3, 4, 5, 6], ", 9) + "[]]\n", small).empty());
-  CHECK_THAT(refusal(repeat("# padding\n", 101), small), Catch::Matchers::StartsWith("f.toml: the file has 1010 bytes"));
+  CHECK_THAT(refusal(repeat("# padding\n", 101), small),
+             Catch::Matchers::StartsWith("f.toml: the file has 1010 bytes"));
 }
 
 TEST_CASE("parse_toml names the line of a syntax error and parses what passes") {
@@ -99,7 +109,8 @@ TEST_CASE("parse_toml names the line of a syntax error and parses what passes") 
 TEST_CASE("every shipped scenario and profile is within the limits") {
   int files = 0;
   for (const char* folder : {"scenarios", "profiles"}) {
-    for (const auto& e : std::filesystem::recursive_directory_iterator(std::filesystem::path(RV_SOURCE_DIR) / folder)) {
+    for (const auto& e : std::filesystem::recursive_directory_iterator(
+             std::filesystem::path(RV_SOURCE_DIR) / folder)) {
       if (e.path().extension() != ".toml") continue;
       std::ifstream in(e.path());
       std::stringstream ss;

@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "catch.h"
 #include "core/data/dataset.h"
@@ -60,7 +60,8 @@ TEST_CASE("a transformer's parameter count is GPT-2's, its head untied", "[trans
   // GPT-3 XL's shape (24 x 2048, d_ff 8192): 1.3 billion parameters with a 32,000-token vocabulary.
   ModelSpec xl = gpt(24, 2048, 16, 8192);
   const ModelDesc x = build_model(xl, {1024}, 32000);
-  CHECK(x.total_params() == 1024 * 2048 + 32000 * 2048 + 24 * (12 * 2048 * 2048 + 13 * 2048) + 2 * 2048 + 2048 * 32000);
+  CHECK(x.total_params() ==
+        1024 * 2048 + 32000 * 2048 + 24 * (12 * 2048 * 2048 + 13 * 2048) + 2 * 2048 + 2048 * 32000);
   CHECK(x.total_params() > 1'300'000'000);
   CHECK(x.total_params() < 1'400'000'000);
 }
@@ -78,13 +79,16 @@ TEST_CASE("a transformer stage holds the parameters its profile counts", "[trans
     for (size_t i = 0; i < elems.size(); ++i) CHECK(s.params()[i].numel() == elems[i]);
   }
   StageModule whole(d, 0, d.layer_count(), 5);
-  const at::Tensor y = whole.forward(at::randint(7, {4, 10}, at::kLong), whole.params(), false, 0, false);
+  const at::Tensor y =
+      whole.forward(at::randint(7, {4, 10}, at::kLong), whole.params(), false, 0, false);
   CHECK(y.sizes() == at::IntArrayRef({4, 10, 7}));
   CHECK(d.outputs == 10 * 7);
 }
 
-TEST_CASE("a block's flops are its matmuls and attention's products, its activations quadratic in the tokens",
-          "[transformer][model]") {
+TEST_CASE(
+    "a block's flops are its matmuls and attention's products, its activations quadratic in the "
+    "tokens",
+    "[transformer][model]") {
   const int64_t D = 64, H = 4, F = 256;
   auto block = [&](int64_t t) { return build_model(gpt(1, D, H, F), {t}, 11).profile[1]; };
   for (int64_t t : {8, 32, 128}) {
@@ -107,7 +111,8 @@ TEST_CASE("a block's flops are its matmuls and attention's products, its activat
   ModelSpec huge = gpt(1, 64, 1 << 16);
   huge.d_model = 1 << 16;
   CHECK_THROWS_AS(build_model(huge, {1 << 16}, 11), InputError);
-  // The model's work lists every kernel group, forward and backward (matmuls twice: weights and input).
+  // The model's work lists every kernel group, forward and backward (matmuls twice: weights and
+  // input).
   const ModelDesc d = build_model(gpt(2, D, H, F), {16}, 11);
   const Work fw = d.forward_work(1, 2, 8), bw = d.backward_work(1, 2, 8);
   double fw_mm = 0, bw_mm = 0;
@@ -120,19 +125,22 @@ TEST_CASE("a block's flops are its matmuls and attention's products, its activat
   CHECK(fw.total_flops() == Approx(8 * d.forward_flops(1, 2)));
 }
 
-TEST_CASE("a transformer's outputs at a position do not depend on later tokens", "[transformer][model]") {
+TEST_CASE("a transformer's outputs at a position do not depend on later tokens",
+          "[transformer][model]") {
   const ModelDesc d = build_model(gpt(2, 32, 4), {12}, 9);
   StageModule s(d, 0, d.layer_count(), 11);
   at::Tensor a = at::randint(9, {2, 12}, at::kLong);
   at::Tensor b = a.clone();
   b.narrow(1, 7, 5).random_(0, 9);
   b[0][7] = (a[0][7].item<int64_t>() + 1) % 9;  // position 7 surely differs
-  const at::Tensor ya = s.forward(a, s.params(), false, 0, false), yb = s.forward(b, s.params(), false, 0, false);
+  const at::Tensor ya = s.forward(a, s.params(), false, 0, false),
+                   yb = s.forward(b, s.params(), false, 0, false);
   CHECK(at::allclose(ya.narrow(1, 0, 7), yb.narrow(1, 0, 7), 1e-5, 1e-6));
   CHECK_FALSE(at::allclose(ya.narrow(1, 7, 1), yb.narrow(1, 7, 1), 1e-5, 1e-6));
 }
 
-TEST_CASE("a transformer cut into stages computes what the whole model computes", "[transformer][model]") {
+TEST_CASE("a transformer cut into stages computes what the whole model computes",
+          "[transformer][model]") {
   ModelSpec m = gpt(3, 32, 2);
   m.dropout = 0.2;
   const ModelDesc d = build_model(m, {9}, 5);
@@ -150,14 +158,21 @@ TEST_CASE("a transformer cut into stages computes what the whole model computes"
   }
 }
 
-TEST_CASE("a transformer and token data go together, or the scenario is refused", "[transformer][model]") {
+TEST_CASE("a transformer and token data go together, or the scenario is refused",
+          "[transformer][model]") {
   const std::string base = "name = \"m\"\n[[devices]]\ncount = 2\n";
-  CHECK_THROWS_AS(build_model(parse_scenario(base, "m.toml", {"model.kind=\"transformer\"", "data.kind=\"digits\""})),
+  CHECK_THROWS_AS(build_model(parse_scenario(
+                      base, "m.toml", {"model.kind=\"transformer\"", "data.kind=\"digits\""})),
                   ScenarioError);
-  CHECK_THROWS_AS(build_model(parse_scenario(base, "m.toml", {"model.kind=\"transformer\"", "data.kind=\"regression\""})),
+  CHECK_THROWS_AS(build_model(parse_scenario(
+                      base, "m.toml", {"model.kind=\"transformer\"", "data.kind=\"regression\""})),
                   ScenarioError);
-  CHECK_THROWS_AS(build_model(parse_scenario(base, "m.toml", {"model.kind=\"mlp\"", "data.kind=\"sort\""})), ScenarioError);
-  CHECK(build_model(parse_scenario(base, "m.toml", {"model.kind=\"transformer\"", "data.kind=\"sort\""})).input_vocab == 3);
+  CHECK_THROWS_AS(
+      build_model(parse_scenario(base, "m.toml", {"model.kind=\"mlp\"", "data.kind=\"sort\""})),
+      ScenarioError);
+  CHECK(build_model(
+            parse_scenario(base, "m.toml", {"model.kind=\"transformer\"", "data.kind=\"sort\""}))
+            .input_vocab == 3);
 }
 
 TEST_CASE("a transformer needs token data and sizes that fit", "[transformer][model]") {
@@ -169,11 +184,12 @@ TEST_CASE("a transformer needs token data and sizes that fit", "[transformer][mo
   m.seq_len = 0;
   m.vocab = 5;
   CHECK_THROWS_AS(build_model(m, {8}, 10), InputError);  // 5 ids for 10
-  m.vocab = 16;  // more than the data's: fine
+  m.vocab = 16;                                          // more than the data's: fine
   CHECK(build_model(m, {8}, 10).outputs == 8 * 16);
 }
 
-TEST_CASE("the next-token task scores the positions that count, per sample", "[transformer][task]") {
+TEST_CASE("the next-token task scores the positions that count, per sample",
+          "[transformer][task]") {
   const Task& t = task_for(TaskKind::kNextToken);
   CHECK(t.has_accuracy());
   at::Tensor out = at::randn({2, 3, 4});
@@ -185,7 +201,8 @@ TEST_CASE("the next-token task scores the positions that count, per sample", "[t
   const LossResult r = t.loss_and_grad(out, y);
   CHECK(r.loss == Approx((l00 + l01 + l02 + l10 + l11) / 4).epsilon(1e-6));
   CHECK(r.grad_input.sizes() == out.sizes());
-  CHECK(r.grad_input[0][0].abs().sum().item<double>() == 0.0);  // an ignored position gets no gradient
+  CHECK(r.grad_input[0][0].abs().sum().item<double>() ==
+        0.0);  // an ignored position gets no gradient
   const Score s = t.score(out, y);
   CHECK(s.loss_sum == Approx((l01 + l02) / 2 + (l10 + l11) / 2).epsilon(1e-6));
   // Accuracy: each sample's share of its scored positions predicted right.
@@ -197,7 +214,8 @@ TEST_CASE("the next-token task scores the positions that count, per sample", "[t
   CHECK(t.score(sure, y).correct == Approx(0.5 + 1.0));
 }
 
-TEST_CASE("the sort data is minGPT's task, with no test sequence in the training set", "[transformer][data]") {
+TEST_CASE("the sort data is minGPT's task, with no test sequence in the training set",
+          "[transformer][data]") {
   DataSpec spec;
   spec.kind = "sort";
   spec.length = 5;
@@ -222,10 +240,12 @@ TEST_CASE("the sort data is minGPT's task, with no test sequence in the training
     train_seqs.insert(v);
     std::sort(v.begin(), v.end());
     for (int64_t k = 0; k < 4; ++k) {
-      CHECK(d.train_x[i][5 + k].item<int64_t>() == v[static_cast<size_t>(k)]);  // the sorted half, but its last
-      CHECK(d.train_y[i][k].item<int64_t>() == -1);                             // the unsorted half is not scored
+      CHECK(d.train_x[i][5 + k].item<int64_t>() ==
+            v[static_cast<size_t>(k)]);              // the sorted half, but its last
+      CHECK(d.train_y[i][k].item<int64_t>() == -1);  // the unsorted half is not scored
     }
-    for (int64_t k = 4; k < 9; ++k) CHECK(d.train_y[i][k].item<int64_t>() == v[static_cast<size_t>(k - 4)]);
+    for (int64_t k = 4; k < 9; ++k)
+      CHECK(d.train_y[i][k].item<int64_t>() == v[static_cast<size_t>(k - 4)]);
     if (i == 20) break;  // the structure on a few; the split on all below
   }
   for (int64_t i = 0; i < d.train_size(); ++i) train_seqs.insert(first_half(d.train_x, i));
@@ -271,7 +291,8 @@ TEST_CASE("the text data is a file's characters as ids, train before test", "[tr
   for (int64_t k = 0; k < 8; ++k) back += c.symbols[static_cast<size_t>(x[0][k].item<int64_t>())];
   CHECK(back == U" wörld h");
   // Bad input: not UTF-8 (with the byte), too short, missing.
-  std::ofstream(dir / "bad.txt", std::ios::binary) << "abc\xff" "def";
+  std::ofstream(dir / "bad.txt", std::ios::binary) << "abc\xff"
+                                                      "def";
   spec.path = (dir / "bad.txt").string();
   try {
     dataset_shape(spec);
@@ -290,9 +311,10 @@ TEST_CASE("the text data is a file's characters as ids, train before test", "[tr
   spec.path = (dir / "empty.txt").string();
   CHECK_THROWS_AS(dataset_shape(spec), InputError);
   // In a scenario, the message says where: the file, the line and the key data.path.
-  const std::string scenario = "name = \"t\"\n[model]\nkind = \"transformer\"\nlayers = 1\nd_model = 8\nheads = 2\n"
-                               "[data]\nkind = \"text\"\nseq_len = 8\npath = \"" + (dir / "missing.txt").string() +
-                               "\"\n[[devices]]\ncount = 1\n";
+  const std::string scenario =
+      "name = \"t\"\n[model]\nkind = \"transformer\"\nlayers = 1\nd_model = 8\nheads = 2\n"
+      "[data]\nkind = \"text\"\nseq_len = 8\npath = \"" +
+      (dir / "missing.txt").string() + "\"\n[[devices]]\ncount = 1\n";
   try {
     build_model(parse_scenario(scenario, "t.toml", {}));
     FAIL("no error");
@@ -309,7 +331,8 @@ TEST_CASE("the text data is a file's characters as ids, train before test", "[tr
   CHECK(dataset_shape(gpl).outputs > 60);
 }
 
-TEST_CASE("a small GPT learns to sort across two clusters of two stages in simulation", "[transformer][sim]") {
+TEST_CASE("a small GPT learns to sort across two clusters of two stages in simulation",
+          "[transformer][sim]") {
   // The shipped scenario, as it is: its loss falls and the sorted half is mostly right.
   auto p = test::prepare(slurp(test::source_path("scenarios/gpt-sort.toml")));
   REQUIRE(p.plan.clusters.size() == 2);
@@ -325,7 +348,8 @@ TEST_CASE("a small GPT learns to sort across two clusters of two stages in simul
     for (auto it = from; it != to; ++it) s += *it;
     return s / static_cast<double>(to - from);
   };
-  const double early = mean(losses.begin(), losses.begin() + 20), late = mean(losses.end() - 20, losses.end());
+  const double early = mean(losses.begin(), losses.begin() + 20),
+               late = mean(losses.end() - 20, losses.end());
   INFO("mean loss of the first 20 micro-batches " << early << ", of the last 20 " << late);
   CHECK(late < 0.5 * early);
   CHECK(summary["final"]["test_accuracy"].get<double>() > 0.8);
@@ -343,7 +367,8 @@ TEST_CASE("gpt-pipeline is one pipeline of four stages cut between blocks", "[tr
   CHECK(c.stages[0].layer_begin == 0);
   CHECK(c.stages[3].layer_end == p.model.layer_count());
   CHECK(p.model.layer_count() == 10);  // the embeddings, 8 blocks, the final norm with the head
-  for (const StagePlan& st : c.stages) CHECK(p.model.params(st.layer_begin, st.layer_end) > 6'000'000);
+  for (const StagePlan& st : c.stages)
+    CHECK(p.model.params(st.layer_begin, st.layer_end) > 6'000'000);
 }
 
 TEST_CASE("a 1.3-billion-parameter GPT trains on 1,024 PCs in timing mode as the planner predicts",
@@ -352,7 +377,8 @@ TEST_CASE("a 1.3-billion-parameter GPT trains on 1,024 PCs in timing mode as the
   CHECK(p.model.total_params() > 1'300'000'000);
   CHECK(p.model.total_params() < 1'400'000'000);
   REQUIRE(p.scenario.node_count() == 1024);
-  // No PC holds the model: every cluster is a pipeline cut between blocks, each stage within its RAM.
+  // No PC holds the model: every cluster is a pipeline cut between blocks, each stage within its
+  // RAM.
   REQUIRE(p.plan.clusters.size() >= 2);
   for (const ClusterPlan& c : p.plan.clusters) {
     CHECK(c.stages.size() >= 2);
@@ -362,7 +388,8 @@ TEST_CASE("a 1.3-billion-parameter GPT trains on 1,024 PCs in timing mode as the
   SimResult r = run_simulation(p.spec());
   const auto summary = summarize(p.scenario, p.plan, r.events, RunInfo{"sim", "timing", 0});
   CHECK(summary["train_samples"].get<int64_t>() ==
-        p.scenario.training.steps * p.scenario.data.batch_size * static_cast<int64_t>(p.plan.clusters.size()));
+        p.scenario.training.steps * p.scenario.data.batch_size *
+            static_cast<int64_t>(p.plan.clusters.size()));
   const double round = summary["averaging"]["mean_round_s"].get<double>();
   INFO("averaging round: simulated " << round << " s, predicted " << p.plan.averaging_time << " s");
   CHECK(round == Approx(p.plan.averaging_time).epsilon(0.10));

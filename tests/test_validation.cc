@@ -1,12 +1,10 @@
 // ravnest validate's parts that need no run: the error of a figure, the comparison of two summaries
 // and its verdict, the steady window, and the choice of a dilation from host and modeled times.
-#include "catch.h"
-
 #include <cmath>
 #include <limits>
-
 #include <nlohmann/json.hpp>
 
+#include "catch.h"
 #include "core/output/run_output.h"
 #include "core/output/validation.h"
 #include "exec/dilation.h"
@@ -29,9 +27,21 @@ json summary(double samples, double busy0, double busy1, double accuracy, int64_
               {"averaging", {{"mean_round_s", 0.0}}},
               {"final", {{"train_loss", 0.5}, {"test_loss", 0.6}, {"test_accuracy", accuracy}}},
               {"per_node",
-               {{{"device", "a"}, {"stage", 0}, {"busy_fraction", busy0}, {"bytes_sent", sent0}, {"bytes_received", 10}},
-                {{"device", "b"}, {"stage", 1}, {"busy_fraction", busy1}, {"bytes_sent", 10}, {"bytes_received", sent0}},
-                {{"device", "c"}, {"stage", -1}, {"busy_fraction", 0.0}, {"bytes_sent", 0}, {"bytes_received", 0}}}}};
+               {{{"device", "a"},
+                 {"stage", 0},
+                 {"busy_fraction", busy0},
+                 {"bytes_sent", sent0},
+                 {"bytes_received", 10}},
+                {{"device", "b"},
+                 {"stage", 1},
+                 {"busy_fraction", busy1},
+                 {"bytes_sent", 10},
+                 {"bytes_received", sent0}},
+                {{"device", "c"},
+                 {"stage", -1},
+                 {"busy_fraction", 0.0},
+                 {"bytes_sent", 0},
+                 {"bytes_received", 0}}}}};
 }
 
 const json* figure(const json& v, const std::string& name) {
@@ -53,11 +63,13 @@ TEST_CASE("a figure's error is exp(|ln(sim/real)|) - 1, symmetric", "[validate]"
   CHECK(std::isnan(ratio_error(std::numeric_limits<double>::quiet_NaN(), 1)));
 }
 
-TEST_CASE("two summaries side by side: errors, per-node differences and the verdict", "[validate]") {
+TEST_CASE("two summaries side by side: errors, per-node differences and the verdict",
+          "[validate]") {
   ValidationContext ctx;
   ctx.dilation = 4;
   SECTION("within every target") {
-    const json v = compare_runs(summary(105, 0.5, 0.8, 0.851, 1000), summary(100, 0.45, 0.85, 0.85, 1000), ctx);
+    const json v = compare_runs(summary(105, 0.5, 0.8, 0.851, 1000),
+                                summary(100, 0.45, 0.85, 0.85, 1000), ctx);
     REQUIRE(figure(v, "steady_samples_per_s") != nullptr);
     CHECK((*figure(v, "steady_samples_per_s"))["error"].get<double>() == Approx(0.05));
     CHECK((*figure(v, "final/test_accuracy"))["difference"].get<double>() == Approx(0.001));
@@ -67,10 +79,12 @@ TEST_CASE("two summaries side by side: errors, per-node differences and the verd
     CHECK(v["verdict"].get<std::string>().rfind("agrees: steady samples/s 5.0% apart", 0) == 0);
     CHECK(v["verdict"].get<std::string>().find("(dilation 4)") != std::string::npos);
     const std::string md = validation_markdown(v);
-    CHECK(md.find("| steady-state samples/s (samples/s) | 105 | 100 | 5.0% |") != std::string::npos);
+    CHECK(md.find("| steady-state samples/s (samples/s) | 105 | 100 | 5.0% |") !=
+          std::string::npos);
   }
   SECTION("each missed target is named first") {
-    json v = compare_runs(summary(130, 0.5, 0.8, 0.80, 1000), summary(100, 0.3, 0.8, 0.85, 1100), ctx);
+    json v =
+        compare_runs(summary(130, 0.5, 0.8, 0.80, 1000), summary(100, 0.3, 0.8, 0.85, 1100), ctx);
     CHECK_FALSE(v["agrees"].get<bool>());
     const std::string verdict = v["verdict"].get<std::string>();
     CHECK(verdict.rfind("differs: steady samples/s 30.0% apart", 0) == 0);
@@ -81,12 +95,14 @@ TEST_CASE("two summaries side by side: errors, per-node differences and the verd
     ctx.same_plan = false;
     v = compare_runs(summary(100, 0.5, 0.8, 0.85, 1000), summary(100, 0.5, 0.8, 0.85, 1000), ctx);
     CHECK_FALSE(v["agrees"].get<bool>());
-    CHECK(v["verdict"].get<std::string>().find("20.0% of the real run's compute spans late") != std::string::npos);
+    CHECK(v["verdict"].get<std::string>().find("20.0% of the real run's compute spans late") !=
+          std::string::npos);
     CHECK(v["verdict"].get<std::string>().find("plans differ") != std::string::npos);
   }
   SECTION("an idle node's busy fraction does not count") {
     json sim = summary(100, 0.5, 0.8, 0.85, 1000), real = sim;
-    sim["per_node"][2]["busy_fraction"] = 0.5;  // (an idle node is never busy; this checks the filter)
+    sim["per_node"][2]["busy_fraction"] =
+        0.5;  // (an idle node is never busy; this checks the filter)
     CHECK(compare_runs(sim, real, ctx)["agrees"].get<bool>());
   }
 }
@@ -99,7 +115,8 @@ TEST_CASE("the steady window is the second half of the run's micro-batches", "[v
   CHECK(w.micro_batches == 3);
 }
 
-TEST_CASE("the dilation is the largest need, rounded up to two figures, and at least 1", "[validate]") {
+TEST_CASE("the dilation is the largest need, rounded up to two figures, and at least 1",
+          "[validate]") {
   auto demand = [](int node, double host_ms, double modeled_ms) {
     NodeDemand d;
     d.node = node;
@@ -110,7 +127,8 @@ TEST_CASE("the dilation is the largest need, rounded up to two figures, and at l
     return d;
   };
   // Four nodes on two cores: half a core each. Node 1 needs 1.5 * 2 / (0.5 * 1) = 6.
-  DilationChoice c = choose_dilation({demand(0, 1, 1), demand(1, 2, 1), demand(2, 1, 2), demand(3, 0.5, 1)}, 2);
+  DilationChoice c =
+      choose_dilation({demand(0, 1, 1), demand(1, 2, 1), demand(2, 1, 2), demand(3, 0.5, 1)}, 2);
   CHECK(c.share == 0.5);
   CHECK(c.binding == 1);
   CHECK(c.nodes[1].needs == Approx(6));
@@ -135,7 +153,8 @@ count = 1
 name = "faster"
 count = 1
 tflops = 500
-)", {});
+)",
+                         {});
   DilationChoice big = choose_dilation({demand(0, 1, 1), demand(1, 300, 1)}, 2);
   CHECK(big.k > kMaxDilation);
   const std::string m = too_large_message(p.scenario, big);
@@ -144,7 +163,8 @@ tflops = 500
   CHECK(m.find("--set devices.1.tflops=") != std::string::npos);
 }
 
-TEST_CASE("a real run whose work did not fit its share raises the dilation by what it measured", "[validate]") {
+TEST_CASE("a real run whose work did not fit its share raises the dilation by what it measured",
+          "[validate]") {
   // 100 spans, each its CPU time over its share of the modeled time.
   std::vector<double> demand(100, 0.7);
   // Within their share everywhere: k stays.
@@ -162,7 +182,8 @@ TEST_CASE("a real run whose work did not fit its share raises the dilation by wh
   CHECK(redilation({}, 5) == 5);
 }
 
-TEST_CASE("a dilated device is k times slower in every rate and time it gives", "[validate][scenario]") {
+TEST_CASE("a dilated device is k times slower in every rate and time it gives",
+          "[validate][scenario]") {
   const std::string text = R"(
 name = "d"
 [model]

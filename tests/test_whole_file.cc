@@ -26,7 +26,8 @@ std::string slurp(const fs::path& p) {
 }
 
 fs::path fresh_dir(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("rv-whole-" + name + "-" + std::to_string(::getpid()));
+  const fs::path d =
+      fs::temp_directory_path() / ("rv-whole-" + name + "-" + std::to_string(::getpid()));
   fs::remove_all(d);
   fs::create_directories(d);
   return d;

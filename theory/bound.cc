@@ -45,7 +45,8 @@ Bound convergence_bound(const BoundInputs& in) {
 
 double largest_lr(const BoundInputs& in) {
   check(in, false);
-  // L eta + q (L eta)² = 1 with q = a T² + 4 κ²: L eta = (sqrt(1 + 4 q) - 1) / (2 q), or 1 for q = 0.
+  // L eta + q (L eta)² = 1 with q = a T² + 4 κ²: L eta = (sqrt(1 + 4 q) - 1) / (2 q), or 1 for q =
+  // 0.
   const double T = static_cast<double>(in.staleness), kappa = kappa_of(in);
   const double q = a_of(in) * T * T + 4 * kappa * kappa;
   const double x = q == 0 ? 1.0 : 2.0 / (1.0 + std::sqrt(1.0 + 4.0 * q));  // the same, stably
@@ -56,17 +57,19 @@ double best_lr(BoundInputs in) {
   check(in, false);
   const double cap = largest_lr(in);
   if (in.sigma2 == 0 || in.gap == 0) return cap;
-  const double eta = std::sqrt(2 * in.gap * static_cast<double>(in.clusters) * static_cast<double>(in.batch) /
-                               (in.smoothness * in.sigma2 * static_cast<double>(in.updates)));
+  const double eta =
+      std::sqrt(2 * in.gap * static_cast<double>(in.clusters) * static_cast<double>(in.batch) /
+                (in.smoothness * in.sigma2 * static_cast<double>(in.updates)));
   return std::min(eta, cap);
 }
 
 int64_t linear_speedup_staleness(const BoundInputs& in) {
   check(in, false);
   const double C = static_cast<double>(in.clusters);
-  const double room = in.gap == 0 ? INFINITY
-                                  : std::sqrt(2 * in.sigma2 * static_cast<double>(in.updates) /
-                                              (in.smoothness * in.gap * C * C * C * static_cast<double>(in.batch)));
+  const double room =
+      in.gap == 0 ? INFINITY
+                  : std::sqrt(2 * in.sigma2 * static_cast<double>(in.updates) /
+                              (in.smoothness * in.gap * C * C * C * static_cast<double>(in.batch)));
   const double left = room - 4 * kappa_of(in);
   if (left < 0) return -1;
   if (!std::isfinite(left)) return INT64_MAX;

@@ -17,15 +17,15 @@
 namespace rv {
 
 struct BoundInputs {
-  double gap = 0;              // Δ = f(w̄_0) - f*, >= 0
-  double smoothness = 0;       // L > 0
-  double sigma2 = 0;           // variance of one sample's stochastic gradient, >= 0
-  int64_t batch = 1;           // N: samples per micro-batch, >= 1
-  int64_t staleness = 0;       // T: the most updates a block's gradient lags, >= 0
-  int64_t clusters = 1;        // C >= 1
-  int64_t average_every = 1;   // H >= 1: updates between averagings (irrelevant for one cluster)
-  double lr = 0;               // eta > 0
-  int64_t updates = 1;         // K >= 1
+  double gap = 0;             // Δ = f(w̄_0) - f*, >= 0
+  double smoothness = 0;      // L > 0
+  double sigma2 = 0;          // variance of one sample's stochastic gradient, >= 0
+  int64_t batch = 1;          // N: samples per micro-batch, >= 1
+  int64_t staleness = 0;      // T: the most updates a block's gradient lags, >= 0
+  int64_t clusters = 1;       // C >= 1
+  int64_t average_every = 1;  // H >= 1: updates between averagings (irrelevant for one cluster)
+  double lr = 0;              // eta > 0
+  int64_t updates = 1;        // K >= 1
 };
 
 struct Bound {
@@ -48,8 +48,8 @@ double best_lr(BoundInputs in);
 double largest_lr(const BoundInputs& in);
 
 // The staleness up to which the delay term stays at or below the other two at best_lr (the linear
-// speedup regime of docs/theory.md): the largest T with a T² + 4 κ <= sqrt(2 sigma² K / (L Δ C³ N));
-// -1 if even T = 0 is beyond it.
+// speedup regime of docs/theory.md): the largest T with a T² + 4 κ <= sqrt(2 sigma² K / (L Δ C³
+// N)); -1 if even T = 0 is beyond it.
 int64_t linear_speedup_staleness(const BoundInputs& in);
 
 }  // namespace rv

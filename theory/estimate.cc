@@ -1,13 +1,13 @@
 #include "theory/estimate.h"
 
-#include <cmath>
-#include <string>
-#include <vector>
-
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "core/model/layers.h"
@@ -19,7 +19,8 @@ namespace {
 // micro-batches.
 class Probe {
  public:
-  Probe(const Scenario& s, const ModelDesc& model, const Dataset& data, const std::vector<std::vector<int64_t>>& rows)
+  Probe(const Scenario& s, const ModelDesc& model, const Dataset& data,
+        const std::vector<std::vector<int64_t>>& rows)
       : data_(data), net_(model, 0, model.layer_count(), s.seed), rows_(rows) {
     for (const at::Tensor& p : net_.params()) {
       shapes_.push_back(p.sizes().vec());
@@ -29,7 +30,8 @@ class Probe {
 
   at::Tensor initial() const {
     std::vector<at::Tensor> flat;
-    for (const at::Tensor& p : net_.params()) flat.push_back(p.detach().reshape(-1).to(at::kDouble));
+    for (const at::Tensor& p : net_.params())
+      flat.push_back(p.detach().reshape(-1).to(at::kDouble));
     return at::cat(flat);
   }
 
@@ -39,12 +41,13 @@ class Probe {
   }
 
   // The same on any rows, with dropout masks from `dropout_seed`.
-  at::Tensor gradient_on(const at::Tensor& w, const std::vector<int64_t>& rows, uint64_t dropout_seed,
-                         double* loss = nullptr) const {
+  at::Tensor gradient_on(const at::Tensor& w, const std::vector<int64_t>& rows,
+                         uint64_t dropout_seed, double* loss = nullptr) const {
     std::vector<at::Tensor> params;
     int64_t off = 0;
     for (size_t k = 0; k < shapes_.size(); ++k) {
-      params.push_back(w.narrow(0, off, numel_[k]).to(at::kFloat).view(shapes_[k]).requires_grad_(true));
+      params.push_back(
+          w.narrow(0, off, numel_[k]).to(at::kFloat).view(shapes_[k]).requires_grad_(true));
       off += numel_[k];
     }
     c10::AutoGradMode grad(true);
@@ -53,10 +56,12 @@ class Probe {
     const at::Tensor y = net_.forward(x, params, true, dropout_seed, false);
     const LossResult r = data_.task().loss_and_grad(y, data_.targets(rows, false));
     if (loss) *loss = r.loss;
-    const std::vector<at::Tensor> g = torch::autograd::grad({y}, params, {r.grad_input}, false, false, true);
+    const std::vector<at::Tensor> g =
+        torch::autograd::grad({y}, params, {r.grad_input}, false, false, true);
     std::vector<at::Tensor> flat;
     for (size_t k = 0; k < g.size(); ++k)
-      flat.push_back(g[k].defined() ? g[k].reshape(-1).to(at::kDouble) : at::zeros({numel_[k]}, at::kDouble));
+      flat.push_back(g[k].defined() ? g[k].reshape(-1).to(at::kDouble)
+                                    : at::zeros({numel_[k]}, at::kDouble));
     return at::cat(flat);
   }
 
@@ -74,7 +79,6 @@ class Probe {
   std::vector<std::vector<int64_t>> shapes_;
   std::vector<int64_t> numel_;
 };
-
 
 constexpr int64_t kMinIterations = 10;
 
@@ -105,7 +109,8 @@ EstimatePoint estimate_at(const Probe& probe, const at::Tensor& w, int64_t updat
   // enough to stay above their rounding).
   const size_t hn = static_cast<size_t>(o.hessian_micro_batches);
   const double step = 1e-3 * std::max(1.0, at::norm(w).item<double>());
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(mix_seed(seed, static_cast<uint64_t>(update)));
+  auto gen =
+      at::make_generator<at::CPUGeneratorImpl>(mix_seed(seed, static_cast<uint64_t>(update)));
   at::Tensor v = at::randn({w.numel()}, gen, at::kDouble);
   v /= at::norm(v);
   // ||H v|| for a unit v never exceeds the largest |eigenvalue| and, iterated, tends to it whatever
@@ -113,7 +118,8 @@ EstimatePoint estimate_at(const Probe& probe, const at::Tensor& w, int64_t updat
   double lambda = 0;
   for (int64_t it = 1; it <= o.max_iterations; ++it) {
     const at::Tensor hv =
-        (probe.mean_gradient(w + step * v, hn) - probe.mean_gradient(w - step * v, hn)) / (2 * step);
+        (probe.mean_gradient(w + step * v, hn) - probe.mean_gradient(w - step * v, hn)) /
+        (2 * step);
     const double norm = at::norm(hv).item<double>();
     e.iterations = it;
     if (norm == 0 || !std::isfinite(norm)) {
@@ -142,7 +148,8 @@ ConstantEstimates estimate_constants(const Scenario& s, const ModelDesc& model, 
   if (o.hessian_micro_batches < 1 || o.hessian_micro_batches > o.micro_batches)
     throw InputError("estimate: hessian_micro_batches must be between 1 and micro_batches");
   if (o.max_iterations < 1) throw InputError("estimate: max_iterations must be at least 1");
-  if (o.updates < 0 || o.checkpoints < 1) throw InputError("estimate: updates must be >= 0 and checkpoints >= 1");
+  if (o.updates < 0 || o.checkpoints < 1)
+    throw InputError("estimate: updates must be >= 0 and checkpoints >= 1");
   const uint64_t seed = mix_seed(s.seed, o.seed ^ 0xE571A7EULL);
   Sampler sampler(data.train_size(), s.data.batch_size, seed);
   std::vector<std::vector<int64_t>> rows;
@@ -158,16 +165,20 @@ ConstantEstimates estimate_constants(const Scenario& s, const ModelDesc& model, 
   // stream), estimates at `checkpoints` evenly spaced updates from 0 to `updates`.
   Sampler replay(data.train_size(), s.data.batch_size, mix_seed(seed, 1));
   at::Tensor w = probe.initial();
-  auto point_at = [&](int64_t i) { return o.checkpoints == 1 ? 0 : i * o.updates / (o.checkpoints - 1); };
+  auto point_at = [&](int64_t i) {
+    return o.checkpoints == 1 ? 0 : i * o.updates / (o.checkpoints - 1);
+  };
   int64_t next_point = 0;
   for (int64_t k = 0;; ++k) {
     if (next_point < o.checkpoints && point_at(next_point) <= k) {
       e.points.push_back(estimate_at(probe, w, k, e.batch, o, seed));
-      while (next_point < o.checkpoints && point_at(next_point) <= k) ++next_point;  // one per update
+      while (next_point < o.checkpoints && point_at(next_point) <= k)
+        ++next_point;                                   // one per update
       if (!std::isfinite(e.points.back().loss)) break;  // the replay diverged: no later points
     }
     if (k >= o.updates || next_point >= o.checkpoints) break;
-    w = w - s.training.lr * probe.gradient_on(w, replay.indices(k), static_cast<uint64_t>(k) + 1000003);
+    w = w -
+        s.training.lr * probe.gradient_on(w, replay.indices(k), static_cast<uint64_t>(k) + 1000003);
   }
   for (const EstimatePoint& p : e.points) {
     if (std::isfinite(p.smoothness)) e.smoothness = std::max(e.smoothness, p.smoothness);

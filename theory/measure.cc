@@ -1,12 +1,12 @@
 #include "theory/measure.h"
 
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
-
-#include <fmt/core.h>
 
 #include "algo/registry.h"
 #include "core/data/dataset.h"
@@ -57,7 +57,8 @@ RunInputs read_run(const std::string& run) {
     if (e.stage == 0 && e.kind == EventKind::kUpdate) ++first_updates;
   }
   r.staleness_mean = stale_n ? stale_sum / static_cast<double>(stale_n) : 0;
-  const int64_t per_update = first_updates > 0 ? std::max<int64_t>(1, backwards / first_updates) : 1;
+  const int64_t per_update =
+      first_updates > 0 ? std::max<int64_t>(1, backwards / first_updates) : 1;
   const Scenario& s = r.scenario;
   r.in.batch = s.data.batch_size * per_update;
   r.in.staleness = stale_max;
@@ -82,22 +83,27 @@ void judge(TheoryMeasure& m, const Scenario& s) {
   m.bound = convergence_bound(m.inputs);
   m.measured = m.running_mean.back();
   m.ratio = m.bound.value > 0 ? m.measured / m.bound.value : 0;
-  m.plain_sgd = s.training.optimizer == "sgd" && s.training.momentum == 0 && s.training.weight_decay == 0;
+  m.plain_sgd =
+      s.training.optimizer == "sgd" && s.training.momentum == 0 && s.training.weight_decay == 0;
   const BoundInputs& in = m.inputs;
   if (m.estimated)
-    m.notes.push_back("L, sigma^2 and f(w_0) - f* are estimates (a neural network's constants are unknown): the "
-                      "bound's shape, for comparison, not a guarantee");
+    m.notes.push_back(
+        "L, sigma^2 and f(w_0) - f* are estimates (a neural network's constants are unknown): the "
+        "bound's shape, for comparison, not a guarantee");
   if (!m.plain_sgd)
     m.notes.push_back("the bound is for plain SGD; this run used " + s.training.optimizer +
                       (s.training.momentum != 0 ? " with momentum" : "") +
                       (s.training.weight_decay != 0 ? " with weight decay" : ""));
   if (!m.bound.holds)
-    m.notes.push_back(fmt::format("the step-size condition fails: L eta + L^2 eta^2 (a T^2 + 4 kappa^2) = {:.4g} > 1 "
-                                  "(eta = {:g}, L = {:g}, T = {}, C = {}, H = {})",
-                                  m.bound.condition, in.lr, in.smoothness, in.staleness, in.clusters, in.average_every));
+    m.notes.push_back(fmt::format(
+        "the step-size condition fails: L eta + L^2 eta^2 (a T^2 + 4 kappa^2) = {:.4g} > 1 "
+        "(eta = {:g}, L = {:g}, T = {}, C = {}, H = {})",
+        m.bound.condition, in.lr, in.smoothness, in.staleness, in.clusters, in.average_every));
   if (s.training.averaging != "bulk-sync" && in.clusters > 1)
-    m.notes.push_back("averaging = \"" + s.training.averaging + "\": the analysis covers bulk-synchronous averaging");
-  m.applies = !m.estimated && m.plain_sgd && m.bound.holds && (s.training.averaging == "bulk-sync" || in.clusters == 1);
+    m.notes.push_back("averaging = \"" + s.training.averaging +
+                      "\": the analysis covers bulk-synchronous averaging");
+  m.applies = !m.estimated && m.plain_sgd && m.bound.holds &&
+              (s.training.averaging == "bulk-sync" || in.clusters == 1);
 }
 
 void push_point(TheoryMeasure& m, double g2, double* total) {
@@ -123,13 +129,14 @@ template <typename T>
 void append_update(PerUpdate<T>& p, const Event& e, T value, const std::string& file) {
   auto& list = p.of[{e.cluster, e.stage}];
   if (e.step != static_cast<int64_t>(list.size()) + 1)
-    throw InputError(file + ": node " + std::to_string(e.node) + "'s update " + std::to_string(e.step) +
-                     " follows update " + std::to_string(list.size()));
+    throw InputError(file + ": node " + std::to_string(e.node) + "'s update " +
+                     std::to_string(e.step) + " follows update " + std::to_string(list.size()));
   list.push_back(std::move(value));
 }
 
 template <typename T>
-void count_updates(PerUpdate<T>& p, const std::map<StageKey, int64_t>& offset, const std::string& file) {
+void count_updates(PerUpdate<T>& p, const std::map<StageKey, int64_t>& offset,
+                   const std::string& file) {
   int64_t updates = -1;
   for (const auto& [key, o] : offset) {
     auto it = p.of.find(key);
@@ -140,13 +147,15 @@ void count_updates(PerUpdate<T>& p, const std::map<StageKey, int64_t>& offset, c
   p.updates = updates;
 }
 
-// A problem with known constants: the exact gradient norm at the clusters' average, from params.csv.
+// A problem with known constants: the exact gradient norm at the clusters' average, from
+// params.csv.
 TheoryMeasure measure_problem(const std::string& run, RunInputs r) {
   const fs::path dir(run);
   const Scenario& s = r.scenario;
   if (s.sim.mode != "numeric" && !fs::exists(dir / "params.csv"))
     throw InputError(run + ": a timing-mode run computes no parameters; run it in numeric mode");
-  if (!fs::exists(dir / "params.csv")) throw InputError(run + ": no params.csv (the run recorded no parameters)");
+  if (!fs::exists(dir / "params.csv"))
+    throw InputError(run + ": no params.csv (the run recorded no parameters)");
   const Problem problem = make_problem(problem_spec(s.data));
   const int64_t dim = problem.spec.dim;
   const int clusters = static_cast<int>(r.plan.clusters.size());
@@ -155,7 +164,8 @@ TheoryMeasure measure_problem(const std::string& run, RunInputs r) {
   // The parameters after each update, by (cluster, stage), in update order.
   const std::string file = run + "/params.csv";
   PerUpdate<std::vector<float>> after;
-  for (Event& e : read_params_csv((dir / "params.csv").string())) append_update(after, e, std::move(e.values), file);
+  for (Event& e : read_params_csv((dir / "params.csv").string()))
+    append_update(after, e, std::move(e.values), file);
   count_updates(after, offset, file);
   const int64_t updates = after.updates;
 
@@ -178,18 +188,21 @@ TheoryMeasure measure_problem(const std::string& run, RunInputs r) {
       for (const auto& [key, o] : offset) {
         const std::vector<float>& v = after.of.at(key)[static_cast<size_t>(k - 1)];
         if (o + static_cast<int64_t>(v.size()) > dim)
-          throw InputError(run + "/params.csv: a stage's parameters run past the problem's dimension");
-        for (size_t i = 0; i < v.size(); ++i) w(o + static_cast<int64_t>(i)) += static_cast<double>(v[i]) / clusters;
+          throw InputError(run +
+                           "/params.csv: a stage's parameters run past the problem's dimension");
+        for (size_t i = 0; i < v.size(); ++i)
+          w(o + static_cast<int64_t>(i)) += static_cast<double>(v[i]) / clusters;
       }
     push_point(m, problem.gradient(w).squaredNorm(), &total);
   }
   judge(m, s);
-  if (!problem.f_star_exact) m.notes.push_back("f* by Newton's method (to its tolerance), not in closed form");
+  if (!problem.f_star_exact)
+    m.notes.push_back("f* by Newton's method (to its tolerance), not in closed form");
   return m;
 }
 
-// A model with unknown constants: estimates along a replay (estimate.h), and the squared norm of each
-// update's applied gradient (metrics.csv grad_norm2) less its expected noise.
+// A model with unknown constants: estimates along a replay (estimate.h), and the squared norm of
+// each update's applied gradient (metrics.csv grad_norm2) less its expected noise.
 TheoryMeasure measure_network(const std::string& run, RunInputs r) {
   const Scenario& s = r.scenario;
   const auto offset = stage_offsets(r);
@@ -198,7 +211,8 @@ TheoryMeasure measure_network(const std::string& run, RunInputs r) {
   for (const Event& e : r.events)
     if (e.kind == EventKind::kUpdate && e.step >= 1) {
       if (std::isnan(e.grad_norm2))
-        throw InputError(file + ": its updates carry no grad_norm2 (a timing-mode run, or a run made "
+        throw InputError(file +
+                         ": its updates carry no grad_norm2 (a timing-mode run, or a run made "
                          "before ravnest recorded it); run it in numeric mode");
       append_update(norms, e, e.grad_norm2, file);
     }
@@ -231,7 +245,8 @@ TheoryMeasure measure_network(const std::string& run, RunInputs r) {
     if (p.size() == 1 || k <= p.front().update) return p.front().sigma2;
     for (size_t i = 1; i < p.size(); ++i)
       if (k <= p[i].update) {
-        const double f = static_cast<double>(k - p[i - 1].update) / static_cast<double>(p[i].update - p[i - 1].update);
+        const double f = static_cast<double>(k - p[i - 1].update) /
+                         static_cast<double>(p[i].update - p[i - 1].update);
         return p[i - 1].sigma2 + f * (p[i].sigma2 - p[i - 1].sigma2);
       }
     return p.back().sigma2;
@@ -261,8 +276,12 @@ TheoryMeasure measure_run(const std::string& run) {
 static nlohmann::json points_json(const ConstantEstimates& e) {
   nlohmann::json a = nlohmann::json::array();
   for (const EstimatePoint& p : e.points)
-    a.push_back({{"update", p.update}, {"smoothness", p.smoothness}, {"sigma2", p.sigma2}, {"loss", p.loss},
-                 {"iterations", p.iterations}, {"converged", p.converged}});
+    a.push_back({{"update", p.update},
+                 {"smoothness", p.smoothness},
+                 {"sigma2", p.sigma2},
+                 {"loss", p.loss},
+                 {"iterations", p.iterations},
+                 {"converged", p.converged}});
   return a;
 }
 
@@ -271,25 +290,37 @@ nlohmann::json theory_json(const TheoryMeasure& m) {
   return {{"run", m.run},
           {"problem", m.problem},
           {"inputs",
-           {{"gap", in.gap}, {"smoothness", in.smoothness}, {"sigma2", in.sigma2}, {"batch", in.batch},
-            {"staleness", in.staleness}, {"staleness_configured", m.staleness_configured},
-            {"staleness_mean", m.staleness_mean}, {"clusters", in.clusters}, {"average_every", in.average_every},
-            {"lr", in.lr}, {"updates", in.updates}}},
+           {{"gap", in.gap},
+            {"smoothness", in.smoothness},
+            {"sigma2", in.sigma2},
+            {"batch", in.batch},
+            {"staleness", in.staleness},
+            {"staleness_configured", m.staleness_configured},
+            {"staleness_mean", m.staleness_mean},
+            {"clusters", in.clusters},
+            {"average_every", in.average_every},
+            {"lr", in.lr},
+            {"updates", in.updates}}},
           {"bound",
-           {{"optimisation", m.bound.optimisation}, {"noise", m.bound.noise}, {"delay", m.bound.delay},
-            {"value", m.bound.value}, {"condition", m.bound.condition}, {"holds", m.bound.holds}}},
+           {{"optimisation", m.bound.optimisation},
+            {"noise", m.bound.noise},
+            {"delay", m.bound.delay},
+            {"value", m.bound.value},
+            {"condition", m.bound.condition},
+            {"holds", m.bound.holds}}},
           {"estimated", m.estimated},
           {"estimates", m.estimated ? nlohmann::json{{"smoothness", m.estimates.smoothness},
                                                      {"sigma2", m.estimates.sigma2},
                                                      {"gap", m.estimates.gap},
                                                      {"batch", m.estimates.batch},
                                                      {"micro_batches", m.estimates.micro_batches},
-                                                     {"hessian_micro_batches", m.estimates.hessian_micro_batches},
+                                                     {"hessian_micro_batches",
+                                                      m.estimates.hessian_micro_batches},
                                                      {"replay_updates", m.estimates.replay_updates},
                                                      {"converged", m.estimates.converged},
                                                      {"points", points_json(m.estimates)},
                                                      {"noise_removed", m.noise_removed}}
-                                   : nlohmann::json()},
+                                    : nlohmann::json()},
           {"measured", m.measured},
           {"ratio", m.ratio},
           {"plain_sgd", m.plain_sgd},
@@ -302,19 +333,26 @@ std::string theory_csv(const TheoryMeasure& m) {
   std::ostringstream os;
   os << "k,grad_norm2,running_mean,bound\n";
   for (size_t k = 0; k < m.grad_norm2.size(); ++k)
-    os << k << ',' << fmt::format("{:.17g},{:.17g},{:.17g}", m.grad_norm2[k], m.running_mean[k], m.bound_at[k]) << "\n";
+    os << k << ','
+       << fmt::format("{:.17g},{:.17g},{:.17g}", m.grad_norm2[k], m.running_mean[k], m.bound_at[k])
+       << "\n";
   return os.str();
 }
 
 std::string theory_line(const TheoryMeasure& m) {
-  std::string line = fmt::format("measured {:.4g}, bound {:.4g} (measured/bound {:.3g}) over {} updates; ", m.measured,
-                                 m.bound.value, m.ratio, m.inputs.updates);
+  std::string line =
+      fmt::format("measured {:.4g}, bound {:.4g} (measured/bound {:.3g}) over {} updates; ",
+                  m.measured, m.bound.value, m.ratio, m.inputs.updates);
   if (m.estimated)
-    return fmt::format("estimates (the largest over an SGD replay of {} updates): L ~ {:.4g}, sigma^2 ~ {:.4g}, "
-                       "f(w_0) - f* <= {:.4g}; ",
-                       m.estimates.replay_updates, m.inputs.smoothness, m.inputs.sigma2, m.inputs.gap) +
+    return fmt::format(
+               "estimates (the largest over an SGD replay of {} updates): L ~ {:.4g}, sigma^2 ~ "
+               "{:.4g}, "
+               "f(w_0) - f* <= {:.4g}; ",
+               m.estimates.replay_updates, m.inputs.smoothness, m.inputs.sigma2, m.inputs.gap) +
            line + "a shape to compare with, not a guarantee" +
-           (m.bound.holds ? "" : fmt::format(" (with these estimates the condition fails: {:.3g} > 1)", m.bound.condition));
+           (m.bound.holds ? ""
+                          : fmt::format(" (with these estimates the condition fails: {:.3g} > 1)",
+                                        m.bound.condition));
   if (m.applies)
     return line + fmt::format("eta, T and C meet the condition ({:.3g} <= 1)", m.bound.condition);
   return line + "the bound does not apply: " + m.notes.front();

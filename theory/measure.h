@@ -23,10 +23,9 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "theory/bound.h"
 #include "theory/estimate.h"
@@ -34,13 +33,13 @@
 namespace rv {
 
 struct TheoryMeasure {
-  std::string run;           // the run folder
-  std::string problem;       // the data kind: "quadratic" | "logistic", or a network's data
-  bool estimated = false;    // L, sigma² and Δ are estimates (a network's run)
-  ConstantEstimates estimates;        // where estimated
-  double noise_removed = 0;           // where estimated: the mean of sigma²(k) / N taken off the norms
-  BoundInputs inputs;        // as the run had them (updates = K)
-  Bound bound;               // at K
+  std::string run;              // the run folder
+  std::string problem;          // the data kind: "quadratic" | "logistic", or a network's data
+  bool estimated = false;       // L, sigma² and Δ are estimates (a network's run)
+  ConstantEstimates estimates;  // where estimated
+  double noise_removed = 0;     // where estimated: the mean of sigma²(k) / N taken off the norms
+  BoundInputs inputs;           // as the run had them (updates = K)
+  Bound bound;                  // at K
   int64_t staleness_configured = -1;  // training.max_in_flight - 1 where given, else -1
   double staleness_mean = 0;          // over the run's updates
   std::vector<double> grad_norm2;     // ||grad f(w̄_k)||², k = 0 .. K - 1 (estimated: see above)

@@ -1,13 +1,13 @@
 #include "core/checkpoint/checkpoint.h"
 
+#include <ATen/ATen.h>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <type_traits>
-
-#include <ATen/ATen.h>
-#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/output/whole_file.h"
@@ -55,7 +55,8 @@ class Reader {
   // A count of items of `item` bytes each that must fit in what remains.
   int64_t count(size_t item) {
     const auto n = get<int64_t>();
-    if (n < 0 || (item > 0 && static_cast<uint64_t>(n) > (b_.size() - pos_) / item)) fail("a count beyond the file's end");
+    if (n < 0 || (item > 0 && static_cast<uint64_t>(n) > (b_.size() - pos_) / item))
+      fail("a count beyond the file's end");
     return n;
   }
   void magic(const char (&m)[8]) {
@@ -68,7 +69,8 @@ class Reader {
   }
   size_t remaining() const { return b_.size() - pos_; }
   [[noreturn]] void fail(const std::string& what) const {
-    throw InputError(where_ + ": malformed checkpoint (" + what + " at byte " + std::to_string(pos_) + ")");
+    throw InputError(where_ + ": malformed checkpoint (" + what + " at byte " +
+                     std::to_string(pos_) + ")");
   }
 
  private:
@@ -106,7 +108,8 @@ void put_event(Writer& w, const Event& e) {
 Event get_event(Reader& r) {
   Event e;
   const auto kind = r.get<int32_t>();
-  if (kind < 1 || kind > static_cast<int32_t>(EventKind::kLastKind)) r.fail("an unknown event kind");
+  if (kind < 1 || kind > static_cast<int32_t>(EventKind::kLastKind))
+    r.fail("an unknown event kind");
   e.kind = static_cast<EventKind>(kind);
   e.node = r.get<int32_t>();
   e.cluster = r.get<int32_t>();
@@ -168,7 +171,8 @@ at::Tensor get_tensor(Reader& r) {
     numel *= n;
     shape.push_back(n);
   }
-  if (static_cast<uint64_t>(numel) > r.remaining() / sizeof(float)) r.fail("a tensor beyond the file's end");
+  if (static_cast<uint64_t>(numel) > r.remaining() / sizeof(float))
+    r.fail("a tensor beyond the file's end");
   at::Tensor t = at::empty(shape, at::kFloat);
   r.raw(t.data_ptr<float>(), static_cast<size_t>(numel) * sizeof(float));
   return t;
@@ -253,29 +257,38 @@ std::string node_state_file(const std::string& folder, int node) {
   return (fs::path(folder) / ("node-" + std::to_string(node) + ".state")).string();
 }
 
-std::string events_file(const std::string& folder) { return (fs::path(folder) / "events.state").string(); }
+std::string events_file(const std::string& folder) {
+  return (fs::path(folder) / "events.state").string();
+}
 
 std::string node_state_path(const std::string& dir, int64_t done, int node) {
   return node_state_file(round_folder(dir, done), node);
 }
 
-std::string events_path(const std::string& dir, int64_t done) { return events_file(round_folder(dir, done)); }
+std::string events_path(const std::string& dir, int64_t done) {
+  return events_file(round_folder(dir, done));
+}
 
 void write_node_state(const std::string& dir, const NodeState& s) {
   std::error_code ec;
   fs::create_directories(round_folder(dir, s.done), ec);
-  if (ec) throw Error(round_folder(dir, s.done) + ": cannot make the checkpoint folder (" + ec.message() + ")");
+  if (ec)
+    throw Error(round_folder(dir, s.done) + ": cannot make the checkpoint folder (" + ec.message() +
+                ")");
   write_whole_file(node_state_path(dir, s.done, s.node), encode_node_state(s));
 }
 
-NodeState read_node_state(const std::string& path) { return decode_node_state(read_file(path), path); }
+NodeState read_node_state(const std::string& path) {
+  return decode_node_state(read_file(path), path);
+}
 
 NodeState read_node_state(const CheckpointInfo& point, int node) {
   const std::string file = node_state_file(point.folder, node);
   NodeState s = read_node_state(file);
   if (s.node != node || s.done != point.done)
-    throw InputError(file + ": holds node " + std::to_string(s.node) + " after " + std::to_string(s.done) +
-                     " updates, not node " + std::to_string(node) + " after " + std::to_string(point.done));
+    throw InputError(file + ": holds node " + std::to_string(s.node) + " after " +
+                     std::to_string(s.done) + " updates, not node " + std::to_string(node) +
+                     " after " + std::to_string(point.done));
   return s;
 }
 
@@ -286,7 +299,8 @@ void complete_checkpoint(const std::string& dir, const CheckpointInfo& info) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.rfind("round-", 0) == 0 && entry.path() != fs::path(folder)) fs::remove_all(entry.path(), ec);
+    if (name.rfind("round-", 0) == 0 && entry.path() != fs::path(folder))
+      fs::remove_all(entry.path(), ec);
   }
 }
 
@@ -294,7 +308,8 @@ CheckpointInfo read_checkpoint(const std::string& folder) {
   const fs::path complete = fs::path(folder) / kComplete;
   const std::string where = complete.string();
   std::error_code ec;
-  if (!fs::is_regular_file(complete, ec)) throw InputError(folder + ": not a complete checkpoint (no " + kComplete + ")");
+  if (!fs::is_regular_file(complete, ec))
+    throw InputError(folder + ": not a complete checkpoint (no " + kComplete + ")");
   CheckpointInfo info;
   try {
     const nlohmann::json j = nlohmann::json::parse(read_file(where));
@@ -319,7 +334,8 @@ std::optional<CheckpointInfo> last_checkpoint(const std::string& dir) {
   if (!fs::is_directory(dir, ec)) return best;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.rfind("round-", 0) != 0 || !fs::is_regular_file(entry.path() / kComplete, ec)) continue;
+    if (name.rfind("round-", 0) != 0 || !fs::is_regular_file(entry.path() / kComplete, ec))
+      continue;
     CheckpointInfo info = read_checkpoint(entry.path().string());
     if (!best || info.done > best->done) best = info;
   }

@@ -16,12 +16,12 @@
 // remains is malformed: rv::InputError naming the file.
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <ATen/core/Tensor.h>
 
 #include "core/error.h"
 #include "core/output/metrics.h"
@@ -42,16 +42,16 @@ struct NodeState {
   int node = -1;
   int cluster = -1;
   int stage = -1;
-  int64_t done = 0;           // updates of its cluster before the checkpoint
-  Seconds time = 0;           // the node's clock when it reached the checkpoint (for reading; a
-                              // resumed run goes on from CheckpointInfo::time)
-  int64_t version = 0;        // the worker's updates (PipelineWorker::version)
-  int64_t trained = 0;        // micro-batches whose loss this node computed
-  int64_t averagings = 0;     // averaging rounds done
-  Bytes peak_memory = 0;      // modeled peak so far
-  int64_t stage_version = 0;  // numeric: the Stage's optimizer steps (Stage::version)
+  int64_t done = 0;             // updates of its cluster before the checkpoint
+  Seconds time = 0;             // the node's clock when it reached the checkpoint (for reading; a
+                                // resumed run goes on from CheckpointInfo::time)
+  int64_t version = 0;          // the worker's updates (PipelineWorker::version)
+  int64_t trained = 0;          // micro-batches whose loss this node computed
+  int64_t averagings = 0;       // averaging rounds done
+  Bytes peak_memory = 0;        // modeled peak so far
+  int64_t stage_version = 0;    // numeric: the Stage's optimizer steps (Stage::version)
   int64_t optimizer_steps = 0;  // numeric: the optimizer's own step count (Adam's bias correction)
-  at::Tensor state;           // numeric: [1 + slots, n] float32, Stage::averaged_state(true); else undefined
+  at::Tensor state;  // numeric: [1 + slots, n] float32, Stage::averaged_state(true); else undefined
   std::vector<Event> events;  // the node's events so far, where its executor keeps them per node
 };
 

@@ -23,7 +23,9 @@ struct ChurnEvent {
   Seconds at = 0;     // seconds since the run's start
   int node = -1;      // pool rank
   bool join = false;  // true: arrives (as a spare); false: leaves
-  bool operator==(const ChurnEvent& o) const { return at == o.at && node == o.node && join == o.join; }
+  bool operator==(const ChurnEvent& o) const {
+    return at == o.at && node == o.node && join == o.join;
+  }
 };
 
 class ChurnSchedule {

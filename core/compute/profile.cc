@@ -1,12 +1,12 @@
 #include "core/compute/profile.h"
 
+#include <toml++/toml.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
-
-#include <toml++/toml.h>
 
 #include "core/error.h"
 #include "core/input/toml_input.h"
@@ -49,7 +49,8 @@ Seconds wake_span_cost(const ComputeProfile& p, Seconds wait) {
   return on_curve(p.idle_op, &ComputeProfile::Waking::span, wait);
 }
 
-Seconds DeviceHistory::begin(const Work& work, const ComputeProfile& profile, Seconds start, SavedActivations saved) {
+Seconds DeviceHistory::begin(const Work& work, const ComputeProfile& profile, Seconds start,
+                             SavedActivations saved) {
   double out = 0;
   if (saved.use == SavedActivations::Use::kWrites && work.saved_bytes() > 0) {
     kept_[saved.micro_batch] = {touches_, touches_, work.saved_bytes()};
@@ -60,7 +61,8 @@ Seconds DeviceHistory::begin(const Work& work, const ComputeProfile& profile, Se
   }
   const Seconds idle = start - last_end_;
   if (profile.idle_op.empty()) return time_of(work, profile, idle, 0, out);
-  if (wake_cost(profile, idle) > 0 || wake_span_cost(profile, idle) > 0) {  // a wait the curve charges: a new busy period
+  if (wake_cost(profile, idle) > 0 ||
+      wake_span_cost(profile, idle) > 0) {  // a wait the curve charges: a new busy period
     woke_after_ = idle;
     warm_.clear();
   }
@@ -95,7 +97,9 @@ void DeviceHistory::trim() {
   for (;;) {
     auto oldest = kept_.end();  // the oldest forward still waiting for its backward
     for (auto it = kept_.begin(); it != kept_.end(); ++it)
-      if (it->second.written >= 0 && (oldest == kept_.end() || it->second.written < oldest->second.written)) oldest = it;
+      if (it->second.written >= 0 &&
+          (oldest == kept_.end() || it->second.written < oldest->second.written))
+        oldest = it;
     const int64_t from = oldest == kept_.end() ? touches_ : oldest->second.written;
     for (auto it = kept_.begin(); it != kept_.end();)
       it = it->second.written < 0 && it->second.touched < from ? kept_.erase(it) : std::next(it);
@@ -106,7 +110,8 @@ void DeviceHistory::trim() {
 
 void DeviceHistory::end(Seconds at) { last_end_ = at; }
 
-Seconds time_of(const Work& work, const ComputeProfile& p, Seconds idle, Seconds wake, double evicted) {
+Seconds time_of(const Work& work, const ComputeProfile& p, Seconds idle, Seconds wake,
+                double evicted) {
   Seconds t = 0;
   for (int q = 0; q < kPasses; ++q)
     for (int k = 0; k < kOpKinds; ++k) {
@@ -117,12 +122,15 @@ Seconds time_of(const Work& work, const ComputeProfile& p, Seconds idle, Seconds
         const double ops = work.ops(kind, pass, c);
         if (ops == 0) continue;
         t += ops * cost.overhead + cost.first +
-             work.flops(kind, pass, c) / (p.peak_flops_per_s * cost.efficiency[static_cast<size_t>(c)]);
+             work.flops(kind, pass, c) /
+                 (p.peak_flops_per_s * cost.efficiency[static_cast<size_t>(c)]);
       }
     }
   if (p.memory_bytes_per_s > 0) {
-    const double missed = p.cache_bytes > 0 && work.resident_bytes() > p.cache_bytes ? work.cold_bytes() : 0;
-    const double rest = std::max(0.0, work.cold_bytes() + work.idle_cold_bytes() - missed - evicted);
+    const double missed =
+        p.cache_bytes > 0 && work.resident_bytes() > p.cache_bytes ? work.cold_bytes() : 0;
+    const double rest =
+        std::max(0.0, work.cold_bytes() + work.idle_cold_bytes() - missed - evicted);
     t += (missed + evicted + cold_fraction(p, idle) * rest) / p.memory_bytes_per_s;
   }
   if (!p.idle_op.empty()) {
@@ -139,11 +147,13 @@ ComputeProfile parse_profile(const std::string& text, const std::string& source)
   };
   for (const auto& [k, v] : root) {
     const std::string key(k.str());
-    if (key != "name" && key != "peak_tflops" && key != "threads" && key != "memory_gbps" && key != "cache_mib" &&
-        key != "idle_cold" && key != "idle_cold_ms" && key != "idle_op_us" && key != "first_op_us" &&
-        key != "forward" && key != "backward")
-      fail(key, "unknown key (expected name, peak_tflops, threads, memory_gbps, cache_mib, idle_cold (or "
-                "idle_cold_ms), idle_op_us, first_op_us, [forward], [backward])");
+    if (key != "name" && key != "peak_tflops" && key != "threads" && key != "memory_gbps" &&
+        key != "cache_mib" && key != "idle_cold" && key != "idle_cold_ms" && key != "idle_op_us" &&
+        key != "first_op_us" && key != "forward" && key != "backward")
+      fail(
+          key,
+          "unknown key (expected name, peak_tflops, threads, memory_gbps, cache_mib, idle_cold (or "
+          "idle_cold_ms), idle_op_us, first_op_us, [forward], [backward])");
   }
   ComputeProfile p;
   p.name = root["name"].value_or(std::string("profile"));
@@ -152,14 +162,17 @@ ComputeProfile parse_profile(const std::string& text, const std::string& source)
   p.peak_flops_per_s = *peak * kTflopsToFlopsPerSecond;
   if (root.contains("threads")) {
     const auto threads = root["threads"].value<int64_t>();
-    if (!threads || *threads < 0 || *threads > 4096) fail("threads", "expected an integer in [0, 4096]");
+    if (!threads || *threads < 0 || *threads > 4096)
+      fail("threads", "expected an integer in [0, 4096]");
     p.threads = static_cast<int>(*threads);
   }
   if (root.contains("memory_gbps") || root.contains("cache_mib")) {
     const auto gbps = root["memory_gbps"].value<double>();
     const auto mib = root["cache_mib"].value<double>();
-    if (!gbps || !(*gbps > 0) || *gbps > 1e6) fail("memory_gbps", "expected a number in (0, 1e6] (with cache_mib)");
-    if (!mib || !(*mib > 0) || *mib > 1e6) fail("cache_mib", "expected a number in (0, 1e6] (with memory_gbps)");
+    if (!gbps || !(*gbps > 0) || *gbps > 1e6)
+      fail("memory_gbps", "expected a number in (0, 1e6] (with cache_mib)");
+    if (!mib || !(*mib > 0) || *mib > 1e6)
+      fail("cache_mib", "expected a number in (0, 1e6] (with memory_gbps)");
     p.memory_bytes_per_s = *gbps * 1e9;
     p.cache_bytes = *mib * 1048576.0;
   }
@@ -167,8 +180,10 @@ ComputeProfile parse_profile(const std::string& text, const std::string& source)
     fail("idle_cold_ms", "give the cooling curve (idle_cold) or its step (idle_cold_ms), not both");
   if (root.contains("idle_cold_ms")) {
     const auto ms = root["idle_cold_ms"].value<double>();
-    if (!ms || !(*ms >= 0) || *ms > 1e6) fail("idle_cold_ms", "expected a number in [0, 1e6] (0: never)");
-    if (*ms > 0 && p.memory_bytes_per_s <= 0) fail("idle_cold_ms", "needs memory_gbps and cache_mib");
+    if (!ms || !(*ms >= 0) || *ms > 1e6)
+      fail("idle_cold_ms", "expected a number in [0, 1e6] (0: never)");
+    if (*ms > 0 && p.memory_bytes_per_s <= 0)
+      fail("idle_cold_ms", "needs memory_gbps and cache_mib");
     if (*ms > 0) p.idle_cold.push_back({*ms * 1e-3, 1.0});
   }
   // A curve's [wait ms, value] points, or [wait ms, value, second] where `second` names one:
@@ -177,24 +192,28 @@ ComputeProfile parse_profile(const std::string& text, const std::string& source)
     Seconds wait;
     double value, second;
   };
-  auto curve = [&](const std::string& key, const std::string& value, double most, const std::string& rising,
-                   const std::string& second = "") {
+  auto curve = [&](const std::string& key, const std::string& value, double most,
+                   const std::string& rising, const std::string& second = "") {
     std::vector<Point> points;
-    const std::string form = "[wait ms, " + value + (second.empty() ? "" : " (, " + second + ", 0 if absent)") + "]";
+    const std::string form =
+        "[wait ms, " + value + (second.empty() ? "" : " (, " + second + ", 0 if absent)") + "]";
     const toml::array* a = root[key].as_array();
     if (a == nullptr) fail(key, "expected an array of " + form + " points");
     for (size_t i = 0; i < a->size(); ++i) {
       const std::string at = key + "[" + std::to_string(i) + "]";
       const toml::array* point = (*a)[i].as_array();
       const size_t n = point ? point->size() : 0;
-      if (n != 2 && (second.empty() || n != 3)) fail(at, "expected " + form);  // not an array: n = 0
+      if (n != 2 && (second.empty() || n != 3))
+        fail(at, "expected " + form);  // not an array: n = 0
       const auto ms = (*point)[0].value<double>();
       const auto v = (*point)[1].value<double>();
       const auto w = n == 3 ? (*point)[2].value<double>() : std::optional<double>(0.0);
       if (!ms || !v || !w) fail(at, "expected " + form);
       if (!(*ms > 0) || *ms > 1e6) fail(at, "expected a wait in (0, 1e6] ms");
-      if (!(*v >= 0) || *v > most) fail(at, "expected a " + value + " in [0, " + number(most) + "]");
-      if (!(*w >= 0) || *w > most) fail(at, "expected a " + second + " in [0, " + number(most) + "]");
+      if (!(*v >= 0) || *v > most)
+        fail(at, "expected a " + value + " in [0, " + number(most) + "]");
+      if (!(*w >= 0) || *w > most)
+        fail(at, "expected a " + second + " in [0, " + number(most) + "]");
       if (i > 0 && !(*ms * 1e-3 > points.back().wait)) fail(at, "waits must increase");
       if (i > 0 && (*v < points.back().value || *w < points.back().second)) fail(at, rising);
       points.push_back({*ms * 1e-3, *v, *w});
@@ -202,13 +221,16 @@ ComputeProfile parse_profile(const std::string& text, const std::string& source)
     return points;
   };
   if (root.contains("idle_cold")) {
-    const auto points = curve("idle_cold", "fraction cold", 1, "fractions must not decrease (a cache does not warm up idle)");
-    if (!points.empty() && p.memory_bytes_per_s <= 0) fail("idle_cold", "needs memory_gbps and cache_mib");
+    const auto points = curve("idle_cold", "fraction cold", 1,
+                              "fractions must not decrease (a cache does not warm up idle)");
+    if (!points.empty() && p.memory_bytes_per_s <= 0)
+      fail("idle_cold", "needs memory_gbps and cache_mib");
     for (const Point& q : points) p.idle_cold.push_back({q.wait, q.value});
   }
   if (root.contains("idle_op_us")) {
-    for (const Point& q : curve("idle_op_us", "us per operation", 1e6, "costs must not decrease (a longer wait loses no less)",
-                                "us per span"))
+    for (const Point& q :
+         curve("idle_op_us", "us per operation", 1e6,
+               "costs must not decrease (a longer wait loses no less)", "us per span"))
       p.idle_op.push_back({q.wait, q.value * 1e-6, q.second * 1e-6});
   }
   for (int q = 0; q < kPasses; ++q) {
@@ -226,7 +248,10 @@ ComputeProfile parse_profile(const std::string& text, const std::string& source)
       // kOpClasses efficiencies, or the 12 of a profile from before the middle footprint (work.h).
       constexpr size_t kTwoFootprints = 2 * kIntensities;
       if (a == nullptr || (a->size() != 1 + kOpClasses && a->size() != 1 + kTwoFootprints))
-        fail(key, "expected [fixed cost in us, then 18 efficiencies: intensity < 4, < 8, < 16, < 32, < 64, >= 64 flop/B within 1 MiB, the same up to 8 MiB, the same beyond] (or 12: within 1 MiB, beyond)");
+        fail(key,
+             "expected [fixed cost in us, then 18 efficiencies: intensity < 4, < 8, < 16, < 32, < "
+             "64, >= 64 flop/B within 1 MiB, the same up to 8 MiB, the same beyond] (or 12: within "
+             "1 MiB, beyond)");
       const bool two = a->size() == 1 + kTwoFootprints;
       KindCost& cost = p.of(static_cast<Pass>(q), static_cast<OpKind>(k));
       const auto overhead = (*a)[0].value<double>();
@@ -242,12 +267,14 @@ ComputeProfile parse_profile(const std::string& text, const std::string& source)
     }
   }
   if (root.contains("first_op_us")) {
-    const std::string form = "expected [[5 forward], [5 backward]] us: matmul, conv, norm, pool, elementwise";
+    const std::string form =
+        "expected [[5 forward], [5 backward]] us: matmul, conv, norm, pool, elementwise";
     const toml::array* a = root["first_op_us"].as_array();
     if (a == nullptr || a->size() != kPasses) fail("first_op_us", form);
     for (int q = 0; q < kPasses; ++q) {
       const toml::array* pass = (*a)[static_cast<size_t>(q)].as_array();
-      if (pass == nullptr || pass->size() != kOpKinds) fail("first_op_us[" + std::to_string(q) + "]", form);
+      if (pass == nullptr || pass->size() != kOpKinds)
+        fail("first_op_us[" + std::to_string(q) + "]", form);
       for (int k = 0; k < kOpKinds; ++k) {
         const auto us = (*pass)[static_cast<size_t>(k)].value<double>();
         const std::string at = "first_op_us[" + std::to_string(q) + "][" + std::to_string(k) + "]";
@@ -284,15 +311,16 @@ std::string profile_to_toml(const ComputeProfile& p, const std::string& comment)
     if (!p.idle_cold.empty()) {
       os << "idle_cold = [";
       for (size_t i = 0; i < p.idle_cold.size(); ++i)
-        os << (i ? ", [" : "[") << number(p.idle_cold[i].wait * 1e3) << ", " << number(p.idle_cold[i].cold) << "]";
+        os << (i ? ", [" : "[") << number(p.idle_cold[i].wait * 1e3) << ", "
+           << number(p.idle_cold[i].cold) << "]";
       os << "]  # [wait ms, fraction cold]\n";
     }
   }
   if (!p.idle_op.empty()) {
     os << "idle_op_us = [";
     for (size_t i = 0; i < p.idle_op.size(); ++i)
-      os << (i ? ", [" : "[") << number(p.idle_op[i].wait * 1e3) << ", " << number(p.idle_op[i].op * 1e6) << ", "
-         << number(p.idle_op[i].span * 1e6) << "]";
+      os << (i ? ", [" : "[") << number(p.idle_op[i].wait * 1e3) << ", "
+         << number(p.idle_op[i].op * 1e6) << ", " << number(p.idle_op[i].span * 1e6) << "]";
     os << "]  # [wait ms, us more per operation, us more for the span that ends the wait]\n";
   }
   bool firsts = false;
@@ -303,15 +331,18 @@ std::string profile_to_toml(const ComputeProfile& p, const std::string& comment)
     for (int q = 0; q < kPasses; ++q) {
       os << (q ? ", [" : "[");
       for (int k = 0; k < kOpKinds; ++k)
-        os << (k ? ", " : "") << number(p.of(static_cast<Pass>(q), static_cast<OpKind>(k)).first * 1e6);
+        os << (k ? ", " : "")
+           << number(p.of(static_cast<Pass>(q), static_cast<OpKind>(k)).first * 1e6);
       os << "]";
     }
-    os << "]  # [forward, backward] per kind (matmul, conv, norm, pool, elementwise): us more for a span's first operation of the kind in each class\n";
+    os << "]  # [forward, backward] per kind (matmul, conv, norm, pool, elementwise): us more for "
+          "a span's first operation of the kind in each class\n";
   }
   for (int q = 0; q < kPasses; ++q) {
     os << "[" << pass_name(static_cast<Pass>(q)) << "]";
     if (q == 0)
-      os << "  # per kind: [fixed cost in us, efficiency at intensity < 4, < 8, < 16, < 32, < 64, >= 64 flop/B within 1 MiB, the same up to 8 MiB, the same beyond]";
+      os << "  # per kind: [fixed cost in us, efficiency at intensity < 4, < 8, < 16, < 32, < 64, "
+            ">= 64 flop/B within 1 MiB, the same up to 8 MiB, the same beyond]";
     os << "\n";
     for (int k = 0; k < kOpKinds; ++k) {
       const KindCost& cost = p.of(static_cast<Pass>(q), static_cast<OpKind>(k));

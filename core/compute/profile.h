@@ -1,8 +1,8 @@
 // A device's compute as the calibrated model describes it: its peak, and per pass (forward,
 // backward) and kind of layer a fixed cost per operation (dispatch, autograd bookkeeping,
 // allocation) and the fraction of the peak it achieves in each operation class (arithmetic
-// intensity and footprint, work.h). time_of() is the model's one function: the simulator, the planner and
-// emulate_speed charge work through it and nothing else.
+// intensity and footprint, work.h). time_of() is the model's one function: the simulator, the
+// planner and emulate_speed charge work through it and nothing else.
 //
 // Profiles come from `ravnest calibrate` (a microbenchmark of this host's LibTorch running the
 // project's own layers, forward and backward, written as a profile file) or from published
@@ -194,7 +194,8 @@ class DeviceHistory {
  public:
   // time_of(work, profile, idle, wake, evicted) for a span of `work` that starts at `start`
   // (seconds, on the clock end() is given), counting it as run.
-  Seconds begin(const Work& work, const ComputeProfile& profile, Seconds start, SavedActivations saved = {});
+  Seconds begin(const Work& work, const ComputeProfile& profile, Seconds start,
+                SavedActivations saved = {});
   void end(Seconds at);  // the span ended
   // Micro-batches whose saved activations the history keeps at most: past it, the oldest forward
   // still waiting for its backward (its micro-batch lost, its backward never coming) is forgotten.
@@ -209,7 +210,7 @@ class DeviceHistory {
   void trim();
 
   Seconds last_end_ = -std::numeric_limits<Seconds>::infinity();
-  Seconds woke_after_ = 0;       // the wait that began the current busy period (0: none charged)
+  Seconds woke_after_ = 0;      // the wait that began the current busy period (0: none charged)
   std::vector<uint64_t> warm_;  // the codes run since
   // Each micro-batch's saved activations, by micro-batch, as touches (forwards writing them,
   // backwards reading them) numbered in order: a backward counts the others touched after its own

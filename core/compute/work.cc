@@ -26,7 +26,8 @@ const char* op_kind_name(OpKind k) {
 const char* pass_name(Pass p) { return p == Pass::kForward ? "forward" : "backward"; }
 
 int op_class_of(Flops op_flops, double op_bytes) {
-  const int footprint = kIntensities * ((op_bytes > kCachedBytes ? 1 : 0) + (op_bytes > kStreamedBytes ? 1 : 0));
+  const int footprint =
+      kIntensities * ((op_bytes > kCachedBytes ? 1 : 0) + (op_bytes > kStreamedBytes ? 1 : 0));
   if (op_bytes <= 0) return kIntensities - 1;
   const double intensity = op_flops / op_bytes;
   int c = 0;
@@ -47,7 +48,8 @@ std::string op_class_name(int c) {
 }
 
 void Work::add(OpKind kind, Pass pass, Flops op_flops, double op_bytes, double count) {
-  RV_CHECK(op_flops >= 0 && op_bytes >= 0 && count >= 0, "work: negative flops, bytes or operations");
+  RV_CHECK(op_flops >= 0 && op_bytes >= 0 && count >= 0,
+           "work: negative flops, bytes or operations");
   if (count == 0) return;
   Bucket& b = b_[index(kind, pass, op_class_of(op_flops, op_bytes))];
   b.ops += count;

@@ -1,7 +1,8 @@
 // Work as the calibrated compute model counts it: operations (one layer's kernels in one pass) by
 // kind, pass and intensity class, and their floating-point operations. A device does a unit of
 // work in
-//   sum over buckets of  ops * overhead[pass][kind] + flops / (peak * efficiency[pass][kind][class])
+//   sum over buckets of  ops * overhead[pass][kind] + flops / (peak *
+//   efficiency[pass][kind][class])
 // (profile.h): every operation has a fixed cost (dispatch, autograd bookkeeping, allocation), and
 // operations that move many bytes per flop run far below the peak.
 //
@@ -63,7 +64,8 @@ constexpr int kFootprints = 3;
 constexpr int kOpClasses = kFootprints * kIntensities;
 // intensity + kIntensities * footprint (0: <= kCachedBytes, 1: <= kStreamedBytes, 2: beyond)
 int op_class_of(Flops op_flops, double op_bytes);
-std::string op_class_name(int c);  // "<4 flop/B", ..., ">=64 flop/B, beyond 1 MiB", ">=64 flop/B, beyond 8 MiB"
+std::string op_class_name(
+    int c);  // "<4 flop/B", ..., ">=64 flop/B, beyond 1 MiB", ">=64 flop/B, beyond 8 MiB"
 
 class Work {
  public:
@@ -91,7 +93,7 @@ class Work {
   // micro-batches' activations) pushed them out of its cache: DeviceHistory charges that whatever
   // the idle wait. They are part of the backward's idle-cold bytes.
   void add_saved(double bytes);
-  void add(const Work& other);       // cold, idle-cold and saved bytes add; resident bytes: the larger
+  void add(const Work& other);  // cold, idle-cold and saved bytes add; resident bytes: the larger
   Work scaled(double factor) const;  // `factor` times as many of every operation and cold bytes
 
   double cold_bytes() const { return cold_; }
@@ -120,10 +122,12 @@ class Work {
     Flops flops = 0;
   };
   static size_t index(OpKind k, Pass p, int c) {
-    return (static_cast<size_t>(p) * kOpKinds + static_cast<size_t>(k)) * kOpClasses + static_cast<size_t>(c);
+    return (static_cast<size_t>(p) * kOpKinds + static_cast<size_t>(k)) * kOpClasses +
+           static_cast<size_t>(c);
   }
   const Bucket& at(OpKind k, Pass p, int c) const { return b_[index(k, p, c)]; }
-  std::array<Bucket, static_cast<size_t>(kPasses) * kOpKinds * kOpClasses> b_{};  // by pass, kind, class
+  std::array<Bucket, static_cast<size_t>(kPasses) * kOpKinds * kOpClasses>
+      b_{};               // by pass, kind, class
   double cold_ = 0;       // bytes
   double resident_ = 0;   // bytes
   double idle_cold_ = 0;  // bytes

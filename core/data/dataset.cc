@@ -1,18 +1,18 @@
 #include "core/data/dataset.h"
 
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <zlib.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
-#include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
-#include <zlib.h>
-
+#include "core/data/tokens.h"
 #include "core/error.h"
 #include "core/memory/table_memory.h"
-#include "core/data/tokens.h"
 #include "core/problem/problem.h"
 
 namespace rv {
@@ -77,12 +77,14 @@ DatasetShape dataset_shape(const DataSpec& spec) {
   if (spec.kind == "regression") return {{spec.features}, spec.targets, TaskKind::kRegression};
   // Problems (core/problem/problem.h): a sample is X, m rows of d features and the running sum's
   // column, for the additive block model (model.kind = "blocks").
-  if (spec.kind == "quadratic") return {{spec.features, spec.features + 1}, spec.features, TaskKind::kRegression};
+  if (spec.kind == "quadratic")
+    return {{spec.features, spec.features + 1}, spec.features, TaskKind::kRegression};
   if (spec.kind == "logistic") return {{1, spec.features + 1}, 2};
   // Token sequences (core/data/tokens.h): ids per sample, and the vocabulary.
   if (spec.kind == "sort") return {{2 * spec.length - 1}, spec.digits, TaskKind::kNextToken};
   if (spec.kind == "text")
-    return {{spec.seq_len}, static_cast<int64_t>(read_text(dataset_location(spec)).symbols.size()),
+    return {{spec.seq_len},
+            static_cast<int64_t>(read_text(dataset_location(spec)).symbols.size()),
             TaskKind::kNextToken};
   throw InputError("unknown dataset '" + spec.kind + "'");
 }
@@ -220,22 +222,25 @@ Dataset load_dataset(const DataSpec& spec, uint64_t seed) {
   } else if (spec.kind == "logistic") {
     // The problem's own samples: features, a zero running sum; labels 0 or 1.
     const Problem p = make_problem(problem_spec(spec));
-    auto make = [&](const Eigen::MatrixXd& features, const Eigen::VectorXd& labels, at::Tensor& xs, at::Tensor& y) {
+    auto make = [&](const Eigen::MatrixXd& features, const Eigen::VectorXd& labels, at::Tensor& xs,
+                    at::Tensor& y) {
       const int64_t n = features.rows(), dim = features.cols();
       xs = at::zeros({n, 1, dim + 1}, at::kFloat);
       y = at::empty({n}, at::kLong);
       float* xp = xs.data_ptr<float>();
       int64_t* yp = y.data_ptr<int64_t>();
       for (int64_t j = 0; j < n; ++j) {
-        for (int64_t c = 0; c < dim; ++c) xp[j * (dim + 1) + c] = static_cast<float>(features(j, c));
+        for (int64_t c = 0; c < dim; ++c)
+          xp[j * (dim + 1) + c] = static_cast<float>(features(j, c));
         yp[j] = labels(j) > 0.5 ? 1 : 0;
       }
     };
     make(p.a, p.b, d.train_x, d.train_y);
     make(p.test_x, p.test_y, d.test_x, d.test_y);
   } else if (spec.kind == "sort") {
-    TokenSet t = make_sort(spec.length, spec.digits, spec.train_samples > 0 ? spec.train_samples : 8192,
-                           spec.test_samples > 0 ? spec.test_samples : 1024, seed);
+    TokenSet t =
+        make_sort(spec.length, spec.digits, spec.train_samples > 0 ? spec.train_samples : 8192,
+                  spec.test_samples > 0 ? spec.test_samples : 1024, seed);
     d.train_x = t.train_x, d.train_y = t.train_y, d.test_x = t.test_x, d.test_y = t.test_y;
   } else if (spec.kind == "text") {
     const std::string path = dataset_location(spec);
@@ -248,7 +253,8 @@ Dataset load_dataset(const DataSpec& spec, uint64_t seed) {
   d.train_y = take_rows(d.train_y, spec.train_samples);
   d.test_x = take_rows(d.test_x, spec.test_samples);
   d.test_y = take_rows(d.test_y, spec.test_samples);
-  if (d.train_size() < 1 || d.test_size() < 1) throw InputError(d.name + ": empty train or test set");
+  if (d.train_size() < 1 || d.test_size() < 1)
+    throw InputError(d.name + ": empty train or test set");
   // Gathered a random row at a time (table_memory.h).
   d.train_x = on_huge_pages(d.train_x);
   d.test_x = on_huge_pages(d.test_x);
@@ -268,10 +274,14 @@ ProblemSpec problem_spec(const DataSpec& spec) {
   return p;
 }
 
-bool is_problem(const DataSpec& spec) { return spec.kind == "quadratic" || spec.kind == "logistic"; }
+bool is_problem(const DataSpec& spec) {
+  return spec.kind == "quadratic" || spec.kind == "logistic";
+}
 
 Sampler::Sampler(int64_t n, int64_t batch, uint64_t seed)
-    : n_(n), batch_(std::min(batch, n)), per_epoch_(std::max<int64_t>(1, n / std::min(batch, n))),
+    : n_(n),
+      batch_(std::min(batch, n)),
+      per_epoch_(std::max<int64_t>(1, n / std::min(batch, n))),
       seed_(seed) {
   RV_CHECK(n > 0 && batch > 0, "sampler needs samples and a positive batch size");
 }
@@ -295,7 +305,8 @@ std::vector<int64_t> Sampler::indices(int64_t micro_batch) {
   const int64_t epoch = micro_batch / per_epoch_;
   const int64_t pos = micro_batch % per_epoch_;
   if (epoch != cached_epoch_) {
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed_ * 1000003ULL + static_cast<uint64_t>(epoch));
+    auto gen =
+        at::make_generator<at::CPUGeneratorImpl>(seed_ * 1000003ULL + static_cast<uint64_t>(epoch));
     at::Tensor p = at::randperm(n_, gen, at::kLong);
     perm_.assign(p.data_ptr<int64_t>(), p.data_ptr<int64_t>() + n_);
     cached_epoch_ = epoch;

@@ -5,11 +5,11 @@
 // any batch itself, so targets never travel. The data kind decides the task (task.h).
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include <ATen/core/Tensor.h>
 
 #include "core/data/task.h"
 #include "core/scenario/scenario.h"

@@ -66,8 +66,8 @@ class NextToken : public Task {
   bool has_accuracy() const override { return true; }
   LossResult loss_and_grad(const at::Tensor& outputs, const at::Tensor& targets) const override {
     return differentiate(outputs, [&](const at::Tensor& out) {
-      return at::nll_loss(at::log_softmax(out.reshape({-1, out.size(-1)}), 1), targets.reshape({-1}), {},
-                          at::Reduction::Mean, kIgnored);
+      return at::nll_loss(at::log_softmax(out.reshape({-1, out.size(-1)}), 1),
+                          targets.reshape({-1}), {}, at::Reduction::Mean, kIgnored);
     });
   }
   Score score(const at::Tensor& outputs, const at::Tensor& targets) const override {
@@ -75,8 +75,8 @@ class NextToken : public Task {
     const int64_t b = outputs.size(0);
     const at::Tensor scored = targets.ne(kIgnored);
     const at::Tensor per_token =
-        at::nll_loss(at::log_softmax(outputs.reshape({-1, outputs.size(-1)}), 1), targets.reshape({-1}), {},
-                     at::Reduction::None, kIgnored)
+        at::nll_loss(at::log_softmax(outputs.reshape({-1, outputs.size(-1)}), 1),
+                     targets.reshape({-1}), {}, at::Reduction::None, kIgnored)
             .view({b, -1});
     const at::Tensor count = scored.sum(1).clamp_min(1).to(at::kDouble);
     Score s;

@@ -30,8 +30,8 @@ struct LossResult {
 
 struct Score {
   double loss_sum = 0;  // loss summed over the batch's samples
-  double correct = 0;  // correctly predicted samples (tasks with an accuracy; next-token: the
-                       // share of each sample's positions predicted correctly, summed)
+  double correct = 0;   // correctly predicted samples (tasks with an accuracy; next-token: the
+                        // share of each sample's positions predicted correctly, summed)
 };
 
 class Task {

@@ -68,8 +68,10 @@ void check_sort_split(int64_t length, int64_t digits) {
     if (i == length) break;
   }
   if (!test || !train)
-    throw InputError("data.length, data.digits: " + std::to_string(length) + " digits of " + std::to_string(digits) +
-                     " kinds make too few distinct sequences to split into a train and a test set (none falls to the " +
+    throw InputError("data.length, data.digits: " + std::to_string(length) + " digits of " +
+                     std::to_string(digits) +
+                     " kinds make too few distinct sequences to split into a train and a test set "
+                     "(none falls to the " +
                      (test ? "train" : "test") + " side); take more digits or kinds");
 }
 
@@ -128,7 +130,8 @@ TextCorpus read_text(const std::string& path) {
     char32_t cp = 0;
     const size_t n = decode_utf8(at, end, &cp);
     if (n == 0)
-      throw KeyError("data.path", "'" + path + "' is not UTF-8 text (byte " + std::to_string(at - p) + ")");
+      throw KeyError("data.path",
+                     "'" + path + "' is not UTF-8 text (byte " + std::to_string(at - p) + ")");
     chars.push_back(cp);
     at += n;
   }
@@ -146,8 +149,10 @@ TokenSet make_text(const TextCorpus& corpus, int64_t seq_len, const std::string&
   const auto cut = static_cast<int64_t>(static_cast<double>(n) * kTextTrainShare);
   // Each side needs one sample: seq_len characters and the one after.
   if (cut < seq_len + 1 || n - cut < seq_len + 1)
-    throw KeyError("data.path", "'" + path + "' has " + std::to_string(n) + " characters: too few for samples of " +
-                     std::to_string(seq_len) + " (data.seq_len) on both sides of its 90/10 train/test split");
+    throw KeyError("data.path", "'" + path + "' has " + std::to_string(n) +
+                                    " characters: too few for samples of " +
+                                    std::to_string(seq_len) +
+                                    " (data.seq_len) on both sides of its 90/10 train/test split");
   const at::Tensor stream = at::tensor(corpus.ids, at::kLong);
   TokenSet s;
   // Views into the stream (offsets into its storage): train sample i is ids [i, i + seq_len),

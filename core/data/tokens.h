@@ -15,11 +15,11 @@
 // offset.
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include <ATen/core/Tensor.h>
 
 namespace rv {
 

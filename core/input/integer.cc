@@ -14,7 +14,8 @@ int64_t parse_integer(std::string_view text, int64_t lo, int64_t hi, const std::
   if (text.empty() || r.ec == std::errc::invalid_argument || r.ptr != end)
     throw InputError(what + "='" + shown + "' is not a decimal integer");
   if (r.ec == std::errc::result_out_of_range || v < lo || v > hi)
-    throw InputError(what + "='" + shown + "' is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    throw InputError(what + "='" + shown + "' is out of range [" + std::to_string(lo) + ", " +
+                     std::to_string(hi) + "]");
   return v;
 }
 

@@ -19,8 +19,8 @@ class LimitScanner {
   void run() {
     if (t_.size() > lim_.max_bytes)
       throw ScenarioError(source_, "",
-                          "the file has " + std::to_string(t_.size()) + " bytes, more than the limit of " +
-                              std::to_string(lim_.max_bytes));
+                          "the file has " + std::to_string(t_.size()) +
+                              " bytes, more than the limit of " + std::to_string(lim_.max_bytes));
     while (i_ < t_.size()) {
       const char c = t_[i_];
       if (c == '\n') {
@@ -162,7 +162,8 @@ class LimitScanner {
       } else if (c == '[' || c == '{') {
         element();
         if (open.size() >= static_cast<size_t>(lim_.max_nesting))
-          fail("arrays and inline tables nested more than " + std::to_string(lim_.max_nesting) + " deep");
+          fail("arrays and inline tables nested more than " + std::to_string(lim_.max_nesting) +
+               " deep");
         open.push_back({c});
         ++i_;
         if (c == '{') inline_key();

@@ -1,11 +1,11 @@
 #include "core/memory/allocator.h"
 
+#include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
+
 #include <cstdint>
 #include <cstdlib>
 #include <new>
-
-#include <c10/core/Allocator.h>
-#include <c10/core/CPUAllocator.h>
 
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -29,7 +29,8 @@ class HeapTensorAllocator final : public c10::Allocator {
     void* block = std::malloc(n + kTensorAlignment + sizeof(void*));
     if (block == nullptr) throw std::bad_alloc();
     const uintptr_t start = reinterpret_cast<uintptr_t>(block) + sizeof(void*);
-    void* p = reinterpret_cast<void*>((start + kTensorAlignment - 1) & ~uintptr_t{kTensorAlignment - 1});
+    void* p =
+        reinterpret_cast<void*>((start + kTensorAlignment - 1) & ~uintptr_t{kTensorAlignment - 1});
     static_cast<void**>(p)[-1] = block;
     return {p, p, &free_aligned, cpu};
   }

@@ -1,11 +1,11 @@
 #include "core/memory/table_memory.h"
 
+#include <ATen/ATen.h>
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <new>
-
-#include <ATen/ATen.h>
-#include <sys/mman.h>
 
 namespace rv {
 
@@ -19,7 +19,8 @@ at::Tensor on_huge_pages(const at::Tensor& t) {
   madvise(p, rounded, MADV_HUGEPAGE);  // advice: where refused, the same memory on small pages
 #endif
   std::memcpy(p, t.data_ptr(), bytes);
-  return at::from_blob(p, t.sizes(), [](void* q) { std::free(q); }, t.options());
+  return at::from_blob(
+      p, t.sizes(), [](void* q) { std::free(q); }, t.options());
 }
 
 }  // namespace rv

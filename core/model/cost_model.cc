@@ -36,20 +36,24 @@ StageCost stage_cost(const ModelDesc& model, int begin, int end, const TrainingS
   c.update = update_flops_per_param(training) * static_cast<double>(params);
   // Sizes saturate (units.h): the planner then finds them too large for every device and link.
   const Bytes batch_bytes = sat_mul(kFloatBytes, batch);
-  c.activation_out = end < model.layer_count() ? sat_mul(batch_bytes, model.profile[end - 1].out_elems) : 0;
+  c.activation_out =
+      end < model.layer_count() ? sat_mul(batch_bytes, model.profile[end - 1].out_elems) : 0;
   c.gradient_in = begin > 0 ? sat_mul(batch_bytes, model.input_elems_of(begin)) : 0;
 
   const Bytes buffers = model.buffers(begin, end);
   // Weights, gradients, optimizer state and buffers.
-  Bytes m = sat_mul(kFloatBytes, sat_add(sat_mul(params, 2 + optimizer_state_floats(training)), buffers));
+  Bytes m =
+      sat_mul(kFloatBytes, sat_add(sat_mul(params, 2 + optimizer_state_floats(training)), buffers));
   // Per unfinished micro-batch: with stashing the saved activations of every layer and, in the
   // worst case, one older version of the weights (double-buffered: one older version in all);
   // without, only the stage's input.
-  const Bytes saved = sat_mul(batch_bytes, training.weight_stashing ? model.activation_elems(begin, end)
-                                                                    : model.input_elems_of(begin));
+  const Bytes saved =
+      sat_mul(batch_bytes, training.weight_stashing ? model.activation_elems(begin, end)
+                                                    : model.input_elems_of(begin));
   const Bytes stash = training.weight_stashing ? sat_mul(kFloatBytes, params) : 0;
   m = sat_add(m, sat_mul(in_flight, saved));
-  const int64_t versions = training.double_buffered_weights ? std::min<int64_t>(in_flight - 1, 1) : in_flight - 1;
+  const int64_t versions =
+      training.double_buffered_weights ? std::min<int64_t>(in_flight - 1, 1) : in_flight - 1;
   if (in_flight > 1) m = sat_add(m, sat_mul(versions, stash));
   c.memory = m;
   return c;
@@ -91,11 +95,13 @@ StageWork stage_work(const ModelDesc& model, int begin, int end, const TrainingS
   // weights again; the optimizer step reads the weights, their gradients and its state. (On the
   // host measured, the CNN's second stage stepped in 136-166 us after a backward at batch 32 and
   // in 250-335 us after one at batch 128, its parameters the same and no page faulted.)
-  const double weights = static_cast<double>(kFloatBytes) * static_cast<double>(model.params(begin, end));
+  const double weights =
+      static_cast<double>(kFloatBytes) * static_cast<double>(model.params(begin, end));
   const double resident =
       weights * (3 + optimizer_state_floats(training)) +
       static_cast<double>(kFloatBytes) * static_cast<double>(model.buffers(begin, end)) +
-      static_cast<double>(kFloatBytes) * b * static_cast<double>(model.activation_elems(begin, end));
+      static_cast<double>(kFloatBytes) * b *
+          static_cast<double>(model.activation_elems(begin, end));
   w.forward.add_cold(weights, resident);
   w.backward.add_cold(weights * ((begin > 0 || !training.weight_stashing) ? 2 : 1), resident);
   w.update.add_cold(weights * (2 + optimizer_state_floats(training)), resident);
@@ -109,15 +115,17 @@ StageWork stage_work(const ModelDesc& model, int begin, int end, const TrainingS
   // What the forward keeps for the backward (Stage::forward): the layers' saved activations, or
   // without weight stashing only the input (the backward recomputes the rest). Whether the
   // backward finds them in the cache depends on what the device ran in between (DeviceHistory).
-  w.forward.add_saved(act * static_cast<double>(training.weight_stashing ? model.activation_elems(begin, end)
-                                                                         : model.input_elems_of(begin)));
+  w.forward.add_saved(act * static_cast<double>(training.weight_stashing
+                                                    ? model.activation_elems(begin, end)
+                                                    : model.input_elems_of(begin)));
   return w;
 }
 
 Seconds stage_pass_time(const StageWork& w, const ComputeProfile& device, int ahead) {
   RV_CHECK(ahead >= 0, "stage_pass_time: ahead must be 0 or more");
   const double saved = w.forward.saved_bytes();
-  return time_of(w.forward, device) + time_of(w.backward, device, 0, 0, evicted_bytes(saved, ahead * saved, device));
+  return time_of(w.forward, device) +
+         time_of(w.backward, device, 0, 0, evicted_bytes(saved, ahead * saved, device));
 }
 
 Seconds stage_compute_time(const StageWork& w, const ComputeProfile& device, int ahead) {

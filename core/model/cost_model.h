@@ -20,7 +20,8 @@ struct StageCost {
   Bytes memory = 0;          // modeled peak memory with `in_flight` unfinished micro-batches
 };
 
-// Costs of layers [begin, end) for micro-batches of `batch` samples, `in_flight` of them unfinished.
+// Costs of layers [begin, end) for micro-batches of `batch` samples, `in_flight` of them
+// unfinished.
 StageCost stage_cost(const ModelDesc& model, int begin, int end, const TrainingSpec& training,
                      int64_t batch, int64_t in_flight);
 

@@ -28,7 +28,8 @@ LayerProfile finish_profile(LayerProfile p) {
   return p;
 }
 
-void expect_input(bool ok, const std::string& layer, const std::vector<int64_t>& in, const std::string& needs) {
+void expect_input(bool ok, const std::string& layer, const std::vector<int64_t>& in,
+                  const std::string& needs) {
   if (!ok)
     throw InputError("model: a " + layer + " layer cannot take inputs of shape " + shape_text(in) +
                      " (it needs " + needs + ")");
@@ -212,10 +213,11 @@ class MaxPool2d : public Layer {
 // (the residual), and passes r on unchanged.
 class Block : public Layer {
  public:
-  Block(int64_t rows, int64_t dim, int64_t c0, int64_t c1) : rows_(rows), dim_(dim), c0_(c0), c1_(c1) {}
+  Block(int64_t rows, int64_t dim, int64_t c0, int64_t c1)
+      : rows_(rows), dim_(dim), c0_(c0), c1_(c1) {}
   LayerProfile profile(const std::vector<int64_t>& in) const override {
     expect_input(in == std::vector<int64_t>{rows_, dim_ + 1}, "block", in,
-           std::to_string(rows_) + "x" + std::to_string(dim_ + 1));
+                 std::to_string(rows_) + "x" + std::to_string(dim_ + 1));
     LayerProfile p;
     p.name = "block(" + std::to_string(c0_) + ":" + std::to_string(c1_) + ")";
     p.out_shape = in;
@@ -244,7 +246,7 @@ class Readout : public Layer {
   Readout(int64_t rows, int64_t dim, bool logits) : rows_(rows), dim_(dim), logits_(logits) {}
   LayerProfile profile(const std::vector<int64_t>& in) const override {
     expect_input(in == std::vector<int64_t>{rows_, dim_ + 1}, "readout", in,
-           std::to_string(rows_) + "x" + std::to_string(dim_ + 1));
+                 std::to_string(rows_) + "x" + std::to_string(dim_ + 1));
     LayerProfile p;
     p.name = logits_ ? "readout(logits)" : "readout";
     p.out_shape = {logits_ ? 2 : rows_};
@@ -280,7 +282,9 @@ LayerPtr make_max_pool2d(int64_t kernel) { return std::make_shared<MaxPool2d>(ke
 LayerPtr make_block(int64_t rows, int64_t dim, int64_t c0, int64_t c1) {
   return std::make_shared<Block>(rows, dim, c0, c1);
 }
-LayerPtr make_readout(int64_t rows, int64_t dim, bool logits) { return std::make_shared<Readout>(rows, dim, logits); }
+LayerPtr make_readout(int64_t rows, int64_t dim, bool logits) {
+  return std::make_shared<Readout>(rows, dim, logits);
+}
 
 at::Tensor seeded_dropout(const at::Tensor& x, double p, uint64_t seed) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);

@@ -38,7 +38,7 @@ struct LayerOp {
 
 // What one layer costs, per sample.
 struct LayerProfile {
-  std::string name;                // "linear(784->256) -> 256"
+  std::string name;  // "linear(784->256) -> 256"
   // The elements of each tensor that holds trainable parameters, in init_params' order: the
   // optimizer runs its kernels tensor by tensor, and a kernel's size decides its rate.
   std::vector<int64_t> param_elems;
@@ -108,7 +108,8 @@ LayerPtr make_readout(int64_t rows, int64_t dim, bool logits);
 // and a linear map to the vocabulary, giving [tokens, vocab] logits. Weights are initialised as
 // GPT-2's: normal(0, 0.02), the residual projections normal(0, 0.02 / sqrt(2 layers)), biases zero.
 LayerPtr make_token_embedding(int64_t vocab, int64_t positions, int64_t d_model, double dropout);
-LayerPtr make_transformer_block(int64_t d_model, int64_t heads, int64_t d_ff, double dropout, int64_t layers);
+LayerPtr make_transformer_block(int64_t d_model, int64_t heads, int64_t d_ff, double dropout,
+                                int64_t layers);
 LayerPtr make_lm_head(int64_t d_model, int64_t vocab);
 
 // For layer kinds: the product of a shape's dimensions; a profile with out_elems (a default
@@ -117,7 +118,8 @@ LayerPtr make_lm_head(int64_t d_model, int64_t vocab);
 // layer and what it needs unless `ok`.
 int64_t shape_product(const std::vector<int64_t>& v);
 LayerProfile finish_profile(LayerProfile p);
-void expect_input(bool ok, const std::string& layer, const std::vector<int64_t>& in, const std::string& needs);
+void expect_input(bool ok, const std::string& layer, const std::vector<int64_t>& in,
+                  const std::string& needs);
 
 // Inverted dropout of `x` with probability `p`, its mask fixed by `seed` (so that a forward can be
 // recomputed exactly): drawn on the CPU, whose generator the seed fixes on every device, and moved

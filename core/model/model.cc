@@ -1,9 +1,9 @@
 #include "core/model/model.h"
 
-#include <cmath>
-
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
 
 #include "core/data/dataset.h"
 #include "core/error.h"
@@ -23,7 +23,9 @@ std::vector<int64_t> add_layer(ModelDesc& m, LayerPtr layer, const std::vector<i
 
 }  // namespace
 
-int64_t ModelDesc::params(int begin, int end) const { return prefix_params[end] - prefix_params[begin]; }
+int64_t ModelDesc::params(int begin, int end) const {
+  return prefix_params[end] - prefix_params[begin];
+}
 
 int64_t ModelDesc::buffers(int begin, int end) const {
   return prefix_buffers[end] - prefix_buffers[begin];
@@ -56,7 +58,8 @@ Work ModelDesc::forward_work(int begin, int end, int64_t batch) const {
   for (int l = begin; l < end; ++l) {
     const LayerProfile& p = profile[static_cast<size_t>(l)];
     for (const LayerOp& op : p.ops)
-      w.add(op.kind, Pass::kForward, static_cast<double>(batch) * op.flops / op.count, op_bytes(op, batch), op.count);
+      w.add(op.kind, Pass::kForward, static_cast<double>(batch) * op.flops / op.count,
+            op_bytes(op, batch), op.count);
     if (p.ops.empty() && p.forward_ops > 0)
       w.add(p.op_kind, Pass::kForward, static_cast<double>(batch) * p.forward_flops / p.forward_ops,
             op_bytes(*this, l, batch), p.forward_ops);
@@ -75,8 +78,8 @@ Work ModelDesc::backward_work(int begin, int end, int64_t batch) const {
     if (input_grad || has_params) {
       for (const LayerOp& op : p.ops) {
         const bool gemm = op.kind == OpKind::kMatmul || op.kind == OpKind::kConv;
-        w.add(op.kind, Pass::kBackward, static_cast<double>(batch) * op.flops / op.count, op_bytes(op, batch),
-              static_cast<double>(op.count) * (gemm ? op.grads : 1));
+        w.add(op.kind, Pass::kBackward, static_cast<double>(batch) * op.flops / op.count,
+              op_bytes(op, batch), static_cast<double>(op.count) * (gemm ? op.grads : 1));
       }
     }
     if (p.ops.empty() && p.forward_ops > 0 && (input_grad || has_params)) {
@@ -137,13 +140,14 @@ void check_size(const ModelDesc& m, const ModelSpec& spec) {
                                                  : "model.hidden";
   int64_t params = 0;
   for (const LayerProfile& p : m.profile) {
-    if (p.out_elems > kMaxSampleElems || p.saved_elems > kMaxSampleElems || p.params > kMaxModelParams)
-      throw KeyError(key, "a layer of " + std::to_string(p.params) + " parameters, " + std::to_string(p.out_elems) +
-                              " outputs and " + std::to_string(p.saved_elems) +
+    if (p.out_elems > kMaxSampleElems || p.saved_elems > kMaxSampleElems ||
+        p.params > kMaxModelParams)
+      throw KeyError(key, "a layer of " + std::to_string(p.params) + " parameters, " +
+                              std::to_string(p.out_elems) + " outputs and " +
+                              std::to_string(p.saved_elems) +
                               " saved floats per sample: more than 2^40");
     params += p.params;  // at most (layers) x 2^40: no overflow below 2^23 layers
-    if (params > kMaxModelParams)
-      throw KeyError(key, "the model has more than 2^40 parameters");
+    if (params > kMaxModelParams) throw KeyError(key, "the model has more than 2^40 parameters");
   }
 }
 
@@ -172,23 +176,29 @@ ModelDesc build_model(const ModelSpec& spec, const std::vector<int64_t>& input_s
   } else if (spec.kind == "blocks") {
     // The additive block model: parameter blocks of near-equal column ranges, then the readout.
     if (shape.size() != 2 || shape[1] < 2)
-      throw KeyError("model.kind", "\"blocks\" needs a problem's samples (data.kind = \"quadratic\" or \"logistic\")");
+      throw KeyError(
+          "model.kind",
+          "\"blocks\" needs a problem's samples (data.kind = \"quadratic\" or \"logistic\")");
     const int64_t rows = shape[0], dim = shape[1] - 1;
-    if (spec.blocks > dim) throw KeyError("model.blocks", "at most the problem's dimension, " + std::to_string(dim));
+    if (spec.blocks > dim)
+      throw KeyError("model.blocks", "at most the problem's dimension, " + std::to_string(dim));
     for (int64_t k = 0; k < spec.blocks; ++k)
-      shape = add_layer(m, make_block(rows, dim, dim * k / spec.blocks, dim * (k + 1) / spec.blocks), shape);
+      shape = add_layer(
+          m, make_block(rows, dim, dim * k / spec.blocks, dim * (k + 1) / spec.blocks), shape);
     shape = add_layer(m, make_readout(rows, dim, outputs == 2 && rows == 1), shape);
     m.record_params = true;
     if (shape != std::vector<int64_t>{outputs})
-      throw KeyError("model.kind", "\"blocks\": the readout gives " + shape_text(shape) + " but the task needs " +
-                       std::to_string(outputs) + " outputs");
+      throw KeyError("model.kind", "\"blocks\": the readout gives " + shape_text(shape) +
+                                       " but the task needs " + std::to_string(outputs) +
+                                       " outputs");
     add_prefix_sums(m);
     return m;
   } else if (spec.kind == "transformer") {
     // A GPT-style decoder over a sequence of token ids: embeddings, blocks, the head; stages cut
     // between them. Its outputs per sample are [tokens, vocab] logits (the next-token task).
     if (shape.size() != 1)
-      throw KeyError("model.kind", "\"transformer\" needs token sequences (data.kind = \"sort\" or \"text\")");
+      throw KeyError("model.kind",
+                     "\"transformer\" needs token sequences (data.kind = \"sort\" or \"text\")");
     const int64_t tokens = shape[0];
     const int64_t positions = spec.seq_len > 0 ? spec.seq_len : tokens;
     const int64_t vocab = spec.vocab > 0 ? spec.vocab : outputs;
@@ -196,15 +206,19 @@ ModelDesc build_model(const ModelSpec& spec, const std::vector<int64_t>& input_s
       throw KeyError("model.seq_len", "the data's sequences have " + std::to_string(tokens) +
                                           " tokens: the model needs at least as many positions");
     if (vocab < outputs)
-      throw KeyError("model.vocab", "the data has " + std::to_string(outputs) +
-                                        " token ids: the model's vocabulary needs at least as many");
+      throw KeyError("model.vocab",
+                     "the data has " + std::to_string(outputs) +
+                         " token ids: the model's vocabulary needs at least as many");
     if (spec.d_model % spec.heads != 0)
-      throw KeyError("model.heads", "d_model (" + std::to_string(spec.d_model) + ") must be a multiple of heads (" +
+      throw KeyError("model.heads", "d_model (" + std::to_string(spec.d_model) +
+                                        ") must be a multiple of heads (" +
                                         std::to_string(spec.heads) + ")");
     const int64_t d_ff = spec.d_ff > 0 ? spec.d_ff : 4 * spec.d_model;
     shape = add_layer(m, make_token_embedding(vocab, positions, spec.d_model, spec.dropout), shape);
     for (int64_t i = 0; i < spec.layers; ++i)
-      shape = add_layer(m, make_transformer_block(spec.d_model, spec.heads, d_ff, spec.dropout, spec.layers), shape);
+      shape = add_layer(
+          m, make_transformer_block(spec.d_model, spec.heads, d_ff, spec.dropout, spec.layers),
+          shape);
     shape = add_layer(m, make_lm_head(spec.d_model, vocab), shape);
     m.outputs = tokens * vocab;  // logits per sample
     m.input_vocab = vocab;
@@ -216,7 +230,8 @@ ModelDesc build_model(const ModelSpec& spec, const std::vector<int64_t>& input_s
   }
   const bool head = spec.head == "linear";
   // Linear layers take flat inputs: flatten only where one follows.
-  if (shape.size() > 1 && (!spec.hidden.empty() || head)) shape = add_layer(m, make_flatten(), shape);
+  if (shape.size() > 1 && (!spec.hidden.empty() || head))
+    shape = add_layer(m, make_flatten(), shape);
   for (int64_t h : spec.hidden) {
     dropout();
     shape = add_layer(m, make_linear(shape[0], h), shape);
@@ -226,12 +241,15 @@ ModelDesc build_model(const ModelSpec& spec, const std::vector<int64_t>& input_s
     dropout();
     shape = add_layer(m, make_linear(shape[0], outputs), shape);
   }
-  if (m.layers.empty()) throw KeyError("model.hidden", "no layers (give model.hidden or model.head = \"linear\")");
+  if (m.layers.empty())
+    throw KeyError("model.hidden", "no layers (give model.hidden or model.head = \"linear\")");
   if (shape != std::vector<int64_t>{outputs})
-    throw KeyError("model.head", "the model's last layer gives " + shape_text(shape) +
-                     " per sample but the task needs " + std::to_string(outputs) +
-                     " outputs: set model.head = \"linear\" (a final linear layer to the task's outputs) "
-                     "or end the model with them");
+    throw KeyError(
+        "model.head",
+        "the model's last layer gives " + shape_text(shape) + " per sample but the task needs " +
+            std::to_string(outputs) +
+            " outputs: set model.head = \"linear\" (a final linear layer to the task's outputs) "
+            "or end the model with them");
   add_prefix_sums(m);
   check_size(m, spec);
   return m;
@@ -244,10 +262,14 @@ ModelDesc build_model(const Scenario& s) {
     // features, or features as ids.
     const bool tokens = shape.task == TaskKind::kNextToken;
     if (tokens != (s.model.kind == "transformer"))
-      throw KeyError("model.kind", tokens ? "data.kind \"" + s.data.kind + "\" gives token sequences: it needs model.kind "
-                                            "= \"transformer\""
-                                          : "\"transformer\" needs token sequences (data.kind = \"sort\" or \"text\"), "
-                                            "not data.kind \"" + s.data.kind + "\"");
+      throw KeyError(
+          "model.kind",
+          tokens ? "data.kind \"" + s.data.kind +
+                       "\" gives token sequences: it needs model.kind "
+                       "= \"transformer\""
+                 : "\"transformer\" needs token sequences (data.kind = \"sort\" or \"text\"), "
+                   "not data.kind \"" +
+                       s.data.kind + "\"");
     return build_model(s.model, shape.sample_shape, shape.outputs);
   });
 }
@@ -259,7 +281,8 @@ StageModule::StageModule(const ModelDesc& model, int begin, int end, uint64_t se
     param_offset_.push_back(static_cast<int>(params_.size()));
     buffer_offset_.push_back(static_cast<int>(buffers_.size()));
     // A layer's initial weights depend on (seed, layer index) only, however the model is cut.
-    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(mix_seed(seed, static_cast<uint64_t>(i)));
+    at::Generator gen =
+        at::make_generator<at::CPUGeneratorImpl>(mix_seed(seed, static_cast<uint64_t>(i)));
     for (auto& p : model.layers[i]->init_params(gen)) params_.push_back(std::move(p));
     for (auto& b : model.layers[i]->init_buffers()) buffers_.push_back(std::move(b));
   }
@@ -275,7 +298,8 @@ int64_t StageModule::walk_state(const std::function<void(int, int64_t)>& param,
   int64_t off = 0;
   for (int k = 0; k < end_ - begin_; ++k) {
     const int pe = k + 1 < end_ - begin_ ? param_offset_[k + 1] : static_cast<int>(params_.size());
-    const int be = k + 1 < end_ - begin_ ? buffer_offset_[k + 1] : static_cast<int>(buffers_.size());
+    const int be =
+        k + 1 < end_ - begin_ ? buffer_offset_[k + 1] : static_cast<int>(buffers_.size());
     for (int i = param_offset_[k]; i < pe; ++i) {
       param(i, off);
       off += params_[i].numel();
@@ -299,22 +323,29 @@ at::Tensor StageModule::flat_state() const {
 void StageModule::set_flat_state(const at::Tensor& flat) {
   const int64_t n = walk_state(
       [&](int i, int64_t off) {
-        params_[i] = flat.narrow(0, off, params_[i].numel()).view(params_[i].sizes()).clone().requires_grad_(true);
+        params_[i] = flat.narrow(0, off, params_[i].numel())
+                         .view(params_[i].sizes())
+                         .clone()
+                         .requires_grad_(true);
       },
       [&](int i, int64_t off) {
         // Through a view with its own version counter: graphs of micro-batches in flight saved the
         // buffer (BatchNorm's backward keeps it) and must not see a version bump, as with the
         // running-statistics update inside batch_norm itself.
-        buffers_[i].variable_data().copy_(flat.narrow(0, off, buffers_[i].numel()).view(buffers_[i].sizes()));
+        buffers_[i].variable_data().copy_(
+            flat.narrow(0, off, buffers_[i].numel()).view(buffers_[i].sizes()));
       });
   RV_CHECK(n == flat.numel(), "set_flat_state: size mismatch");
 }
 
 at::Tensor StageModule::flatten_like_state(const std::vector<at::Tensor>& per_param) const {
-  RV_CHECK(per_param.size() == params_.size(), "flatten_like_state: one tensor per parameter needed");
+  RV_CHECK(per_param.size() == params_.size(),
+           "flatten_like_state: one tensor per parameter needed");
   std::vector<at::Tensor> parts;
   walk_state([&](int i, int64_t) { parts.push_back(per_param[i].detach().reshape({-1})); },
-             [&](int i, int64_t) { parts.push_back(at::zeros({buffers_[i].numel()}, buffers_[i].options())); });
+             [&](int i, int64_t) {
+               parts.push_back(at::zeros({buffers_[i].numel()}, buffers_[i].options()));
+             });
   if (parts.empty()) return at::empty({0}, at::kFloat);
   return at::cat(parts);
 }
@@ -322,7 +353,9 @@ at::Tensor StageModule::flatten_like_state(const std::vector<at::Tensor>& per_pa
 std::vector<at::Tensor> StageModule::unflatten_params(const at::Tensor& flat) const {
   std::vector<at::Tensor> out(params_.size());
   const int64_t n = walk_state(
-      [&](int i, int64_t off) { out[i] = flat.narrow(0, off, params_[i].numel()).view(params_[i].sizes()).clone(); },
+      [&](int i, int64_t off) {
+        out[i] = flat.narrow(0, off, params_[i].numel()).view(params_[i].sizes()).clone();
+      },
       [](int, int64_t) {});
   RV_CHECK(n == flat.numel(), "unflatten_params: size mismatch");
   return out;

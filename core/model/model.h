@@ -11,15 +11,15 @@
 // the task's outputs per sample (build_model checks).
 #pragma once
 
-#include <cstdint>
-#include <optional>
-#include <string>
-#include <functional>
-#include <vector>
-
 #include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "core/model/layers.h"
 #include "core/scenario/scenario.h"
@@ -31,7 +31,8 @@ struct ModelDesc {
   std::string name;
   std::vector<int64_t> input_shape;  // one sample, e.g. {1, 28, 28}
   int64_t input_elems = 0;
-  int64_t outputs = 0;  // floats per sample of the last layer (the task's outputs; [tokens, vocab] logits)
+  int64_t outputs =
+      0;  // floats per sample of the last layer (the task's outputs; [tokens, vocab] logits)
   int64_t input_vocab = 0;  // > 0: the inputs are token ids below this (int64), not floats
   std::vector<LayerPtr> layers;
   // Whether runs log every stage's parameters after each update (kParams events, params.csv): the
@@ -55,7 +56,7 @@ struct ModelDesc {
   Work backward_work(int begin, int end, int64_t batch) const;
   Work update_work(int begin, int end, const TrainingSpec& training) const;
   int64_t activation_elems(int begin, int end) const;  // saved for backward, per sample
-  int64_t input_elems_of(int layer) const;  // per-sample elements entering `layer`
+  int64_t input_elems_of(int layer) const;             // per-sample elements entering `layer`
   int64_t buffers(int begin, int end) const;
   int64_t total_params() const { return params(0, layer_count()); }
   // Where layer `layer`'s state (its parameters, then its buffers) begins in the flat model state.
@@ -98,8 +99,8 @@ class StageModule {
   void to(c10::Device device);
 
   // Runs the layers on `x` with the given parameters (params() or a stashed version).
-  // train: batch statistics and dropout; `dropout_seed` fixes the dropout masks, so a forward can be
-  // recomputed exactly. update_buffers: whether BatchNorm running statistics move.
+  // train: batch statistics and dropout; `dropout_seed` fixes the dropout masks, so a forward can
+  // be recomputed exactly. update_buffers: whether BatchNorm running statistics move.
   at::Tensor forward(const at::Tensor& x, const std::vector<at::Tensor>& params, bool train,
                      uint64_t dropout_seed, bool update_buffers) const;
 

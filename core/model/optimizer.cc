@@ -1,9 +1,9 @@
 #include "core/model/optimizer.h"
 
-#include <cmath>
-
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
+
+#include <cmath>
 
 #include "core/error.h"
 #include "core/model/cost_model.h"
@@ -16,7 +16,8 @@ std::vector<at::Tensor> Optimizer::step(const std::vector<at::Tensor>& params,
   c10::NoGradGuard no_grad;
   ++t_;
   const bool adam = adaptive_optimizer(spec_);
-  const bool decoupled = spec_.optimizer == "adamw";  // weight decay on the weights, not the gradient
+  const bool decoupled =
+      spec_.optimizer == "adamw";  // weight decay on the weights, not the gradient
   for (int k = 0; k < slots(); ++k)
     if (slot_ref(k).empty()) slot_ref(k) = slot(k, params);
   std::vector<at::Tensor> out;

@@ -2,9 +2,9 @@
 // old ones, so a stashed version stays valid for the backward passes that still need it.
 #pragma once
 
-#include <vector>
-
 #include <ATen/core/Tensor.h>
+
+#include <vector>
 
 #include "core/compute/work.h"
 #include "core/scenario/scenario.h"

@@ -10,9 +10,13 @@
 
 namespace rv {
 
-Stage::Stage(const ModelDesc& model, int begin, int end, const TrainingSpec& training, uint64_t seed,
-             c10::Device device)
-    : module_(model, begin, end, seed), training_(training), optimizer_(training), seed_(seed), device_(device) {
+Stage::Stage(const ModelDesc& model, int begin, int end, const TrainingSpec& training,
+             uint64_t seed, c10::Device device)
+    : module_(model, begin, end, seed),
+      training_(training),
+      optimizer_(training),
+      seed_(seed),
+      device_(device) {
   // Initialised on the CPU (its generator fixes the weights on every device), then moved.
   if (!device_.is_cpu()) module_.to(device_);
 }
@@ -51,7 +55,8 @@ at::Tensor Stage::forward(int64_t mb, const at::Tensor& x_in) {
 at::Tensor Stage::backward(int64_t mb, const at::Tensor& grad_out_in, int64_t* forward_version) {
   const at::Tensor grad_out = to_device(grad_out_in);
   auto it = saved_.find(mb);
-  RV_CHECK(it != saved_.end(), "backward of micro-batch " + std::to_string(mb) + " without its forward");
+  RV_CHECK(it != saved_.end(),
+           "backward of micro-batch " + std::to_string(mb) + " without its forward");
   Saved s = std::move(it->second);
   saved_.erase(it);
   if (forward_version) *forward_version = s.version;
@@ -87,8 +92,10 @@ void Stage::accumulate(const std::vector<at::Tensor>& grads) {
   } else {
     for (size_t i = 0; i < grads.size(); ++i) {
       if (!grads[i].defined()) continue;
-      if (grad_sum_[i].defined()) grad_sum_[i].add_(grads[i]);
-      else grad_sum_[i] = grads[i].detach().clone();
+      if (grad_sum_[i].defined())
+        grad_sum_[i].add_(grads[i]);
+      else
+        grad_sum_[i] = grads[i].detach().clone();
     }
   }
   ++grad_count_;
@@ -152,7 +159,8 @@ void Stage::exchange_gradients(const std::function<at::Tensor(const at::Tensor&)
   std::vector<at::Tensor> saved = module_.params();
   std::vector<at::Tensor> as_grads;
   for (size_t i = 0; i < saved.size(); ++i) {
-    at::Tensor g = i < grad_sum_.size() && grad_sum_[i].defined() ? grad_sum_[i] : at::zeros_like(saved[i]);
+    at::Tensor g =
+        i < grad_sum_.size() && grad_sum_[i].defined() ? grad_sum_[i] : at::zeros_like(saved[i]);
     as_grads.push_back(grad_count_ > 1 ? g / static_cast<double>(grad_count_) : g);
   }
   module_.set_params(as_grads);
@@ -192,13 +200,16 @@ void Stage::set_averaged_state(const at::Tensor& rows_in) {
   RV_CHECK(rows_in.dim() == 2 && rows_in.size(0) >= 1, "set_averaged_state: [rows, n] expected");
   const at::Tensor rows = to_device(rows_in);
   module_.set_flat_state(rows[0]);
-  RV_CHECK(rows.size(0) == 1 || rows.size(0) == 1 + optimizer_.slots(), "set_averaged_state: wrong number of rows");
-  for (int k = 0; k + 1 < rows.size(0); ++k) optimizer_.set_slot(k, module_.unflatten_params(rows[k + 1]));
+  RV_CHECK(rows.size(0) == 1 || rows.size(0) == 1 + optimizer_.slots(),
+           "set_averaged_state: wrong number of rows");
+  for (int k = 0; k + 1 < rows.size(0); ++k)
+    optimizer_.set_slot(k, module_.unflatten_params(rows[k + 1]));
 }
 
 void Stage::restore(const at::Tensor& rows, int64_t version, int64_t optimizer_steps) {
   RV_CHECK(saved_.empty() && grad_count_ == 0, "Stage::restore: micro-batches pending");
-  RV_CHECK(rows.dim() == 2 && rows.size(0) == 1 + optimizer_.slots(), "Stage::restore: the optimizer's rows are missing");
+  RV_CHECK(rows.dim() == 2 && rows.size(0) == 1 + optimizer_.slots(),
+           "Stage::restore: the optimizer's rows are missing");
   set_averaged_state(rows);  // checks their length
   version_ = version;
   optimizer_.set_steps(optimizer_steps);

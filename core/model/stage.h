@@ -13,16 +13,16 @@
 // come through pinned host memory.
 #pragma once
 
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <vector>
 
-#include <ATen/core/Tensor.h>
-#include <c10/core/Device.h>
-
-#include "core/model/model.h"
 #include "core/data/task.h"
+#include "core/model/model.h"
 #include "core/model/optimizer.h"
 #include "core/scenario/scenario.h"
 
@@ -80,13 +80,15 @@ class Stage {
 
  private:
   struct Saved {
-    at::Tensor input;   // requires grad unless first stage
-    at::Tensor output;  // with graph (stashing only)
+    at::Tensor input;                // requires grad unless first stage
+    at::Tensor output;               // with graph (stashing only)
     std::vector<at::Tensor> params;  // the version used (stashing only)
     int64_t version = 0;
   };
   void accumulate(const std::vector<at::Tensor>& grads);
-  uint64_t dropout_seed(int64_t mb) const { return seed_ * 0x100000001B3ULL + static_cast<uint64_t>(mb); }
+  uint64_t dropout_seed(int64_t mb) const {
+    return seed_ * 0x100000001B3ULL + static_cast<uint64_t>(mb);
+  }
 
   StageModule module_;
   TrainingSpec training_;

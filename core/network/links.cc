@@ -51,7 +51,8 @@ NetworkLinks links_of(const Scenario& s) {
   nodes.reserve(static_cast<size_t>(s.node_count()));
   for (int r = 0; r < s.node_count(); ++r) {
     const DeviceGroup& d = s.device_of(r);
-    nodes.push_back({d.up_bytes_per_s() * f.bandwidth, d.down_bytes_per_s() * f.bandwidth, d.latency_s(), f.latency});
+    nodes.push_back({d.up_bytes_per_s() * f.bandwidth, d.down_bytes_per_s() * f.bandwidth,
+                     d.latency_s(), f.latency});
   }
   NetworkLinks links(std::move(nodes));
   links.latency_factor = f.latency;
@@ -60,7 +61,8 @@ NetworkLinks links_of(const Scenario& s) {
   std::map<std::string, int> index;
   links.region_names.clear();
   for (const DeviceGroup& d : s.devices)
-    if (index.emplace(d.region, static_cast<int>(index.size())).second) links.region_names.push_back(d.region);
+    if (index.emplace(d.region, static_cast<int>(index.size())).second)
+      links.region_names.push_back(d.region);
   links.regions = static_cast<int>(index.size());
   links.region.clear();
   for (int r = 0; r < s.node_count(); ++r) links.region.push_back(index.at(s.device_of(r).region));

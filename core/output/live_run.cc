@@ -6,11 +6,10 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/output/whole_file.h"
-
-#include <nlohmann/json.hpp>
 
 namespace fs = std::filesystem;
 
@@ -26,7 +25,8 @@ int open_new(const fs::path& p) {
 
 int open_existing(const fs::path& p) {
   const int fd = ::open(p.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-  if (fd < 0) throw Error(p.string() + ": cannot open the run's live file: " + std::strerror(errno));
+  if (fd < 0)
+    throw Error(p.string() + ": cannot open the run's live file: " + std::strerror(errno));
   return fd;
 }
 
@@ -49,7 +49,8 @@ void write_rows(int fd, std::ostringstream& rows, const std::string& what) {
 LiveRows::LiveRows(const std::string& dir, bool live_metrics, const Clock& wall, bool create)
     : dir_(dir), wall_(wall), last_flush_(wall.now()) {
   const fs::path d(dir_);
-  if (live_metrics) metrics_fd_ = create ? open_new(d / "metrics.csv") : open_existing(d / "metrics.csv");
+  if (live_metrics)
+    metrics_fd_ = create ? open_new(d / "metrics.csv") : open_existing(d / "metrics.csv");
   try {
     eval_fd_ = create ? open_new(d / "eval.csv") : open_existing(d / "eval.csv");
   } catch (...) {
@@ -113,7 +114,9 @@ void mark_run(const std::string& path, const std::string& status, const std::str
   } catch (const std::exception&) {
     return;  // not a run.json this code wrote whole: leave it
   }
-  if (!j.is_object() || !j.contains("status") || j["status"] == "complete" || j["status"] == "stopped") return;
+  if (!j.is_object() || !j.contains("status") || j["status"] == "complete" ||
+      j["status"] == "stopped")
+    return;
   j["status"] = status;
   j.erase("error");
   j.erase("reason");
@@ -121,16 +124,22 @@ void mark_run(const std::string& path, const std::string& status, const std::str
   write_whole_file(file.string(), j.dump(2) + "\n");
 }
 
-LiveRun::LiveRun(const std::string& path, const Scenario& s, const Plan& plan, const ModelDesc& model, RunInfo info,
-                 const Clock& wall)
-    : path_(fs::absolute(fs::path(path)).lexically_normal().string()), scenario_(s), plan_(plan), model_(model),
-      info_(std::move(info)), wall_(wall), start_(wall.now()) {
+LiveRun::LiveRun(const std::string& path, const Scenario& s, const Plan& plan,
+                 const ModelDesc& model, RunInfo info, const Clock& wall)
+    : path_(fs::absolute(fs::path(path)).lexically_normal().string()),
+      scenario_(s),
+      plan_(plan),
+      model_(model),
+      info_(std::move(info)),
+      wall_(wall),
+      start_(wall.now()) {
   const fs::path dir(path_);
   std::error_code ec;
   fs::create_directories(dir.parent_path(), ec);
   // create_directory reports whether it made the folder: never one that exists (another run's).
   if (!fs::create_directory(dir, ec) || ec)
-    throw Error(path + (ec ? ": cannot make the run folder: " + ec.message() : ": run folder exists already"));
+    throw Error(path + (ec ? ": cannot make the run folder: " + ec.message()
+                           : ": run folder exists already"));
   write_whole_file((dir / "scenario.toml").string(), to_toml(s));
   write_whole_file((dir / "plan.json").string(), plan_file_text(plan, model));
   info_.wall_seconds = 0;
@@ -151,7 +160,8 @@ void LiveRun::record(const Event& e) {
   if (!done_) rows_->record(e);
 }
 
-void LiveRun::write_status(const std::string& status, const std::string& why, Seconds wall_seconds) {
+void LiveRun::write_status(const std::string& status, const std::string& why,
+                           Seconds wall_seconds) {
   info_.wall_seconds = wall_seconds;
   write_whole_file((fs::path(path_) / "run.json").string(), run_json_text(info_, status, why));
 }

@@ -14,7 +14,8 @@
 //   fail      run.json {"status": "failed", "error": ...}; what was appended stays
 //   stop      run.json {"status": "stopped", "reason": ...}: stopped on request after a checkpoint
 //             (--stop-after-checkpoint), to be resumed (--resume); what was appended stays
-//   interrupt a signal (SIGINT, SIGTERM) ended it: run.json {"status": "interrupted", "reason": ...}
+//   interrupt a signal (SIGINT, SIGTERM) ended it: run.json {"status": "interrupted", "reason":
+//   ...}
 //             where the launcher of several processes caught it (mark_run)
 //   killed    run.json still says "running": the rows appended so far are what the run did
 //
@@ -73,14 +74,16 @@ class LiveRows : public Metrics {
 // that was killed left "running"; one that stopped because it lost a peer said only that). Does
 // nothing where there is no such folder.
 void mark_run(const std::string& path, const std::string& status, const std::string& why);
-inline void mark_run_failed(const std::string& path, const std::string& why) { mark_run(path, "failed", why); }
+inline void mark_run_failed(const std::string& path, const std::string& why) {
+  mark_run(path, "failed", why);
+}
 
 class LiveRun : public Metrics {
  public:
   static constexpr double kFlushSeconds = LiveRows::kFlushSeconds;
   // rv::Error if the folder exists already or cannot be made.
-  LiveRun(const std::string& path, const Scenario& s, const Plan& plan, const ModelDesc& model, RunInfo info,
-          const Clock& wall);
+  LiveRun(const std::string& path, const Scenario& s, const Plan& plan, const ModelDesc& model,
+          RunInfo info, const Clock& wall);
   LiveRun(const LiveRun&) = delete;
   LiveRun& operator=(const LiveRun&) = delete;
   // Marks the run failed if neither finish() nor fail() was called (an exception on its way out).
@@ -107,7 +110,7 @@ class LiveRun : public Metrics {
   RunInfo info_;
   const Clock& wall_;
   bool done_ = false;
-  Seconds start_;  // by wall_
+  Seconds start_;                   // by wall_
   std::unique_ptr<LiveRows> rows_;  // made once the folder exists
 };
 

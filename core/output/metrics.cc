@@ -13,26 +13,46 @@ namespace rv {
 
 const char* to_string(EventKind kind) {
   switch (kind) {
-    case EventKind::kForward: return "forward";
-    case EventKind::kBackward: return "backward";
-    case EventKind::kUpdate: return "update";
-    case EventKind::kSend: return "send";
-    case EventKind::kRecv: return "recv";
-    case EventKind::kLoss: return "loss";
-    case EventKind::kEval: return "eval";
-    case EventKind::kAverage: return "average";
-    case EventKind::kMemory: return "memory";
-    case EventKind::kMeasuredMemory: return "measured_memory";
-    case EventKind::kWait: return "wait";
-    case EventKind::kFlush: return "flush";
-    case EventKind::kParams: return "params";
-    case EventKind::kLeave: return "leave";
-    case EventKind::kJoin: return "join";
-    case EventKind::kAssign: return "assign";
-    case EventKind::kDrop: return "drop";
-    case EventKind::kTransfer: return "transfer";
-    case EventKind::kOut: return "out";
-    case EventKind::kMeasuredDeviceMemory: return "measured_device_memory";
+    case EventKind::kForward:
+      return "forward";
+    case EventKind::kBackward:
+      return "backward";
+    case EventKind::kUpdate:
+      return "update";
+    case EventKind::kSend:
+      return "send";
+    case EventKind::kRecv:
+      return "recv";
+    case EventKind::kLoss:
+      return "loss";
+    case EventKind::kEval:
+      return "eval";
+    case EventKind::kAverage:
+      return "average";
+    case EventKind::kMemory:
+      return "memory";
+    case EventKind::kMeasuredMemory:
+      return "measured_memory";
+    case EventKind::kWait:
+      return "wait";
+    case EventKind::kFlush:
+      return "flush";
+    case EventKind::kParams:
+      return "params";
+    case EventKind::kLeave:
+      return "leave";
+    case EventKind::kJoin:
+      return "join";
+    case EventKind::kAssign:
+      return "assign";
+    case EventKind::kDrop:
+      return "drop";
+    case EventKind::kTransfer:
+      return "transfer";
+    case EventKind::kOut:
+      return "out";
+    case EventKind::kMeasuredDeviceMemory:
+      return "measured_device_memory";
   }
   return "unknown";
 }
@@ -88,7 +108,8 @@ void EventLog::record(const Event& e) {
 }
 
 void EventLog::restore(std::vector<Event> events, std::vector<Event> totals) {
-  RV_CHECK(totals.size() == totals_.size(), "EventLog::restore: the checkpoint's log folds other nodes");
+  RV_CHECK(totals.size() == totals_.size(),
+           "EventLog::restore: the checkpoint's log folds other nodes");
   chunks_.clear();
   if (!events.empty()) chunks_.push_back(std::move(events));  // the next event starts a chunk
   totals_ = std::move(totals);

@@ -25,10 +25,10 @@ enum class EventKind : int32_t {
   kAverage = 8,   // span: cross-cluster averaging
   kMemory = 9,    // instant: memory in use, `bytes` (modeled); peak is kept
   kMeasuredMemory = 10,  // instant: peak resident memory measured by the OS, `bytes`
-  kWait = 11,     // span: blocked waiting for a message (idle)
-  kFlush = 12,    // span: a synchronous pipeline's flush (gpipe update)
-  kParams = 13,   // instant: the stage's parameters after update `step` (`values`; models that
-                  // record them, ModelDesc::record_params), written to params.csv
+  kWait = 11,            // span: blocked waiting for a message (idle)
+  kFlush = 12,           // span: a synchronous pipeline's flush (gpipe update)
+  kParams = 13,  // instant: the stage's parameters after update `step` (`values`; models that
+                 // record them, ModelDesc::record_params), written to params.csv
   // Churn (algo/roster.h):
   kLeave = 14,     // instant: `node` left (at the departure; `peer` -1)
   kJoin = 15,      // instant: `node` arrived, as a spare
@@ -59,7 +59,7 @@ struct Event {
   int64_t staleness = -1;
   Bytes bytes = 0;
   int peer = -1;
-  int64_t samples = 0;       // samples this event covers (loss, eval: the batch or test-set size)
+  int64_t samples = 0;  // samples this event covers (loss, eval: the batch or test-set size)
   // Compute spans on a real clock: CPU seconds the node's thread spent on the span's maths, the
   // host's own work (below end - start where the host gave its core to others meanwhile, or where
   // the span waited out an emulated device's modeled time); NaN where the clock has none.
@@ -85,8 +85,10 @@ inline bool is_message_kind(EventKind k) {
 // training forward writes them, its backward reads them, an optimizer step neither. The span's
 // work is charged with it (PipelineWorker::compute) and replayed with it (ravnest validate).
 inline SavedActivations saved_activations_of(const Event& span) {
-  if (span.kind == EventKind::kForward) return SavedActivations::of(Pass::kForward, span.micro_batch);
-  if (span.kind == EventKind::kBackward) return SavedActivations::of(Pass::kBackward, span.micro_batch);
+  if (span.kind == EventKind::kForward)
+    return SavedActivations::of(Pass::kForward, span.micro_batch);
+  if (span.kind == EventKind::kBackward)
+    return SavedActivations::of(Pass::kBackward, span.micro_batch);
   return {};
 }
 

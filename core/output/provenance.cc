@@ -8,7 +8,6 @@
 #include <ctime>
 #include <fstream>
 #include <iterator>
-
 #include <nlohmann/json.hpp>
 
 #include "build_info.h"  // generated at build time (cmake/build_info.cmake)
@@ -19,16 +18,19 @@ std::string shell_join(const std::vector<std::string>& args) {
   std::string out;
   for (const std::string& a : args) {
     if (!out.empty()) out += ' ';
-    const bool plain = !a.empty() && a.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                                         "0123456789_-./=:,+@%") == std::string::npos;
+    const bool plain = !a.empty() && a.find_first_not_of(
+                                         "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                         "0123456789_-./=:,+@%") == std::string::npos;
     if (plain) {
       out += a;
       continue;
     }
     out += '\'';
     for (const char c : a) {
-      if (c == '\'') out += "'\\''";
-      else out += c;
+      if (c == '\'')
+        out += "'\\''";
+      else
+        out += c;
     }
     out += '\'';
   }
@@ -75,7 +77,10 @@ Provenance provenance_of_run(double started_unix_s) {
 }
 
 nlohmann::json to_json(const Provenance& p) {
-  return {{"version", p.version}, {"commit", p.commit}, {"command_line", p.command_line}, {"host", p.host},
+  return {{"version", p.version},
+          {"commit", p.commit},
+          {"command_line", p.command_line},
+          {"host", p.host},
           {"started_utc", p.started_utc}};
 }
 

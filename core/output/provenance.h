@@ -2,10 +2,9 @@
 // built from, the command line, the host and the start time.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 namespace rv {
 
@@ -14,8 +13,9 @@ namespace rv {
 constexpr const char* kCommandLineEnv = "RAVNEST_COMMAND_LINE";
 
 struct Provenance {
-  std::string version;       // the project's (CMake's PROJECT_VERSION)
-  std::string commit;        // git commit of the source tree at build time, "-dirty" if it differed; "" outside git
+  std::string version;  // the project's (CMake's PROJECT_VERSION)
+  std::string commit;   // git commit of the source tree at build time, "-dirty" if it differed; ""
+                        // outside git
   std::string command_line;  // as a shell would read it back (arguments quoted where needed)
   std::string host;          // gethostname()
   std::string started_utc;   // ISO 8601, UTC, to the millisecond; "" where the start is not known

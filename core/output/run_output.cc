@@ -1,18 +1,17 @@
 #include "core/output/run_output.h"
 
 #include <algorithm>
-#include <set>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <map>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
 
 #include "core/error.h"
 #include "core/output/provenance.h"
@@ -23,11 +22,13 @@ namespace rv {
 namespace {
 
 const char* kCsvHeader =
-    "kind,node,cluster,stage,step,micro_batch,start_s,end_s,loss,accuracy,staleness,bytes,peer,samples,cpu_s,grad_norm2,"
+    "kind,node,cluster,stage,step,micro_batch,start_s,end_s,loss,accuracy,staleness,bytes,peer,"
+    "samples,cpu_s,grad_norm2,"
     "device_s";
 // The header before device_s (run folders written before it): read with device_s empty.
 const char* kCsvHeaderNoDevice =
-    "kind,node,cluster,stage,step,micro_batch,start_s,end_s,loss,accuracy,staleness,bytes,peer,samples,cpu_s,grad_norm2";
+    "kind,node,cluster,stage,step,micro_batch,start_s,end_s,loss,accuracy,staleness,bytes,peer,"
+    "samples,cpu_s,grad_norm2";
 
 std::string num(double v) {
   if (std::isnan(v)) return "";
@@ -126,12 +127,13 @@ void append_event_row(std::ostream& os, const Event& e) {
   os << to_string(e.kind) << ',' << e.node << ',' << e.cluster << ',' << e.stage << ',' << e.step
      << ',' << e.micro_batch << ',' << time_str(e.start) << ',' << time_str(e.end) << ','
      << num(e.loss) << ',' << num(e.accuracy) << ',' << e.staleness << ',' << e.bytes << ','
-     << e.peer << ',' << e.samples << ',' << num(e.cpu) << ',' << num(e.grad_norm2) << ',' << num(e.device) << "\n";
+     << e.peer << ',' << e.samples << ',' << num(e.cpu) << ',' << num(e.grad_norm2) << ','
+     << num(e.device) << "\n";
 }
 
 void append_eval_row(std::ostream& os, const Event& e) {
-  os << time_str(e.end) << ',' << e.node << ',' << e.cluster << ',' << e.step << ',' << e.samples << ','
-     << num(e.loss) << ',' << num(e.accuracy) << "\n";
+  os << time_str(e.end) << ',' << e.node << ',' << e.cluster << ',' << e.step << ',' << e.samples
+     << ',' << num(e.loss) << ',' << num(e.accuracy) << "\n";
 }
 
 std::string events_csv(const std::vector<Event>& events) {
@@ -144,12 +146,14 @@ std::string events_csv(const std::vector<Event>& events) {
 std::vector<Event> parse_events_csv(std::istream& in, const std::string& where) {
   std::map<std::string, EventKind> kinds;
   for (int k = 1; k <= static_cast<int>(EventKind::kLastKind); ++k)
-    if (k != static_cast<int>(EventKind::kParams)) kinds[to_string(static_cast<EventKind>(k))] = static_cast<EventKind>(k);
+    if (k != static_cast<int>(EventKind::kParams))
+      kinds[to_string(static_cast<EventKind>(k))] = static_cast<EventKind>(k);
   std::vector<Event> out;
   // Folders written before device_s have one field less (read as NaN).
   std::string header;
   std::getline(in, header);
-  if (header != kCsvHeader && header != kCsvHeaderNoDevice) throw InputError(where + ":1: not a metrics.csv header");
+  if (header != kCsvHeader && header != kCsvHeaderNoDevice)
+    throw InputError(where + ":1: not a metrics.csv header");
   const size_t fields = header == kCsvHeader ? 17 : 16;
   for_each_row(in, where, nullptr, "metrics.csv", [&](const std::string& line, int line_no) {
     std::vector<std::string> f;
@@ -157,11 +161,13 @@ std::vector<Event> parse_events_csv(std::istream& in, const std::string& where) 
     for (std::string c; std::getline(ss, c, ',');) f.push_back(c);
     if (line.back() == ',') f.push_back("");
     if (f.size() != fields)
-      throw InputError(where + ":" + std::to_string(line_no) + ": expected " + std::to_string(fields) + " fields");
+      throw InputError(where + ":" + std::to_string(line_no) + ": expected " +
+                       std::to_string(fields) + " fields");
     Event e;
     auto k = kinds.find(f[0]);
     if (k == kinds.end())
-      throw InputError(where + ":" + std::to_string(line_no) + ": unknown event kind '" + f[0] + "'");
+      throw InputError(where + ":" + std::to_string(line_no) + ": unknown event kind '" + f[0] +
+                       "'");
     e.kind = k->second;
     e.node = std::stoi(f[1]);
     e.cluster = std::stoi(f[2]);
@@ -190,7 +196,8 @@ std::string params_csv(const std::vector<Event>& events) {
   char buf[32];
   for (const Event& e : events) {
     if (e.kind != EventKind::kParams) continue;
-    os << e.node << ',' << e.cluster << ',' << e.stage << ',' << e.step << ',' << time_str(e.end) << ',';
+    os << e.node << ',' << e.cluster << ',' << e.stage << ',' << e.step << ',' << time_str(e.end)
+       << ',';
     for (size_t i = 0; i < e.values.size(); ++i) {
       std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(e.values[i]));  // float32 exactly
       os << (i ? " " : "") << buf;
@@ -208,7 +215,8 @@ std::vector<Event> parse_params_csv(std::istream& in, const std::string& where) 
     for (std::string c; f.size() < 5 && std::getline(ss, c, ',');) f.push_back(c);
     std::string rest;
     std::getline(ss, rest);
-    if (f.size() != 5) throw InputError(where + ":" + std::to_string(line_no) + ": expected 6 fields");
+    if (f.size() != 5)
+      throw InputError(where + ":" + std::to_string(line_no) + ": expected 6 fields");
     Event e;
     e.kind = EventKind::kParams;
     e.node = std::stoi(f[0]);
@@ -294,7 +302,8 @@ nlohmann::json summarize(const Scenario& s, const Plan& plan, const std::vector<
     if (e.kind == EventKind::kRecv) n.received += e.bytes;
     if (e.kind == EventKind::kMemory) n.peak = std::max(n.peak, e.bytes);
     if (e.kind == EventKind::kMeasuredMemory) n.measured = std::max(n.measured, e.bytes);
-    if (e.kind == EventKind::kMeasuredDeviceMemory) n.measured_device = std::max(n.measured_device, e.bytes);
+    if (e.kind == EventKind::kMeasuredDeviceMemory)
+      n.measured_device = std::max(n.measured_device, e.bytes);
     if (e.kind == EventKind::kUpdate) {
       ++n.updates;
       if (e.staleness >= 0) {
@@ -307,10 +316,12 @@ nlohmann::json summarize(const Scenario& s, const Plan& plan, const std::vector<
     }
     if (e.kind == EventKind::kLoss) losses.push_back(e.loss);
     if (e.kind == EventKind::kEval && (!final_eval || e.end >= final_eval->end)) final_eval = &e;
-    // A last stage's backward (by the event's own cluster and stage: under churn a spare may hold it).
+    // A last stage's backward (by the event's own cluster and stage: under churn a spare may hold
+    // it).
     if (e.kind == EventKind::kBackward && e.micro_batch >= 0 && e.cluster >= 0 &&
         static_cast<size_t>(e.cluster) < plan.clusters.size() &&
-        e.stage + 1 == static_cast<int>(plan.clusters[static_cast<size_t>(e.cluster)].stages.size())) {
+        e.stage + 1 ==
+            static_cast<int>(plan.clusters[static_cast<size_t>(e.cluster)].stages.size())) {
       last_stage_done.push_back(e.end);
       cluster_done[static_cast<size_t>(e.cluster)].push_back(e.end);
     }
@@ -337,8 +348,8 @@ nlohmann::json summarize(const Scenario& s, const Plan& plan, const std::vector<
     steady = static_cast<double>(window.micro_batches * batch) / (window.end - window.begin);
     std::vector<int64_t> updates(static_cast<size_t>(plan.nodes), 0);
     for (const auto& e : events)
-      if (e.kind == EventKind::kUpdate && e.node >= 0 && e.node < plan.nodes && e.end > window.begin &&
-          e.end <= window.end)
+      if (e.kind == EventKind::kUpdate && e.node >= 0 && e.node < plan.nodes &&
+          e.end > window.begin && e.end <= window.end)
         ++updates[static_cast<size_t>(e.node)];
     for (int64_t u : updates)
       if (u > 0) {
@@ -356,8 +367,9 @@ nlohmann::json summarize(const Scenario& s, const Plan& plan, const std::vector<
     // What churn cost: events by kind, and the samples the plan's clusters did not train.
     int64_t leaves = 0, joins = 0, takeovers = 0, dropped = 0, sat_out = 0, transfers = 0;
     Bytes transfer_bytes = 0;
-    std::set<std::pair<int, int64_t>> out;      // (cluster, round)
-    std::set<std::pair<int, int64_t>> drops;    // (cluster, micro-batch): each node that held it records it
+    std::set<std::pair<int, int64_t>> out;  // (cluster, round)
+    std::set<std::pair<int, int64_t>>
+        drops;  // (cluster, micro-batch): each node that held it records it
     for (const auto& e : events) {
       if (e.kind == EventKind::kLeave) ++leaves;
       if (e.kind == EventKind::kJoin) ++joins;
@@ -401,24 +413,25 @@ nlohmann::json summarize(const Scenario& s, const Plan& plan, const std::vector<
   for (int i = 0; i < plan.nodes; ++i) {
     const NodeRole& r = roles[i];
     const NodeStats& n = ns[i];
-    nodes.push_back({{"node", i},
-                     {"device", s.device_of(i).name},
-                     {"cluster", r.cluster},
-                     {"stage", r.stage},
-                     {"busy_s", n.busy},
-                     {"busy_fraction", t_end > 0 ? n.busy / t_end : 0.0},
-                     {"idle_fraction", t_end > 0 ? 1.0 - n.busy / t_end : 0.0},
-                     {"wait_s", n.wait},
-                     {"averaging_s", n.averaging},
-                     {"averagings", n.averagings},
-                     {"bytes_sent", n.sent},
-                     {"bytes_received", n.received},
-                     {"peak_memory_bytes", n.peak},
-                     {"measured_peak_memory_bytes", n.measured},
-                     {"measured_device_peak_bytes", n.measured_device},
-                     {"updates", n.updates},
-                     {"staleness_mean", n.updates ? static_cast<double>(n.stale_sum) / n.updates : 0.0},
-                     {"staleness_max", n.stale_max}});
+    nodes.push_back(
+        {{"node", i},
+         {"device", s.device_of(i).name},
+         {"cluster", r.cluster},
+         {"stage", r.stage},
+         {"busy_s", n.busy},
+         {"busy_fraction", t_end > 0 ? n.busy / t_end : 0.0},
+         {"idle_fraction", t_end > 0 ? 1.0 - n.busy / t_end : 0.0},
+         {"wait_s", n.wait},
+         {"averaging_s", n.averaging},
+         {"averagings", n.averagings},
+         {"bytes_sent", n.sent},
+         {"bytes_received", n.received},
+         {"peak_memory_bytes", n.peak},
+         {"measured_peak_memory_bytes", n.measured},
+         {"measured_device_peak_bytes", n.measured_device},
+         {"updates", n.updates},
+         {"staleness_mean", n.updates ? static_cast<double>(n.stale_sum) / n.updates : 0.0},
+         {"staleness_max", n.stale_max}});
   }
   j["per_node"] = nodes;
   // Cross-cluster averaging (ravnest) or gradient exchange (sync-dp, gpipe across clusters).
@@ -462,7 +475,8 @@ std::vector<char> traced_nodes(const Plan& plan, int limit) {
   for (const auto& c : plan.clusters) nodes_in_clusters += static_cast<int64_t>(c.stages.size());
   if (clusters == 0) return traced;
   const double mean = static_cast<double>(nodes_in_clusters) / static_cast<double>(clusters);
-  const size_t wanted = std::clamp<size_t>(static_cast<size_t>(limit / std::max(mean, 1.0)), 1, clusters);
+  const size_t wanted =
+      std::clamp<size_t>(static_cast<size_t>(limit / std::max(mean, 1.0)), 1, clusters);
   const double stride = static_cast<double>(clusters) / static_cast<double>(wanted);
   int64_t shown = 0;
   for (size_t k = 0; k < wanted; ++k) {
@@ -475,7 +489,8 @@ std::vector<char> traced_nodes(const Plan& plan, int limit) {
   return traced;
 }
 
-std::string node_metrics_csv(const Scenario& s, const Plan& plan, const std::vector<Event>& events) {
+std::string node_metrics_csv(const Scenario& s, const Plan& plan,
+                             const std::vector<Event>& events) {
   // Span kinds and message kinds, in column order.
   static const EventKind kSpans[] = {EventKind::kForward, EventKind::kBackward, EventKind::kUpdate,
                                      EventKind::kAverage, EventKind::kFlush,    EventKind::kWait};
@@ -515,8 +530,8 @@ std::string node_metrics_csv(const Scenario& s, const Plan& plan, const std::vec
     const NodeRole role = plan.role_of(i);
     out << i << ',' << role.cluster << ',' << role.stage << ',' << s.device_of(i).name;
     for (int k = 0; k < 6; ++k) out << ',' << r.n[k] << ',' << time_str(r.seconds[k]);
-    out << ',' << r.sends << ',' << r.sent << ',' << r.recvs << ',' << r.received << ',' << r.peak << ','
-        << time_str(r.last) << "\n";
+    out << ',' << r.sends << ',' << r.sent << ',' << r.recvs << ',' << r.received << ',' << r.peak
+        << ',' << time_str(r.last) << "\n";
   }
   return out.str();
 }
@@ -526,7 +541,9 @@ std::string plan_file_text(const Plan& plan, const ModelDesc& model) {
   json pj = to_json(plan);
   json layers = json::array();
   for (const auto& p : model.profile)
-    layers.push_back({{"name", p.name}, {"params", p.params}, {"out_elems", p.out_elems},
+    layers.push_back({{"name", p.name},
+                      {"params", p.params},
+                      {"out_elems", p.out_elems},
                       {"forward_flops_per_sample", p.forward_flops}});
   pj["model"] = {{"name", model.name}, {"params", model.total_params()}, {"layers", layers}};
   return pj.dump(2) + "\n";
@@ -534,17 +551,20 @@ std::string plan_file_text(const Plan& plan, const ModelDesc& model) {
 
 std::string run_json_text(const RunInfo& info, const std::string& status, const std::string& why) {
   using nlohmann::json;
-  json run{{"executor", info.executor}, {"mode", info.mode}, {"wall_seconds", info.wall_seconds},
+  json run{{"executor", info.executor},
+           {"mode", info.mode},
+           {"wall_seconds", info.wall_seconds},
            {"status", status}};
   if (!info.variant.empty()) run["variant"] = info.variant;
   if (!why.empty()) run[why_key(status)] = why;
-  if (!info.resumed_from.empty()) run["resumed_from"] = {{"run", info.resumed_from}, {"updates", info.resumed_at}};
+  if (!info.resumed_from.empty())
+    run["resumed_from"] = {{"run", info.resumed_from}, {"updates", info.resumed_at}};
   run.update(to_json(provenance_of_run(info.started_unix_s)));
   return run.dump(2) + "\n";
 }
 
-void write_run_outputs(const std::string& dir, const Scenario& s, const Plan& plan, const ModelDesc& model,
-                       std::vector<Event> events, const RunInfo& info) {
+void write_run_outputs(const std::string& dir, const Scenario& s, const Plan& plan,
+                       const ModelDesc& model, std::vector<Event> events, const RunInfo& info) {
   using nlohmann::json;
   const fs::path tmp(dir);
   {
@@ -557,7 +577,8 @@ void write_run_outputs(const std::string& dir, const Scenario& s, const Plan& pl
       write_file(tmp / "node_metrics.csv", node_metrics_csv(s, plan, events));
     else
       write_events_csv((tmp / "metrics.csv").string(), events);
-    if (std::any_of(events.begin(), events.end(), [](const Event& e) { return e.kind == EventKind::kParams; }))
+    if (std::any_of(events.begin(), events.end(),
+                    [](const Event& e) { return e.kind == EventKind::kParams; }))
       write_params_csv((tmp / "params.csv").string(), events);
 
     std::ostringstream ev;
@@ -579,27 +600,45 @@ void write_run_outputs(const std::string& dir, const Scenario& s, const Plan& pl
       };
       std::vector<char> traced = traced_nodes(plan, s.output.trace_nodes);
       // Under churn a spare may take any stage: every node has its row when all are traced.
-      if ((s.churn.enabled(s.devices) || s.real.on_peer_loss == "recover") && s.output.trace_nodes <= 0)
+      if ((s.churn.enabled(s.devices) || s.real.on_peer_loss == "recover") &&
+          s.output.trace_nodes <= 0)
         traced.assign(traced.size(), 1);
       for (int i = 0; i < plan.nodes; ++i) {
         if (!traced[static_cast<size_t>(i)]) continue;
         NodeRole r = plan.role_of(i);
-        emit({{"ph", "M"}, {"name", "thread_name"}, {"pid", r.cluster + 1}, {"tid", i},
-              {"args", {{"name", "node " + std::to_string(i) + " stage " + std::to_string(r.stage) +
-                                     " (" + s.device_of(i).name + ")"}}}});
-        emit({{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", r.cluster + 1}, {"tid", i},
+        emit({{"ph", "M"},
+              {"name", "thread_name"},
+              {"pid", r.cluster + 1},
+              {"tid", i},
+              {"args",
+               {{"name", "node " + std::to_string(i) + " stage " + std::to_string(r.stage) + " (" +
+                             s.device_of(i).name + ")"}}}});
+        emit({{"ph", "M"},
+              {"name", "thread_sort_index"},
+              {"pid", r.cluster + 1},
+              {"tid", i},
               {"args", {{"sort_index", r.stage}}}});
       }
       for (int c = 0; c <= static_cast<int>(plan.clusters.size()); ++c)
-        emit({{"ph", "M"}, {"name", "process_name"}, {"pid", c},
-              {"args", {{"name", c == 0 ? std::string("idle nodes") : "cluster " + std::to_string(c - 1)}}}});
+        emit({{"ph", "M"},
+              {"name", "process_name"},
+              {"pid", c},
+              {"args",
+               {{"name",
+                 c == 0 ? std::string("idle nodes") : "cluster " + std::to_string(c - 1)}}}});
       for (const auto& e : events) {
-        if (!is_span(e.kind) || e.node < 0 || e.node >= plan.nodes || !traced[static_cast<size_t>(e.node)])
+        if (!is_span(e.kind) || e.node < 0 || e.node >= plan.nodes ||
+            !traced[static_cast<size_t>(e.node)])
           continue;
         std::string name = to_string(e.kind);
         if (e.kind == EventKind::kForward && e.micro_batch < 0) name = "eval";
-        emit({{"ph", "X"}, {"name", name}, {"cat", name}, {"pid", e.cluster + 1}, {"tid", e.node},
-              {"ts", e.start * 1e6}, {"dur", (e.end - e.start) * 1e6},
+        emit({{"ph", "X"},
+              {"name", name},
+              {"cat", name},
+              {"pid", e.cluster + 1},
+              {"tid", e.node},
+              {"ts", e.start * 1e6},
+              {"dur", (e.end - e.start) * 1e6},
               {"args", {{"micro_batch", e.micro_batch}, {"step", e.step}}}});
       }
       // Churn: departures and arrivals across the whole trace, the rest on their node's row.
@@ -608,15 +647,25 @@ void write_run_outputs(const std::string& dir, const Scenario& s, const Plan& pl
         const bool local = e.kind == EventKind::kAssign || e.kind == EventKind::kDrop ||
                            e.kind == EventKind::kOut || e.kind == EventKind::kTransfer;
         if (!global && !local) continue;
-        const std::string name = to_string(e.kind) + (global ? " node " + std::to_string(e.node) : "");
+        const std::string name =
+            to_string(e.kind) + (global ? " node " + std::to_string(e.node) : "");
         if (global) {
-          emit({{"ph", "i"}, {"s", "g"}, {"name", name}, {"cat", "churn"}, {"pid", 0}, {"tid", 0},
+          emit({{"ph", "i"},
+                {"s", "g"},
+                {"name", name},
+                {"cat", "churn"},
+                {"pid", 0},
+                {"tid", 0},
                 {"ts", e.start * 1e6}});
           continue;
         }
         if (e.node < 0 || e.node >= plan.nodes || !traced[static_cast<size_t>(e.node)]) continue;
-        json ev = {{"name", name}, {"cat", "churn"}, {"pid", e.cluster + 1}, {"tid", e.node},
-                   {"ts", e.start * 1e6}, {"args", {{"micro_batch", e.micro_batch}, {"step", e.step}, {"peer", e.peer}}}};
+        json ev = {{"name", name},
+                   {"cat", "churn"},
+                   {"pid", e.cluster + 1},
+                   {"tid", e.node},
+                   {"ts", e.start * 1e6},
+                   {"args", {{"micro_batch", e.micro_batch}, {"step", e.step}, {"peer", e.peer}}}};
         if (e.kind == EventKind::kTransfer) {
           ev["ph"] = "X";
           ev["dur"] = (e.end - e.start) * 1e6;
@@ -633,7 +682,8 @@ void write_run_outputs(const std::string& dir, const Scenario& s, const Plan& pl
 }
 
 std::string write_run_folder(const std::string& path, const Scenario& s, const Plan& plan,
-                             const ModelDesc& model, std::vector<Event> events, const RunInfo& info) {
+                             const ModelDesc& model, std::vector<Event> events,
+                             const RunInfo& info) {
   fs::path final_path = fs::absolute(fs::path(path)).lexically_normal();
   if (fs::exists(final_path)) throw Error(path + ": run folder exists already");
   fs::create_directories(final_path.parent_path());

@@ -26,13 +26,12 @@
 #pragma once
 
 #include <iosfwd>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
-
-#include "core/output/metrics.h"
 #include "core/model/model.h"
+#include "core/output/metrics.h"
 #include "core/plan.h"
 #include "core/scenario/scenario.h"
 
@@ -70,9 +69,11 @@ nlohmann::json summarize(const Scenario& s, const Plan& plan, const std::vector<
                          const RunInfo& info);
 
 // Writes every output file to `path` (which must not exist yet); returns `path`. `events` is
-// taken by value: callers that are done with theirs move them in (a 1,024-node run holds 5 million).
+// taken by value: callers that are done with theirs move them in (a 1,024-node run holds 5
+// million).
 std::string write_run_folder(const std::string& path, const Scenario& s, const Plan& plan,
-                             const ModelDesc& model, std::vector<Event> events, const RunInfo& info);
+                             const ModelDesc& model, std::vector<Event> events,
+                             const RunInfo& info);
 
 // The nodes trace.json shows (output.trace_nodes = `limit`): every node for 0; otherwise whole
 // clusters, taken evenly spaced over the plan's clusters until `limit` nodes (at least one
@@ -88,7 +89,8 @@ std::string node_metrics_csv(const Scenario& s, const Plan& plan, const std::vec
 // (a node process sends the launcher the text); the parsers throw rv::InputError naming `where`
 // (the readers: the file) and the line of what is wrong.
 std::string events_csv(const std::vector<Event>& events);
-constexpr const char* kEvalCsvHeader = "time_s,node,cluster,step,train_samples,test_loss,test_accuracy";
+constexpr const char* kEvalCsvHeader =
+    "time_s,node,cluster,step,train_samples,test_loss,test_accuracy";
 const char* metrics_csv_header();
 // One metrics.csv row (nothing for kParams), one eval.csv row (a kEval event), with their "\n".
 void append_event_row(std::ostream& os, const Event& e);
@@ -101,11 +103,13 @@ std::string plan_file_text(const Plan& plan, const ModelDesc& model);
 std::string run_json_text(const RunInfo& info, const std::string& status, const std::string& why);
 // run.json's key for why a run ended: "error" for a failed run, "reason" for one stopped or
 // interrupted.
-inline const char* why_key(const std::string& status) { return status == "failed" ? "error" : "reason"; }
+inline const char* why_key(const std::string& status) {
+  return status == "failed" ? "error" : "reason";
+}
 // Every output file of a finished run into the folder `dir`, which exists (write_run_folder and
 // LiveRun::finish write into a temporary folder and move the files into place).
-void write_run_outputs(const std::string& dir, const Scenario& s, const Plan& plan, const ModelDesc& model,
-                       std::vector<Event> events, const RunInfo& info);
+void write_run_outputs(const std::string& dir, const Scenario& s, const Plan& plan,
+                       const ModelDesc& model, std::vector<Event> events, const RunInfo& info);
 std::vector<Event> parse_events_csv(std::istream& in, const std::string& where);
 std::string params_csv(const std::vector<Event>& events);
 std::vector<Event> parse_params_csv(std::istream& in, const std::string& where);

@@ -1,11 +1,11 @@
 #include "core/output/validation.h"
 
+#include <fmt/core.h>
+
 #include <cmath>
 #include <limits>
 #include <sstream>
 #include <vector>
-
-#include <fmt/core.h>
 
 namespace rv {
 namespace {
@@ -27,10 +27,10 @@ double at(const json& j, const std::string& path) {
 json num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
 struct Figure {
-  const char* path;   // in summary.json
+  const char* path;  // in summary.json
   const char* label;
   const char* unit;
-  bool difference;    // also compared by difference (bounded quantities)
+  bool difference;  // also compared by difference (bounded quantities)
 };
 
 const Figure kFigures[] = {
@@ -78,8 +78,8 @@ json compare_runs(const json& sim, const json& real, const ValidationContext& ct
   for (const Figure& f : kFigures) {
     const double s = at(sim, f.path), r = at(real, f.path);
     if (std::isnan(s) && std::isnan(r)) continue;
-    json row{{"figure", f.path}, {"label", f.label}, {"unit", f.unit}, {"sim", num(s)}, {"real", num(r)},
-             {"error", num(ratio_error(s, r))}};
+    json row{{"figure", f.path}, {"label", f.label}, {"unit", f.unit},
+             {"sim", num(s)},    {"real", num(r)},   {"error", num(ratio_error(s, r))}};
     if (f.difference) row["difference"] = num(s - r);
     figures.push_back(row);
   }
@@ -93,35 +93,40 @@ json compare_runs(const json& sim, const json& real, const ValidationContext& ct
     const double sb = at(sn[i], "busy_fraction"), rb = at(rn[i], "busy_fraction");
     const bool working = at(sn[i], "stage") >= 0;
     if (working && std::isfinite(sb - rb)) busy_worst = std::max(busy_worst, std::abs(sb - rb));
-    nodes.push_back({{"node", i},
-                     {"device", sn[i].value("device", "")},
-                     {"stage", sn[i].value("stage", -1)},
-                     {"busy_fraction", {{"sim", num(sb)}, {"real", num(rb)}, {"difference", num(sb - rb)}}},
-                     {"bytes_sent",
-                      {{"sim", num(at(sn[i], "bytes_sent"))},
-                       {"real", num(at(rn[i], "bytes_sent"))},
-                       {"error", num(ratio_error(at(sn[i], "bytes_sent"), at(rn[i], "bytes_sent")))}}},
-                     {"bytes_received",
-                      {{"sim", num(at(sn[i], "bytes_received"))},
-                       {"real", num(at(rn[i], "bytes_received"))},
-                       {"error", num(ratio_error(at(sn[i], "bytes_received"), at(rn[i], "bytes_received")))}}}});
+    nodes.push_back(
+        {{"node", i},
+         {"device", sn[i].value("device", "")},
+         {"stage", sn[i].value("stage", -1)},
+         {"busy_fraction", {{"sim", num(sb)}, {"real", num(rb)}, {"difference", num(sb - rb)}}},
+         {"bytes_sent",
+          {{"sim", num(at(sn[i], "bytes_sent"))},
+           {"real", num(at(rn[i], "bytes_sent"))},
+           {"error", num(ratio_error(at(sn[i], "bytes_sent"), at(rn[i], "bytes_sent")))}}},
+         {"bytes_received",
+          {{"sim", num(at(sn[i], "bytes_received"))},
+           {"real", num(at(rn[i], "bytes_received"))},
+           {"error",
+            num(ratio_error(at(sn[i], "bytes_received"), at(rn[i], "bytes_received")))}}}});
   }
   v["per_node"] = nodes;
 
   // The verdict: each target met or missed, the missed ones first.
   std::vector<std::string> met, missed;
   auto judge = [&](bool ok, const std::string& what) { (ok ? met : missed).push_back(what); };
-  const double samples = ratio_error(at(sim, "steady_samples_per_s"), at(real, "steady_samples_per_s"));
+  const double samples =
+      ratio_error(at(sim, "steady_samples_per_s"), at(real, "steady_samples_per_s"));
   judge(samples <= kTargetSamplesError,
         std::isnan(samples) ? "steady samples/s not measured in both runs"
-                            : fmt::format("steady samples/s {:.1f}% apart (target {:.0f}%)", 100 * samples,
-                                          100 * kTargetSamplesError));
+                            : fmt::format("steady samples/s {:.1f}% apart (target {:.0f}%)",
+                                          100 * samples, 100 * kTargetSamplesError));
   judge(busy_worst <= kTargetBusyDifference,
-        fmt::format("busy fractions within {:.3f} (target {:.1f})", busy_worst, kTargetBusyDifference));
+        fmt::format("busy fractions within {:.3f} (target {:.1f})", busy_worst,
+                    kTargetBusyDifference));
   const double acc = at(sim, "final/test_accuracy") - at(real, "final/test_accuracy");
   if (std::isfinite(acc))
     judge(std::abs(acc) * 100 <= kTargetAccuracyPoints,
-          fmt::format("test accuracy {:.2f} points apart (target {:.0f})", std::abs(acc) * 100, kTargetAccuracyPoints));
+          fmt::format("test accuracy {:.2f} points apart (target {:.0f})", std::abs(acc) * 100,
+                      kTargetAccuracyPoints));
   judge(ctx.late_fraction <= kLateTolerance,
         fmt::format("{:.1f}% of the real run's compute spans late", 100 * ctx.late_fraction));
   if (!ctx.same_plan) missed.push_back("the two runs' plans differ");
@@ -141,44 +146,54 @@ std::string validation_markdown(const json& v) {
   std::ostringstream md;
   md << "# Validation: " << v.value("scenario", "") << " (" << v.value("algorithm", "") << ")\n\n";
   md << "**" << v.value("verdict", "") << "**\n\n";
-  md << fmt::format("Simulation (`sim/`) against an emulated real run (`real/`) of the same scenario, seed and "
-                    "plan, both dilated {:g} times (every rate / {:g}, every time x {:g}). Error: "
-                    "exp(|ln(sim/real)|) - 1.\n\n",
-                    v.value("dilation", 1.0), v.value("dilation", 1.0), v.value("dilation", 1.0));
+  md << fmt::format(
+      "Simulation (`sim/`) against an emulated real run (`real/`) of the same scenario, seed and "
+      "plan, both dilated {:g} times (every rate / {:g}, every time x {:g}). Error: "
+      "exp(|ln(sim/real)|) - 1.\n\n",
+      v.value("dilation", 1.0), v.value("dilation", 1.0), v.value("dilation", 1.0));
   md << "| figure | sim | real | error |\n|---|---:|---:|---:|\n";
   for (const auto& f : v["figures"]) {
     std::string err = percent(f["error"]);
     if (f.contains("difference") && f["difference"].is_number())
       err += fmt::format(" ({:+.2f} points)", 100 * f["difference"].get<double>());
     md << "| " << f["label"].get<std::string>()
-       << (f["unit"].get<std::string>().empty() ? "" : " (" + f["unit"].get<std::string>() + ")") << " | "
-       << show(f["sim"]) << " | " << show(f["real"]) << " | " << err << " |\n";
+       << (f["unit"].get<std::string>().empty() ? "" : " (" + f["unit"].get<std::string>() + ")")
+       << " | " << show(f["sim"]) << " | " << show(f["real"]) << " | " << err << " |\n";
   }
-  md << "\n| node | device | stage | busy sim | busy real | difference | sent sim | sent real | error | "
-        "received sim | received real | error |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  md << "\n| node | device | stage | busy sim | busy real | difference | sent sim | sent real | "
+        "error | "
+        "received sim | received real | error "
+        "|\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const auto& n : v["per_node"]) {
     const auto& b = n["busy_fraction"];
     const auto& s = n["bytes_sent"];
     const auto& r = n["bytes_received"];
-    md << "| " << n["node"].get<int>() << " | " << n["device"].get<std::string>() << " | " << n["stage"].get<int>()
-       << " | " << show(b["sim"], "{:.3f}") << " | " << show(b["real"], "{:.3f}") << " | "
-       << show(b["difference"], "{:+.3f}") << " | " << show(s["sim"], "{:.0f}") << " | " << show(s["real"], "{:.0f}")
-       << " | " << percent(s["error"]) << " | " << show(r["sim"], "{:.0f}") << " | " << show(r["real"], "{:.0f}")
-       << " | " << percent(r["error"]) << " |\n";
+    md << "| " << n["node"].get<int>() << " | " << n["device"].get<std::string>() << " | "
+       << n["stage"].get<int>() << " | " << show(b["sim"], "{:.3f}") << " | "
+       << show(b["real"], "{:.3f}") << " | " << show(b["difference"], "{:+.3f}") << " | "
+       << show(s["sim"], "{:.0f}") << " | " << show(s["real"], "{:.0f}") << " | "
+       << percent(s["error"]) << " | " << show(r["sim"], "{:.0f}") << " | "
+       << show(r["real"], "{:.0f}") << " | " << percent(r["error"]) << " |\n";
   }
   const json& host = v["host"];
   if (host.is_object() && host.contains("nodes")) {
-    md << fmt::format("\nDilation: this host has {:g} cores, {:.2g} of a core per working node; each node's "
-                      "stage (one micro-batch, forward, backward and step) here against its modeled time:\n\n",
-                      host.value("cores", 0.0), host.value("share", 0.0));
-    md << "| node | device | host ms | modeled ms | dilation it needs |\n|---:|---|---:|---:|---:|\n";
+    md << fmt::format(
+        "\nDilation: this host has {:g} cores, {:.2g} of a core per working node; each node's "
+        "stage (one micro-batch, forward, backward and step) here against its modeled time:\n\n",
+        host.value("cores", 0.0), host.value("share", 0.0));
+    md << "| node | device | host ms | modeled ms | dilation it needs "
+          "|\n|---:|---|---:|---:|---:|\n";
     for (const auto& n : host["nodes"])
-      md << fmt::format("| {} | {} | {:.3f} | {:.3f} | {:.3g} |\n", n.value("node", -1), n.value("device", ""),
-                        n.value("host_ms", 0.0), n.value("modeled_ms", 0.0), n.value("needs", 0.0));
+      md << fmt::format("| {} | {} | {:.3f} | {:.3f} | {:.3g} |\n", n.value("node", -1),
+                        n.value("device", ""), n.value("host_ms", 0.0), n.value("modeled_ms", 0.0),
+                        n.value("needs", 0.0));
   }
-  md << fmt::format("\nLate compute spans in the real run (more than {:.0f}% past their modeled time): {:.1f}%.\n",
-                    100 * kLateTolerance, 100 * v.value("late_fraction", 0.0));
-  if (!v.value("same_plan", true)) md << "\n**The two runs' plan.json differ**: they did not run the same plan.\n";
+  md << fmt::format(
+      "\nLate compute spans in the real run (more than {:.0f}% past their modeled time): "
+      "{:.1f}%.\n",
+      100 * kLateTolerance, 100 * v.value("late_fraction", 0.0));
+  if (!v.value("same_plan", true))
+    md << "\n**The two runs' plan.json differ**: they did not run the same plan.\n";
   if (v.contains("notes"))
     for (const auto& n : v["notes"]) md << "\nNote: " << n.get<std::string>() << "\n";
   return md.str();

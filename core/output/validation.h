@@ -10,10 +10,9 @@
 // accuracy within 2 points.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace rv {
 
@@ -35,15 +34,17 @@ double ratio_error(double sim, double real);
 // What the command knows beyond the two summaries.
 struct ValidationContext {
   double dilation = 1;
-  nlohmann::json host;         // the dilation's inputs (cores, share, each node's host and modeled ms)
-  double late_fraction = 0;    // the real run's compute spans that were late (kLateTolerance)
-  bool same_plan = true;       // both runs' plan.json agree
-  std::vector<std::string> notes;  // what the reader should know (e.g. a model the emulator approximates)
+  nlohmann::json host;  // the dilation's inputs (cores, share, each node's host and modeled ms)
+  double late_fraction = 0;  // the real run's compute spans that were late (kLateTolerance)
+  bool same_plan = true;     // both runs' plan.json agree
+  std::vector<std::string>
+      notes;  // what the reader should know (e.g. a model the emulator approximates)
 };
 
 // validate.json: both summaries' figures side by side with their errors, per node too, and the
 // verdict. `sim` and `real` are the two runs' summary.json.
-nlohmann::json compare_runs(const nlohmann::json& sim, const nlohmann::json& real, const ValidationContext& ctx);
+nlohmann::json compare_runs(const nlohmann::json& sim, const nlohmann::json& real,
+                            const ValidationContext& ctx);
 
 // validate.md: the same as a Markdown page (tables, verdict first).
 std::string validation_markdown(const nlohmann::json& v);

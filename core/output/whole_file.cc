@@ -15,8 +15,8 @@ namespace rv {
 void write_whole_file(const std::string& path, const std::string& text) {
   namespace fs = std::filesystem;
   const fs::path target(path);
-  const fs::path tmp = target.parent_path() /
-                       ("." + target.filename().string() + ".partial." + std::to_string(::getpid()));
+  const fs::path tmp = target.parent_path() / ("." + target.filename().string() + ".partial." +
+                                               std::to_string(::getpid()));
   auto fail = [&](const std::string& why) {
     std::error_code ec;
     fs::remove(tmp, ec);

@@ -32,7 +32,9 @@ class Normal {
 };
 
 double softplus(double s) { return s > 0 ? s + std::log1p(std::exp(-s)) : std::log1p(std::exp(s)); }
-double sigmoid(double s) { return s >= 0 ? 1 / (1 + std::exp(-s)) : std::exp(s) / (1 + std::exp(s)); }
+double sigmoid(double s) {
+  return s >= 0 ? 1 / (1 + std::exp(-s)) : std::exp(s) / (1 + std::exp(s));
+}
 
 Eigen::MatrixXd gaussian(Normal& n, int64_t rows, int64_t cols) {
   Eigen::MatrixXd m(rows, cols);
@@ -52,7 +54,8 @@ Eigen::VectorXd newton_minimum(const Problem& p) {
     const Eigen::VectorXd s = p.a * w;
     Eigen::VectorXd weight(s.size());
     for (Eigen::Index j = 0; j < s.size(); ++j) weight(j) = sigmoid(s(j)) * (1 - sigmoid(s(j)));
-    const Eigen::MatrixXd h = p.a.transpose() * weight.asDiagonal() * p.a / static_cast<double>(s.size());
+    const Eigen::MatrixXd h =
+        p.a.transpose() * weight.asDiagonal() * p.a / static_cast<double>(s.size());
     const Eigen::VectorXd step = h.ldlt().solve(g);
     double t = 1;
     Eigen::VectorXd next = w - step;
@@ -85,7 +88,8 @@ double Problem::value(const Eigen::VectorXd& w) const {
 
 Eigen::VectorXd Problem::gradient(const Eigen::VectorXd& w) const {
   RV_CHECK(w.size() == spec.dim, "problem: a point of the wrong dimension");
-  if (spec.kind == "quadratic") return q * (eigenvalues.asDiagonal() * (q.transpose() * (w - w_star)));
+  if (spec.kind == "quadratic")
+    return q * (eigenvalues.asDiagonal() * (q.transpose() * (w - w_star)));
   const Eigen::VectorXd s = a * w;
   Eigen::VectorXd r(s.size());
   for (Eigen::Index j = 0; j < s.size(); ++j) r(j) = sigmoid(s(j)) - b(j);
@@ -104,14 +108,17 @@ Problem make_problem(const ProblemSpec& spec) {
   Normal normal(spec.seed * 0x9E3779B97F4A7C15ULL + 0x5EED);
   p.eigenvalues.resize(d);
   for (int64_t i = 0; i < d; ++i)
-    p.eigenvalues(i) = d == 1 ? spec.eig_max
-                              : spec.eig_min * std::pow(spec.eig_max / spec.eig_min, static_cast<double>(i) / static_cast<double>(d - 1));
+    p.eigenvalues(i) =
+        d == 1 ? spec.eig_max
+               : spec.eig_min * std::pow(spec.eig_max / spec.eig_min,
+                                         static_cast<double>(i) / static_cast<double>(d - 1));
   p.q = Eigen::HouseholderQR<Eigen::MatrixXd>(gaussian(normal, d, d)).householderQ();
   const Eigen::VectorXd u = gaussian(normal, d, 1);
   if (spec.kind == "quadratic") {
     p.rows = d;
     p.w_star = u;
-    p.a = std::sqrt(static_cast<double>(d) / 2) * p.eigenvalues.cwiseSqrt().asDiagonal() * p.q.transpose();
+    p.a = std::sqrt(static_cast<double>(d) / 2) * p.eigenvalues.cwiseSqrt().asDiagonal() *
+          p.q.transpose();
     p.b = p.a * p.w_star;
     p.sigma2 = spec.sigma2;
     p.tau2 = spec.sigma2 * static_cast<double>(d) / (2 * p.eigenvalues.sum());
@@ -123,17 +130,20 @@ Problem make_problem(const ProblemSpec& spec) {
   // Logistic: the generator scaled so that x^T w* has standard deviation 2.
   const Eigen::MatrixXd cov = p.q * p.eigenvalues.asDiagonal() * p.q.transpose();
   p.w_star = 2 * u / std::sqrt(u.dot(cov * u));
-  const Eigen::MatrixXd root = p.q * p.eigenvalues.cwiseSqrt().asDiagonal();  // x = Q Lambda^(1/2) z
+  const Eigen::MatrixXd root =
+      p.q * p.eigenvalues.cwiseSqrt().asDiagonal();  // x = Q Lambda^(1/2) z
   auto draw = [&](int64_t n, Eigen::MatrixXd& x, Eigen::VectorXd& y) {
     x = gaussian(normal, n, d) * root.transpose();
     y.resize(n);
-    for (int64_t j = 0; j < n; ++j) y(j) = normal.uniform() < sigmoid(x.row(j).dot(p.w_star)) ? 1.0 : 0.0;
+    for (int64_t j = 0; j < n; ++j)
+      y(j) = normal.uniform() < sigmoid(x.row(j).dot(p.w_star)) ? 1.0 : 0.0;
   };
   RV_CHECK(spec.samples >= 1 && spec.test_samples >= 1, "problem: no samples");
   draw(spec.samples, p.a, p.b);
   draw(spec.test_samples, p.test_x, p.test_y);
   const double n = static_cast<double>(spec.samples);
-  Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> gram(p.a.transpose() * p.a / n, Eigen::EigenvaluesOnly);
+  Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> gram(p.a.transpose() * p.a / n,
+                                                      Eigen::EigenvaluesOnly);
   p.smoothness = gram.eigenvalues().maxCoeff() / 4;
   p.sigma2 = p.a.rowwise().squaredNorm().mean();
   p.f_star = p.value(newton_minimum(p));

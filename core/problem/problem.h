@@ -13,10 +13,10 @@
 //   quadratic  f(w) = E (1/d) ||A w - b - e||^2 with A = sqrt(d/2) Lambda^(1/2) Q^T (d x d, m = d:
 //              every sample has the same X = A), b = A w*, and noise e ~ N(0, tau^2 I_d) fresh in
 //              every sample's targets. Hessian H = Q Lambda Q^T (eigenvalues geometric from
-//              eig_min to eig_max), so L = eig_max exactly; f* = tau^2 at w*; grad f(w) = H (w - w*).
-//              A sample's gradient is grad f + n with n = -(2/d) A^T e, E||n||^2 = 2 tau^2 tr(Lambda)
-//              / d =: sigma^2 (chosen; tau^2 follows), independent of w: the bound's assumption
-//              exactly. The loss is the regression task's mean squared error.
+//              eig_min to eig_max), so L = eig_max exactly; f* = tau^2 at w*; grad f(w) = H (w -
+//              w*). A sample's gradient is grad f + n with n = -(2/d) A^T e, E||n||^2 = 2 tau^2
+//              tr(Lambda) / d =: sigma^2 (chosen; tau^2 follows), independent of w: the bound's
+//              assumption exactly. The loss is the regression task's mean squared error.
 //   logistic   n samples x_j = Q Lambda^(1/2) z_j (z ~ N(0, I), m = 1), labels y_j ~ Bernoulli(
 //              sigmoid(x_j^T w*)) with x^T w* of standard deviation 2; f(w) = (1/n) sum_j
 //              log(1 + exp(x_j^T w)) - y_j x_j^T w over the training set (the classification task
@@ -26,42 +26,41 @@
 // w_0 = 0 for both (the block layers start at zero).
 #pragma once
 
+#include <Eigen/Dense>
 #include <cstdint>
 #include <string>
-
-#include <Eigen/Dense>
 
 namespace rv {
 
 struct ProblemSpec {
-  std::string kind;           // "quadratic" | "logistic"
-  int64_t dim = 32;           // d, the parameters
-  double eig_min = 0.1;       // the spectrum of the Hessian (quadratic) or the features' covariance
-  double eig_max = 1.0;       // (logistic), geometric in between
-  double sigma2 = 1.0;        // quadratic: a sample's gradient noise, E||n||^2
-  int64_t samples = 4096;     // logistic: training samples
+  std::string kind;        // "quadratic" | "logistic"
+  int64_t dim = 32;        // d, the parameters
+  double eig_min = 0.1;    // the spectrum of the Hessian (quadratic) or the features' covariance
+  double eig_max = 1.0;    // (logistic), geometric in between
+  double sigma2 = 1.0;     // quadratic: a sample's gradient noise, E||n||^2
+  int64_t samples = 4096;  // logistic: training samples
   int64_t test_samples = 1024;
-  uint64_t seed = 1;          // the problem (Q, w*, the samples); not the run's noise
+  uint64_t seed = 1;  // the problem (Q, w*, the samples); not the run's noise
 };
 
 struct Problem {
   ProblemSpec spec;
-  int64_t rows = 1;            // m: rows per sample (the running sum's length)
-  Eigen::VectorXd eigenvalues; // Lambda, ascending
-  Eigen::MatrixXd q;           // Q, orthogonal d x d
-  Eigen::VectorXd w_star;      // the minimiser (quadratic) or the labels' generator (logistic)
-  Eigen::MatrixXd a;           // quadratic: A (d x d); logistic: the training features X (n x d)
-  Eigen::VectorXd b;           // quadratic: A w*; logistic: the training labels y (0 or 1)
-  Eigen::MatrixXd test_x;      // logistic: test features
-  Eigen::VectorXd test_y;      //           and labels
-  double tau2 = 0;             // quadratic: the targets' noise variance
-  double smoothness = 0;       // L (exact for the quadratic, an upper bound for the logistic)
-  double sigma2 = 0;           // a sample's gradient noise (exact, or an upper bound)
-  double f_star = 0;           // inf f
-  bool f_star_exact = true;    // false: to Newton's tolerance
+  int64_t rows = 1;             // m: rows per sample (the running sum's length)
+  Eigen::VectorXd eigenvalues;  // Lambda, ascending
+  Eigen::MatrixXd q;            // Q, orthogonal d x d
+  Eigen::VectorXd w_star;       // the minimiser (quadratic) or the labels' generator (logistic)
+  Eigen::MatrixXd a;            // quadratic: A (d x d); logistic: the training features X (n x d)
+  Eigen::VectorXd b;            // quadratic: A w*; logistic: the training labels y (0 or 1)
+  Eigen::MatrixXd test_x;       // logistic: test features
+  Eigen::VectorXd test_y;       //           and labels
+  double tau2 = 0;              // quadratic: the targets' noise variance
+  double smoothness = 0;        // L (exact for the quadratic, an upper bound for the logistic)
+  double sigma2 = 0;            // a sample's gradient noise (exact, or an upper bound)
+  double f_star = 0;            // inf f
+  bool f_star_exact = true;     // false: to Newton's tolerance
 
-  double value(const Eigen::VectorXd& w) const;                 // f(w)
-  Eigen::VectorXd gradient(const Eigen::VectorXd& w) const;     // grad f(w), exact
+  double value(const Eigen::VectorXd& w) const;              // f(w)
+  Eigen::VectorXd gradient(const Eigen::VectorXd& w) const;  // grad f(w), exact
   double delta() const { return value(Eigen::VectorXd::Zero(spec.dim)) - f_star; }  // f(w_0) - f*
 };
 

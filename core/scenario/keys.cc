@@ -193,9 +193,10 @@ void add_top_and_devices(Catalog& c) {
             Empty::kRefused)
       .integer("seed", &Scenario::seed, 0, kMaxInt64,
                "random seed: data, initial weights, planner search")
-      .real("dilation", &Scenario::dilation, 1.0, 1000.0, "",
-            "time dilation k: every device k times slower (tflops and bandwidths / k, latencies and "
-            "per-operation costs x k); `ravnest validate` sets it so that this host keeps up");
+      .real(
+          "dilation", &Scenario::dilation, 1.0, 1000.0, "",
+          "time dilation k: every device k times slower (tflops and bandwidths / k, latencies and "
+          "per-operation costs x k); `ravnest validate` sets it so that this host keeps up");
   c.array("devices", kRequired, &Scenario::devices)
       .text("name", &DeviceGroup::name, "the group's name, in plans and outputs")
       .indexed_default([](size_t i) { return KeyValue("device" + std::to_string(i)); },
@@ -209,8 +210,10 @@ void add_top_and_devices(Catalog& c) {
       .real("latency_ms", &DeviceGroup::latency_ms, 0.0, 1e6, "ms",
             "one-way latency between the device and the core")
       .text("profile", &DeviceGroup::profile,
-            "compute profile file (`ravnest calibrate --out`, or profiles/), relative to the scenario's "
-            "folder: fixed cost per operation and efficiency per pass, layer kind and operation class, "
+            "compute profile file (`ravnest calibrate --out`, or profiles/), relative to the "
+            "scenario's "
+            "folder: fixed cost per operation and efficiency per pass, layer kind and operation "
+            "class, "
             "at this device's tflops; \"\": every flop at tflops")
       .real("efficiency", &DeviceGroup::efficiency, 0.0, 1.5, "",
             "achieved fraction of tflops for every operation, replacing the profile's efficiencies "
@@ -221,12 +224,14 @@ void add_top_and_devices(Catalog& c) {
       .real("leave_per_hour", &DeviceGroup::leave_per_hour, -1.0, 3600.0, "1/h",
             "churn: the rate at which each of the group's nodes leaves (exponential sessions, mean "
             "1 / rate hours); -1: churn.leave_per_hour")
-      .integer("gpu", &DeviceGroup::gpu, -1, 1023,
-               "real runs with real.device cuda (or auto on a GPU machine): the index of the GPU the "
-               "group's ranks compute on; -1: rank r takes GPU r mod the GPUs visible")
-      .flag("client_only", &DeviceGroup::client_only,
-            "dedloc: the group's peers accept no inbound connections: they send their gradients but "
-            "aggregate no part of the all-reduce")
+      .integer(
+          "gpu", &DeviceGroup::gpu, -1, 1023,
+          "real runs with real.device cuda (or auto on a GPU machine): the index of the GPU the "
+          "group's ranks compute on; -1: rank r takes GPU r mod the GPUs visible")
+      .flag(
+          "client_only", &DeviceGroup::client_only,
+          "dedloc: the group's peers accept no inbound connections: they send their gradients but "
+          "aggregate no part of the all-reduce")
       .real("join_at_s", &DeviceGroup::join_at_s, 0.0, 1e9, "s",
             "churn: > 0: the group's nodes arrive at this second, as spares without state (the "
             "planner plans without them); such groups come after all others; 0: present from the "
@@ -235,13 +240,14 @@ void add_top_and_devices(Catalog& c) {
 
 void add_model_and_data(Catalog& c) {
   c.table("model", &Scenario::model)
-      .choice("kind", &ModelSpec::kind, {"mlp", "blocks", "cnn", "transformer"},
-              "mlp: fully connected layers; cnn: convolution blocks, then fully connected layers; "
-              "blocks: the additive block model of a problem (data.kind quadratic or logistic): "
-              "model.blocks parameter blocks, each adding its columns' share of X w to a running sum; "
-              "transformer: a GPT-style decoder over token sequences (data.kind sort or text): token "
-              "and position embeddings, model.layers blocks of causal self-attention and an MLP, the "
-              "final LayerNorm and a linear head; stages cut between them")
+      .choice(
+          "kind", &ModelSpec::kind, {"mlp", "blocks", "cnn", "transformer"},
+          "mlp: fully connected layers; cnn: convolution blocks, then fully connected layers; "
+          "blocks: the additive block model of a problem (data.kind quadratic or logistic): "
+          "model.blocks parameter blocks, each adding its columns' share of X w to a running sum; "
+          "transformer: a GPT-style decoder over token sequences (data.kind sort or text): token "
+          "and position embeddings, model.layers blocks of causal self-attention and an MLP, the "
+          "final LayerNorm and a linear head; stages cut between them")
       .integers("hidden", &ModelSpec::hidden, 1, kMaxWidth, Empty::kAllowed,
                 "mlp: widths of the hidden layers; cnn: widths of the hidden layers after the "
                 "convolutions")
@@ -258,29 +264,37 @@ void add_model_and_data(Catalog& c) {
       .integer("blocks", &ModelSpec::blocks, 1, kMaxWidth,
                "blocks: parameter blocks (layers), at most data.features; stages cut between them")
       .integer("layers", &ModelSpec::layers, 0, kMaxWidth, "transformer: decoder blocks")
-      .integer("d_model", &ModelSpec::d_model, 1, kMaxWidth, "transformer: width of the residual stream")
-      .integer("heads", &ModelSpec::heads, 1, kMaxWidth, "transformer: attention heads (d_model a multiple of them)")
-      .integer("d_ff", &ModelSpec::d_ff, 0, kMaxWidth, "transformer: the MLP's hidden width; 0: 4 d_model")
-      .integer("seq_len", &ModelSpec::seq_len, 0, kMaxWidth,
-               "transformer: positions the model embeds; 0: the data's sequence length (at least that)")
+      .integer("d_model", &ModelSpec::d_model, 1, kMaxWidth,
+               "transformer: width of the residual stream")
+      .integer("heads", &ModelSpec::heads, 1, kMaxWidth,
+               "transformer: attention heads (d_model a multiple of them)")
+      .integer("d_ff", &ModelSpec::d_ff, 0, kMaxWidth,
+               "transformer: the MLP's hidden width; 0: 4 d_model")
+      .integer(
+          "seq_len", &ModelSpec::seq_len, 0, kMaxWidth,
+          "transformer: positions the model embeds; 0: the data's sequence length (at least that)")
       .integer("vocab", &ModelSpec::vocab, 0, kMaxWidth,
-               "transformer: token ids the model embeds and predicts; 0: the data's vocabulary (at least that)");
+               "transformer: token ids the model embeds and predicts; 0: the data's vocabulary (at "
+               "least that)");
   c.table("data", &Scenario::data)
-      .choice("kind", &DataSpec::kind,
-              {"synthetic", "quadratic", "logistic", "fashion-mnist", "digits", "regression", "sort", "text"},
-              "synthetic: noisy images around one centre per class; fashion-mnist, digits: "
-              "Debian's files; regression: synthetic linear regression; quadratic, logistic: problems "
-              "with known constants for model.kind = \"blocks\" (docs/theory.md); sort: minGPT's "
-              "sorting task (data.length digits, then the same sorted), generated from the seed; text: "
-              "character-level language modelling on the UTF-8 file data.path (next-token prediction, "
-              "for model.kind = \"transformer\")")
+      .choice(
+          "kind", &DataSpec::kind,
+          {"synthetic", "quadratic", "logistic", "fashion-mnist", "digits", "regression", "sort",
+           "text"},
+          "synthetic: noisy images around one centre per class; fashion-mnist, digits: "
+          "Debian's files; regression: synthetic linear regression; quadratic, logistic: problems "
+          "with known constants for model.kind = \"blocks\" (docs/theory.md); sort: minGPT's "
+          "sorting task (data.length digits, then the same sorted), generated from the seed; text: "
+          "character-level language modelling on the UTF-8 file data.path (next-token prediction, "
+          "for model.kind = \"transformer\")")
       .integer("batch_size", &DataSpec::batch_size, 1, kMaxWidth, "samples per micro-batch")
       .integer("train_samples", &DataSpec::train_samples, 0, kMaxCount,
                "training samples used; 0: all (synthetic, regression, sort: 8192)")
       .integer("test_samples", &DataSpec::test_samples, 0, kMaxCount,
                "test samples used; 0: all (synthetic, regression: 2048; sort: 1024)")
       .text("path", &DataSpec::path,
-            "the dataset's folder or file; empty: Debian's location (text: /usr/share/common-licenses/GPL-3)")
+            "the dataset's folder or file; empty: Debian's location (text: "
+            "/usr/share/common-licenses/GPL-3)")
       .integer("side", &DataSpec::side, 2, 1024, "synthetic: images are 1 x side x side")
       .integer("classes", &DataSpec::classes, 2, kMaxNodes, "synthetic: number of classes")
       .real("noise", &DataSpec::noise, 0.0, 1e6, "",
@@ -289,18 +303,22 @@ void add_model_and_data(Catalog& c) {
       .integer("features", &DataSpec::features, 1, kMaxWidth,
                "regression: input features per sample; quadratic, logistic: the dimension d")
       .integer("targets", &DataSpec::targets, 1, kMaxWidth, "regression: outputs per sample")
-      .positive("eig_min", &DataSpec::eig_min, 1e6, "",
-                "quadratic: the Hessian's smallest eigenvalue; logistic: the features' covariance's "
-                "(the spectrum is geometric up to eig_max)")
+      .positive(
+          "eig_min", &DataSpec::eig_min, 1e6, "",
+          "quadratic: the Hessian's smallest eigenvalue; logistic: the features' covariance's "
+          "(the spectrum is geometric up to eig_max)")
       .positive("eig_max", &DataSpec::eig_max, 1e6, "",
                 "quadratic: the Hessian's largest eigenvalue, the smoothness L; logistic: the "
                 "features' covariance's")
-      .real("sigma2", &DataSpec::sigma2, 0.0, 1e6, "",
-            "quadratic: a sample's gradient noise E||n||^2 (a micro-batch of N samples: sigma2 / N)")
-      .integer("problem_seed", &DataSpec::problem_seed, 0, kMaxInt64,
-               "quadratic, logistic: the problem (its rotation, minimiser, samples), apart from the "
-               "run's seed (the noise and the sampling)")
-      .integer("length", &DataSpec::length, 1, 1 << 20, "sort: digits per sequence (a sample: 2 length - 1 tokens)")
+      .real(
+          "sigma2", &DataSpec::sigma2, 0.0, 1e6, "",
+          "quadratic: a sample's gradient noise E||n||^2 (a micro-batch of N samples: sigma2 / N)")
+      .integer(
+          "problem_seed", &DataSpec::problem_seed, 0, kMaxInt64,
+          "quadratic, logistic: the problem (its rotation, minimiser, samples), apart from the "
+          "run's seed (the noise and the sampling)")
+      .integer("length", &DataSpec::length, 1, 1 << 20,
+               "sort: digits per sequence (a sample: 2 length - 1 tokens)")
       .integer("digits", &DataSpec::digits, 2, 1 << 20, "sort: distinct digits, the vocabulary")
       .integer("seq_len", &DataSpec::seq_len, 1, 1 << 24, "text: characters per sample");
 }
@@ -323,11 +341,14 @@ void add_training(Catalog& c) {
       .real("outer_momentum", &TrainingSpec::outer_momentum, 0.0, 0.9999, "",
             "diloco: the outer optimizer's Nesterov momentum")
       .integer("target_batch", &TrainingSpec::target_batch, 0, kMaxCount,
-               "dedloc: samples the collaboration accumulates per optimizer step (each peer at its own pace); "
+               "dedloc: samples the collaboration accumulates per optimizer step (each peer at its "
+               "own pace); "
                "0: batch_size per peer")
       .flag("double_buffered_weights", &TrainingSpec::double_buffered_weights,
-            "pipedream: PipeDream-2BW: micro_batches micro-batches accumulate into each update, and a stage "
-            "keeps two weight versions (new micro-batches the newer, those in flight the one their forward used)")
+            "pipedream: PipeDream-2BW: micro_batches micro-batches accumulate into each update, "
+            "and a stage "
+            "keeps two weight versions (new micro-batches the newer, those in flight the one their "
+            "forward used)")
       .integer("steps", &TrainingSpec::steps, 1, kMaxCount, "optimizer updates on every stage")
       .integer_or_word("max_in_flight", &TrainingSpec::max_in_flight, "stages", 1, 1000000,
                        "asynchronous pipelines: unfinished micro-batches allowed; stages: as many "
@@ -345,11 +366,12 @@ void add_training(Catalog& c) {
             "how clusters average parameters or gradients, a name from the all-reduce registry "
             "(`ravnest keys` describes each)",
             Empty::kRefused)
-      .real("ring_piece_mb", &TrainingSpec::ring_piece_mb, 0.0, 1e6, "MB",
-            "multi-ring and single-ring: a segment larger than this (all rows) goes round its ring "
-            "in pieces that move on independently, so that each piece's addition overlaps the next "
-            "pieces' transfers (as Gloo's and NCCL's rings do); 0: each segment whole, as Ravnest's "
-            "reference")
+      .real(
+          "ring_piece_mb", &TrainingSpec::ring_piece_mb, 0.0, 1e6, "MB",
+          "multi-ring and single-ring: a segment larger than this (all rows) goes round its ring "
+          "in pieces that move on independently, so that each piece's addition overlaps the next "
+          "pieces' transfers (as Gloo's and NCCL's rings do); 0: each segment whole, as Ravnest's "
+          "reference")
       .flag("average_optimizer_state", &TrainingSpec::average_optimizer_state,
             "averaging parameters also averages the optimizer's state (momentum, Adam's moments)")
       .integer("eval_every", &TrainingSpec::eval_every, 0, kMaxCount,
@@ -375,11 +397,12 @@ void add_planner(Catalog& c) {
                "ga: individuals; 0: by pool size")
       .integer("generations", &PlannerSpec::generations, 0, 1000000,
                "ga: generations; 0: by pool size")
-      .integer("evaluations", &PlannerSpec::evaluations, 0, kMaxCount,
-               "ga, ravnest-ga: the search's budget of scored individuals, which ends it after fewer "
-               "generations where population x generations is more; 0: by pool size (ga: 20,000 or "
-               "2e7 / nodes, ravnest-ga: 100,000 or 2e8 / nodes, whichever is fewer, at least 200; "
-               "plans stay deterministic)")
+      .integer(
+          "evaluations", &PlannerSpec::evaluations, 0, kMaxCount,
+          "ga, ravnest-ga: the search's budget of scored individuals, which ends it after fewer "
+          "generations where population x generations is more; 0: by pool size (ga: 20,000 or "
+          "2e7 / nodes, ravnest-ga: 100,000 or 2e8 / nodes, whichever is fewer, at least 200; "
+          "plans stay deterministic)")
       .positive("time_limit_s", &PlannerSpec::time_limit_s, 86400.0, "s",
                 "ga, ravnest-ga: a safety net: the search ends after this many wall seconds with "
                 "the best plan so far, recorded in plan.json (\"search\": the plan then depends on "
@@ -400,21 +423,26 @@ void add_run_tables(Catalog& c) {
               "uplink, the link between the regions and the receiver's downlink")
       .choice("model", &NetworkSpec::model, {"tcp", "lv08", "ideal"},
               "tcp: SimGrid's CM02 at TCP's goodput (bandwidth x 0.962, measured), one latency per "
-              "stream: one connection per pair of nodes (docs/network-model.md); lv08: SimGrid's calibration for LAN TCP (latency x "
+              "stream: one connection per pair of nodes (docs/network-model.md); lv08: SimGrid's "
+              "calibration for LAN TCP (latency x "
               "13.01, bandwidth x 0.97, window cap, cross-traffic); ideal: CM02, no TCP effects")
       .real("bandwidth_factor", &NetworkSpec::bandwidth_factor, 0.0, 10.0, "",
             "every link's bandwidth times this, in the simulator, the planner and the user-space "
             "emulator; 0: the model's own (tcp 0.962, lv08 0.97, ideal 1)")
       .real("latency_factor", &NetworkSpec::latency_factor, 0.0, 1000.0, "",
-            "every link's latency times this, likewise; 0: the model's own (tcp 1, lv08 13.01, ideal 1)")
+            "every link's latency times this, likewise; 0: the model's own (tcp 1, lv08 13.01, "
+            "ideal 1)")
       .text("platform", &NetworkSpec::platform,
-            "simulation only: a SimGrid platform file (XML, or a .so), relative to the scenario's folder, "
-            "whose hosts and routes replace the devices' links in `ravnest sim`; node i of a group of "
+            "simulation only: a SimGrid platform file (XML, or a .so), relative to the scenario's "
+            "folder, "
+            "whose hosts and routes replace the devices' links in `ravnest sim`; node i of a group "
+            "of "
             "one is the host named as the group, of a larger group `<name>-<i>` (i from 0 in the "
             "group); compute still follows the devices (tflops, profile), and the planner plans "
             "with the devices' own links. \"\": the devices' links");
   c.array("network.link", kOptional, &Scenario::network, &NetworkSpec::link)
-      .text("a", &RegionLinkSpec::a, "topology \"regions\": one region of the pair", Empty::kRefused)
+      .text("a", &RegionLinkSpec::a, "topology \"regions\": one region of the pair",
+            Empty::kRefused)
       .text("b", &RegionLinkSpec::b, "the other region", Empty::kRefused)
       .real("latency_ms", &RegionLinkSpec::latency_ms, 0.0, 1e6, "ms",
             "one-way latency between the two regions' cores")
@@ -432,7 +460,8 @@ void add_run_tables(Catalog& c) {
             "MASTER_ADDR or --master-addr)",
             Empty::kRefused)
       .integer("master_port", &RealSpec::master_port, 0, 65535,
-               "port of the rendezvous store, where peers meet; 0: the system picks a free one (ravnest real)")
+               "port of the rendezvous store, where peers meet; 0: the system picks a free one "
+               "(ravnest real)")
       .flag("emulate_speed", &RealSpec::emulate_speed,
             "stretch compute to the modeled time of each device")
       .toggle("emulate_network", &RealSpec::emulate_network,
@@ -449,11 +478,12 @@ void add_run_tables(Catalog& c) {
               "without it as under churn (its cluster sits out until a spare, an idle rank of the "
               "plan or a replacement process started with `ravnest node --join`, takes the lost "
               "stage and fetches its state; rank 0 must survive)")
-      .choice("device", &RealSpec::device, {"auto", "cpu", "cuda"},
-              "where each rank computes: cuda keeps its stage, optimizer state and activations on a "
-              "GPU (devices[].gpu; messages go through pinned host memory) and is refused where the "
-              "LibTorch this was built against has no CUDA or no GPU is visible; auto: cuda where it "
-              "can, else cpu");
+      .choice(
+          "device", &RealSpec::device, {"auto", "cpu", "cuda"},
+          "where each rank computes: cuda keeps its stage, optimizer state and activations on a "
+          "GPU (devices[].gpu; messages go through pinned host memory) and is refused where the "
+          "LibTorch this was built against has no CUDA or no GPU is visible; auto: cuda where it "
+          "can, else cpu");
   c.table("output", &Scenario::output)
       .text("dir", &OutputSpec::dir, "run folders go to `<dir>/<name>/<executor>-<timestamp>/`",
             Empty::kRefused)
@@ -476,15 +506,18 @@ void add_run_tables(Catalog& c) {
                 "from a departure to its notice at every node (the failure detector's timeout)");
   c.array("churn.event", kOptional, &Scenario::churn, &ChurnSpec::event)
       .real("at_s", &ChurnEventSpec::at_s, 0.0, 1e9, "s", "when, in seconds since the run's start")
-      .integer("leave", &ChurnEventSpec::leave, -1, kMaxNodes, "the node (pool rank) that leaves (required)");
+      .integer("leave", &ChurnEventSpec::leave, -1, kMaxNodes,
+               "the node (pool rank) that leaves (required)");
   c.table("checkpoint", &Scenario::checkpoint)
-      .integer("every", &CheckpointSpec::every, 0, kMaxCount,
-               "every this many updates (a multiple of training.average_every) each node that "
-               "trains writes its stage's parameters, optimizer state and counters; `ravnest sim|real "
-               "--resume RUN` continues from the last one; 0: none (ravnest only)")
+      .integer(
+          "every", &CheckpointSpec::every, 0, kMaxCount,
+          "every this many updates (a multiple of training.average_every) each node that "
+          "trains writes its stage's parameters, optimizer state and counters; `ravnest sim|real "
+          "--resume RUN` continues from the last one; 0: none (ravnest only)")
       .text("dir", &CheckpointSpec::dir,
             "where checkpoints go (relative: to the working folder); \"\": the run folder's "
-            "checkpoints/", Empty::kAllowed);
+            "checkpoints/",
+            Empty::kAllowed);
   c.table("faults", &Scenario::faults)
       .integer("node", &FaultsSpec::node, -1, kMaxNodes, "the node that misbehaves; -1: none")
       .integer("crash_after_sends", &FaultsSpec::crash_after_sends, -1, kMaxCount,

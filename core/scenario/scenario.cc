@@ -1,12 +1,11 @@
 #include "core/scenario/scenario.h"
 
-#include <filesystem>
-
 #include <toml++/toml.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -254,8 +253,8 @@ class Reader {
 // Letters, digits, '.', '_' and '-' only: a name that may name a folder or a SimGrid zone.
 bool plain_name(const std::string& name) {
   return std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
-           c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == '-';
   });
 }
 
@@ -263,9 +262,10 @@ void check_name(const Scenario& s) {
   const bool ok = !s.name.empty() && s.name.size() <= 128 && s.name[0] != '.' && s.name[0] != '-' &&
                   plain_name(s.name);
   if (!ok)
-    throw ScenarioError(s.where("name"), "name",
-                        "must be 1 to 128 letters, digits, '.', '_' or '-', not starting with '.' or '-' "
-                        "(it names the run folders' folder under output.dir)");
+    throw ScenarioError(
+        s.where("name"), "name",
+        "must be 1 to 128 letters, digits, '.', '_' or '-', not starting with '.' or '-' "
+        "(it names the run folders' folder under output.dir)");
 }
 
 void check_model(const Scenario& s) {
@@ -275,18 +275,23 @@ void check_model(const Scenario& s) {
   // Problems with known constants and the additive block model go together (docs/theory.md).
   const bool problem = s.data.kind == "quadratic" || s.data.kind == "logistic";
   if (s.model.kind == "blocks" && !problem)
-    throw ScenarioError(s.where("model.kind"), "model.kind",
-                        "\"blocks\" is the model of a problem: set data.kind = \"quadratic\" or \"logistic\"");
+    throw ScenarioError(
+        s.where("model.kind"), "model.kind",
+        "\"blocks\" is the model of a problem: set data.kind = \"quadratic\" or \"logistic\"");
   if (problem && s.model.kind != "blocks")
-    throw ScenarioError(s.where("data.kind"), "data.kind",
-                        "\"" + s.data.kind + "\" is fitted by the additive block model: set model.kind = \"blocks\"");
+    throw ScenarioError(
+        s.where("data.kind"), "data.kind",
+        "\"" + s.data.kind +
+            "\" is fitted by the additive block model: set model.kind = \"blocks\"");
   if (problem && s.model.blocks > s.data.features)
     throw ScenarioError(s.where("model.blocks"), "model.blocks",
-                        "at most data.features (" + std::to_string(s.data.features) + "): every block holds a column at least");
+                        "at most data.features (" + std::to_string(s.data.features) +
+                            "): every block holds a column at least");
   if (problem && s.data.eig_min > s.data.eig_max)
     throw ScenarioError(s.where("data.eig_min"), "data.eig_min", "must be at most data.eig_max");
   if (problem && s.model.head != "none")
-    throw ScenarioError(s.where("model.head"), "model.head", "the block model has its own readout: leave it \"none\"");
+    throw ScenarioError(s.where("model.head"), "model.head",
+                        "the block model has its own readout: leave it \"none\"");
 }
 
 void check_planner_clusters(const Scenario& s) {
@@ -312,11 +317,13 @@ void check_regions(const Scenario& s) {
                           "a region does nothing under network.topology = \"star\": set topology "
                           "= \"regions\" and give [[network.link]] entries, or leave it out");
     if (regions && region.empty())
-      throw ScenarioError(s.where("devices[" + std::to_string(i) + "]"), key,
-                          "missing: under network.topology = \"regions\" every device group names its region");
+      throw ScenarioError(
+          s.where("devices[" + std::to_string(i) + "]"), key,
+          "missing: under network.topology = \"regions\" every device group names its region");
     // A region names the simulator's zones and links ("<a>><b>"): plain characters only.
     if (region.size() > 64 || !plain_name(region))
-      throw ScenarioError(s.where(key), key, "a region is at most 64 letters, digits, '.', '_' or '-'");
+      throw ScenarioError(s.where(key), key,
+                          "a region is at most 64 letters, digits, '.', '_' or '-'");
     used.insert(region);
   }
   std::map<std::pair<std::string, std::string>, size_t> pairs;
@@ -334,13 +341,15 @@ void check_regions(const Scenario& s) {
         throw ScenarioError(s.where(key), key, "no device is in region \"" + value + "\"");
     }
     if (l.a == l.b)
-      throw ScenarioError(s.where(element + ".b"), element + ".b",
-                          "a link joins two different regions (a region's devices meet at its core)");
+      throw ScenarioError(
+          s.where(element + ".b"), element + ".b",
+          "a link joins two different regions (a region's devices meet at its core)");
     const auto key = std::minmax(l.a, l.b);
     const auto [it, fresh] = pairs.emplace(std::pair{key.first, key.second}, i);
     if (!fresh)
       throw ScenarioError(s.where(element), element,
-                          "regions \"" + l.a + "\" and \"" + l.b + "\" are already joined by network.link[" +
+                          "regions \"" + l.a + "\" and \"" + l.b +
+                              "\" are already joined by network.link[" +
                               std::to_string(it->second) + "]");
   }
   if (!regions) return;
@@ -367,15 +376,17 @@ void check_churn(const Scenario& s) {
     }
   }
   if (s.initial_node_count() == 0)
-    throw ScenarioError(s.where("devices"), "devices", "every group arrives later: no node is there at the start");
+    throw ScenarioError(s.where("devices"), "devices",
+                        "every group arrives later: no node is there at the start");
   for (size_t i = 0; i < s.churn.event.size(); ++i) {
     const std::string element = "churn.event[" + std::to_string(i) + "]";
     const ChurnEventSpec& e = s.churn.event[i];
     if (e.leave < 0)
       throw ScenarioError(s.where(element), element + ".leave", "missing: the node that leaves");
     if (e.leave >= s.node_count())
-      throw ScenarioError(s.where(element + ".leave"), element + ".leave",
-                          "no node " + std::to_string(e.leave) + " in a pool of " + std::to_string(s.node_count()));
+      throw ScenarioError(
+          s.where(element + ".leave"), element + ".leave",
+          "no node " + std::to_string(e.leave) + " in a pool of " + std::to_string(s.node_count()));
   }
 }
 
@@ -386,9 +397,11 @@ void check_checkpoint(const Scenario& s) {
   if (!c.enabled()) return;
   const int64_t E = std::max<int64_t>(1, s.training.average_every);
   if (c.every % E != 0)
-    throw ScenarioError(s.where("checkpoint.every"), "checkpoint.every",
-                        std::to_string(c.every) + " is not a multiple of training.average_every (" +
-                            std::to_string(E) + "): checkpoints sit at averaging rounds, where the pipelines are drained");
+    throw ScenarioError(
+        s.where("checkpoint.every"), "checkpoint.every",
+        std::to_string(c.every) + " is not a multiple of training.average_every (" +
+            std::to_string(E) +
+            "): checkpoints sit at averaging rounds, where the pipelines are drained");
 }
 
 // The pool's size against the keys that count nodes.
@@ -435,15 +448,17 @@ void read_platform(Scenario& s) {
   std::string& platform = s.network.platform;
   if (platform.empty()) return;
   if (s.network.topology != kStarTopology)
-    throw ScenarioError(s.where("network.platform"), "network.platform",
-                        "a platform file gives the whole network: leave network.topology \"star\" (the default)");
+    throw ScenarioError(
+        s.where("network.platform"), "network.platform",
+        "a platform file gives the whole network: leave network.topology \"star\" (the default)");
   std::filesystem::path path(platform);
   if (path.is_relative()) path = std::filesystem::path(s.source).parent_path() / path;
   std::error_code ec;
   const std::filesystem::path absolute = std::filesystem::absolute(path, ec);
   if (!ec) platform = absolute.lexically_normal().string();
   if (!std::filesystem::is_regular_file(platform, ec))
-    throw ScenarioError(s.where("network.platform"), "network.platform", "no such file: " + platform);
+    throw ScenarioError(s.where("network.platform"), "network.platform",
+                        "no such file: " + platform);
 }
 
 Scenario from_table(const toml::table& root, const std::string& source) {
@@ -577,7 +592,8 @@ std::string Scenario::where(const std::string& dotted_key) const {
 }
 
 namespace {
-constexpr const char* kResolvedHeader = "# Resolved scenario: every key, defaults filled in. Source: ";
+constexpr const char* kResolvedHeader =
+    "# Resolved scenario: every key, defaults filled in. Source: ";
 }  // namespace
 
 std::string resolved_source(const std::string& path) {

@@ -34,12 +34,13 @@ struct DeviceGroup {
   // > 0: the group's nodes are absent at the start and arrive at this second (as spares, without
   // state); the planner plans without them. Such groups come after every other group.
   double join_at_s = 0;
-  bool client_only = false;  // dedloc: no inbound connections (aggregates no part of the all-reduce)
-  int gpu = -1;              // real runs on GPUs: the group's GPU index; -1: rank mod the GPUs visible
-  std::string profile;       // compute profile file (`ravnest calibrate --out`); "": peak model
-  ComputeProfile compute;    // read from `profile` when the scenario is loaded
-  double efficiency = 0;     // (0, 1.5]: every operation at this fraction of tflops; 0: the profile's
-  double dilation = 1;       // the scenario's time dilation (Scenario::dilation), set when loaded
+  bool client_only =
+      false;            // dedloc: no inbound connections (aggregates no part of the all-reduce)
+  int gpu = -1;         // real runs on GPUs: the group's GPU index; -1: rank mod the GPUs visible
+  std::string profile;  // compute profile file (`ravnest calibrate --out`); "": peak model
+  ComputeProfile compute;  // read from `profile` when the scenario is loaded
+  double efficiency = 0;   // (0, 1.5]: every operation at this fraction of tflops; 0: the profile's
+  double dilation = 1;     // the scenario's time dilation (Scenario::dilation), set when loaded
   // In the units the models use (core/units.h), dilated: one conversion, for every model and
   // executor. Under a dilation k every rate is divided by k and every time multiplied by k.
   double flops_per_s() const { return tflops * kTflopsToFlopsPerSecond / dilation; }
@@ -52,7 +53,8 @@ struct DeviceGroup {
     ComputeProfile p = compute;
     // The memory bandwidth keeps its ratio to the peak (the profile's host, scaled): a device
     // twice as fast reads its weights twice as fast.
-    if (compute.peak_flops_per_s > 0) p.memory_bytes_per_s *= flops_per_s() / compute.peak_flops_per_s;
+    if (compute.peak_flops_per_s > 0)
+      p.memory_bytes_per_s *= flops_per_s() / compute.peak_flops_per_s;
     p.peak_flops_per_s = flops_per_s();
     // Times: the curves' waits and the wake-up costs, as the fixed costs and the first operations'.
     for (auto& point : p.idle_op) {
@@ -105,9 +107,9 @@ struct DataSpec {
   int64_t features = 16;  // regression; quadratic, logistic: the dimension d
   int64_t targets = 1;    // regression
   // Problems (quadratic, logistic; core/problem/problem.h)
-  double eig_min = 0.1;   // the spectrum, geometric from eig_min to eig_max
+  double eig_min = 0.1;  // the spectrum, geometric from eig_min to eig_max
   double eig_max = 1.0;
-  double sigma2 = 1.0;    // quadratic: a sample's gradient noise, E||n||^2
+  double sigma2 = 1.0;  // quadratic: a sample's gradient noise, E||n||^2
   uint64_t problem_seed = 1;
   // Token data (core/data/tokens.h)
   int64_t length = 6;    // sort: digits to sort
@@ -128,7 +130,7 @@ struct TrainingSpec {
   int64_t average_every = 50;
   std::string averaging = "bulk-sync";
   std::string allreduce = "multi-ring";  // a name from the all-reduce registry (validated there)
-  double ring_piece_mb = 0;            // ring all-reduces: largest segment in one message, MB (0: whole)
+  double ring_piece_mb = 0;  // ring all-reduces: largest segment in one message, MB (0: whole)
   bool average_optimizer_state = false;
   int64_t eval_every = 0;    // 0: only at the end
   int64_t eval_samples = 0;  // 0: the whole test set
@@ -142,7 +144,9 @@ struct TrainingSpec {
 };
 
 // Adam and AdamW: two state slots per parameter (the moments) and the same step's cost.
-inline bool adaptive_optimizer(const TrainingSpec& t) { return t.optimizer == "adam" || t.optimizer == "adamw"; }
+inline bool adaptive_optimizer(const TrainingSpec& t) {
+  return t.optimizer == "adam" || t.optimizer == "adamw";
+}
 
 struct PlannerSpec {
   std::string method = "manual";
@@ -154,10 +158,11 @@ struct PlannerSpec {
     std::vector<int64_t> stage_layers;  // empty: by RAM
   };
   std::vector<Cluster> cluster;
-  int population = 0;   // 0: by pool size
-  int generations = 0;  // 0: by pool size
-  int64_t evaluations = 0;     // the GA's budget of scored individuals; 0: by pool size
-  double time_limit_s = 300;   // wall seconds a GA may search (a safety net: see planner/search_budget.h)
+  int population = 0;       // 0: by pool size
+  int generations = 0;      // 0: by pool size
+  int64_t evaluations = 0;  // the GA's budget of scored individuals; 0: by pool size
+  double time_limit_s =
+      300;  // wall seconds a GA may search (a safety net: see planner/search_budget.h)
 };
 
 // TCP's goodput over a link, as a share of the link's rate: measured through the kernel shaper
@@ -172,16 +177,16 @@ inline constexpr const char* kRegionsTopology = "regions";
 
 // [[network.link]]: the links between two regions' cores, one each way, each of `mbps`.
 struct RegionLinkSpec {
-  std::string a, b;         // the regions (devices[].region)
-  double latency_ms = 0;    // ms, one way
-  double mbps = 1000;       // Mbit/s, each way, shared by every flow that crosses it
+  std::string a, b;       // the regions (devices[].region)
+  double latency_ms = 0;  // ms, one way
+  double mbps = 1000;     // Mbit/s, each way, shared by every flow that crosses it
 };
 
 struct NetworkSpec {
   std::string topology = kStarTopology;
   std::string model = "tcp";
-  double bandwidth_factor = 0;  // > 0: replaces the model's own
-  double latency_factor = 0;    // > 0: replaces the model's own
+  double bandwidth_factor = 0;       // > 0: replaces the model's own
+  double latency_factor = 0;         // > 0: replaces the model's own
   std::vector<RegionLinkSpec> link;  // topology "regions": every pair of regions with devices
   // A SimGrid platform file for simulation (absolute once loaded; "": the devices' own links).
   std::string platform;
@@ -252,9 +257,10 @@ struct ChurnEventSpec {
 };
 
 struct ChurnSpec {
-  double leave_per_hour = 0;  // every node's rate of leaving, per hour; 0: none (devices[] override)
-  double rejoin_s = 0;        // a node that left comes back this long after, as a spare; 0: never
-  double detect_s = 1.0;      // from a departure to its notice at every node (the failure detector)
+  double leave_per_hour =
+      0;                  // every node's rate of leaving, per hour; 0: none (devices[] override)
+  double rejoin_s = 0;    // a node that left comes back this long after, as a spare; 0: never
+  double detect_s = 1.0;  // from a departure to its notice at every node (the failure detector)
   std::vector<ChurnEventSpec> event;  // departures at given times, besides the drawn ones
   bool enabled(const std::vector<DeviceGroup>& devices) const;
 };
@@ -316,7 +322,8 @@ struct Scenario {
 };
 
 // A run folder's scenario.toml (to_toml's text) names the file it was resolved from on its first
-// line: that source, or "" if `path` has no such line. A resumed run keeps it (the same experiment).
+// line: that source, or "" if `path` has no such line. A resumed run keeps it (the same
+// experiment).
 std::string resolved_source(const std::string& path);
 
 // Loads and validates `path`, applying `overrides` ("training.lr=0.1") first.
