@@ -49,19 +49,21 @@ and accuracy curves, speedup) or min-max error bars (utilisation). report.md kee
 
 "Training samples" on an x axis is the sum over clusters of the samples each cluster has
 processed so far. Runs without loss rows (timing-mode simulations) get no loss lines.
-Errors (missing folder or metrics.csv, bad CSV header, unparsable number, an --out that would
-overwrite a run's own theory.json) are printed as `report: error: ...` on stderr with exit
-status 2. The paths written are printed on stdout.
+The run folder's files are read by runs.py (beside this script, in analysis/ or share/ravnest):
+its CSV tables by their header's names, so folders of older versions (no device_s) and of newer
+ones (more columns, another order) draw alike; a column a folder lacks is drawn as missing.
+Errors (missing folder or metrics.csv, a header without a column the tables need, rows that do
+not match the header, an unparsable number, an --out that would overwrite a run's own
+theory.json) are printed as `report: error: ...` on stderr with exit status 2, naming the file.
+The paths written are printed on stdout.
 """
 
 import argparse
-import csv
 import json
 import math
 import os
 import re
 import sys
-import tomllib
 import warnings
 
 import matplotlib
@@ -72,12 +74,15 @@ import matplotlib.ticker  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-METRICS_HEADER = ["kind", "node", "cluster", "stage", "step", "micro_batch", "start_s", "end_s",
-                  "loss", "accuracy", "staleness", "bytes", "peer", "samples", "cpu_s", "grad_norm2", "device_s"]
-# Run folders written before device_s (a GPU span's kernel time) have the columns before it.
-METRICS_HEADER_NO_DEVICE = METRICS_HEADER[:-1]
-THEORY_HEADER = ["k", "grad_norm2", "running_mean", "bound"]
-EVAL_HEADER = ["time_s", "node", "cluster", "step", "train_samples", "test_loss", "test_accuracy"]
+# runs.py, beside this file in the source tree (analysis/) and in an installed one (share/ravnest),
+# reads a run folder's files; its name here leaves `runs` for lists of runs. Without it (or
+# pandas), --help still answers and a report is refused saying why.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+try:
+    import runs as run_files  # noqa: E402
+except ImportError as e:
+    run_files, RUN_FILES_ERROR = None, e
+
 SPAN_COLOURS = {"wait": "#e8e8e8", "forward": "tab:blue", "backward": "tab:orange",
                 "update": "tab:green", "eval forward": "tab:grey", "average": "tab:purple"}
 COMPUTE_KINDS = ("forward", "backward", "update", "average")
@@ -92,44 +97,21 @@ class ReportError(Exception):
     """A problem with the inputs; reported as `report: error: ...`, exit status 2."""
 
 
-def read_table(path, header, older=None):
-    """Reads a CSV with exactly `header` (or `older`, an earlier version of it, whose missing
-    columns come back all NaN) into {column: float array}; empty fields are NaN.
+class Columns:
+    """A table's number columns by name, as float arrays (a run_files DataFrame seen the way the
+    plots use it). A column the file lacks (an older run folder's) is all NaN, never a KeyError."""
 
-    The first column of metrics.csv (`kind`) stays a list of strings."""
-    try:
-        with open(path, newline="") as f:
-            rows = list(csv.reader(f))
-    except (OSError, UnicodeDecodeError, csv.Error) as e:
-        raise ReportError(f"cannot read {path}: {e}")
-    full = header
-    if rows and older is not None and [c.strip() for c in rows[0]] == older:
-        header = older
-    if not rows or [c.strip() for c in rows[0]] != header:
-        got = ",".join(rows[0]) if rows else "(empty file)"
-        raise ReportError(f"{path}:1: bad header '{got}', expected '{','.join(header)}'")
-    text_cols = 1 if header[0] == "kind" else 0
-    cols = {name: [] for name in header}
-    for lineno, row in enumerate(rows[1:], start=2):
-        if not row:
-            continue
-        if len(row) != len(header):
-            raise ReportError(f"{path}:{lineno}: {len(row)} fields, expected {len(header)}")
-        for i, (name, field) in enumerate(zip(header, row)):
-            field = field.strip()
-            if i < text_cols:
-                cols[name].append(field)
-                continue
-            try:
-                cols[name].append(float(field) if field else math.nan)
-            except ValueError:
-                raise ReportError(f"{path}:{lineno}: column '{name}': not a number: '{field}'")
-    table = {name: (vals if i < text_cols else np.array(vals, dtype=float))
-             for i, (name, vals) in enumerate(cols.items())}
-    for name in full:
-        if name not in table:
-            table[name] = np.full(len(cols[header[0]]), math.nan)
-    return table
+    def __init__(self, df):
+        self.df = df
+        self._arrays = {}
+
+    def __getitem__(self, name):
+        if name not in self._arrays:
+            self._arrays[name] = run_files.column(self.df, name).to_numpy(dtype=float)
+        return self._arrays[name]
+
+    def __len__(self):
+        return len(self.df)
 
 
 def read_json(path):
@@ -143,7 +125,8 @@ def read_json(path):
 
 
 class Run:
-    """One run folder: its metrics split by kind, eval curve, summary and label."""
+    """One run folder: its metrics split by kind, eval curve, summary and label. Its files are read
+    by runs.py (run_files.load_run); a file that does not read is a ReportError naming it."""
 
     def __init__(self, folder):
         if not os.path.isdir(folder):
@@ -156,22 +139,20 @@ class Run:
                                   "(output.metrics = \"summary\"); run it again with output.metrics = "
                                   "\"events\" to plot it")
             raise ReportError(f"no metrics.csv in run folder {folder}")
-        table = read_table(metrics_path, METRICS_HEADER, METRICS_HEADER_NO_DEVICE)
-        kinds = np.array(table["kind"], dtype=object)
-        self.by_kind = {k: {c: table[c][kinds == k] for c in METRICS_HEADER[1:]}
-                        for k in set(table["kind"])}
-        self.summary = read_json(os.path.join(folder, "summary.json"))
-        run_json = read_json(os.path.join(folder, "run.json"))
-        scenario = {}
-        toml_path = os.path.join(folder, "scenario.toml")
-        if os.path.exists(toml_path):
-            try:
-                with open(toml_path, "rb") as f:
-                    scenario = tomllib.load(f)
-            except (OSError, tomllib.TOMLDecodeError) as e:
-                raise ReportError(f"cannot parse {toml_path}: {e}")
-        eval_path = os.path.join(folder, "eval.csv")
-        self.eval = read_table(eval_path, EVAL_HEADER) if os.path.exists(eval_path) else None
+        if run_files is None:
+            raise ReportError(f"cannot import runs.py, which reads run folders, from "
+                              f"{os.path.dirname(os.path.abspath(__file__))} (cmake --install puts it "
+                              f"beside report.py): {RUN_FILES_ERROR}")
+        try:
+            files = run_files.load_run(folder)
+        except run_files.RunError as e:
+            raise ReportError(str(e)) from e
+        self.metrics = files.metrics
+        self.by_kind = {k: Columns(rows) for k, rows in files.metrics.groupby("kind", sort=False)}
+        self.summary = files.summary or {}
+        run_json = files.info or {}
+        scenario = files.scenario or {}
+        self.eval = Columns(files.eval) if files.eval is not None else None
         s = self.summary
         folder_name = os.path.basename(os.path.normpath(folder))
         self.scenario = s.get("scenario") or scenario.get("name") or folder_name
@@ -195,16 +176,18 @@ class Run:
         self._transfers = None
         self.time_s = s.get("time_s") or self.span_end()
         # The planner's one line on its plan (plan.json "reason"; older run folders have none).
-        self.plan = read_json(os.path.join(folder, "plan.json"))
+        self.plan = files.plan or {}
         self.plan_reason = self.plan.get("reason") or ""
         # `ravnest theory`'s measurement against the convergence bound, where it was made.
-        self.theory = read_json(os.path.join(folder, "theory.json"))
-        theory_csv = os.path.join(folder, "theory.csv")
-        self.theory_curve = (read_table(theory_csv, THEORY_HEADER)
-                             if self.theory and os.path.exists(theory_csv) else None)
+        self.theory = files.theory or {}
+        self.theory_curve = (Columns(files.theory_curve)
+                             if self.theory and files.theory_curve is not None else None)
 
     def kind(self, name):
-        return self.by_kind.get(name, {c: np.zeros(0) for c in METRICS_HEADER[1:]})
+        """The metrics rows of kind `name` (none: every column empty), as Columns."""
+        if name not in self.by_kind:
+            return Columns(self.metrics.iloc[0:0])
+        return self.by_kind[name]
 
     def span_end(self):
         ends = [d["end_s"] for d in self.by_kind.values() if len(d["end_s"])]

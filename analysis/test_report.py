@@ -3,6 +3,7 @@
 Run from the repository root:  /usr/bin/python3 -m unittest analysis/test_report.py
 """
 
+import csv
 import json
 import os
 import subprocess
@@ -109,6 +110,22 @@ def make_run(folder, name="quick", algorithm="ravnest", executor="sim", with_los
             run["variant"] = variant
         json.dump(run, f)
     return folder
+
+
+def rewrite_columns(path, order=None, drop=(), extra=None):
+    """Rewrites the CSV at `path` with its columns in `order` (names; default: the file's order
+    reversed), without the columns in `drop`, and with `extra` = (name, value) inserted as the second
+    column: what a newer or older writer could make of the same rows. Returns the new header."""
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    header = rows[0]
+    names = [c for c in (order or header[::-1]) if c not in drop]
+    if extra:
+        names.insert(1, extra[0])
+    out = [names] + [[r[header.index(c)] if c in header else extra[1] for c in names] for r in rows[1:] if r]
+    with open(path, "w", newline="") as f:
+        csv.writer(f, lineterminator="\n").writerows(out)
+    return names
 
 
 def run_report(*args):
@@ -284,6 +301,31 @@ class ReportTest(unittest.TestCase):
                     "\nforward,0,0,0,0,0,0.0,0.5,,,,,,,,\nbackward,0,0,0,0,0,0.5,1.5,,,,,,,,\n")
         self.report_ok(run)
         self.assert_png(os.path.join(run, "report", "utilisation.png"))
+
+    def test_columns_in_another_order_and_an_unknown_one_draw_the_same(self):
+        # A newer writer: metrics.csv and eval.csv with their columns reordered and one more column
+        # the report does not know. Read by name, the run draws the same figures from the same data.
+        run = make_run(os.path.join(self.dir, "r"), plan=True)
+        before = os.path.join(self.dir, "before")
+        self.report_ok(run, "--out", before)
+        rewrite_columns(os.path.join(run, "metrics.csv"), extra=("future_x", "7"))
+        rewrite_columns(os.path.join(run, "eval.csv"), extra=("future_y", ""))
+        after = os.path.join(self.dir, "after")
+        self.report_ok(run, "--out", after)
+        self.assertEqual(sorted(os.listdir(before)), sorted(os.listdir(after)))
+        self.assertIn("timeline_quick_ravnest_2_clusters_sim.png", os.listdir(after))
+        for name in os.listdir(before):
+            if name.endswith(".png"):
+                self.assert_png(os.path.join(after, name))
+            else:   # the series plotted and report.md: the same
+                with open(os.path.join(before, name)) as f, open(os.path.join(after, name)) as g:
+                    self.assertEqual(f.read(), g.read(), name)
+
+    def test_header_without_a_needed_column_names_it(self):
+        run = make_run(os.path.join(self.dir, "noend"), micro_batches=8)
+        rewrite_columns(os.path.join(run, "metrics.csv"), order=HEADER.split(","), drop=("end_s",))
+        self.assert_error(run_report(run), "metrics.csv:1: bad header")
+        self.assert_error(run_report(run), "no column 'end_s'")
 
     def read_json(self, *parts):
         with open(os.path.join(*parts)) as f:

@@ -110,6 +110,69 @@ TEST_CASE("metrics.csv carries a GPU span's kernel time and reads folders writte
   CHECK_THROWS_AS(parse_events_csv(mixed, "mixed.csv"), InputError);
 }
 
+TEST_CASE("metrics.csv is read by its header's names", "[output]") {
+  // Columns in another order, the optional ones left out: each field found by its name.
+  std::istringstream reordered(
+      "end_s,start_s,node,kind,bytes\n"
+      "1.5,1,3,send,4096\n");
+  const std::vector<Event> back = parse_events_csv(reordered, "reordered.csv");
+  REQUIRE(back.size() == 1);
+  CHECK(back[0].kind == EventKind::kSend);
+  CHECK(back[0].node == 3);
+  CHECK(back[0].start == 1.0);
+  CHECK(back[0].end == 1.5);
+  CHECK(back[0].bytes == 4096);
+  CHECK(back[0].cluster == Event{}.cluster);
+  CHECK(std::isnan(back[0].loss));
+  // What cannot be read says where and what.
+  auto error_of = [](const std::string& text) {
+    std::istringstream in(text);
+    try {
+      parse_events_csv(in, "m.csv");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(error_of("kind,node,start_s\nsend,0,1\n") ==
+        "m.csv:1: not a metrics.csv header: no column 'end_s'");
+  CHECK(error_of("kind,node,start_s,end_s,lost\n") ==
+        "m.csv:1: not a metrics.csv header: unknown column 'lost'");
+  CHECK(error_of("kind,node,start_s,end_s,node\n") ==
+        "m.csv:1: not a metrics.csv header: column 'node' twice");
+  CHECK(error_of("kind,node,start_s,end_s\nsend,0,1\n") == "m.csv:2: expected 4 fields");
+  CHECK(error_of("kind,node,start_s,end_s\nsent,0,1,2\n") == "m.csv:2: unknown event kind 'sent'");
+  CHECK(error_of("kind,node,start_s,end_s\nsend,x,1,2\n").rfind("m.csv:2: bad field", 0) == 0);
+}
+
+TEST_CASE("one table drives metrics.csv's header and rows, eval.csv and the event encoding",
+          "[output]") {
+  // Every field but the checkpoint-only ones is a column, in the table's order.
+  std::string header;
+  for (const EventField& f : event_fields())
+    if (f.column != nullptr) header += (header.empty() ? "" : ",") + std::string(f.column);
+  CHECK(metrics_csv_header() == header);
+  // A row has a field per column, and writing what was read gives the same text.
+  const std::string text = events_csv(some_events());
+  std::istringstream in(text);
+  CHECK(events_csv(parse_events_csv(in, "m.csv")) == text);
+  // eval.csv shows a kEval event through its own columns.
+  Event e;
+  e.kind = EventKind::kEval;
+  e.end = 2.5;
+  e.node = 4;
+  e.cluster = 1;
+  e.step = 10;
+  e.samples = 640;
+  e.loss = 0.25;
+  std::ostringstream row;
+  append_eval_row(row, e);
+  CHECK(eval_csv_header() == "time_s,node,cluster,step,train_samples,test_loss,test_accuracy");
+  CHECK(row.str() == "2.500000000,4,1,10,640,0.25,\n");
+  // The encoding's size: kind, node, cluster, stage, peer as int32; count and the values' count.
+  CHECK(min_encoded_event_bytes() == 5 * 4 + 14 * 8);
+}
+
 TEST_CASE("summary.json gives each node's measured GPU memory", "[output]") {
   auto p = test::prepare("name = \"out\"\n[model]\nhead = \"linear\"\n[[devices]]\ncount = 2\n", {},
                          false);
@@ -190,7 +253,7 @@ TEST_CASE("a live run folder shows its rows as they come and ends complete, or f
     // Running: the scenario, the plan and run.json are there at once, with the CSV headers.
     CHECK(status_of(base / "run") == "running");
     CHECK(fs::file_size(base / "run" / "plan.json") > 0);
-    CHECK(text_of(base / "run" / "eval.csv") == std::string(kEvalCsvHeader) + "\n");
+    CHECK(text_of(base / "run" / "eval.csv") == eval_csv_header() + "\n");
     // An evaluation writes what came so far, in whole rows, in arrival order.
     for (const Event& e : events) live.record(e);
     const std::string rows = text_of(base / "run" / "metrics.csv");

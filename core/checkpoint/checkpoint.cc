@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "core/error.h"
+#include "core/output/event_schema.h"
 #include "core/output/whole_file.h"
 
 namespace fs = std::filesystem;
@@ -82,54 +83,40 @@ class Reader {
   size_t pos_ = 0;
 };
 
+// An event's fields in the schema's order (core/output/event_schema.h): EventKind and int as
+// int32, the rest as they are, the values array as its count and its floats.
 void put_event(Writer& w, const Event& e) {
-  w.put(static_cast<int32_t>(e.kind));
-  w.put(static_cast<int32_t>(e.node));
-  w.put(static_cast<int32_t>(e.cluster));
-  w.put(static_cast<int32_t>(e.stage));
-  w.put(e.step);
-  w.put(e.micro_batch);
-  w.put(e.start);
-  w.put(e.end);
-  w.put(e.loss);
-  w.put(e.accuracy);
-  w.put(e.staleness);
-  w.put(e.bytes);
-  w.put(static_cast<int32_t>(e.peer));
-  w.put(e.samples);
-  w.put(e.cpu);
-  w.put(e.grad_norm2);
-  w.put(e.device);
-  w.put(e.count);
-  w.put(static_cast<int64_t>(e.values.size()));
-  w.raw(e.values.data(), e.values.size() * sizeof(float));
+  for_each_event_field(e, [&](const EventField&, const auto& v) {
+    using T = std::decay_t<decltype(v)>;
+    if constexpr (std::is_same_v<T, std::vector<float>>) {
+      w.put(static_cast<int64_t>(v.size()));
+      w.raw(v.data(), v.size() * sizeof(float));
+    } else if constexpr (std::is_same_v<T, EventKind> || std::is_same_v<T, int>) {
+      w.put(static_cast<int32_t>(v));
+    } else {
+      w.put(v);
+    }
+  });
 }
 
 Event get_event(Reader& r) {
   Event e;
-  const auto kind = r.get<int32_t>();
-  if (kind < 1 || kind > static_cast<int32_t>(EventKind::kLastKind))
-    r.fail("an unknown event kind");
-  e.kind = static_cast<EventKind>(kind);
-  e.node = r.get<int32_t>();
-  e.cluster = r.get<int32_t>();
-  e.stage = r.get<int32_t>();
-  e.step = r.get<int64_t>();
-  e.micro_batch = r.get<int64_t>();
-  e.start = r.get<double>();
-  e.end = r.get<double>();
-  e.loss = r.get<double>();
-  e.accuracy = r.get<double>();
-  e.staleness = r.get<int64_t>();
-  e.bytes = r.get<Bytes>();
-  e.peer = r.get<int32_t>();
-  e.samples = r.get<int64_t>();
-  e.cpu = r.get<double>();
-  e.grad_norm2 = r.get<double>();
-  e.device = r.get<double>();
-  e.count = r.get<int64_t>();
-  e.values.resize(static_cast<size_t>(r.count(sizeof(float))));
-  r.raw(e.values.data(), e.values.size() * sizeof(float));
+  for_each_event_field(e, [&](const EventField&, auto& v) {
+    using T = std::decay_t<decltype(v)>;
+    if constexpr (std::is_same_v<T, std::vector<float>>) {
+      v.resize(static_cast<size_t>(r.count(sizeof(float))));
+      r.raw(v.data(), v.size() * sizeof(float));
+    } else if constexpr (std::is_same_v<T, EventKind>) {
+      const auto kind = r.get<int32_t>();
+      if (kind < 1 || kind > static_cast<int32_t>(EventKind::kLastKind))
+        r.fail("an unknown event kind");
+      v = static_cast<EventKind>(kind);
+    } else if constexpr (std::is_same_v<T, int>) {
+      v = r.get<int32_t>();
+    } else {
+      v = r.get<T>();
+    }
+  });
   return e;
 }
 
@@ -139,9 +126,8 @@ void put_events(Writer& w, const std::vector<Event>& events) {
 }
 
 std::vector<Event> get_events(Reader& r) {
-  // An event takes at least 120 bytes: a count beyond what remains is malformed before any
-  // allocation.
-  const int64_t n = r.count(120);
+  // A count beyond what remains is malformed before any allocation.
+  const int64_t n = r.count(min_encoded_event_bytes());
   std::vector<Event> out;
   out.reserve(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) out.push_back(get_event(r));

@@ -59,7 +59,7 @@ LiveRows::LiveRows(const std::string& dir, bool live_metrics, const Clock& wall,
   }
   if (create) {
     if (live_metrics) metrics_rows_ << metrics_csv_header() << "\n";
-    eval_rows_ << kEvalCsvHeader << "\n";
+    eval_rows_ << eval_csv_header() << "\n";
     flush_if_due(true);
   }
 }

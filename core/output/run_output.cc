@@ -14,28 +14,13 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/output/event_schema.h"
 #include "core/output/provenance.h"
 
 namespace fs = std::filesystem;
 
 namespace rv {
 namespace {
-
-const char* kCsvHeader =
-    "kind,node,cluster,stage,step,micro_batch,start_s,end_s,loss,accuracy,staleness,bytes,peer,"
-    "samples,cpu_s,grad_norm2,"
-    "device_s";
-// The header before device_s (run folders written before it): read with device_s empty.
-const char* kCsvHeaderNoDevice =
-    "kind,node,cluster,stage,step,micro_batch,start_s,end_s,loss,accuracy,staleness,bytes,peer,"
-    "samples,cpu_s,grad_norm2";
-
-std::string num(double v) {
-  if (std::isnan(v)) return "";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
-  return buf;
-}
 
 std::string time_str(double v) {
   char buf[64];
@@ -119,76 +104,6 @@ std::ifstream open_csv(const std::string& path) {
 constexpr const char* kParamsHeader = "node,cluster,stage,step,time_s,values";
 
 }  // namespace
-
-const char* metrics_csv_header() { return kCsvHeader; }
-
-void append_event_row(std::ostream& os, const Event& e) {
-  if (e.kind == EventKind::kParams) return;  // params.csv
-  os << to_string(e.kind) << ',' << e.node << ',' << e.cluster << ',' << e.stage << ',' << e.step
-     << ',' << e.micro_batch << ',' << time_str(e.start) << ',' << time_str(e.end) << ','
-     << num(e.loss) << ',' << num(e.accuracy) << ',' << e.staleness << ',' << e.bytes << ','
-     << e.peer << ',' << e.samples << ',' << num(e.cpu) << ',' << num(e.grad_norm2) << ','
-     << num(e.device) << "\n";
-}
-
-void append_eval_row(std::ostream& os, const Event& e) {
-  os << time_str(e.end) << ',' << e.node << ',' << e.cluster << ',' << e.step << ',' << e.samples
-     << ',' << num(e.loss) << ',' << num(e.accuracy) << "\n";
-}
-
-std::string events_csv(const std::vector<Event>& events) {
-  std::ostringstream os;
-  os << kCsvHeader << "\n";
-  for (const Event& e : events) append_event_row(os, e);
-  return os.str();
-}
-
-std::vector<Event> parse_events_csv(std::istream& in, const std::string& where) {
-  std::map<std::string, EventKind> kinds;
-  for (int k = 1; k <= static_cast<int>(EventKind::kLastKind); ++k)
-    if (k != static_cast<int>(EventKind::kParams))
-      kinds[to_string(static_cast<EventKind>(k))] = static_cast<EventKind>(k);
-  std::vector<Event> out;
-  // Folders written before device_s have one field less (read as NaN).
-  std::string header;
-  std::getline(in, header);
-  if (header != kCsvHeader && header != kCsvHeaderNoDevice)
-    throw InputError(where + ":1: not a metrics.csv header");
-  const size_t fields = header == kCsvHeader ? 17 : 16;
-  for_each_row(in, where, nullptr, "metrics.csv", [&](const std::string& line, int line_no) {
-    std::vector<std::string> f;
-    std::stringstream ss(line);
-    for (std::string c; std::getline(ss, c, ',');) f.push_back(c);
-    if (line.back() == ',') f.push_back("");
-    if (f.size() != fields)
-      throw InputError(where + ":" + std::to_string(line_no) + ": expected " +
-                       std::to_string(fields) + " fields");
-    Event e;
-    auto k = kinds.find(f[0]);
-    if (k == kinds.end())
-      throw InputError(where + ":" + std::to_string(line_no) + ": unknown event kind '" + f[0] +
-                       "'");
-    e.kind = k->second;
-    e.node = std::stoi(f[1]);
-    e.cluster = std::stoi(f[2]);
-    e.stage = std::stoi(f[3]);
-    e.step = std::stoll(f[4]);
-    e.micro_batch = std::stoll(f[5]);
-    e.start = std::stod(f[6]);
-    e.end = std::stod(f[7]);
-    e.loss = f[8].empty() ? kNaN : std::stod(f[8]);
-    e.accuracy = f[9].empty() ? kNaN : std::stod(f[9]);
-    e.staleness = std::stoll(f[10]);
-    e.bytes = std::stoll(f[11]);
-    e.peer = std::stoi(f[12]);
-    e.samples = std::stoll(f[13]);
-    e.cpu = f[14].empty() ? kNaN : std::stod(f[14]);
-    e.grad_norm2 = f[15].empty() ? kNaN : std::stod(f[15]);
-    if (fields > 16) e.device = f[16].empty() ? kNaN : std::stod(f[16]);
-    out.push_back(e);
-  });
-  return out;
-}
 
 std::string params_csv(const std::vector<Event>& events) {
   std::ostringstream os;
@@ -582,7 +497,7 @@ void write_run_outputs(const std::string& dir, const Scenario& s, const Plan& pl
       write_params_csv((tmp / "params.csv").string(), events);
 
     std::ostringstream ev;
-    ev << kEvalCsvHeader << "\n";
+    ev << eval_csv_header() << "\n";
     for (const auto& e : events)
       if (e.kind == EventKind::kEval) append_eval_row(ev, e);
     write_file(tmp / "eval.csv", ev.str());

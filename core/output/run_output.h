@@ -3,14 +3,11 @@
 //   runs/<scenario>/<executor>-<timestamp>/
 //     scenario.toml  resolved scenario (every key)
 //     plan.json      clusters, stages, layer ranges, predicted stage times, model profile
-//     metrics.csv    one row per event: kind,node,cluster,stage,step,micro_batch,start_s,end_s,
-//                    loss,accuracy,staleness,bytes,peer,samples,cpu_s,grad_norm2,device_s   (times
-//                    in seconds from the start; cpu_s: a real run's compute spans, the CPU time
-//                    the node's thread spent on the maths, without the wait that emulates a slower
-//                    device; grad_norm2: a numeric run's updates, the squared norm of the gradient
-//                    the stage applied; device_s: compute spans on a GPU, the kernels' time between
-//                    two CUDA events; folders from before device_s are read without it)
-//     eval.csv       time_s,node,cluster,step,train_samples,test_loss,test_accuracy
+//     metrics.csv    one row per event, a column per field of Event (core/output/metrics.h says
+//                    what each holds; core/output/event_schema.h's table names the columns);
+//                    times in seconds from the run's start
+//     eval.csv       the kEval events: time, node, training samples so far, test loss and
+//                    accuracy (event_schema.h's eval_columns)
 //     node_metrics.csv  instead of metrics.csv where output.metrics = "summary": one row per node
 //                    (node_metrics_csv)
 //     summary.json   totals, per-node busy/idle fractions, bytes, memory, staleness, accuracy
@@ -31,6 +28,7 @@
 #include <vector>
 
 #include "core/model/model.h"
+#include "core/output/event_schema.h"
 #include "core/output/metrics.h"
 #include "core/plan.h"
 #include "core/scenario/scenario.h"
@@ -85,16 +83,6 @@ std::vector<char> traced_nodes(const Plan& plan, int limit);
 // of its last event (count: Event::count, so folded totals count every message).
 std::string node_metrics_csv(const Scenario& s, const Plan& plan, const std::vector<Event>& events);
 
-// metrics.csv (every event but kParams) and params.csv (the kParams events), as text and as files
-// (a node process sends the launcher the text); the parsers throw rv::InputError naming `where`
-// (the readers: the file) and the line of what is wrong.
-std::string events_csv(const std::vector<Event>& events);
-constexpr const char* kEvalCsvHeader =
-    "time_s,node,cluster,step,train_samples,test_loss,test_accuracy";
-const char* metrics_csv_header();
-// One metrics.csv row (nothing for kParams), one eval.csv row (a kEval event), with their "\n".
-void append_event_row(std::ostream& os, const Event& e);
-void append_eval_row(std::ostream& os, const Event& e);
 // plan.json's text: the plan and the model's layers.
 std::string plan_file_text(const Plan& plan, const ModelDesc& model);
 // run.json's text: what ran (`info`), `status` (running, complete, failed, stopped, interrupted),
@@ -110,7 +98,9 @@ inline const char* why_key(const std::string& status) {
 // LiveRun::finish write into a temporary folder and move the files into place).
 void write_run_outputs(const std::string& dir, const Scenario& s, const Plan& plan,
                        const ModelDesc& model, std::vector<Event> events, const RunInfo& info);
-std::vector<Event> parse_events_csv(std::istream& in, const std::string& where);
+// params.csv (the kParams events), as text and as files (metrics.csv and eval.csv:
+// core/output/event_schema.h); the parsers throw rv::InputError naming `where` (the readers: the
+// file) and the line of what is wrong.
 std::string params_csv(const std::vector<Event>& events);
 std::vector<Event> parse_params_csv(std::istream& in, const std::string& where);
 void write_events_csv(const std::string& path, const std::vector<Event>& events);
