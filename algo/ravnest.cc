@@ -80,7 +80,8 @@ void run_periodic_pipeline(NodeEnv& env, const RunSpec& spec, int node) {
   const NodeState* from = ck != nullptr ? ck->resume(node) : nullptr;
   if (from != nullptr) w.restore(*from);
   const int64_t start = from != nullptr ? from->done : 0;
-  const bool overlapped = tr.averaging == "overlapped" && algorithm.traits.overlapped_averaging;
+  const bool overlapped =
+      tr.averaging == Averaging::kOverlapped && algorithm.traits.overlapped_averaging;
   // Overlapped: averagings run while training goes on; the last one (after the last update) is
   // bulk-synchronous, so that every cluster ends with the same model.
   auto average = [&](int64_t done, const std::function<void(Message)>& defer) {

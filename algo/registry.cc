@@ -34,62 +34,54 @@ std::vector<std::string> names_of(const std::vector<Entry>& entries) {
 // The registry. One entry per algorithm; its run function lives in its own file.
 const std::vector<Algorithm>& algorithms() {
   static const std::vector<Algorithm> kAlgorithms = {
-      {"ravnest",
-       "zero-bubble asynchronous pipelines, clusters averaged by parallel multi-ring all-reduce",
-       &run_ravnest,
-       {InFlightRule::kMaxInFlight, Schedule::kAsynchronous, Layout::kPipelines,
-        Exchange::kParameters, /*forces_weight_stashing=*/false, /*overlapped_averaging=*/true,
-        /*recovers_from_churn=*/true, /*checkpoints=*/true}},
-      {"gpipe",
-       "synchronous pipelines (micro-batches, then a flush); gradients all-reduced every step",
-       &run_gpipe,
-       {InFlightRule::kMicroBatches, Schedule::kFlush, Layout::kPipelines, Exchange::kGradients,
-        /*forces_weight_stashing=*/true, /*overlapped_averaging=*/false}},
-      {"sync-dp",
-       "synchronous data parallelism: every node the whole model, gradients all-reduced",
-       &run_sync_dp,
-       {InFlightRule::kOne, Schedule::kAsynchronous, Layout::kReplicas, Exchange::kGradients,
-        /*forces_weight_stashing=*/false, /*overlapped_averaging=*/false}},
-      {"diloco",
-       "DiLoCo: average_every inner AdamW steps per cluster through its pipeline, then the mean of "
-       "the "
-       "parameter deltas through an outer SGD with Nesterov momentum",
-       &run_diloco,
-       {InFlightRule::kMaxInFlight, Schedule::kAsynchronous, Layout::kPipelines,
-        Exchange::kParameters,
-        /*forces_weight_stashing=*/false, /*overlapped_averaging=*/false,
-        /*recovers_from_churn=*/false,
-        /*checkpoints=*/false, OuterStep::kNesterov, /*optimizer=*/"adamw"}},
-      {"local-sgd",
-       "local SGD: average_every steps per cluster on its own data, then the clusters' parameters "
-       "averaged (DiLoCo's outer step with learning rate 1 and no momentum)",
-       &run_local_sgd,
-       {InFlightRule::kMaxInFlight, Schedule::kAsynchronous, Layout::kPipelines,
-        Exchange::kParameters,
-        /*forces_weight_stashing=*/false, /*overlapped_averaging=*/false,
-        /*recovers_from_churn=*/false,
-        /*checkpoints=*/false, OuterStep::kMean}},
-      {"pipedream",
-       "PipeDream: 1F1B pipelines (stages - s warm-up forwards on stage s, then one backward, one "
-       "forward) "
-       "with weight stashing, or 2BW (double_buffered_weights); clusters averaged as ravnest's",
-       &run_pipedream,
-       {InFlightRule::kStages, Schedule::kAsynchronous, Layout::kPipelines, Exchange::kParameters,
-        /*forces_weight_stashing=*/true, /*overlapped_averaging=*/false,
-        /*recovers_from_churn=*/false,
-        /*checkpoints=*/false, OuterStep::kNone, /*optimizer=*/nullptr, /*double_buffering=*/true}},
-      {"dedloc",
-       "DeDLOC: every peer the whole model, accumulating at its own pace until the collaboration "
-       "has "
-       "target_batch samples, then a butterfly all-reduce in shares from a linear programme over "
-       "the "
-       "peers' bandwidths (client_only peers aggregate none)",
-       &run_dedloc,
-       {InFlightRule::kOne, Schedule::kAsynchronous, Layout::kReplicas, Exchange::kGradients,
-        /*forces_weight_stashing=*/false, /*overlapped_averaging=*/false,
-        /*recovers_from_churn=*/false,
-        /*checkpoints=*/false, OuterStep::kNone, /*optimizer=*/nullptr, /*double_buffering=*/false,
-        /*target_batch=*/true}},
+      {.name = "ravnest",
+       .summary = "zero-bubble asynchronous pipelines, clusters averaged by parallel multi-ring "
+                  "all-reduce",
+       .run = &run_ravnest,
+       .traits = {.overlapped_averaging = true, .recovers_from_churn = true, .checkpoints = true}},
+      {.name = "gpipe",
+       .summary = "synchronous pipelines (micro-batches, then a flush); gradients all-reduced "
+                  "every step",
+       .run = &run_gpipe,
+       .traits = {.in_flight = InFlightRule::kMicroBatches,
+                  .schedule = Schedule::kFlush,
+                  .exchange = Exchange::kGradients,
+                  .forces_weight_stashing = true}},
+      {.name = "sync-dp",
+       .summary = "synchronous data parallelism: every node the whole model, gradients "
+                  "all-reduced",
+       .run = &run_sync_dp,
+       .traits = {.in_flight = InFlightRule::kOne,
+                  .layout = Layout::kReplicas,
+                  .exchange = Exchange::kGradients}},
+      {.name = "diloco",
+       .summary = "DiLoCo: average_every inner AdamW steps per cluster through its pipeline, then "
+                  "the mean of the parameter deltas through an outer SGD with Nesterov momentum",
+       .run = &run_diloco,
+       .traits = {.outer = OuterStep::kNesterov, .optimizer = OptimizerKind::kAdamW}},
+      {.name = "local-sgd",
+       .summary = "local SGD: average_every steps per cluster on its own data, then the clusters' "
+                  "parameters averaged (DiLoCo's outer step with learning rate 1 and no momentum)",
+       .run = &run_local_sgd,
+       .traits = {.outer = OuterStep::kMean}},
+      {.name = "pipedream",
+       .summary = "PipeDream: 1F1B pipelines (stages - s warm-up forwards on stage s, then one "
+                  "backward, one forward) with weight stashing, or 2BW (double_buffered_weights); "
+                  "clusters averaged as ravnest's",
+       .run = &run_pipedream,
+       .traits = {.in_flight = InFlightRule::kStages,
+                  .forces_weight_stashing = true,
+                  .double_buffering = true}},
+      {.name = "dedloc",
+       .summary = "DeDLOC: every peer the whole model, accumulating at its own pace until the "
+                  "collaboration has target_batch samples, then a butterfly all-reduce in shares "
+                  "from a linear programme over the peers' bandwidths (client_only peers aggregate "
+                  "none)",
+       .run = &run_dedloc,
+       .traits = {.in_flight = InFlightRule::kOne,
+                  .layout = Layout::kReplicas,
+                  .exchange = Exchange::kGradients,
+                  .target_batch = true}},
   };
   return kAlgorithms;
 }
@@ -150,12 +142,18 @@ int64_t averaged_rows(const Algorithm& a, const TrainingSpec& training) {
 
 const std::vector<Allreduce>& allreduces() {
   static const std::vector<Allreduce> kAllreduces = {
-      {"multi-ring", "Ravnest's parallel rings, one per chunk of the model, all at once",
-       AllreduceTopology::kMultiRing, false},
-      {"single-ring", "baseline: first stages collect, one ring over the whole model, hand back",
-       AllreduceTopology::kSingleRing, false},
-      {"gloo", "c10d's own all-reduce over the multi-ring's chunks (real executor only)",
-       AllreduceTopology::kMultiRing, true},
+      {.name = "multi-ring",
+       .summary = "Ravnest's parallel rings, one per chunk of the model, all at once",
+       .topology = AllreduceTopology::kMultiRing,
+       .executor_collectives = false},
+      {.name = "single-ring",
+       .summary = "baseline: first stages collect, one ring over the whole model, hand back",
+       .topology = AllreduceTopology::kSingleRing,
+       .executor_collectives = false},
+      {.name = "gloo",
+       .summary = "c10d's own all-reduce over the multi-ring's chunks (real executor only)",
+       .topology = AllreduceTopology::kMultiRing,
+       .executor_collectives = true},
   };
   return kAllreduces;
 }
@@ -183,18 +181,20 @@ std::map<std::string, std::vector<std::string>> registry_choices() {
 
 void check_algorithm_settings(const Scenario& s) {
   const Algorithm& a = algorithm_of(s);
-  if (a.traits.optimizer != nullptr && s.training.optimizer != a.traits.optimizer)
+  if (a.traits.optimizer && s.training.optimizer != *a.traits.optimizer) {
+    const std::string want = name_of(*a.traits.optimizer);
     throw ScenarioError(s.where("training.optimizer"), "training.optimizer",
-                        "\"" + s.training.optimizer + "\": " + a.name + "'s inner optimizer is " +
-                            a.traits.optimizer + " (set training.optimizer = \"" +
-                            a.traits.optimizer + "\")");
+                        "\"" + std::string(name_of(s.training.optimizer)) + "\": " + a.name +
+                            "'s inner optimizer is " + want + " (set training.optimizer = \"" +
+                            want + "\")");
+  }
   if (s.training.double_buffered_weights && !a.traits.double_buffering)
     throw ScenarioError(s.where("training.double_buffered_weights"),
                         "training.double_buffered_weights",
                         std::string("PipeDream-2BW's double-buffered weights are pipedream's; ") +
                             a.name + " has none");
   if (a.traits.exchange == Exchange::kParameters && !a.traits.overlapped_averaging &&
-      s.training.averaging != "bulk-sync")
+      s.training.averaging != Averaging::kBulkSync)
     throw ScenarioError(s.where("training.averaging"), "training.averaging",
                         std::string(a.name) + " averages drained pipelines: \"bulk-sync\" only");
 }
@@ -206,7 +206,7 @@ void check_churn_support(const Scenario& s) {
     throw ScenarioError(
         s.where("training.allreduce"), "training.allreduce",
         "churn needs \"multi-ring\": only its rings re-form around the nodes that are left");
-  if (s.training.averaging == "overlapped")
+  if (s.training.averaging == Averaging::kOverlapped)
     throw ScenarioError(
         s.where("training.averaging"), "training.averaging",
         "churn needs \"bulk-sync\" averaging: a cluster rejoins at an averaging, which overlapped "
@@ -214,7 +214,7 @@ void check_churn_support(const Scenario& s) {
 }
 
 void check_recovery_support(const Scenario& s) {
-  if (s.real.on_peer_loss != "recover") return;
+  if (s.real.on_peer_loss != PeerLoss::kRecover) return;
   auto refuse = [&](const std::string& key, const std::string& why) {
     throw ScenarioError(s.where(key), key, why);
   };
@@ -227,7 +227,7 @@ void check_recovery_support(const Scenario& s) {
     refuse("training.allreduce",
            "real.on_peer_loss = \"recover\" needs \"multi-ring\": only its rings re-form "
            "around the ranks that are left");
-  if (s.training.averaging == "overlapped")
+  if (s.training.averaging == Averaging::kOverlapped)
     refuse("training.averaging", "real.on_peer_loss = \"recover\" needs \"bulk-sync\" averaging");
   if (s.checkpoint.enabled())
     refuse("checkpoint.every",
@@ -251,7 +251,7 @@ void check_checkpoint_support(const Scenario& s) {
     refuse(
         "checkpoints and [faults] do not mix in this version (a node's count of sends is not in "
         "its checkpoint)");
-  if (s.training.averaging == "overlapped")
+  if (s.training.averaging == Averaging::kOverlapped)
     refuse(
         "checkpoints need bulk-synchronous averaging (training.averaging = \"overlapped\" leaves "
         "averagings "
@@ -261,7 +261,8 @@ void check_checkpoint_support(const Scenario& s) {
 std::string variant_label(const Scenario& s) {
   const TrainingSpec defaults;
   std::string label = algorithm_of(s).name;
-  if (s.training.averaging != defaults.averaging) label += " " + s.training.averaging;
+  if (s.training.averaging != defaults.averaging)
+    label += " " + std::string(name_of(s.training.averaging));
   if (s.training.allreduce != defaults.allreduce) label += " " + s.training.allreduce;
   return label;
 }

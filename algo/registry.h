@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,9 +77,9 @@ struct AlgorithmTraits {
   // Takes checkpoints (scenario [checkpoint]) and resumes from them (`--resume`).
   bool checkpoints = false;
   OuterStep outer = OuterStep::kNone;
-  // The inner optimizer the algorithm is defined with (training.optimizer must name it); null:
+  // The inner optimizer the algorithm is defined with (training.optimizer must name it); none:
   // any.
-  const char* optimizer = nullptr;
+  std::optional<OptimizerKind> optimizer;
   // Honours training.double_buffered_weights (PipeDream-2BW: micro_batches micro-batches per
   // update).
   bool double_buffering = false;

@@ -45,7 +45,7 @@ int main(int argc, char** argv) try {
 
   Scenario s = load_scenario(scenario_path);
   if (steps > 0) s.training.steps = steps;
-  s.real.device = device_name;
+  s.real.device = *choice_of<DeviceChoice>(device_name);
   const c10::Device device = compute_device(s, 0);  // refuses cuda without a GPU (exit status 2)
 
   // 1. The pipeline: one process per node, each on `device`.

@@ -6,7 +6,7 @@
 //             ReLU'd network  that field through a 3x3 convolution of random weights, batch
 //             normalisation
 //                      and a ReLU (what `ravnest calibrate` pools: network_activations,
-//                      exec/calibrate.h)
+//                      calibrate/calibrate.h)
 //             noise    independent normal values, ReLU'd
 //             zeros    all zero
 //   planes  batch normalisation's backward (to the input, the scale and the shift) on maps of
@@ -26,9 +26,9 @@
 #include <vector>
 
 #include "bench/bench_common.h"
+#include "calibrate/calibrate.h"
 #include "core/compute_threads.h"
 #include "core/memory/allocator.h"
-#include "exec/calibrate.h"
 
 using nlohmann::json;
 namespace bench = rv::bench;

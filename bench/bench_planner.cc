@@ -116,7 +116,7 @@ struct Outcome {
 };
 
 Outcome plan_with(Scenario s, const ModelDesc& model, const std::string& method) {
-  s.planner.method = method;
+  s.planner.method = *choice_of<PlannerMethod>(method);
   Outcome o;
   const double t0 = bench::wall_now();
   try {
@@ -194,8 +194,8 @@ int g_simulate_up_to = 64;  // --simulate-up-to: simulate each method's plan on 
 // Simulated samples per second of `method`'s plan for `s` (timing mode, three averaging periods),
 // in a child `ravnest sim` process (one SimGrid engine per process); NaN if it fails.
 double simulate_plan(Scenario s, const std::string& method) {
-  s.sim.mode = "timing";
-  s.planner.method = method;
+  s.sim.mode = SimMode::kTiming;
+  s.planner.method = *choice_of<PlannerMethod>(method);
   s.training.steps = 3 * s.training.average_every;
   const std::string dir = "/tmp/bench_planner_" + std::to_string(getpid());
   std::filesystem::remove_all(dir);

@@ -7,9 +7,9 @@
 #include <filesystem>
 #include <iostream>
 
+#include "calibrate/calibrate.h"
 #include "core/error.h"
 #include "core/output/whole_file.h"
-#include "exec/calibrate.h"
 
 namespace rv {
 

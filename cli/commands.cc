@@ -97,7 +97,7 @@ void check_faults_target(const Prepared& p) {
   const int node = s.faults.node;
   if (node < 0 || node >= p.plan.nodes || p.plan.role_of(node).stage >= 0) return;
   // A spare may take a stage under churn, or when a real run recovers from a lost rank.
-  if (s.churn.enabled(s.devices) || s.real.on_peer_loss == "recover") return;
+  if (s.churn.enabled(s.devices) || s.real.on_peer_loss == PeerLoss::kRecover) return;
   throw ScenarioError(s.where("faults.node"), "faults.node",
                       "node " + std::to_string(node) +
                           " has no stage in the plan (it stays idle): its faults would "
@@ -236,13 +236,13 @@ std::string run_in_process(const Prepared& p, const std::string& executor,
         "this ravnest was built without the simulator (cmake -DRAVNEST_SIM=OFF): run with "
         "--executor loopback, or `ravnest real`");
 #endif
-  const bool numeric = executor == "loopback" || s.sim.mode == "numeric";
+  const bool numeric = executor == "loopback" || s.sim.mode == SimMode::kNumeric;
   Dataset data;
   if (numeric) data = load_dataset(s.data, s.seed);
   RunSpec spec{&s, &p.plan, &p.model, numeric ? &data : nullptr};
   const std::string path = run_path.empty() ? new_run_path(s, executor) : run_path;
   if (fs::exists(path)) throw InputError(path + ": run folder exists already");
-  RunInfo info{executor, executor == "loopback" ? std::string("cpu") : s.sim.mode, 0,
+  RunInfo info{executor, executor == "loopback" ? std::string("cpu") : name_of(s.sim.mode), 0,
                variant_label(s)};
   info.started_unix_s = unix_now_s();
   if (resume) {

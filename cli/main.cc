@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "calibrate/calibrate.h"
 #include "cli/calibrate_command.h"
 #include "cli/commands.h"
 #include "cli/keys_command.h"
@@ -14,7 +15,6 @@
 #include "core/error.h"
 #include "core/input/integer.h"
 #include "core/memory/allocator.h"
-#include "exec/calibrate.h"
 #include "exec/dilation.h"
 #include "real/node_process.h"
 

@@ -222,12 +222,13 @@ int cmd_validate(const CommonOptions& o, const std::string& self_exe, const std:
           "run's compute spans did not fit their share of a core; these runs are at {:g}, "
           "raised by what that run measured",
           attempts[0]["dilation"].get<double>(), 100 * attempts[0]["over_share"].get<double>(), k));
-    if (real.scenario.network.model == "lv08" && real.scenario.real.shaper != kKernelShaper)
+    if (real.scenario.network.model == NetworkModel::kLv08 &&
+        real.scenario.real.shaper != Shaper::kKernel)
       ctx.notes.push_back(
           "network.model = \"lv08\": the emulator applies LV08's factors but not its "
           "cross-traffic, its weight-S or its TCP window cap; where those matter the two "
           "runs' networks differ by construction");
-    if (real.scenario.real.shaper == kKernelShaper)
+    if (real.scenario.real.shaper == Shaper::kKernel)
       ctx.notes.push_back(
           "real.shaper = \"kernel\": the real run's bytes went over real TCP through htb, "
           "its latency added at each receiver; the simulation is the network model's");

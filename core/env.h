@@ -1,5 +1,5 @@
 // NodeEnv: the only door between an algorithm (one node's straight-line, blocking code) and the
-// world. The simulator (sim/), the real processes (real/) and the in-process loopback (real/)
+// world. The simulator (sim/), the real processes (real/) and the in-process loopback (loopback/)
 // implement it; core/ never includes SimGrid, sockets, threads or sleeps.
 //
 // Threading: one NodeEnv belongs to one node; its methods are called from that node's own thread

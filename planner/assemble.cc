@@ -197,13 +197,19 @@ namespace {
 Plan plan_with(const Scenario& scenario, const ModelDesc& model) {
   if (algorithm_of(scenario).traits.layout == Layout::kReplicas)
     return plan_replicas(scenario, model);
-  const std::string& m = scenario.planner.method;
-  if (m == "manual") return plan_manual(scenario, model);
-  if (m == "greedy") return plan_greedy(scenario, model);
-  if (m == "ga") return plan_ga(scenario, model);
-  if (m == "ravnest-ga") return plan_ravnest_ga(scenario, model);
-  if (m == "exhaustive") return plan_exhaustive(scenario, model);
-  throw ScenarioError(scenario.source, "planner.method", "unknown planner method '" + m + "'");
+  switch (scenario.planner.method) {
+    case PlannerMethod::kManual:
+      return plan_manual(scenario, model);
+    case PlannerMethod::kGreedy:
+      return plan_greedy(scenario, model);
+    case PlannerMethod::kGa:
+      return plan_ga(scenario, model);
+    case PlannerMethod::kRavnestGa:
+      return plan_ravnest_ga(scenario, model);
+    case PlannerMethod::kExhaustive:
+      return plan_exhaustive(scenario, model);
+  }
+  RV_CHECK(false, "plan_with: a planner method outside the enum");
 }
 
 }  // namespace

@@ -33,7 +33,7 @@ CostModel::CostModel(const Scenario& scenario, const ModelDesc& model)
                        g.latency_s(), g.compute_profile(), group, g.name});
     ++group;
   }
-  if (scenario.network.topology == kRegionsTopology) {
+  if (scenario.network.topology == Topology::kRegions) {
     NetworkLinks links = links_of(scenario);
     regions_ = links.regions;
     region_names_ = std::move(links.region_names);

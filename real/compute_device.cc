@@ -16,11 +16,11 @@ namespace rv {
 int visible_gpus() { return at::hasCUDA() ? static_cast<int>(at::getNumGPUs()) : 0; }
 
 c10::Device compute_device(const Scenario& s, int rank) {
-  const std::string& want = s.real.device;
-  if (want == "cpu") return c10::kCPU;
+  const DeviceChoice want = s.real.device;
+  if (want == DeviceChoice::kCpu) return c10::kCPU;
   const int gpus = visible_gpus();
   if (gpus == 0) {
-    if (want == "auto") return c10::kCPU;
+    if (want == DeviceChoice::kAuto) return c10::kCPU;
     throw KeyError("real.device",
                    "\"cuda\": no CUDA GPU is available to this process (the LibTorch it was built "
                    "against has no CUDA, or no GPU is visible; README, GPUs)");

@@ -304,14 +304,14 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
         "a SimGrid platform file is for the simulator (ravnest sim): real runs emulate the "
         "devices' own links");
   const bool emulate = emulates_network(scenario, !spread);
-  if (emulate && scenario.real.shaper == kKernelShaper &&
-      scenario.network.topology == kRegionsTopology)
+  if (emulate && scenario.real.shaper == Shaper::kKernel &&
+      scenario.network.topology == Topology::kRegions)
     throw ScenarioError(
         scenario.where("real.shaper"), "real.shaper",
         "the kernel shaper builds a star only: use shaper = \"user\" under network.topology = "
         "\"regions\" (its emulator shares each link between regions among the processes)");
   std::optional<KernelNetwork> kernel;
-  if (emulate && scenario.real.shaper == kKernelShaper) kernel.emplace(scenario);
+  if (emulate && scenario.real.shaper == Shaper::kKernel) kernel.emplace(scenario);
   // (Under the kernel shaper each receiver adds the links' latency itself: emu/arrival_latency.h.)
   WallClock emulator_clock;
   std::optional<EmulatorServer> emulator;
@@ -430,7 +430,7 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
   std::vector<int> stopped;  // ranks stopped for longer than the timeout
   // real.on_peer_loss = "recover": a rank other than 0 that ends badly (not on bad input) is lost,
   // and the run goes on without it.
-  const bool recover = scenario.real.on_peer_loss == "recover";
+  const bool recover = scenario.real.on_peer_loss == PeerLoss::kRecover;
   std::vector<int> lost;
   auto next_probe = std::chrono::steady_clock::now();
   while (!children.empty()) {

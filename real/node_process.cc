@@ -304,16 +304,16 @@ int run(const NodeProcessOptions& options) {
   check_checkpoint_support(scenario);
   check_recovery_support(scenario);
   const c10::Device device = compute_device(scenario, rank);
-  if (options.gloo.join && scenario.real.on_peer_loss != "recover")
+  if (options.gloo.join && scenario.real.on_peer_loss != PeerLoss::kRecover)
     throw ScenarioError(scenario.where("real.on_peer_loss"), "real.on_peer_loss",
-                        "\"" + scenario.real.on_peer_loss +
+                        "\"" + std::string(name_of(scenario.real.on_peer_loss)) +
                             "\": --join replaces a lost rank of a run that recovers "
                             "lost ranks (\"recover\") only");
   const bool launched_together = env_set(kAllRanksHereEnv);
   const bool emulate = emulates_network(scenario, launched_together);
   // The kernel shaper's latency is added here, at the receiver; the user-space one is the
   // launcher's emulator.
-  const bool kernel = emulate && scenario.real.shaper == kKernelShaper;
+  const bool kernel = emulate && scenario.real.shaper == Shaper::kKernel;
   const char* socket_path = std::getenv(kEmulatorSocketEnv);
   if (emulate && !kernel && (socket_path == nullptr || *socket_path == '\0'))
     throw Error("rank " + std::to_string(rank) + ": the launcher started no network emulator");
@@ -393,7 +393,7 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup,
   const bool emulate = setup.emulate, kernel = setup.kernel;
   const char* socket_path = setup.socket_path;
   const NodeRole role = plan.role_of(rank);
-  const bool recover = scenario.real.on_peer_loss == "recover";
+  const bool recover = scenario.real.on_peer_loss == PeerLoss::kRecover;
   auto hook = std::make_shared<LossHook>();
   GlooOptions transport_options = gloo;
   if (recover)
@@ -413,7 +413,7 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup,
   // The other ranks join the folder rank 0 made before that barrier.
   std::optional<LiveRows> joined;
   if (rank != 0 && !options.run_path.empty())
-    joined.emplace(path, scenario.output.metrics != "summary", live_clock, false);
+    joined.emplace(path, scenario.output.metrics != MetricsOutput::kSummary, live_clock, false);
   Metrics* live_rows = live     ? static_cast<Metrics*>(&*live)
                        : joined ? static_cast<Metrics*>(&*joined)
                                 : nullptr;
@@ -644,7 +644,7 @@ int run_node_process(const NodeProcessOptions& options) {
 
 bool emulates_network(const Scenario& s, bool launched_together) {
   const Toggle t = s.real.emulate_network;
-  const bool kernel = s.real.shaper == kKernelShaper;
+  const bool kernel = s.real.shaper == Shaper::kKernel;
   if (!launched_together) {
     if (t == Toggle::kOn)
       throw ScenarioError(

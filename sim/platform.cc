@@ -14,7 +14,7 @@ namespace sg4 = simgrid::s4u;
 namespace rv {
 
 void configure_network(sg4::Engine& engine, const NetworkSpec& network) {
-  if (network.model == "ideal" || network.model == "tcp") {
+  if (network.model == NetworkModel::kIdeal || network.model == NetworkModel::kTcp) {
     engine.set_config("network/model:CM02");
     engine.set_config("network/crosstraffic:0");
     engine.set_config("network/TCP-gamma:0");
@@ -111,7 +111,7 @@ std::vector<sg4::Host*> build_platform(const Scenario& scenario) {
   const int n = scenario.node_count();
   std::vector<sg4::Host*> hosts;
   hosts.reserve(n);
-  if (scenario.network.topology != kRegionsTopology) {
+  if (scenario.network.topology != Topology::kRegions) {
     auto* zone = sg4::create_star_zone("pool");
     for (int r = 0; r < n; ++r) hosts.push_back(add_node(zone, scenario, r));
     zone->seal();

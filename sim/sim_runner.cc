@@ -140,7 +140,7 @@ SimResult simulate(const Scenario& s, const std::vector<int>& nodes, bool numeri
 SimResult run_simulation(const RunSpec& spec, Metrics* observer, const EngineOptions& engine,
                          const SimCheckpointOptions& checkpoints) {
   const Scenario& s = *spec.scenario;
-  const bool numeric = s.sim.mode == "numeric";
+  const bool numeric = s.sim.mode == SimMode::kNumeric;
   RV_CHECK(!numeric || spec.data != nullptr, "numeric simulation without a dataset");
   set_compute_threads(1);  // deterministic maths; actors share one OS thread anyway
   // Under churn every node present at the start runs: the plan's spares wait for a stage.
@@ -152,7 +152,7 @@ SimResult run_simulation(const RunSpec& spec, Metrics* observer, const EngineOpt
   // output.metrics = "summary": the nodes outside the trace keep their messages and waits as
   // totals only (all that node_metrics.csv and summary.json need).
   std::vector<char> fold;
-  if (s.output.metrics == "summary") {
+  if (s.output.metrics == MetricsOutput::kSummary) {
     fold.assign(static_cast<size_t>(spec.plan->nodes), 1);
     if (s.output.trace) {
       const std::vector<char> traced = traced_nodes(*spec.plan, s.output.trace_nodes);

@@ -1,10 +1,10 @@
-// The calibration's pure steps (exec/calibrate.h): the cache a device has to itself, from a sweep
-// of working sets read in random order.
+// The calibration's pure steps (calibrate/calibrate.h): the cache a device has to itself, from a
+// sweep of working sets read in random order.
 #include <utility>
 #include <vector>
 
+#include "calibrate/calibrate.h"
 #include "catch.h"
-#include "exec/calibrate.h"
 
 using namespace rv;
 

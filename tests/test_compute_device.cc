@@ -39,7 +39,7 @@ Scenario two_ranks(const std::vector<std::string>& sets) {
 
 TrainingSpec adam() {
   TrainingSpec t;
-  t.optimizer = "adam";
+  t.optimizer = OptimizerKind::kAdam;
   t.lr = 0.01;
   return t;
 }

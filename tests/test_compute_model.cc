@@ -535,7 +535,7 @@ count = 1
   // parameter tensor, (reads + 1) / 2 flops per element each (Work::add_elementwise): five read
   // one tensor, two read two, one reads three, 10 flops per parameter.
   TrainingSpec tr = prep.scenario.training;
-  tr.optimizer = "adam";
+  tr.optimizer = OptimizerKind::kAdam;
   const StageCost c = stage_cost(m, 0, n, tr, 16, 1);
   const StageWork sw = stage_work(m, 0, n, tr, 16);
   size_t tensors = 0;
@@ -640,7 +640,7 @@ TEST_CASE("an optimizer step: its kernels on each parameter tensor, each at that
     CHECK(w.total_flops() == Approx(flops_per_element * (512 * 256 + 256)).epsilon(1e-12));
   };
   TrainingSpec sgd = prep.scenario.training;
-  sgd.optimizer = "sgd";
+  sgd.optimizer = OptimizerKind::kSgd;
   sgd.momentum = 0;
   sgd.weight_decay = 0;
   expect(sgd, {{1, 1}, {2, 1}});
@@ -650,12 +650,12 @@ TEST_CASE("an optimizer step: its kernels on each parameter tensor, each at that
   momentum.momentum = 0.9;
   expect(momentum, {{1, 2}, {2, 2}});
   TrainingSpec adam = sgd;
-  adam.optimizer = "adam";
+  adam.optimizer = OptimizerKind::kAdam;
   expect(adam, {{1, 5}, {2, 2}, {3, 1}});
   adam.weight_decay = 0.01;
   expect(adam, {{1, 6}, {2, 3}, {3, 1}});
   TrainingSpec adamw = adam;
-  adamw.optimizer = "adamw";
+  adamw.optimizer = OptimizerKind::kAdamW;
   expect(adamw, {{1, 6}, {2, 2}, {3, 1}});
 }
 

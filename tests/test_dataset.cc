@@ -13,7 +13,7 @@ using namespace rv;
 
 TEST_CASE("Fashion-MNIST loads from dataset-fashion-mnist", "[data]") {
   DataSpec spec;
-  spec.kind = "fashion-mnist";
+  spec.kind = DataKind::kFashionMnist;
   Dataset d = load_dataset(spec, 1);
   CHECK(d.train_size() == 60000);
   CHECK(d.test_size() == 10000);
@@ -38,7 +38,7 @@ TEST_CASE("Fashion-MNIST loads from dataset-fashion-mnist", "[data]") {
 
 TEST_CASE("the 8x8 digits load from python3-sklearn with an 80/20 split", "[data]") {
   DataSpec spec;
-  spec.kind = "digits";
+  spec.kind = DataKind::kDigits;
   Dataset d = load_dataset(spec, 1);
   CHECK(d.train_size() + d.test_size() == 1797);
   CHECK(d.test_size() == 1797 / 5);

@@ -13,19 +13,19 @@ namespace {
 
 ModelDesc cnn() {
   ModelSpec s;
-  s.kind = "cnn";
+  s.kind = ModelKind::kCnn;
   s.channels = {4, 8};
   s.hidden = {16};
   s.dropout = 0.25;
-  s.head = "linear";
+  s.head = Head::kLinear;
   return build_model(s, {1, 8, 8}, 10);
 }
 
 ModelDesc mlp() {
   ModelSpec s;
-  s.kind = "mlp";
+  s.kind = ModelKind::kMlp;
   s.hidden = {32, 16};
-  s.head = "linear";
+  s.head = Head::kLinear;
   return build_model(s, {1, 28, 28}, 10);
 }
 
@@ -95,7 +95,7 @@ TEST_CASE("dropout masks are fixed by their seed, so a forward can be recomputed
 
 TEST_CASE("a model has only the layers its scenario asks for", "[model]") {
   ModelSpec s;
-  s.kind = "mlp";
+  s.kind = ModelKind::kMlp;
   s.hidden = {32, 10};
   SECTION("no head: the last hidden layer gives the task's outputs, no flatten on flat inputs") {
     ModelDesc m = build_model(s, {64}, 10);
@@ -108,7 +108,7 @@ TEST_CASE("a model has only the layers its scenario asks for", "[model]") {
     ModelDesc m = build_model(s, {1, 8, 8}, 10);
     CHECK(m.profile[0].name.rfind("flatten", 0) == 0);
     CHECK(m.layer_count() == 5);
-    s.head = "linear";
+    s.head = Head::kLinear;
     ModelDesc h = build_model(s, {1, 8, 8}, 10);
     REQUIRE(h.layer_count() == 6);
     CHECK(h.profile[5].name.rfind("linear(10->10)", 0) == 0);
@@ -126,7 +126,7 @@ TEST_CASE("a model has only the layers its scenario asks for", "[model]") {
   }
   SECTION("a regression head has the task's targets as outputs") {
     s.hidden = {16};
-    s.head = "linear";
+    s.head = Head::kLinear;
     ModelDesc m = build_model(s, {8}, 3);
     CHECK(m.profile.back().out_shape == std::vector<int64_t>{3});
     CHECK(m.params(0, m.layer_count()) == 8 * 16 + 16 + 16 * 3 + 3);

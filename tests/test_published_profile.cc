@@ -1,6 +1,7 @@
-// Profiles from published kernel timings (exec/calibrate.h, calibrate_published): a samples file
-// fitted by the same code as this host's calibration, kinds it lacks modeled on the roofline, its
-// errors naming file and line, and the shipped GPU profiles reproducing the timings they came from.
+// Profiles from published kernel timings (calibrate/calibrate.h, calibrate_published): a samples
+// file fitted by the same code as this host's calibration, kinds it lacks modeled on the roofline,
+// its errors naming file and line, and the shipped GPU profiles reproducing the timings they came
+// from.
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,11 +10,11 @@
 #include <fstream>
 #include <sstream>
 
+#include "calibrate/calibrate.h"
 #include "catch.h"
 #include "core/compute/profile.h"
 #include "core/compute/work.h"
 #include "core/error.h"
-#include "exec/calibrate.h"
 
 using namespace rv;
 namespace fs = std::filesystem;

@@ -214,7 +214,7 @@ TEST_CASE(
   }
   CHECK(used.size() >= 2);
   Scenario blind = s;
-  blind.planner.method = "greedy";
+  blind.planner.method = PlannerMethod::kGreedy;
   const Plan greedy = make_plan(blind, model);
   bool crosses = false;
   for (const std::set<int>& r : cluster_regions(greedy, links)) crosses |= r.size() > 1;

@@ -26,7 +26,7 @@ TEST_CASE("a minimal scenario gets every default", "[scenario]") {
   CHECK(s.name == "mini");
   CHECK(s.node_count() == 2);
   CHECK(s.training.algorithm == "ravnest");
-  CHECK(s.data.kind == "synthetic");
+  CHECK(s.data.kind == DataKind::kSynthetic);
   CHECK(s.devices[0].up_mbps == 100.0);
   CHECK(s.device_of(1).name == "device0");
 }
@@ -47,7 +47,7 @@ TEST_CASE("overrides given with --set change any key, with TOML values", "[scena
   CHECK(s.training.algorithm == "gpipe");
   CHECK(s.node_count() == 5);
   CHECK(s.model.hidden == std::vector<int64_t>{8, 4});
-  CHECK(s.sim.mode == "timing");
+  CHECK(s.sim.mode == SimMode::kTiming);
 }
 
 TEST_CASE("bad scenarios name file, line and key", "[scenario]") {

@@ -139,7 +139,7 @@ TEST_CASE("every key's default is its struct member's initial value", "[scenario
   }
   // Spot checks that the binding reaches the right member.
   CHECK(!fresh.training.algorithm.empty());
-  CHECK(fresh.model.head == "none");
+  CHECK(fresh.model.head == Head::kNone);
   CHECK(fresh.data.features == 16);
   CHECK(fresh.data.targets == 1);
 }

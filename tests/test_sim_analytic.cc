@@ -163,7 +163,7 @@ down_mbps = 20
 latency_ms = 5
 )",
                               "transfer.toml");
-  REQUIRE(s.network.model == "tcp");
+  REQUIRE(s.network.model == NetworkModel::kTcp);
   const Bytes S = 1000000;
   double arrival = 0;
   simulate(s, {0, 1}, false, [&](NodeEnv& env, int r) {
@@ -320,7 +320,7 @@ namespace {
 
 // Two clusters of three nodes cut at the same layers, on equal links of B = 100 Mbit/s each way
 // and 10 ms per link (20 ms per transfer); every node starts one averaging at time 0.
-struct Averaging {
+struct OneAveraging {
   double t = 0;                // when the last node is done, simulated seconds
   int64_t rows = 1;            // of the averaged tensor (the optimizer's state too, where averaged)
   double S = 0;                // the state's bytes in total
@@ -328,9 +328,9 @@ struct Averaging {
   double predicted = 0;        // the planner's cost model
 };
 
-Averaging one_averaging(RingTopology topology, double piece_mb = 0,
-                        const std::vector<std::string>& extra = {}) {
-  Averaging a;
+OneAveraging one_averaging(RingTopology topology, double piece_mb = 0,
+                           const std::vector<std::string>& extra = {}) {
+  OneAveraging a;
   std::string toml = R"(
 name = "avg"
 [model]
@@ -400,7 +400,7 @@ TEST_CASE(
     "one multi-ring averaging of pipeline clusters takes 2(C-1)(latency + chunk/(C B)) for the "
     "largest chunk",
     "[sim][analytic][rings]") {
-  const Averaging a = one_averaging(RingTopology::kMulti);
+  const OneAveraging a = one_averaging(RingTopology::kMulti);
   const double expected = multi_ring_alpha_beta(a.chunks);
   INFO("simulated " << a.t << " s, alpha-beta " << expected << " s");
   CHECK(a.t == Approx(expected).epsilon(0.01));
@@ -409,7 +409,7 @@ TEST_CASE(
 TEST_CASE(
     "averaging Adam's moments with the parameters moves three rows, and the planner charges them",
     "[sim][analytic][rings]") {
-  const Averaging a =
+  const OneAveraging a =
       one_averaging(RingTopology::kMulti, 0,
                     {"training.optimizer=adam", "training.average_optimizer_state=true"});
   REQUIRE(a.rows == 3);
@@ -426,7 +426,7 @@ TEST_CASE(
     "[sim][analytic][rings]") {
   // (One simulation per process: the whole segments' time is the alpha-beta figure, which the
   // test above holds the simulator to.)
-  const Averaging pieces = one_averaging(RingTopology::kMulti, 0.5);
+  const OneAveraging pieces = one_averaging(RingTopology::kMulti, 0.5);
   const double whole = multi_ring_alpha_beta(pieces.chunks);
   INFO("whole segments " << whole << " s, in pieces " << pieces.t << " s");
   CHECK(pieces.t < whole);
@@ -436,7 +436,7 @@ TEST_CASE(
     "one single-ring averaging adds collecting at the leaders and handing back: slower than the "
     "multi-ring",
     "[sim][analytic][rings]") {
-  const Averaging a = one_averaging(RingTopology::kSingle);
+  const OneAveraging a = one_averaging(RingTopology::kSingle);
   const double S = a.S, t = a.t;
   const double members = S - a.chunks[0];  // what the leader collects and hands back
   // Collect (members share the leader's down link), the ring over S, hand back (its up link).

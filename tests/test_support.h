@@ -20,7 +20,8 @@ struct Prepared {
   Plan plan;
   Dataset data;
   RunSpec spec() const {
-    return RunSpec{&scenario, &plan, &model, scenario.sim.mode == "numeric" ? &data : nullptr};
+    return RunSpec{&scenario, &plan, &model,
+                   scenario.sim.mode == SimMode::kNumeric ? &data : nullptr};
   }
 };
 
@@ -30,7 +31,7 @@ inline Prepared prepare(const std::string& toml, const std::vector<std::string>&
   p.scenario = parse_scenario(toml, "test.toml", overrides);
   p.model = build_model(p.scenario);
   p.plan = make_plan(p.scenario, p.model);
-  if (load_data && p.scenario.sim.mode == "numeric")
+  if (load_data && p.scenario.sim.mode == SimMode::kNumeric)
     p.data = load_dataset(p.scenario.data, p.scenario.seed);
   return p;
 }

@@ -49,7 +49,7 @@ TEST_CASE("the regression task's loss is the mean squared error over samples and
 TEST_CASE("the regression data kind gives float inputs and targets from known weights",
           "[task][data]") {
   DataSpec spec;
-  spec.kind = "regression";
+  spec.kind = DataKind::kRegression;
   spec.features = 6;
   spec.targets = 2;
   spec.noise = 0.0;

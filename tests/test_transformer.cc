@@ -27,7 +27,7 @@ namespace {
 
 ModelSpec gpt(int64_t layers, int64_t d_model, int64_t heads, int64_t d_ff = 0) {
   ModelSpec m;
-  m.kind = "transformer";
+  m.kind = ModelKind::kTransformer;
   m.layers = layers;
   m.d_model = d_model;
   m.heads = heads;
@@ -217,7 +217,7 @@ TEST_CASE("the next-token task scores the positions that count, per sample",
 TEST_CASE("the sort data is minGPT's task, with no test sequence in the training set",
           "[transformer][data]") {
   DataSpec spec;
-  spec.kind = "sort";
+  spec.kind = DataKind::kSort;
   spec.length = 5;
   spec.digits = 4;
   spec.train_samples = 2000;
@@ -271,7 +271,7 @@ TEST_CASE("the text data is a file's characters as ids, train before test", "[tr
   for (int i = 0; i < 40; ++i) text += "héllo wörld ";  // two-byte characters
   std::ofstream(file, std::ios::binary) << text;
   DataSpec spec;
-  spec.kind = "text";
+  spec.kind = DataKind::kText;
   spec.path = file.string();
   spec.seq_len = 8;
   const DatasetShape shape = dataset_shape(spec);
@@ -326,7 +326,7 @@ TEST_CASE("the text data is a file's characters as ids, train before test", "[tr
   fs::remove_all(dir);
   // The default file is Debian's GPL-3, which every system has (base-files).
   DataSpec gpl;
-  gpl.kind = "text";
+  gpl.kind = DataKind::kText;
   CHECK(dataset_location(gpl) == "/usr/share/common-licenses/GPL-3");
   CHECK(dataset_shape(gpl).outputs > 60);
 }

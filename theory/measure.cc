@@ -83,15 +83,16 @@ void judge(TheoryMeasure& m, const Scenario& s) {
   m.bound = convergence_bound(m.inputs);
   m.measured = m.running_mean.back();
   m.ratio = m.bound.value > 0 ? m.measured / m.bound.value : 0;
-  m.plain_sgd =
-      s.training.optimizer == "sgd" && s.training.momentum == 0 && s.training.weight_decay == 0;
+  m.plain_sgd = s.training.optimizer == OptimizerKind::kSgd && s.training.momentum == 0 &&
+                s.training.weight_decay == 0;
   const BoundInputs& in = m.inputs;
   if (m.estimated)
     m.notes.push_back(
         "L, sigma^2 and f(w_0) - f* are estimates (a neural network's constants are unknown): the "
         "bound's shape, for comparison, not a guarantee");
   if (!m.plain_sgd)
-    m.notes.push_back("the bound is for plain SGD; this run used " + s.training.optimizer +
+    m.notes.push_back("the bound is for plain SGD; this run used " +
+                      std::string(name_of(s.training.optimizer)) +
                       (s.training.momentum != 0 ? " with momentum" : "") +
                       (s.training.weight_decay != 0 ? " with weight decay" : ""));
   if (!m.bound.holds)
@@ -99,11 +100,11 @@ void judge(TheoryMeasure& m, const Scenario& s) {
         "the step-size condition fails: L eta + L^2 eta^2 (a T^2 + 4 kappa^2) = {:.4g} > 1 "
         "(eta = {:g}, L = {:g}, T = {}, C = {}, H = {})",
         m.bound.condition, in.lr, in.smoothness, in.staleness, in.clusters, in.average_every));
-  if (s.training.averaging != "bulk-sync" && in.clusters > 1)
-    m.notes.push_back("averaging = \"" + s.training.averaging +
+  if (s.training.averaging != Averaging::kBulkSync && in.clusters > 1)
+    m.notes.push_back("averaging = \"" + std::string(name_of(s.training.averaging)) +
                       "\": the analysis covers bulk-synchronous averaging");
   m.applies = !m.estimated && m.plain_sgd && m.bound.holds &&
-              (s.training.averaging == "bulk-sync" || in.clusters == 1);
+              (s.training.averaging == Averaging::kBulkSync || in.clusters == 1);
 }
 
 void push_point(TheoryMeasure& m, double g2, double* total) {
@@ -152,7 +153,7 @@ void count_updates(PerUpdate<T>& p, const std::map<StageKey, int64_t>& offset,
 TheoryMeasure measure_problem(const std::string& run, RunInputs r) {
   const fs::path dir(run);
   const Scenario& s = r.scenario;
-  if (s.sim.mode != "numeric" && !fs::exists(dir / "params.csv"))
+  if (s.sim.mode != SimMode::kNumeric && !fs::exists(dir / "params.csv"))
     throw InputError(run + ": a timing-mode run computes no parameters; run it in numeric mode");
   if (!fs::exists(dir / "params.csv"))
     throw InputError(run + ": no params.csv (the run recorded no parameters)");
@@ -171,7 +172,7 @@ TheoryMeasure measure_problem(const std::string& run, RunInputs r) {
 
   TheoryMeasure m;
   m.run = run;
-  m.problem = s.data.kind;
+  m.problem = name_of(s.data.kind);
   m.inputs = r.in;
   m.inputs.gap = problem.delta();
   m.inputs.smoothness = problem.smoothness;
@@ -225,7 +226,7 @@ TheoryMeasure measure_network(const std::string& run, RunInputs r) {
   const ConstantEstimates est = estimate_constants(s, r.model, data, options);
   TheoryMeasure m;
   m.run = run;
-  m.problem = s.data.kind;
+  m.problem = name_of(s.data.kind);
   m.estimated = true;
   m.estimates = est;
   m.inputs = r.in;

@@ -134,10 +134,10 @@ constexpr int64_t kMaxModelParams = int64_t{1} << 40;
 constexpr int64_t kMaxSampleElems = int64_t{1} << 40;
 
 void check_size(const ModelDesc& m, const ModelSpec& spec) {
-  const char* key = spec.kind == "cnn"           ? "model.channels"
-                    : spec.kind == "blocks"      ? "model.blocks"
-                    : spec.kind == "transformer" ? "model.d_model"
-                                                 : "model.hidden";
+  const char* key = spec.kind == ModelKind::kCnn           ? "model.channels"
+                    : spec.kind == ModelKind::kBlocks      ? "model.blocks"
+                    : spec.kind == ModelKind::kTransformer ? "model.d_model"
+                                                           : "model.hidden";
   int64_t params = 0;
   for (const LayerProfile& p : m.profile) {
     if (p.out_elems > kMaxSampleElems || p.saved_elems > kMaxSampleElems ||
@@ -153,82 +153,86 @@ void check_size(const ModelDesc& m, const ModelSpec& spec) {
 
 }  // namespace
 
-ModelDesc build_model(const ModelSpec& spec, const std::vector<int64_t>& input_shape,
+namespace {
+
+// Convolution blocks (conv, batch norm, ReLU, 2x2 max pool where the image is large enough) over
+// image inputs; the MLP part follows them.
+std::vector<int64_t> add_conv_blocks(ModelDesc& m, const ModelSpec& spec,
+                                     std::vector<int64_t> shape) {
+  if (shape.size() != 3) throw KeyError("model.kind", "\"cnn\" needs image inputs (C x H x W)");
+  for (int64_t c : spec.channels) {
+    shape = add_layer(m, make_conv2d(shape[0], c, spec.kernel, spec.kernel / 2), shape);
+    if (spec.batch_norm) shape = add_layer(m, make_batch_norm2d(c), shape);
+    shape = add_layer(m, make_relu(), shape);
+    if (shape[1] >= 2 && shape[2] >= 2) shape = add_layer(m, make_max_pool2d(2), shape);
+  }
+  return shape;
+}
+
+// The additive block model: parameter blocks of near-equal column ranges, then the readout.
+ModelDesc build_blocks(ModelDesc m, const ModelSpec& spec, std::vector<int64_t> shape,
+                       int64_t outputs) {
+  if (shape.size() != 2 || shape[1] < 2)
+    throw KeyError(
+        "model.kind",
+        "\"blocks\" needs a problem's samples (data.kind = \"quadratic\" or \"logistic\")");
+  const int64_t rows = shape[0], dim = shape[1] - 1;
+  if (spec.blocks > dim)
+    throw KeyError("model.blocks", "at most the problem's dimension, " + std::to_string(dim));
+  for (int64_t k = 0; k < spec.blocks; ++k)
+    shape = add_layer(m, make_block(rows, dim, dim * k / spec.blocks, dim * (k + 1) / spec.blocks),
+                      shape);
+  shape = add_layer(m, make_readout(rows, dim, outputs == 2 && rows == 1), shape);
+  m.record_params = true;
+  if (shape != std::vector<int64_t>{outputs})
+    throw KeyError("model.kind", "\"blocks\": the readout gives " + shape_text(shape) +
+                                     " but the task needs " + std::to_string(outputs) + " outputs");
+  add_prefix_sums(m);
+  return m;
+}
+
+// A GPT-style decoder over a sequence of token ids: embeddings, blocks, the head; stages cut
+// between them. Its outputs per sample are [tokens, vocab] logits (the next-token task).
+ModelDesc build_transformer(ModelDesc m, const ModelSpec& spec, std::vector<int64_t> shape,
+                            int64_t outputs) {
+  if (shape.size() != 1)
+    throw KeyError("model.kind",
+                   "\"transformer\" needs token sequences (data.kind = \"sort\" or \"text\")");
+  const int64_t tokens = shape[0];
+  const int64_t positions = spec.seq_len > 0 ? spec.seq_len : tokens;
+  const int64_t vocab = spec.vocab > 0 ? spec.vocab : outputs;
+  if (positions < tokens)
+    throw KeyError("model.seq_len", "the data's sequences have " + std::to_string(tokens) +
+                                        " tokens: the model needs at least as many positions");
+  if (vocab < outputs)
+    throw KeyError("model.vocab", "the data has " + std::to_string(outputs) +
+                                      " token ids: the model's vocabulary needs at least as many");
+  if (spec.d_model % spec.heads != 0)
+    throw KeyError("model.heads", "d_model (" + std::to_string(spec.d_model) +
+                                      ") must be a multiple of heads (" +
+                                      std::to_string(spec.heads) + ")");
+  const int64_t d_ff = spec.d_ff > 0 ? spec.d_ff : 4 * spec.d_model;
+  shape = add_layer(m, make_token_embedding(vocab, positions, spec.d_model, spec.dropout), shape);
+  for (int64_t i = 0; i < spec.layers; ++i)
+    shape = add_layer(
+        m, make_transformer_block(spec.d_model, spec.heads, d_ff, spec.dropout, spec.layers),
+        shape);
+  shape = add_layer(m, make_lm_head(spec.d_model, vocab), shape);
+  m.outputs = tokens * vocab;  // logits per sample
+  m.input_vocab = vocab;
+  add_prefix_sums(m);
+  check_size(m, spec);
+  return m;
+}
+
+// Fully connected layers (model.hidden, each with its ReLU, dropout before each where set), then
+// the head: the MLP, and the part of a CNN after its convolution blocks.
+ModelDesc build_dense(ModelDesc m, const ModelSpec& spec, std::vector<int64_t> shape,
                       int64_t outputs) {
-  ModelDesc m;
-  m.name = spec.kind;
-  m.input_shape = input_shape;
-  m.input_elems = 1;
-  for (auto x : input_shape) m.input_elems *= x;
-  m.outputs = outputs;
-  std::vector<int64_t> shape = input_shape;
   auto dropout = [&] {
     if (spec.dropout > 0) shape = add_layer(m, make_dropout(spec.dropout), shape);
   };
-  if (spec.kind == "cnn") {
-    if (shape.size() != 3) throw KeyError("model.kind", "\"cnn\" needs image inputs (C x H x W)");
-    for (int64_t c : spec.channels) {
-      shape = add_layer(m, make_conv2d(shape[0], c, spec.kernel, spec.kernel / 2), shape);
-      if (spec.batch_norm) shape = add_layer(m, make_batch_norm2d(c), shape);
-      shape = add_layer(m, make_relu(), shape);
-      if (shape[1] >= 2 && shape[2] >= 2) shape = add_layer(m, make_max_pool2d(2), shape);
-    }
-  } else if (spec.kind == "blocks") {
-    // The additive block model: parameter blocks of near-equal column ranges, then the readout.
-    if (shape.size() != 2 || shape[1] < 2)
-      throw KeyError(
-          "model.kind",
-          "\"blocks\" needs a problem's samples (data.kind = \"quadratic\" or \"logistic\")");
-    const int64_t rows = shape[0], dim = shape[1] - 1;
-    if (spec.blocks > dim)
-      throw KeyError("model.blocks", "at most the problem's dimension, " + std::to_string(dim));
-    for (int64_t k = 0; k < spec.blocks; ++k)
-      shape = add_layer(
-          m, make_block(rows, dim, dim * k / spec.blocks, dim * (k + 1) / spec.blocks), shape);
-    shape = add_layer(m, make_readout(rows, dim, outputs == 2 && rows == 1), shape);
-    m.record_params = true;
-    if (shape != std::vector<int64_t>{outputs})
-      throw KeyError("model.kind", "\"blocks\": the readout gives " + shape_text(shape) +
-                                       " but the task needs " + std::to_string(outputs) +
-                                       " outputs");
-    add_prefix_sums(m);
-    return m;
-  } else if (spec.kind == "transformer") {
-    // A GPT-style decoder over a sequence of token ids: embeddings, blocks, the head; stages cut
-    // between them. Its outputs per sample are [tokens, vocab] logits (the next-token task).
-    if (shape.size() != 1)
-      throw KeyError("model.kind",
-                     "\"transformer\" needs token sequences (data.kind = \"sort\" or \"text\")");
-    const int64_t tokens = shape[0];
-    const int64_t positions = spec.seq_len > 0 ? spec.seq_len : tokens;
-    const int64_t vocab = spec.vocab > 0 ? spec.vocab : outputs;
-    if (positions < tokens)
-      throw KeyError("model.seq_len", "the data's sequences have " + std::to_string(tokens) +
-                                          " tokens: the model needs at least as many positions");
-    if (vocab < outputs)
-      throw KeyError("model.vocab",
-                     "the data has " + std::to_string(outputs) +
-                         " token ids: the model's vocabulary needs at least as many");
-    if (spec.d_model % spec.heads != 0)
-      throw KeyError("model.heads", "d_model (" + std::to_string(spec.d_model) +
-                                        ") must be a multiple of heads (" +
-                                        std::to_string(spec.heads) + ")");
-    const int64_t d_ff = spec.d_ff > 0 ? spec.d_ff : 4 * spec.d_model;
-    shape = add_layer(m, make_token_embedding(vocab, positions, spec.d_model, spec.dropout), shape);
-    for (int64_t i = 0; i < spec.layers; ++i)
-      shape = add_layer(
-          m, make_transformer_block(spec.d_model, spec.heads, d_ff, spec.dropout, spec.layers),
-          shape);
-    shape = add_layer(m, make_lm_head(spec.d_model, vocab), shape);
-    m.outputs = tokens * vocab;  // logits per sample
-    m.input_vocab = vocab;
-    add_prefix_sums(m);
-    check_size(m, spec);
-    return m;
-  } else if (spec.kind != "mlp") {
-    throw KeyError("model.kind", "unknown model kind '" + spec.kind + "'");
-  }
-  const bool head = spec.head == "linear";
+  const bool head = spec.head == Head::kLinear;
   // Linear layers take flat inputs: flatten only where one follows.
   if (shape.size() > 1 && (!spec.hidden.empty() || head))
     shape = add_layer(m, make_flatten(), shape);
@@ -255,21 +259,46 @@ ModelDesc build_model(const ModelSpec& spec, const std::vector<int64_t>& input_s
   return m;
 }
 
+}  // namespace
+
+ModelDesc build_model(const ModelSpec& spec, const std::vector<int64_t>& input_shape,
+                      int64_t outputs) {
+  ModelDesc m;
+  m.name = name_of(spec.kind);
+  m.input_shape = input_shape;
+  m.input_elems = 1;
+  for (auto x : input_shape) m.input_elems *= x;
+  m.outputs = outputs;
+  switch (spec.kind) {
+    case ModelKind::kBlocks:
+      return build_blocks(std::move(m), spec, input_shape, outputs);
+    case ModelKind::kTransformer:
+      return build_transformer(std::move(m), spec, input_shape, outputs);
+    case ModelKind::kCnn: {
+      std::vector<int64_t> shape = add_conv_blocks(m, spec, input_shape);
+      return build_dense(std::move(m), spec, std::move(shape), outputs);
+    }
+    case ModelKind::kMlp:
+      break;
+  }
+  return build_dense(std::move(m), spec, input_shape, outputs);
+}
+
 ModelDesc build_model(const Scenario& s) {
   return s.at_key([&] {
     const DatasetShape shape = dataset_shape(s.data);
     // Token sequences and the transformer go together: one without the other would meet ids as
     // features, or features as ids.
     const bool tokens = shape.task == TaskKind::kNextToken;
-    if (tokens != (s.model.kind == "transformer"))
+    if (tokens != (s.model.kind == ModelKind::kTransformer))
       throw KeyError(
           "model.kind",
-          tokens ? "data.kind \"" + s.data.kind +
+          tokens ? "data.kind \"" + std::string(name_of(s.data.kind)) +
                        "\" gives token sequences: it needs model.kind "
                        "= \"transformer\""
-                 : "\"transformer\" needs token sequences (data.kind = \"sort\" or \"text\"), "
-                   "not data.kind \"" +
-                       s.data.kind + "\"");
+                 : std::string("\"transformer\" needs token sequences (data.kind = \"sort\" or "
+                               "\"text\"), not data.kind \"") +
+                       name_of(s.data.kind) + "\"");
     return build_model(s.model, shape.sample_shape, shape.outputs);
   });
 }

@@ -17,7 +17,7 @@ std::vector<at::Tensor> Optimizer::step(const std::vector<at::Tensor>& params,
   ++t_;
   const bool adam = adaptive_optimizer(spec_);
   const bool decoupled =
-      spec_.optimizer == "adamw";  // weight decay on the weights, not the gradient
+      spec_.optimizer == OptimizerKind::kAdamW;  // weight decay on the weights, not the gradient
   for (int k = 0; k < slots(); ++k)
     if (slot_ref(k).empty()) slot_ref(k) = slot(k, params);
   std::vector<at::Tensor> out;
@@ -54,7 +54,7 @@ void Optimizer::add_step_work(const TrainingSpec& training, double elements, Wor
   auto kernel = [&](int reads) { w.add_elementwise(elements, reads); };
   const bool adam = adaptive_optimizer(training);
   if (training.weight_decay > 0) {
-    if (training.optimizer == "adamw") {
+    if (training.optimizer == OptimizerKind::kAdamW) {
       kernel(1);  // p * (1 - lr wd)
     } else {
       kernel(1);  // wd p

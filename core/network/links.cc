@@ -56,7 +56,7 @@ NetworkLinks links_of(const Scenario& s) {
   }
   NetworkLinks links(std::move(nodes));
   links.latency_factor = f.latency;
-  if (s.network.topology != kRegionsTopology) return links;
+  if (s.network.topology != Topology::kRegions) return links;
   // Regions are numbered in the order the devices first name them.
   std::map<std::string, int> index;
   links.region_names.clear();

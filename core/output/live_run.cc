@@ -144,7 +144,8 @@ LiveRun::LiveRun(const std::string& path, const Scenario& s, const Plan& plan,
   write_whole_file((dir / "plan.json").string(), plan_file_text(plan, model));
   info_.wall_seconds = 0;
   write_whole_file((dir / "run.json").string(), run_json_text(info_, "running", ""));
-  rows_ = std::make_unique<LiveRows>(path_, s.output.metrics != "summary", wall, true);
+  rows_ =
+      std::make_unique<LiveRows>(path_, s.output.metrics != MetricsOutput::kSummary, wall, true);
 }
 
 LiveRun::~LiveRun() {

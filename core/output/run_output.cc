@@ -278,7 +278,7 @@ nlohmann::json summarize(const Scenario& s, const Plan& plan, const std::vector<
   j["staleness"] = {{"mean", stale_n ? static_cast<double>(stale_sum) / stale_n : 0.0},
                     {"max", stale_max}};
   // Churn in the simulator, or a real run that recovered from a lost rank.
-  if (s.churn.enabled(s.devices) || s.real.on_peer_loss == "recover") {
+  if (s.churn.enabled(s.devices) || s.real.on_peer_loss == PeerLoss::kRecover) {
     // What churn cost: events by kind, and the samples the plan's clusters did not train.
     int64_t leaves = 0, joins = 0, takeovers = 0, dropped = 0, sat_out = 0, transfers = 0;
     Bytes transfer_bytes = 0;
@@ -488,7 +488,7 @@ void write_run_outputs(const std::string& dir, const Scenario& s, const Plan& pl
 
     write_file(tmp / "plan.json", plan_file_text(plan, model));
 
-    if (s.output.metrics == "summary")
+    if (s.output.metrics == MetricsOutput::kSummary)
       write_file(tmp / "node_metrics.csv", node_metrics_csv(s, plan, events));
     else
       write_events_csv((tmp / "metrics.csv").string(), events);
@@ -515,7 +515,7 @@ void write_run_outputs(const std::string& dir, const Scenario& s, const Plan& pl
       };
       std::vector<char> traced = traced_nodes(plan, s.output.trace_nodes);
       // Under churn a spare may take any stage: every node has its row when all are traced.
-      if ((s.churn.enabled(s.devices) || s.real.on_peer_loss == "recover") &&
+      if ((s.churn.enabled(s.devices) || s.real.on_peer_loss == PeerLoss::kRecover) &&
           s.output.trace_nodes <= 0)
         traced.assign(traced.size(), 1);
       for (int i = 0; i < plan.nodes; ++i) {

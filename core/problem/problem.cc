@@ -76,7 +76,7 @@ Eigen::VectorXd newton_minimum(const Problem& p) {
 
 double Problem::value(const Eigen::VectorXd& w) const {
   RV_CHECK(w.size() == spec.dim, "problem: a point of the wrong dimension");
-  if (spec.kind == "quadratic") {
+  if (spec.kind == ProblemKind::kQuadratic) {
     const Eigen::VectorXd r = w - w_star;
     return 0.5 * r.dot(q * eigenvalues.asDiagonal() * q.transpose() * r) + tau2;
   }
@@ -88,7 +88,7 @@ double Problem::value(const Eigen::VectorXd& w) const {
 
 Eigen::VectorXd Problem::gradient(const Eigen::VectorXd& w) const {
   RV_CHECK(w.size() == spec.dim, "problem: a point of the wrong dimension");
-  if (spec.kind == "quadratic")
+  if (spec.kind == ProblemKind::kQuadratic)
     return q * (eigenvalues.asDiagonal() * (q.transpose() * (w - w_star)));
   const Eigen::VectorXd s = a * w;
   Eigen::VectorXd r(s.size());
@@ -97,8 +97,6 @@ Eigen::VectorXd Problem::gradient(const Eigen::VectorXd& w) const {
 }
 
 Problem make_problem(const ProblemSpec& spec) {
-  if (spec.kind != "quadratic" && spec.kind != "logistic")
-    throw InputError("unknown problem '" + spec.kind + "' (quadratic, logistic)");
   if (!(spec.eig_min > 0 && spec.eig_min <= spec.eig_max))
     throw InputError("the problem's spectrum needs 0 < eig_min <= eig_max");
   RV_CHECK(spec.dim >= 1, "problem: dimension below 1");
@@ -114,7 +112,7 @@ Problem make_problem(const ProblemSpec& spec) {
                                          static_cast<double>(i) / static_cast<double>(d - 1));
   p.q = Eigen::HouseholderQR<Eigen::MatrixXd>(gaussian(normal, d, d)).householderQ();
   const Eigen::VectorXd u = gaussian(normal, d, 1);
-  if (spec.kind == "quadratic") {
+  if (spec.kind == ProblemKind::kQuadratic) {
     p.rows = d;
     p.w_star = u;
     p.a = std::sqrt(static_cast<double>(d) / 2) * p.eigenvalues.cwiseSqrt().asDiagonal() *

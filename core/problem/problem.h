@@ -32,8 +32,11 @@
 
 namespace rv {
 
+// The problem's family: data.kind quadratic or logistic.
+enum class ProblemKind { kQuadratic, kLogistic };
+
 struct ProblemSpec {
-  std::string kind;        // "quadratic" | "logistic"
+  ProblemKind kind = ProblemKind::kQuadratic;
   int64_t dim = 32;        // d, the parameters
   double eig_min = 0.1;    // the spectrum of the Hessian (quadratic) or the features' covariance
   double eig_max = 1.0;    // (logistic), geometric in between
@@ -64,7 +67,7 @@ struct Problem {
   double delta() const { return value(Eigen::VectorXd::Zero(spec.dim)) - f_star; }  // f(w_0) - f*
 };
 
-// The problem of a spec. rv::InputError for an unknown kind or a spectrum out of order.
+// The problem of a spec. rv::InputError for a spectrum out of order.
 Problem make_problem(const ProblemSpec& spec);
 
 }  // namespace rv

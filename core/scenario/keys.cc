@@ -27,6 +27,8 @@ template <typename T>
 KeyValue to_value(const T& v) {
   if constexpr (std::is_same_v<T, Toggle>)
     return v == Toggle::kAuto ? KeyValue(std::string(kAutoWord)) : KeyValue(v == Toggle::kOn);
+  else if constexpr (is_choice_v<T>)
+    return KeyValue(std::string(name_of(v)));
   else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
     return KeyValue(static_cast<int64_t>(v));
   else
@@ -38,6 +40,8 @@ T from_value(const KeyValue& v) {
   if constexpr (std::is_same_v<T, Toggle>) {
     if (std::holds_alternative<std::string>(v)) return Toggle::kAuto;
     return std::get<bool>(v) ? Toggle::kOn : Toggle::kOff;
+  } else if constexpr (is_choice_v<T>) {
+    return *choice_of<T>(std::get<std::string>(v));  // the reader checked the word
   } else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
     return static_cast<T>(std::get<int64_t>(v));
   else
@@ -57,9 +61,10 @@ class Rows {
     add(name, KeyType::kString, m, "", help).allow_empty = empty == Empty::kAllowed;
     return *this;
   }
-  Rows& choice(const char* name, std::string Struct::*m, std::vector<std::string> choices,
-               const char* help) {
-    add(name, KeyType::kChoice, m, "", help).choices = std::move(choices);
+  // One of the words of E's table (core/scenario/choice.h), stored as the enum.
+  template <typename E>
+  Rows& choice(const char* name, E Struct::*m, const char* help) {
+    add(name, KeyType::kChoice, m, "", help).choices = choice_names<E>();
     return *this;
   }
   Rows& flag(const char* name, bool Struct::*m, const char* help) {
@@ -241,7 +246,7 @@ void add_top_and_devices(Catalog& c) {
 void add_model_and_data(Catalog& c) {
   c.table("model", &Scenario::model)
       .choice(
-          "kind", &ModelSpec::kind, {"mlp", "blocks", "cnn", "transformer"},
+          "kind", &ModelSpec::kind,
           "mlp: fully connected layers; cnn: convolution blocks, then fully connected layers; "
           "blocks: the additive block model of a problem (data.kind quadratic or logistic): "
           "model.blocks parameter blocks, each adding its columns' share of X w to a running sum; "
@@ -258,7 +263,7 @@ void add_model_and_data(Catalog& c) {
       .flag("batch_norm", &ModelSpec::batch_norm, "cnn: BatchNorm after each convolution")
       .real("dropout", &ModelSpec::dropout, 0.0, 0.95, "",
             "dropout probability before each hidden linear layer")
-      .choice("head", &ModelSpec::head, {"none", "linear"},
+      .choice("head", &ModelSpec::head,
               "linear: a final linear layer to the task's outputs (classes, regression targets); "
               "none: the model's last layer must already produce them")
       .integer("blocks", &ModelSpec::blocks, 1, kMaxWidth,
@@ -279,8 +284,6 @@ void add_model_and_data(Catalog& c) {
   c.table("data", &Scenario::data)
       .choice(
           "kind", &DataSpec::kind,
-          {"synthetic", "quadratic", "logistic", "fashion-mnist", "digits", "regression", "sort",
-           "text"},
           "synthetic: noisy images around one centre per class; fashion-mnist, digits: "
           "Debian's files; regression: synthetic linear regression; quadratic, logistic: problems "
           "with known constants for model.kind = \"blocks\" (docs/theory.md); sort: minGPT's "
@@ -330,7 +333,7 @@ void add_training(Catalog& c) {
       .text("algorithm", &TrainingSpec::algorithm,
             "the algorithm, a name from the algorithm registry (`ravnest keys` lists them)",
             Empty::kRefused)
-      .choice("optimizer", &TrainingSpec::optimizer, {"sgd", "adam", "adamw"},
+      .choice("optimizer", &TrainingSpec::optimizer,
               "the optimizer of every stage (diloco's inner one: adamw)")
       .positive("lr", &TrainingSpec::lr, 100.0, "", "learning rate")
       .real("momentum", &TrainingSpec::momentum, 0.0, 0.9999, "", "sgd: momentum")
@@ -359,7 +362,7 @@ void add_training(Catalog& c) {
                "flushing pipelines: micro-batches per update")
       .integer("average_every", &TrainingSpec::average_every, 1, kMaxCount,
                "local updates between cross-cluster averagings of parameters")
-      .choice("averaging", &TrainingSpec::averaging, {"bulk-sync", "overlapped"},
+      .choice("averaging", &TrainingSpec::averaging,
               "bulk-sync: each cluster drains, then all average; overlapped: averaging runs while "
               "training goes on, the averaged difference is applied when it is done")
       .text("allreduce", &TrainingSpec::allreduce,
@@ -383,7 +386,6 @@ void add_training(Catalog& c) {
 void add_planner(Catalog& c) {
   c.table("planner", &Scenario::planner)
       .choice("method", &PlannerSpec::method,
-              {"manual", "greedy", "ga", "ravnest-ga", "exhaustive"},
               "manual: stages in proportion to RAM or as given, one cluster unless "
               "`[[planner.cluster]]`; greedy: nodes dealt into clusters by speed; "
               "ga: maximises the predicted global throughput; "
@@ -416,12 +418,12 @@ void add_planner(Catalog& c) {
 
 void add_run_tables(Catalog& c) {
   c.table("network", &Scenario::network)
-      .choice("topology", &NetworkSpec::topology, {kStarTopology, kRegionsTopology},
+      .choice("topology", &NetworkSpec::topology,
               "star: each device reaches a common core through its own links; regions: each "
               "device reaches its region's core (devices[].region), and the regions' cores are "
               "joined by `[[network.link]]`: a message between regions crosses the sender's "
               "uplink, the link between the regions and the receiver's downlink")
-      .choice("model", &NetworkSpec::model, {"tcp", "lv08", "ideal"},
+      .choice("model", &NetworkSpec::model,
               "tcp: SimGrid's CM02 at TCP's goodput (bandwidth x 0.962, measured), one latency per "
               "stream: one connection per pair of nodes (docs/network-model.md); lv08: SimGrid's "
               "calibration for LAN TCP (latency x "
@@ -450,8 +452,7 @@ void add_run_tables(Catalog& c) {
                 "bandwidth of the link each way, shared by every flow between the two regions "
                 "in that direction");
   c.table("sim", &Scenario::sim)
-      .choice("mode", &SimSpec::mode, {"numeric", "timing"},
-              "numeric: real maths, modeled time; timing: no maths");
+      .choice("mode", &SimSpec::mode, "numeric: real maths, modeled time; timing: no maths");
   c.table("real", &Scenario::real)
       .positive("timeout_s", &RealSpec::timeout_s, 86400.0, "s",
                 "a peer silent for this long is considered dead (times the dilation)")
@@ -468,18 +469,18 @@ void add_run_tables(Catalog& c) {
               "hold every message for the time the scenario's links take (the simulator's star, "
               "network.model = \"ideal\"); auto: on under `ravnest real` (every rank on this "
               "machine), off for ranks started by hand (`ravnest node`) and the loopback executor")
-      .choice("shaper", &RealSpec::shaper, {kUserShaper, kKernelShaper},
+      .choice("shaper", &RealSpec::shaper,
               "user: the launcher holds each message for its links' time (no root); kernel: "
               "each node in a network namespace, links shaped by htb, real TCP over them (root; "
               "the latency added by each receiver after a message's arrival; shapes allreduce = "
               "\"gloo\" too)")
-      .choice("on_peer_loss", &RealSpec::on_peer_loss, {"fail", "recover"},
+      .choice("on_peer_loss", &RealSpec::on_peer_loss,
               "fail: a rank that loses a peer stops the run (exit 1); recover: ravnest goes on "
               "without it as under churn (its cluster sits out until a spare, an idle rank of the "
               "plan or a replacement process started with `ravnest node --join`, takes the lost "
               "stage and fetches its state; rank 0 must survive)")
       .choice(
-          "device", &RealSpec::device, {"auto", "cpu", "cuda"},
+          "device", &RealSpec::device,
           "where each rank computes: cuda keeps its stage, optimizer state and activations on a "
           "GPU (devices[].gpu; messages go through pinned host memory) and is refused where the "
           "LibTorch this was built against has no CUDA or no GPU is visible; auto: cuda where it "
@@ -491,7 +492,7 @@ void add_run_tables(Catalog& c) {
       .integer("trace_nodes", &OutputSpec::trace_nodes, 0, kMaxNodes,
                "0: trace.json holds every node; n: whole clusters spread evenly over the plan, "
                "up to n nodes (at least one cluster), for runs of thousands of nodes")
-      .choice("metrics", &OutputSpec::metrics, {"events", "summary"},
+      .choice("metrics", &OutputSpec::metrics,
               "events: metrics.csv, one row per event; summary: node_metrics.csv instead, one row "
               "per node (count and seconds of each span kind, messages and bytes each way), and "
               "the simulator keeps an untraced node's sends, receives and waits as totals only "

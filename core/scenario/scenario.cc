@@ -273,15 +273,15 @@ void check_model(const Scenario& s) {
     throw ScenarioError(s.where("model.kernel"), "model.kernel",
                         "must be odd (padding keeps the size)");
   // Problems with known constants and the additive block model go together (docs/theory.md).
-  const bool problem = s.data.kind == "quadratic" || s.data.kind == "logistic";
-  if (s.model.kind == "blocks" && !problem)
+  const bool problem = is_problem(s.data.kind);
+  if (s.model.kind == ModelKind::kBlocks && !problem)
     throw ScenarioError(
         s.where("model.kind"), "model.kind",
         "\"blocks\" is the model of a problem: set data.kind = \"quadratic\" or \"logistic\"");
-  if (problem && s.model.kind != "blocks")
+  if (problem && s.model.kind != ModelKind::kBlocks)
     throw ScenarioError(
         s.where("data.kind"), "data.kind",
-        "\"" + s.data.kind +
+        "\"" + std::string(name_of(s.data.kind)) +
             "\" is fitted by the additive block model: set model.kind = \"blocks\"");
   if (problem && s.model.blocks > s.data.features)
     throw ScenarioError(s.where("model.blocks"), "model.blocks",
@@ -289,7 +289,7 @@ void check_model(const Scenario& s) {
                             "): every block holds a column at least");
   if (problem && s.data.eig_min > s.data.eig_max)
     throw ScenarioError(s.where("data.eig_min"), "data.eig_min", "must be at most data.eig_max");
-  if (problem && s.model.head != "none")
+  if (problem && s.model.head != Head::kNone)
     throw ScenarioError(s.where("model.head"), "model.head",
                         "the block model has its own readout: leave it \"none\"");
 }
@@ -307,7 +307,7 @@ void check_planner_clusters(const Scenario& s) {
 // given (it would do nothing); under "regions" every device names its region and every pair of
 // regions with devices has exactly one link, and a link joins two such regions.
 void check_regions(const Scenario& s) {
-  const bool regions = s.network.topology == kRegionsTopology;
+  const bool regions = s.network.topology == Topology::kRegions;
   std::set<std::string> used;
   for (size_t i = 0; i < s.devices.size(); ++i) {
     const std::string key = "devices[" + std::to_string(i) + "].region";
@@ -447,7 +447,7 @@ void read_profiles(Scenario& s) {
 void read_platform(Scenario& s) {
   std::string& platform = s.network.platform;
   if (platform.empty()) return;
-  if (s.network.topology != kStarTopology)
+  if (s.network.topology != Topology::kStar)
     throw ScenarioError(
         s.where("network.platform"), "network.platform",
         "a platform file gives the whole network: leave network.topology \"star\" (the default)");
@@ -534,8 +534,8 @@ void apply_override(toml::table& root, const std::string& spec) {
 
 NetFactors net_factors(const NetworkSpec& network) {
   NetFactors f;
-  if (network.model == "lv08") f = {13.01, 0.97, 4194304.0};
-  if (network.model == "tcp") f = {1.0, kTcpBandwidthFactor, 0.0};
+  if (network.model == NetworkModel::kLv08) f = {13.01, 0.97, 4194304.0};
+  if (network.model == NetworkModel::kTcp) f = {1.0, kTcpBandwidthFactor, 0.0};
   if (network.latency_factor > 0) f.latency = network.latency_factor;
   if (network.bandwidth_factor > 0) f.bandwidth = network.bandwidth_factor;
   return f;

@@ -15,6 +15,7 @@
 
 #include "core/compute/profile.h"
 #include "core/error.h"
+#include "core/scenario/choice.h"
 #include "core/units.h"
 
 namespace rv {
@@ -77,14 +78,31 @@ struct DeviceGroup {
   Seconds latency_s() const { return latency_ms * kMsToSeconds * dilation; }
 };
 
+// model.kind: the model's family (core/model/model.cc builds each).
+enum class ModelKind { kMlp, kBlocks, kCnn, kTransformer };
+template <>
+struct ChoiceNames<ModelKind> {
+  static constexpr ChoiceName<ModelKind> kNames[] = {{ModelKind::kMlp, "mlp"},
+                                                     {ModelKind::kBlocks, "blocks"},
+                                                     {ModelKind::kCnn, "cnn"},
+                                                     {ModelKind::kTransformer, "transformer"}};
+};
+
+// model.head: a final linear layer to the task's outputs, or none.
+enum class Head { kNone, kLinear };
+template <>
+struct ChoiceNames<Head> {
+  static constexpr ChoiceName<Head> kNames[] = {{Head::kNone, "none"}, {Head::kLinear, "linear"}};
+};
+
 struct ModelSpec {
-  std::string kind = "mlp";
+  ModelKind kind = ModelKind::kMlp;
   std::vector<int64_t> hidden = {256, 128};
   std::vector<int64_t> channels = {16, 32};
   int64_t kernel = 3;  // odd
   bool batch_norm = true;
   double dropout = 0.0;
-  std::string head = "none";
+  Head head = Head::kNone;
   int64_t blocks = 4;  // blocks: parameter blocks (one layer each)
   // transformer: a GPT-style decoder (core/model/transformer.cc)
   int64_t layers = 2;    // blocks
@@ -95,8 +113,31 @@ struct ModelSpec {
   int64_t vocab = 0;     // token ids; 0: the data's vocabulary
 };
 
+// data.kind: where samples come from; each kind is a unit of core/data (its shape, location and
+// loader in one place: core/data/data_source.h).
+enum class DataKind {
+  kSynthetic,
+  kQuadratic,
+  kLogistic,
+  kFashionMnist,
+  kDigits,
+  kRegression,
+  kSort,
+  kText
+};
+template <>
+struct ChoiceNames<DataKind> {
+  static constexpr ChoiceName<DataKind> kNames[] = {
+      {DataKind::kSynthetic, "synthetic"}, {DataKind::kQuadratic, "quadratic"},
+      {DataKind::kLogistic, "logistic"},   {DataKind::kFashionMnist, "fashion-mnist"},
+      {DataKind::kDigits, "digits"},       {DataKind::kRegression, "regression"},
+      {DataKind::kSort, "sort"},           {DataKind::kText, "text"}};
+};
+// The problems with known constants (core/problem/problem.h): quadratic and logistic.
+inline bool is_problem(DataKind k) { return k == DataKind::kQuadratic || k == DataKind::kLogistic; }
+
 struct DataSpec {
-  std::string kind = "synthetic";
+  DataKind kind = DataKind::kSynthetic;
   int64_t batch_size = 64;
   int64_t train_samples = 0;  // 0: all (synthetic: 8192)
   int64_t test_samples = 0;   // 0: all (synthetic: 2048)
@@ -117,9 +158,27 @@ struct DataSpec {
   int64_t seq_len = 64;  // text: characters per sample
 };
 
+// training.optimizer: every stage's optimizer.
+enum class OptimizerKind { kSgd, kAdam, kAdamW };
+template <>
+struct ChoiceNames<OptimizerKind> {
+  static constexpr ChoiceName<OptimizerKind> kNames[] = {{OptimizerKind::kSgd, "sgd"},
+                                                         {OptimizerKind::kAdam, "adam"},
+                                                         {OptimizerKind::kAdamW, "adamw"}};
+};
+
+// training.averaging: clusters drain, then average (bulk-sync), or average while training goes on
+// (overlapped).
+enum class Averaging { kBulkSync, kOverlapped };
+template <>
+struct ChoiceNames<Averaging> {
+  static constexpr ChoiceName<Averaging> kNames[] = {{Averaging::kBulkSync, "bulk-sync"},
+                                                     {Averaging::kOverlapped, "overlapped"}};
+};
+
 struct TrainingSpec {
   std::string algorithm = "ravnest";  // a name from the algorithm registry (validated there)
-  std::string optimizer = "sgd";
+  OptimizerKind optimizer = OptimizerKind::kSgd;
   double lr = 0.05;
   double momentum = 0.0;
   double weight_decay = 0.0;
@@ -128,7 +187,7 @@ struct TrainingSpec {
   bool weight_stashing = true;
   int64_t micro_batches = 4;
   int64_t average_every = 50;
-  std::string averaging = "bulk-sync";
+  Averaging averaging = Averaging::kBulkSync;
   std::string allreduce = "multi-ring";  // a name from the all-reduce registry (validated there)
   double ring_piece_mb = 0;  // ring all-reduces: largest segment in one message, MB (0: whole)
   bool average_optimizer_state = false;
@@ -145,11 +204,23 @@ struct TrainingSpec {
 
 // Adam and AdamW: two state slots per parameter (the moments) and the same step's cost.
 inline bool adaptive_optimizer(const TrainingSpec& t) {
-  return t.optimizer == "adam" || t.optimizer == "adamw";
+  return t.optimizer == OptimizerKind::kAdam || t.optimizer == OptimizerKind::kAdamW;
 }
 
+// planner.method: how the pool becomes clusters and stages (planner/assemble.cc).
+enum class PlannerMethod { kManual, kGreedy, kGa, kRavnestGa, kExhaustive };
+template <>
+struct ChoiceNames<PlannerMethod> {
+  static constexpr ChoiceName<PlannerMethod> kNames[] = {
+      {PlannerMethod::kManual, "manual"},
+      {PlannerMethod::kGreedy, "greedy"},
+      {PlannerMethod::kGa, "ga"},
+      {PlannerMethod::kRavnestGa, "ravnest-ga"},
+      {PlannerMethod::kExhaustive, "exhaustive"}};
+};
+
 struct PlannerSpec {
-  std::string method = "manual";
+  PlannerMethod method = PlannerMethod::kManual;
   int clusters = 0;                   // 0: the planner chooses ("auto" in the file)
   std::vector<int64_t> stage_layers;  // empty: by RAM
   // [[planner.cluster]]: explicit clusters (manual).
@@ -172,8 +243,20 @@ constexpr double kTcpBandwidthFactor = 0.962;
 
 // network.topology: every node reaches one core ("star"), or its region's core, the regions'
 // cores joined by [[network.link]] entries ("regions"); core/network/links.h.
-inline constexpr const char* kStarTopology = "star";
-inline constexpr const char* kRegionsTopology = "regions";
+enum class Topology { kStar, kRegions };
+template <>
+struct ChoiceNames<Topology> {
+  static constexpr ChoiceName<Topology> kNames[] = {{Topology::kStar, "star"},
+                                                    {Topology::kRegions, "regions"}};
+};
+
+// network.model: how a link's latency and bandwidth are bent (NetFactors below).
+enum class NetworkModel { kTcp, kLv08, kIdeal };
+template <>
+struct ChoiceNames<NetworkModel> {
+  static constexpr ChoiceName<NetworkModel> kNames[] = {
+      {NetworkModel::kTcp, "tcp"}, {NetworkModel::kLv08, "lv08"}, {NetworkModel::kIdeal, "ideal"}};
+};
 
 // [[network.link]]: the links between two regions' cores, one each way, each of `mbps`.
 struct RegionLinkSpec {
@@ -183,8 +266,8 @@ struct RegionLinkSpec {
 };
 
 struct NetworkSpec {
-  std::string topology = kStarTopology;
-  std::string model = "tcp";
+  Topology topology = Topology::kStar;
+  NetworkModel model = NetworkModel::kTcp;
   double bandwidth_factor = 0;       // > 0: replaces the model's own
   double latency_factor = 0;         // > 0: replaces the model's own
   std::vector<RegionLinkSpec> link;  // topology "regions": every pair of regions with devices
@@ -207,8 +290,16 @@ struct NetFactors {
 };
 NetFactors net_factors(const NetworkSpec& network);
 
+// sim.mode: real maths with modeled time, or no maths.
+enum class SimMode { kNumeric, kTiming };
+template <>
+struct ChoiceNames<SimMode> {
+  static constexpr ChoiceName<SimMode> kNames[] = {{SimMode::kNumeric, "numeric"},
+                                                   {SimMode::kTiming, "timing"}};
+};
+
 struct SimSpec {
-  std::string mode = "numeric";
+  SimMode mode = SimMode::kNumeric;
 };
 
 // A setting that is on, off, or left to the executor ("auto" in a scenario file).
@@ -217,8 +308,28 @@ enum class Toggle { kAuto, kOff, kOn };
 // The network emulator of real runs (real.shaper).
 //   user    the launcher holds every message for the time the scenario's links take (emu/)
 //   kernel  each node runs in a network namespace of the run's, its links shaped by htb (root)
-inline constexpr const char* kUserShaper = "user";
-inline constexpr const char* kKernelShaper = "kernel";
+enum class Shaper { kUser, kKernel };
+template <>
+struct ChoiceNames<Shaper> {
+  static constexpr ChoiceName<Shaper> kNames[] = {{Shaper::kUser, "user"},
+                                                  {Shaper::kKernel, "kernel"}};
+};
+
+// real.on_peer_loss: a rank that loses a peer stops the run, or goes on as under churn.
+enum class PeerLoss { kFail, kRecover };
+template <>
+struct ChoiceNames<PeerLoss> {
+  static constexpr ChoiceName<PeerLoss> kNames[] = {{PeerLoss::kFail, "fail"},
+                                                    {PeerLoss::kRecover, "recover"}};
+};
+
+// real.device: where each rank computes (real/compute_device.h).
+enum class DeviceChoice { kAuto, kCpu, kCuda };
+template <>
+struct ChoiceNames<DeviceChoice> {
+  static constexpr ChoiceName<DeviceChoice> kNames[] = {
+      {DeviceChoice::kAuto, "auto"}, {DeviceChoice::kCpu, "cpu"}, {DeviceChoice::kCuda, "cuda"}};
+};
 
 struct RealSpec {
   double timeout_s = 60.0;
@@ -226,9 +337,17 @@ struct RealSpec {
   int master_port = 0;  // 0: pick a free port
   bool emulate_speed = false;
   Toggle emulate_network = Toggle::kAuto;  // auto: on under `ravnest real`, off elsewhere
-  std::string shaper = kUserShaper;
-  std::string on_peer_loss = "fail";  // fail | recover (ravnest, as under churn: algo/roster.h)
-  std::string device = "auto";        // auto | cpu | cuda (real/compute_device.h)
+  Shaper shaper = Shaper::kUser;
+  PeerLoss on_peer_loss = PeerLoss::kFail;  // recover: ravnest, as under churn (algo/roster.h)
+  DeviceChoice device = DeviceChoice::kAuto;
+};
+
+// output.metrics: metrics.csv, one row per event; or node_metrics.csv, one row per node.
+enum class MetricsOutput { kEvents, kSummary };
+template <>
+struct ChoiceNames<MetricsOutput> {
+  static constexpr ChoiceName<MetricsOutput> kNames[] = {{MetricsOutput::kEvents, "events"},
+                                                         {MetricsOutput::kSummary, "summary"}};
 };
 
 struct OutputSpec {
@@ -237,8 +356,7 @@ struct OutputSpec {
   // trace.json's nodes: 0, all of them; n > 0, whole clusters spread over the plan, up to n nodes
   // (at least one cluster): a readable timeline of a run of thousands of nodes.
   int trace_nodes = 0;
-  // "events": metrics.csv, one row per event; "summary": node_metrics.csv, one row per node.
-  std::string metrics = "events";
+  MetricsOutput metrics = MetricsOutput::kEvents;
 };
 
 // Injected faults (every executor honours them), for studying and testing failure handling.

@@ -1,7 +1,7 @@
 """Transcribes one of Baidu's DeepBench training-results workbooks (results/train/DeepBench_NV_*.xlsx
 in the DeepBench repository, Apache License 2.0) into a samples file for `ravnest calibrate --from`:
 every single-precision GEMM and convolution kernel with its published time, in the conventions of
-exec/calibrate.h (flops of the kernel, bytes its operands and result move once, in float32).
+calibrate/calibrate.h (flops of the kernel, bytes its operands and result move once, in float32).
 
     deepbench.py WORKBOOK.xlsx > DEVICE.csv
 

@@ -1,4 +1,4 @@
-#include "exec/calibrate.h"
+#include "calibrate/calibrate.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
