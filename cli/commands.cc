@@ -376,12 +376,9 @@ int run_child(const std::vector<std::string>& args) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-}  // namespace
-
-int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid,
-              const std::string& executor, const std::string& out, const std::string& self_exe) {
-  // Validate the base scenario and every value before running anything.
-  Scenario base = load_checked(o.scenario, o.overrides);
+// The grid's axes: each "KEY=V1,V2,..." as its key and its values.
+std::vector<std::pair<std::string, std::vector<std::string>>> sweep_axes(
+    const std::vector<std::string>& grid) {
   std::vector<std::pair<std::string, std::vector<std::string>>> axes;
   for (const auto& g : grid) {
     const auto eq = g.find('=');
@@ -389,6 +386,12 @@ int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid,
       throw ScenarioError("--grid", g, "expected KEY=V1,V2,...");
     axes.emplace_back(g.substr(0, eq), split_values(g.substr(eq + 1)));
   }
+  return axes;
+}
+
+// Every point of the grid, as its "KEY=V" overrides, the first axis varying slowest.
+std::vector<std::vector<std::string>> grid_points(
+    const std::vector<std::pair<std::string, std::vector<std::string>>>& axes) {
   std::vector<std::vector<std::string>> combos{{}};
   for (const auto& [key, values] : axes) {
     std::vector<std::vector<std::string>> next;
@@ -400,6 +403,76 @@ int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid,
       }
     combos = next;
   }
+  return combos;
+}
+
+// A point's folder name: its overrides joined by '_', characters other than letters, digits,
+// '.', '-' and '_' as '-' ("base" for none).
+std::string point_name(const std::vector<std::string>& point) {
+  std::string name;
+  for (const auto& kv : point) {
+    std::string part = kv;
+    for (char& ch : part)
+      if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '.' && ch != '-' && ch != '_')
+        ch = '-';
+    name += (name.empty() ? "" : "_") + part;
+  }
+  if (name.empty()) name = "base";
+  return name;
+}
+
+// Records in dir/name/refused.json that the planner refused the point `sc` (`overrides`).
+void record_refusal(const fs::path& dir, const std::string& name, const Scenario& sc,
+                    const std::vector<std::string>& overrides, const PlanRefused& e) {
+  nlohmann::json r = {{"scenario", sc.name},
+                      {"algorithm", sc.training.algorithm},
+                      {"clusters", sc.planner.clusters},
+                      {"nodes", sc.node_count()},
+                      {"overrides", overrides},
+                      {"reason", e.what()}};
+  fs::create_directories(dir / name);
+  write_whole_file((dir / name / "refused.json").string(), r.dump(2) + "\n");
+}
+
+// Runs one point of a sweep in a child process (`ravnest sim` or `ravnest real`) into dir/name;
+// returns its exit status.
+int run_point(const CommonOptions& o, const std::vector<std::string>& point,
+              const std::string& executor, const fs::path& dir, const std::string& name,
+              const std::string& self_exe) {
+  std::vector<std::string> args = {self_exe, executor == "real" ? "real" : "sim", o.scenario};
+  for (const auto& kv : o.overrides) args.insert(args.end(), {"--set", kv});
+  for (const auto& kv : point) args.insert(args.end(), {"--set", kv});
+  if (executor != "real") args.insert(args.end(), {"--executor", executor});
+  args.insert(args.end(), {"--run-dir", (dir / name).string(), "--progress", "off"});
+  return run_child(args);
+}
+
+// The sweep's table: each finished run's time, throughput and accuracy, then the refused ones.
+void print_sweep_table(const std::vector<std::pair<std::string, std::string>>& done,
+                       const std::vector<std::pair<std::string, std::string>>& refused,
+                       const fs::path& dir) {
+  std::cout << fmt::format("\n{:<48} {:>12} {:>12} {:>10}\n", "run", "time (s)", "samples/s",
+                           "accuracy");
+  for (const auto& [name, path] : done) {
+    const nlohmann::json j = read_json_file((fs::path(path) / "summary.json").string());
+    const auto& acc = j["final"]["test_accuracy"];
+    std::cout << fmt::format(
+        "{:<48} {:>12.3f} {:>12.1f} {:>10}\n", name, j["time_s"].get<double>(),
+        j["samples_per_s"].get<double>(),
+        acc.is_null() ? std::string("-") : fmt::format("{:.4f}", acc.get<double>()));
+  }
+  for (const auto& [name, why] : refused)
+    std::cout << fmt::format("{:<48} refused: {}\n", name, why);
+  std::cout << fmt::format("\nplots: ravnest report {}/*\n", dir.string());
+}
+
+}  // namespace
+
+int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid,
+              const std::string& executor, const std::string& out, const std::string& self_exe) {
+  // Validate the base scenario and every value before running anything.
+  Scenario base = load_checked(o.scenario, o.overrides);
+  const std::vector<std::vector<std::string>> combos = grid_points(sweep_axes(grid));
   std::vector<Scenario> points;
   for (const auto& c : combos) {
     auto all = o.overrides;
@@ -415,39 +488,18 @@ int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid,
   std::vector<std::pair<std::string, std::string>> done, refused;
   for (size_t i = 0; i < combos.size(); ++i) {
     const auto& c = combos[i];
-    std::string name;
-    for (const auto& kv : c) {
-      std::string part = kv;
-      for (char& ch : part)
-        if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '.' && ch != '-' && ch != '_')
-          ch = '-';
-      name += (name.empty() ? "" : "_") + part;
-    }
-    if (name.empty()) name = "base";
+    const std::string name = point_name(c);
     // A pool that cannot run this point (sync-dp on nodes that cannot hold the model) is a result:
     // recorded for the report, not a failure.
     try {
       prepare(points[i]);
     } catch (const PlanRefused& e) {
-      const Scenario& sc = points[i];
-      nlohmann::json r = {{"scenario", sc.name},
-                          {"algorithm", sc.training.algorithm},
-                          {"clusters", sc.planner.clusters},
-                          {"nodes", sc.node_count()},
-                          {"overrides", c},
-                          {"reason", e.what()}};
-      fs::create_directories(dir / name);
-      write_whole_file((dir / name / "refused.json").string(), r.dump(2) + "\n");
+      record_refusal(dir, name, points[i], c, e);
       refused.emplace_back(name, e.what());
       std::cout << fmt::format("  {}: refused by the planner\n", name);
       continue;
     }
-    std::vector<std::string> args = {self_exe, executor == "real" ? "real" : "sim", o.scenario};
-    for (const auto& kv : o.overrides) args.insert(args.end(), {"--set", kv});
-    for (const auto& kv : c) args.insert(args.end(), {"--set", kv});
-    if (executor != "real") args.insert(args.end(), {"--executor", executor});
-    args.insert(args.end(), {"--run-dir", (dir / name).string(), "--progress", "off"});
-    const int rc = run_child(args);
+    const int rc = run_point(o, c, executor, dir, name, self_exe);
     if (rc != 0) {
       ++failed;
       std::cout << fmt::format("  {}: failed (exit status {})\n", name, rc);
@@ -455,19 +507,7 @@ int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid,
       done.emplace_back(name, (dir / name).string());
     }
   }
-  std::cout << fmt::format("\n{:<48} {:>12} {:>12} {:>10}\n", "run", "time (s)", "samples/s",
-                           "accuracy");
-  for (const auto& [name, path] : done) {
-    const nlohmann::json j = read_json_file((fs::path(path) / "summary.json").string());
-    const auto& acc = j["final"]["test_accuracy"];
-    std::cout << fmt::format(
-        "{:<48} {:>12.3f} {:>12.1f} {:>10}\n", name, j["time_s"].get<double>(),
-        j["samples_per_s"].get<double>(),
-        acc.is_null() ? std::string("-") : fmt::format("{:.4f}", acc.get<double>()));
-  }
-  for (const auto& [name, why] : refused)
-    std::cout << fmt::format("{:<48} refused: {}\n", name, why);
-  std::cout << fmt::format("\nplots: ravnest report {}/*\n", dir.string());
+  print_sweep_table(done, refused, dir);
   return failed == 0 ? 0 : 1;
 }
 
