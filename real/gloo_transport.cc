@@ -124,6 +124,18 @@ std::string join_done_key(int64_t t) { return "rv/join/done/" + std::to_string(t
 // How often the acceptor looks for joins, and a replacement for its turn.
 constexpr std::chrono::milliseconds kJoinPoll(50);
 
+// The proof that member `from` of the process group `name` holds the run's `secret`, for member
+// `to` (over `to_nonce`, its nonce), as a tensor to send.
+at::Tensor group_proof(const std::string& secret, const std::string& name,
+                       const std::string& to_nonce, int from, int to) {
+  const auth::Mac m =
+      auth::mac(secret, {"group-hello", name, to_nonce, auth::be32(static_cast<uint32_t>(from)),
+                         auth::be32(static_cast<uint32_t>(to))});
+  at::Tensor t = at::empty({static_cast<int64_t>(auth::kMacBytes / sizeof(int64_t))}, at::kLong);
+  std::memcpy(t.data_ptr<int64_t>(), m.data(), m.size());
+  return t;
+}
+
 }  // namespace
 
 struct GlooTransport::Impl {
@@ -588,31 +600,13 @@ struct GlooTransport::Impl {
       k = inc[peer];
     }
     std::deque<Posted> headers;  // oldest first; left posted at the end (shutdown aborts them)
-    auto fill = [&] {
-      while (headers.size() < kHeadersAhead) {
-        std::optional<Posted> p = post_header(peer);
-        if (!p) return false;
-        headers.push_back(std::move(*p));
-      }
-      return true;
-    };
     try {
       for (bool first = true;; first = false) {
-        if (!fill() || !wait_for_room(peer)) return;
+        if (!fill_headers(peer, headers) || !wait_for_room(peer)) return;
         const Posted header = std::move(headers.front());
         headers.pop_front();
         if (!wait_recv(peer, header.work)) return;
-        Decoded d;
-        try {
-          d = decode_header(header.tensors[0].data_ptr<int64_t>(),
-                            static_cast<size_t>(header.tensors[0].numel()), peer,
-                            opt.max_payload_elems);
-        } catch (const InputError& e) {
-          if (!first) throw;
-          throw PeerError(who() + ": the connection of peer " + std::to_string(peer) +
-                          " did not prove the run's secret (its first message is malformed: " +
-                          e.what() + "): an impostor, or a process of another kind");
-        }
+        Decoded d = read_header(peer, header, first);
         if (first) {
           check_hello(peer, d, header.tensors[0].data_ptr<int64_t>());
           std::lock_guard<std::mutex> lock(mu);
@@ -624,70 +618,10 @@ struct GlooTransport::Impl {
           live->heard(peer, now_s(), d.split ? kFloatBytes * d.elems : 0);
         }
         if (d.msg.kind == MsgKind::kControl && d.msg.id == kBeatId) continue;
-        if (d.msg.kind == MsgKind::kControl && d.msg.id == kByeId) {
-          {
-            std::lock_guard<std::mutex> lock(mu);
-            live->forget(peer);
-            if (peers[peer] == PeerState::kOpen) {
-              peers[peer] = PeerState::kBye;
-              --open_peers;
-            }
-          }
-          inbox_cv.notify_all();
-          return;
-        }
+        if (d.msg.kind == MsgKind::kControl && d.msg.id == kByeId) return said_bye(peer);
         // Not a bye: the peer goes on, so the next header's room is posted now, before this
         // message's payload. (After a bye the peer may close, and posting would fail.)
-        if (!fill()) return;
-        if (d.elems > 0) {
-          at::Tensor flat;
-          if (d.inline_payload) {
-            flat = buffers.take(d.elems, at::kFloat);
-            std::memcpy(flat.data_ptr<float>(),
-                        header.tensors[0].data_ptr<int64_t>() + kWInlineData,
-                        sizeof(float) * d.elems);
-          } else {
-            // Split: into an offered place (Transport::offer) or pooled memory. The body's recv is
-            // posted there now, while the lead comes into room posted ahead, so that its notice
-            // reaches the sender before the lead has arrived; then the lead is copied in front.
-            const at::Tensor into = take_offer(peer, d.msg, d.elems, d.shapes.size());
-            const auto filled = c10::make_scope_exit([&] {
-              if (into.defined()) end_fill(peer);
-            });
-            flat = into.defined() ? into.view({-1}) : buffers.take(d.elems, at::kFloat);
-            const int64_t body_floats = d.elems - d.lead;
-            std::optional<Posted> body =
-                post_recv(peer, {flat.narrow(0, d.lead, body_floats)}, kBodyTag);
-            if (!body) return;
-            // Left unfinished (a failure, a shutdown), the body's recv is aborted and released, so
-            // that nothing lands in an offered place once it is handed back.
-            const auto unposted = c10::make_scope_exit([&] {
-              if (body) forget_recv(peer, body->work);
-            });
-            const Posted lead = std::move(headers.front());
-            headers.pop_front();
-            if (!fill() || !wait_recv(peer, lead.work)) return;  // the next room posted first
-            const float* from = decode_lead(lead.tensors[0].data_ptr<int64_t>(),
-                                            static_cast<size_t>(lead.tensors[0].numel()), peer, d);
-            std::memcpy(flat.data_ptr<float>(), from, sizeof(float) * d.lead);
-            {
-              std::lock_guard<std::mutex> lock(mu);
-              live->heard(peer, now_s(), kFloatBytes * body_floats);
-            }
-            const WorkPtr work = body->work;
-            body.reset();
-            if (!wait_recv(peer, work)) return;
-          }
-          int64_t offset = 0;
-          for (const auto& shape : d.shapes) {
-            int64_t n = 1;
-            for (int64_t s : shape) n *= s;
-            d.msg.payload.push_back(flat.narrow(0, offset, n).view(shape));
-            offset += n;
-          }
-        } else {
-          for (const auto& shape : d.shapes) d.msg.payload.push_back(at::empty(shape, at::kFloat));
-        }
+        if (!fill_headers(peer, headers) || !read_payload(peer, header, headers, d)) return;
         {
           std::lock_guard<std::mutex> lock(mu);
           if (peers[peer] == PeerState::kFailed)
@@ -708,6 +642,104 @@ struct GlooTransport::Impl {
                                " (its process ended or the network failed): " + short_what(e);
       peer_failed(peer, std::make_exception_ptr(PeerError(what)), k);
     }
+  }
+
+  // Keeps kHeadersAhead header recvs of `peer` posted in `headers`; false once shutting down.
+  bool fill_headers(int peer, std::deque<Posted>& headers) {
+    while (headers.size() < kHeadersAhead) {
+      std::optional<Posted> p = post_header(peer);
+      if (!p) return false;
+      headers.push_back(std::move(*p));
+    }
+    return true;
+  }
+
+  // The header that arrived in `header`, decoded (rv::InputError if malformed). A peer's `first`
+  // message that is malformed is no proof of the run's secret: rv::PeerError.
+  Decoded read_header(int peer, const Posted& header, bool first) {
+    try {
+      return decode_header(header.tensors[0].data_ptr<int64_t>(),
+                           static_cast<size_t>(header.tensors[0].numel()), peer,
+                           opt.max_payload_elems);
+    } catch (const InputError& e) {
+      if (!first) throw;
+      throw PeerError(who() + ": the connection of peer " + std::to_string(peer) +
+                      " did not prove the run's secret (its first message is malformed: " +
+                      e.what() + "): an impostor, or a process of another kind");
+    }
+  }
+
+  // `peer` said bye: it sends no more.
+  void said_bye(int peer) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      live->forget(peer);
+      if (peers[peer] == PeerState::kOpen) {
+        peers[peer] = PeerState::kBye;
+        --open_peers;
+      }
+    }
+    inbox_cv.notify_all();
+  }
+
+  // Reads the payload of the message `d` (whose header arrived in `header`) into d.msg.payload:
+  // from the header, or split, its lead from the next of `headers` and its body from its own slot.
+  // False once shutting down.
+  bool read_payload(int peer, const Posted& header, std::deque<Posted>& headers, Decoded& d) {
+    if (d.elems == 0) {
+      for (const auto& shape : d.shapes) d.msg.payload.push_back(at::empty(shape, at::kFloat));
+      return true;
+    }
+    at::Tensor flat;
+    if (d.inline_payload) {
+      flat = buffers.take(d.elems, at::kFloat);
+      std::memcpy(flat.data_ptr<float>(), header.tensors[0].data_ptr<int64_t>() + kWInlineData,
+                  sizeof(float) * d.elems);
+    } else if (!read_split(peer, headers, d, flat)) {
+      return false;
+    }
+    int64_t offset = 0;
+    for (const auto& shape : d.shapes) {
+      int64_t n = 1;
+      for (int64_t s : shape) n *= s;
+      d.msg.payload.push_back(flat.narrow(0, offset, n).view(shape));
+      offset += n;
+    }
+    return true;
+  }
+
+  // A split payload, into `flat`: an offered place (Transport::offer) or pooled memory. The body's
+  // recv is posted there now, while the lead comes into room posted ahead, so that its notice
+  // reaches the sender before the lead has arrived; then the lead is copied in front. False once
+  // shutting down.
+  bool read_split(int peer, std::deque<Posted>& headers, const Decoded& d, at::Tensor& flat) {
+    const at::Tensor into = take_offer(peer, d.msg, d.elems, d.shapes.size());
+    const auto filled = c10::make_scope_exit([&] {
+      if (into.defined()) end_fill(peer);
+    });
+    flat = into.defined() ? into.view({-1}) : buffers.take(d.elems, at::kFloat);
+    const int64_t body_floats = d.elems - d.lead;
+    std::optional<Posted> body = post_recv(peer, {flat.narrow(0, d.lead, body_floats)}, kBodyTag);
+    if (!body) return false;
+    // Left unfinished (a failure, a shutdown), the body's recv is aborted and released, so that
+    // nothing lands in an offered place once it is handed back.
+    const auto unposted = c10::make_scope_exit([&] {
+      if (body) forget_recv(peer, body->work);
+    });
+    const Posted lead = std::move(headers.front());
+    headers.pop_front();
+    if (!fill_headers(peer, headers) || !wait_recv(peer, lead.work))
+      return false;  // the next room posted first
+    const float* from = decode_lead(lead.tensors[0].data_ptr<int64_t>(),
+                                    static_cast<size_t>(lead.tensors[0].numel()), peer, d);
+    std::memcpy(flat.data_ptr<float>(), from, sizeof(float) * d.lead);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      live->heard(peer, now_s(), kFloatBytes * body_floats);
+    }
+    const WorkPtr work = body->work;
+    body.reset();
+    return wait_recv(peer, work);
   }
 
   // Waits for posted sends in order, so that their tensors are released and errors are seen. A
@@ -871,6 +903,155 @@ struct GlooTransport::Impl {
   // Waits until every posted send completed, up to `deadline`; false on timeout.
   bool wait_sends(std::unique_lock<std::mutex>& lock, SteadyClock::time_point deadline) {
     return send_cv.wait_until(lock, deadline, [&] { return sends.empty(); });
+  }
+
+  // ---- Construction ----
+
+  // rv::InputError for options no transport can have.
+  void check_options() const {
+    if (opt.world_size < 1) {
+      throw InputError("world size must be at least 1, not " + std::to_string(opt.world_size));
+    }
+    if (opt.rank < 0 || opt.rank >= opt.world_size) {
+      throw InputError("rank " + std::to_string(opt.rank) + " is not in [0, " +
+                       std::to_string(opt.world_size) + ")");
+    }
+    if (opt.master_port <= 0 || opt.master_port > 65535) {
+      throw InputError("master port " + std::to_string(opt.master_port) + " is not in 1..65535");
+    }
+    if (!(opt.timeout > 0)) {
+      throw InputError("timeout must be positive, not " + seconds_str(opt.timeout) + " s");
+    }
+    if (opt.secret.size() < auth::kMinSecretBytes) {
+      throw InputError(who() + ": no run secret (at least " +
+                       std::to_string(auth::kMinSecretBytes) + " bytes; real/auth.h)");
+    }
+    if (opt.max_payload_elems < 1 || opt.max_payload_elems > kMaxPayloadElems) {
+      throw InputError(who() + ": max_payload_elems " + std::to_string(opt.max_payload_elems) +
+                       " is not in 1..2^34");
+    }
+    if (opt.join && !opt.peer_lost)
+      throw InputError(who() +
+                       ": only a run that recovers lost ranks (real.on_peer_loss = \"recover\") "
+                       "takes a replacement");
+    if (opt.join && opt.rank == 0)
+      throw InputError(
+          who() +
+          ": rank 0 cannot be replaced: it holds the run's gathering (and may host its store)");
+  }
+
+  // Rank 0 serves the rendezvous store, unless another process does (GlooOptions::host_store).
+  void host_store() {
+    if (opt.rank != 0 || !opt.host_store) return;
+    try {
+      server.emplace(opt.secret, opt.master_addr, opt.master_port);
+    } catch (const InputError&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw PeerError(who() + ": cannot host the rendezvous store: " + short_what(e));
+    }
+  }
+
+  // Makes the device, connects to the store (and, tolerant, a second client for links) and
+  // publishes this rank's nonce; a replacement joins the job (join_job()) and returns its ticket,
+  // other ranks -1. Errors name this rank.
+  int64_t rendezvous() {
+    const auto timeout = to_ms(opt.timeout);
+    int64_t ticket = -1;
+    try {
+      device = make_device(opt.master_addr);
+      store = c10::make_intrusive<AuthStore>(opt.secret, opt.master_addr, opt.master_port, timeout);
+      nonce = auth::random_bytes(auth::kNonceBytes);
+      if (tolerant())
+        link_store =
+            c10::make_intrusive<AuthStore>(opt.secret, opt.master_addr, opt.master_port, timeout);
+      if (opt.join)
+        ticket = join_job();
+      else
+        store->set(nonce_key(opt.rank, 0), store_value(nonce));
+    } catch (const InputError& e) {
+      const std::string what = e.what();
+      throw InputError(what.rfind(who(), 0) == 0 ? what : who() + ": " + what);
+    } catch (const PeerError& e) {
+      const std::string what = e.what();
+      throw PeerError(what.rfind(who(), 0) == 0 ? what : who() + ": " + what);
+    } catch (const std::exception& e) {
+      throw PeerError(who() + ": " + short_what(e));
+    }
+    return ticket;
+  }
+
+  // A replacement, linked: starts its threads, checks every link's hello and marks its join
+  // `ticket` done ("failed" if it fails, and then shuts down).
+  void finish_join(int64_t ticket) {
+    start_threads();
+    try {
+      authenticate();
+      link_store->set(join_done_key(ticket), store_value(std::to_string(opt.rank)));
+    } catch (...) {
+      try {
+        link_store->set(join_done_key(ticket), store_value("failed"));
+      } catch (...) {
+      }
+      shutdown();
+      throw;
+    }
+  }
+
+  // The world group, over which every peer is linked and open. rv::PeerError if the ranks do not
+  // all come within the timeout.
+  void make_world() {
+    try {
+      pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, opt.rank, opt.world_size,
+                                                       group_options());
+    } catch (const std::exception& e) {
+      store.reset();
+      // Where this rank hosts the store, what it refused may be why a rank never came (another
+      // run's secret, a stray process on the port).
+      std::string refused;
+      if (server && server->refused() > 0)
+        refused = "; the store refused " + std::to_string(server->refused()) +
+                  " connection(s), the last: " + server->last_refusal();
+      const std::string where = opt.master_addr + ":" + std::to_string(opt.master_port);
+      throw PeerError(who() + ": cannot connect to all " + std::to_string(opt.world_size) +
+                      " ranks (rendezvous at " + where + ") within " + seconds_str(opt.timeout) +
+                      " s: " + short_what(e) + refused);
+    }
+    peers.assign(opt.world_size, PeerState::kOpen);
+    inc.assign(opt.world_size, 0);
+    for (int p = 0; p < opt.world_size; ++p) links.push_back(Link{pg, p});
+    open_peers = opt.world_size - 1;
+  }
+
+  // A new group's connections are new: each member proves the run's secret to each other member
+  // over the receiver's nonce, as on the transport's own connections. rv::PeerError naming a member
+  // whose proof is wrong; a proof that does not come within the timeout fails in c10d.
+  void check_group(c10d::ProcessGroupGloo& group, const std::vector<int>& ranks,
+                   const std::string& name) {
+    std::vector<std::vector<at::Tensor>> outs, ins;
+    std::vector<WorkPtr> works;
+    for (size_t j = 0; j < ranks.size(); ++j) {
+      if (ranks[j] == opt.rank) continue;
+      outs.push_back({group_proof(opt.secret, name, nonces[ranks[j]], opt.rank, ranks[j])});
+      works.push_back(group.send(outs.back(), static_cast<int>(j), kHeaderTag));
+      ins.push_back(
+          {at::zeros({static_cast<int64_t>(auth::kMacBytes / sizeof(int64_t))}, at::kLong)});
+      works.push_back(group.recv(ins.back(), static_cast<int>(j), kHeaderTag));
+    }
+    for (auto& w : works) w->wait(to_ms(opt.timeout));
+    size_t k = 0;
+    for (size_t j = 0; j < ranks.size(); ++j) {
+      if (ranks[j] == opt.rank) continue;
+      const at::Tensor want = group_proof(opt.secret, name, nonces[opt.rank], ranks[j], opt.rank);
+      auth::Mac w{};
+      std::memcpy(w.data(), want.data_ptr<int64_t>(), w.size());
+      if (!auth::same_mac(
+              w, std::string_view(reinterpret_cast<const char*>(ins[k++][0].data_ptr<int64_t>()),
+                                  w.size())))
+        throw PeerError(
+            who() + ": member " + std::to_string(ranks[j]) + " of the process group " + name +
+            " did not prove the run's secret (an impostor, or ranks given different secrets)");
+    }
   }
 
   // ---- Joining (see the header) ----
@@ -1071,108 +1252,20 @@ struct GlooTransport::Impl {
 GlooTransport::GlooTransport(const GlooOptions& options) : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
   s.opt = options;
-  if (options.world_size < 1) {
-    throw InputError("world size must be at least 1, not " + std::to_string(options.world_size));
-  }
-  if (options.rank < 0 || options.rank >= options.world_size) {
-    throw InputError("rank " + std::to_string(options.rank) + " is not in [0, " +
-                     std::to_string(options.world_size) + ")");
-  }
-  if (options.master_port <= 0 || options.master_port > 65535) {
-    throw InputError("master port " + std::to_string(options.master_port) + " is not in 1..65535");
-  }
-  if (!(options.timeout > 0)) {
-    throw InputError("timeout must be positive, not " + seconds_str(options.timeout) + " s");
-  }
-  if (options.secret.size() < auth::kMinSecretBytes) {
-    throw InputError(s.who() + ": no run secret (at least " +
-                     std::to_string(auth::kMinSecretBytes) + " bytes; real/auth.h)");
-  }
-  if (options.max_payload_elems < 1 || options.max_payload_elems > kMaxPayloadElems) {
-    throw InputError(s.who() + ": max_payload_elems " + std::to_string(options.max_payload_elems) +
-                     " is not in 1..2^34");
-  }
-  if (options.join && !options.peer_lost)
-    throw InputError(s.who() +
-                     ": only a run that recovers lost ranks (real.on_peer_loss = \"recover\") "
-                     "takes a replacement");
-  if (options.join && options.rank == 0)
-    throw InputError(
-        s.who() +
-        ": rank 0 cannot be replaced: it holds the run's gathering (and may host its store)");
+  s.check_options();
   if (options.join) s.opt.host_store = false;
-  const std::string where = options.master_addr + ":" + std::to_string(options.master_port);
-  const auto timeout = to_ms(options.timeout);
-  if (options.rank == 0 && s.opt.host_store) {
-    try {
-      s.server.emplace(options.secret, options.master_addr, options.master_port);
-    } catch (const InputError&) {
-      throw;
-    } catch (const std::exception& e) {
-      throw PeerError(s.who() + ": cannot host the rendezvous store: " + short_what(e));
-    }
-  }
+  s.host_store();
   s.recv_work.resize(options.world_size);
   s.offers.resize(options.world_size);
   s.filling.resize(options.world_size);
   s.held.assign(options.world_size, false);
   s.authed.assign(options.world_size, false);
-  int64_t ticket = -1;  // a replacement's join
-  try {
-    s.device = make_device(options.master_addr);
-    s.store = c10::make_intrusive<AuthStore>(options.secret, options.master_addr,
-                                             options.master_port, timeout);
-    s.nonce = auth::random_bytes(auth::kNonceBytes);
-    if (s.tolerant())
-      s.link_store = c10::make_intrusive<AuthStore>(options.secret, options.master_addr,
-                                                    options.master_port, timeout);
-    if (options.join)
-      ticket = s.join_job();
-    else
-      s.store->set(nonce_key(options.rank, 0), store_value(s.nonce));
-  } catch (const InputError& e) {
-    const std::string what = e.what();
-    throw InputError(what.rfind(s.who(), 0) == 0 ? what : s.who() + ": " + what);
-  } catch (const PeerError& e) {
-    const std::string what = e.what();
-    throw PeerError(what.rfind(s.who(), 0) == 0 ? what : s.who() + ": " + what);
-  } catch (const std::exception& e) {
-    throw PeerError(s.who() + ": " + short_what(e));
-  }
+  const int64_t ticket = s.rendezvous();
   if (options.join) {
-    s.start_threads();
-    try {
-      s.authenticate();
-      s.link_store->set(join_done_key(ticket), store_value(std::to_string(options.rank)));
-    } catch (...) {
-      try {
-        s.link_store->set(join_done_key(ticket), store_value("failed"));
-      } catch (...) {
-      }
-      s.shutdown();
-      throw;
-    }
+    s.finish_join(ticket);
     return;
   }
-  try {
-    s.pg = c10::make_intrusive<c10d::ProcessGroupGloo>(s.store, options.rank, options.world_size,
-                                                       s.group_options());
-  } catch (const std::exception& e) {
-    s.store.reset();
-    // Where this rank hosts the store, what it refused may be why a rank never came (another
-    // run's secret, a stray process on the port).
-    std::string refused;
-    if (s.server && s.server->refused() > 0)
-      refused = "; the store refused " + std::to_string(s.server->refused()) +
-                " connection(s), the last: " + s.server->last_refusal();
-    throw PeerError(s.who() + ": cannot connect to all " + std::to_string(options.world_size) +
-                    " ranks (rendezvous at " + where + ") within " + seconds_str(options.timeout) +
-                    " s: " + short_what(e) + refused);
-  }
-  s.peers.assign(options.world_size, Impl::PeerState::kOpen);
-  s.inc.assign(options.world_size, 0);
-  for (int p = 0; p < options.world_size; ++p) s.links.push_back(Impl::Link{s.pg, p});
-  s.open_peers = options.world_size - 1;
+  s.make_world();
   s.start_threads();
   try {
     s.authenticate();
@@ -1194,26 +1287,57 @@ GlooTransport::~GlooTransport() {
 int GlooTransport::rank() const { return impl_->opt.rank; }
 int GlooTransport::size() const { return impl_->opt.world_size; }
 
-void GlooTransport::send(int dst, Message msg) {
-  Impl& s = *impl_;
-  RV_CHECK(dst >= 0 && dst < s.opt.world_size, s.who() + ": send to rank " + std::to_string(dst) +
-                                                   " of a world of " +
-                                                   std::to_string(s.opt.world_size));
-  RV_CHECK(!s.closed, s.who() + ": send after close()");
+namespace {
+
+// What send() accepts (rv::Error otherwise, naming `who`): a peer of the world, the transport not
+// closed, a control id that is not the transport's, and at most kMaxTensors defined float32
+// tensors of at most kMaxDims dimensions. Returns the payload's elements.
+int64_t check_sendable(const std::string& who, int world_size, bool closed, int dst,
+                       const Message& msg) {
+  RV_CHECK(dst >= 0 && dst < world_size, who + ": send to rank " + std::to_string(dst) +
+                                             " of a world of " + std::to_string(world_size));
+  RV_CHECK(!closed, who + ": send after close()");
   RV_CHECK(!(msg.kind == MsgKind::kControl && msg.id < 0),
-           s.who() + ": control messages with a negative id are reserved by the transport");
+           who + ": control messages with a negative id are reserved by the transport");
   RV_CHECK(msg.payload.size() <= static_cast<size_t>(kMaxTensors),
-           s.who() + ": a message carries at most " + std::to_string(kMaxTensors) +
-               " tensors, not " + std::to_string(msg.payload.size()));
+           who + ": a message carries at most " + std::to_string(kMaxTensors) + " tensors, not " +
+               std::to_string(msg.payload.size()));
   int64_t elems = 0;
   for (auto& t : msg.payload) {
-    RV_CHECK(t.defined(), s.who() + ": undefined tensor in a " + to_string(msg.kind) + " message");
-    RV_CHECK(t.scalar_type() == at::kFloat, s.who() + ": payload tensors must be float32, not " +
+    RV_CHECK(t.defined(), who + ": undefined tensor in a " + to_string(msg.kind) + " message");
+    RV_CHECK(t.scalar_type() == at::kFloat, who + ": payload tensors must be float32, not " +
                                                 std::string(c10::toString(t.scalar_type())));
-    RV_CHECK(t.dim() <= kMaxDims, s.who() + ": payload tensor with " + std::to_string(t.dim()) +
+    RV_CHECK(t.dim() <= kMaxDims, who + ": payload tensor with " + std::to_string(t.dim()) +
                                       " dimensions (at most " + std::to_string(kMaxDims) + ")");
     elems += t.numel();
   }
+  return elems;
+}
+
+// The payload of `msg` (`elems` elements) as one flat contiguous CPU tensor. A split payload's
+// body is sent from it as it is (wire_format.h), after send() returns: so it is read where it is
+// only if no one will write it meanwhile (Message::payload_frozen, or this message alone holds its
+// memory); else a copy.
+at::Tensor flat_payload(const Message& msg, int64_t elems) {
+  at::Tensor flat;
+  if (msg.payload.size() == 1) {
+    const at::Tensor& t = msg.payload[0];
+    const bool alone = msg.payload_frozen || holds_alone(t);
+    flat = t.detach().to(at::kCPU).contiguous().view({-1});
+    if (!alone && is_split(elems) && flat.storage().is_alias_of(t.storage())) flat = flat.clone();
+  } else if (elems > 0) {
+    std::vector<at::Tensor> parts;
+    for (auto& t : msg.payload) parts.push_back(t.detach().to(at::kCPU).reshape({-1}));
+    flat = at::cat(parts);
+  }
+  return flat;
+}
+
+}  // namespace
+
+void GlooTransport::send(int dst, Message msg) {
+  Impl& s = *impl_;
+  const int64_t elems = check_sendable(s.who(), s.opt.world_size, s.closed, dst, msg);
   if (dst == s.opt.rank) {
     msg.src = dst;
     s.deliver(std::move(msg));
@@ -1230,20 +1354,7 @@ void GlooTransport::send(int dst, Message msg) {
            s.who() + ": a message of " + std::to_string(elems) + " elements, more than the " +
                std::to_string(s.opt.max_payload_elems) +
                " a peer accepts (GlooOptions::max_payload_elems)");
-  // The payload as one flat contiguous CPU tensor. A split payload's body is sent from it as it is
-  // (wire_format.h), after send() returns: so it is read where it is only if no one will write it
-  // meanwhile (Message::payload_frozen, or this message alone holds its memory); else a copy.
-  at::Tensor flat;
-  if (msg.payload.size() == 1) {
-    const at::Tensor& t = msg.payload[0];
-    const bool alone = msg.payload_frozen || holds_alone(t);
-    flat = t.detach().to(at::kCPU).contiguous().view({-1});
-    if (!alone && is_split(elems) && flat.storage().is_alias_of(t.storage())) flat = flat.clone();
-  } else if (elems > 0) {
-    std::vector<at::Tensor> parts;
-    for (auto& t : msg.payload) parts.push_back(t.detach().to(at::kCPU).reshape({-1}));
-    flat = at::cat(parts);
-  }
+  const at::Tensor flat = flat_payload(msg, elems);
   try {
     std::vector<at::Tensor> parts{encode_header(msg, msg.payload, elems, flat)};
     at::Tensor body;
@@ -1511,41 +1622,7 @@ c10::intrusive_ptr<c10d::ProcessGroupGloo> GlooTransport::make_group(
     auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(
         store, static_cast<int>(me - ranks.begin()), static_cast<int>(ranks.size()),
         s.group_options());
-    // Its connections are new: each member proves the run's secret to each other member over the
-    // receiver's nonce, as on the transport's own connections.
-    auto proof = [&](int from, int to) {
-      const auth::Mac m = auth::mac(
-          s.opt.secret, {"group-hello", name, s.nonces[to], auth::be32(static_cast<uint32_t>(from)),
-                         auth::be32(static_cast<uint32_t>(to))});
-      at::Tensor t =
-          at::empty({static_cast<int64_t>(auth::kMacBytes / sizeof(int64_t))}, at::kLong);
-      std::memcpy(t.data_ptr<int64_t>(), m.data(), m.size());
-      return t;
-    };
-    std::vector<std::vector<at::Tensor>> outs, ins;
-    std::vector<WorkPtr> works;
-    for (size_t j = 0; j < ranks.size(); ++j) {
-      if (ranks[j] == s.opt.rank) continue;
-      outs.push_back({proof(s.opt.rank, ranks[j])});
-      works.push_back(group->send(outs.back(), static_cast<int>(j), kHeaderTag));
-      ins.push_back(
-          {at::zeros({static_cast<int64_t>(auth::kMacBytes / sizeof(int64_t))}, at::kLong)});
-      works.push_back(group->recv(ins.back(), static_cast<int>(j), kHeaderTag));
-    }
-    for (auto& w : works) w->wait(to_ms(s.opt.timeout));
-    size_t k = 0;
-    for (size_t j = 0; j < ranks.size(); ++j) {
-      if (ranks[j] == s.opt.rank) continue;
-      const at::Tensor want = proof(ranks[j], s.opt.rank);
-      auth::Mac w{};
-      std::memcpy(w.data(), want.data_ptr<int64_t>(), w.size());
-      if (!auth::same_mac(
-              w, std::string_view(reinterpret_cast<const char*>(ins[k++][0].data_ptr<int64_t>()),
-                                  w.size())))
-        throw PeerError(
-            s.who() + ": member " + std::to_string(ranks[j]) + " of the process group " + name +
-            " did not prove the run's secret (an impostor, or ranks given different secrets)");
-    }
+    s.check_group(*group, ranks, name);
     return group;
   } catch (const PeerError&) {
     throw;
