@@ -81,13 +81,13 @@ Prepared prepare(Scenario scenario) {
   return p;
 }
 
-void check_no_churn(const Scenario& s, const std::string& executor) {
+void check_no_churn(const Scenario& s, Executor executor) {
   if (s.churn.enabled(s.devices))
     throw ScenarioError(
         s.where("churn"), "churn",
         "nodes that leave and arrive (churn, devices[].leave_per_hour, devices[].join_at_s) "
         "are played by the simulator only (ravnest sim); the " +
-            executor +
+            std::string(name_of(executor)) +
             " executor runs "
             "every node from start to end");
 }
@@ -104,22 +104,23 @@ void check_faults_target(const Prepared& p) {
                           "never act");
 }
 
-void check_simulable(const Scenario& s, const std::string& executor) {
-  if (executor != "sim") check_no_churn(s, executor);
-  if (executor == "loopback" && s.checkpoint.enabled())
+void check_simulable(const Scenario& s, Executor executor) {
+  if (executor != Executor::kSim) check_no_churn(s, executor);
+  if (executor == Executor::kLoopback && s.checkpoint.enabled())
     throw ScenarioError(
         s.where("checkpoint.every"), "checkpoint.every",
         "checkpoints are taken by ravnest sim and ravnest real; the loopback executor takes none");
-  if (executor != "sim" && !s.network.platform.empty())
+  if (executor != Executor::kSim && !s.network.platform.empty())
     throw ScenarioError(s.where("network.platform"), "network.platform",
                         "a SimGrid platform file is for the simulator (ravnest sim); the " +
-                            executor + " executor runs the devices' own links");
+                            std::string(name_of(executor)) +
+                            " executor runs the devices' own links");
   if (allreduce_of(s).executor_collectives)
     throw ScenarioError(s.where("training.allreduce"), "training.allreduce",
                         "\"" + s.training.allreduce +
                             "\" runs on the executor's own collectives, which only "
                             "the real executor has (ravnest real); the " +
-                            executor + " executor has none");
+                            name_of(executor) + " executor has none");
 }
 
 void print_summary(const std::string& path) {
@@ -218,31 +219,31 @@ int cmd_plan(const CommonOptions& o, const std::string& out_json) {
   return 0;
 }
 
-std::string run_in_process(const Prepared& p, const std::string& executor,
-                           const std::string& run_path, const std::string& progress_mode,
-                           const EngineOptions& engine, const std::optional<Resume>& resume,
-                           int64_t stop_after_checkpoint) {
+std::string run_in_process(const Prepared& p, Executor executor, const std::string& run_path,
+                           const std::string& progress_mode, const EngineOptions& engine,
+                           const std::optional<Resume>& resume, int64_t stop_after_checkpoint) {
   const Scenario& s = p.scenario;
   check_simulable(s, executor);
   check_faults_target(p);
-  if (executor != "sim" && !engine.empty())
+  if (executor != Executor::kSim && !engine.empty())
     throw InputError("--cfg and --log are SimGrid's options: only for --executor sim");
 #if RV_WITH_SIM
-  if (executor == "sim")
+  if (executor == Executor::kSim)
     preflight(s, engine);  // before the folder: bad options or platform leave none
 #else
-  if (executor == "sim")
+  if (executor == Executor::kSim)
     throw InputError(
         "this ravnest was built without the simulator (cmake -DRAVNEST_SIM=OFF): run with "
         "--executor loopback, or `ravnest real`");
 #endif
-  const bool numeric = executor == "loopback" || s.sim.mode == SimMode::kNumeric;
+  const bool numeric = executor == Executor::kLoopback || s.sim.mode == SimMode::kNumeric;
   Dataset data;
   if (numeric) data = load_dataset(s.data, s.seed);
   RunSpec spec{&s, &p.plan, &p.model, numeric ? &data : nullptr};
-  const std::string path = run_path.empty() ? new_run_path(s, executor) : run_path;
+  const std::string path = run_path.empty() ? new_run_path(s, name_of(executor)) : run_path;
   if (fs::exists(path)) throw InputError(path + ": run folder exists already");
-  RunInfo info{executor, executor == "loopback" ? std::string("cpu") : name_of(s.sim.mode), 0,
+  RunInfo info{name_of(executor),
+               executor == Executor::kLoopback ? std::string("cpu") : name_of(s.sim.mode), 0,
                variant_label(s)};
   info.started_unix_s = unix_now_s();
   if (resume) {
@@ -256,7 +257,7 @@ std::string run_in_process(const Prepared& p, const std::string& executor,
   std::vector<Event> events;
   const int64_t total = s.training.steps;
   try {
-    const bool loopback = executor == "loopback";
+    const bool loopback = executor == Executor::kLoopback;
     Progress progress(total, loopback ? "wall" : "simulated", Progress::enabled_for(progress_mode));
     TeeMetrics both(progress, &live, nullptr);  // one thread at a time: no lock
 #if RV_WITH_SIM
@@ -278,11 +279,11 @@ std::string run_in_process(const Prepared& p, const std::string& executor,
   return live.finish(std::move(events));
 }
 
-int cmd_sim(const CommonOptions& o, const std::string& executor, const std::string& run_path,
+int cmd_sim(const CommonOptions& o, Executor executor, const std::string& run_path,
             const EngineOptions& engine) {
   std::optional<Resume> resume;
   Prepared p = prepare(load_for_run(o, &resume));
-  if (executor != "sim" && (resume || o.stop_after_checkpoint > 0))
+  if (executor != Executor::kSim && (resume || o.stop_after_checkpoint > 0))
     throw InputError(
         "--resume and --stop-after-checkpoint are for --executor sim (and ravnest real)");
   if (o.stop_after_checkpoint > 0 && !p.scenario.checkpoint.enabled())
@@ -297,7 +298,7 @@ int cmd_real(const CommonOptions& o, const std::string& self_exe, const std::str
              const Machines& machines) {
   std::optional<Resume> resume;
   Prepared p = prepare(load_for_run(o, &resume));  // validate before starting any process
-  check_no_churn(p.scenario, "real");
+  check_no_churn(p.scenario, Executor::kReal);
   check_faults_target(p);
   if (o.stop_after_checkpoint > 0 && !p.scenario.checkpoint.enabled())
     throw InputError(
@@ -376,12 +377,9 @@ int run_child(const std::vector<std::string>& args) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-}  // namespace
-
-int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid,
-              const std::string& executor, const std::string& out, const std::string& self_exe) {
-  // Validate the base scenario and every value before running anything.
-  Scenario base = load_checked(o.scenario, o.overrides);
+// The grid's axes: each "KEY=V1,V2,..." as its key and its values.
+std::vector<std::pair<std::string, std::vector<std::string>>> sweep_axes(
+    const std::vector<std::string>& grid) {
   std::vector<std::pair<std::string, std::vector<std::string>>> axes;
   for (const auto& g : grid) {
     const auto eq = g.find('=');
@@ -389,6 +387,12 @@ int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid,
       throw ScenarioError("--grid", g, "expected KEY=V1,V2,...");
     axes.emplace_back(g.substr(0, eq), split_values(g.substr(eq + 1)));
   }
+  return axes;
+}
+
+// Every point of the grid, as its "KEY=V" overrides, the first axis varying slowest.
+std::vector<std::vector<std::string>> grid_points(
+    const std::vector<std::pair<std::string, std::vector<std::string>>>& axes) {
   std::vector<std::vector<std::string>> combos{{}};
   for (const auto& [key, values] : axes) {
     std::vector<std::vector<std::string>> next;
@@ -400,6 +404,76 @@ int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid,
       }
     combos = next;
   }
+  return combos;
+}
+
+// A point's folder name: its overrides joined by '_', characters other than letters, digits,
+// '.', '-' and '_' as '-' ("base" for none).
+std::string point_name(const std::vector<std::string>& point) {
+  std::string name;
+  for (const auto& kv : point) {
+    std::string part = kv;
+    for (char& ch : part)
+      if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '.' && ch != '-' && ch != '_')
+        ch = '-';
+    name += (name.empty() ? "" : "_") + part;
+  }
+  if (name.empty()) name = "base";
+  return name;
+}
+
+// Records in dir/name/refused.json that the planner refused the point `sc` (`overrides`).
+void record_refusal(const fs::path& dir, const std::string& name, const Scenario& sc,
+                    const std::vector<std::string>& overrides, const PlanRefused& e) {
+  nlohmann::json r = {{"scenario", sc.name},
+                      {"algorithm", sc.training.algorithm},
+                      {"clusters", sc.planner.clusters},
+                      {"nodes", sc.node_count()},
+                      {"overrides", overrides},
+                      {"reason", e.what()}};
+  fs::create_directories(dir / name);
+  write_whole_file((dir / name / "refused.json").string(), r.dump(2) + "\n");
+}
+
+// Runs one point of a sweep in a child process (`ravnest sim` or `ravnest real`) into dir/name;
+// returns its exit status.
+int run_point(const CommonOptions& o, const std::vector<std::string>& point, Executor executor,
+              const fs::path& dir, const std::string& name, const std::string& self_exe) {
+  std::vector<std::string> args = {self_exe, executor == Executor::kReal ? "real" : "sim",
+                                   o.scenario};
+  for (const auto& kv : o.overrides) args.insert(args.end(), {"--set", kv});
+  for (const auto& kv : point) args.insert(args.end(), {"--set", kv});
+  if (executor != Executor::kReal) args.insert(args.end(), {"--executor", name_of(executor)});
+  args.insert(args.end(), {"--run-dir", (dir / name).string(), "--progress", "off"});
+  return run_child(args);
+}
+
+// The sweep's table: each finished run's time, throughput and accuracy, then the refused ones.
+void print_sweep_table(const std::vector<std::pair<std::string, std::string>>& done,
+                       const std::vector<std::pair<std::string, std::string>>& refused,
+                       const fs::path& dir) {
+  std::cout << fmt::format("\n{:<48} {:>12} {:>12} {:>10}\n", "run", "time (s)", "samples/s",
+                           "accuracy");
+  for (const auto& [name, path] : done) {
+    const nlohmann::json j = read_json_file((fs::path(path) / "summary.json").string());
+    const auto& acc = j["final"]["test_accuracy"];
+    std::cout << fmt::format(
+        "{:<48} {:>12.3f} {:>12.1f} {:>10}\n", name, j["time_s"].get<double>(),
+        j["samples_per_s"].get<double>(),
+        acc.is_null() ? std::string("-") : fmt::format("{:.4f}", acc.get<double>()));
+  }
+  for (const auto& [name, why] : refused)
+    std::cout << fmt::format("{:<48} refused: {}\n", name, why);
+  std::cout << fmt::format("\nplots: ravnest report {}/*\n", dir.string());
+}
+
+}  // namespace
+
+int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid, Executor executor,
+              const std::string& out, const std::string& self_exe) {
+  // Validate the base scenario and every value before running anything.
+  Scenario base = load_checked(o.scenario, o.overrides);
+  const std::vector<std::vector<std::string>> combos = grid_points(sweep_axes(grid));
   std::vector<Scenario> points;
   for (const auto& c : combos) {
     auto all = o.overrides;
@@ -415,39 +489,18 @@ int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid,
   std::vector<std::pair<std::string, std::string>> done, refused;
   for (size_t i = 0; i < combos.size(); ++i) {
     const auto& c = combos[i];
-    std::string name;
-    for (const auto& kv : c) {
-      std::string part = kv;
-      for (char& ch : part)
-        if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '.' && ch != '-' && ch != '_')
-          ch = '-';
-      name += (name.empty() ? "" : "_") + part;
-    }
-    if (name.empty()) name = "base";
+    const std::string name = point_name(c);
     // A pool that cannot run this point (sync-dp on nodes that cannot hold the model) is a result:
     // recorded for the report, not a failure.
     try {
       prepare(points[i]);
     } catch (const PlanRefused& e) {
-      const Scenario& sc = points[i];
-      nlohmann::json r = {{"scenario", sc.name},
-                          {"algorithm", sc.training.algorithm},
-                          {"clusters", sc.planner.clusters},
-                          {"nodes", sc.node_count()},
-                          {"overrides", c},
-                          {"reason", e.what()}};
-      fs::create_directories(dir / name);
-      write_whole_file((dir / name / "refused.json").string(), r.dump(2) + "\n");
+      record_refusal(dir, name, points[i], c, e);
       refused.emplace_back(name, e.what());
       std::cout << fmt::format("  {}: refused by the planner\n", name);
       continue;
     }
-    std::vector<std::string> args = {self_exe, executor == "real" ? "real" : "sim", o.scenario};
-    for (const auto& kv : o.overrides) args.insert(args.end(), {"--set", kv});
-    for (const auto& kv : c) args.insert(args.end(), {"--set", kv});
-    if (executor != "real") args.insert(args.end(), {"--executor", executor});
-    args.insert(args.end(), {"--run-dir", (dir / name).string(), "--progress", "off"});
-    const int rc = run_child(args);
+    const int rc = run_point(o, c, executor, dir, name, self_exe);
     if (rc != 0) {
       ++failed;
       std::cout << fmt::format("  {}: failed (exit status {})\n", name, rc);
@@ -455,19 +508,7 @@ int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid,
       done.emplace_back(name, (dir / name).string());
     }
   }
-  std::cout << fmt::format("\n{:<48} {:>12} {:>12} {:>10}\n", "run", "time (s)", "samples/s",
-                           "accuracy");
-  for (const auto& [name, path] : done) {
-    const nlohmann::json j = read_json_file((fs::path(path) / "summary.json").string());
-    const auto& acc = j["final"]["test_accuracy"];
-    std::cout << fmt::format(
-        "{:<48} {:>12.3f} {:>12.1f} {:>10}\n", name, j["time_s"].get<double>(),
-        j["samples_per_s"].get<double>(),
-        acc.is_null() ? std::string("-") : fmt::format("{:.4f}", acc.get<double>()));
-  }
-  for (const auto& [name, why] : refused)
-    std::cout << fmt::format("{:<48} refused: {}\n", name, why);
-  std::cout << fmt::format("\nplots: ravnest report {}/*\n", dir.string());
+  print_sweep_table(done, refused, dir);
   return failed == 0 ? 0 : 1;
 }
 

@@ -15,6 +15,15 @@
 
 namespace rv {
 
+// Where a run goes: SimGrid (modeled time), the loopback (threads of this process, wall time), or
+// processes over c10d/Gloo (`ravnest real`). --executor is parsed into it once (cli/main.cc).
+enum class Executor { kSim, kLoopback, kReal };
+template <>
+struct ChoiceNames<Executor> {
+  static constexpr ChoiceName<Executor> kNames[] = {
+      {Executor::kSim, "sim"}, {Executor::kLoopback, "loopback"}, {Executor::kReal, "real"}};
+};
+
 // A scenario ready to run: the scenario, its model and its plan.
 struct Prepared {
   Scenario scenario;
@@ -44,21 +53,20 @@ Scenario load_checked(const std::string& path, const std::vector<std::string>& o
 Prepared prepare(Scenario scenario);
 // Refuses what only the real executor runs (an all-reduce on the executor's own collectives), and
 // churn outside the simulator.
-void check_simulable(const Scenario& s, const std::string& executor);
+void check_simulable(const Scenario& s, Executor executor);
 // Refuses [faults] aimed at a node the plan leaves idle, where nothing would ever act on them
 // (exit 2); a spare may take a stage under churn or real.on_peer_loss = "recover".
 void check_faults_target(const Prepared& p);
 // Refuses churn: only the simulator plays it (exit 2).
-void check_no_churn(const Scenario& s, const std::string& executor);
+void check_no_churn(const Scenario& s, Executor executor);
 // Runs a prepared scenario in this process (executor: sim | loopback) and writes its run folder at
 // `run_path` ("" = a new one under output.dir); returns the folder.
 // `engine`: SimGrid's --cfg and --log (sim only), tried with the scenario's platform before the
 // folder exists (sim/engine_options.h).
 // `resume`: continue that run from its checkpoint; `stop_after_checkpoint` > 0: stop (exit 1, the
 // folder's run.json says so) once that many checkpoints are complete.
-std::string run_in_process(const Prepared& p, const std::string& executor,
-                           const std::string& run_path, const std::string& progress,
-                           const EngineOptions& engine = {},
+std::string run_in_process(const Prepared& p, Executor executor, const std::string& run_path,
+                           const std::string& progress, const EngineOptions& engine = {},
                            const std::optional<Resume>& resume = std::nullopt,
                            int64_t stop_after_checkpoint = 0);
 // Prints a run folder's summary.json in two lines.
@@ -66,15 +74,15 @@ void print_summary(const std::string& path);
 
 int cmd_plan(const CommonOptions& o, const std::string& out_json);
 // executor: sim | loopback. run_path: "" = a new folder under output.dir.
-int cmd_sim(const CommonOptions& o, const std::string& executor, const std::string& run_path,
+int cmd_sim(const CommonOptions& o, Executor executor, const std::string& run_path,
             const EngineOptions& engine = {});
 // `machines`: one, or this machine's share of several (real/launcher.h).
 int cmd_real(const CommonOptions& o, const std::string& self_exe, const std::string& run_path,
              const Machines& machines = {});
 // Runs the scenario once per combination of the comma-separated values in `grid` ("key=v1,v2"),
 // each in its own process, into run folders under `out`; prints a table of the results.
-int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid,
-              const std::string& executor, const std::string& out, const std::string& self_exe);
+int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid, Executor executor,
+              const std::string& out, const std::string& self_exe);
 // Simulates the scenario and runs it for real, emulated and dilated (exec/dilation.h) so that this
 // host keeps up, with the same seed and plan; writes both run folders, validate.json and
 // validate.md (core/output/validation.h) into one folder. dilation 0: chosen by measurement.

@@ -250,108 +250,124 @@ struct AuthStoreServer::Impl {
     c.authed = true;
   }
 
+  // One request of an authenticated client; its reply goes to c.out.
   void serve(Conn& c, std::string_view frame) {
     Reader r(frame);
     const char op = r.op();
     switch (op) {
-      case kSet: {
-        const std::string_view key = r.str();
-        const std::string_view value = r.str();
-        if (fits(c, key, value.size())) {
-          store(std::string(key), std::string(value));
-          reply(c, kOk);
-        }
-        break;
-      }
-      case kGet: {
-        const auto it = data.find(std::string(r.str()));
-        if (it == data.end())
-          reply(c, kNotFound);
-        else
-          reply(c, kValue, it->second);
-        break;
-      }
-      case kAdd: {
-        const std::string key(r.str());
-        const int64_t by = static_cast<int64_t>(r.u64());
-        int64_t v = 0;
-        const auto it = data.find(key);
-        if (it != data.end()) {
-          try {
-            size_t used = 0;
-            v = std::stoll(it->second, &used);
-            if (used != it->second.size()) throw std::invalid_argument("trailing");
-          } catch (const std::exception&) {
-            reply(c, kFail,
-                  "add() to key '" + key.substr(0, 64) + "', which does not hold an integer");
-            break;
-          }
-        }
-        // Two's complement wrap, as the other c10d stores do, without undefined behaviour.
-        v = static_cast<int64_t>(static_cast<uint64_t>(v) + static_cast<uint64_t>(by));
-        const std::string text = std::to_string(v);
-        if (fits(c, key, text.size())) {
-          store(key, text);
-          std::string body;
-          put_u64(body, static_cast<uint64_t>(v));
-          reply(c, kInt, body);
-        }
-        break;
-      }
-      case kCompareSet: {
-        const std::string key(r.str());
-        const std::string_view expected = r.str();
-        const std::string_view desired = r.str();
-        const auto it = data.find(key);
-        if ((it == data.end() && expected.empty()) ||
-            (it != data.end() && it->second == expected)) {
-          if (!fits(c, key, desired.size())) break;
-          store(key, std::string(desired));
-          reply(c, kValue, std::string(desired));
-        } else {
-          reply(c, kValue, it == data.end() ? std::string(expected) : it->second);
-        }
-        break;
-      }
-      case kDelete: {
-        const auto it = data.find(std::string(r.str()));
-        const bool had = it != data.end();
-        if (had) {
-          total -= it->first.size() + it->second.size();
-          data.erase(it);
-        }
-        reply(c, kBool, std::string(1, had ? 1 : 0));
-        break;
-      }
-      case kCheck: {
-        bool ok = false;
-        const auto keys = read_keys(c, r, &ok);
-        if (ok) reply(c, kBool, std::string(1, has_all(keys) ? 1 : 0));
-        break;
-      }
-      case kNumKeys: {
-        std::string body;
-        put_u64(body, data.size());
-        reply(c, kInt, body);
-        break;
-      }
-      case kWait: {
-        const uint64_t ms = std::min<uint64_t>(r.u64(), uint64_t{30} * 24 * 3600 * 1000);
-        bool ok = false;
-        auto keys = read_keys(c, r, &ok);
-        if (!ok) break;
-        if (has_all(keys)) {
-          reply(c, kReady);
-        } else {
-          c.wait_keys = std::move(keys);
-          c.wait_deadline = Clock::now() + std::chrono::milliseconds(ms);
-        }
-        break;
-      }
+      case kSet:
+        return serve_set(c, r);
+      case kGet:
+        return serve_get(c, r);
+      case kAdd:
+        return serve_add(c, r);
+      case kCompareSet:
+        return serve_compare_set(c, r);
+      case kDelete:
+        return serve_delete(c, r);
+      case kCheck:
+        return serve_check(c, r);
+      case kNumKeys:
+        return serve_num_keys(c);
+      case kWait:
+        return serve_wait(c, r);
       default:
         reply(c, kFail, "unknown request");
         c.closing = true;
         return;
+    }
+  }
+
+  void serve_set(Conn& c, Reader& r) {
+    const std::string_view key = r.str();
+    const std::string_view value = r.str();
+    if (fits(c, key, value.size())) {
+      store(std::string(key), std::string(value));
+      reply(c, kOk);
+    }
+  }
+
+  void serve_get(Conn& c, Reader& r) {
+    const auto it = data.find(std::string(r.str()));
+    if (it == data.end())
+      reply(c, kNotFound);
+    else
+      reply(c, kValue, it->second);
+  }
+
+  void serve_add(Conn& c, Reader& r) {
+    const std::string key(r.str());
+    const int64_t by = static_cast<int64_t>(r.u64());
+    int64_t v = 0;
+    const auto it = data.find(key);
+    if (it != data.end()) {
+      try {
+        size_t used = 0;
+        v = std::stoll(it->second, &used);
+        if (used != it->second.size()) throw std::invalid_argument("trailing");
+      } catch (const std::exception&) {
+        reply(c, kFail, "add() to key '" + key.substr(0, 64) + "', which does not hold an integer");
+        return;
+      }
+    }
+    // Two's complement wrap, as the other c10d stores do, without undefined behaviour.
+    v = static_cast<int64_t>(static_cast<uint64_t>(v) + static_cast<uint64_t>(by));
+    const std::string text = std::to_string(v);
+    if (fits(c, key, text.size())) {
+      store(key, text);
+      std::string body;
+      put_u64(body, static_cast<uint64_t>(v));
+      reply(c, kInt, body);
+    }
+  }
+
+  void serve_compare_set(Conn& c, Reader& r) {
+    const std::string key(r.str());
+    const std::string_view expected = r.str();
+    const std::string_view desired = r.str();
+    const auto it = data.find(key);
+    if ((it == data.end() && expected.empty()) || (it != data.end() && it->second == expected)) {
+      if (!fits(c, key, desired.size())) return;
+      store(key, std::string(desired));
+      reply(c, kValue, std::string(desired));
+    } else {
+      reply(c, kValue, it == data.end() ? std::string(expected) : it->second);
+    }
+  }
+
+  void serve_delete(Conn& c, Reader& r) {
+    const auto it = data.find(std::string(r.str()));
+    const bool had = it != data.end();
+    if (had) {
+      total -= it->first.size() + it->second.size();
+      data.erase(it);
+    }
+    reply(c, kBool, std::string(1, had ? 1 : 0));
+  }
+
+  void serve_check(Conn& c, Reader& r) {
+    bool ok = false;
+    const auto keys = read_keys(c, r, &ok);
+    if (ok) reply(c, kBool, std::string(1, has_all(keys) ? 1 : 0));
+  }
+
+  void serve_num_keys(Conn& c) {
+    std::string body;
+    put_u64(body, data.size());
+    reply(c, kInt, body);
+  }
+
+  // Replies at once if every key is there; else the wait is pending (wake_waiters()).
+  void serve_wait(Conn& c, Reader& r) {
+    const uint64_t ms = std::min<uint64_t>(r.u64(), uint64_t{30} * 24 * 3600 * 1000);
+    bool ok = false;
+    auto keys = read_keys(c, r, &ok);
+    if (!ok) return;
+    if (has_all(keys)) {
+      reply(c, kReady);
+    } else {
+      c.wait_keys = std::move(keys);
+      c.wait_deadline = Clock::now() + std::chrono::milliseconds(ms);
     }
   }
 
@@ -445,88 +461,104 @@ struct AuthStoreServer::Impl {
     conns.push_back(std::move(c));
   }
 
+  // Serves every connection until woken through `wake`, or poll() fails.
   void loop() {
     std::vector<pollfd> fds;
     for (;;) {
-      const auto now = Clock::now();
-      auto next = now + std::chrono::seconds(1);
-      for (const Conn& c : conns) {
-        if (!c.authed) next = std::min(next, c.handshake_deadline);
-        if (!c.wait_keys.empty()) next = std::min(next, c.wait_deadline);
-      }
-      // At the limit of unauthenticated connections, new ones wait in the listen backlog (they
-      // are not refused: a large world's ranks all connect at once).
-      const bool accepting = unauthenticated() < limits.max_unauthenticated;
-      fds.assign({pollfd{wake[0], POLLIN, 0},
-                  pollfd{listen_fd, static_cast<short>(accepting ? POLLIN : 0), 0}});
-      // A client is read from only while its buffers are small: pipelined requests wait in TCP.
-      for (const Conn& c : conns) {
-        const bool read = c.in.size() < kMaxBuffered && c.out.size() < kMaxBuffered;
-        fds.push_back(pollfd{
-            c.fd, static_cast<short>((read ? POLLIN : 0) | (c.out.empty() ? 0 : POLLOUT)), 0});
-      }
-      const auto wait_ms =
-          std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count();
-      const int n =
-          ::poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(0, wait_ms) + 1));
-      if (n < 0 && errno != EINTR) return;
-      if (fds[0].revents != 0) return;  // stop
+      if (!wait_for_events(fds)) return;
       std::vector<bool> drop(conns.size(), false);
-      for (size_t i = 0; i < conns.size(); ++i) {
-        Conn& c = conns[i];
-        const short ev = fds[i + 2].revents;
-        if ((ev & (POLLHUP | POLLERR)) != 0 && (fds[i + 2].events & POLLIN) == 0) {
-          drop[i] = true;  // gone while not being read
-          continue;
-        }
-        if ((ev & (POLLIN | POLLHUP | POLLERR)) != 0) {
-          char buf[65536];
-          const ssize_t r = ::recv(c.fd, buf, sizeof buf, 0);
-          if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
-            drop[i] = true;
-            continue;
-          }
-          if (r > 0 && !c.closing) {
-            c.in.append(buf, static_cast<size_t>(r));
-            consume(c);
-          }
-        }
-        if (!c.out.empty()) {
-          const ssize_t w = ::send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-          if (w > 0)
-            c.out.erase(0, static_cast<size_t>(w));
-          else if (w < 0 && errno != EAGAIN && errno != EINTR)
-            drop[i] = true;
-        }
-        if (c.closing && c.out.empty()) drop[i] = true;
-      }
+      for (size_t i = 0; i < conns.size(); ++i) drop[i] = !serve_io(conns[i], fds[i + 2]);
       const auto later = Clock::now();
-      for (size_t i = 0; i < conns.size(); ++i) {
-        Conn& c = conns[i];
-        if (!c.authed && !c.closing && !drop[i] && later >= c.handshake_deadline) {
-          char s_buf[32];
-          std::snprintf(s_buf, sizeof s_buf, "%g", limits.handshake_s);
-          refuse(c, std::string("no proof of the run secret within ") + s_buf + " s");
-          (void)!::send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-          drop[i] = true;
-        }
-      }
+      refuse_late_handshakes(drop, later);
       wake_waiters(later);
       // Requests held behind a wait that just ended.
       for (size_t i = 0; i < conns.size(); ++i)
         if (!drop[i]) consume(conns[i]);
-      size_t kept = 0;
-      for (size_t i = 0; i < conns.size(); ++i) {
-        if (drop[i]) {
-          ::close(conns[i].fd);
-        } else {
-          if (kept != i) conns[kept] = std::move(conns[i]);
-          ++kept;
-        }
-      }
-      conns.resize(kept);
+      drop_conns(drop);
       if ((fds[1].revents & POLLIN) != 0) accept_one();
     }
+  }
+
+  // Polls the wake pipe (fds[0]), the listening socket (fds[1]) and each connection (fds[i + 2]),
+  // until the next handshake or wait deadline (at most 1 s). False: stop (woken, or poll failed).
+  bool wait_for_events(std::vector<pollfd>& fds) {
+    const auto now = Clock::now();
+    auto next = now + std::chrono::seconds(1);
+    for (const Conn& c : conns) {
+      if (!c.authed) next = std::min(next, c.handshake_deadline);
+      if (!c.wait_keys.empty()) next = std::min(next, c.wait_deadline);
+    }
+    // At the limit of unauthenticated connections, new ones wait in the listen backlog (they
+    // are not refused: a large world's ranks all connect at once).
+    const bool accepting = unauthenticated() < limits.max_unauthenticated;
+    fds.assign({pollfd{wake[0], POLLIN, 0},
+                pollfd{listen_fd, static_cast<short>(accepting ? POLLIN : 0), 0}});
+    // A client is read from only while its buffers are small: pipelined requests wait in TCP.
+    for (const Conn& c : conns) {
+      const bool read = c.in.size() < kMaxBuffered && c.out.size() < kMaxBuffered;
+      fds.push_back(
+          pollfd{c.fd, static_cast<short>((read ? POLLIN : 0) | (c.out.empty() ? 0 : POLLOUT)), 0});
+    }
+    const auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count();
+    const int n =
+        ::poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(0, wait_ms) + 1));
+    if (n < 0 && errno != EINTR) return false;
+    return fds[0].revents == 0;  // else: stop
+  }
+
+  // Reads what connection `c` sent (handling its complete requests) and writes what it is owed,
+  // as poll() reported on `p`. False if the connection is to be dropped.
+  bool serve_io(Conn& c, const pollfd& p) {
+    const short ev = p.revents;
+    if ((ev & (POLLHUP | POLLERR)) != 0 && (p.events & POLLIN) == 0)
+      return false;  // gone while not being read
+    if ((ev & (POLLIN | POLLHUP | POLLERR)) != 0) {
+      char buf[65536];
+      const ssize_t r = ::recv(c.fd, buf, sizeof buf, 0);
+      if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) return false;
+      if (r > 0 && !c.closing) {
+        c.in.append(buf, static_cast<size_t>(r));
+        consume(c);
+      }
+    }
+    bool keep = true;
+    if (!c.out.empty()) {
+      const ssize_t w = ::send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (w > 0)
+        c.out.erase(0, static_cast<size_t>(w));
+      else if (w < 0 && errno != EAGAIN && errno != EINTR)
+        keep = false;
+    }
+    if (c.closing && c.out.empty()) keep = false;
+    return keep;
+  }
+
+  // Refuses (and marks to drop) the connections that have not proved the secret by `now`.
+  void refuse_late_handshakes(std::vector<bool>& drop, Clock::time_point now) {
+    for (size_t i = 0; i < conns.size(); ++i) {
+      Conn& c = conns[i];
+      if (!c.authed && !c.closing && !drop[i] && now >= c.handshake_deadline) {
+        char s_buf[32];
+        std::snprintf(s_buf, sizeof s_buf, "%g", limits.handshake_s);
+        refuse(c, std::string("no proof of the run secret within ") + s_buf + " s");
+        (void)!::send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+        drop[i] = true;
+      }
+    }
+  }
+
+  // Closes and removes the connections marked in `drop`, keeping the others' order.
+  void drop_conns(const std::vector<bool>& drop) {
+    size_t kept = 0;
+    for (size_t i = 0; i < conns.size(); ++i) {
+      if (drop[i]) {
+        ::close(conns[i].fd);
+      } else {
+        if (kept != i) conns[kept] = std::move(conns[i]);
+        ++kept;
+      }
+    }
+    conns.resize(kept);
   }
 };
 
@@ -647,6 +679,103 @@ std::string seconds(std::chrono::milliseconds ms) {
   return buf;
 }
 
+// A non-blocking connection to address `a`, so that an address that drops the connection request
+// costs no more than the time left until `deadline`; -1 (and `why`) if it fails.
+int connect_one(const addrinfo* a, Clock::time_point deadline, std::string& why) {
+  const int fd =
+      ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+  if (fd < 0) return -1;
+  int rc = ::connect(fd, a->ai_addr, a->ai_addrlen);
+  if (rc != 0 && errno == EINPROGRESS) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    pollfd p{fd, POLLOUT, 0};
+    if (::poll(&p, 1, static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(left, 1 << 30)))) ==
+        1) {
+      int err = 0;
+      socklen_t len = sizeof err;
+      ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      rc = err == 0 ? 0 : -1;
+      errno = err;
+    } else {
+      errno = ETIMEDOUT;
+    }
+  }
+  if (rc == 0) return fd;
+  why = errno_str();
+  ::close(fd);
+  return -1;
+}
+
+// A connection to the store at addr:port (`where`), retried every 50 ms until `deadline` (the
+// server may not be up yet); rv::PeerError after `timeout`.
+int connect_store(const std::string& addr, int port, const std::string& where,
+                  Clock::time_point deadline, std::chrono::milliseconds timeout) {
+  std::string why = "timed out";
+  for (;;) {
+    int fd = -1;
+    addrinfo* res = resolve(addr, port, false);
+    for (addrinfo* a = res; a != nullptr && fd < 0; a = a->ai_next)
+      fd = connect_one(a, deadline, why);
+    ::freeaddrinfo(res);
+    if (fd >= 0) return fd;
+    if (Clock::now() >= deadline)
+      throw PeerError("cannot reach the rendezvous store at " + where + " within " +
+                      seconds(timeout) + " s: " + why);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+// One handshake frame of at most `max` bytes from the store at `where`, before `deadline`.
+std::string read_handshake_frame(int fd, size_t max, const std::string& where,
+                                 Clock::time_point deadline) {
+  char len_b[4];
+  bool closed = false;
+  if (!recv_all(fd, len_b, 4, deadline, &closed))
+    throw PeerError("the rendezvous store at " + where +
+                    (closed ? " closed the connection" : " did not answer") +
+                    " during the handshake");
+  const uint32_t len = Reader(std::string_view(len_b, 4)).u32();
+  if (len > max)
+    throw PeerError("the server at " + where + " is not a ravnest rendezvous store (a frame of " +
+                    std::to_string(len) + " bytes)");
+  std::string f(len, '\0');
+  if (!recv_all(fd, f.data(), len, deadline, &closed))
+    throw PeerError("the rendezvous store at " + where + " did not finish the handshake");
+  return f;
+}
+
+// The client's side of the handshake: proves the run's secret over the server's nonce and checks
+// the server's proof over its own. rv::PeerError if the server is not a ravnest store or turned
+// this client away; rv::InputError if it refused the proof, or proves another secret.
+void client_handshake(int fd, const std::string& secret, const std::string& where,
+                      Clock::time_point deadline) {
+  const std::string hello = read_handshake_frame(fd, kHandshakeFrameMax, where, deadline);
+  if (hello.compare(0, 2, "NO") == 0)
+    throw PeerError("the rendezvous store at " + where +
+                    " turned this rank away: " + hello.substr(2));
+  if (hello.size() != 4 + auth::kNonceBytes || hello.compare(0, 4, kServerHello) != 0)
+    throw PeerError("the server at " + where + " is not a ravnest rendezvous store");
+  const std::string nonce_s = hello.substr(4);
+  const std::string nonce_c = auth::random_bytes(auth::kNonceBytes);
+  const auth::Mac proof = auth::mac(secret, {"store-client", nonce_s, nonce_c});
+  if (!send_all(fd, framed(kClientHello + nonce_c + std::string(proof.begin(), proof.end())),
+                deadline))
+    throw PeerError("the rendezvous store at " + where +
+                    " closed the connection during the handshake");
+  const std::string answer = read_handshake_frame(fd, 1024, where, deadline);
+  if (answer.compare(0, 2, "NO") == 0)
+    throw InputError("the rendezvous store at " + where +
+                     " refused this rank: " + answer.substr(2) +
+                     " (a rank of another run, or the ranks were given different secrets)");
+  if (answer.size() != 2 + auth::kMacBytes || answer.compare(0, 2, "OK") != 0 ||
+      !auth::same_mac(auth::mac(secret, {"store-server", nonce_c, nonce_s}),
+                      std::string_view(answer).substr(2)))
+    throw InputError("the server at " + where +
+                     " does not prove this run's secret: it is not this run's store "
+                     "(another process holds the port, or the ranks were given different secrets)");
+}
+
 }  // namespace
 
 AuthStore::AuthStore(const std::string& secret, const std::string& addr, int port,
@@ -657,91 +786,11 @@ AuthStore::AuthStore(const std::string& secret, const std::string& addr, int por
       port_(port),
       where_(addr + ":" + std::to_string(port)) {
   const auto deadline = Clock::now() + timeout;
-  std::string why = "timed out";
-  for (;;) {
-    addrinfo* res = resolve(addr, port, false);
-    for (addrinfo* a = res; a != nullptr && fd_ < 0; a = a->ai_next) {
-      // Non-blocking, so that an address that drops the connection request costs no more than
-      // the timeout.
-      const int fd =
-          ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
-      if (fd < 0) continue;
-      int rc = ::connect(fd, a->ai_addr, a->ai_addrlen);
-      if (rc != 0 && errno == EINPROGRESS) {
-        const auto left =
-            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-        pollfd p{fd, POLLOUT, 0};
-        if (::poll(&p, 1,
-                   static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(left, 1 << 30)))) == 1) {
-          int err = 0;
-          socklen_t len = sizeof err;
-          ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-          rc = err == 0 ? 0 : -1;
-          errno = err;
-        } else {
-          errno = ETIMEDOUT;
-        }
-      }
-      if (rc == 0) {
-        fd_ = fd;
-      } else {
-        why = errno_str();
-        ::close(fd);
-      }
-    }
-    ::freeaddrinfo(res);
-    if (fd_ >= 0) break;
-    if (Clock::now() >= deadline)
-      throw PeerError("cannot reach the rendezvous store at " + where_ + " within " +
-                      seconds(timeout) + " s: " + why);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  fd_ = connect_store(addr, port, where_, deadline, timeout);
   const int one = 1;
   ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  // The handshake.
-  auto read_frame = [&](size_t max) {
-    char len_b[4];
-    bool closed = false;
-    if (!recv_all(fd_, len_b, 4, deadline, &closed))
-      throw PeerError("the rendezvous store at " + where_ +
-                      (closed ? " closed the connection" : " did not answer") +
-                      " during the handshake");
-    const uint32_t len = Reader(std::string_view(len_b, 4)).u32();
-    if (len > max)
-      throw PeerError("the server at " + where_ +
-                      " is not a ravnest rendezvous store (a frame of " + std::to_string(len) +
-                      " bytes)");
-    std::string f(len, '\0');
-    if (!recv_all(fd_, f.data(), len, deadline, &closed))
-      throw PeerError("the rendezvous store at " + where_ + " did not finish the handshake");
-    return f;
-  };
   try {
-    const std::string hello = read_frame(kHandshakeFrameMax);
-    if (hello.compare(0, 2, "NO") == 0)
-      throw PeerError("the rendezvous store at " + where_ +
-                      " turned this rank away: " + hello.substr(2));
-    if (hello.size() != 4 + auth::kNonceBytes || hello.compare(0, 4, kServerHello) != 0)
-      throw PeerError("the server at " + where_ + " is not a ravnest rendezvous store");
-    const std::string nonce_s = hello.substr(4);
-    const std::string nonce_c = auth::random_bytes(auth::kNonceBytes);
-    const auth::Mac proof = auth::mac(secret, {"store-client", nonce_s, nonce_c});
-    if (!send_all(fd_, framed(kClientHello + nonce_c + std::string(proof.begin(), proof.end())),
-                  deadline))
-      throw PeerError("the rendezvous store at " + where_ +
-                      " closed the connection during the handshake");
-    const std::string answer = read_frame(1024);
-    if (answer.compare(0, 2, "NO") == 0)
-      throw InputError("the rendezvous store at " + where_ +
-                       " refused this rank: " + answer.substr(2) +
-                       " (a rank of another run, or the ranks were given different secrets)");
-    if (answer.size() != 2 + auth::kMacBytes || answer.compare(0, 2, "OK") != 0 ||
-        !auth::same_mac(auth::mac(secret, {"store-server", nonce_c, nonce_s}),
-                        std::string_view(answer).substr(2)))
-      throw InputError(
-          "the server at " + where_ +
-          " does not prove this run's secret: it is not this run's store "
-          "(another process holds the port, or the ranks were given different secrets)");
+    client_handshake(fd_, secret, where_, deadline);
   } catch (...) {
     ::close(fd_);
     fd_ = -1;

@@ -20,6 +20,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "core/error.h"
@@ -258,46 +259,55 @@ std::pair<std::string, int> parse_endpoint(const std::string& endpoint) {
   return {host, port};
 }
 
-}  // namespace
+// The ranks, comma-separated.
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string list;
+  for (int rank : ranks) list += (list.empty() ? "" : ", ") + std::to_string(rank);
+  return list;
+}
 
-std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
+// This machine's share of the run (Machines): its ranks and, spread over several machines, the
+// rendezvous at machine 0.
+struct MachineShare {
+  bool spread = false;  // --nnodes 2 or more
+  int first_rank = 0;   // this machine starts ranks [first_rank, last_rank)
+  int last_rank = 0;
+  bool has_rank0 = false;
+  std::pair<std::string, int> endpoint;  // --rdzv-endpoint's host and port (spread only)
+};
+
+// Checks the options of several machines and this machine's ranks' real.device before any
+// process starts; rv::InputError naming the option otherwise.
+MachineShare machine_share(const Scenario& scenario, const Machines& machines) {
   const int world = scenario.node_count();
   if (world < 1) throw InputError(scenario.source + ": the scenario has no nodes");
-  // Several machines (--nnodes): this one's share of the ranks, the rendezvous at machine 0.
-  const bool spread = options.machines.nnodes > 1;
-  if (options.machines.nnodes < 1 || options.machines.nnodes > world)
-    throw InputError("--nnodes " + std::to_string(options.machines.nnodes) +
+  MachineShare share;
+  share.spread = machines.nnodes > 1;
+  if (machines.nnodes < 1 || machines.nnodes > world)
+    throw InputError("--nnodes " + std::to_string(machines.nnodes) +
                      ": between 1 and the scenario's " + std::to_string(world) + " nodes");
-  if (options.machines.node_rank < 0 || options.machines.node_rank >= options.machines.nnodes)
-    throw InputError("--node-rank " + std::to_string(options.machines.node_rank) +
+  if (machines.node_rank < 0 || machines.node_rank >= machines.nnodes)
+    throw InputError("--node-rank " + std::to_string(machines.node_rank) +
                      ": between 0 and --nnodes - 1");
-  if (spread && options.machines.rdzv_endpoint.empty())
-    throw InputError("--nnodes " + std::to_string(options.machines.nnodes) +
+  if (share.spread && machines.rdzv_endpoint.empty())
+    throw InputError("--nnodes " + std::to_string(machines.nnodes) +
                      ": give --rdzv-endpoint HOST:PORT, machine 0's address");
-  if (!spread && !options.machines.rdzv_endpoint.empty())
+  if (!share.spread && !machines.rdzv_endpoint.empty())
     throw InputError(
         "--rdzv-endpoint: only with --nnodes 2 or more (one machine meets at real.master_addr)");
-  const auto [first_rank, last_rank] =
-      ranks_of_machine(world, options.machines.nnodes, options.machines.node_rank);
-  for (int r = first_rank; r < last_rank; ++r)
+  std::tie(share.first_rank, share.last_rank) =
+      ranks_of_machine(world, machines.nnodes, machines.node_rank);
+  for (int r = share.first_rank; r < share.last_rank; ++r)
     compute_device(scenario, r);  // real.device: refused before any start
-  const bool has_rank0 = first_rank == 0;
-  std::pair<std::string, int> endpoint;
-  if (spread) endpoint = parse_endpoint(options.machines.rdzv_endpoint);
-  // Spread over machines, every one needs the run's secret (real/auth.h): read it before any
-  // process starts. On one machine it is new for the run, unless the environment gives one (so that
-  // a replacement, `ravnest node --join`, can prove it too).
-  const bool given_secret = auth::secret_in_environment();
-  const std::string shared_secret =
-      spread || given_secret ? auth::secret_from_environment() : std::string();
-  SignalGuard signals;
-  const std::string run_path =
-      options.run_path.empty() ? new_run_path(scenario, "real") : options.run_path;
-  TempPath result(false);
-  TempPath status_dir(true);
+  share.has_rank0 = share.first_rank == 0;
+  if (share.spread) share.endpoint = parse_endpoint(machines.rdzv_endpoint);
+  return share;
+}
 
-  // The network emulator every node's sends go through (real.emulate_network): the user-space
-  // star, or the kernel's shaped links with the latencies in user space.
+// Whether every node's sends go through the network emulator (real.emulate_network): the
+// user-space star, or the kernel's shaped links with the latencies in user space. rv::ScenarioError
+// for a network a real run cannot emulate.
+bool check_emulation(const Scenario& scenario, bool spread) {
   if (!scenario.network.platform.empty())
     throw ScenarioError(
         scenario.where("network.platform"), "network.platform",
@@ -310,40 +320,64 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
         scenario.where("real.shaper"), "real.shaper",
         "the kernel shaper builds a star only: use shaper = \"user\" under network.topology = "
         "\"regions\" (its emulator shares each link between regions among the processes)");
-  std::optional<KernelNetwork> kernel;
+  return emulate;
+}
+
+// What this machine's ranks share, made before any of them starts, in the order of the members
+// (and destroyed in reverse): the network emulator (`emulate`), the run's secret in a file of the
+// status folder, and the rendezvous store.
+struct Services {
+  Services(const Scenario& scenario, const MachineShare& share, bool emulate,
+           const std::string& status_dir, const std::string& shared_secret, bool given_secret);
+
+  std::optional<KernelNetwork> kernel;  // real.shaper = "kernel"
+  WallClock emulator_clock;
+  std::optional<EmulatorServer> emulator;  // the user-space shaper's
+  std::string master_addr;                 // where the ranks meet
+  std::string secret_file;
+  // Served here unless rank 0 hosts it (the kernel shaper) or another machine holds rank 0.
+  std::optional<AuthStoreServer> store;
+  int port = 0;  // the store's
+};
+
+Services::Services(const Scenario& scenario, const MachineShare& share, bool emulate,
+                   const std::string& status_dir, const std::string& shared_secret,
+                   bool given_secret) {
   if (emulate && scenario.real.shaper == Shaper::kKernel) kernel.emplace(scenario);
   // (Under the kernel shaper each receiver adds the links' latency itself: emu/arrival_latency.h.)
-  WallClock emulator_clock;
-  std::optional<EmulatorServer> emulator;
   if (emulate && !kernel) {
-    emulator.emplace((std::filesystem::path(status_dir.path()) / "emulator.sock").string(),
+    emulator.emplace((std::filesystem::path(status_dir) / "emulator.sock").string(),
                      links_of(scenario), emulator_clock);
     emulator->start();
   }
   // Every rank is on this machine: the scenario's address (127.0.0.1 by default) must be one of
   // its own, or the store cannot bind it.
-  const std::string master_addr = kernel   ? kernel->address_of(0)
-                                  : spread ? endpoint.first
-                                           : scenario.real.master_addr;
+  master_addr = kernel         ? kernel->address_of(0)
+                : share.spread ? share.endpoint.first
+                               : scenario.real.master_addr;
   // The run's secret (real/auth.h), new for this run unless given, in a file only this user can
   // read (the status folder is private too: mkdtemp makes it 0700).
-  const std::string secret = spread || given_secret ? shared_secret : auth::new_secret();
-  const std::string secret_file = (std::filesystem::path(status_dir.path()) / "secret").string();
+  const std::string secret = share.spread || given_secret ? shared_secret : auth::new_secret();
+  secret_file = (std::filesystem::path(status_dir) / "secret").string();
   auth::write_secret_file(secret_file, secret);
   // The rendezvous store: served here, on a port bound before any rank starts (0: whatever the
   // system gives), so that no other process can take it in between. Under the kernel shaper,
   // rank 0 hosts it in its own network namespace, where no other process runs, at the scenario's
   // port (29500 for 0).
-  std::optional<AuthStoreServer> store;
-  int port = spread                           ? endpoint.second
-             : scenario.real.master_port != 0 ? scenario.real.master_port
-                                              : 29500;
-  if (!kernel && has_rank0) {
-    store.emplace(secret, master_addr, spread ? endpoint.second : scenario.real.master_port);
+  port = share.spread                     ? share.endpoint.second
+         : scenario.real.master_port != 0 ? scenario.real.master_port
+                                          : 29500;
+  if (!kernel && share.has_rank0) {
+    store.emplace(secret, master_addr,
+                  share.spread ? share.endpoint.second : scenario.real.master_port);
     port = store->port();
   }
+}
 
-  // The children's environment: ours, plus the launcher's pid (they die with it).
+// The children's environment: ours, plus the launcher's pid (they die with it), the status
+// folder, the secret's file, and what the ranks of this machine share.
+std::vector<std::string> child_environment(const MachineShare& share, const Services& services,
+                                           const std::string& status_dir) {
   std::vector<std::string> env_strings;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     const std::string var(*e);
@@ -357,10 +391,10 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
   env_strings.push_back(std::string(kLauncherPidEnv) + "=" + std::to_string(getpid()));
   env_strings.push_back(std::string(kCommandLineEnv) + "=" +
                         this_command_line());  // rank 0 records it
-  env_strings.push_back(std::string(kStatusDirEnv) + "=" + status_dir.path());
-  env_strings.push_back(std::string(auth::kSecretFileEnv) + "=" + secret_file);
-  if (store) env_strings.push_back(std::string(kStoreHostedEnv) + "=1");
-  if (!spread) {
+  env_strings.push_back(std::string(kStatusDirEnv) + "=" + status_dir);
+  env_strings.push_back(std::string(auth::kSecretFileEnv) + "=" + services.secret_file);
+  if (services.store) env_strings.push_back(std::string(kStoreHostedEnv) + "=1");
+  if (!share.spread) {
     env_strings.push_back(std::string(kAllRanksHereEnv) + "=1");
   } else {
     // This machine's cores are shared among its own ranks (as torchrun's LOCAL_WORLD_SIZE says).
@@ -368,10 +402,11 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
         std::remove_if(env_strings.begin(), env_strings.end(),
                        [](const std::string& v) { return v.rfind("LOCAL_WORLD_SIZE=", 0) == 0; }),
         env_strings.end());
-    env_strings.push_back("LOCAL_WORLD_SIZE=" + std::to_string(last_rank - first_rank));
+    env_strings.push_back("LOCAL_WORLD_SIZE=" + std::to_string(share.last_rank - share.first_rank));
   }
-  if (emulator) env_strings.push_back(std::string(kEmulatorSocketEnv) + "=" + emulator->path());
-  if (kernel) {
+  if (services.emulator)
+    env_strings.push_back(std::string(kEmulatorSocketEnv) + "=" + services.emulator->path());
+  if (services.kernel) {
     // Gloo binds each node's own interface (one name in every namespace).
     env_strings.erase(
         std::remove_if(env_strings.begin(), env_strings.end(),
@@ -379,34 +414,54 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
         env_strings.end());
     env_strings.push_back(std::string("GLOO_SOCKET_IFNAME=") + KernelNetwork::kInterface);
   }
-  std::vector<char*> env;
-  for (auto& s : env_strings) env.push_back(s.data());
-  env.push_back(nullptr);
+  return env_strings;
+}
 
-  Children children;
+// Where the ranks of a run write what the launcher reads: rank 0's run folder and the file where
+// it names it, and the status folder of failed ranks' reports (node_process.h).
+struct RunFiles {
+  std::string run_path;
+  std::string result;
+  std::string status_dir;
+};
+
+// Rank `rank`'s `ravnest node` command line.
+std::vector<std::string> rank_command(int rank, const Scenario& scenario,
+                                      const LaunchOptions& options, const MachineShare& share,
+                                      const Services& services, const RunFiles& files) {
+  std::vector<std::string> args = {options.self_exe, "node", options.scenario_path};
+  for (const auto& o : options.overrides) args.insert(args.end(), {"--set", o});
+  args.insert(args.end(), options.node_args.begin(), options.node_args.end());
+  args.insert(args.end(), {"--rank", std::to_string(rank), "--world-size",
+                           std::to_string(scenario.node_count()), "--master-addr",
+                           services.master_addr, "--master-port", std::to_string(services.port),
+                           "--timeout", seconds_str(scenario.peer_timeout_s())});
+  // Every rank appends its rows to the run folder as it goes; rank 0 makes it and finishes it
+  // (on machine 0: the other machines' ranks hand their rows to rank 0 at the end).
+  if (share.has_rank0) args.insert(args.end(), {"--run-path", files.run_path});
+  if (rank == 0)
+    args.insert(args.end(), {"--result-file", files.result, "--progress", options.progress});
+  return args;
+}
+
+// Makes the log folder (--log-dir), if any, then starts this machine's ranks, in rank order.
+void start_ranks(Children& children, const Scenario& scenario, const LaunchOptions& options,
+                 const MachineShare& share, const Services& services, const RunFiles& files,
+                 char** env) {
   if (!options.machines.log_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(options.machines.log_dir, ec);
     if (ec)
       throw InputError(options.machines.log_dir + ": cannot make the log folder: " + ec.message());
   }
-  for (int rank = first_rank; rank < last_rank; ++rank) {
-    std::vector<std::string> args = {options.self_exe, "node", options.scenario_path};
-    for (const auto& o : options.overrides) args.insert(args.end(), {"--set", o});
-    args.insert(args.end(), options.node_args.begin(), options.node_args.end());
-    args.insert(args.end(), {"--rank", std::to_string(rank), "--world-size", std::to_string(world),
-                             "--master-addr", master_addr, "--master-port", std::to_string(port),
-                             "--timeout", seconds_str(scenario.peer_timeout_s())});
-    // Every rank appends its rows to the run folder as it goes; rank 0 makes it and finishes it
-    // (on machine 0: the other machines' ranks hand their rows to rank 0 at the end).
-    if (has_rank0) args.insert(args.end(), {"--run-path", run_path});
-    if (rank == 0)
-      args.insert(args.end(), {"--result-file", result.path(), "--progress", options.progress});
-    if (kernel) {
-      const std::vector<std::string> wrapped = kernel->wrap(rank, args);
-      children.spawn(rank, wrapped[0], wrapped, env.data());
+  for (int rank = share.first_rank; rank < share.last_rank; ++rank) {
+    const std::vector<std::string> args =
+        rank_command(rank, scenario, options, share, services, files);
+    if (services.kernel) {
+      const std::vector<std::string> wrapped = services.kernel->wrap(rank, args);
+      children.spawn(rank, wrapped[0], wrapped, env);
     } else {
-      children.spawn(rank, options.self_exe, args, env.data(),
+      children.spawn(rank, options.self_exe, args, env,
                      options.machines.log_dir.empty()
                          ? std::string()
                          : (std::filesystem::path(options.machines.log_dir) /
@@ -414,154 +469,236 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
                                .string());
     }
   }
+}
 
-  // Wait for all; after the first failure, the others get timeout_s to notice and stop, and
-  // those still running a while after the last one ended (half the timeout, at least the grace
-  // margin: ranks that lost a peer end at about the same moment) are taken for stopped or hung.
+// How this machine's ranks ended.
+struct Ending {
   std::vector<std::pair<int, int>> failures;  // (rank, wait status), in the order they ended
-  std::chrono::steady_clock::time_point deadline, last_end;
-  const auto settle = std::chrono::milliseconds(static_cast<int64_t>(
-      std::max(kGraceMargin, std::min(scenario.peer_timeout_s(), 1e7) / 2) * 1000));
-  // A rank stopped (SIGSTOP, SIGTSTP) for longer than the timeout is taken for gone even when no
-  // rank can notice (all of them stopped): the launcher never waits forever.
-  const auto timeout = std::chrono::milliseconds(
-      static_cast<int64_t>(std::min(scenario.peer_timeout_s(), 1e7) * 1000));
-  std::map<int, std::chrono::steady_clock::time_point> stopped_since;
-  std::vector<int> stopped;  // ranks stopped for longer than the timeout
-  // real.on_peer_loss = "recover": a rank other than 0 that ends badly (not on bad input) is lost,
-  // and the run goes on without it.
-  const bool recover = scenario.real.on_peer_loss == PeerLoss::kRecover;
-  std::vector<int> lost;
-  auto next_probe = std::chrono::steady_clock::now();
-  while (!children.empty()) {
+  std::vector<int> stopped;                   // ranks stopped for longer than the timeout
+  std::vector<int> lost;  // recovering: ranks that ended badly, which the run went on without
+};
+
+// Waits for the children of a run. After the first failure, the others get timeout_s to notice
+// and stop, and those still running a while after the last one ended (half the timeout, at least
+// the grace margin: ranks that lost a peer end at about the same moment) are taken for stopped or
+// hung. A rank stopped (SIGSTOP, SIGTSTP) for longer than the timeout is taken for gone even when
+// no rank can notice (all of them stopped): the launcher never waits forever. Under
+// real.on_peer_loss = "recover", a rank other than 0 that ends badly (not on bad input) is lost,
+// and the run goes on without it.
+class RankWaiter {
+ public:
+  RankWaiter(Children& children, const Scenario& scenario, const RunFiles& files)
+      : children_(children),
+        files_(files),
+        peer_timeout_s_(scenario.peer_timeout_s()),
+        settle_(std::chrono::milliseconds(static_cast<int64_t>(
+            std::max(kGraceMargin, std::min(peer_timeout_s_, 1e7) / 2) * 1000))),
+        timeout_(
+            std::chrono::milliseconds(static_cast<int64_t>(std::min(peer_timeout_s_, 1e7) * 1000))),
+        recover_(scenario.real.on_peer_loss == PeerLoss::kRecover) {}
+
+  // Returns once every child ended, or the ones left are to be killed. rv::Interrupted on a
+  // signal (SignalGuard), once the children are killed and the run folder marked.
+  Ending wait() {
+    while (!children_.empty()) {
+      check_signal();
+      const std::pair<int, int> r = children_.reap(false);
+      if (r.first >= 0) {
+        ended(r.first, r.second);
+        continue;
+      }
+      if (children_.empty() || done_waiting()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return std::move(out_);
+  }
+
+ private:
+  using TimePoint = std::chrono::steady_clock::time_point;
+
+  void check_signal() {
     try {
       SignalGuard::check();
     } catch (const Interrupted& e) {
       // The ranks go first, so that rank 0 writes no more; the folder keeps its rows, marked.
-      children.kill_all();
-      mark_run(run_path, "interrupted", e.what());
+      children_.kill_all();
+      mark_run(files_.run_path, "interrupted", e.what());
       throw;
     }
-    const std::pair<int, int> r = children.reap(false);
-    if (r.first < 0) {
-      if (children.empty()) break;
-      const auto now = std::chrono::steady_clock::now();
-      if (!failures.empty() && (now >= deadline || now >= last_end + settle)) break;
-      if (now >= next_probe) {
-        next_probe = now + std::chrono::milliseconds(250);
-        const std::vector<int> now_stopped = children.stopped_ranks();
-        for (auto it = stopped_since.begin(); it != stopped_since.end();) {
-          if (std::find(now_stopped.begin(), now_stopped.end(), it->first) == now_stopped.end())
-            it = stopped_since.erase(it);
-          else
-            ++it;
-        }
-        for (int rank : now_stopped) {
-          const auto since = stopped_since.emplace(rank, now).first->second;
-          if (now - since < timeout) continue;
-          if (recover && rank != 0) {
-            // Recovering: the others have taken it for lost (its heartbeats stopped); it goes.
-            children.kill_rank(rank);
-            stopped_since.erase(rank);
-          } else {
-            stopped.push_back(rank);
-          }
-        }
-        if (!stopped.empty()) break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      continue;
-    }
-    last_end = std::chrono::steady_clock::now();
-    if (!failed(r.second)) continue;
-    if (recover && r.first != 0 && read_report(status_dir.path(), r.first).kind != "input" &&
-        !(WIFEXITED(r.second) && WEXITSTATUS(r.second) == 2)) {
-      lost.push_back(r.first);
-      std::cerr << "ravnest real: rank " << r.first << " " << describe(r.second)
+  }
+
+  // Rank `rank` ended with wait status `status`.
+  void ended(int rank, int status) {
+    last_end_ = std::chrono::steady_clock::now();
+    if (!failed(status)) return;
+    if (recover_ && rank != 0 && read_report(files_.status_dir, rank).kind != "input" &&
+        !(WIFEXITED(status) && WEXITSTATUS(status) == 2)) {
+      out_.lost.push_back(rank);
+      std::cerr << "ravnest real: rank " << rank << " " << describe(status)
                 << "; the run goes on without it\n";
-      continue;
+      return;
     }
-    if (failures.empty()) {
+    if (out_.failures.empty()) {
       // timeout_s, plus a margin for the ranks' own timeouts, which began a little later.
-      deadline = std::chrono::steady_clock::now() +
-                 std::chrono::milliseconds(static_cast<int64_t>(
-                     (std::min(scenario.peer_timeout_s(), 1e7) + kGraceMargin) * 1000));
+      deadline_ = std::chrono::steady_clock::now() +
+                  std::chrono::milliseconds(
+                      static_cast<int64_t>((std::min(peer_timeout_s_, 1e7) + kGraceMargin) * 1000));
     }
-    failures.push_back(r);
+    out_.failures.emplace_back(rank, status);
   }
-  std::string killed;
-  for (int rank : children.running_ranks()) {
-    killed += (killed.empty() ? "" : ", ") + std::to_string(rank);
+
+  // No rank ended just now: whether to stop waiting (after a failure, at the deadline or once
+  // the others settled; or a rank stayed stopped too long). Looks for stopped ranks every 250 ms.
+  bool done_waiting() {
+    const auto now = std::chrono::steady_clock::now();
+    if (!out_.failures.empty() && (now >= deadline_ || now >= last_end_ + settle_)) return true;
+    if (now < next_probe_) return false;
+    next_probe_ = now + std::chrono::milliseconds(250);
+    probe_stopped(now);
+    return !out_.stopped.empty();
   }
+
+  // Notes which ranks are stopped now, and since when; those stopped longer than the timeout
+  // are killed (recovering, but rank 0) or added to out_.stopped.
+  void probe_stopped(TimePoint now) {
+    const std::vector<int> now_stopped = children_.stopped_ranks();
+    for (auto it = stopped_since_.begin(); it != stopped_since_.end();) {
+      if (std::find(now_stopped.begin(), now_stopped.end(), it->first) == now_stopped.end())
+        it = stopped_since_.erase(it);
+      else
+        ++it;
+    }
+    for (int rank : now_stopped) {
+      const auto since = stopped_since_.emplace(rank, now).first->second;
+      if (now - since < timeout_) continue;
+      if (recover_ && rank != 0) {
+        // Recovering: the others have taken it for lost (its heartbeats stopped); it goes.
+        children_.kill_rank(rank);
+        stopped_since_.erase(rank);
+      } else {
+        out_.stopped.push_back(rank);
+      }
+    }
+  }
+
+  Children& children_;
+  const RunFiles& files_;
+  const double peer_timeout_s_;
+  const std::chrono::milliseconds settle_;
+  const std::chrono::milliseconds timeout_;
+  const bool recover_;
+  Ending out_;
+  TimePoint deadline_, last_end_;
+  TimePoint next_probe_ = std::chrono::steady_clock::now();
+  std::map<int, TimePoint> stopped_since_;
+};
+
+// Ranks stopped for longer than the timeout, and no rank ended: marks the run folder and throws
+// rv::PeerError.
+[[noreturn]] void throw_stopped(const std::vector<int>& stopped, const Scenario& scenario,
+                                const std::string& run_path) {
+  const std::string which = rank_list(stopped);
+  mark_run_failed(run_path, "rank(s) " + which +
+                                " stayed stopped for more than the timeout; every rank was killed");
+  throw PeerError("real run failed: rank(s) " + which +
+                  " stayed stopped (a stop signal) for more than the timeout of " +
+                  seconds_str(scenario.peer_timeout_s()) +
+                  " s, and no rank ended; every rank was killed");
+}
+
+// The error of a run in which ranks failed, naming the root cause: the first rank to fail on its
+// own (not with a PeerError, which a lost or silent peer causes); if every rank failed with one,
+// the first to end. `killed`: the ranks still running, killed. Marks the run folder failed unless
+// the run had finished, and throws rv::InputError if the root cause was bad input, else
+// rv::PeerError.
+[[noreturn]] void throw_failure(const std::vector<std::pair<int, int>>& failures,
+                                std::string killed, const RunFiles& files,
+                                const EmulatorServer* emulator) {
+  size_t root = 0;
+  std::vector<ChildReport> reports;
+  for (const auto& f : failures) reports.push_back(read_report(files.status_dir, f.first));
+  for (size_t i = 0; i < failures.size(); ++i) {
+    if (reports[i].kind != "peer") {
+      root = i;
+      break;
+    }
+  }
+  const auto [rank, status] = failures[root];
+  std::string what;
+  if (reports[root].kind == "peer" && !killed.empty()) {
+    // Every rank that ended lost a peer, and some never ended: those are the cause (stopped or
+    // hung), not the first rank to notice.
+    what = "real run failed: rank(s) " + killed +
+           " stopped answering (stopped or hung; killed); the "
+           "others lost them: rank " +
+           std::to_string(rank) + " " + describe(status);
+    killed.clear();
+  } else {
+    what = "real run failed: rank " + std::to_string(rank) + " " + describe(status);
+  }
+  if (!reports[root].message.empty()) what += ": " + reports[root].message;
+  if (emulator && !emulator->error().empty()) what += " (" + emulator->error() + ")";
+  if (failures.size() > 1) {
+    std::vector<int> others;
+    for (size_t i = 0; i < failures.size(); ++i)
+      if (i != root) others.push_back(failures[i].first);
+    what += " (rank(s) " + rank_list(others) + " stopped as well)";
+  }
+  if (!killed.empty()) what += "; rank(s) " + killed + " were still running and were killed";
+  // A run that finished before the failure keeps its folder (rank 0 wrote it, and marked it).
+  std::string finished;
+  std::getline(std::ifstream(files.result) >> std::ws, finished);
+  if (!finished.empty() && std::filesystem::exists(finished))
+    what += "; the run had finished: its folder is kept, marked with " +
+            std::string(kShutdownMark) + ": " + finished;
+  // The folder of a run that did not finish says why (its writer, rank 0, may have been killed
+  // and left "running", or have said only that it lost a peer).
+  if (finished.empty()) mark_run_failed(files.run_path, what);
+  if (reports[root].kind == "input" || (WIFEXITED(status) && WEXITSTATUS(status) == 2)) {
+    throw InputError(what);
+  }
+  throw PeerError(what);
+}
+
+}  // namespace
+
+std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
+  const MachineShare share = machine_share(scenario, options.machines);
+  // Spread over machines, every one needs the run's secret (real/auth.h): read it before any
+  // process starts. On one machine it is new for the run, unless the environment gives one (so that
+  // a replacement, `ravnest node --join`, can prove it too).
+  const bool given_secret = auth::secret_in_environment();
+  const std::string shared_secret =
+      share.spread || given_secret ? auth::secret_from_environment() : std::string();
+  SignalGuard signals;
+  const std::string run_path =
+      options.run_path.empty() ? new_run_path(scenario, "real") : options.run_path;
+  TempPath result(false);
+  TempPath status_dir(true);
+  const RunFiles files{run_path, result.path(), status_dir.path()};
+  const bool emulate = check_emulation(scenario, share.spread);
+  Services services(scenario, share, emulate, status_dir.path(), shared_secret, given_secret);
+  std::vector<std::string> env_strings = child_environment(share, services, status_dir.path());
+  std::vector<char*> env;
+  for (auto& s : env_strings) env.push_back(s.data());
+  env.push_back(nullptr);
+
+  Children children;
+  start_ranks(children, scenario, options, share, services, files, env.data());
+  const Ending ending = RankWaiter(children, scenario, files).wait();
+  const std::string killed = rank_list(children.running_ranks());
   children.kill_all();
 
-  if (failures.empty() && !stopped.empty()) {
-    std::string which;
-    for (int rank : stopped) which += (which.empty() ? "" : ", ") + std::to_string(rank);
-    mark_run_failed(
-        run_path,
-        "rank(s) " + which + " stayed stopped for more than the timeout; every rank was killed");
-    throw PeerError("real run failed: rank(s) " + which +
-                    " stayed stopped (a stop signal) for more than the timeout of " +
-                    seconds_str(scenario.peer_timeout_s()) +
-                    " s, and no rank ended; every rank was killed");
-  }
-  if (!failures.empty()) {
-    // The root cause: the first rank to fail on its own (not with a PeerError, which a lost or
-    // silent peer causes); if every rank failed with one, the first to end.
-    size_t root = 0;
-    std::vector<ChildReport> reports;
-    for (const auto& f : failures) reports.push_back(read_report(status_dir.path(), f.first));
-    for (size_t i = 0; i < failures.size(); ++i) {
-      if (reports[i].kind != "peer") {
-        root = i;
-        break;
-      }
-    }
-    const auto [rank, status] = failures[root];
-    std::string what;
-    if (reports[root].kind == "peer" && !killed.empty()) {
-      // Every rank that ended lost a peer, and some never ended: those are the cause (stopped or
-      // hung), not the first rank to notice.
-      what = "real run failed: rank(s) " + killed +
-             " stopped answering (stopped or hung; killed); the "
-             "others lost them: rank " +
-             std::to_string(rank) + " " + describe(status);
-      killed.clear();
-    } else {
-      what = "real run failed: rank " + std::to_string(rank) + " " + describe(status);
-    }
-    if (!reports[root].message.empty()) what += ": " + reports[root].message;
-    if (emulator && !emulator->error().empty()) what += " (" + emulator->error() + ")";
-    if (failures.size() > 1) {
-      std::string others;
-      for (size_t i = 0; i < failures.size(); ++i) {
-        if (i != root) others += (others.empty() ? "" : ", ") + std::to_string(failures[i].first);
-      }
-      what += " (rank(s) " + others + " stopped as well)";
-    }
-    if (!killed.empty()) what += "; rank(s) " + killed + " were still running and were killed";
-    // A run that finished before the failure keeps its folder (rank 0 wrote it, and marked it).
-    std::string finished;
-    std::getline(std::ifstream(result.path()) >> std::ws, finished);
-    if (!finished.empty() && std::filesystem::exists(finished))
-      what += "; the run had finished: its folder is kept, marked with " +
-              std::string(kShutdownMark) + ": " + finished;
-    // The folder of a run that did not finish says why (its writer, rank 0, may have been killed
-    // and left "running", or have said only that it lost a peer).
-    if (finished.empty()) mark_run_failed(run_path, what);
-    if (reports[root].kind == "input" || (WIFEXITED(status) && WEXITSTATUS(status) == 2)) {
-      throw InputError(what);
-    }
-    throw PeerError(what);
-  }
-  if (!lost.empty()) {
-    std::string which;
-    for (int rank : lost) which += (which.empty() ? "" : ", ") + std::to_string(rank);
-    std::cerr << "ravnest real: the run recovered from the loss of rank(s) " << which << "\n";
-  }
-  if (!has_rank0) return "";
-  std::ifstream in(result.path());
+  if (ending.failures.empty() && !ending.stopped.empty())
+    throw_stopped(ending.stopped, scenario, files.run_path);
+  if (!ending.failures.empty())
+    throw_failure(ending.failures, killed, files,
+                  services.emulator ? &*services.emulator : nullptr);
+  if (!ending.lost.empty())
+    std::cerr << "ravnest real: the run recovered from the loss of rank(s) "
+              << rank_list(ending.lost) << "\n";
+  if (!share.has_rank0) return "";
+  std::ifstream in(files.result);
   std::string path;
   std::getline(in, path);
   if (path.empty()) throw Error("real run: rank 0 finished without naming its run folder");

@@ -292,10 +292,9 @@ struct RankSetup {
 int run_rank(const NodeProcessOptions& options, const RankSetup& setup,
              std::optional<LiveRun>& live, const Clock& live_clock);
 
-int run(const NodeProcessOptions& options) {
-  die_with_launcher();
-  const int rank = options.gloo.rank;
-  const int world = options.gloo.world_size;
+// The scenario of `options`, loaded (a resumed run's own source kept) and checked for what a real
+// run supports.
+Scenario load_rank_scenario(const NodeProcessOptions& options) {
   Scenario scenario = load_scenario(options.scenario_path, options.overrides);
   if (!options.resume_from.empty())
     if (std::string source = resolved_source(options.scenario_path); !source.empty())
@@ -303,37 +302,45 @@ int run(const NodeProcessOptions& options) {
   check_algorithm_settings(scenario);
   check_checkpoint_support(scenario);
   check_recovery_support(scenario);
-  const c10::Device device = compute_device(scenario, rank);
-  if (options.gloo.join && scenario.real.on_peer_loss != PeerLoss::kRecover)
-    throw ScenarioError(scenario.where("real.on_peer_loss"), "real.on_peer_loss",
-                        "\"" + std::string(name_of(scenario.real.on_peer_loss)) +
-                            "\": --join replaces a lost rank of a run that recovers "
-                            "lost ranks (\"recover\") only");
-  const bool launched_together = env_set(kAllRanksHereEnv);
-  const bool emulate = emulates_network(scenario, launched_together);
+  return scenario;
+}
+
+// How this rank's links are emulated (real.emulate_network).
+struct RankEmulation {
+  bool emulate = false;
   // The kernel shaper's latency is added here, at the receiver; the user-space one is the
-  // launcher's emulator.
-  const bool kernel = emulate && scenario.real.shaper == Shaper::kKernel;
-  const char* socket_path = std::getenv(kEmulatorSocketEnv);
-  if (emulate && !kernel && (socket_path == nullptr || *socket_path == '\0'))
+  // launcher's emulator, at socket_path.
+  bool kernel = false;
+  const char* socket_path = nullptr;
+};
+
+// rv::Error if the launcher should have started a network emulator and did not.
+RankEmulation rank_emulation(const Scenario& scenario, int rank) {
+  RankEmulation e;
+  const bool launched_together = env_set(kAllRanksHereEnv);
+  e.emulate = emulates_network(scenario, launched_together);
+  e.kernel = e.emulate && scenario.real.shaper == Shaper::kKernel;
+  e.socket_path = std::getenv(kEmulatorSocketEnv);
+  if (e.emulate && !e.kernel && (e.socket_path == nullptr || *e.socket_path == '\0'))
     throw Error("rank " + std::to_string(rank) + ": the launcher started no network emulator");
-  const ModelDesc model = build_model(scenario);
-  const Plan plan = make_plan(scenario, model);
-  if (world != plan.nodes) {
-    throw InputError("world size " + std::to_string(world) + " does not match the scenario's " +
-                     std::to_string(plan.nodes) + " nodes (" + options.scenario_path + ")");
-  }
-  // Share this machine's cores among its ranks: all of them under `ravnest real`, or
-  // LOCAL_WORLD_SIZE (as torchrun sets it) when ranks are spread over machines.
+  return e;
+}
+
+// Share this machine's cores among its ranks: all of them under `ravnest real`, or
+// LOCAL_WORLD_SIZE (as torchrun sets it) when ranks are spread over machines.
+void share_cores(int world) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int local_ranks = world;
   if (const char* v = std::getenv("LOCAL_WORLD_SIZE"); v != nullptr && std::atoi(v) > 0) {
     local_ranks = std::atoi(v);
   }
   set_compute_threads(std::max(1, cores / local_ranks));
-  const Dataset data = load_dataset(scenario.data, scenario.seed);
-  const RunSpec spec{&scenario, &plan, &model, &data};
+}
 
+// The transport's options: the command line's, completed from the environment and the scenario.
+GlooOptions rank_gloo_options(const NodeProcessOptions& options, const Scenario& scenario,
+                              const ModelDesc& model, const Dataset& data) {
+  const int rank = options.gloo.rank;
   GlooOptions gloo = options.gloo;
   if (gloo.timeout <= 0) gloo.timeout = scenario.peer_timeout_s();
   gloo.secret = auth::secret_from_environment();
@@ -349,6 +356,44 @@ int run(const NodeProcessOptions& options) {
           "MASTER_PORT, or set the port here");
     gloo.master_port = scenario.real.master_port;
   }
+  return gloo;
+}
+
+// Rank 0 makes the run folder at `path` (its live outputs) before the start barrier.
+void open_live_run(std::optional<LiveRun>& live, const std::string& path,
+                   const NodeProcessOptions& options, const Scenario& scenario, const Plan& plan,
+                   const ModelDesc& model, const Clock& live_clock) {
+  RunInfo info{"real", "cpu", 0, variant_label(scenario)};
+  info.started_unix_s = unix_now_s();
+  if (!options.resume_from.empty()) {
+    info.resumed_from = options.resumed_run.empty() ? options.resume_from : options.resumed_run;
+    info.resumed_at = read_checkpoint(options.resume_from).done;
+  }
+  live.emplace(path, scenario, plan, model, info, live_clock);
+}
+
+int run(const NodeProcessOptions& options) {
+  die_with_launcher();
+  const int rank = options.gloo.rank;
+  const int world = options.gloo.world_size;
+  Scenario scenario = load_rank_scenario(options);
+  const c10::Device device = compute_device(scenario, rank);
+  if (options.gloo.join && scenario.real.on_peer_loss != PeerLoss::kRecover)
+    throw ScenarioError(scenario.where("real.on_peer_loss"), "real.on_peer_loss",
+                        "\"" + std::string(name_of(scenario.real.on_peer_loss)) +
+                            "\": --join replaces a lost rank of a run that recovers "
+                            "lost ranks (\"recover\") only");
+  const RankEmulation emulation = rank_emulation(scenario, rank);
+  const ModelDesc model = build_model(scenario);
+  const Plan plan = make_plan(scenario, model);
+  if (world != plan.nodes) {
+    throw InputError("world size " + std::to_string(world) + " does not match the scenario's " +
+                     std::to_string(plan.nodes) + " nodes (" + options.scenario_path + ")");
+  }
+  share_cores(world);
+  const Dataset data = load_dataset(scenario.data, scenario.seed);
+  const RunSpec spec{&scenario, &plan, &model, &data};
+  const GlooOptions gloo = rank_gloo_options(options, scenario, model, data);
   // The run folder exists from the start (core/output/live_run.h): rank 0 makes it before the start
   // barrier, and every rank that knows it (all of them under `ravnest real`) appends its rows to
   // it as it goes, from after that barrier until it hands its events to rank 0.
@@ -356,20 +401,12 @@ int run(const NodeProcessOptions& options) {
       options.run_path.empty() ? new_run_path(scenario, "real") : options.run_path;
   WallClock live_clock;
   std::optional<LiveRun> live;
-  if (rank == 0) {
-    RunInfo info{"real", "cpu", 0, variant_label(scenario)};
-    info.started_unix_s = unix_now_s();
-    if (!options.resume_from.empty()) {
-      info.resumed_from = options.resumed_run.empty() ? options.resume_from : options.resumed_run;
-      info.resumed_at = read_checkpoint(options.resume_from).done;
-    }
-    live.emplace(path, scenario, plan, model, info, live_clock);
-  }
+  if (rank == 0) open_live_run(live, path, options, scenario, plan, model, live_clock);
   try {
-    return run_rank(
-        options,
-        RankSetup{scenario, plan, model, spec, gloo, path, emulate, kernel, socket_path, device},
-        live, live_clock);
+    return run_rank(options,
+                    RankSetup{scenario, plan, model, spec, gloo, path, emulation.emulate,
+                              emulation.kernel, emulation.socket_path, device},
+                    live, live_clock);
   } catch (const StoppedAtCheckpoint& e) {
     if (live) live->stop(e.what());
     throw;
@@ -379,102 +416,116 @@ int run(const NodeProcessOptions& options) {
   }
 }
 
-// The rank's part of run() after the run folder exists: rendezvous, training, gathering.
-int run_rank(const NodeProcessOptions& options, const RankSetup& setup,
-             std::optional<LiveRun>& live, const Clock& live_clock) {
-  const int rank = options.gloo.rank;
-  const int world = options.gloo.world_size;
-  const Scenario& scenario = setup.scenario;
-  const Plan& plan = setup.plan;
-  const ModelDesc& model = setup.model;
-  const RunSpec& spec = setup.spec;
-  const GlooOptions& gloo = setup.gloo;
-  const std::string& path = setup.path;
-  const bool emulate = setup.emulate, kernel = setup.kernel;
-  const char* socket_path = setup.socket_path;
-  const NodeRole role = plan.role_of(rank);
-  const bool recover = scenario.real.on_peer_loss == PeerLoss::kRecover;
-  auto hook = std::make_shared<LossHook>();
+// The transport's options for a rank: recovering, lost peers are reported to `hook`; `direct`:
+// the direct channel's second connections are made with the transport.
+GlooOptions transport_options(const GlooOptions& gloo, const std::shared_ptr<LossHook>& hook,
+                              bool recover, bool direct) {
   GlooOptions transport_options = gloo;
   if (recover)
     transport_options.peer_lost = [hook](int peer, int incarnation) {
       hook->lost(peer, incarnation);
     };
-  // The direct channel, where the env assembly will hand it on (NodeEnvStack::direct_allowed: no
-  // network emulator, below, and no injected faults) and no peer is taken for lost; every rank
-  // decides alike, from the scenario and the run's launch. Its second connections are made with
-  // the transport.
-  const bool direct = !recover && !kernel && !emulate && scenario.faults.node < 0;
   transport_options.direct_reverse = direct;
-  const bool replacement = gloo.join;  // this process took a lost rank's place in a running job
-  const int64_t run_origin = replacement ? read_run_info(gloo) : 0;
-  GlooTransport transport(transport_options);
-  if (!replacement) transport.barrier();
-  // The other ranks join the folder rank 0 made before that barrier.
-  std::optional<LiveRows> joined;
-  if (rank != 0 && !options.run_path.empty())
-    joined.emplace(path, scenario.output.metrics != MetricsOutput::kSummary, live_clock, false);
-  Metrics* live_rows = live     ? static_cast<Metrics*>(&*live)
-                       : joined ? static_cast<Metrics*>(&*joined)
-                                : nullptr;
-  std::vector<int> trainers;  // the ranks the plan gives a stage
+  return transport_options;
+}
+
+// The ranks the plan gives a stage.
+std::vector<int> trainers_of(const Plan& plan) {
+  std::vector<int> trainers;
   for (int r = 0; r < plan.nodes; ++r)
     if (plan.role_of(r).stage >= 0) trainers.push_back(r);
-  // A resumed run: this rank's state, and the checkpoint's time, from which its clock goes on.
-  std::optional<NodeState> resumed;
-  Seconds resumed_time = 0;
-  if (!options.resume_from.empty()) {
-    const CheckpointInfo point = read_checkpoint(options.resume_from);
-    if (point.nodes != trainers)
-      throw InputError(options.resume_from +
-                       ": the checkpoint holds other nodes than the ones this run's plan trains");
-    resumed_time = point.time;
-    if (role.stage >= 0) resumed = read_node_state(point, rank);
-  }
-  WallClock clock;  // origin: just after the start barrier, on every rank
+  return trainers;
+}
+
+// A resumed run (--resume-from): this rank's state, if it trains, into `resumed`; returns the
+// checkpoint's time, from which its clock goes on (0 for a run that is not resumed).
+// rv::InputError if the checkpoint holds other nodes than the plan's `trainers`.
+Seconds read_resumed(const std::string& resume_from, const std::vector<int>& trainers,
+                     const NodeRole& role, int rank, std::optional<NodeState>& resumed) {
+  if (resume_from.empty()) return 0;
+  const CheckpointInfo point = read_checkpoint(resume_from);
+  if (point.nodes != trainers)
+    throw InputError(resume_from +
+                     ": the checkpoint holds other nodes than the ones this run's plan trains");
+  if (role.stage >= 0) resumed = read_node_state(point, rank);
+  return point.time;
+}
+
+// Sets the origin of a rank's `clock`, made just after the start barrier: back by a resumed run's
+// `resumed_time`; a replacement's from the run's facts (`run_origin`), else published in the store
+// (rank 0, recovering); and rank 0's on every rank started together by `ravnest real`, which share
+// this machine's monotonic clock, so that every node's events sit on one time axis (the barrier's
+// exits differ by ms).
+void set_run_origin(WallClock& clock, GlooTransport& transport, const RankSetup& setup,
+                    Seconds resumed_time, int64_t run_origin, bool recover) {
+  const int rank = setup.gloo.rank;
+  const int world = setup.gloo.world_size;
+  const bool replacement = setup.gloo.join;
   if (resumed_time > 0)
     clock.set_origin_ns(clock.origin_ns() - static_cast<int64_t>(resumed_time * 1e9));
   if (replacement)
     adopt_origin(clock, run_origin);
   else if (recover && rank == 0)
-    publish_run_info(*transport.store(), clock, emulate && !kernel);
-  // Ranks started together by `ravnest real` share this machine's monotonic clock: take rank 0's
-  // origin, so that every node's events sit on one time axis (the barrier's exits differ by ms).
-  if (env_set(kAllRanksHereEnv) && world > 1 && !replacement) {
-    if (rank == 0) {
-      for (int r = 1; r < world; ++r) {
-        Message m;
-        m.kind = MsgKind::kControl;
-        m.id = kClockId;
-        m.step = clock.origin_ns();
-        m.bytes = kHeaderBytes;
-        transport.send(r, std::move(m));
-      }
-    } else {
-      clock.set_origin_ns(wait_control(transport, kClockId)->step);
+    publish_run_info(*transport.store(), clock, setup.emulate && !setup.kernel);
+  if (!env_set(kAllRanksHereEnv) || world <= 1 || replacement) return;
+  if (rank == 0) {
+    for (int r = 1; r < world; ++r) {
+      Message m;
+      m.kind = MsgKind::kControl;
+      m.id = kClockId;
+      m.step = clock.origin_ns();
+      m.bytes = kHeaderBytes;
+      transport.send(r, std::move(m));
     }
+  } else {
+    clock.set_origin_ns(wait_control(transport, kClockId)->step);
   }
-  WallCompute compute(scenario.real.emulate_speed ? std::optional<ComputeProfile>(
-                                                        scenario.device_of(rank).compute_profile())
-                                                  : std::nullopt,
-                      setup.device);
-  EventLog log;
-  Progress progress(scenario.training.steps, "wall",
-                    rank == 0 && Progress::enabled_for(options.progress));
-  GlooCollectives collectives(transport);  // for an all-reduce on the executor's collectives
-  // The network emulator, if the run has one (destroyed before the transport it uses): the
-  // launcher's, or under the kernel shaper the links' latency after each message's arrival.
+}
+
+// What a rank's NodeEnv is assembled from, beside the transport, the clock and the event log,
+// made in the order of the members (and destroyed in reverse, before the transport they use).
+struct NodeParts {
+  NodeParts(const RankSetup& setup, const NodeProcessOptions& options, GlooTransport& transport,
+            WallClock& clock, EventLog& log, Metrics* live_rows, const std::vector<int>& trainers,
+            std::optional<NodeState> resumed, bool recover, bool direct);
+
+  WallCompute compute;
+  Progress progress;
+  GlooCollectives collectives;  // for an all-reduce on the executor's collectives
+  // The network emulator, if the run has one: the launcher's, or under the kernel shaper the
+  // links' latency after each message's arrival, on `steady` (the axis of Message::arrived).
   WallClock steady;
-  steady.set_origin_ns(0);  // the axis of Message::arrived
   std::unique_ptr<NetworkEmulator> emulator;
-  if (kernel)
-    emulator = std::make_unique<ArrivalLatency>(rank, one_way_latencies(scenario), steady);
-  else if (emulate)
-    emulator = std::make_unique<EmulatorClient>(socket_path, rank, gloo.timeout, recover);
   // The algorithm sees the scenario's wrappers (emulated links, injected faults); the gathering
-  // below does not.
-  TeeMetrics observer(progress, live_rows, nullptr);  // the node's thread only: no lock
+  // of events does not.
+  TeeMetrics observer;  // the node's thread only: no lock
   std::optional<RealCheckpoints> checkpoints;
+  EnvParts parts;
+};
+
+NodeParts::NodeParts(const RankSetup& setup, const NodeProcessOptions& options,
+                     GlooTransport& transport, WallClock& clock, EventLog& log, Metrics* live_rows,
+                     const std::vector<int>& trainers, std::optional<NodeState> resumed,
+                     bool recover, bool direct)
+    : compute(setup.scenario.real.emulate_speed
+                  ? std::optional<ComputeProfile>(
+                        setup.scenario.device_of(setup.gloo.rank).compute_profile())
+                  : std::nullopt,
+              setup.device),
+      progress(setup.scenario.training.steps, "wall",
+               setup.gloo.rank == 0 && Progress::enabled_for(options.progress)),
+      collectives(transport),
+      observer(progress, live_rows, nullptr),
+      parts{transport, clock, compute, log, &collectives, &observer, nullptr, nullptr} {
+  const Scenario& scenario = setup.scenario;
+  const int rank = setup.gloo.rank;
+  steady.set_origin_ns(0);
+  if (setup.kernel)
+    emulator = std::make_unique<ArrivalLatency>(rank, one_way_latencies(scenario), steady);
+  else if (setup.emulate)
+    emulator =
+        std::make_unique<EmulatorClient>(setup.socket_path, rank, setup.gloo.timeout, recover);
+  parts.network = emulator.get();
   if (scenario.checkpoint.enabled()) {
     if (resumed) {  // what this rank had done before: in its log and its live rows
       for (const Event& e : resumed->events) {
@@ -482,46 +533,44 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup,
         observer.record(e);
       }
     }
-    checkpoints.emplace(scenario.checkpoint.every, checkpoint_dir(scenario.checkpoint.dir, path),
-                        trainers, rank, transport, log, clock, std::move(resumed),
-                        options.stop_after_checkpoint);
+    checkpoints.emplace(scenario.checkpoint.every,
+                        checkpoint_dir(scenario.checkpoint.dir, setup.path), trainers, rank,
+                        transport, log, clock, std::move(resumed), options.stop_after_checkpoint);
   }
-  EnvParts parts{transport, clock, compute, log, &collectives, &observer, nullptr, emulator.get()};
   if (checkpoints) parts.checkpoints = &*checkpoints;
   if (direct) parts.direct = &transport.direct();
-  // Recovering: the run's membership in the store; the peers lost so far are reported to it now,
-  // later ones by the transport as they go.
-  std::optional<StoreMembership> membership;
-  struct Unhook {  // before the membership goes (declared after it), the hook lets go of it
-    LossHook& hook;
-    ~Unhook() {
-      std::lock_guard<std::mutex> lock(hook.mu);
-      hook.members = nullptr;
-      hook.network = nullptr;
-    }
-  } unhook{*hook};
-  if (recover) {
-    membership.emplace(transport.store(), transport, clock);
-    {
-      std::lock_guard<std::mutex> lock(hook->mu);
-      hook->network = emulator.get();
-    }
-    hook->set(&*membership);
-    for (int peer : transport.lost_peers()) hook->lost(peer, transport.incarnation(peer));
-    if (replacement) membership->joined(rank, gloo.timeout);
-    parts.membership = &*membership;
-  }
-  NodeEnvStack stack(scenario, rank, parts);
-  run_node(stack.env(), spec, rank);
-  transport.drain();  // what the algorithm left unread no longer holds back its peers
-  if (membership) {
-    membership->stop();
-    for (const Event& e : membership->take_events()) log.record(e);
-  }
-  progress.finish();
-  stack.env().transport.flush();  // every message the algorithm sent is handed over first
-  transport.flush();
+}
 
+// Before the membership goes (declared after it), the loss hook lets go of it.
+struct Unhook {
+  LossHook& hook;
+  ~Unhook() {
+    std::lock_guard<std::mutex> lock(hook.mu);
+    hook.members = nullptr;
+    hook.network = nullptr;
+  }
+};
+
+// Recovering: the run's membership in the store, made into `membership`; the peers lost so far
+// are reported to it now, later ones by the transport as they go. A replacement joins it.
+Membership& join_membership(std::optional<StoreMembership>& membership, LossHook& hook,
+                            GlooTransport& transport, const WallClock& clock,
+                            NetworkEmulator* emulator, const GlooOptions& gloo) {
+  membership.emplace(transport.store(), transport, clock);
+  {
+    std::lock_guard<std::mutex> lock(hook.mu);
+    hook.network = emulator;
+  }
+  hook.set(&*membership);
+  for (int peer : transport.lost_peers()) hook.lost(peer, transport.incarnation(peer));
+  if (gloo.join) membership->joined(gloo.rank, gloo.timeout);
+  return *membership;
+}
+
+// Records this rank's peak memory (resident, and its device's if it computes on one) in its log
+// and its live rows.
+void record_memory(EventLog& log, Metrics* live_rows, const NodeRole& role, int rank,
+                   const Clock& clock, c10::Device device) {
   Event mem;
   mem.kind = EventKind::kMeasuredMemory;
   mem.node = rank;
@@ -531,29 +580,34 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup,
   mem.bytes = peak_rss_bytes();
   log.record(mem);
   if (live_rows != nullptr) live_rows->record(mem);
-  if (const std::optional<DeviceMemoryPeak> gpu = device_memory_peak(setup.device)) {
+  if (const std::optional<DeviceMemoryPeak> gpu = device_memory_peak(device)) {
     Event g = mem;
     g.kind = EventKind::kMeasuredDeviceMemory;
     g.bytes = gpu->allocated;
     log.record(g);
     if (live_rows != nullptr) live_rows->record(g);
   }
+}
 
-  if (rank != 0) {
-    if (joined) joined->close();  // before rank 0 can finish the folder
-    send_events(transport, events_to_text(log.take()));
-    transport.flush();
-    // Recovering, nothing ends this wait early, but it looks every second whether rank 0 is lost.
-    const std::function<bool()> never = [] { return false; };
-    wait_control(transport, kDoneId, recover ? never : nullptr);
-    transport.close();
-    return 0;
-  }
+// A rank other than 0, its training done: hands its events to rank 0, waits for rank 0's word
+// that every rank's arrived, and closes. Returns the exit status (0).
+int hand_in_events(GlooTransport& transport, EventLog& log, std::optional<LiveRows>& joined,
+                   bool recover) {
+  if (joined) joined->close();  // before rank 0 can finish the folder
+  send_events(transport, events_to_text(log.take()));
+  transport.flush();
+  // Recovering, nothing ends this wait early, but it looks every second whether rank 0 is lost.
+  const std::function<bool()> never = [] { return false; };
+  wait_control(transport, kDoneId, recover ? never : nullptr);
+  transport.close();
+  return 0;
+}
 
-  std::vector<Event> events = log.take();
+// Rank 0: every other rank's events, appended to `events` as each rank's last piece arrives.
+// Recovering: the ranks lost on the way send nothing (what one had sent is dropped).
+void gather_events(GlooTransport& transport, int world, bool recover, std::vector<Event>& events) {
   std::vector<std::string> texts(static_cast<size_t>(world));
   std::vector<int64_t> pieces(static_cast<size_t>(world), 0), got(static_cast<size_t>(world), 0);
-  // Recovering: the ranks lost on the way send nothing (what one had sent is dropped).
   auto all_in = [&] {
     const std::vector<int> lost = transport.lost_peers();
     for (int r = 1; r < world; ++r)
@@ -580,18 +634,11 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup,
     events.insert(events.end(), theirs.begin(), theirs.end());
     ++complete;
   }
-  // Losses recorded by this rank while it gathered.
-  if (membership)
-    for (const Event& e : membership->take_events()) events.push_back(e);
-  // Every rank's events are here: the run is finished, and its folder's final outputs replace the
-  // live ones before the goodbyes, so that a peer failing during them cannot lose it (the folder
-  // is then marked).
-  live->finish(std::move(events));
-  if (!options.result_file.empty()) {
-    write_whole_file(options.result_file, path + "\n");
-  } else {
-    std::cout << "ravnest node (rank 0): wrote " << path << "\n";
-  }
+}
+
+// Rank 0, every rank's events in hand: tells every rank still in the run that they arrived, and
+// closes. If that fails, the finished run folder at `path` is marked (kShutdownMark).
+void say_done(GlooTransport& transport, int world, const std::string& path) {
   try {
     const std::vector<int> lost = transport.lost_peers();
     for (int r = 1; r < world; ++r) {
@@ -612,7 +659,82 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup,
             e.what() + "\n");
     throw;
   }
+}
+
+// Rank 0, its training done: gathers every rank's events, finishes the run folder and says
+// goodbye. Returns the exit status (0).
+int finish_run(const NodeProcessOptions& options, const RankSetup& setup, GlooTransport& transport,
+               EventLog& log, std::optional<StoreMembership>& membership,
+               std::optional<LiveRun>& live, bool recover) {
+  std::vector<Event> events = log.take();
+  gather_events(transport, setup.gloo.world_size, recover, events);
+  // Losses recorded by this rank while it gathered.
+  if (membership)
+    for (const Event& e : membership->take_events()) events.push_back(e);
+  // Every rank's events are here: the run is finished, and its folder's final outputs replace the
+  // live ones before the goodbyes, so that a peer failing during them cannot lose it (the folder
+  // is then marked).
+  live->finish(std::move(events));
+  if (!options.result_file.empty()) {
+    write_whole_file(options.result_file, setup.path + "\n");
+  } else {
+    std::cout << "ravnest node (rank 0): wrote " << setup.path << "\n";
+  }
+  say_done(transport, setup.gloo.world_size, setup.path);
   return 0;
+}
+
+// The rank's part of run() after the run folder exists: rendezvous, training, gathering.
+int run_rank(const NodeProcessOptions& options, const RankSetup& setup,
+             std::optional<LiveRun>& live, const Clock& live_clock) {
+  const int rank = options.gloo.rank;
+  const Scenario& scenario = setup.scenario;
+  const NodeRole role = setup.plan.role_of(rank);
+  const bool recover = scenario.real.on_peer_loss == PeerLoss::kRecover;
+  auto hook = std::make_shared<LossHook>();
+  // The direct channel, where the env assembly will hand it on (NodeEnvStack::direct_allowed: no
+  // network emulator, below, and no injected faults) and no peer is taken for lost; every rank
+  // decides alike, from the scenario and the run's launch. Its second connections are made with
+  // the transport.
+  const bool direct = !recover && !setup.kernel && !setup.emulate && scenario.faults.node < 0;
+  const bool replacement = setup.gloo.join;  // this process took a lost rank's place in a job
+  const int64_t run_origin = replacement ? read_run_info(setup.gloo) : 0;
+  GlooTransport transport(transport_options(setup.gloo, hook, recover, direct));
+  if (!replacement) transport.barrier();
+  // The other ranks join the folder rank 0 made before that barrier.
+  std::optional<LiveRows> joined;
+  if (rank != 0 && !options.run_path.empty())
+    joined.emplace(setup.path, scenario.output.metrics != MetricsOutput::kSummary, live_clock,
+                   false);
+  Metrics* live_rows = live     ? static_cast<Metrics*>(&*live)
+                       : joined ? static_cast<Metrics*>(&*joined)
+                                : nullptr;
+  const std::vector<int> trainers = trainers_of(setup.plan);
+  std::optional<NodeState> resumed;
+  const Seconds resumed_time = read_resumed(options.resume_from, trainers, role, rank, resumed);
+  WallClock clock;  // origin: just after the start barrier, on every rank
+  set_run_origin(clock, transport, setup, resumed_time, run_origin, recover);
+  EventLog log;
+  NodeParts node(setup, options, transport, clock, log, live_rows, trainers, std::move(resumed),
+                 recover, direct);
+  std::optional<StoreMembership> membership;
+  Unhook unhook{*hook};
+  if (recover)
+    node.parts.membership =
+        &join_membership(membership, *hook, transport, clock, node.emulator.get(), setup.gloo);
+  NodeEnvStack stack(scenario, rank, node.parts);
+  run_node(stack.env(), setup.spec, rank);
+  transport.drain();  // what the algorithm left unread no longer holds back its peers
+  if (membership) {
+    membership->stop();
+    for (const Event& e : membership->take_events()) log.record(e);
+  }
+  node.progress.finish();
+  stack.env().transport.flush();  // every message the algorithm sent is handed over first
+  transport.flush();
+  record_memory(log, live_rows, role, rank, clock, setup.device);
+  if (rank != 0) return hand_in_events(transport, log, joined, recover);
+  return finish_run(options, setup, transport, log, membership, live, recover);
 }
 
 // Prints the error line and, for the launcher, leaves the status file (best effort).

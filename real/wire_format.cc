@@ -80,23 +80,27 @@ const float* decode_lead(const int64_t* w, size_t words, int peer, const Decoded
   return reinterpret_cast<const float*>(w + kWInlineData);
 }
 
-Decoded decode_header(const int64_t* w, size_t words, int peer, int64_t max_elems) {
-  auto bad = [peer](const std::string& what) {
-    return InputError("malformed message header from peer " + std::to_string(peer) + ": " + what);
-  };
+namespace {
+
+InputError bad_header(int peer, const std::string& what) {
+  return InputError("malformed message header from peer " + std::to_string(peer) + ": " + what);
+}
+
+// The message's fields, checked: its magic word, kind and size.
+void decode_fields(const int64_t* w, size_t words, int peer, Decoded& d) {
   if (words < static_cast<size_t>(kWInlineData))
-    throw bad("a header of " + std::to_string(words) + " words (at least " +
-              std::to_string(kWInlineData) + ")");
+    throw bad_header(peer, "a header of " + std::to_string(words) + " words (at least " +
+                               std::to_string(kWInlineData) + ")");
   if (w[kWMagic] != kMagic) {
-    throw bad("magic word " + std::to_string(w[kWMagic]) + " is not " + std::to_string(kMagic) +
-              " (not a ravnest peer, or another wire-format version)");
+    throw bad_header(peer, "magic word " + std::to_string(w[kWMagic]) + " is not " +
+                               std::to_string(kMagic) +
+                               " (not a ravnest peer, or another wire-format version)");
   }
-  Decoded d;
   const int64_t kind = w[kWKind];
   if (kind < static_cast<int64_t>(MsgKind::kForward) ||
       kind > static_cast<int64_t>(MsgKind::kLast)) {
-    throw bad("kind " + std::to_string(kind) + " is not a message kind (1.." +
-              std::to_string(static_cast<int>(MsgKind::kLast)) + ")");
+    throw bad_header(peer, "kind " + std::to_string(kind) + " is not a message kind (1.." +
+                               std::to_string(static_cast<int>(MsgKind::kLast)) + ")");
   }
   d.msg.kind = static_cast<MsgKind>(kind);
   d.msg.id = w[kWId];
@@ -104,61 +108,86 @@ Decoded decode_header(const int64_t* w, size_t words, int peer, int64_t max_elem
   d.msg.aux = w[kWAux];
   std::memcpy(&d.msg.scalar, &w[kWScalar], sizeof(double));
   d.msg.bytes = w[kWBytes];
-  if (d.msg.bytes < 0) throw bad("negative size of " + std::to_string(d.msg.bytes) + " bytes");
+  if (d.msg.bytes < 0)
+    throw bad_header(peer, "negative size of " + std::to_string(d.msg.bytes) + " bytes");
+}
+
+// The payload's shapes into d.shapes, checked (at most kMaxTensors of at most kMaxDims, and
+// `max_elems` elements in all); returns their elements.
+int64_t decode_shapes(const int64_t* w, int peer, int64_t max_elems, Decoded& d) {
   const int64_t count = w[kWCount];
   if (count < 0 || count > kMaxTensors) {
-    throw bad(std::to_string(count) + " payload tensors (0.." + std::to_string(kMaxTensors) + ")");
+    throw bad_header(
+        peer, std::to_string(count) + " payload tensors (0.." + std::to_string(kMaxTensors) + ")");
   }
   int64_t total = 0;
   for (int64_t i = 0; i < count; ++i) {
     const int64_t* s = w + kWShapes + i * kWordsPerShape;
     if (s[0] < 0 || s[0] > kMaxDims) {
-      throw bad("tensor " + std::to_string(i) + " has " + std::to_string(s[0]) +
-                " dimensions (0.." + std::to_string(kMaxDims) + ")");
+      throw bad_header(peer, "tensor " + std::to_string(i) + " has " + std::to_string(s[0]) +
+                                 " dimensions (0.." + std::to_string(kMaxDims) + ")");
     }
     std::vector<int64_t> shape(s + 1, s + 1 + s[0]);
     int64_t n = 1;
     for (int64_t size : shape) {
       if (size < 0 || size > kMaxPayloadElems) {
-        throw bad("tensor " + std::to_string(i) + " has a dimension of size " +
-                  std::to_string(size));
+        throw bad_header(peer, "tensor " + std::to_string(i) + " has a dimension of size " +
+                                   std::to_string(size));
       }
       if (size != 0 && n > kMaxPayloadElems / size) {
-        throw bad("tensor " + std::to_string(i) + " has more than 2^34 elements");
+        throw bad_header(peer, "tensor " + std::to_string(i) + " has more than 2^34 elements");
       }
       n *= size;
     }
     total += n;
     if (total > max_elems) {
-      throw bad("a payload of more than " + std::to_string(max_elems) + " elements" +
-                (max_elems == kMaxPayloadElems
-                     ? std::string(" (2^34)")
-                     : std::string(", the most this run's plan can send")));
+      throw bad_header(peer, "a payload of more than " + std::to_string(max_elems) + " elements" +
+                                 (max_elems == kMaxPayloadElems
+                                      ? std::string(" (2^34)")
+                                      : std::string(", the most this run's plan can send")));
     }
     d.shapes.push_back(std::move(shape));
   }
-  if (w[kWElems] != total) {
-    throw bad("payload size of " + std::to_string(w[kWElems]) +
-              " elements does not match its shapes (" + std::to_string(total) + " elements)");
-  }
-  d.elems = total;
-  // Every payload travels inline up to kInlineFloats, split beyond.
+  return total;
+}
+
+// How the payload of d.elems travels (inline up to kInlineFloats, split beyond, with a lead),
+// checked against the header's `words`.
+void decode_layout(const int64_t* w, size_t words, int peer, Decoded& d) {
+  const int64_t total = d.elems;
   const int64_t flag = w[kWInline];
   if (flag != (total == 0 ? 0 : is_split(total) ? 2 : 1))
-    throw bad("inline payload flag " + std::to_string(flag) + " for " + std::to_string(total) +
-              " elements");
+    throw bad_header(peer, "inline payload flag " + std::to_string(flag) + " for " +
+                               std::to_string(total) + " elements");
   d.inline_payload = flag == 1;
   d.split = flag == 2;
   d.lead = w[kWLead];
   if (d.lead != 0 && !(d.split && d.lead >= 1 && d.lead <= kInlineFloats))
-    throw bad("a lead of " + std::to_string(d.lead) + " floats for " + std::to_string(total) +
-              " elements");
+    throw bad_header(peer, "a lead of " + std::to_string(d.lead) + " floats for " +
+                               std::to_string(total) + " elements");
   if (d.split && d.lead == 0)
-    throw bad("a split payload of " + std::to_string(total) + " elements without a lead");
+    throw bad_header(peer,
+                     "a split payload of " + std::to_string(total) + " elements without a lead");
   const int64_t carried = d.inline_payload ? total : 0;
   if (static_cast<size_t>(kWInlineData + (carried + 1) / 2) > words)
-    throw bad("an inline payload of " + std::to_string(carried) + " elements in a header of " +
-              std::to_string(words) + " words");
+    throw bad_header(peer, "an inline payload of " + std::to_string(carried) +
+                               " elements in a header of " + std::to_string(words) + " words");
+}
+
+}  // namespace
+
+Decoded decode_header(const int64_t* w, size_t words, int peer, int64_t max_elems) {
+  Decoded d;
+  decode_fields(w, words, peer, d);
+  const int64_t total = decode_shapes(w, peer, max_elems, d);
+  if (w[kWElems] != total) {
+    throw bad_header(peer, "payload size of " + std::to_string(w[kWElems]) +
+                               " elements does not match its shapes (" + std::to_string(total) +
+                               " elements)");
+  }
+  d.elems = total;
+  // Every payload travels inline up to kInlineFloats, split beyond.
+  decode_layout(w, words, peer, d);
   return d;
 }
 
