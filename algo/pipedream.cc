@@ -25,120 +25,160 @@
 
 namespace rv {
 
+namespace {
+
+// One PipeDream stage: 1F1B in micro-batch order, forwards while fewer than `limit_` are
+// unfinished here, the update after every per_update backwards, the averaging that completes.
+class PipeDreamStage {
+ public:
+  PipeDreamStage(NodeEnv& env, const RunSpec& spec, int node, const NodeRole& role,
+                 const TrainingSpec& tr)
+      : tr_(tr),
+        role_(role),
+        node_(node),
+        per_update_(micro_batches_per_update(algorithm_of(*spec.scenario), tr)),
+        total_(tr.steps * per_update_),
+        limit_(role.stages - role.stage),
+        exchanges_(spec.plan->clusters.size() > 1),
+        period_(exchanges_ ? tr.average_every * per_update_ : total_),
+        w_(env, spec, node, tr, limit_),
+        batch_(w_.batch()) {}
+
+  void run() {
+    for (;;) {
+      while (!evals_.empty()) {
+        w_.eval(evals_.front());
+        evals_.pop_front();
+      }
+      // A forward is due while fewer than `limit` are unfinished here, unless it belongs to the
+      // next averaging period and this stage still owes backwards of this one (they come first).
+      const bool forward_due = forwards_ - backwards_ < limit_ && forwards_ < total_ &&
+                               forwards_ / period_ <= backwards_ / period_;
+      if (forward_due) {
+        forward();
+        continue;
+      }
+      if (forwards_ > backwards_) {  // the backward that is due (never on the last stage)
+        backward();
+        continue;
+      }
+      // Every micro-batch is done here: the first stage evaluates and stops the others, which
+      // serve evaluations until its stop.
+      if (role_.first() || stopping_) break;
+      route(w_.recv());
+    }
+    if (role_.first()) w_.inject_eval(tr_.steps, total_ * batch_);
+    w_.stop_next();
+  }
+
+ private:
+  void route(Message m) {
+    switch (m.kind) {
+      case MsgKind::kForward:
+        fwd_.push_back(std::move(m));
+        return;
+      case MsgKind::kBackward:
+        bwd_.push_back(std::move(m));
+        return;
+      case MsgKind::kEvalForward:
+        evals_.push_back(std::move(m));
+        return;
+      case MsgKind::kStop:
+        stopping_ = true;
+        return;
+      default:
+        throw unexpected_message("node " + std::to_string(node_) + " (pipedream stage " +
+                                     std::to_string(role_.stage) + ")",
+                                 m);
+    }
+  }
+
+  // The due forward (and on the last stage its backward), or a wait for its input.
+  void forward() {
+    Message in;
+    if (!role_.first()) {
+      if (fwd_.empty()) {
+        route(w_.recv());
+        return;
+      }
+      in = take(fwd_, forwards_);
+    }
+    const int64_t mb = forwards_++;
+    Message out = w_.forward(mb, role_.first() ? nullptr : &in);
+    if (role_.last()) {
+      int64_t st = 0;
+      auto g = w_.last_backward(mb, &st);
+      if (g) w_.send(role_.prev, std::move(*g));
+      after_backward(mb, st);
+    } else {
+      w_.send(role_.next, std::move(out));
+    }
+  }
+
+  // The due backward, or a wait for its gradient.
+  void backward() {
+    if (bwd_.empty()) {
+      route(w_.recv());
+      return;
+    }
+    Message g = take(bwd_, backwards_);
+    int64_t st = 0;
+    auto back = w_.backward(g.id, g, &st);
+    if (back) w_.send(role_.prev, std::move(*back));
+    after_backward(g.id, st);
+  }
+
+  // After the backward of micro-batch `mb`: the update (every per_update backwards, recording the
+  // largest staleness among them), the averaging it completes, and the first stage's evaluation.
+  void after_backward(int64_t mb, int64_t staleness) {
+    ++backwards_;
+    stalest_ = std::max(stalest_, staleness);
+    if (backwards_ % per_update_ != 0) return;
+    w_.update(mb, stalest_);
+    stalest_ = 0;
+    const int64_t v = w_.version();
+    if (exchanges_ && (v % tr_.average_every == 0 || v == tr_.steps))
+      w_.average([this](Message m) { route(std::move(m)); });
+    if (role_.first() && tr_.eval_every > 0 && v % tr_.eval_every == 0 && v < tr_.steps)
+      w_.inject_eval(v, v * per_update_ * batch_);
+  }
+
+  // The front of `q`, which must be micro-batch `id`'s.
+  Message take(std::deque<Message>& q, int64_t id) {
+    Message m = std::move(q.front());
+    q.pop_front();
+    if (m.id != id)
+      throw InputError("node " + std::to_string(node_) + " (pipedream stage " +
+                       std::to_string(role_.stage) + ") got '" + to_string(m.kind) +
+                       "' of micro-batch " + std::to_string(m.id) + " where " + std::to_string(id) +
+                       " was due");
+    return m;
+  }
+
+  const TrainingSpec& tr_;
+  const NodeRole role_;
+  const int node_;
+  const int64_t per_update_;
+  const int64_t total_;  // micro-batches, ids 0 .. total - 1
+  const int64_t limit_;  // unfinished micro-batches kept here
+  const bool exchanges_;
+  // Micro-batches per averaging period: none of the next starts before the period's averaging.
+  const int64_t period_;
+  PipelineWorker w_;
+  const int64_t batch_;
+  std::deque<Message> fwd_, bwd_, evals_;
+  bool stopping_ = false;
+  int64_t forwards_ = 0, backwards_ = 0;  // done here, in micro-batch order
+  int64_t stalest_ = 0;                   // of the micro-batches the next update applies
+};
+
+}  // namespace
+
 void run_pipedream(NodeEnv& env, const RunSpec& spec, int node) {
   const TrainingSpec tr = effective_training(*spec.scenario);
   const NodeRole role = spec.plan->role_of(node);
   if (role.stage < 0) return;
-  const Algorithm& algorithm = algorithm_of(*spec.scenario);
-  const int64_t per_update = micro_batches_per_update(algorithm, tr);
-  const int64_t total = tr.steps * per_update;     // micro-batches, ids 0 .. total - 1
-  const int64_t limit = role.stages - role.stage;  // unfinished micro-batches kept here
-  const bool exchanges = spec.plan->clusters.size() > 1;
-  // Micro-batches per averaging period: none of the next starts before the period's averaging.
-  const int64_t period = exchanges ? tr.average_every * per_update : total;
-  PipelineWorker w(env, spec, node, tr, limit);
-  const int64_t B = w.batch();
-  auto unexpected = [&](const Message& m) {
-    throw unexpected_message(
-        "node " + std::to_string(node) + " (pipedream stage " + std::to_string(role.stage) + ")",
-        m);
-  };
-
-  std::deque<Message> fwd, bwd, evals;
-  bool stopping = false;
-  auto route = [&](Message m) {
-    switch (m.kind) {
-      case MsgKind::kForward:
-        fwd.push_back(std::move(m));
-        return;
-      case MsgKind::kBackward:
-        bwd.push_back(std::move(m));
-        return;
-      case MsgKind::kEvalForward:
-        evals.push_back(std::move(m));
-        return;
-      case MsgKind::kStop:
-        stopping = true;
-        return;
-      default:
-        unexpected(m);
-    }
-  };
-  int64_t forwards = 0, backwards = 0;  // done here, in micro-batch order
-  int64_t stalest = 0;                  // of the micro-batches the next update applies
-  // After the backward of micro-batch `mb`: the update (every per_update backwards, recording the
-  // largest staleness among them), the averaging it completes, and the first stage's evaluation.
-  auto after_backward = [&](int64_t mb, int64_t staleness) {
-    ++backwards;
-    stalest = std::max(stalest, staleness);
-    if (backwards % per_update != 0) return;
-    w.update(mb, stalest);
-    stalest = 0;
-    const int64_t v = w.version();
-    if (exchanges && (v % tr.average_every == 0 || v == tr.steps)) w.average(route);
-    if (role.first() && tr.eval_every > 0 && v % tr.eval_every == 0 && v < tr.steps)
-      w.inject_eval(v, v * per_update * B);
-  };
-  auto take = [&](std::deque<Message>& q, int64_t id) {
-    Message m = std::move(q.front());
-    q.pop_front();
-    if (m.id != id)
-      throw InputError("node " + std::to_string(node) + " (pipedream stage " +
-                       std::to_string(role.stage) + ") got '" + to_string(m.kind) +
-                       "' of micro-batch " + std::to_string(m.id) + " where " + std::to_string(id) +
-                       " was due");
-    return m;
-  };
-
-  for (;;) {
-    while (!evals.empty()) {
-      w.eval(evals.front());
-      evals.pop_front();
-    }
-    // A forward is due while fewer than `limit` are unfinished here, unless it belongs to the next
-    // averaging period and this stage still owes backwards of this one (they come first).
-    const bool forward_due =
-        forwards - backwards < limit && forwards < total && forwards / period <= backwards / period;
-    if (forward_due) {
-      Message in;
-      if (!role.first()) {
-        if (fwd.empty()) {
-          route(w.recv());
-          continue;
-        }
-        in = take(fwd, forwards);
-      }
-      const int64_t mb = forwards++;
-      Message out = w.forward(mb, role.first() ? nullptr : &in);
-      if (role.last()) {
-        int64_t st = 0;
-        auto g = w.last_backward(mb, &st);
-        if (g) w.send(role.prev, std::move(*g));
-        after_backward(mb, st);
-      } else {
-        w.send(role.next, std::move(out));
-      }
-      continue;
-    }
-    if (forwards > backwards) {  // the backward that is due (never on the last stage)
-      if (bwd.empty()) {
-        route(w.recv());
-        continue;
-      }
-      Message g = take(bwd, backwards);
-      int64_t st = 0;
-      auto back = w.backward(g.id, g, &st);
-      if (back) w.send(role.prev, std::move(*back));
-      after_backward(g.id, st);
-      continue;
-    }
-    // Every micro-batch is done here: the first stage evaluates and stops the others, which
-    // serve evaluations until its stop.
-    if (role.first() || stopping) break;
-    route(w.recv());
-  }
-  if (role.first()) w.inject_eval(tr.steps, total * B);
-  w.stop_next();
+  PipeDreamStage(env, spec, node, role, tr).run();
 }
 
 }  // namespace rv

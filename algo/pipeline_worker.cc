@@ -556,115 +556,154 @@ void PipelineWorker::sit_out(int64_t round) {
   env_.metrics.record(e);
 }
 
-void PipelineWorker::fetch_state(int64_t round, const std::function<void(Message)>& defer) {
-  const ModelDesc& model = *spec_.model;
-  const int64_t base = model.state_offset(role_.layer_begin);
-  const int64_t end = model.state_offset(role_.layer_end);
-  if (end <= base) return;
-  const int64_t rows = 1 + Optimizer::slots(training_);
-  Event span = event(EventKind::kTransfer);
-  span.step = round;
-  at::Tensor state = numeric() ? at::zeros({rows, end - base}, at::kFloat) : at::Tensor();
-  std::vector<std::pair<int64_t, int64_t>> missing{{base, end}};
-  std::map<int, std::vector<std::pair<int64_t, int64_t>>> asked;  // node -> pieces asked of it
-  std::set<int> tried;
-  const Assignment at =
-      roster_->assignment_at(round);  // a copy: on_member() below extends the roster
+// One fetch of a stage's state after averaging `round`: the ranges of the flat state still
+// missing, the pieces asked of each donor node, the clusters tried; the state as it arrives.
+class PipelineWorker::StateFetch {
+ public:
+  StateFetch(PipelineWorker& w, int64_t round)
+      : w_(w),
+        model_(*w.spec_.model),
+        round_(round),
+        base_(model_.state_offset(w.role_.layer_begin)),
+        end_(model_.state_offset(w.role_.layer_end)),
+        rows_(1 + Optimizer::slots(w.training_)),
+        at_(w.roster_->assignment_at(round)),  // a copy: on_member() extends the roster
+        missing_{{base_, end_}} {
+    span_ = w.event(EventKind::kTransfer);
+    span_.step = round;
+    if (w.numeric() && end_ > base_) state_ = at::zeros({rows_, end_ - base_}, at::kFloat);
+  }
+
+  bool empty() const { return end_ <= base_; }
+  bool done() const { return missing_.empty() && asked_.empty(); }
+  bool must_ask() const { return asked_.empty(); }
+
+  // Asks the next cluster of the view for what is missing: from the one after this node's on
+  // (so that clusters rebuilt after the same round ask different donors), the first whose nodes
+  // for the missing pieces are all still there.
+  void ask_next_donor() {
+    const int clusters = static_cast<int>(w_.spec_.plan->clusters.size());
+    const int own = w_.role_.cluster;
+    std::vector<int> order = w_.roster_->view(round_);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+      return (a - own + clusters) % clusters < (b - own + clusters) % clusters;
+    });
+    std::vector<Piece> pieces;
+    int donor = -1;
+    for (int c : order) {
+      if (tried_.count(c) || c == own) continue;
+      pieces = pieces_of(c);
+      if (std::none_of(pieces.begin(), pieces.end(),
+                       [&](const Piece& p) { return w_.roster_->left_since(p.node, round_); })) {
+        donor = c;
+        break;
+      }
+    }
+    if (donor < 0)
+      throw Error("cluster " + std::to_string(own) + " cannot be rebuilt after averaging " +
+                  std::to_string(round_) +
+                  ": no cluster of that averaging still has every node holding the layers of " +
+                  "node " + std::to_string(w_.role_.node) + "'s stage");
+    tried_.insert(donor);
+    for (const Piece& p : pieces) {
+      Message q;
+      q.kind = MsgKind::kStateRequest;
+      q.id = round_;
+      q.aux = p.lo;
+      q.step = p.hi;
+      q.bytes = kHeaderBytes;
+      w_.send(p.node, std::move(q));
+      asked_[p.node].emplace_back(p.lo, p.hi);
+    }
+    missing_.clear();
+  }
+
+  // A piece of state this fetch asked for: kept; false for any other message.
+  bool take_state(Message& m) {
+    if (m.kind != MsgKind::kState || m.id != round_ || !asked_.count(m.src)) return false;
+    auto& pieces = asked_[m.src];
+    auto it = std::find(pieces.begin(), pieces.end(), std::make_pair(m.aux, m.step));
+    if (it == pieces.end())
+      throw InputError("node " + std::to_string(m.src) + " sent state it was not asked for");
+    w_.note_recv(m);
+    if (w_.numeric()) {
+      RV_CHECK(m.payload.size() == 1 && m.payload[0].dim() == 2 && m.payload[0].size(0) == rows_ &&
+                   m.payload[0].size(1) == m.step - m.aux,
+               "a state of the wrong size from node " + std::to_string(m.src));
+      state_.narrow(1, m.aux - base_, m.step - m.aux).copy_(m.payload[0]);
+    }
+    span_.bytes += m.bytes;
+    pieces.erase(it);
+    if (pieces.empty()) asked_.erase(m.src);
+    return true;
+  }
+
+  // Pieces asked of a node that has left are asked of the next cluster.
+  void ask_again_what_left() {
+    for (auto it = asked_.begin(); it != asked_.end();) {
+      if (!w_.roster_->left_since(it->first, round_)) {
+        ++it;
+        continue;
+      }
+      missing_.insert(missing_.end(), it->second.begin(), it->second.end());
+      it = asked_.erase(it);
+    }
+  }
+
+  void finish() {
+    if (w_.numeric()) w_.stage_->set_averaged_state(state_);
+    w_.finish(span_);
+    w_.env_.metrics.record(span_);
+  }
+
+ private:
   struct Piece {
     int node;
     int64_t lo, hi;
   };
+
   // What cluster `c` would be asked: the missing state cut at its stages, each by its node.
-  auto pieces_of = [&](int c) {
+  std::vector<Piece> pieces_of(int c) const {
     std::vector<Piece> out;
-    for (size_t st = 0; st < at[static_cast<size_t>(c)].size(); ++st) {
-      const StagePlan& sp = spec_.plan->clusters[static_cast<size_t>(c)].stages[st];
-      const int64_t a = model.state_offset(sp.layer_begin), b = model.state_offset(sp.layer_end);
-      for (const auto& [lo, hi] : missing)
+    for (size_t st = 0; st < at_[static_cast<size_t>(c)].size(); ++st) {
+      const StagePlan& sp = w_.spec_.plan->clusters[static_cast<size_t>(c)].stages[st];
+      const int64_t a = model_.state_offset(sp.layer_begin), b = model_.state_offset(sp.layer_end);
+      for (const auto& [lo, hi] : missing_)
         if (std::max(a, lo) < std::min(b, hi))
-          out.push_back({at[static_cast<size_t>(c)][st], std::max(a, lo), std::min(b, hi)});
+          out.push_back({at_[static_cast<size_t>(c)][st], std::max(a, lo), std::min(b, hi)});
     }
     return out;
-  };
-  const int clusters = static_cast<int>(spec_.plan->clusters.size());
-  while (!missing.empty() || !asked.empty()) {
-    if (asked.empty()) {
-      // The next cluster of the view, from the one after this node's on (so that clusters
-      // rebuilt after the same round ask different donors), whose nodes for the missing pieces
-      // are all still there.
-      std::vector<int> order = roster_->view(round);
-      std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-        return (a - role_.cluster + clusters) % clusters <
-               (b - role_.cluster + clusters) % clusters;
-      });
-      std::vector<Piece> pieces;
-      int donor = -1;
-      for (int c : order) {
-        if (tried.count(c) || c == role_.cluster) continue;
-        pieces = pieces_of(c);
-        if (std::none_of(pieces.begin(), pieces.end(),
-                         [&](const Piece& p) { return roster_->left_since(p.node, round); })) {
-          donor = c;
-          break;
-        }
-      }
-      if (donor < 0)
-        throw Error("cluster " + std::to_string(role_.cluster) +
-                    " cannot be rebuilt after averaging " + std::to_string(round) +
-                    ": no cluster of that averaging still has every node holding the layers of " +
-                    "node " + std::to_string(role_.node) + "'s stage");
-      tried.insert(donor);
-      for (const Piece& p : pieces) {
-        Message q;
-        q.kind = MsgKind::kStateRequest;
-        q.id = round;
-        q.aux = p.lo;
-        q.step = p.hi;
-        q.bytes = kHeaderBytes;
-        send(p.node, std::move(q));
-        asked[p.node].emplace_back(p.lo, p.hi);
-      }
-      missing.clear();
-    }
+  }
+
+  PipelineWorker& w_;
+  const ModelDesc& model_;
+  const int64_t round_, base_, end_, rows_;
+  const Assignment at_;
+  Event span_;
+  at::Tensor state_;
+  std::vector<std::pair<int64_t, int64_t>> missing_;
+  std::map<int, std::vector<std::pair<int64_t, int64_t>>> asked_;  // node -> pieces asked of it
+  std::set<int> tried_;
+};
+
+void PipelineWorker::fetch_state(int64_t round, const std::function<void(Message)>& defer) {
+  StateFetch fetch(*this, round);
+  if (fetch.empty()) return;
+  while (!fetch.done()) {
+    if (fetch.must_ask()) fetch.ask_next_donor();
     Message m = env_.transport.recv();
     if (averager_->hold(m)) continue;
-    if (m.kind == MsgKind::kState && m.id == round && asked.count(m.src)) {
-      auto& pieces = asked[m.src];
-      auto it = std::find(pieces.begin(), pieces.end(), std::make_pair(m.aux, m.step));
-      if (it == pieces.end())
-        throw InputError("node " + std::to_string(m.src) + " sent state it was not asked for");
-      note_recv(m);
-      if (numeric()) {
-        RV_CHECK(m.payload.size() == 1 && m.payload[0].dim() == 2 && m.payload[0].size(0) == rows &&
-                     m.payload[0].size(1) == m.step - m.aux,
-                 "a state of the wrong size from node " + std::to_string(m.src));
-        state.narrow(1, m.aux - base, m.step - m.aux).copy_(m.payload[0]);
-      }
-      span.bytes += m.bytes;
-      pieces.erase(it);
-      if (pieces.empty()) asked.erase(m.src);
-      continue;
-    }
+    if (fetch.take_state(m)) continue;
     if (m.kind == MsgKind::kMember && m.src < 0) {
       on_member();
-      // Pieces asked of a node that has left are asked of the next cluster.
-      for (auto it = asked.begin(); it != asked.end();) {
-        if (!roster_->left_since(it->first, round)) {
-          ++it;
-          continue;
-        }
-        missing.insert(missing.end(), it->second.begin(), it->second.end());
-        it = asked.erase(it);
-      }
+      fetch.ask_again_what_left();
       defer(std::move(m));
       continue;
     }
     if (intercept(m)) continue;
     defer(std::move(*note_recv(std::move(m))));
   }
-  if (numeric()) stage_->set_averaged_state(state);
-  finish(span);
-  env_.metrics.record(span);
+  fetch.finish();
 }
 
 NodeState PipelineWorker::checkpoint_state(int64_t done) const {

@@ -113,6 +113,10 @@ class PipelineWorker {
   void fetch_state(int64_t round, const std::function<void(Message)>& defer);
 
  private:
+  // fetch_state's bookkeeping: the pieces of state missing, asked and received
+  // (pipeline_worker.cc).
+  class StateFetch;
+  friend class StateFetch;
   Event event(EventKind kind) const;
   // Ends a span begun by event() (its end).
   void finish(Event& e) const;

@@ -51,83 +51,92 @@ void run_ravnest(NodeEnv& env, const RunSpec& spec, int node) {
   run_periodic_pipeline(env, spec, node);
 }
 
-void run_periodic_pipeline(NodeEnv& env, const RunSpec& spec, int node) {
-  const TrainingSpec& tr = spec.scenario->training;
-  const NodeRole role = spec.plan->role_of(node);
-  if (role.stage < 0) return;  // left idle by the plan
-  const Algorithm& algorithm = algorithm_of(*spec.scenario);
-  const int64_t cap = in_flight(algorithm, tr, role.stages);
-  PipelineWorker w(env, spec, node, tr, cap);
-  const int64_t total = tr.steps;
-  const int64_t B = w.batch();
-  const int64_t E = tr.average_every;
-  // Exchanges happen between clusters, and for an outer step (diloco) with one cluster too.
-  const bool exchanges =
-      spec.plan->clusters.size() > 1 || algorithm.traits.outer != OuterStep::kNone;
-  auto eval_due = [&](int64_t done) {
-    return tr.eval_every > 0 && done % tr.eval_every == 0 && done < total;
-  };
-  auto average_due = [&](int64_t done) { return exchanges && (done % E == 0 || done == total); };
-  // Checkpoints: after the averaging of every `every`-th update (a multiple of E), before that
-  // round's evaluation; the first stage drains its pipeline there with one cluster too. A resumed
-  // node starts from its checkpoint's state, at the instant the checkpoint was complete.
-  Checkpoints* const ck = env.checkpoints;
-  const int64_t every = ck != nullptr ? ck->every() : 0;
-  auto checkpoint_due = [&](int64_t done) {
-    return every > 0 && done % every == 0 && done < total;
-  };
-  auto checkpoint = [&](int64_t done) { ck->save(w.checkpoint_state(done)); };
-  const NodeState* from = ck != nullptr ? ck->resume(node) : nullptr;
-  if (from != nullptr) w.restore(*from);
-  const int64_t start = from != nullptr ? from->done : 0;
-  const bool overlapped =
-      tr.averaging == Averaging::kOverlapped && algorithm.traits.overlapped_averaging;
+namespace {
+
+// One stage of a cluster's periodic pipeline: what every role shares (when to average, to
+// checkpoint and to evaluate; the averaging itself, overlapped or not), and one function per
+// role.
+class PeriodicStage {
+ public:
+  PeriodicStage(NodeEnv& env, const RunSpec& spec, int node, const NodeRole& role,
+                const Algorithm& algorithm)
+      : tr_(spec.scenario->training),
+        role_(role),
+        cap_(in_flight(algorithm, tr_, role.stages)),
+        w_(env, spec, node, tr_, cap_),
+        total_(tr_.steps),
+        batch_(w_.batch()),
+        every_average_(tr_.average_every),
+        // Exchanges happen between clusters, and for an outer step (diloco) with one cluster too.
+        exchanges_(spec.plan->clusters.size() > 1 || algorithm.traits.outer != OuterStep::kNone),
+        overlapped_(tr_.averaging == Averaging::kOverlapped &&
+                    algorithm.traits.overlapped_averaging),
+        ck_(env.checkpoints),
+        every_checkpoint_(ck_ != nullptr ? ck_->every() : 0) {
+    // A resumed node starts from its checkpoint's state, at the instant the checkpoint was
+    // complete.
+    from_ = ck_ != nullptr ? ck_->resume(node) : nullptr;
+    if (from_ != nullptr) w_.restore(*from_);
+    start_ = from_ != nullptr ? from_->done : 0;
+  }
+
+  void run() {
+    if (role_.first())
+      run_first();
+    else if (!role_.last())
+      run_middle();
+    else
+      run_last();
+    w_.stop_next();
+  }
+
+ private:
+  bool eval_due(int64_t done) const {
+    return tr_.eval_every > 0 && done % tr_.eval_every == 0 && done < total_;
+  }
+  bool average_due(int64_t done) const {
+    return exchanges_ && (done % every_average_ == 0 || done == total_);
+  }
+  // Checkpoints: after the averaging of every `every`-th update (a multiple of average_every),
+  // before that round's evaluation; the first stage drains its pipeline there with one cluster
+  // too.
+  bool checkpoint_due(int64_t done) const {
+    return every_checkpoint_ > 0 && done % every_checkpoint_ == 0 && done < total_;
+  }
+  void checkpoint(int64_t done) { ck_->save(w_.checkpoint_state(done)); }
   // Overlapped: averagings run while training goes on; the last one (after the last update) is
   // bulk-synchronous, so that every cluster ends with the same model.
-  auto average = [&](int64_t done, const std::function<void(Message)>& defer) {
-    if (overlapped && done != total)
-      w.start_overlapped_average(defer);
+  void average(int64_t done, const std::function<void(Message)>& defer) {
+    if (overlapped_ && done != total_)
+      w_.start_overlapped_average(defer);
     else
-      w.average(defer);
-  };
+      w_.average(defer);
+  }
 
-  if (role.first()) {
-    int64_t injected = start, completed = start;
+  // First stage: injects micro-batches while fewer than the cap are unfinished, backward first.
+  // With several clusters, no micro-batch of the next averaging period starts before this one's
+  // averaging: the pipeline drains. So it does before a checkpoint.
+  void run_first() {
+    int64_t injected = start_, completed = start_;
     std::deque<Message> bwd;
-    // With several clusters, no micro-batch of the next averaging period starts before this one's
-    // averaging: the pipeline drains. So it does before a checkpoint.
     auto may_inject = [&] {
-      return (!exchanges || overlapped || injected < (completed / E + 1) * E) &&
-             (every == 0 || injected < (completed / every + 1) * every);
+      return (!exchanges_ || overlapped_ ||
+              injected < (completed / every_average_ + 1) * every_average_) &&
+             (every_checkpoint_ == 0 ||
+              injected < (completed / every_checkpoint_ + 1) * every_checkpoint_);
     };
-    if (from != nullptr && eval_due(start))
-      w.inject_eval(start, start * B);  // the checkpoint's evaluation
-    while (completed < total) {
-      if (role.last()) {  // a one-stage cluster: plain local training
+    if (from_ != nullptr && eval_due(start_))
+      w_.inject_eval(start_, start_ * batch_);  // the checkpoint's evaluation
+    while (completed < total_) {
+      if (role_.last()) {  // a one-stage cluster: plain local training
         int64_t st = 0;
-        w.forward(injected, nullptr);
-        w.last_backward(injected, &st);
-        w.update(injected, st);
+        w_.forward(injected, nullptr);
+        w_.last_backward(injected, &st);
+        w_.update(injected, st);
         ++injected;
         ++completed;
-      } else {
-        while (auto m = w.try_recv()) bwd.push_back(std::move(*m));
-        if (!bwd.empty()) {
-          Message m = std::move(bwd.front());
-          bwd.pop_front();
-          check_kind(m, {MsgKind::kBackward}, role);
-          int64_t st = 0;
-          w.backward(m.id, m, &st);
-          w.update(m.id, st);
-          ++completed;
-        } else if (injected < total && injected - completed < cap && may_inject()) {
-          w.send(role.next, w.forward(injected, nullptr));
-          ++injected;
-          continue;
-        } else {
-          bwd.push_back(w.recv());
-          continue;
-        }
+      } else if (!step_first(bwd, injected, completed, may_inject())) {
+        continue;
       }
       if (average_due(completed))
         average(completed, [&](Message m) { bwd.push_back(std::move(m)); });
@@ -135,19 +144,43 @@ void run_periodic_pipeline(NodeEnv& env, const RunSpec& spec, int node) {
         RV_CHECK(bwd.empty() && injected == completed, "a checkpoint with micro-batches in flight");
         checkpoint(completed);
       }
-      if (eval_due(completed)) w.inject_eval(completed, completed * B);
+      if (eval_due(completed)) w_.inject_eval(completed, completed * batch_);
     }
-    w.inject_eval(completed, completed * B);
-    w.stop_next();
-    return;
+    w_.inject_eval(completed, completed * batch_);
   }
 
-  if (!role.last()) {
+  // One step of a first stage of several: a backward (true: a micro-batch completed), or else
+  // a forward injected, or else a wait for a message (false).
+  bool step_first(std::deque<Message>& bwd, int64_t& injected, int64_t& completed,
+                  bool may_inject) {
+    while (auto m = w_.try_recv()) bwd.push_back(std::move(*m));
+    if (!bwd.empty()) {
+      Message m = std::move(bwd.front());
+      bwd.pop_front();
+      check_kind(m, {MsgKind::kBackward}, role_);
+      int64_t st = 0;
+      w_.backward(m.id, m, &st);
+      w_.update(m.id, st);
+      ++completed;
+      return true;
+    }
+    if (injected < total_ && injected - completed < cap_ && may_inject) {
+      w_.send(role_.next, w_.forward(injected, nullptr));
+      ++injected;
+      return false;
+    }
+    bwd.push_back(w_.recv());
+    return false;
+  }
+
+  // Middle stage: pops work as it arrives, backward before forward; sends activations on at once;
+  // steps its optimizer right after each backward.
+  void run_middle() {
     std::deque<Message> fwd, bwd;
     bool stopping = false;
     auto route = [&](Message m) {
       check_kind(m, {MsgKind::kForward, MsgKind::kEvalForward, MsgKind::kBackward, MsgKind::kStop},
-                 role);
+                 role_);
       if (m.kind == MsgKind::kBackward)
         bwd.push_back(std::move(m));
       else if (m.kind == MsgKind::kStop)
@@ -156,66 +189,84 @@ void run_periodic_pipeline(NodeEnv& env, const RunSpec& spec, int node) {
         fwd.push_back(std::move(m));
     };
     while (true) {
-      while (auto m = w.try_recv()) route(std::move(*m));
+      while (auto m = w_.try_recv()) route(std::move(*m));
       if (!bwd.empty()) {
         Message m = std::move(bwd.front());
         bwd.pop_front();
         int64_t st = 0;
-        auto g = w.backward(m.id, m, &st);
-        w.send(role.prev, std::move(*g));
-        w.update(m.id, st);
-        if (average_due(w.version())) average(w.version(), route);
-        if (checkpoint_due(w.version())) {
+        auto g = w_.backward(m.id, m, &st);
+        w_.send(role_.prev, std::move(*g));
+        w_.update(m.id, st);
+        if (average_due(w_.version())) average(w_.version(), route);
+        if (checkpoint_due(w_.version())) {
           RV_CHECK(bwd.empty() && fwd.empty() && !stopping,
                    "a checkpoint with micro-batches in flight");
-          checkpoint(w.version());
+          checkpoint(w_.version());
         }
       } else if (!fwd.empty()) {
         Message m = std::move(fwd.front());
         fwd.pop_front();
         if (m.kind == MsgKind::kForward)
-          w.send(role.next, w.forward(m.id, &m));
+          w_.send(role_.next, w_.forward(m.id, &m));
         else
-          w.eval(m);
+          w_.eval(m);
       } else if (stopping) {
         break;
       } else {
-        route(w.recv());
+        route(w_.recv());
       }
     }
-    w.stop_next();
-    return;
   }
 
-  // Last stage.
-  std::deque<Message> later;  // pipeline messages that arrived during an averaging
-  while (true) {
-    Message m;
-    if (!later.empty()) {
-      m = std::move(later.front());
-      later.pop_front();
-    } else {
-      m = w.recv();
-    }
-    check_kind(m, {MsgKind::kForward, MsgKind::kEvalForward, MsgKind::kStop}, role);
-    if (m.kind == MsgKind::kStop) break;
-    if (m.kind == MsgKind::kEvalForward) {
-      w.eval(m);
-      continue;
-    }
-    w.forward(m.id, &m);
-    int64_t st = 0;
-    auto g = w.last_backward(m.id, &st);
-    w.send(role.prev, std::move(*g));
-    w.update(m.id, st);
-    if (average_due(w.version()))
-      average(w.version(), [&](Message x) { later.push_back(std::move(x)); });
-    if (checkpoint_due(w.version())) {
-      RV_CHECK(later.empty(), "a checkpoint with micro-batches in flight");
-      checkpoint(w.version());
+  // Last stage: forward, loss and backward at once.
+  void run_last() {
+    std::deque<Message> later;  // pipeline messages that arrived during an averaging
+    while (true) {
+      Message m;
+      if (!later.empty()) {
+        m = std::move(later.front());
+        later.pop_front();
+      } else {
+        m = w_.recv();
+      }
+      check_kind(m, {MsgKind::kForward, MsgKind::kEvalForward, MsgKind::kStop}, role_);
+      if (m.kind == MsgKind::kStop) break;
+      if (m.kind == MsgKind::kEvalForward) {
+        w_.eval(m);
+        continue;
+      }
+      w_.forward(m.id, &m);
+      int64_t st = 0;
+      auto g = w_.last_backward(m.id, &st);
+      w_.send(role_.prev, std::move(*g));
+      w_.update(m.id, st);
+      if (average_due(w_.version()))
+        average(w_.version(), [&](Message x) { later.push_back(std::move(x)); });
+      if (checkpoint_due(w_.version())) {
+        RV_CHECK(later.empty(), "a checkpoint with micro-batches in flight");
+        checkpoint(w_.version());
+      }
     }
   }
-  w.stop_next();
+
+  const TrainingSpec& tr_;
+  const NodeRole role_;
+  const int64_t cap_;
+  PipelineWorker w_;
+  const int64_t total_, batch_, every_average_;
+  const bool exchanges_, overlapped_;
+  Checkpoints* const ck_;
+  const int64_t every_checkpoint_;
+  const NodeState* from_ = nullptr;
+  int64_t start_ = 0;
+};
+
+}  // namespace
+
+void run_periodic_pipeline(NodeEnv& env, const RunSpec& spec, int node) {
+  const NodeRole role = spec.plan->role_of(node);
+  if (role.stage < 0) return;  // left idle by the plan
+  PeriodicStage(env, spec, node, role, algorithm_of(*spec.scenario)).run();
 }
 
 }  // namespace rv

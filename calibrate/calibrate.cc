@@ -649,93 +649,75 @@ double achieved_efficiency(const CalibrationSample& s, const ComputeProfile& p) 
   return s.flops / std::max(s.time - fixed, 0.1 * s.time) / p.peak_flops_per_s;
 }
 
-Calibration calibrate(const CalibrateOptions& options) {
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int threads = options.threads > 0 ? options.threads : cores;
-  set_compute_threads(threads);
-  const Seconds budget = options.quick ? 0.01 : 0.1;
-  RV_CHECK(options.share >= 1, "calibrate: share must be 1 or more");
-  const LoadProcesses load(options.share - 1, threads);
-  Calibration cal;
-  ComputeProfile& p = cal.profile;
-  p.name = options.share > 1 ? "host shared by " + std::to_string(options.share) : "host";
-  p.threads = threads;
+namespace {
 
-  // The peak: the best large plain matmul.
-  {
-    at::NoGradGuard no_grad;
-    const std::vector<int64_t> sides =
-        options.quick ? std::vector<int64_t>{256} : std::vector<int64_t>{512, 1024};
-    double peak = 0;
-    for (int64_t n : sides) {
-      at::Tensor a = at::rand({n, n}), b = at::rand({n, n});
-      const Seconds t = median_time([] {}, [&] { at::mm(a, b); }, budget);
-      peak = std::max(peak, 2.0 * n * n * n / t);
-    }
-    p.peak_flops_per_s = peak;
+// The peak: the best large plain matmul, flops per second.
+double measure_peak(bool quick, Seconds budget) {
+  at::NoGradGuard no_grad;
+  const std::vector<int64_t> sides =
+      quick ? std::vector<int64_t>{256} : std::vector<int64_t>{512, 1024};
+  double peak = 0;
+  for (int64_t n : sides) {
+    at::Tensor a = at::rand({n, n}), b = at::rand({n, n});
+    const Seconds t = median_time([] {}, [&] { at::mm(a, b); }, budget);
+    peak = std::max(peak, 2.0 * n * n * n / t);
   }
+  return peak;
+}
 
-  // The cold-memory term (work.h): the bandwidth of a read of 64 MiB (far beyond any cache here),
-  // with the other devices' load running, and the cache this device has to itself. The read is
-  // timed in every round below too, the bandwidth the median of the rounds: one window of a busy
-  // host measured it at 4.8 GB/s, and the one after the run at 13.4. The cache is measured
-  // (cache_sweep, cache_knee) with the other devices' load running, not read from the system: a
-  // VM reports its host's last-level cache, which other tenants share (480 MiB here, where random
-  // reads of 24 MiB or more already came from memory, 150-300 ns a line against 50-70 ns up to
-  // 20 MiB). Where the sweep finds no knee, the system's size over the share.
-  const at::Tensor big = at::rand({int64_t{16} << 20});
-  std::vector<Seconds> read_times;
-  auto time_read = [&](Seconds within) {
-    at::NoGradGuard no_grad;
-    read_times.push_back(median_time([] {}, [&] { at::sum(big); }, within));
-  };
-  time_read(budget);
-  {
-    std::vector<double> sizes;
-    for (double mib : options.quick
-                          ? std::vector<double>{1, 4, 16, 64}
-                          : std::vector<double>{1, 2, 4, 6, 8, 12, 16, 20, 24, 32, 48, 64, 128})
-      sizes.push_back(mib * 1048576.0);
-    const double knee = cache_knee(cache_sweep(sizes));
-    p.cache_bytes = knee > 0 ? knee : cache_bytes(9) / options.share;
+// The cache this device has to itself, measured (cache_sweep, cache_knee) with the other
+// devices' load running, not read from the system: a VM reports its host's last-level cache,
+// which other tenants share (480 MiB here, where random reads of 24 MiB or more already came from
+// memory, 150-300 ns a line against 50-70 ns up to 20 MiB). Where the sweep finds no knee, the
+// system's size over the share.
+double measure_cache(const CalibrateOptions& options) {
+  std::vector<double> sizes;
+  for (double mib : options.quick
+                        ? std::vector<double>{1, 4, 16, 64}
+                        : std::vector<double>{1, 2, 4, 6, 8, 12, 16, 20, 24, 32, 48, 64, 128})
+    sizes.push_back(mib * 1048576.0);
+  const double knee = cache_knee(cache_sweep(sizes));
+  return knee > 0 ? knee : cache_bytes(9) / options.share;
+}
+
+// Each sample's time the median of its rounds' (every round lists the same samples).
+std::vector<CalibrationSample> median_of_rounds(
+    const std::vector<std::vector<CalibrationSample>>& rounds_of) {
+  std::vector<CalibrationSample> out = rounds_of[0];
+  for (size_t i = 0; i < out.size(); ++i) {
+    std::vector<double> t;
+    for (const auto& round : rounds_of) t.push_back(round[i].time);
+    out[i].time = median(t);
   }
-  p.idle_cold = idle_cooling(big, p.cache_bytes, options.quick);
+  return out;
+}
 
-  // Rounds over the whole list, each case's time the median of its rounds: a host whose speed
-  // drifts for seconds at a time (a shared machine, a VM) slows one round of a case, not all.
-  const std::vector<LayerCase> cases = layer_cases(options.quick);
+// Rounds over the whole list of layer cases, and the fixed-cost cases chained warm and cold,
+// each case's time the median of its rounds: a host whose speed drifts for seconds at a time (a
+// shared machine, a VM) slows one round of a case, not all. `between` runs after each round.
+void time_rounds(const CalibrateOptions& options, Seconds budget,
+                 const std::vector<LayerCase>& cases, const std::vector<const LayerCase*>& fixed,
+                 const std::function<void(Seconds)>& between, Calibration& cal) {
   const int rounds = options.quick ? 1 : 5;
-  std::vector<std::vector<CalibrationSample>> by_round(static_cast<size_t>(rounds));
-  std::vector<const LayerCase*> fixed;
-  for (const LayerCase& c : cases)
-    if (c.fixed_cost) fixed.push_back(&c);
-  std::vector<std::vector<CalibrationSample>> chain_by_round(static_cast<size_t>(rounds)),
-      cold_by_round(static_cast<size_t>(rounds));
+  std::vector<std::vector<CalibrationSample>> by_round(static_cast<size_t>(rounds)),
+      chain_by_round(static_cast<size_t>(rounds)), cold_by_round(static_cast<size_t>(rounds));
   for (int r = 0; r < rounds; ++r) {
     for (const LayerCase& c : cases)
       time_layer(c, budget / rounds, by_round[static_cast<size_t>(r)]);
     time_chain(fixed, options.quick ? 5 : 40, false, chain_by_round[static_cast<size_t>(r)]);
     time_chain(fixed, options.quick ? 5 : 40, true, cold_by_round[static_cast<size_t>(r)]);
-    time_read(budget / rounds);
+    between(budget / rounds);
   }
-  p.memory_bytes_per_s = static_cast<double>(big.numel()) * kFloatBytes / median(read_times);
-  auto median_of_rounds = [](const std::vector<std::vector<CalibrationSample>>& rounds_of) {
-    std::vector<CalibrationSample> out = rounds_of[0];
-    for (size_t i = 0; i < out.size(); ++i) {
-      std::vector<double> t;
-      for (const auto& round : rounds_of) t.push_back(round[i].time);
-      out[i].time = median(t);
-    }
-    return out;
-  };
-  // The wake-up curve, on the same fixed-cost cases.
-  p.idle_op = wake_curve(fixed, options.quick);
   cal.samples = median_of_rounds(by_round);
   cal.network_fixed = median_of_rounds(chain_by_round);
   cal.network_cold = median_of_rounds(cold_by_round);
-  // Efficiencies against the loops' own fixed costs (what a loop's time holds beyond its flops);
-  // then the fixed costs a network pays, per pass and kind, and what its first operation of a
-  // kind in a span pays more.
+}
+
+// Efficiencies against the loops' own fixed costs (what a loop's time holds beyond its flops);
+// then the fixed costs a network pays, per pass and kind, and what its first operation of a kind
+// in a span pays more.
+void fit_costs(Calibration& cal) {
+  ComputeProfile& p = cal.profile;
   fit_profile(cal.samples, p);
   cal.loops = p;
   fit_fixed_costs(cal.network_fixed, p);
@@ -747,6 +729,44 @@ Calibration calibrate(const CalibrateOptions& options) {
       c.first = std::max(
           0.0, cold.of(static_cast<Pass>(q), static_cast<OpKind>(k)).overhead - c.overhead);
     }
+}
+
+}  // namespace
+
+Calibration calibrate(const CalibrateOptions& options) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = options.threads > 0 ? options.threads : cores;
+  set_compute_threads(threads);
+  const Seconds budget = options.quick ? 0.01 : 0.1;
+  RV_CHECK(options.share >= 1, "calibrate: share must be 1 or more");
+  const LoadProcesses load(options.share - 1, threads);
+  Calibration cal;
+  ComputeProfile& p = cal.profile;
+  p.name = options.share > 1 ? "host shared by " + std::to_string(options.share) : "host";
+  p.threads = threads;
+  p.peak_flops_per_s = measure_peak(options.quick, budget);
+  // The cold-memory term (work.h): the bandwidth of a read of 64 MiB (far beyond any cache here),
+  // with the other devices' load running. The read is timed in every round too, the bandwidth the
+  // median of the rounds: one window of a busy host measured it at 4.8 GB/s, and the one after
+  // the run at 13.4.
+  const at::Tensor big = at::rand({int64_t{16} << 20});
+  std::vector<Seconds> read_times;
+  auto time_read = [&](Seconds within) {
+    at::NoGradGuard no_grad;
+    read_times.push_back(median_time([] {}, [&] { at::sum(big); }, within));
+  };
+  time_read(budget);
+  p.cache_bytes = measure_cache(options);
+  p.idle_cold = idle_cooling(big, p.cache_bytes, options.quick);
+  const std::vector<LayerCase> cases = layer_cases(options.quick);
+  std::vector<const LayerCase*> fixed;
+  for (const LayerCase& c : cases)
+    if (c.fixed_cost) fixed.push_back(&c);
+  time_rounds(options, budget, cases, fixed, time_read, cal);
+  p.memory_bytes_per_s = static_cast<double>(big.numel()) * kFloatBytes / median(read_times);
+  // The wake-up curve, on the same fixed-cost cases.
+  p.idle_op = wake_curve(fixed, options.quick);
+  fit_costs(cal);
   return cal;
 }
 

@@ -74,6 +74,27 @@ void LoopbackTransport::send(int dst, Message msg) {
   hub_.put(dst, std::move(msg));
 }
 
+namespace {
+
+// The nodes' first error that is not a PeerError (the root cause, not the losses it caused), or
+// else the first PeerError; nothing where no node failed.
+void rethrow_root_cause(const std::vector<std::exception_ptr>& errors) {
+  std::exception_ptr first;
+  for (const auto& e : errors) {
+    if (!e) continue;
+    try {
+      std::rethrow_exception(e);
+    } catch (const PeerError&) {
+      if (!first) first = e;
+    } catch (...) {
+      std::rethrow_exception(e);
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+}  // namespace
+
 std::vector<Event> run_loopback(const RunSpec& spec, Seconds timeout, int faulty_node,
                                 const FaultSpec* faults, Metrics* observer) {
   const int n = spec.plan->nodes;
@@ -115,19 +136,7 @@ std::vector<Event> run_loopback(const RunSpec& spec, Seconds timeout, int faulty
     });
   }
   for (auto& t : workers) t.join();
-  // Report the root cause, not the PeerErrors it caused.
-  std::exception_ptr first;
-  for (auto& e : errors) {
-    if (!e) continue;
-    try {
-      std::rethrow_exception(e);
-    } catch (const PeerError&) {
-      if (!first) first = e;
-    } catch (...) {
-      std::rethrow_exception(e);
-    }
-  }
-  if (first) std::rethrow_exception(first);
+  rethrow_root_cause(errors);
   std::vector<Event> all;
   for (auto& l : logs) {
     std::vector<Event> mine = l.take();

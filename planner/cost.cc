@@ -502,6 +502,91 @@ void CostModel::annotate(Plan& plan) const {
   plan.throughput = throughput(periods, plan.averaging_time);
 }
 
+namespace {
+
+std::string ms_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g ms", s * 1e3);
+  return buf;
+}
+
+std::string mbit_text(double bytes_per_s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g Mbit/s", bytes_per_s / kMbpsToBytesPerSecond);
+  return buf;
+}
+
+}  // namespace
+
+std::string CostModel::station_text(const Station& top) const {
+  auto node_name = [&](int n) {
+    return "node " + std::to_string(n) + " (" + pool_[static_cast<size_t>(n)].device + ")";
+  };
+  const PoolNode& p = pool_[static_cast<size_t>(top.node)];
+  switch (top.kind) {
+    case Station::Kind::kCompute:
+      return "the compute of stage " + std::to_string(top.stage) + " (layers " +
+             std::to_string(top.begin) + ".." + std::to_string(top.end - 1) + ") on " +
+             node_name(top.node);
+    case Station::Kind::kUplink:
+      return "the uplink of " + node_name(top.node) + " (" + mbit_text(p.up * factors_.bandwidth) +
+             ")";
+    case Station::Kind::kDownlink:
+      return "the downlink of " + node_name(top.node) + " (" +
+             mbit_text(p.down * factors_.bandwidth) + ")";
+    case Station::Kind::kRegionLink:
+      return region_link_name(top.begin) + " (" + mbit_text(region_rate(top.begin)) + ")";
+    case Station::Kind::kFlow:
+      return "the flow from node " + std::to_string(top.node) + " to node " +
+             std::to_string(top.peer) + " (" + mbit_text(path_bandwidth(top.node, top.peer)) +
+             (top.seconds > top.link ? ", the TCP window over the latency)" : ")");
+  }
+  return "";
+}
+
+std::string CostModel::bound_text(const Plan& plan, size_t c, const std::vector<int>& nodes,
+                                  const std::vector<int>& cuts, double most,
+                                  const std::string& what) const {
+  const ClusterPlan& cl = plan.clusters[c];
+  const std::string where =
+      plan.clusters.size() > 1 ? "cluster " + std::to_string(c) + "'s" : "the";
+  const double alone = cluster_period(nodes, cuts);
+  std::string shared;  // the region links the cluster crosses, where sharing them slows it
+  if (cl.period > 1.05 * alone)
+    for (size_t s = 0; s + 1 < nodes.size(); ++s)
+      for (int k : {region_link(nodes[s], nodes[s + 1]), region_link(nodes[s + 1], nodes[s])})
+        if (k >= 0 && shared.find(region_link_name(k)) == std::string::npos)
+          shared += (shared.empty() ? "" : ", ") + region_link_name(k) + " (" +
+                    mbit_text(region_rate(k)) + ")";
+  if (!shared.empty())
+    return where + " pipeline shares " + shared + " with other clusters: " + ms_text(cl.period) +
+           " per micro-batch, " + ms_text(alone) + " alone";
+  if (cl.period > 1.05 * most && algorithm_->traits.schedule == Schedule::kFlush)
+    return "bottleneck: " + what + ", " + ms_text(most) +
+           " per micro-batch; the flush's fill and drain make " + where + " period " +
+           ms_text(cl.period);
+  if (cl.period > 1.05 * most)
+    return where + " pipeline is bound by its round trip: " + ms_text(cl.period) +
+           " per micro-batch with " +
+           std::to_string(in_flight(static_cast<int>(cl.stages.size()))) +
+           " in flight, more than its slowest station, " + what + " (" + ms_text(most) + ")";
+  return "bottleneck: " + what + ", " + ms_text(most) + " per micro-batch of " + where + " " +
+         ms_text(cl.period) + " period";
+}
+
+double CostModel::averaging_share(const Plan& plan, const ClusterPlan& cl) const {
+  const auto clusters = static_cast<int>(plan.clusters.size());
+  if (algorithm_->traits.target_batch) {
+    std::vector<double> periods;
+    for (const auto& c : plan.clusters) periods.push_back(c.period);
+    const double round = round_of(periods).seconds + plan.averaging_time;
+    return round > 0 ? plan.averaging_time / round : 0.0;
+  }
+  const double per_update =
+      cl.period + plan.averaging_time / static_cast<double>(micro_batches_per_exchange(clusters));
+  return per_update > 0 ? (per_update - cl.period) / per_update : 0.0;
+}
+
 std::string CostModel::explain(const Plan& plan) const {
   if (plan.clusters.empty()) return "no cluster";
   size_t slowest = 0;
@@ -522,86 +607,11 @@ std::string CostModel::explain(const Plan& plan) const {
       top = st;
     }
   });
-  auto ms = [](double s) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.3g ms", s * 1e3);
-    return std::string(buf);
-  };
-  auto mbit = [](double bytes_per_s) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.4g Mbit/s", bytes_per_s / kMbpsToBytesPerSecond);
-    return std::string(buf);
-  };
-  auto node_name = [&](int n) {
-    return "node " + std::to_string(n) + " (" + pool_[static_cast<size_t>(n)].device + ")";
-  };
-  const PoolNode& p = pool_[static_cast<size_t>(top.node)];
-  std::string what;
-  switch (top.kind) {
-    case Station::Kind::kCompute:
-      what = "the compute of stage " + std::to_string(top.stage) + " (layers " +
-             std::to_string(top.begin) + ".." + std::to_string(top.end - 1) + ") on " +
-             node_name(top.node);
-      break;
-    case Station::Kind::kUplink:
-      what = "the uplink of " + node_name(top.node) + " (" + mbit(p.up * factors_.bandwidth) + ")";
-      break;
-    case Station::Kind::kDownlink:
-      what =
-          "the downlink of " + node_name(top.node) + " (" + mbit(p.down * factors_.bandwidth) + ")";
-      break;
-    case Station::Kind::kRegionLink:
-      what = region_link_name(top.begin) + " (" + mbit(region_rate(top.begin)) + ")";
-      break;
-    case Station::Kind::kFlow:
-      what = "the flow from node " + std::to_string(top.node) + " to node " +
-             std::to_string(top.peer) + " (" + mbit(path_bandwidth(top.node, top.peer)) +
-             (top.seconds > top.link ? ", the TCP window over the latency)" : ")");
-      break;
-  }
-  std::string line;
-  const std::string where =
-      plan.clusters.size() > 1 ? "cluster " + std::to_string(slowest) + "'s" : "the";
-  const double alone = cluster_period(nodes, cuts);
-  std::string shared;  // the region links the cluster crosses, where sharing them slows it
-  if (cl.period > 1.05 * alone)
-    for (size_t s = 0; s + 1 < nodes.size(); ++s)
-      for (int k : {region_link(nodes[s], nodes[s + 1]), region_link(nodes[s + 1], nodes[s])})
-        if (k >= 0 && shared.find(region_link_name(k)) == std::string::npos)
-          shared += (shared.empty() ? "" : ", ") + region_link_name(k) + " (" +
-                    mbit(region_rate(k)) + ")";
-  if (!shared.empty()) {
-    line = where + " pipeline shares " + shared + " with other clusters: " + ms(cl.period) +
-           " per micro-batch, " + ms(alone) + " alone";
-  } else if (cl.period > 1.05 * most && algorithm_->traits.schedule == Schedule::kFlush) {
-    line = "bottleneck: " + what + ", " + ms(most) +
-           " per micro-batch; the flush's fill and drain make " + where + " period " +
-           ms(cl.period);
-  } else if (cl.period > 1.05 * most) {
-    line = where + " pipeline is bound by its round trip: " + ms(cl.period) +
-           " per micro-batch with " +
-           std::to_string(in_flight(static_cast<int>(cl.stages.size()))) +
-           " in flight, more than its slowest station, " + what + " (" + ms(most) + ")";
-  } else {
-    line = "bottleneck: " + what + ", " + ms(most) + " per micro-batch of " + where + " " +
-           ms(cl.period) + " period";
-  }
+  std::string line = bound_text(plan, slowest, nodes, cuts, most, station_text(top));
   if (plan.clusters.size() > 1) {
-    const auto clusters = static_cast<int>(plan.clusters.size());
-    double share = 0;  // of the time, averaging
-    if (algorithm_->traits.target_batch) {
-      std::vector<double> periods;
-      for (const auto& c : plan.clusters) periods.push_back(c.period);
-      const double round = round_of(periods).seconds + plan.averaging_time;
-      share = round > 0 ? plan.averaging_time / round : 0.0;
-    } else {
-      const double per_update =
-          cl.period +
-          plan.averaging_time / static_cast<double>(micro_batches_per_exchange(clusters));
-      share = per_update > 0 ? (per_update - cl.period) / per_update : 0.0;
-    }
     char buf[96];
-    std::snprintf(buf, sizeof buf, "; averaging takes %.0f%% of the time", 100.0 * share);
+    std::snprintf(buf, sizeof buf, "; averaging takes %.0f%% of the time",
+                  100.0 * averaging_share(plan, cl));
     line += buf;
   }
   int used = 0;

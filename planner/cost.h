@@ -143,6 +143,13 @@ class CostModel {
   // the region link it crosses, if any (several flows may cross one).
   template <class F>
   void visit_stations(const std::vector<int>& nodes, const std::vector<int>& cuts, F&& f) const;
+  // explain()'s parts: a station in words ("the uplink of node 3 (laptop) (20 Mbit/s)"); what
+  // bounds the slowest cluster `c` of `plan` (its stations' largest demand `most`, `what` it is);
+  // the share of the time its averaging takes.
+  std::string station_text(const Station& top) const;
+  std::string bound_text(const Plan& plan, size_t c, const std::vector<int>& nodes,
+                         const std::vector<int>& cuts, double most, const std::string& what) const;
+  double averaging_share(const Plan& plan, const ClusterPlan& cl) const;
 
   const ModelDesc* model_;
   const Algorithm* algorithm_;  // the scenario's (algo/registry.h)

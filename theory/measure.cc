@@ -204,6 +204,24 @@ TheoryMeasure measure_problem(const std::string& run, RunInputs r) {
 
 // A model with unknown constants: estimates along a replay (estimate.h), and the squared norm of
 // each update's applied gradient (metrics.csv grad_norm2) less its expected noise.
+namespace {
+
+// sigma² at update k, interpolated between the estimate's points (the first before the first
+// point, the last after the last).
+double sigma2_at_update(const ConstantEstimates& est, int64_t k) {
+  const auto& p = est.points;
+  if (p.size() == 1 || k <= p.front().update) return p.front().sigma2;
+  for (size_t i = 1; i < p.size(); ++i)
+    if (k <= p[i].update) {
+      const double f = static_cast<double>(k - p[i - 1].update) /
+                       static_cast<double>(p[i].update - p[i - 1].update);
+      return p[i - 1].sigma2 + f * (p[i].sigma2 - p[i - 1].sigma2);
+    }
+  return p.back().sigma2;
+}
+
+}  // namespace
+
 TheoryMeasure measure_network(const std::string& run, RunInputs r) {
   const Scenario& s = r.scenario;
   const auto offset = stage_offsets(r);
@@ -241,17 +259,7 @@ TheoryMeasure measure_network(const std::string& run, RunInputs r) {
   // with sigma² at update k interpolated between the replay's checkpoints.
   const bool exchanged = algorithm_of(s).traits.exchange == Exchange::kGradients;
   const double replicas = exchanged ? static_cast<double>(r.in.clusters) : 1.0;
-  auto sigma2_at = [&](int64_t k) {
-    const auto& p = est.points;
-    if (p.size() == 1 || k <= p.front().update) return p.front().sigma2;
-    for (size_t i = 1; i < p.size(); ++i)
-      if (k <= p[i].update) {
-        const double f = static_cast<double>(k - p[i - 1].update) /
-                         static_cast<double>(p[i].update - p[i - 1].update);
-        return p[i - 1].sigma2 + f * (p[i].sigma2 - p[i - 1].sigma2);
-      }
-    return p.back().sigma2;
-  };
+  auto sigma2_at = [&](int64_t k) { return sigma2_at_update(est, k); };
   const int clusters = static_cast<int>(r.plan.clusters.size());
   double total = 0, removed = 0;
   for (int64_t k = 0; k < updates; ++k) {

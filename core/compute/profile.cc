@@ -140,35 +140,65 @@ Seconds time_of(const Work& work, const ComputeProfile& p, Seconds idle, Seconds
   return t;
 }
 
-ComputeProfile parse_profile(const std::string& text, const std::string& source) {
-  const toml::table root = parse_toml(text, source);
-  auto fail = [&](const std::string& key, const std::string& what) -> void {
-    throw InputError(source + ": key '" + key + "': " + what);
+namespace {
+
+// A profile file's TOML, read step by step; each refusal names the source and the key.
+class ProfileReader {
+ public:
+  ProfileReader(const std::string& text, const std::string& source)
+      : root_(parse_toml(text, source)), source_(source) {}
+
+  ComputeProfile read() {
+    check_keys();
+    ComputeProfile p;
+    p.name = root_["name"].value_or(std::string("profile"));
+    read_peak_and_threads(p);
+    read_memory(p);
+    read_idle_curves(p);
+    for (int q = 0; q < kPasses; ++q) read_pass(p, static_cast<Pass>(q));
+    read_first_ops(p);
+    return p;
+  }
+
+ private:
+  // A curve's point: a wait and one value, or two where the curve names a second.
+  struct Point {
+    Seconds wait;
+    double value, second;
   };
-  for (const auto& [k, v] : root) {
-    const std::string key(k.str());
-    if (key != "name" && key != "peak_tflops" && key != "threads" && key != "memory_gbps" &&
-        key != "cache_mib" && key != "idle_cold" && key != "idle_cold_ms" && key != "idle_op_us" &&
-        key != "first_op_us" && key != "forward" && key != "backward")
-      fail(
-          key,
-          "unknown key (expected name, peak_tflops, threads, memory_gbps, cache_mib, idle_cold (or "
-          "idle_cold_ms), idle_op_us, first_op_us, [forward], [backward])");
+
+  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
+    throw InputError(source_ + ": key '" + key + "': " + what);
   }
-  ComputeProfile p;
-  p.name = root["name"].value_or(std::string("profile"));
-  const auto peak = root["peak_tflops"].value<double>();
-  if (!peak || !(*peak > 0) || *peak > 1e6) fail("peak_tflops", "expected a number in (0, 1e6]");
-  p.peak_flops_per_s = *peak * kTflopsToFlopsPerSecond;
-  if (root.contains("threads")) {
-    const auto threads = root["threads"].value<int64_t>();
-    if (!threads || *threads < 0 || *threads > 4096)
-      fail("threads", "expected an integer in [0, 4096]");
-    p.threads = static_cast<int>(*threads);
+
+  void check_keys() const {
+    for (const auto& [k, v] : root_) {
+      const std::string key(k.str());
+      if (key != "name" && key != "peak_tflops" && key != "threads" && key != "memory_gbps" &&
+          key != "cache_mib" && key != "idle_cold" && key != "idle_cold_ms" &&
+          key != "idle_op_us" && key != "first_op_us" && key != "forward" && key != "backward")
+        fail(key,
+             "unknown key (expected name, peak_tflops, threads, memory_gbps, cache_mib, idle_cold "
+             "(or idle_cold_ms), idle_op_us, first_op_us, [forward], [backward])");
+    }
   }
-  if (root.contains("memory_gbps") || root.contains("cache_mib")) {
-    const auto gbps = root["memory_gbps"].value<double>();
-    const auto mib = root["cache_mib"].value<double>();
+
+  void read_peak_and_threads(ComputeProfile& p) const {
+    const auto peak = root_["peak_tflops"].value<double>();
+    if (!peak || !(*peak > 0) || *peak > 1e6) fail("peak_tflops", "expected a number in (0, 1e6]");
+    p.peak_flops_per_s = *peak * kTflopsToFlopsPerSecond;
+    if (root_.contains("threads")) {
+      const auto threads = root_["threads"].value<int64_t>();
+      if (!threads || *threads < 0 || *threads > 4096)
+        fail("threads", "expected an integer in [0, 4096]");
+      p.threads = static_cast<int>(*threads);
+    }
+  }
+
+  void read_memory(ComputeProfile& p) const {
+    if (!root_.contains("memory_gbps") && !root_.contains("cache_mib")) return;
+    const auto gbps = root_["memory_gbps"].value<double>();
+    const auto mib = root_["cache_mib"].value<double>();
     if (!gbps || !(*gbps > 0) || *gbps > 1e6)
       fail("memory_gbps", "expected a number in (0, 1e6] (with cache_mib)");
     if (!mib || !(*mib > 0) || *mib > 1e6)
@@ -176,35 +206,50 @@ ComputeProfile parse_profile(const std::string& text, const std::string& source)
     p.memory_bytes_per_s = *gbps * 1e9;
     p.cache_bytes = *mib * 1048576.0;
   }
-  if (root.contains("idle_cold") && root.contains("idle_cold_ms"))
-    fail("idle_cold_ms", "give the cooling curve (idle_cold) or its step (idle_cold_ms), not both");
-  if (root.contains("idle_cold_ms")) {
-    const auto ms = root["idle_cold_ms"].value<double>();
-    if (!ms || !(*ms >= 0) || *ms > 1e6)
-      fail("idle_cold_ms", "expected a number in [0, 1e6] (0: never)");
-    if (*ms > 0 && p.memory_bytes_per_s <= 0)
-      fail("idle_cold_ms", "needs memory_gbps and cache_mib");
-    if (*ms > 0) p.idle_cold.push_back({*ms * 1e-3, 1.0});
+
+  // The cooling curve (idle_cold, or its one step idle_cold_ms) and the wake-up costs
+  // (idle_op_us).
+  void read_idle_curves(ComputeProfile& p) const {
+    if (root_.contains("idle_cold") && root_.contains("idle_cold_ms"))
+      fail("idle_cold_ms",
+           "give the cooling curve (idle_cold) or its step (idle_cold_ms), not both");
+    if (root_.contains("idle_cold_ms")) {
+      const auto ms = root_["idle_cold_ms"].value<double>();
+      if (!ms || !(*ms >= 0) || *ms > 1e6)
+        fail("idle_cold_ms", "expected a number in [0, 1e6] (0: never)");
+      if (*ms > 0 && p.memory_bytes_per_s <= 0)
+        fail("idle_cold_ms", "needs memory_gbps and cache_mib");
+      if (*ms > 0) p.idle_cold.push_back({*ms * 1e-3, 1.0});
+    }
+    if (root_.contains("idle_cold")) {
+      const auto points = curve("idle_cold", "fraction cold", 1,
+                                "fractions must not decrease (a cache does not warm up idle)");
+      if (!points.empty() && p.memory_bytes_per_s <= 0)
+        fail("idle_cold", "needs memory_gbps and cache_mib");
+      for (const Point& q : points) p.idle_cold.push_back({q.wait, q.value});
+    }
+    if (root_.contains("idle_op_us")) {
+      for (const Point& q :
+           curve("idle_op_us", "us per operation", 1e6,
+                 "costs must not decrease (a longer wait loses no less)", "us per span"))
+        p.idle_op.push_back({q.wait, q.value * 1e-6, q.second * 1e-6});
+    }
   }
+
   // A curve's [wait ms, value] points, or [wait ms, value, second] where `second` names one:
   // waits increasing, values in [0, most] and each nondecreasing (the second 0 where absent).
-  struct Point {
-    Seconds wait;
-    double value, second;
-  };
-  auto curve = [&](const std::string& key, const std::string& value, double most,
-                   const std::string& rising, const std::string& second = "") {
+  std::vector<Point> curve(const std::string& key, const std::string& value, double most,
+                           const std::string& rising, const std::string& second = "") const {
     std::vector<Point> points;
     const std::string form =
         "[wait ms, " + value + (second.empty() ? "" : " (, " + second + ", 0 if absent)") + "]";
-    const toml::array* a = root[key].as_array();
+    const toml::array* a = root_[key].as_array();
     if (a == nullptr) fail(key, "expected an array of " + form + " points");
     for (size_t i = 0; i < a->size(); ++i) {
       const std::string at = key + "[" + std::to_string(i) + "]";
       const toml::array* point = (*a)[i].as_array();
       const size_t n = point ? point->size() : 0;
-      if (n != 2 && (second.empty() || n != 3))
-        fail(at, "expected " + form);  // not an array: n = 0
+      if (n != 2 && (second.empty() || n != 3)) fail(at, "expected " + form);  // not an array: 0
       const auto ms = (*point)[0].value<double>();
       const auto v = (*point)[1].value<double>();
       const auto w = n == 3 ? (*point)[2].value<double>() : std::optional<double>(0.0);
@@ -219,23 +264,12 @@ ComputeProfile parse_profile(const std::string& text, const std::string& source)
       points.push_back({*ms * 1e-3, *v, *w});
     }
     return points;
-  };
-  if (root.contains("idle_cold")) {
-    const auto points = curve("idle_cold", "fraction cold", 1,
-                              "fractions must not decrease (a cache does not warm up idle)");
-    if (!points.empty() && p.memory_bytes_per_s <= 0)
-      fail("idle_cold", "needs memory_gbps and cache_mib");
-    for (const Point& q : points) p.idle_cold.push_back({q.wait, q.value});
   }
-  if (root.contains("idle_op_us")) {
-    for (const Point& q :
-         curve("idle_op_us", "us per operation", 1e6,
-               "costs must not decrease (a longer wait loses no less)", "us per span"))
-      p.idle_op.push_back({q.wait, q.value * 1e-6, q.second * 1e-6});
-  }
-  for (int q = 0; q < kPasses; ++q) {
-    const std::string pass = pass_name(static_cast<Pass>(q));
-    const toml::table* t = root[pass].as_table();
+
+  // [forward] or [backward]: per kind, the fixed cost and the efficiency of each class.
+  void read_pass(ComputeProfile& p, Pass q) const {
+    const std::string pass = pass_name(q);
+    const toml::table* t = root_[pass].as_table();
     if (t == nullptr) fail(pass, "expected a table with matmul, conv, norm, pool and elementwise");
     for (const auto& [k, v] : *t) {
       bool known = false;
@@ -253,7 +287,7 @@ ComputeProfile parse_profile(const std::string& text, const std::string& source)
              "64, >= 64 flop/B within 1 MiB, the same up to 8 MiB, the same beyond] (or 12: within "
              "1 MiB, beyond)");
       const bool two = a->size() == 1 + kTwoFootprints;
-      KindCost& cost = p.of(static_cast<Pass>(q), static_cast<OpKind>(k));
+      KindCost& cost = p.of(q, static_cast<OpKind>(k));
       const auto overhead = (*a)[0].value<double>();
       if (!overhead || !(*overhead >= 0) || *overhead > 1e6)
         fail(key, "expected a fixed cost in [0, 1e6] us first");
@@ -266,10 +300,13 @@ ComputeProfile parse_profile(const std::string& text, const std::string& source)
       }
     }
   }
-  if (root.contains("first_op_us")) {
+
+  // first_op_us: per pass and kind, what its first operation in a span costs more.
+  void read_first_ops(ComputeProfile& p) const {
+    if (!root_.contains("first_op_us")) return;
     const std::string form =
         "expected [[5 forward], [5 backward]] us: matmul, conv, norm, pool, elementwise";
-    const toml::array* a = root["first_op_us"].as_array();
+    const toml::array* a = root_["first_op_us"].as_array();
     if (a == nullptr || a->size() != kPasses) fail("first_op_us", form);
     for (int q = 0; q < kPasses; ++q) {
       const toml::array* pass = (*a)[static_cast<size_t>(q)].as_array();
@@ -283,7 +320,15 @@ ComputeProfile parse_profile(const std::string& text, const std::string& source)
       }
     }
   }
-  return p;
+
+  const toml::table root_;
+  const std::string source_;
+};
+
+}  // namespace
+
+ComputeProfile parse_profile(const std::string& text, const std::string& source) {
+  return ProfileReader(text, source).read();
 }
 
 ComputeProfile read_profile(const std::string& path) {

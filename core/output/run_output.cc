@@ -185,78 +185,80 @@ SteadyWindow steady_window(std::vector<Seconds> completions) {
   return w;
 }
 
-nlohmann::json summarize(const Scenario& s, const Plan& plan, const std::vector<Event>& events,
-                         const RunInfo& info) {
-  using nlohmann::json;
-  double t_end = 0;
-  for (const auto& e : events) t_end = std::max(t_end, e.end);
-  struct NodeStats {
+namespace {
+
+// What one pass over a run's events counts, per node and for the run.
+struct RunTally {
+  struct Node {
     double busy = 0, wait = 0, averaging = 0;
     int64_t averagings = 0;
     Bytes sent = 0, received = 0, peak = 0, measured = 0, measured_device = 0;
     int64_t updates = 0, stale_sum = 0, stale_max = 0;
   };
-  std::vector<NodeStats> ns(plan.nodes);
-  std::vector<NodeRole> roles;
-  for (int i = 0; i < plan.nodes; ++i) roles.push_back(plan.role_of(i));
-  std::vector<double> last_stage_done;  // end times of the last stages' backward passes
-  std::vector<std::vector<double>> cluster_done(plan.clusters.size());  // the same, per cluster
+  std::vector<Node> nodes;
+  double t_end = 0;
+  std::vector<double> last_stage_done;  // end times of the last stages' backward passes, sorted
+  std::vector<std::vector<double>> cluster_done;  // the same, per cluster (unsorted)
   std::vector<double> losses;
   const Event* final_eval = nullptr;
   int64_t stale_n = 0, stale_sum = 0, stale_max = 0;
-  for (const auto& e : events) {
-    if (e.node < 0 || e.node >= plan.nodes) continue;
-    NodeStats& n = ns[e.node];
-    if (is_busy(e.kind)) n.busy += e.end - e.start;
-    if (e.kind == EventKind::kWait) n.wait += e.end - e.start;
-    if (e.kind == EventKind::kAverage) {
-      n.averaging += e.end - e.start;
-      ++n.averagings;
-    }
-    if (e.kind == EventKind::kSend) n.sent += e.bytes;
-    if (e.kind == EventKind::kRecv) n.received += e.bytes;
-    if (e.kind == EventKind::kMemory) n.peak = std::max(n.peak, e.bytes);
-    if (e.kind == EventKind::kMeasuredMemory) n.measured = std::max(n.measured, e.bytes);
-    if (e.kind == EventKind::kMeasuredDeviceMemory)
-      n.measured_device = std::max(n.measured_device, e.bytes);
-    if (e.kind == EventKind::kUpdate) {
-      ++n.updates;
-      if (e.staleness >= 0) {
-        n.stale_sum += e.staleness;
-        n.stale_max = std::max(n.stale_max, e.staleness);
-        stale_sum += e.staleness;
-        stale_max = std::max(stale_max, e.staleness);
-        ++stale_n;
-      }
-    }
-    if (e.kind == EventKind::kLoss) losses.push_back(e.loss);
-    if (e.kind == EventKind::kEval && (!final_eval || e.end >= final_eval->end)) final_eval = &e;
-    // A last stage's backward (by the event's own cluster and stage: under churn a spare may hold
-    // it).
-    if (e.kind == EventKind::kBackward && e.micro_batch >= 0 && e.cluster >= 0 &&
-        static_cast<size_t>(e.cluster) < plan.clusters.size() &&
-        e.stage + 1 ==
-            static_cast<int>(plan.clusters[static_cast<size_t>(e.cluster)].stages.size())) {
-      last_stage_done.push_back(e.end);
-      cluster_done[static_cast<size_t>(e.cluster)].push_back(e.end);
+};
+
+// One event into its node's figures and the run's.
+void count_event(const Plan& plan, const Event& e, RunTally& t) {
+  RunTally::Node& n = t.nodes[static_cast<size_t>(e.node)];
+  if (is_busy(e.kind)) n.busy += e.end - e.start;
+  if (e.kind == EventKind::kWait) n.wait += e.end - e.start;
+  if (e.kind == EventKind::kAverage) {
+    n.averaging += e.end - e.start;
+    ++n.averagings;
+  }
+  if (e.kind == EventKind::kSend) n.sent += e.bytes;
+  if (e.kind == EventKind::kRecv) n.received += e.bytes;
+  if (e.kind == EventKind::kMemory) n.peak = std::max(n.peak, e.bytes);
+  if (e.kind == EventKind::kMeasuredMemory) n.measured = std::max(n.measured, e.bytes);
+  if (e.kind == EventKind::kMeasuredDeviceMemory)
+    n.measured_device = std::max(n.measured_device, e.bytes);
+  if (e.kind == EventKind::kUpdate) {
+    ++n.updates;
+    if (e.staleness >= 0) {
+      n.stale_sum += e.staleness;
+      n.stale_max = std::max(n.stale_max, e.staleness);
+      t.stale_sum += e.staleness;
+      t.stale_max = std::max(t.stale_max, e.staleness);
+      ++t.stale_n;
     }
   }
-  std::sort(last_stage_done.begin(), last_stage_done.end());
-  const int64_t batch = s.data.batch_size;
-  const int64_t samples = static_cast<int64_t>(last_stage_done.size()) * batch;
-  json j;
-  j["scenario"] = s.name;
-  j["executor"] = info.executor;
-  j["mode"] = info.mode;
-  j["algorithm"] = s.training.algorithm;
-  j["nodes"] = plan.nodes;
-  j["clusters"] = plan.clusters.size();
-  j["time_s"] = t_end;
-  j["train_samples"] = samples;
-  j["samples_per_s"] = t_end > 0 ? samples / t_end : 0.0;
-  // Steady state (steady_window): samples per second, and each working node's time per optimizer
-  // step (the window over the updates it made in it), averaged over the nodes.
-  const SteadyWindow window = steady_window(last_stage_done);
+  if (e.kind == EventKind::kLoss) t.losses.push_back(e.loss);
+  if (e.kind == EventKind::kEval && (!t.final_eval || e.end >= t.final_eval->end))
+    t.final_eval = &e;
+  // A last stage's backward (by the event's own cluster and stage: under churn a spare may hold
+  // it).
+  if (e.kind == EventKind::kBackward && e.micro_batch >= 0 && e.cluster >= 0 &&
+      static_cast<size_t>(e.cluster) < plan.clusters.size() &&
+      e.stage + 1 ==
+          static_cast<int>(plan.clusters[static_cast<size_t>(e.cluster)].stages.size())) {
+    t.last_stage_done.push_back(e.end);
+    t.cluster_done[static_cast<size_t>(e.cluster)].push_back(e.end);
+  }
+}
+
+RunTally tally(const Plan& plan, const std::vector<Event>& events) {
+  RunTally t;
+  t.nodes.resize(static_cast<size_t>(plan.nodes));
+  t.cluster_done.resize(plan.clusters.size());
+  for (const auto& e : events) t.t_end = std::max(t.t_end, e.end);
+  for (const auto& e : events)
+    if (e.node >= 0 && e.node < plan.nodes) count_event(plan, e, t);
+  std::sort(t.last_stage_done.begin(), t.last_stage_done.end());
+  return t;
+}
+
+// Steady state (steady_window): samples per second, and each working node's time per optimizer
+// step (the window over the updates it made in it), averaged over the nodes.
+void add_steady_state(const Plan& plan, const std::vector<Event>& events, const RunTally& t,
+                      int64_t batch, nlohmann::json& j) {
+  const SteadyWindow window = steady_window(t.last_stage_done);
   double steady = 0, step_sum = 0;
   int step_nodes = 0;
   if (!window.empty()) {
@@ -275,59 +277,66 @@ nlohmann::json summarize(const Scenario& s, const Plan& plan, const std::vector<
   j["steady_samples_per_s"] = steady;
   j["steady_window_s"] = {window.begin, window.end};
   j["time_per_step_s"] = step_nodes ? step_sum / step_nodes : 0.0;
-  j["staleness"] = {{"mean", stale_n ? static_cast<double>(stale_sum) / stale_n : 0.0},
-                    {"max", stale_max}};
-  // Churn in the simulator, or a real run that recovered from a lost rank.
-  if (s.churn.enabled(s.devices) || s.real.on_peer_loss == PeerLoss::kRecover) {
-    // What churn cost: events by kind, and the samples the plan's clusters did not train.
-    int64_t leaves = 0, joins = 0, takeovers = 0, dropped = 0, sat_out = 0, transfers = 0;
-    Bytes transfer_bytes = 0;
-    std::set<std::pair<int, int64_t>> out;  // (cluster, round)
-    std::set<std::pair<int, int64_t>>
-        drops;  // (cluster, micro-batch): each node that held it records it
-    for (const auto& e : events) {
-      if (e.kind == EventKind::kLeave) ++leaves;
-      if (e.kind == EventKind::kJoin) ++joins;
-      if (e.kind == EventKind::kAssign) ++takeovers;
-      if (e.kind == EventKind::kDrop) drops.emplace(e.cluster, e.micro_batch);
-      if (e.kind == EventKind::kOut) out.emplace(e.cluster, e.step);
-      if (e.kind == EventKind::kTransfer) {
-        ++transfers;
-        transfer_bytes += e.bytes;
-      }
-    }
-    sat_out = static_cast<int64_t>(out.size());
-    // Time without progress: per cluster, each stretch between two finished micro-batches (its
-    // last stage's backwards) during which it sat out a round or dropped micro-batches, summed.
-    for (auto& ends : cluster_done) std::sort(ends.begin(), ends.end());
-    std::set<std::pair<int, double>> stalls;  // (cluster, start of the stretch)
-    double without_progress = 0;
-    for (const auto& e : events) {
-      if (e.kind != EventKind::kOut && e.kind != EventKind::kDrop) continue;
-      if (e.cluster < 0 || static_cast<size_t>(e.cluster) >= cluster_done.size()) continue;
-      const auto& ends = cluster_done[static_cast<size_t>(e.cluster)];
-      const auto next = std::lower_bound(ends.begin(), ends.end(), e.end);
-      const double from = next == ends.begin() ? 0.0 : *std::prev(next);
-      const double to = next == ends.end() ? t_end : *next;
-      if (stalls.emplace(e.cluster, from).second) without_progress += to - from;
-    }
-    dropped = static_cast<int64_t>(drops.size());
-    const int64_t planned = static_cast<int64_t>(plan.clusters.size()) * s.training.steps * batch;
-    j["churn"] = {{"leaves", leaves},
-                  {"joins", joins},
-                  {"takeovers", takeovers},
-                  {"dropped_micro_batches", dropped},
-                  {"rounds_sat_out", sat_out},
-                  {"state_transfers", transfers},
-                  {"state_transfer_bytes", transfer_bytes},
-                  {"cluster_seconds_without_progress", without_progress},
-                  {"planned_samples", planned},
-                  {"samples_lost", std::max<int64_t>(0, planned - samples)}};
+}
+
+// Time without progress: per cluster, each stretch between two finished micro-batches (its last
+// stage's backwards) during which it sat out a round or dropped micro-batches, summed.
+double seconds_without_progress(const std::vector<Event>& events, RunTally& t) {
+  for (auto& ends : t.cluster_done) std::sort(ends.begin(), ends.end());
+  std::set<std::pair<int, double>> stalls;  // (cluster, start of the stretch)
+  double without_progress = 0;
+  for (const auto& e : events) {
+    if (e.kind != EventKind::kOut && e.kind != EventKind::kDrop) continue;
+    if (e.cluster < 0 || static_cast<size_t>(e.cluster) >= t.cluster_done.size()) continue;
+    const auto& ends = t.cluster_done[static_cast<size_t>(e.cluster)];
+    const auto next = std::lower_bound(ends.begin(), ends.end(), e.end);
+    const double from = next == ends.begin() ? 0.0 : *std::prev(next);
+    const double to = next == ends.end() ? t.t_end : *next;
+    if (stalls.emplace(e.cluster, from).second) without_progress += to - from;
   }
-  json nodes = json::array();
+  return without_progress;
+}
+
+// What churn cost: events by kind, and the samples the plan's clusters did not train.
+nlohmann::json churn_summary(const Scenario& s, const Plan& plan, const std::vector<Event>& events,
+                             RunTally& t, int64_t samples) {
+  int64_t leaves = 0, joins = 0, takeovers = 0, transfers = 0;
+  Bytes transfer_bytes = 0;
+  std::set<std::pair<int, int64_t>> out;    // (cluster, round)
+  std::set<std::pair<int, int64_t>> drops;  // (cluster, micro-batch): each node that held it
+                                            // records it
+  for (const auto& e : events) {
+    if (e.kind == EventKind::kLeave) ++leaves;
+    if (e.kind == EventKind::kJoin) ++joins;
+    if (e.kind == EventKind::kAssign) ++takeovers;
+    if (e.kind == EventKind::kDrop) drops.emplace(e.cluster, e.micro_batch);
+    if (e.kind == EventKind::kOut) out.emplace(e.cluster, e.step);
+    if (e.kind == EventKind::kTransfer) {
+      ++transfers;
+      transfer_bytes += e.bytes;
+    }
+  }
+  const double without_progress = seconds_without_progress(events, t);
+  const int64_t planned =
+      static_cast<int64_t>(plan.clusters.size()) * s.training.steps * s.data.batch_size;
+  return {{"leaves", leaves},
+          {"joins", joins},
+          {"takeovers", takeovers},
+          {"dropped_micro_batches", static_cast<int64_t>(drops.size())},
+          {"rounds_sat_out", static_cast<int64_t>(out.size())},
+          {"state_transfers", transfers},
+          {"state_transfer_bytes", transfer_bytes},
+          {"cluster_seconds_without_progress", without_progress},
+          {"planned_samples", planned},
+          {"samples_lost", std::max<int64_t>(0, planned - samples)}};
+}
+
+nlohmann::json per_node_summary(const Scenario& s, const Plan& plan, const RunTally& t) {
+  nlohmann::json nodes = nlohmann::json::array();
   for (int i = 0; i < plan.nodes; ++i) {
-    const NodeRole& r = roles[i];
-    const NodeStats& n = ns[i];
+    const NodeRole r = plan.role_of(i);
+    const RunTally::Node& n = t.nodes[static_cast<size_t>(i)];
+    const double t_end = t.t_end;
     nodes.push_back(
         {{"node", i},
          {"device", s.device_of(i).name},
@@ -348,29 +357,64 @@ nlohmann::json summarize(const Scenario& s, const Plan& plan, const std::vector<
          {"staleness_mean", n.updates ? static_cast<double>(n.stale_sum) / n.updates : 0.0},
          {"staleness_max", n.stale_max}});
   }
-  j["per_node"] = nodes;
-  // Cross-cluster averaging (ravnest) or gradient exchange (sync-dp, gpipe across clusters).
+  return nodes;
+}
+
+// Cross-cluster averaging (ravnest) or gradient exchange (sync-dp, gpipe across clusters).
+nlohmann::json averaging_summary(const Scenario& s, const RunTally& t) {
   double avg_max = 0;
   int64_t rounds = 0;
-  for (const auto& n : ns) {
+  for (const auto& n : t.nodes) {
     avg_max = std::max(avg_max, n.averaging);
     rounds = std::max(rounds, n.averagings);
   }
-  j["averaging"] = {{"allreduce", s.training.allreduce},
-                    {"optimizer_state", s.training.average_optimizer_state},
-                    {"rounds", rounds},
-                    {"time_s_max_node", avg_max},
-                    {"mean_round_s", rounds ? avg_max / static_cast<double>(rounds) : 0.0}};
+  return {{"allreduce", s.training.allreduce},
+          {"optimizer_state", s.training.average_optimizer_state},
+          {"rounds", rounds},
+          {"time_s_max_node", avg_max},
+          {"mean_round_s", rounds ? avg_max / static_cast<double>(rounds) : 0.0}};
+}
+
+// The mean of the last 20 training losses, and the last evaluation's.
+nlohmann::json final_summary(const RunTally& t) {
   double tail_loss = kNaN;
-  if (!losses.empty()) {
-    size_t k = std::min<size_t>(losses.size(), 20);
+  if (!t.losses.empty()) {
+    size_t k = std::min<size_t>(t.losses.size(), 20);
     double sum = 0;
-    for (size_t i = losses.size() - k; i < losses.size(); ++i) sum += losses[i];
+    for (size_t i = t.losses.size() - k; i < t.losses.size(); ++i) sum += t.losses[i];
     tail_loss = sum / k;
   }
-  j["final"] = {{"train_loss", jnum(tail_loss)},
-                {"test_loss", jnum(final_eval ? final_eval->loss : kNaN)},
-                {"test_accuracy", jnum(final_eval ? final_eval->accuracy : kNaN)}};
+  return {{"train_loss", jnum(tail_loss)},
+          {"test_loss", jnum(t.final_eval ? t.final_eval->loss : kNaN)},
+          {"test_accuracy", jnum(t.final_eval ? t.final_eval->accuracy : kNaN)}};
+}
+
+}  // namespace
+
+nlohmann::json summarize(const Scenario& s, const Plan& plan, const std::vector<Event>& events,
+                         const RunInfo& info) {
+  RunTally t = tally(plan, events);
+  const int64_t batch = s.data.batch_size;
+  const int64_t samples = static_cast<int64_t>(t.last_stage_done.size()) * batch;
+  nlohmann::json j;
+  j["scenario"] = s.name;
+  j["executor"] = info.executor;
+  j["mode"] = info.mode;
+  j["algorithm"] = s.training.algorithm;
+  j["nodes"] = plan.nodes;
+  j["clusters"] = plan.clusters.size();
+  j["time_s"] = t.t_end;
+  j["train_samples"] = samples;
+  j["samples_per_s"] = t.t_end > 0 ? samples / t.t_end : 0.0;
+  add_steady_state(plan, events, t, batch, j);
+  j["staleness"] = {{"mean", t.stale_n ? static_cast<double>(t.stale_sum) / t.stale_n : 0.0},
+                    {"max", t.stale_max}};
+  // Churn in the simulator, or a real run that recovered from a lost rank.
+  if (s.churn.enabled(s.devices) || s.real.on_peer_loss == PeerLoss::kRecover)
+    j["churn"] = churn_summary(s, plan, events, t, samples);
+  j["per_node"] = per_node_summary(s, plan, t);
+  j["averaging"] = averaging_summary(s, t);
+  j["final"] = final_summary(t);
   return j;
 }
 
@@ -478,122 +522,153 @@ std::string run_json_text(const RunInfo& info, const std::string& status, const 
   return run.dump(2) + "\n";
 }
 
+namespace {
+
+// trace.json's text, written one event at a time (a run of thousands of nodes has millions).
+class TraceWriter {
+ public:
+  TraceWriter() { out_ << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n"; }
+  void emit(const nlohmann::json& e) {
+    out_ << (first_ ? "" : ",\n") << e.dump();
+    first_ = false;
+  }
+  std::string finish() {
+    out_ << "\n]}\n";
+    return out_.str();
+  }
+
+ private:
+  std::ostringstream out_;
+  bool first_ = true;
+};
+
+// A row per traced node (named by its node, stage and device, sorted by stage) in a process per
+// cluster, and a process for the idle nodes.
+void emit_trace_rows(const Scenario& s, const Plan& plan, const std::vector<char>& traced,
+                     TraceWriter& w) {
+  for (int i = 0; i < plan.nodes; ++i) {
+    if (!traced[static_cast<size_t>(i)]) continue;
+    NodeRole r = plan.role_of(i);
+    w.emit({{"ph", "M"},
+            {"name", "thread_name"},
+            {"pid", r.cluster + 1},
+            {"tid", i},
+            {"args",
+             {{"name", "node " + std::to_string(i) + " stage " + std::to_string(r.stage) + " (" +
+                           s.device_of(i).name + ")"}}}});
+    w.emit({{"ph", "M"},
+            {"name", "thread_sort_index"},
+            {"pid", r.cluster + 1},
+            {"tid", i},
+            {"args", {{"sort_index", r.stage}}}});
+  }
+  for (int c = 0; c <= static_cast<int>(plan.clusters.size()); ++c)
+    w.emit({{"ph", "M"},
+            {"name", "process_name"},
+            {"pid", c},
+            {"args",
+             {{"name", c == 0 ? std::string("idle nodes") : "cluster " + std::to_string(c - 1)}}}});
+}
+
+// The spans of the traced nodes (an evaluation's forward named "eval").
+void emit_trace_spans(const Plan& plan, const std::vector<Event>& events,
+                      const std::vector<char>& traced, TraceWriter& w) {
+  for (const auto& e : events) {
+    if (!is_span(e.kind) || e.node < 0 || e.node >= plan.nodes ||
+        !traced[static_cast<size_t>(e.node)])
+      continue;
+    std::string name = to_string(e.kind);
+    if (e.kind == EventKind::kForward && e.micro_batch < 0) name = "eval";
+    w.emit({{"ph", "X"},
+            {"name", name},
+            {"cat", name},
+            {"pid", e.cluster + 1},
+            {"tid", e.node},
+            {"ts", e.start * 1e6},
+            {"dur", (e.end - e.start) * 1e6},
+            {"args", {{"micro_batch", e.micro_batch}, {"step", e.step}}}});
+  }
+}
+
+// Churn: departures and arrivals across the whole trace, the rest on their node's row.
+void emit_trace_churn(const Plan& plan, const std::vector<Event>& events,
+                      const std::vector<char>& traced, TraceWriter& w) {
+  for (const auto& e : events) {
+    const bool global = e.kind == EventKind::kLeave || e.kind == EventKind::kJoin;
+    const bool local = e.kind == EventKind::kAssign || e.kind == EventKind::kDrop ||
+                       e.kind == EventKind::kOut || e.kind == EventKind::kTransfer;
+    if (!global && !local) continue;
+    const std::string name = to_string(e.kind) + (global ? " node " + std::to_string(e.node) : "");
+    if (global) {
+      w.emit({{"ph", "i"},
+              {"s", "g"},
+              {"name", name},
+              {"cat", "churn"},
+              {"pid", 0},
+              {"tid", 0},
+              {"ts", e.start * 1e6}});
+      continue;
+    }
+    if (e.node < 0 || e.node >= plan.nodes || !traced[static_cast<size_t>(e.node)]) continue;
+    nlohmann::json ev = {
+        {"name", name},
+        {"cat", "churn"},
+        {"pid", e.cluster + 1},
+        {"tid", e.node},
+        {"ts", e.start * 1e6},
+        {"args", {{"micro_batch", e.micro_batch}, {"step", e.step}, {"peer", e.peer}}}};
+    if (e.kind == EventKind::kTransfer) {
+      ev["ph"] = "X";
+      ev["dur"] = (e.end - e.start) * 1e6;
+    } else {
+      ev["ph"] = "i";
+      ev["s"] = "t";
+    }
+    w.emit(ev);
+  }
+}
+
+// trace.json: the nodes of traced_nodes(), or under churn with every node traced, all of them
+// (a spare may take any stage).
+std::string trace_text(const Scenario& s, const Plan& plan, const std::vector<Event>& events) {
+  std::vector<char> traced = traced_nodes(plan, s.output.trace_nodes);
+  if ((s.churn.enabled(s.devices) || s.real.on_peer_loss == PeerLoss::kRecover) &&
+      s.output.trace_nodes <= 0)
+    traced.assign(traced.size(), 1);
+  TraceWriter w;
+  emit_trace_rows(s, plan, traced, w);
+  emit_trace_spans(plan, events, traced, w);
+  emit_trace_churn(plan, events, traced, w);
+  return w.finish();
+}
+
+std::string eval_csv_text(const std::vector<Event>& events) {
+  std::ostringstream ev;
+  ev << eval_csv_header() << "\n";
+  for (const auto& e : events)
+    if (e.kind == EventKind::kEval) append_eval_row(ev, e);
+  return ev.str();
+}
+
+}  // namespace
+
 void write_run_outputs(const std::string& dir, const Scenario& s, const Plan& plan,
                        const ModelDesc& model, std::vector<Event> events, const RunInfo& info) {
-  using nlohmann::json;
   const fs::path tmp(dir);
-  {
-    sort_events(events);
-    write_file(tmp / "scenario.toml", to_toml(s));
-
-    write_file(tmp / "plan.json", plan_file_text(plan, model));
-
-    if (s.output.metrics == MetricsOutput::kSummary)
-      write_file(tmp / "node_metrics.csv", node_metrics_csv(s, plan, events));
-    else
-      write_events_csv((tmp / "metrics.csv").string(), events);
-    if (std::any_of(events.begin(), events.end(),
-                    [](const Event& e) { return e.kind == EventKind::kParams; }))
-      write_params_csv((tmp / "params.csv").string(), events);
-
-    std::ostringstream ev;
-    ev << eval_csv_header() << "\n";
-    for (const auto& e : events)
-      if (e.kind == EventKind::kEval) append_eval_row(ev, e);
-    write_file(tmp / "eval.csv", ev.str());
-
-    write_file(tmp / "summary.json", summarize(s, plan, events, info).dump(2) + "\n");
-    write_file(tmp / "run.json", run_json_text(info, "complete", ""));
-
-    if (s.output.trace) {
-      std::ostringstream tr;
-      tr << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
-      bool first = true;
-      auto emit = [&](const json& e) {
-        tr << (first ? "" : ",\n") << e.dump();
-        first = false;
-      };
-      std::vector<char> traced = traced_nodes(plan, s.output.trace_nodes);
-      // Under churn a spare may take any stage: every node has its row when all are traced.
-      if ((s.churn.enabled(s.devices) || s.real.on_peer_loss == PeerLoss::kRecover) &&
-          s.output.trace_nodes <= 0)
-        traced.assign(traced.size(), 1);
-      for (int i = 0; i < plan.nodes; ++i) {
-        if (!traced[static_cast<size_t>(i)]) continue;
-        NodeRole r = plan.role_of(i);
-        emit({{"ph", "M"},
-              {"name", "thread_name"},
-              {"pid", r.cluster + 1},
-              {"tid", i},
-              {"args",
-               {{"name", "node " + std::to_string(i) + " stage " + std::to_string(r.stage) + " (" +
-                             s.device_of(i).name + ")"}}}});
-        emit({{"ph", "M"},
-              {"name", "thread_sort_index"},
-              {"pid", r.cluster + 1},
-              {"tid", i},
-              {"args", {{"sort_index", r.stage}}}});
-      }
-      for (int c = 0; c <= static_cast<int>(plan.clusters.size()); ++c)
-        emit({{"ph", "M"},
-              {"name", "process_name"},
-              {"pid", c},
-              {"args",
-               {{"name",
-                 c == 0 ? std::string("idle nodes") : "cluster " + std::to_string(c - 1)}}}});
-      for (const auto& e : events) {
-        if (!is_span(e.kind) || e.node < 0 || e.node >= plan.nodes ||
-            !traced[static_cast<size_t>(e.node)])
-          continue;
-        std::string name = to_string(e.kind);
-        if (e.kind == EventKind::kForward && e.micro_batch < 0) name = "eval";
-        emit({{"ph", "X"},
-              {"name", name},
-              {"cat", name},
-              {"pid", e.cluster + 1},
-              {"tid", e.node},
-              {"ts", e.start * 1e6},
-              {"dur", (e.end - e.start) * 1e6},
-              {"args", {{"micro_batch", e.micro_batch}, {"step", e.step}}}});
-      }
-      // Churn: departures and arrivals across the whole trace, the rest on their node's row.
-      for (const auto& e : events) {
-        const bool global = e.kind == EventKind::kLeave || e.kind == EventKind::kJoin;
-        const bool local = e.kind == EventKind::kAssign || e.kind == EventKind::kDrop ||
-                           e.kind == EventKind::kOut || e.kind == EventKind::kTransfer;
-        if (!global && !local) continue;
-        const std::string name =
-            to_string(e.kind) + (global ? " node " + std::to_string(e.node) : "");
-        if (global) {
-          emit({{"ph", "i"},
-                {"s", "g"},
-                {"name", name},
-                {"cat", "churn"},
-                {"pid", 0},
-                {"tid", 0},
-                {"ts", e.start * 1e6}});
-          continue;
-        }
-        if (e.node < 0 || e.node >= plan.nodes || !traced[static_cast<size_t>(e.node)]) continue;
-        json ev = {{"name", name},
-                   {"cat", "churn"},
-                   {"pid", e.cluster + 1},
-                   {"tid", e.node},
-                   {"ts", e.start * 1e6},
-                   {"args", {{"micro_batch", e.micro_batch}, {"step", e.step}, {"peer", e.peer}}}};
-        if (e.kind == EventKind::kTransfer) {
-          ev["ph"] = "X";
-          ev["dur"] = (e.end - e.start) * 1e6;
-        } else {
-          ev["ph"] = "i";
-          ev["s"] = "t";
-        }
-        emit(ev);
-      }
-      tr << "\n]}\n";
-      write_file(tmp / "trace.json", tr.str());
-    }
-  }
+  sort_events(events);
+  write_file(tmp / "scenario.toml", to_toml(s));
+  write_file(tmp / "plan.json", plan_file_text(plan, model));
+  if (s.output.metrics == MetricsOutput::kSummary)
+    write_file(tmp / "node_metrics.csv", node_metrics_csv(s, plan, events));
+  else
+    write_events_csv((tmp / "metrics.csv").string(), events);
+  if (std::any_of(events.begin(), events.end(),
+                  [](const Event& e) { return e.kind == EventKind::kParams; }))
+    write_params_csv((tmp / "params.csv").string(), events);
+  write_file(tmp / "eval.csv", eval_csv_text(events));
+  write_file(tmp / "summary.json", summarize(s, plan, events, info).dump(2) + "\n");
+  write_file(tmp / "run.json", run_json_text(info, "complete", ""));
+  if (s.output.trace) write_file(tmp / "trace.json", trace_text(s, plan, events));
 }
 
 std::string write_run_folder(const std::string& path, const Scenario& s, const Plan& plan,

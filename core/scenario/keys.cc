@@ -243,7 +243,7 @@ void add_top_and_devices(Catalog& c) {
             "start");
 }
 
-void add_model_and_data(Catalog& c) {
+void add_model(Catalog& c) {
   c.table("model", &Scenario::model)
       .choice(
           "kind", &ModelSpec::kind,
@@ -281,6 +281,9 @@ void add_model_and_data(Catalog& c) {
       .integer("vocab", &ModelSpec::vocab, 0, kMaxWidth,
                "transformer: token ids the model embeds and predicts; 0: the data's vocabulary (at "
                "least that)");
+}
+
+void add_data(Catalog& c) {
   c.table("data", &Scenario::data)
       .choice(
           "kind", &DataSpec::kind,
@@ -416,7 +419,7 @@ void add_planner(Catalog& c) {
                 "manual: layers of each of the cluster's stages; empty: in proportion to RAM");
 }
 
-void add_run_tables(Catalog& c) {
+void add_network(Catalog& c) {
   c.table("network", &Scenario::network)
       .choice("topology", &NetworkSpec::topology,
               "star: each device reaches a common core through its own links; regions: each "
@@ -451,6 +454,9 @@ void add_run_tables(Catalog& c) {
       .positive("mbps", &RegionLinkSpec::mbps, 1e9, "Mbit/s",
                 "bandwidth of the link each way, shared by every flow between the two regions "
                 "in that direction");
+}
+
+void add_sim_and_real(Catalog& c) {
   c.table("sim", &Scenario::sim)
       .choice("mode", &SimSpec::mode, "numeric: real maths, modeled time; timing: no maths");
   c.table("real", &Scenario::real)
@@ -485,6 +491,9 @@ void add_run_tables(Catalog& c) {
           "GPU (devices[].gpu; messages go through pinned host memory) and is refused where the "
           "LibTorch this was built against has no CUDA or no GPU is visible; auto: cuda where it "
           "can, else cpu");
+}
+
+void add_outputs_and_runs(Catalog& c) {
   c.table("output", &Scenario::output)
       .text("dir", &OutputSpec::dir, "run folders go to `<dir>/<name>/<executor>-<timestamp>/`",
             Empty::kRefused)
@@ -533,10 +542,13 @@ const Catalog& catalog() {
   static const Catalog kCatalog = [] {
     Catalog c;
     add_top_and_devices(c);
-    add_model_and_data(c);
+    add_model(c);
+    add_data(c);
     add_training(c);
     add_planner(c);
-    add_run_tables(c);
+    add_network(c);
+    add_sim_and_real(c);
+    add_outputs_and_runs(c);
     for (KeySpec& k : c.keys)
       if (k.default_text.empty()) k.default_text = toml_value_text(k, k.default_at(0));
     return c;
