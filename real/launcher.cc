@@ -213,7 +213,7 @@ class TempPath {
 
 // What a failed child left in the status folder (see node_process.h): class and message.
 struct ChildReport {
-  std::string kind;  // input | peer | error, or "" if it left nothing (e.g. killed by a signal)
+  RankFailure kind = RankFailure::kNone;
   std::string message;
 };
 
@@ -221,7 +221,10 @@ ChildReport read_report(const std::string& dir, int rank) {
   ChildReport r;
   std::ifstream in(std::filesystem::path(dir) / ("rank-" + std::to_string(rank)));
   if (!in) return r;
-  std::getline(in, r.kind);
+  std::string kind;
+  std::getline(in, kind);
+  // A word this launcher does not know (another version's rank) counts as an error.
+  r.kind = choice_of<RankFailure>(kind).value_or(RankFailure::kError);
   std::getline(in, r.message);
   return r;
 }
@@ -531,7 +534,7 @@ class RankWaiter {
   void ended(int rank, int status) {
     last_end_ = std::chrono::steady_clock::now();
     if (!failed(status)) return;
-    if (recover_ && rank != 0 && read_report(files_.status_dir, rank).kind != "input" &&
+    if (recover_ && rank != 0 && read_report(files_.status_dir, rank).kind != RankFailure::kInput &&
         !(WIFEXITED(status) && WEXITSTATUS(status) == 2)) {
       out_.lost.push_back(rank);
       std::cerr << "ravnest real: rank " << rank << " " << describe(status)
@@ -618,14 +621,14 @@ class RankWaiter {
   std::vector<ChildReport> reports;
   for (const auto& f : failures) reports.push_back(read_report(files.status_dir, f.first));
   for (size_t i = 0; i < failures.size(); ++i) {
-    if (reports[i].kind != "peer") {
+    if (reports[i].kind != RankFailure::kPeer) {
       root = i;
       break;
     }
   }
   const auto [rank, status] = failures[root];
   std::string what;
-  if (reports[root].kind == "peer" && !killed.empty()) {
+  if (reports[root].kind == RankFailure::kPeer && !killed.empty()) {
     // Every rank that ended lost a peer, and some never ended: those are the cause (stopped or
     // hung), not the first rank to notice.
     what = "real run failed: rank(s) " + killed +
@@ -654,7 +657,8 @@ class RankWaiter {
   // The folder of a run that did not finish says why (its writer, rank 0, may have been killed
   // and left "running", or have said only that it lost a peer).
   if (finished.empty()) mark_run_failed(files.run_path, what);
-  if (reports[root].kind == "input" || (WIFEXITED(status) && WEXITSTATUS(status) == 2)) {
+  if (reports[root].kind == RankFailure::kInput ||
+      (WIFEXITED(status) && WEXITSTATUS(status) == 2)) {
     throw InputError(what);
   }
   throw PeerError(what);

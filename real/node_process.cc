@@ -738,12 +738,12 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup,
 }
 
 // Prints the error line and, for the launcher, leaves the status file (best effort).
-void report_failure(int rank, const char* kind, const std::string& what) {
+void report_failure(int rank, RankFailure kind, const std::string& what) {
   std::cerr << "ravnest node (rank " << rank << "): error: " << what << std::endl;
   const char* dir = std::getenv(kStatusDirEnv);
   if (dir == nullptr || *dir == '\0') return;
   std::ofstream out(fs::path(dir) / ("rank-" + std::to_string(rank)), std::ios::trunc);
-  out << kind << "\n" << what << "\n";
+  out << name_of(kind) << "\n" << what << "\n";
 }
 
 }  // namespace
@@ -753,13 +753,13 @@ int run_node_process(const NodeProcessOptions& options) {
   try {
     return run(options);
   } catch (const InputError& e) {
-    report_failure(rank, "input", e.what());
+    report_failure(rank, RankFailure::kInput, e.what());
     return 2;
   } catch (const PeerError& e) {
-    report_failure(rank, "peer", e.what());
+    report_failure(rank, RankFailure::kPeer, e.what());
     return 1;
   } catch (const std::exception& e) {
-    report_failure(rank, "error", e.what());
+    report_failure(rank, RankFailure::kError, e.what());
     return 1;
   }
 }

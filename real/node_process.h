@@ -42,6 +42,18 @@ constexpr const char* kShutdownMark = "shutdown-failed.txt";
 
 constexpr const char* kLauncherPidEnv = "RAVNEST_LAUNCHER_PID";
 constexpr const char* kStatusDirEnv = "RAVNEST_STATUS_DIR";
+
+// How a rank failed, as the first line of its status file says (the launcher reads it): bad
+// input (exit status 2), a lost peer, any other error; kNone where it left no file (a rank killed
+// by a signal).
+enum class RankFailure { kNone, kInput, kPeer, kError };
+template <>
+struct ChoiceNames<RankFailure> {
+  static constexpr ChoiceName<RankFailure> kNames[] = {{RankFailure::kNone, ""},
+                                                       {RankFailure::kInput, "input"},
+                                                       {RankFailure::kPeer, "peer"},
+                                                       {RankFailure::kError, "error"}};
+};
 constexpr const char* kStoreHostedEnv = "RAVNEST_STORE_HOSTED";
 // Set by `ravnest real` when every rank runs on this machine (not with --nnodes): the ranks may
 // share the network emulator and this machine's clock.
