@@ -227,7 +227,7 @@ void add_sweep(CLI::App& app, SweepCli& c) {
   c.app->add_option("--grid", c.grid,
                     "KEY=V1,V2,... : an axis of the grid (as --set KEY=V1,V2 is)");
   c.app->add_option("--executor", c.executor, "sim | loopback | real")
-      ->check(CLI::IsMember({"sim", "loopback", "real"}));
+      ->check(CLI::IsMember(rv::choice_names<rv::Executor>()));
   c.app->add_option("--out", c.out,
                     "folder of the runs (default: runs/<scenario>/sweep-<timestamp>)");
 }
