@@ -5,6 +5,7 @@ its .tesh files, and checked.
     tests/sim_expected.py check  RAVNEST CASE   # simulate CASE, compare with tests/expected/CASE.txt
     tests/sim_expected.py update RAVNEST [CASE ...]   # rewrite the expectations (all cases by default)
     tests/sim_expected.py list                  # the cases, one a line
+    tests/sim_expected.py spread RAVNEST CASE ...   # how far this CPU's maths is from the files
 
 A case is a shipped scenario (scenarios/NAME.toml) and the --set overrides its line in CASES gives
 it. Its expectation file lists, one a line, what the simulation wrote:
@@ -35,10 +36,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXPECTED = os.path.join(ROOT, "tests", "expected")
 
 # Relative and absolute tolerance of values that come from LibTorch's maths (losses, accuracies,
-# gradient norms). Measured on this project's host by simulating the numeric cases again under
-# other CPUs' kernels (OPENBLAS_CORETYPE=Haswell ATEN_CPU_CAPABILITY=avx2, and Prescott with
-# default): every exact line stayed the same, and the maths' values moved by up to 2.4% (a final
-# or mean loss) and 5.4% (one early evaluation of memory-bound-overlapped); twice that is allowed.
+# gradient norms). Measured with `spread` on this project's host, simulating the numeric cases
+# under other CPUs' kernels (OPENBLAS_CORETYPE=Haswell ATEN_CPU_CAPABILITY=avx2, and
+# OPENBLAS_CORETYPE=Prescott ATEN_CPU_CAPABILITY=default; at e58749b, again at a49293e): every exact line stayed the
+# same, and the maths' values moved by up to 2.4% (a final or mean loss) and 5.4% (one early
+# evaluation of memory-bound-overlapped); twice that is allowed.
 LOSS_RTOL = 0.10
 LOSS_ATOL = 1e-3
 
@@ -327,6 +329,34 @@ def update(ravnest, names):
     return 0
 
 
+def spread(ravnest, names):
+    """Per case: how many exact lines differ from the expectation, and the largest relative
+    difference of a maths value (run it with other kernels chosen through OpenBLAS's and ATen's
+    environment to see how far another CPU may move them)."""
+    for name in names:
+        case = case_of(name)
+        with tempfile.TemporaryDirectory() as tmp:
+            simulate(ravnest, case, os.path.join(tmp, "run"))
+            got = parse(expectation(os.path.join(tmp, "run")))
+        with open(expected_path(name), encoding="utf-8") as f:
+            expected = parse(f.read().splitlines())
+        exact, worst, where = 0, 0.0, None
+        for key, (op, want) in expected.items():
+            if key not in got:
+                exact += 1
+            elif op == "=":
+                exact += got[key][1] != want
+            else:
+                a, b = json.loads(want), json.loads(got[key][1])
+                if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+                    r = abs(a - b) / max(abs(a), abs(b), 1e-12)
+                    if r > worst:
+                        worst, where = r, key
+        print(f"{name}: exact lines differing {exact}; largest relative difference of a maths "
+              f"value {worst:.3g} ({where})")
+    return 0
+
+
 def main(argv):
     try:
         if len(argv) >= 1 and argv[0] == "list":
@@ -334,6 +364,8 @@ def main(argv):
             return 0
         if len(argv) == 3 and argv[0] == "check":
             return check(os.path.abspath(argv[1]), argv[2])
+        if len(argv) >= 3 and argv[0] == "spread":
+            return spread(os.path.abspath(argv[1]), argv[2:])
         if len(argv) >= 2 and argv[0] == "update":
             return update(os.path.abspath(argv[1]), argv[2:])
         raise Usage(__doc__.split("\n\n")[1])
