@@ -38,8 +38,8 @@ EXPECTED = os.path.join(ROOT, "tests", "expected")
 # Relative and absolute tolerance of values that come from LibTorch's maths (losses, accuracies,
 # gradient norms). Measured with `spread` on this project's host, simulating the numeric cases
 # under other CPUs' kernels (OPENBLAS_CORETYPE=Haswell ATEN_CPU_CAPABILITY=avx2, and
-# OPENBLAS_CORETYPE=Prescott ATEN_CPU_CAPABILITY=default; at e58749b, again at a49293e): every exact line stayed the
-# same, and the maths' values moved by up to 2.4% (a final or mean loss) and 5.4% (one early
+# OPENBLAS_CORETYPE=Prescott ATEN_CPU_CAPABILITY=default; at e58749b, again at a49293e): every
+# exact line stayed the same, and the maths' values moved by up to 2.4% (a final or mean loss) and 5.4% (one early
 # evaluation of memory-bound-overlapped); twice that is allowed.
 LOSS_RTOL = 0.10
 LOSS_ATOL = 1e-3
