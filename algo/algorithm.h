@@ -23,18 +23,13 @@ struct RunSpec {
 // Throws rv::PeerError when a peer fails.
 void run_node(NodeEnv& env, const RunSpec& spec, int node);
 
-// The algorithms (one file each), registered in algo/registry.cc.
-void run_ravnest(NodeEnv& env, const RunSpec& spec, int node);
-void run_gpipe(NodeEnv& env, const RunSpec& spec, int node);
-void run_sync_dp(NodeEnv& env, const RunSpec& spec, int node);
-void run_diloco(NodeEnv& env, const RunSpec& spec, int node);
-void run_local_sgd(NodeEnv& env, const RunSpec& spec, int node);
-void run_pipedream(NodeEnv& env, const RunSpec& spec, int node);
-void run_dedloc(NodeEnv& env, const RunSpec& spec, int node);
+// The algorithms are one file each (algo/<name>.cc, defining its registry entry and run function),
+// listed in algo/registry.cc.
 
 // The schedule ravnest, diloco and local-sgd share (algo/ravnest.cc): each cluster's asynchronous
 // pipeline, drained every average_every updates (and after the last) for an exchange of
-// parameters with the other clusters, which the algorithm's OuterStep turns into the next ones.
+// parameters with the other clusters, which the algorithm's hooks.outer_step, if any, turns into
+// the next ones (algo/registry.h).
 void run_periodic_pipeline(NodeEnv& env, const RunSpec& spec, int node);
 
 }  // namespace rv

@@ -105,6 +105,26 @@ std::vector<int64_t> part_bounds(const std::vector<double>& share, int64_t n) {
 
 namespace {
 
+// dedloc's own message kinds (core/env.h algorithm_kind).
+constexpr MsgKind kProgress =
+    algorithm_kind(0);                           // the sender's samples (aux) so far in step `step`
+constexpr MsgKind kPart = algorithm_kind(1);     // the sender's slice of an aggregator's part
+                                                 // (aux: its samples)
+constexpr MsgKind kPartSum = algorithm_kind(2);  // an aggregator's summed part (aux: the
+                                                 // collaboration's samples)
+
+const KeySpec& target_batch_key() {
+  static const KeySpec k = training_integer_key(
+      "target_batch", 0, 0, int64_t{1} << 40,
+      "dedloc: samples the collaboration accumulates per optimizer step (each peer at its own "
+      "pace); 0: batch_size per peer");
+  return k;
+}
+
+int64_t target_batch(const TrainingSpec& training) {
+  return std::get<int64_t>(stored_value(training, target_batch_key()));
+}
+
 // One dedloc peer: the collaboration's steps (see algo/dedloc.h).
 class Peer {
  public:
@@ -127,7 +147,7 @@ class Peer {
       down.push_back(d.down_bytes_per_s());
       client.push_back(d.client_only);
     }
-    target_ = target_samples(tr_, w_.batch(), static_cast<int>(peers_.size()));
+    target_ = target_samples(target_batch(tr_), w_.batch(), static_cast<int>(peers_.size()));
     bounds_ = part_bounds(dedloc_shares(up, down, client).share,
                           spec.model->state_offset(spec.model->layer_count()));
     reports_.resize(peers_.size());
@@ -181,7 +201,7 @@ class Peer {
       for (size_t j = 0; j < peers_.size(); ++j) {
         if (static_cast<int>(j) == me_) continue;
         Message m;
-        m.kind = MsgKind::kProgress;
+        m.kind = kProgress;
         m.step = step;
         m.aux = own;
         m.id = last ? 1 : 0;
@@ -237,7 +257,7 @@ class Peer {
     // Reduce-scatter: each aggregator's slice to it.
     for (size_t j = 0; j < n; ++j)
       if (j != me && part_len(j) > 0)
-        send(j, MsgKind::kPart, numeric ? slice(mine, j) : at::Tensor(), own, part_len(j));
+        send(j, kPart, numeric ? slice(mine, j) : at::Tensor(), own, part_len(j));
     at::Tensor result = numeric ? at::empty_like(flat) : at::Tensor();
     int64_t samples = -1;
     if (part_len(me) > 0) {
@@ -245,19 +265,19 @@ class Peer {
       int64_t count = own;
       for (size_t k = 0; k < n; ++k) {
         if (k == me) continue;
-        Message m = await(MsgKind::kPart, step, peers_[k]);
+        Message m = await(kPart, step, peers_[k]);
         if (numeric) sum.add_(checked(m, part_len(me)));
         count += m.aux;
       }
       for (size_t k = 0; k < n; ++k)
-        if (k != me) send(k, MsgKind::kPartSum, sum, count, part_len(me));
+        if (k != me) send(k, kPartSum, sum, count, part_len(me));
       if (numeric) slice(result, me).copy_(sum);
       samples = count;
     }
     // All-gather: every other aggregator's sum.
     for (size_t j = 0; j < n; ++j) {
       if (j == me || part_len(j) == 0) continue;
-      Message m = await(MsgKind::kPartSum, step, peers_[j]);
+      Message m = await(kPartSum, step, peers_[j]);
       if (numeric) slice(result, j).copy_(checked(m, part_len(j)));
       samples = m.aux;
     }
@@ -281,7 +301,7 @@ class Peer {
 
   // Files a message for later: progress by step, parts by (kind, step, sender).
   void file(Message m) {
-    if (m.kind == MsgKind::kProgress) {
+    if (m.kind == kProgress) {
       const int j = m.src >= 0 && static_cast<size_t>(m.src) < index_.size()
                         ? index_[static_cast<size_t>(m.src)]
                         : -1;
@@ -295,7 +315,7 @@ class Peer {
       r = Report{m.step, m.aux, m.scalar, m.id == 1};
       return;
     }
-    if (m.kind != MsgKind::kPart && m.kind != MsgKind::kPartSum)
+    if (m.kind != kPart && m.kind != kPartSum)
       throw unexpected_message("node " + std::to_string(node_) + " (dedloc)", m);
     const auto key = std::make_tuple(static_cast<int>(m.kind), m.step, m.src);
     if (parts_.count(key) != 0)
@@ -347,6 +367,25 @@ void run_dedloc(NodeEnv& env, const RunSpec& spec, int node) {
   if (!role.first() || !role.last())
     throw InputError("dedloc needs a plan in which every node holds the whole model");
   Peer(env, spec, node, role).run();
+}
+
+Algorithm dedloc_algorithm() {
+  return {.name = "dedloc",
+          .summary =
+              "DeDLOC: every peer the whole model, accumulating at its own pace until the "
+              "collaboration has target_batch samples, then a butterfly all-reduce in "
+              "shares from a linear programme over the peers' bandwidths (client_only "
+              "peers aggregate none)",
+          .run = &run_dedloc,
+          .traits = {.in_flight = InFlightRule::kOne,
+                     .layout = Layout::kReplicas,
+                     .exchange = Exchange::kGradients},
+          .hooks = {.target_batch = &target_batch},
+          .keys = {target_batch_key()},
+          .paced_by_clock =
+              "each peer accumulates gradients at its own pace until the "
+              "collaboration reaches target_batch: how many micro-batches each peer "
+              "adds to a step follows the clock"};
 }
 
 }  // namespace rv

@@ -2,7 +2,8 @@
 // all-reduce.
 //
 // Every peer holds the whole model and accumulates gradients at its own pace, telling every other
-// peer after each micro-batch how many samples it has (kProgress), until the collaboration has
+// peer after each micro-batch how many samples it has (kProgress; its message kinds are its own,
+// named in dedloc.cc), until the collaboration has
 // training.target_batch samples for the step; each peer then finishes its micro-batch and enters
 // one all-reduce of its gradient sum (its mean times its samples) with the others, and all take
 // the optimizer step on the sum over the collaboration's samples. The all-reduce is DeDLOC's

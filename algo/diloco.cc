@@ -1,50 +1,48 @@
-// diloco and local-sgd (algo/diloco.h): ravnest's periodic pipeline, whose exchanges the
-// PipelineWorker turns into the outer step the registry names (OuterStep).
-#include "algo/diloco.h"
-
-#include <ATen/ATen.h>
-#include <c10/core/GradMode.h>
-
+// DiLoCo (arXiv 2311.08105): average_every inner AdamW steps per cluster through ravnest's
+// periodic pipeline (algo/algorithm.h run_periodic_pipeline), then the mean of the parameter
+// deltas through an outer SGD with Nesterov momentum (algo/outer_optimizer.h), whose settings are
+// diloco's own keys.
 #include "algo/algorithm.h"
-#include "core/error.h"
+#include "algo/registry.h"
 
 namespace rv {
+namespace {
 
-OuterOptimizer::OuterOptimizer(double lr, double momentum) : lr_(lr), momentum_(momentum) {
-  RV_CHECK(lr > 0 && momentum >= 0 && momentum < 1,
-           "outer optimizer: lr > 0 and momentum in [0, 1)");
+const KeySpec& outer_lr_key() {
+  static const KeySpec k =
+      training_real_key("outer_lr", 0.7, 0.0, 10.0, true,
+                        "diloco: the outer optimizer's learning rate on the averaged parameter "
+                        "deltas");
+  return k;
 }
 
-void OuterOptimizer::set_anchor(at::Tensor anchor) {
-  anchor_ = anchor.detach().clone();
-  velocity_ = at::Tensor();
+const KeySpec& outer_momentum_key() {
+  static const KeySpec k = training_real_key("outer_momentum", 0.9, 0.0, 0.9999, false,
+                                             "diloco: the outer optimizer's Nesterov momentum");
+  return k;
 }
 
-const at::Tensor& OuterOptimizer::step(const at::Tensor& mean, const at::Tensor& parameters) {
-  RV_CHECK(
-      anchor_.defined() && mean.sizes() == anchor_.sizes() && parameters.sizes() == anchor_.sizes(),
-      "outer optimizer: the mean and the mask must be laid out like the anchor");
-  c10::NoGradGuard no_grad;
-  const at::Tensor m = mean.detach();
-  if (lr_ == 1.0 && momentum_ == 0.0) {  // local SGD: anchor - (anchor - mean) is the mean, exactly
-    anchor_ = m.clone();
-    return anchor_;
-  }
-  const at::Tensor g = (anchor_ - m) * parameters;
-  if (!velocity_.defined()) velocity_ = at::zeros_like(g);
-  velocity_.mul_(momentum_).add_(g);
-  at::Tensor next = anchor_ - lr_ * (g + momentum_ * velocity_);
-  // Buffers take the mean.
-  anchor_ = at::where(parameters > 0, next, m);
-  return anchor_;
+OuterSgd outer_step(const TrainingSpec& training) {
+  return {.lr = std::get<double>(stored_value(training, outer_lr_key())),
+          .momentum = std::get<double>(stored_value(training, outer_momentum_key()))};
 }
 
 void run_diloco(NodeEnv& env, const RunSpec& spec, int node) {
   run_periodic_pipeline(env, spec, node);
 }
 
-void run_local_sgd(NodeEnv& env, const RunSpec& spec, int node) {
-  run_periodic_pipeline(env, spec, node);
+}  // namespace
+
+Algorithm diloco_algorithm() {
+  return {.name = "diloco",
+          .summary =
+              "DiLoCo: average_every inner AdamW steps per cluster through its pipeline, "
+              "then the mean of the parameter deltas through an outer SGD with Nesterov "
+              "momentum",
+          .run = &run_diloco,
+          .hooks = {.outer_step = &outer_step},
+          .keys = {outer_lr_key(), outer_momentum_key()},
+          .fixed = {{.key = "training.optimizer", .value = "\"adamw\""}}};
 }
 
 }  // namespace rv

@@ -149,4 +149,16 @@ void run_gpipe(NodeEnv& env, const RunSpec& spec, int node) {
   GpipeStage(env, spec, node, role, tr).run();
 }
 
+Algorithm gpipe_algorithm() {
+  return {.name = "gpipe",
+          .summary =
+              "synchronous pipelines (micro-batches, then a flush); gradients all-reduced "
+              "every step",
+          .run = &run_gpipe,
+          .traits = {.in_flight = InFlightRule::kMicroBatches,
+                     .schedule = Schedule::kFlush,
+                     .exchange = Exchange::kGradients,
+                     .forces_weight_stashing = true}};
+}
+
 }  // namespace rv

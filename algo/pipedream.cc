@@ -27,6 +27,29 @@ namespace rv {
 
 namespace {
 
+const KeySpec& double_buffered_key() {
+  static const KeySpec k = training_flag_key(
+      "double_buffered_weights", false,
+      "pipedream: PipeDream-2BW: micro_batches micro-batches accumulate into each update, and a "
+      "stage keeps two weight versions (new micro-batches the newer, those in flight the one "
+      "their forward used)");
+  return k;
+}
+
+bool double_buffered(const TrainingSpec& training) {
+  return std::get<bool>(stored_value(training, double_buffered_key()));
+}
+
+// 2BW: a step's micro-batches per update; else each backward updates.
+int64_t micro_batches_per_update(const TrainingSpec& training) {
+  return double_buffered(training) ? training.micro_batches : 1;
+}
+
+// 2BW: one older weight version at most.
+void effective(TrainingSpec& training) {
+  if (double_buffered(training)) training.weight_versions = 1;
+}
+
 // One PipeDream stage: 1F1B in micro-batch order, forwards while fewer than `limit_` are
 // unfinished here, the update after every per_update backwards, the averaging that completes.
 class PipeDreamStage {
@@ -36,7 +59,7 @@ class PipeDreamStage {
       : tr_(tr),
         role_(role),
         node_(node),
-        per_update_(micro_batches_per_update(algorithm_of(*spec.scenario), tr)),
+        per_update_(micro_batches_per_update(tr)),
         total_(tr.steps * per_update_),
         limit_(role.stages - role.stage),
         exchanges_(spec.plan->clusters.size() > 1),
@@ -179,6 +202,18 @@ void run_pipedream(NodeEnv& env, const RunSpec& spec, int node) {
   const NodeRole role = spec.plan->role_of(node);
   if (role.stage < 0) return;
   PipeDreamStage(env, spec, node, role, tr).run();
+}
+
+Algorithm pipedream_algorithm() {
+  return {.name = "pipedream",
+          .summary =
+              "PipeDream: 1F1B pipelines (stages - s warm-up forwards on stage s, then one "
+              "backward, one forward) with weight stashing, or 2BW "
+              "(double_buffered_weights); clusters averaged as ravnest's",
+          .run = &run_pipedream,
+          .traits = {.in_flight = InFlightRule::kStages, .forces_weight_stashing = true},
+          .hooks = {.micro_batches_per_update = &micro_batches_per_update, .effective = &effective},
+          .keys = {double_buffered_key()}};
 }
 
 }  // namespace rv

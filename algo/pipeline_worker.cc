@@ -44,14 +44,14 @@ PipelineWorker::PipelineWorker(NodeEnv& env, const RunSpec& spec, int node,
     else
       sampler_ = std::make_unique<Sampler>(spec.data->train_size(), batch_, seed);
   }
-  // diloco, local-sgd: the exchanges carry the parameters alone, and an outer step follows.
-  outer_kind_ = algorithm_of(*spec.scenario).traits.outer;
+  // An outer step: the exchanges carry the parameters alone, and the outer step follows.
+  const auto outer_step = algorithm_of(*spec.scenario).hooks.outer_step;
+  outer_step_ = outer_step != nullptr;
   average_optimizer_ = average_rows_ > 1;
-  if (outer_kind_ != OuterStep::kNone) {
+  if (outer_step_) {
     if (numeric()) {
-      const bool nesterov = outer_kind_ == OuterStep::kNesterov;
-      outer_ = std::make_unique<OuterOptimizer>(nesterov ? training.outer_lr : 1.0,
-                                                nesterov ? training.outer_momentum : 0.0);
+      const OuterSgd sgd = outer_step(training);
+      outer_ = std::make_unique<OuterOptimizer>(sgd.lr, sgd.momentum);
       outer_->set_anchor(stage_->averaged_state(false).reshape({-1}));
       outer_mask_ = stage_->parameter_mask();
     }
@@ -378,7 +378,7 @@ void PipelineWorker::stop_next() {
 void PipelineWorker::average(const std::function<void(Message)>& defer) {
   finish_overlapped_average(defer);
   const int64_t round = averagings_++;
-  if (outer_kind_ != OuterStep::kNone) return outer_average(round, defer);
+  if (outer_step_) return outer_average(round, defer);
   if (!averager_->participates()) return;
   at::Tensor state = numeric() ? stage_->averaged_state(average_optimizer_) : at::Tensor();
   at::Tensor mean =

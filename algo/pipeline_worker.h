@@ -11,7 +11,7 @@
 
 #include "algo/algorithm.h"
 #include "algo/averager.h"
-#include "algo/diloco.h"
+#include "algo/outer_optimizer.h"
 #include "core/checkpoint/checkpoint.h"
 #include "core/model/cost_model.h"
 #include "core/model/stage.h"
@@ -169,8 +169,8 @@ class PipelineWorker {
   int64_t average_rows_;  // rows of an averaged tensor (Stage::averaged_state)
   int64_t averagings_ = 0;
   at::Tensor snapshot_;  // overlapped averaging: the state it started from
-  // An outer step (diloco, local-sgd: algo/diloco.h) after each exchange of parameters.
-  OuterStep outer_kind_ = OuterStep::kNone;
+  // An outer step (the algorithm's hooks.outer_step) after each exchange of parameters.
+  bool outer_step_ = false;
   std::unique_ptr<OuterOptimizer> outer_;  // numeric mode
   at::Tensor outer_mask_;                  // 1 at the stage's parameters, 0 at its buffers
   void outer_average(int64_t round, const std::function<void(Message)>& defer);

@@ -68,7 +68,7 @@ class PeriodicStage {
         batch_(w_.batch()),
         every_average_(tr_.average_every),
         // Exchanges happen between clusters, and for an outer step (diloco) with one cluster too.
-        exchanges_(spec.plan->clusters.size() > 1 || algorithm.traits.outer != OuterStep::kNone),
+        exchanges_(spec.plan->clusters.size() > 1 || algorithm.hooks.outer_step != nullptr),
         overlapped_(tr_.averaging == Averaging::kOverlapped &&
                     algorithm.traits.overlapped_averaging),
         ck_(env.checkpoints),
@@ -556,6 +556,16 @@ class ChurnNode {
 
 void run_ravnest_churn(NodeEnv& env, const RunSpec& spec, int node) {
   ChurnNode(env, spec, node).run();
+}
+
+Algorithm ravnest_algorithm() {
+  return {
+      .name = "ravnest",
+      .summary =
+          "zero-bubble asynchronous pipelines, clusters averaged by parallel multi-ring "
+          "all-reduce",
+      .run = &run_ravnest,
+      .traits = {.overlapped_averaging = true, .recovers_from_churn = true, .checkpoints = true}};
 }
 
 }  // namespace rv

@@ -31,58 +31,23 @@ std::vector<std::string> names_of(const std::vector<Entry>& entries) {
 
 }  // namespace
 
-// The registry. One entry per algorithm; its run function lives in its own file.
+// The registry: one line per algorithm, in listing order. Each algorithm's file defines its entry,
+// `Algorithm <name>_algorithm()`.
+#define RV_EACH_ALGORITHM(X) \
+  X(ravnest)                 \
+  X(gpipe)                   \
+  X(sync_dp)                 \
+  X(diloco)                  \
+  X(local_sgd)               \
+  X(pipedream)               \
+  X(dedloc)
+
+#define RV_DECLARE_ALGORITHM(name) Algorithm name##_algorithm();
+RV_EACH_ALGORITHM(RV_DECLARE_ALGORITHM)
+#define RV_ALGORITHM_ENTRY(name) name##_algorithm(),
+
 const std::vector<Algorithm>& algorithms() {
-  static const std::vector<Algorithm> kAlgorithms = {
-      {.name = "ravnest",
-       .summary = "zero-bubble asynchronous pipelines, clusters averaged by parallel multi-ring "
-                  "all-reduce",
-       .run = &run_ravnest,
-       .traits = {.overlapped_averaging = true, .recovers_from_churn = true, .checkpoints = true}},
-      {.name = "gpipe",
-       .summary = "synchronous pipelines (micro-batches, then a flush); gradients all-reduced "
-                  "every step",
-       .run = &run_gpipe,
-       .traits = {.in_flight = InFlightRule::kMicroBatches,
-                  .schedule = Schedule::kFlush,
-                  .exchange = Exchange::kGradients,
-                  .forces_weight_stashing = true}},
-      {.name = "sync-dp",
-       .summary = "synchronous data parallelism: every node the whole model, gradients "
-                  "all-reduced",
-       .run = &run_sync_dp,
-       .traits = {.in_flight = InFlightRule::kOne,
-                  .layout = Layout::kReplicas,
-                  .exchange = Exchange::kGradients}},
-      {.name = "diloco",
-       .summary = "DiLoCo: average_every inner AdamW steps per cluster through its pipeline, then "
-                  "the mean of the parameter deltas through an outer SGD with Nesterov momentum",
-       .run = &run_diloco,
-       .traits = {.outer = OuterStep::kNesterov, .optimizer = OptimizerKind::kAdamW}},
-      {.name = "local-sgd",
-       .summary = "local SGD: average_every steps per cluster on its own data, then the clusters' "
-                  "parameters averaged (DiLoCo's outer step with learning rate 1 and no momentum)",
-       .run = &run_local_sgd,
-       .traits = {.outer = OuterStep::kMean}},
-      {.name = "pipedream",
-       .summary = "PipeDream: 1F1B pipelines (stages - s warm-up forwards on stage s, then one "
-                  "backward, one forward) with weight stashing, or 2BW (double_buffered_weights); "
-                  "clusters averaged as ravnest's",
-       .run = &run_pipedream,
-       .traits = {.in_flight = InFlightRule::kStages,
-                  .forces_weight_stashing = true,
-                  .double_buffering = true}},
-      {.name = "dedloc",
-       .summary = "DeDLOC: every peer the whole model, accumulating at its own pace until the "
-                  "collaboration has target_batch samples, then a butterfly all-reduce in shares "
-                  "from a linear programme over the peers' bandwidths (client_only peers aggregate "
-                  "none)",
-       .run = &run_dedloc,
-       .traits = {.in_flight = InFlightRule::kOne,
-                  .layout = Layout::kReplicas,
-                  .exchange = Exchange::kGradients,
-                  .target_batch = true}},
-  };
+  static const std::vector<Algorithm> kAlgorithms = {RV_EACH_ALGORITHM(RV_ALGORITHM_ENTRY)};
   return kAlgorithms;
 }
 
@@ -93,9 +58,59 @@ const Algorithm& algorithm_of(const Scenario& s) {
 }
 
 TrainingSpec effective_training(const Scenario& s) {
+  const Algorithm& a = algorithm_of(s);
   TrainingSpec t = s.training;
-  if (algorithm_of(s).traits.forces_weight_stashing) t.weight_stashing = true;
+  if (a.traits.forces_weight_stashing) t.weight_stashing = true;
+  if (a.hooks.effective != nullptr) a.hooks.effective(t);
   return t;
+}
+
+namespace {
+
+// The row of `a` named `name`, or null.
+const KeySpec* own_key(const Algorithm& a, const std::string& name) {
+  for (const KeySpec& k : a.keys)
+    if (k.name == name) return &k;
+  return nullptr;
+}
+
+// A key of [training] that no row of the algorithm of `s` declares: whose it is, if anyone's.
+[[noreturn]] void refuse_key(const Scenario& s, const Algorithm& a, const std::string& name) {
+  const std::string key = "training." + name;
+  for (const Algorithm& other : algorithms())
+    if (own_key(other, name) != nullptr)
+      throw ScenarioError(s.where(key), key,
+                          std::string("a key of ") + other.name + "; training.algorithm \"" +
+                              a.name + "\" has no such key");
+  throw ScenarioError(s.where(key), key, "unknown key");
+}
+
+// The value of the table's key `dotted` ("training.optimizer") in `s`, as TOML text.
+std::string scenario_value_text(const Scenario& s, const std::string& dotted) {
+  for (const KeySpec& k : scenario_keys())
+    if (k.dotted() == dotted) return toml_value_text(k, k.get(s, 0));
+  throw Error(std::string("algorithm registry: no scenario key ") + dotted);
+}
+
+}  // namespace
+
+void resolve_algorithm_keys(Scenario& s) {
+  const Algorithm& a = algorithm_of(s);
+  std::map<std::string, KeyValue>& given = s.training.algorithm_keys;
+  for (auto& [name, value] : given) {
+    const KeySpec* k = own_key(a, name);
+    if (k == nullptr) refuse_key(s, a, name);
+    value = read_key_value(*k, value, s.where("training." + name));
+  }
+  for (const KeySpec& k : a.keys)
+    if (given.count(k.name) == 0) given[k.name] = k.default_at(0);
+}
+
+std::vector<KeySpec> algorithm_key_rows() {
+  std::vector<KeySpec> rows;
+  for (const Algorithm& a : algorithms())
+    for (const KeySpec& k : a.keys) rows.push_back(k);
+  return rows;
 }
 
 int64_t in_flight(const Algorithm& a, const TrainingSpec& training, int stages) {
@@ -113,20 +128,21 @@ int64_t in_flight(const Algorithm& a, const TrainingSpec& training, int stages) 
 }
 
 int64_t micro_batches_per_update(const Algorithm& a, const TrainingSpec& training) {
-  const bool accumulates = a.traits.schedule == Schedule::kFlush ||
-                           (a.traits.double_buffering && training.double_buffered_weights);
-  return accumulates ? training.micro_batches : 1;
+  if (a.hooks.micro_batches_per_update != nullptr)
+    return a.hooks.micro_batches_per_update(training);
+  return a.traits.schedule == Schedule::kFlush ? training.micro_batches : 1;
 }
 
-int64_t target_samples(const TrainingSpec& training, int64_t batch, int clusters) {
-  return training.target_batch > 0 ? training.target_batch : batch * clusters;
+int64_t target_samples(int64_t target, int64_t batch, int clusters) {
+  return target > 0 ? target : batch * clusters;
 }
 
 int64_t micro_batches_per_exchange(const Algorithm& a, const TrainingSpec& training, int64_t batch,
                                    int clusters) {
-  if (a.traits.target_batch && batch > 0 && clusters > 0) {
+  if (a.hooks.target_batch != nullptr && batch > 0 && clusters > 0) {
     const int64_t each = batch * clusters;
-    return std::max<int64_t>(1, (target_samples(training, batch, clusters) + each - 1) / each);
+    const int64_t target = target_samples(a.hooks.target_batch(training), batch, clusters);
+    return std::max<int64_t>(1, (target + each - 1) / each);
   }
   const int64_t per_update = micro_batches_per_update(a, training);
   const int64_t updates = a.traits.exchange == Exchange::kGradients ? 1 : training.average_every;
@@ -134,7 +150,7 @@ int64_t micro_batches_per_exchange(const Algorithm& a, const TrainingSpec& train
 }
 
 int64_t averaged_rows(const Algorithm& a, const TrainingSpec& training) {
-  if (a.traits.exchange != Exchange::kParameters || a.traits.outer != OuterStep::kNone ||
+  if (a.traits.exchange != Exchange::kParameters || a.hooks.outer_step != nullptr ||
       !training.average_optimizer_state)
     return 1;
   return 1 + optimizer_state_floats(training);
@@ -181,18 +197,17 @@ std::map<std::string, std::vector<std::string>> registry_choices() {
 
 void check_algorithm_settings(const Scenario& s) {
   const Algorithm& a = algorithm_of(s);
-  if (a.traits.optimizer && s.training.optimizer != *a.traits.optimizer) {
-    const std::string want = name_of(*a.traits.optimizer);
-    throw ScenarioError(s.where("training.optimizer"), "training.optimizer",
-                        "\"" + std::string(name_of(s.training.optimizer)) + "\": " + a.name +
-                            "'s inner optimizer is " + want + " (set training.optimizer = \"" +
-                            want + "\")");
+  for (const FixedSetting& f : a.fixed) {
+    const std::string value = scenario_value_text(s, f.key);
+    if (value != f.value)
+      throw ScenarioError(s.where(f.key), f.key,
+                          value + ": " + a.name + " is defined with " + f.key + " = " + f.value);
   }
-  if (s.training.double_buffered_weights && !a.traits.double_buffering)
-    throw ScenarioError(s.where("training.double_buffered_weights"),
-                        "training.double_buffered_weights",
-                        std::string("PipeDream-2BW's double-buffered weights are pipedream's; ") +
-                            a.name + " has none");
+  for (const auto& [name, value] : s.training.algorithm_keys) {
+    const KeySpec* k = own_key(a, name);
+    if (k == nullptr) refuse_key(s, a, name);
+    read_key_value(*k, value, s.where("training." + name));
+  }
   if (a.traits.exchange == Exchange::kParameters && !a.traits.overlapped_averaging &&
       s.training.averaging != Averaging::kBulkSync)
     throw ScenarioError(s.where("training.averaging"), "training.averaging",

@@ -1,9 +1,11 @@
 // The algorithm registry: the one place that knows which training algorithms exist and what each
-// of them is. An entry carries the algorithm's name, its run function (one node's straight-line
-// code against NodeEnv) and its traits; the planner, the cost model, the CLI, the run outputs and
-// the report read the traits instead of comparing names. Adding an algorithm is one file (its run
-// function) plus one entry in registry.cc; tests/test_registry.cc fails if an algorithm's name is
-// compared anywhere else in the sources.
+// of them is. An entry (Algorithm) carries the algorithm's name, its run function (one node's
+// straight-line code against NodeEnv), its traits, its own keys and its hooks; the planner, the
+// cost model, the CLI, the run outputs and the report read them instead of comparing names.
+// Each algorithm declares its entry in its own file (`Algorithm <name>_algorithm()`, with its
+// message kinds: core/env.h algorithm_kind); adding one is that file, one line of
+// RV_EACH_ALGORITHM in registry.cc, one line of CMakeLists.txt and its test.
+// tests/test_registry.cc fails if an algorithm's name is compared anywhere else in the sources.
 //
 // Thread-safety: the registry is immutable after static initialisation; every function here is
 // safe to call from any thread.
@@ -15,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "algo/outer_optimizer.h"
+#include "core/scenario/keys.h"
 #include "core/scenario/scenario.h"
 
 namespace rv {
@@ -51,16 +55,6 @@ enum class Exchange {
   kGradients,   // the gradients of every step, before its update
 };
 
-// How a parameter exchange (Exchange::kParameters) becomes the clusters' next parameters.
-enum class OuterStep {
-  kNone,      // the mean of the parameters (and optimizer state, if averaged): ravnest
-  kNesterov,  // the mean of the parameter deltas since the last exchange, through SGD with Nesterov
-              // momentum (training.outer_lr, outer_momentum); the inner optimizer state stays
-              // local (DiLoCo)
-  kMean,      // the outer step with learning rate 1 and no momentum: the parameters' mean, the
-              // inner optimizer state local (local SGD)
-};
-
 struct AlgorithmTraits {
   InFlightRule in_flight = InFlightRule::kMaxInFlight;
   Schedule schedule = Schedule::kAsynchronous;
@@ -69,24 +63,41 @@ struct AlgorithmTraits {
   // Keeps each forward's graph (its weights) until the backward, whatever training.weight_stashing
   // says (no update happens in between, so stashing costs nothing and recomputing would).
   bool forces_weight_stashing = false;
-  // Honours training.averaging = "overlapped" (averaging runs while training goes on).
+  // What its run function does beyond the drained, bulk-synchronous exchange that every
+  // algorithm with exchanges does; the registry's checks refuse the settings that need it
+  // otherwise. Honours training.averaging = "overlapped" (averaging runs while training goes on).
   bool overlapped_averaging = false;
   // Goes on when nodes leave (churn): clusters re-form around spares and newcomers (algo/roster.h).
   // The others stop at the first departure, saying why.
   bool recovers_from_churn = false;
   // Takes checkpoints (scenario [checkpoint]) and resumes from them (`--resume`).
   bool checkpoints = false;
-  OuterStep outer = OuterStep::kNone;
-  // The inner optimizer the algorithm is defined with (training.optimizer must name it); none:
-  // any.
-  std::optional<OptimizerKind> optimizer;
-  // Honours training.double_buffered_weights (PipeDream-2BW: micro_batches micro-batches per
-  // update).
-  bool double_buffering = false;
-  // Exchanges once the clusters together have trained training.target_batch samples, each at its
-  // own pace (DeDLOC): a cluster trains its share of the target between exchanges, not a fixed
-  // number of micro-batches.
-  bool target_batch = false;
+};
+
+// Functions of the algorithm's own file that the registry's general rules call; each may be null
+// (the rule's default, said at each).
+struct AlgorithmHooks {
+  // Micro-batches each update of a stage takes. Null: a step's (training.micro_batches) for a
+  // flushing schedule, else one.
+  int64_t (*micro_batches_per_update)(const TrainingSpec& training) = nullptr;
+  // The algorithm's own keys applied to the shared settings that the cost model, the planner and
+  // the stages read (effective_training; TrainingSpec::weight_versions). Null: none.
+  void (*effective)(TrainingSpec& training) = nullptr;
+  // Exchanges once the clusters together have trained this many samples, each at its own pace
+  // (0: one micro-batch from each cluster): a cluster trains its share of the target between
+  // exchanges, not a fixed number of micro-batches. Null: every micro_batches_per_exchange.
+  int64_t (*target_batch)(const TrainingSpec& training) = nullptr;
+  // An exchange of parameters becomes the next parameters through an outer step
+  // (algo/outer_optimizer.h) with these settings; the inner optimizer state stays local. Null:
+  // the mean of the parameters (and of the optimizer state, if averaged) is the next parameters.
+  OuterSgd (*outer_step)(const TrainingSpec& training) = nullptr;
+};
+
+// A key of the scenario and the one value the algorithm is defined with: the registry refuses
+// any other (check_algorithm_settings), and the test matrix runs it so.
+struct FixedSetting {
+  const char* key;    // dotted: "training.optimizer"
+  const char* value;  // as TOML: "\"adamw\""
 };
 
 struct Algorithm {
@@ -94,6 +105,13 @@ struct Algorithm {
   const char* summary;  // one line, for listings
   RunFn run;
   AlgorithmTraits traits;
+  AlgorithmHooks hooks;
+  // Its own keys of [training] (core/scenario/keys.h training_*_key), declared in its file.
+  std::vector<KeySpec> keys;
+  std::vector<FixedSetting> fixed;
+  // Why its maths depends on how fast each node goes, so that runs on a modeled clock and on a
+  // wall clock differ in their losses by design; null: it does not.
+  const char* paced_by_clock = nullptr;
 };
 
 // Every registered algorithm, in listing order.
@@ -105,21 +123,30 @@ std::vector<std::string> algorithm_names();
 const Algorithm& algorithm_of(const Scenario& s);
 
 // The training settings the algorithm of `s` actually runs with (weight stashing forced where the
-// algorithm keeps its graphs anyway). The cost model, the planner and the algorithms use these.
+// algorithm keeps its graphs anyway, its hooks.effective applied). The cost model, the planner
+// and the algorithms use these.
 TrainingSpec effective_training(const Scenario& s);
+
+// Checks the algorithm's own keys in s.training.algorithm_keys against its rows (type, range) and
+// fills in the defaults of those not given; a key no row declares is a ScenarioError at its line
+// (naming the algorithm whose key it is, if another's). Loaders of runnable scenarios call it
+// (cli load_checked, the real executor's ranks).
+void resolve_algorithm_keys(Scenario& s);
+// The keys every algorithm declares, for the key listing: each row's help starts with the
+// algorithm's name.
+std::vector<KeySpec> algorithm_key_rows();
 
 // Micro-batches kept unfinished by a pipeline of `stages` stages.
 int64_t in_flight(const Algorithm& a, const TrainingSpec& training, int stages);
 
-// Micro-batches each update of a stage takes: a step's (micro_batches) for a flushing schedule and
-// for double-buffered weights, else one.
+// Micro-batches each update of a stage takes: the algorithm's hook, or a step's (micro_batches)
+// for a flushing schedule, else one.
 int64_t micro_batches_per_update(const Algorithm& a, const TrainingSpec& training);
 
 // Micro-batches one cluster of `clusters` trains between two exchanges with the others, on average
 // (the averaging period the cost model charges): average_every updates for parameter averaging,
-// one update's micro-batches for gradient exchange, and for a target-batch algorithm its share of
-// training.target_batch (`batch` samples per micro-batch; the default target is one micro-batch
-// from each cluster), rounded up.
+// one update's micro-batches for gradient exchange, and for a target-batch algorithm
+// (hooks.target_batch) its share of the target (`batch` samples per micro-batch), rounded up.
 int64_t micro_batches_per_exchange(const Algorithm& a, const TrainingSpec& training, int64_t batch,
                                    int clusters);
 
@@ -128,9 +155,9 @@ int64_t micro_batches_per_exchange(const Algorithm& a, const TrainingSpec& train
 // is the next parameters); 1 for gradients and for an outer step (the inner state stays local).
 int64_t averaged_rows(const Algorithm& a, const TrainingSpec& training);
 
-// A target-batch algorithm's samples per exchange: training.target_batch, or by default one
+// A target-batch algorithm's samples per exchange: its target (hooks.target_batch), or for 0 one
 // micro-batch of `batch` samples from each of `clusters`.
-int64_t target_samples(const TrainingSpec& training, int64_t batch, int clusters);
+int64_t target_samples(int64_t target, int64_t batch, int clusters);
 
 // How clusters average (training.allreduce), for every algorithm that exchanges across clusters.
 enum class AllreduceTopology {
@@ -173,7 +200,8 @@ void check_recovery_support(const Scenario& s);
 // checkpoint.every > 0 with an algorithm that takes no checkpoints, with churn or with overlapped
 // averaging: rv::ScenarioError.
 void check_checkpoint_support(const Scenario& s);
-// The settings the algorithm is defined with (its inner optimizer); rv::ScenarioError otherwise.
+// The settings the algorithm is defined with (Algorithm::fixed), its own keys (as
+// resolve_algorithm_keys checks them) and its averaging modes; rv::ScenarioError otherwise.
 void check_algorithm_settings(const Scenario& s);
 
 // A short label of what ran: the algorithm, then its averaging mode and all-reduce where they are

@@ -35,4 +35,15 @@ void run_sync_dp(NodeEnv& env, const RunSpec& spec, int node) {
   w.stop_next();
 }
 
+Algorithm sync_dp_algorithm() {
+  return {.name = "sync-dp",
+          .summary =
+              "synchronous data parallelism: every node the whole model, gradients "
+              "all-reduced",
+          .run = &run_sync_dp,
+          .traits = {.in_flight = InFlightRule::kOne,
+                     .layout = Layout::kReplicas,
+                     .exchange = Exchange::kGradients}};
+}
+
 }  // namespace rv

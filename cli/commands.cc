@@ -36,8 +36,8 @@ namespace rv {
 
 Scenario load_checked(const std::string& path, const std::vector<std::string>& overrides) {
   Scenario s = load_scenario(path, overrides);
-  algorithm_of(s);
   allreduce_of(s);
+  resolve_algorithm_keys(s);
   check_algorithm_settings(s);
   check_churn_support(s);
   check_checkpoint_support(s);
@@ -96,8 +96,7 @@ void check_faults_target(const Prepared& p) {
   const Scenario& s = p.scenario;
   const int node = s.faults.node;
   if (node < 0 || node >= p.plan.nodes || p.plan.role_of(node).stage >= 0) return;
-  // A spare may take a stage under churn, or when a real run recovers from a lost rank.
-  if (s.churn.enabled(s.devices) || s.real.on_peer_loss == PeerLoss::kRecover) return;
+  if (s.nodes_may_leave()) return;  // a spare may take a stage
   throw ScenarioError(s.where("faults.node"), "faults.node",
                       "node " + std::to_string(node) +
                           " has no stage in the plan (it stays idle): its faults would "

@@ -140,7 +140,8 @@ void add_sim(CLI::App& app, SimCli& c) {
   c.app
       ->add_option("--executor", c.executor,
                    "sim (SimGrid, modeled time) | loopback (threads of this process, wall time)")
-      ->check(CLI::IsMember({"sim", "loopback"}));
+      ->check(CLI::IsMember(std::vector<std::string>{rv::name_of(rv::Executor::kSim),
+                                                     rv::name_of(rv::Executor::kLoopback)}));
   c.app->add_option("--run-dir", c.run_path,
                     "write the run folder here instead of under output.dir");
   c.app

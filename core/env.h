@@ -16,6 +16,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/clock.h"
 #include "core/compute/work.h"
 #include "core/output/metrics.h"
 #include "core/units.h"
@@ -36,12 +37,18 @@ enum class MsgKind : int32_t {
   kMember = 10,      // from the executor (src -1): the membership changed (Membership); no payload
   kStateRequest = 11,  // churn: layers' state wanted after averaging `id` (aux, step: state range)
   kState = 12,         // churn: the answer, the state [aux, step) with its optimizer rows
-  kProgress = 13,      // dedloc: the sender's samples (aux) so far in collaborative step `step`
-  kPart = 14,          // dedloc: the sender's slice of an aggregator's part (aux: its samples)
-  kPartSum = 15,       // dedloc: an aggregator's summed part (aux: the collaboration's samples)
-  kLast = kPartSum,    // the wire format checks kinds against it
+  // Kinds from here to kLast belong to the algorithm that runs: its own file names the ones it
+  // sends (algorithm_kind below) and says what id, step and aux carry.
+  kAlgorithmFirst = 13,
+  kLast = kAlgorithmFirst + 15,  // the wire format checks kinds against it
 };
 
+// The algorithm's own message kind number `i` (0 to 15), for its file to name.
+constexpr MsgKind algorithm_kind(int i) {
+  return static_cast<MsgKind>(static_cast<int32_t>(MsgKind::kAlgorithmFirst) + i);
+}
+
+// The kind's name ("forward"); an algorithm's own kinds read "algorithm+i".
 const char* to_string(MsgKind kind);
 
 // One message. The payload (possibly empty in timing mode) and the modeled size are separate, like
@@ -113,26 +120,6 @@ class Transport {
   }
   // Takes back an offer not used yet; if a payload is arriving into it now, returns once it has.
   virtual void withdraw(int src, const MessageMatch& match) { (void)src, (void)match; }
-};
-
-// How long before a modeled instant a wall-clock wait stops sleeping and yields until it comes:
-// a timed sleep wakes late by up to milliseconds on a busy machine (executors on wall time).
-constexpr Seconds kSpinSeconds = 0.0005;
-
-// Time as the node sees it, in seconds since the start of the run.
-class Clock {
- public:
-  virtual ~Clock() = default;
-  virtual Seconds now() const = 0;
-  virtual void sleep_for(Seconds s) = 0;
-  // Returns once now() >= t (at once if it is). Wall clocks wake on time, not a timed sleep late.
-  virtual void wait_until(Seconds t) {
-    const Seconds left = t - now();
-    if (left > 0) sleep_for(left);
-  }
-  // CPU seconds the calling thread has used, on a real clock; NaN in simulated time (where a
-  // device computes exactly as long as its spans last).
-  virtual Seconds thread_cpu_now() const { return std::numeric_limits<double>::quiet_NaN(); }
 };
 
 // Runs a unit of work and charges its modeled cost.

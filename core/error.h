@@ -67,7 +67,7 @@ class KeyError : public InputError {
   std::string what_;
 };
 
-// The planner refuses a scenario whose pool cannot run it (sync-dp on nodes that cannot hold the
+// The planner refuses a scenario whose pool cannot run it (replicas on nodes that cannot hold the
 // model, clusters without enough RAM): bad input for one run, and a result for a sweep, which
 // records it (refused.json) for the report.
 class PlanRefused : public ScenarioError {

@@ -30,7 +30,11 @@ bool NodeEnvStack::direct_allowed(const Scenario& s, const EnvParts& base,
                                   const FaultSpec* faults) {
   const bool override_injects = faults != nullptr && (faults->delay > 0 || faults->drop_every > 0 ||
                                                       faults->crash_after_sends >= 0);
-  return base.network == nullptr && s.faults.node < 0 && !override_injects;
+  return direct_possible(s, base.network != nullptr) && !override_injects;
+}
+
+bool NodeEnvStack::direct_possible(const Scenario& s, bool shaped) {
+  return !shaped && s.faults.node < 0;
 }
 
 }  // namespace rv

@@ -65,6 +65,13 @@ class NodeEnvStack {
 
   NodeEnv& env() { return env_; }
 
+  // Whether a node of `s` may use the executor's direct channel when its network is `shaped` (a
+  // ShapedTransport in the stack) or not: nothing between the algorithm and the transport may
+  // need to see the messages (no shaping, no faults the scenario injects). An executor that sets
+  // the channel up beforehand asks this (real/node_process.cc); the stack asks it again with a
+  // test's fault override (direct_allowed).
+  static bool direct_possible(const Scenario& s, bool shaped);
+
  private:
   // Whether the node may use the executor's direct channel (EnvParts::direct).
   static bool direct_allowed(const Scenario& s, const EnvParts& base, const FaultSpec* faults);

@@ -69,8 +69,8 @@ void run_scenario_case(const ScenarioCase& c, const std::string& source, Counts&
   const double s = timed([&] {
     try {
       Scenario sc = parse_scenario(c.text, source, c.overrides);
-      algorithm_of(sc);
       allreduce_of(sc);
+      resolve_algorithm_keys(sc);
       const ModelDesc model = build_model(sc);
       if (sc.planner.evaluations == 0) sc.planner.evaluations = kPlanEvaluations;
       if (sc.node_count() <= kMaxPlanNodes) {

@@ -21,6 +21,9 @@ CostModel::CostModel(const Scenario& scenario, const ModelDesc& model)
       allreduce_(&allreduce_of(scenario)),
       training_(effective_training(scenario)),
       averaged_rows_(averaged_rows(*algorithm_, training_)),
+      target_batch_(algorithm_->hooks.target_batch != nullptr
+                        ? algorithm_->hooks.target_batch(training_)
+                        : -1),
       piece_bytes_(ring_piece_bytes(training_)),
       batch_(scenario.data.batch_size),
       factors_(net_factors(scenario.network)) {
@@ -453,14 +456,14 @@ TargetRound target_round(const std::vector<double>& periods, int64_t batch, doub
 TargetRound CostModel::round_of(const std::vector<double>& periods) const {
   const auto clusters = static_cast<int>(periods.size());
   return target_round(periods, batch_,
-                      static_cast<double>(target_samples(training_, batch_, clusters)));
+                      static_cast<double>(target_samples(target_batch_, batch_, clusters)));
 }
 
 double CostModel::throughput(const std::vector<double>& periods, double averaging) const {
   if (periods.empty()) return 0.0;
   const double slowest = *std::max_element(periods.begin(), periods.end());
   const double c = static_cast<double>(periods.size());
-  if (periods.size() > 1 && algorithm_->traits.target_batch) {
+  if (periods.size() > 1 && target_batch()) {
     const TargetRound r = round_of(periods);
     return r.seconds + averaging > 0 ? r.samples / (r.seconds + averaging) : 0.0;
   }
@@ -576,7 +579,7 @@ std::string CostModel::bound_text(const Plan& plan, size_t c, const std::vector<
 
 double CostModel::averaging_share(const Plan& plan, const ClusterPlan& cl) const {
   const auto clusters = static_cast<int>(plan.clusters.size());
-  if (algorithm_->traits.target_batch) {
+  if (target_batch()) {
     std::vector<double> periods;
     for (const auto& c : plan.clusters) periods.push_back(c.period);
     const double round = round_of(periods).seconds + plan.averaging_time;

@@ -43,10 +43,11 @@ struct PoolNode {
   int region = 0;          // network.topology "regions": its region (core/network/links.h)
 };
 
-// A target-batch round (algo/dedloc.h): every cluster trains micro-batches of `batch` samples back
-// to back from the round's start, one each `periods[i]` seconds; once the finished ones hold
-// `target` samples, each cluster finishes the micro-batch it is on (and trains one at least), and
-// the exchange follows. The round's samples and the seconds until its last micro-batch ends.
+// A target-batch round (algo/registry.h hooks.target_batch): every cluster trains micro-batches of
+// `batch` samples back to back from the round's start, one each `periods[i]` seconds; once the
+// finished ones hold `target` samples, each cluster finishes the micro-batch it is on (and trains
+// one at least), and the exchange follows. The round's samples and the seconds until its last
+// micro-batch ends.
 struct TargetRound {
   double samples = 0;
   double seconds = 0;
@@ -75,6 +76,9 @@ class CostModel {
   int64_t micro_batches_per_exchange(int clusters) const {
     return rv::micro_batches_per_exchange(*algorithm_, training_, batch_, clusters);
   }
+  // Whether clusters exchange once together they have trained a target of samples
+  // (hooks.target_batch), each at its own pace.
+  bool target_batch() const { return target_batch_ >= 0; }
 
   // Unfinished micro-batches allowed in a cluster of `stages` stages (max_in_flight, or the
   // stage count), which sets the memory of stashed weights and activations.
@@ -156,7 +160,10 @@ class CostModel {
   const Allreduce* allreduce_;  // how its clusters average
   TrainingSpec training_;       // as the algorithm runs it (effective_training)
   int64_t averaged_rows_;       // floats per averaged element (algo/registry.h averaged_rows)
-  int64_t piece_bytes_;         // the rings' pieces (ring_piece_bytes; 0: segments whole)
+  // A target-batch algorithm's target (hooks.target_batch; 0: one micro-batch per cluster); -1:
+  // the algorithm exchanges every micro_batches_per_exchange micro-batches.
+  int64_t target_batch_ = -1;
+  int64_t piece_bytes_;  // the rings' pieces (ring_piece_bytes; 0: segments whole)
   int64_t batch_;
   NetFactors factors_;
   std::vector<PoolNode> pool_;

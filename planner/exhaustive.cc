@@ -442,8 +442,7 @@ class PartitionSearch {
     // As CostModel charges it (algo/registry.h: micro_batches_per_exchange). This planner lays out
     // pipelines, whose exchange period does not depend on the number of clusters (target-batch
     // algorithms lay out replicas, planned without it).
-    RV_CHECK(!cost.algorithm().traits.target_batch,
-             "the exhaustive planner cannot plan a target-batch algorithm");
+    RV_CHECK(!cost.target_batch(), "the exhaustive planner cannot plan a target-batch algorithm");
     average_every_ = static_cast<double>(cost.micro_batches_per_exchange(1));
     least_latency_ = kInf;
     for (int v = 0; v < nodes_; ++v)

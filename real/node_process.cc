@@ -299,6 +299,7 @@ Scenario load_rank_scenario(const NodeProcessOptions& options) {
   if (!options.resume_from.empty())
     if (std::string source = resolved_source(options.scenario_path); !source.empty())
       scenario.source = source;
+  resolve_algorithm_keys(scenario);
   check_algorithm_settings(scenario);
   check_checkpoint_support(scenario);
   check_recovery_support(scenario);
@@ -692,11 +693,12 @@ int run_rank(const NodeProcessOptions& options, const RankSetup& setup,
   const NodeRole role = setup.plan.role_of(rank);
   const bool recover = scenario.real.on_peer_loss == PeerLoss::kRecover;
   auto hook = std::make_shared<LossHook>();
-  // The direct channel, where the env assembly will hand it on (NodeEnvStack::direct_allowed: no
-  // network emulator, below, and no injected faults) and no peer is taken for lost; every rank
+  // The direct channel, where the env assembly will hand it on (NodeEnvStack::direct_possible:
+  // the network emulator, below, shapes the stack) and no peer is taken for lost; every rank
   // decides alike, from the scenario and the run's launch. Its second connections are made with
   // the transport.
-  const bool direct = !recover && !setup.kernel && !setup.emulate && scenario.faults.node < 0;
+  const bool direct =
+      !recover && !setup.kernel && NodeEnvStack::direct_possible(scenario, setup.emulate);
   const bool replacement = setup.gloo.join;  // this process took a lost rank's place in a job
   const int64_t run_origin = replacement ? read_run_info(setup.gloo) : 0;
   GlooTransport transport(transport_options(setup.gloo, hook, recover, direct));

@@ -721,44 +721,6 @@ TEST_CASE(
   fs::remove_all(d);
 }
 
-TEST_CASE("dedloc as real processes: each peer at its own pace and one step per collaborative step",
-          "[cli][real][dedloc]") {
-  fs::path d = workdir("dedloc");
-  write(d / "s.toml", kSmall);
-  Result real =
-      ravnest({"real", "s.toml", "--set", "training.algorithm=\"dedloc\"", "--set",
-               "training.steps=60", "--set", "training.target_batch=192", "--run-dir", "real"},
-              d);
-  INFO(real.err);
-  REQUIRE(real.status == 0);
-  // metrics.csv rows by kind (first column) and node (second).
-  std::map<int, int> updates, averages;
-  int64_t micro_batches = 0;
-  std::ifstream csv(d / "real" / "metrics.csv");
-  for (std::string line; std::getline(csv, line);) {
-    const size_t comma = line.find(',');
-    const std::string kind = line.substr(0, comma);
-    if (kind == "kind") continue;
-    const int node = std::atoi(line.c_str() + comma + 1);
-    updates[node] += kind == "update";
-    averages[node] += kind == "average";
-    micro_batches += kind == "loss";
-  }
-  for (int n = 0; n < 3; ++n) {
-    CHECK(updates[n] == 60);
-    CHECK(averages[n] == 60);
-  }
-  // Every peer trains at least one micro-batch a step. A step ends when the collaboration's
-  // progress, as the peers estimate it from each other's reports and rates (as hivemind's peers
-  // do), reaches the target: a step can end a little short of it (11,392 of 11,520 samples over
-  // the 60 steps in one run on a loaded machine), never far, unless the estimate is broken.
-  CHECK(micro_batches >= 60 * 3);
-  CHECK(micro_batches * 32 >= 60 * 192 * 3 / 4);
-  auto s = nlohmann::json::parse(slurp(d / "real" / "summary.json"));
-  CHECK(s["final"]["test_accuracy"].get<double>() > 0.8);
-  fs::remove_all(d);
-}
-
 // Synchronous algorithms: no timing enters the maths, so a real run and a loopback run that reduce
 // in the same order give the same model bit for bit. Our rings reduce in ring order in both
 // executors. c10d's all-reduce (the loopback has none: it runs our multi-ring) reduces in its own

@@ -1,14 +1,15 @@
-// diloco and local-sgd (algo/diloco.h): the outer step is SGD with Nesterov momentum on the mean
-// of the clusters' parameter deltas, buffers take the mean, local SGD's step is the mean itself
-// (so a local-sgd run is ravnest's averaging of parameters alone, to the byte), and diloco trains
-// digits to a good accuracy with its loss falling. (Its timing: tests/test_sim_analytic.cc.)
+// diloco and local-sgd (algo/diloco.cc, local_sgd.cc; algo/outer_optimizer.h): the outer step is
+// SGD with Nesterov momentum on the mean of the clusters' parameter deltas, buffers take the mean,
+// local SGD's step is the mean itself (so a local-sgd run is ravnest's averaging of parameters
+// alone, to the byte), and diloco trains digits to a good accuracy with its loss falling. (Its
+// timing: tests/test_sim_analytic.cc.)
 #include <ATen/ATen.h>
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "algo/diloco.h"
+#include "algo/outer_optimizer.h"
 #include "catch.h"
 #include "cli_support.h"
 #include "core/output/run_output.h"
@@ -113,6 +114,6 @@ TEST_CASE("diloco trains digits across two pipeline clusters, its loss falling",
                                         "--set", "training.optimizer=\"adam\""},
                                        d);
   CHECK(r.status == 2);
-  CHECK(r.err.find("diloco's inner optimizer is adamw") != std::string::npos);
+  CHECK(r.err.find("diloco is defined with training.optimizer = \"adamw\"") != std::string::npos);
   fs::remove_all(d);
 }

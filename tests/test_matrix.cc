@@ -8,7 +8,8 @@
 // algorithm computes does not depend on when messages arrive: the simulator and the loopback must
 // then record the same training losses, micro-batch by micro-batch, to the digits metrics.csv
 // keeps; the real processes the same within kRealTolerance (its all-reduces may sum in another
-// order). An algorithm whose maths depends on timing by design is listed in kPaced with why.
+// order). An algorithm whose maths depends on timing by design says why
+// (Algorithm::paced_by_clock).
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -67,13 +68,9 @@ model = "ideal"
 // Relative difference allowed between a real run's losses and the simulator's.
 constexpr double kRealTolerance = 1e-4;
 
-// Algorithms whose maths depends on how fast each node goes, by design, and so differs between a
-// modeled clock and a wall clock: their losses are compared in the mean only (kPacedTolerance).
-const std::map<std::string, const char*> kPaced = {
-    {"dedloc",
-     "each peer accumulates gradients at its own pace until the collaboration reaches "
-     "target_batch: how many micro-batches each peer adds to a step follows the clock"},
-};
+// Algorithms whose maths depends on how fast each node goes, by design (Algorithm::paced_by_clock
+// says why), and so differs between a modeled clock and a wall clock: their real runs' losses are
+// compared in the mean only.
 constexpr double kPacedTolerance = 0.05;
 
 // (node, micro_batch) -> training loss, from a run folder's metrics.csv.
@@ -91,14 +88,13 @@ double mean(const std::map<std::pair<int, int64_t>, double>& m) {
   return m.empty() ? 0 : sum / static_cast<double>(m.size());
 }
 
-// The settings an algorithm is defined with: its inner optimizer, where it names one.
+// The algorithm with the settings it is defined with (Algorithm::fixed).
 std::vector<std::string> run_args(const Algorithm& a, const std::string& command,
                                   const std::string& dir) {
   std::vector<std::string> args = {command, "s.toml", "--run-dir",
                                    dir,     "--set",  std::string("training.algorithm=") + a.name};
-  if (a.traits.optimizer)
-    args.insert(args.end(),
-                {"--set", std::string("training.optimizer=") + name_of(*a.traits.optimizer)});
+  for (const FixedSetting& f : a.fixed)
+    args.insert(args.end(), {"--set", std::string(f.key) + "=" + f.value});
   return args;
 }
 
@@ -131,8 +127,8 @@ TEST_CASE("every registered algorithm runs alike under the simulator, the loopba
     CHECK(plan(real) == plan(sim));
     const auto ls = losses(d / sim), ll = losses(d / loop), lr = losses(d / real);
     REQUIRE(ls.size() >= 8);
-    if (const auto paced = kPaced.find(a.name); paced != kPaced.end()) {
-      INFO("compared in the mean: " << paced->second);
+    if (a.paced_by_clock != nullptr) {
+      INFO("compared in the mean: " << a.paced_by_clock);
       CHECK(std::abs(mean(ll) - mean(ls)) <= kPacedTolerance * mean(ls));
       CHECK(std::abs(mean(lr) - mean(ls)) <= kPacedTolerance * mean(ls));
       continue;

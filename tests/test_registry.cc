@@ -103,9 +103,9 @@ TEST_CASE("traits decide in-flight micro-batches, stashing and the exchange peri
     // A target batch: each of 4 clusters trains its share of 200 samples in micro-batches of 16,
     // rounded up (a quarter of 200 is 50: 3.125 micro-batches).
     TrainingSpec target = t;
-    target.target_batch = 200;
+    target.algorithm_keys["target_batch"] = int64_t{200};
     CHECK(micro_batches_per_exchange(a, target, 16, 4) ==
-          (a.traits.target_batch ? 4 : per_update * updates));
+          (a.hooks.target_batch != nullptr ? 4 : per_update * updates));
   }
   // "stages" means one in flight per stage.
   Scenario s = parse_scenario(kPipeline, "reg.toml", {"training.max_in_flight=\"stages\""});
@@ -147,9 +147,9 @@ TEST_CASE("the variant label names what is not the default", "[registry]") {
   CHECK(variant_label(s) == name + " overlapped single-ring");
 }
 
-// Adding an algorithm is one file plus one registry entry: no other source may spell a registered
+// Adding an algorithm is its file plus one registry line: no other source may spell a registered
 // name as a string literal (a comparison, a switch by name, a special case). The struct's default
-// value of training.algorithm is the one exception.
+// value of training.algorithm and each file's own entry (`.name = "..."`) are the exceptions.
 TEST_CASE("no source outside the registry compares an algorithm's name", "[registry]") {
   const fs::path root = RV_SOURCE_DIR;
   std::vector<std::string> names = algorithm_names();
@@ -175,7 +175,11 @@ TEST_CASE("no source outside the registry compares an algorithm's name", "[regis
           const bool the_default =
               rel == "core/scenario/scenario.h" &&
               std::regex_search(line, std::regex(R"(std::string algorithm = ")"));
-          if (!the_default) offenders.push_back(rel + ":" + std::to_string(n) + ": " + line);
+          // An algorithm's file names it in its registry entry.
+          const bool own_entry =
+              rel.rfind("algo/", 0) == 0 && line.find(".name = " + dq) != std::string::npos;
+          if (!the_default && !own_entry)
+            offenders.push_back(rel + ":" + std::to_string(n) + ": " + line);
         }
       }
     }
@@ -187,39 +191,56 @@ TEST_CASE("no source outside the registry compares an algorithm's name", "[regis
   CHECK(offenders.empty());
 }
 
-TEST_CASE("the README lists the registry's names as the choices of their keys",
-          "[registry][keys]") {
-  CHECK(test::readme_keys() == keys_markdown(registry_choices()));
+namespace {
+
+// The message of the ScenarioError that resolving `overrides` on kPipeline throws, or "".
+std::string resolve_error(const std::vector<std::string>& overrides) {
+  try {
+    Scenario s = parse_scenario(kPipeline, "reg.toml", overrides);
+    resolve_algorithm_keys(s);
+  } catch (const ScenarioError& e) {
+    return e.what();
+  }
+  return "";
 }
 
-TEST_CASE(
-    "a target-batch round: each peer at its own pace until the target, then it finishes its "
-    "micro-batch",
-    "[registry][planner]") {
-  // dedloc: every peer trains from the round's start; once the finished micro-batches hold the
-  // target's samples, each peer finishes the one it is on. Peers of 0.1 s and 0.4 s per micro-batch
-  // of B samples and a target of 25 B: the 25th micro-batch ends at 2.0 s (20 + 5), no other is
-  // under way then, and without averaging the rate is the peers' summed one, B (1/0.1 + 1/0.4).
-  auto p = test::prepare(kPipeline, {"training.algorithm=\"dedloc\""}, false);
-  const int64_t b = p.scenario.data.batch_size;
-  const TargetRound even = target_round({0.1, 0.4}, b, 25.0 * b);
-  CHECK(even.samples == Approx(25.0 * b));
-  CHECK(even.seconds == Approx(2.0));
-  // Peers of 1 s and 10 s and a target of 2 B: the fast one's second micro-batch ends at 2 s, but
-  // the slow one finishes its first at 10 s: 3 B in 10 s (the slowest bounds a round).
-  const TargetRound uneven = target_round({1.0, 10.0}, b, 2.0 * b);
-  CHECK(uneven.samples == Approx(3.0 * b));
-  CHECK(uneven.seconds == Approx(10.0));
-  // The cost model's throughput is the round's samples over its time and the exchange's.
-  p = test::prepare(
-      kPipeline,
-      {"training.algorithm=\"dedloc\"", "training.target_batch=" + std::to_string(25 * b)}, false);
-  const CostModel dedloc(p.scenario, p.model);
-  CHECK(dedloc.throughput({0.1, 0.4}, 0.0) == Approx(b * (1 / 0.1 + 1 / 0.4)));
-  CHECK(dedloc.throughput({0.1, 0.4}, 2.0) == Approx(25.0 * b / (2.0 + 2.0)));
-  CHECK(dedloc.micro_batches_per_exchange(2) == 13);  // 25 B over 2 peers, rounded up
-  // A synchronous gradient exchange (sync-dp) waits for the slower every step: 2 B / (0.4 + A).
-  auto q = test::prepare(kPipeline, {"training.algorithm=\"sync-dp\""}, false);
-  const CostModel sync(q.scenario, q.model);
-  CHECK(sync.throughput({0.1, 0.4}, 2.0) == Approx(2.0 * b / (0.4 + 2.0)));
+}  // namespace
+
+TEST_CASE("an algorithm's own keys are checked against its rows and their defaults filled in",
+          "[registry][keys]") {
+  Scenario s = parse_scenario(kPipeline, "reg.toml",
+                              {"training.algorithm=\"diloco\"", "training.outer_lr=1"});
+  CHECK(s.training.algorithm_keys.at("outer_lr") == KeyValue(int64_t{1}));  // as read
+  resolve_algorithm_keys(s);
+  CHECK(s.training.algorithm_keys.at("outer_lr") == KeyValue(1.0));  // of the key's type
+  CHECK(s.training.algorithm_keys.at("outer_momentum") == KeyValue(0.9));
+  CHECK(s.training.algorithm_keys.size() == 2);
+  // The resolved scenario writes them, and reads back to the same.
+  const std::string toml = to_toml(s);
+  CHECK(toml.find("outer_lr = 1.0\n") != std::string::npos);
+  Scenario back = parse_scenario(toml, "resolved.toml");
+  resolve_algorithm_keys(back);
+  const bool same = back.training.algorithm_keys == s.training.algorithm_keys;
+  CHECK(same);
+  // Another algorithm has none of diloco's keys, and gets its own.
+  Scenario other = parse_scenario(kPipeline, "reg.toml", {"training.algorithm=\"pipedream\""});
+  resolve_algorithm_keys(other);
+  CHECK(other.training.algorithm_keys.size() == 1);
+  CHECK(other.training.algorithm_keys.at("double_buffered_weights") == KeyValue(false));
+  // Out of range, of the wrong type, another algorithm's, nobody's: refused at the key.
+  CHECK(resolve_error({"training.algorithm=\"diloco\"", "training.outer_lr=20"}) ==
+        "reg.toml (--set): key 'training.outer_lr': value 20 is out of range (0, 10]");
+  CHECK(resolve_error({"training.algorithm=\"diloco\"", "training.outer_lr=\"fast\""}) ==
+        "reg.toml (--set): key 'training.outer_lr': expected a number");
+  CHECK(resolve_error({"training.algorithm=\"diloco\"", "training.double_buffered_weights=true"}) ==
+        "reg.toml (--set): key 'training.double_buffered_weights': a key of pipedream; "
+        "training.algorithm \"diloco\" has no such key");
+  CHECK(resolve_error({"training.no_such_key=1"}) ==
+        "reg.toml (--set): key 'training.no_such_key': unknown key");
+  CHECK(resolve_error({"training.algorithm=\"diloco\"", "training.outer_lr=0.5"}).empty());
+}
+
+TEST_CASE("the README lists the registry's names as the choices of their keys",
+          "[registry][keys]") {
+  CHECK(test::readme_keys() == keys_markdown(registry_choices(), algorithm_key_rows()));
 }

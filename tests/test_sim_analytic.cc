@@ -11,7 +11,6 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "algo/dedloc.h"
 #include "algo/ring_averager.h"
 #include "catch.h"
 #include "core/error.h"
@@ -662,53 +661,4 @@ TEST_CASE("ravnest's backward-first stages fill the bubbles that 1F1B leaves on 
        << idle_before_first_backward(one_f[1]) << " s, ravnest "
        << idle_before_first_backward(got[1]) << " s");
   CHECK(idle_before_first_backward(got[1]) < idle_before_first_backward(one_f[1]) - 1e-4);
-}
-
-TEST_CASE(
-    "dedloc's butterfly all-reduce of equal peers takes the programme's time per byte plus two "
-    "transfers' latency",
-    "[sim][analytic][dedloc]") {
-  // Three equal PCs: equal shares; each phase moves 2/3 of the vector up and down every link
-  // (two parts of S / 3, each at half the link), so the two take (4/3) S / B = T S, each after
-  // one transfer's latency (two links of 10 ms).
-  auto p = test::prepare(R"(
-name = "butterfly"
-[model]
-head = "linear"
-kind = "mlp"
-hidden = [1024, 1024]
-[data]
-kind = "synthetic"
-side = 32
-[training]
-algorithm = "dedloc"
-steps = 3
-target_batch = 192
-[network]
-model = "ideal"
-[sim]
-mode = "timing"
-[[devices]]
-count = 3
-tflops = 1000
-ram_gb = 8
-up_mbps = 100
-down_mbps = 100
-latency_ms = 10
-)",
-                         {}, false);
-  const SimResult r = run_simulation(p.spec());
-  const double S = kFloatBytes * static_cast<double>(p.model.state_offset(p.model.layer_count()));
-  const Shares shares = dedloc_shares({kB, kB, kB}, {kB, kB, kB}, {false, false, false});
-  CHECK(shares.seconds_per_byte == Approx(4.0 / 3.0 / kB));
-  const double expected = shares.seconds_per_byte * S + 2 * kLat;
-  int spans = 0;
-  for (const Event& e : r.events) {
-    if (e.kind != EventKind::kAverage) continue;
-    ++spans;
-    INFO("node " << e.node << " step " << e.step << ": simulated " << e.end - e.start
-                 << " s, analytic " << expected << " s");
-    CHECK(e.end - e.start == Approx(expected).epsilon(0.01));
-  }
-  CHECK(spans == 3 * 3);
 }

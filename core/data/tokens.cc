@@ -11,7 +11,7 @@
 #include <set>
 
 #include "core/error.h"
-#include "core/model/layers.h"
+#include "core/seed.h"
 
 namespace rv {
 namespace {

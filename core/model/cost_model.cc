@@ -45,15 +45,16 @@ StageCost stage_cost(const ModelDesc& model, int begin, int end, const TrainingS
   Bytes m =
       sat_mul(kFloatBytes, sat_add(sat_mul(params, 2 + optimizer_state_floats(training)), buffers));
   // Per unfinished micro-batch: with stashing the saved activations of every layer and, in the
-  // worst case, one older version of the weights (double-buffered: one older version in all);
+  // worst case, one older version of the weights (training.weight_versions in all, where set);
   // without, only the stage's input.
   const Bytes saved =
       sat_mul(batch_bytes, training.weight_stashing ? model.activation_elems(begin, end)
                                                     : model.input_elems_of(begin));
   const Bytes stash = training.weight_stashing ? sat_mul(kFloatBytes, params) : 0;
   m = sat_add(m, sat_mul(in_flight, saved));
-  const int64_t versions =
-      training.double_buffered_weights ? std::min<int64_t>(in_flight - 1, 1) : in_flight - 1;
+  const int64_t versions = training.weight_versions > 0
+                               ? std::min<int64_t>(in_flight - 1, training.weight_versions)
+                               : in_flight - 1;
   if (in_flight > 1) m = sat_add(m, sat_mul(versions, stash));
   c.memory = m;
   return c;

@@ -298,11 +298,4 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return s;
 }
 
-uint64_t mix_seed(uint64_t a, uint64_t b) {
-  uint64_t z = a * 0x9E3779B97F4A7C15ULL + b + 0x632BE59BD9B4E019ULL;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-
 }  // namespace rv

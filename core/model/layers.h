@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/compute/work.h"
+#include "core/seed.h"
 #include "core/units.h"
 
 namespace rv {
@@ -128,8 +129,5 @@ at::Tensor seeded_dropout(const at::Tensor& x, double p, uint64_t seed);
 
 // "1x28x28": a shape for messages and layer names.
 std::string shape_text(const std::vector<int64_t>& shape);
-
-// splitmix64 of a combination: independent, reproducible seeds per (seed, index).
-uint64_t mix_seed(uint64_t a, uint64_t b);
 
 }  // namespace rv

@@ -36,7 +36,7 @@
 #include <string>
 #include <vector>
 
-#include "core/env.h"
+#include "core/clock.h"
 #include "core/output/metrics.h"
 #include "core/output/run_output.h"
 

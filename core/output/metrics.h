@@ -26,7 +26,7 @@ enum class EventKind : int32_t {
   kMemory = 9,    // instant: memory in use, `bytes` (modeled); peak is kept
   kMeasuredMemory = 10,  // instant: peak resident memory measured by the OS, `bytes`
   kWait = 11,            // span: blocked waiting for a message (idle)
-  kFlush = 12,           // span: a synchronous pipeline's flush (gpipe update)
+  kFlush = 12,           // span: a synchronous pipeline's flush (its update)
   kParams = 13,  // instant: the stage's parameters after update `step` (`values`; models that
                  // record them, ModelDesc::record_params), written to params.csv
   // Churn (algo/roster.h):

@@ -46,11 +46,6 @@ bool is_busy(EventKind k) {
   return k == EventKind::kForward || k == EventKind::kBackward || k == EventKind::kUpdate;
 }
 
-// Nodes may leave during the run: churn in the simulator, or a real run that recovers lost ranks.
-bool nodes_may_leave(const Scenario& s) {
-  return s.churn.enabled(s.devices) || s.real.on_peer_loss == PeerLoss::kRecover;
-}
-
 // JSON numbers that stay finite (NaN becomes null).
 nlohmann::json jnum(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); }
 
@@ -365,7 +360,7 @@ nlohmann::json per_node_summary(const Scenario& s, const Plan& plan, const RunTa
   return nodes;
 }
 
-// Cross-cluster averaging (ravnest) or gradient exchange (sync-dp, gpipe across clusters).
+// Cross-cluster exchanges: parameter averaging or gradient all-reduce.
 nlohmann::json averaging_summary(const Scenario& s, const RunTally& t) {
   double avg_max = 0;
   int64_t rounds = 0;
@@ -415,7 +410,7 @@ nlohmann::json summarize(const Scenario& s, const Plan& plan, const std::vector<
   j["staleness"] = {{"mean", t.stale_n ? static_cast<double>(t.stale_sum) / t.stale_n : 0.0},
                     {"max", t.stale_max}};
   // Churn in the simulator, or a real run that recovered from a lost rank.
-  if (nodes_may_leave(s)) j["churn"] = churn_summary(s, plan, events, t, samples);
+  if (s.nodes_may_leave()) j["churn"] = churn_summary(s, plan, events, t, samples);
   j["per_node"] = per_node_summary(s, plan, t);
   j["averaging"] = averaging_summary(s, t);
   j["final"] = final_summary(t);
@@ -636,7 +631,7 @@ void emit_trace_churn(const Plan& plan, const std::vector<Event>& events,
 // (a spare may take any stage).
 std::string trace_text(const Scenario& s, const Plan& plan, const std::vector<Event>& events) {
   std::vector<char> traced = traced_nodes(plan, s.output.trace_nodes);
-  if (nodes_may_leave(s) && s.output.trace_nodes <= 0) traced.assign(traced.size(), 1);
+  if (s.nodes_may_leave() && s.output.trace_nodes <= 0) traced.assign(traced.size(), 1);
   TraceWriter w;
   emit_trace_rows(s, plan, traced, w);
   emit_trace_spans(plan, events, traced, w);

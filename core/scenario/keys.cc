@@ -233,10 +233,9 @@ void add_top_and_devices(Catalog& c) {
           "gpu", &DeviceGroup::gpu, -1, 1023,
           "real runs with real.device cuda (or auto on a GPU machine): the index of the GPU the "
           "group's ranks compute on; -1: rank r takes GPU r mod the GPUs visible")
-      .flag(
-          "client_only", &DeviceGroup::client_only,
-          "dedloc: the group's peers accept no inbound connections: they send their gradients but "
-          "aggregate no part of the all-reduce")
+      .flag("client_only", &DeviceGroup::client_only,
+            "the group's peers accept no inbound connections (behind NAT): an all-reduce that "
+            "aggregates at the peers gives them no part to aggregate")
       .real("join_at_s", &DeviceGroup::join_at_s, 0.0, 1e9, "s",
             "churn: > 0: the group's nodes arrive at this second, as spares without state (the "
             "planner plans without them); such groups come after all others; 0: present from the "
@@ -336,25 +335,11 @@ void add_training(Catalog& c) {
       .text("algorithm", &TrainingSpec::algorithm,
             "the algorithm, a name from the algorithm registry (`ravnest keys` lists them)",
             Empty::kRefused)
-      .choice("optimizer", &TrainingSpec::optimizer,
-              "the optimizer of every stage (diloco's inner one: adamw)")
+      .choice("optimizer", &TrainingSpec::optimizer, "the optimizer of every stage")
       .positive("lr", &TrainingSpec::lr, 100.0, "", "learning rate")
       .real("momentum", &TrainingSpec::momentum, 0.0, 0.9999, "", "sgd: momentum")
       .real("weight_decay", &TrainingSpec::weight_decay, 0.0, 1.0, "",
             "weight decay: L2 on the gradient (sgd, adam), decoupled from it (adamw)")
-      .positive("outer_lr", &TrainingSpec::outer_lr, 10.0, "",
-                "diloco: the outer optimizer's learning rate on the averaged parameter deltas")
-      .real("outer_momentum", &TrainingSpec::outer_momentum, 0.0, 0.9999, "",
-            "diloco: the outer optimizer's Nesterov momentum")
-      .integer("target_batch", &TrainingSpec::target_batch, 0, kMaxCount,
-               "dedloc: samples the collaboration accumulates per optimizer step (each peer at its "
-               "own pace); "
-               "0: batch_size per peer")
-      .flag("double_buffered_weights", &TrainingSpec::double_buffered_weights,
-            "pipedream: PipeDream-2BW: micro_batches micro-batches accumulate into each update, "
-            "and a stage "
-            "keeps two weight versions (new micro-batches the newer, those in flight the one their "
-            "forward used)")
       .integer("steps", &TrainingSpec::steps, 1, kMaxCount, "optimizer updates on every stage")
       .integer_or_word("max_in_flight", &TrainingSpec::max_in_flight, "stages", 1, 1000000,
                        "asynchronous pipelines: unfinished micro-batches allowed; stages: as many "
@@ -481,8 +466,9 @@ void add_sim_and_real(Catalog& c) {
               "the latency added by each receiver after a message's arrival; shapes allreduce = "
               "\"gloo\" too)")
       .choice("on_peer_loss", &RealSpec::on_peer_loss,
-              "fail: a rank that loses a peer stops the run (exit 1); recover: ravnest goes on "
-              "without it as under churn (its cluster sits out until a spare, an idle rank of the "
+              "fail: a rank that loses a peer stops the run (exit 1); recover: an algorithm that "
+              "recovers from churn goes on without it as under churn (its cluster sits out until a "
+              "spare, an idle rank of the "
               "plan or a replacement process started with `ravnest node --join`, takes the lost "
               "stage and fetches its state; rank 0 must survive)")
       .choice(
@@ -523,7 +509,7 @@ void add_outputs_and_runs(Catalog& c) {
           "every", &CheckpointSpec::every, 0, kMaxCount,
           "every this many updates (a multiple of training.average_every) each node that "
           "trains writes its stage's parameters, optimizer state and counters; `ravnest sim|real "
-          "--resume RUN` continues from the last one; 0: none (ravnest only)")
+          "--resume RUN` continues from the last one; 0: none (algorithms that take checkpoints)")
       .text("dir", &CheckpointSpec::dir,
             "where checkpoints go (relative: to the working folder); \"\": the run folder's "
             "checkpoints/",
@@ -704,11 +690,70 @@ std::string toml_value_text(const KeySpec& key, const KeyValue& value) {
   return out + "]";
 }
 
-std::string keys_markdown(const ExtraChoices& extra_choices) {
+namespace {
+
+// The table's rows with `extra` after the last row of their table.
+std::vector<KeySpec> with_extra_rows(const std::vector<KeySpec>& extra) {
+  std::vector<KeySpec> out;
+  const std::vector<KeySpec>& keys = scenario_keys();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    out.push_back(keys[i]);
+    if (i + 1 < keys.size() && keys[i + 1].table == keys[i].table) continue;
+    for (const KeySpec& e : extra)
+      if (e.table == keys[i].table) out.push_back(e);
+  }
+  return out;
+}
+
+KeySpec training_key(const char* name, KeyType type, const KeyValue& default_value,
+                     const char* help) {
+  KeySpec k;
+  k.table = "training";
+  k.name = name;
+  k.type = type;
+  k.help = help;
+  k.default_text = toml_value_text(k, default_value);
+  k.default_at = [default_value](size_t) { return default_value; };
+  return k;
+}
+
+}  // namespace
+
+KeySpec training_real_key(const char* name, double default_value, double lo, double hi,
+                          bool lo_open, const char* help) {
+  KeySpec k = training_key(name, KeyType::kReal, KeyValue(default_value), help);
+  k.real_lo = lo;
+  k.real_hi = hi;
+  k.lo_open = lo_open;
+  return k;
+}
+
+KeySpec training_integer_key(const char* name, int64_t default_value, int64_t lo, int64_t hi,
+                             const char* help) {
+  KeySpec k = training_key(name, KeyType::kInteger, KeyValue(default_value), help);
+  k.lo = lo;
+  k.hi = hi;
+  return k;
+}
+
+KeySpec training_flag_key(const char* name, bool default_value, const char* help) {
+  return training_key(name, KeyType::kBool, KeyValue(default_value), help);
+}
+
+KeyValue stored_value(const TrainingSpec& training, const KeySpec& key) {
+  auto it = training.algorithm_keys.find(key.name);
+  if (it == training.algorithm_keys.end()) return key.default_at(0);
+  const KeyValue def = key.default_at(0);
+  if (it->second.index() == def.index()) return it->second;
+  return read_key_value(key, it->second, "training." + key.name);
+}
+
+std::string keys_markdown(const ExtraChoices& extra_choices,
+                          const std::vector<KeySpec>& extra_rows) {
   std::ostringstream os;
   os << "| key | type | unit | default | range or choices | help |\n";
   os << "|---|---|---|---|---|---|\n";
-  for (const KeySpec& k : scenario_keys()) {
+  for (const KeySpec& k : with_extra_rows(extra_rows)) {
     const std::string range = range_text(k, extra_choices);
     os << "| `" << doc_key(k) << "` | " << type_text(k, extra_choices) << " | " << cell(k.unit)
        << " | `" << cell(k.default_text) << "` | " << cell(range) << " | " << cell(k.help)
@@ -717,10 +762,11 @@ std::string keys_markdown(const ExtraChoices& extra_choices) {
   return os.str();
 }
 
-std::string keys_text(const ExtraChoices& extra_choices) {
+std::string keys_text(const ExtraChoices& extra_choices, const std::vector<KeySpec>& extra_rows) {
   std::ostringstream os;
+  const std::vector<KeySpec> rows = with_extra_rows(extra_rows);
   const std::string* table = nullptr;
-  for (const KeySpec& k : scenario_keys()) {
+  for (const KeySpec& k : rows) {
     if (!table || *table != k.table) {
       table = &k.table;
       os << (table->empty()            ? "(top level)"

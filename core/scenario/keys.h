@@ -33,8 +33,7 @@ enum class KeyType {
   kToggle,         // `word` ("auto", stored as Toggle::kAuto) or true or false
 };
 
-// One key's value, whatever struct member holds it (integers of every width as int64_t).
-using KeyValue = std::variant<std::string, bool, int64_t, double, std::vector<int64_t>>;
+// One key's value (KeyValue, core/scenario/scenario.h), whatever struct member holds it.
 
 // One row of the table.
 struct KeySpec {
@@ -79,9 +78,31 @@ using ExtraChoices = std::map<std::string, std::vector<std::string>>;
 
 // The key list as a Markdown table (key, type, unit, default, range or choices, help), one row per
 // key, grouped by table; the README holds it between `<!-- keys:begin -->` and `<!-- keys:end -->`.
-std::string keys_markdown(const ExtraChoices& extra_choices = {});
+// `extra_rows` (rows declared outside the table, below) follow the last row of their table.
+std::string keys_markdown(const ExtraChoices& extra_choices = {},
+                          const std::vector<KeySpec>& extra_rows = {});
 // The same list for a terminal: a header per table, two lines per key.
-std::string keys_text(const ExtraChoices& extra_choices = {});
+std::string keys_text(const ExtraChoices& extra_choices = {},
+                      const std::vector<KeySpec>& extra_rows = {});
+
+// ---- Keys declared outside the table ----
+// An algorithm declares its own [training] keys in its file (algo/registry.h: Algorithm::keys).
+// The reader keeps such keys as read in TrainingSpec::algorithm_keys; the registry checks them
+// against the algorithm's rows (read_key_value) and fills in the defaults. These rows carry a
+// name, type, range, default and help; their get and set are empty.
+KeySpec training_real_key(const char* name, double default_value, double lo, double hi,
+                          bool lo_open, const char* help);
+KeySpec training_integer_key(const char* name, int64_t default_value, int64_t lo, int64_t hi,
+                             const char* help);
+KeySpec training_flag_key(const char* name, bool default_value, const char* help);
+
+// `value` as read checked against `key` as the reader checks a key of the table (type, range),
+// and returned as the key's type (an integer given for a real key as a double); ScenarioError at
+// `where` ("quick.toml:12") otherwise. Defined in scenario.cc.
+KeyValue read_key_value(const KeySpec& key, const KeyValue& value, const std::string& where);
+// The value of a row declared outside the table in `training`: the one stored there, checked
+// unless it has the key's type already (the registry's check leaves it so), or the row's default.
+KeyValue stored_value(const TrainingSpec& training, const KeySpec& key);
 
 // `value` written as a TOML value of the row's type ("stages" for kIntegerOrWord's 0).
 std::string toml_value_text(const KeySpec& key, const KeyValue& value);

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -50,10 +51,11 @@ std::string joined(const std::vector<std::string>& v) {
 // The key being read, for messages.
 struct Spot {
   const std::string& source;
-  std::string key;  // dotted: "devices[1].up_mbps"
+  std::string key;    // dotted: "devices[1].up_mbps"
+  std::string where;  // where it was given, when known beforehand ("quick.toml:12")
 
   [[noreturn]] void fail(const toml::node* n, const std::string& what) const {
-    throw ScenarioError(where_of(source, n), key, what);
+    throw ScenarioError(where.empty() ? where_of(source, n) : where, key, what);
   }
 };
 
@@ -141,6 +143,23 @@ KeyValue read_value(const KeySpec& k, const toml::node& n, const Spot& at) {
 
 // ---- the tables, driven by scenario_tables() and scenario_keys() ----
 
+// The table whose unknown keys are kept for the algorithm to check (TrainingSpec::algorithm_keys).
+constexpr const char* kAlgorithmKeysTable = "training";
+
+// A value of no row as it reads (a string, true or false, an integer, a number, an array of
+// integers), for its owner to check; anything else is an error at `at`.
+KeyValue value_as_read(const toml::node& n, const Spot& at) {
+  if (n.is_string()) return KeyValue(*n.value<std::string>());
+  if (n.is_boolean()) return KeyValue(*n.value<bool>());
+  if (n.is_integer()) return KeyValue(*n.value<int64_t>());
+  if (n.is_floating_point()) return KeyValue(*n.value<double>());
+  KeySpec list;
+  list.type = KeyType::kIntegerList;
+  list.lo = std::numeric_limits<int64_t>::min();
+  list.hi = std::numeric_limits<int64_t>::max();
+  return read_integer_list(list, n, at);
+}
+
 // Reads every table of the key table from a parsed document into a Scenario, defaulting absent
 // keys, rejecting unknown ones and remembering the line of each key given.
 class Reader {
@@ -203,13 +222,18 @@ class Reader {
     if (table) reject_unknown(t.path, *table, prefix);
   }
 
+  // Keys of no row: an error, but in [training], whose keys the algorithm may declare besides
+  // (TrainingSpec::algorithm_keys; the registry checks them).
   void reject_unknown(const std::string& path, const toml::table& table,
-                      const std::string& prefix) const {
+                      const std::string& prefix) {
     for (const auto& [name, node] : table) {
       const std::string key(name.str());
-      if (!known(path, key))
-        throw ScenarioError(where_of(s_.source, &node), prefix.empty() ? key : prefix + "." + key,
-                            "unknown key");
+      if (known(path, key)) continue;
+      const std::string dotted = prefix.empty() ? key : prefix + "." + key;
+      if (path != kAlgorithmKeysTable || node.is_table() || node.is_array_of_tables())
+        throw ScenarioError(where_of(s_.source, &node), dotted, "unknown key");
+      s_.training.algorithm_keys[key] = value_as_read(node, Spot{s_.source, dotted});
+      remember(dotted, &node);
     }
   }
 
@@ -561,6 +585,10 @@ bool ChurnSpec::enabled(const std::vector<DeviceGroup>& devices) const {
   return false;
 }
 
+bool Scenario::nodes_may_leave() const {
+  return churn.enabled(devices) || real.on_peer_loss == PeerLoss::kRecover;
+}
+
 const DeviceGroup& Scenario::device_of(int rank) const {
   int r = rank;
   for (const auto& g : devices) {
@@ -620,9 +648,18 @@ std::string to_toml(const Scenario& s) {
         if (!k.unit.empty()) os << "  # " << k.unit;
         os << "\n";
       }
+      if (t.path == kAlgorithmKeysTable)
+        for (const auto& [name, value] : s.training.algorithm_keys)
+          os << name << " = " << toml_value_text(KeySpec{}, value) << "\n";
     }
   }
   return os.str();
+}
+
+KeyValue read_key_value(const KeySpec& key, const KeyValue& value, const std::string& where) {
+  const std::string text = toml_value_text(KeySpec{}, value);
+  toml::table doc = toml::parse("v = " + text, std::string_view("value"));
+  return read_value(key, *doc.get("v"), Spot{where, key.dotted(), where});
 }
 
 }  // namespace rv

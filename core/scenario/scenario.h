@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "core/compute/profile.h"
@@ -35,8 +36,7 @@ struct DeviceGroup {
   // > 0: the group's nodes are absent at the start and arrive at this second (as spares, without
   // state); the planner plans without them. Such groups come after every other group.
   double join_at_s = 0;
-  bool client_only =
-      false;            // dedloc: no inbound connections (aggregates no part of the all-reduce)
+  bool client_only = false;  // no inbound connections: aggregates no part of an all-reduce
   int gpu = -1;         // real runs on GPUs: the group's GPU index; -1: rank mod the GPUs visible
   std::string profile;  // compute profile file (`ravnest calibrate --out`); "": peak model
   ComputeProfile compute;  // read from `profile` when the scenario is loaded
@@ -176,6 +176,9 @@ struct ChoiceNames<Averaging> {
                                                      {Averaging::kOverlapped, "overlapped"}};
 };
 
+// One key's value, whatever holds it (integers of every width as int64_t): core/scenario/keys.h.
+using KeyValue = std::variant<std::string, bool, int64_t, double, std::vector<int64_t>>;
+
 struct TrainingSpec {
   std::string algorithm = "ravnest";  // a name from the algorithm registry (validated there)
   OptimizerKind optimizer = OptimizerKind::kSgd;
@@ -193,13 +196,15 @@ struct TrainingSpec {
   bool average_optimizer_state = false;
   int64_t eval_every = 0;    // 0: only at the end
   int64_t eval_samples = 0;  // 0: the whole test set
-  // diloco's outer optimizer (SGD with Nesterov momentum on the averaged parameter deltas).
-  double outer_lr = 0.7;
-  double outer_momentum = 0.9;
-  // pipedream: PipeDream-2BW (micro_batches micro-batches per update, two weight versions).
-  bool double_buffered_weights = false;
-  // dedloc: samples the collaboration accumulates per optimizer step; 0: batch_size per peer.
-  int64_t target_batch = 0;
+  // The keys of [training] that belong to the algorithm training.algorithm names: declared in its
+  // own file under algo/ and checked (type, range, defaults filled in) by the algorithm registry
+  // (algo/registry.h resolve_algorithm_keys). By key name; as read until the registry checks
+  // them (an integer for a real key), then of the key's type.
+  std::map<std::string, KeyValue> algorithm_keys;
+  // Not a key: the most older weight versions a stage keeps for its unfinished micro-batches
+  // (0: one per unfinished micro-batch but the newest). An algorithm's own settings set it
+  // (algo/registry.h effective_training); the cost model charges it.
+  int64_t weight_versions = 0;
 };
 
 // Adam and AdamW: two state slots per parameter (the moments) and the same step's cost.
@@ -338,7 +343,7 @@ struct RealSpec {
   bool emulate_speed = false;
   Toggle emulate_network = Toggle::kAuto;  // auto: on under `ravnest real`, off elsewhere
   Shaper shaper = Shaper::kUser;
-  PeerLoss on_peer_loss = PeerLoss::kFail;  // recover: ravnest, as under churn (algo/roster.h)
+  PeerLoss on_peer_loss = PeerLoss::kFail;  // recover: as under churn (algo/roster.h)
   DeviceChoice device = DeviceChoice::kAuto;
 };
 
@@ -367,8 +372,8 @@ struct FaultsSpec {
   double delay_ms = 0;             // ms
 };
 
-// Churn: nodes leave and arrive while a run goes on (core/churn/schedule.h; ravnest recovers,
-// algo/roster.h). Simulation only in this version.
+// Churn: nodes leave and arrive while a run goes on (core/churn/schedule.h; algorithms that recover
+// re-form their clusters, algo/roster.h). Simulation only in this version.
 struct ChurnEventSpec {
   double at_s = 0;  // seconds since the run's start
   int leave = -1;   // the node (pool rank) that leaves then
@@ -423,6 +428,9 @@ struct Scenario {
   int initial_node_count() const;
   // The device group of node `rank` (nodes are numbered group by group, in file order).
   const DeviceGroup& device_of(int rank) const;
+  // Nodes may leave during the run: churn in the simulator, or a real run that recovers lost
+  // ranks (real.on_peer_loss = "recover"); a spare may then take a stage.
+  bool nodes_may_leave() const;
   // Where `dotted_key` was given, for messages: "quick.toml:12", or "quick.toml" when it was
   // defaulted or came from --set. Checks outside the scenario module throw
   // ScenarioError(s.where(key), key, what).

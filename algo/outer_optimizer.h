@@ -1,4 +1,6 @@
-// DiLoCo's outer optimizer (arXiv 2311.08105), and local SGD as its special case.
+// The outer step of a periodic pipeline (algo/algorithm.h run_periodic_pipeline): DiLoCo's outer
+// optimizer (arXiv 2311.08105), and local SGD as its special case. An algorithm asks for it with
+// its hooks.outer_step (algo/registry.h), which gives the settings (OuterSgd).
 //
 // Every cluster starts an outer period from the same parameters (the anchor), takes
 // training.average_every inner steps on its own data, and the clusters average their
@@ -7,14 +9,18 @@
 //   g = anchor - mean,  v = mu v + g,  anchor -= lr (g + mu v)
 // (PyTorch's SGD(nesterov=True) with dampening 0). Learning rate 1 and no momentum give the
 // mean itself: local SGD. Buffers (batch-norm statistics) are no parameters: they take the mean.
-// The inner optimizer's state never leaves its node.
-//
-// The schedule is ravnest's (run_periodic_pipeline): the pipeline drains before each outer step.
+// The inner optimizer's state never leaves its node; the pipeline drains before each outer step.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 namespace rv {
+
+// The outer step's settings: learning rate > 0, Nesterov momentum in [0, 1).
+struct OuterSgd {
+  double lr = 1.0;
+  double momentum = 0.0;
+};
 
 class OuterOptimizer {
  public:
