@@ -75,7 +75,7 @@ class PipelineWorker {
   void exchange_gradients(const std::function<void(Message)>& defer);
   // Replaces this node's accumulated gradients (and buffers) by what `reduce` makes of them, laid
   // out as the flat state (in timing mode `reduce` gets an undefined tensor and its result is
-  // ignored): dedloc's weighted all-reduce.
+  // ignored): an algorithm's own all-reduce (a weighted one, a butterfly).
   void reduce_gradients(const std::function<at::Tensor(const at::Tensor&)>& reduce);
   bool averages() const { return averager_->participates() || spec_.plan->clusters.size() > 1; }
 
