@@ -40,7 +40,8 @@ std::vector<std::string> names_of(const std::vector<Entry>& entries) {
   X(diloco)                  \
   X(local_sgd)               \
   X(pipedream)               \
-  X(dedloc)
+  X(dedloc)                  \
+  /* the list's end */
 
 #define RV_DECLARE_ALGORITHM(name) Algorithm name##_algorithm();
 RV_EACH_ALGORITHM(RV_DECLARE_ALGORITHM)
