@@ -219,7 +219,7 @@ int cmd_plan(const CommonOptions& o, const std::string& out_json) {
 }
 
 std::string run_in_process(const Prepared& p, Executor executor, const std::string& run_path,
-                           const std::string& progress_mode, const EngineOptions& engine,
+                           ProgressMode progress_mode, const EngineOptions& engine,
                            const std::optional<Resume>& resume, int64_t stop_after_checkpoint) {
   const Scenario& s = p.scenario;
   check_simulable(s, executor);
@@ -443,7 +443,8 @@ int run_point(const CommonOptions& o, const std::vector<std::string>& point, Exe
   for (const auto& kv : o.overrides) args.insert(args.end(), {"--set", kv});
   for (const auto& kv : point) args.insert(args.end(), {"--set", kv});
   if (executor != Executor::kReal) args.insert(args.end(), {"--executor", name_of(executor)});
-  args.insert(args.end(), {"--run-dir", (dir / name).string(), "--progress", "off"});
+  args.insert(args.end(),
+              {"--run-dir", (dir / name).string(), "--progress", name_of(ProgressMode::kOff)});
   return run_child(args);
 }
 

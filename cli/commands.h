@@ -33,7 +33,7 @@ struct Prepared {
 struct CommonOptions {
   std::string scenario;
   std::vector<std::string> overrides;  // --set KEY=VALUE
-  std::string progress = "auto";       // auto | on | off
+  ProgressMode progress = ProgressMode::kAuto;
   // sim and real: continue the run folder `resume` from its last complete checkpoint (its own
   // scenario.toml; no scenario argument nor --set), into a new run folder.
   std::string resume;
@@ -66,7 +66,7 @@ void check_no_churn(const Scenario& s, Executor executor);
 // `resume`: continue that run from its checkpoint; `stop_after_checkpoint` > 0: stop (exit 1, the
 // folder's run.json says so) once that many checkpoints are complete.
 std::string run_in_process(const Prepared& p, Executor executor, const std::string& run_path,
-                           const std::string& progress, const EngineOptions& engine = {},
+                           ProgressMode progress, const EngineOptions& engine = {},
                            const std::optional<Resume>& resume = std::nullopt,
                            int64_t stop_after_checkpoint = 0);
 // Prints a run folder's summary.json in two lines.

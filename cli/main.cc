@@ -57,8 +57,11 @@ void add_common(CLI::App* app, rv::CommonOptions& o, bool resumable = false) {
   }
   app->add_option("--set", o.overrides,
                   "override a scenario key, e.g. --set training.lr=0.1 (repeatable)");
-  app->add_option("--progress", o.progress, "progress display on stderr: auto | on | off")
-      ->check(CLI::IsMember({"auto", "on", "off"}));
+  app->add_option_function<std::string>(
+         "--progress",
+         [&o](const std::string& word) { o.progress = *rv::choice_of<rv::ProgressMode>(word); },
+         "progress display on stderr: auto | on | off")
+      ->check(CLI::IsMember(rv::choice_names<rv::ProgressMode>()));
 }
 
 // Each subcommand's options, as CLI11 fills them in (it keeps pointers into them: a Cli stays

@@ -9,9 +9,15 @@
 
 namespace rv {
 
-bool Progress::enabled_for(const std::string& mode) {
-  if (mode == "on") return true;
-  if (mode == "off") return false;
+bool Progress::enabled_for(ProgressMode mode) {
+  switch (mode) {
+    case ProgressMode::kOn:
+      return true;
+    case ProgressMode::kOff:
+      return false;
+    case ProgressMode::kAuto:
+      break;
+  }
   return isatty(STDERR_FILENO) != 0;
 }
 

@@ -10,8 +10,17 @@
 #include <string>
 
 #include "core/output/metrics.h"
+#include "core/scenario/choice.h"
 
 namespace rv {
+
+// --progress: show progress (on), never (off), or when stderr is a terminal (auto).
+enum class ProgressMode { kAuto, kOn, kOff };
+template <>
+struct ChoiceNames<ProgressMode> {
+  static constexpr ChoiceName<ProgressMode> kNames[] = {
+      {ProgressMode::kAuto, "auto"}, {ProgressMode::kOn, "on"}, {ProgressMode::kOff, "off"}};
+};
 
 // One progress line: `done` of `total` updates after `wall_s` wall seconds, the run at `time_s`
 // on its own clock (`clock_name`), the latest loss (NaN: none yet). The rate and the time left
@@ -21,8 +30,8 @@ std::string progress_line(int64_t done, int64_t total, const char* clock_name, d
 
 class Progress : public Metrics {
  public:
-  // Whether progress should show for `mode` ("on", "off", or "auto": when stderr is a terminal).
-  static bool enabled_for(const std::string& mode);
+  // Whether progress should show for `mode` (auto: when stderr is a terminal).
+  static bool enabled_for(ProgressMode mode);
   Progress(int64_t total_updates, const char* clock_name, bool enabled);
   void record(const Event& e) override;
   void finish();

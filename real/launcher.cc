@@ -443,7 +443,8 @@ std::vector<std::string> rank_command(int rank, const Scenario& scenario,
   // (on machine 0: the other machines' ranks hand their rows to rank 0 at the end).
   if (share.has_rank0) args.insert(args.end(), {"--run-path", files.run_path});
   if (rank == 0)
-    args.insert(args.end(), {"--result-file", files.result, "--progress", options.progress});
+    args.insert(args.end(),
+                {"--result-file", files.result, "--progress", name_of(options.progress)});
   return args;
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/scenario/scenario.h"
+#include "exec/progress.h"
 
 namespace rv {
 
@@ -32,10 +33,10 @@ struct Machines {
 struct LaunchOptions {
   std::string scenario_path;
   std::vector<std::string> overrides;
-  std::string self_exe;           // the ravnest executable to start children with (/proc/self/exe)
-  std::string run_path;           // the run folder rank 0 writes ("" = a new one under output.dir)
-  std::string progress = "auto";  // rank 0 shows progress: auto | on | off
-  Machines machines;              // one machine unless said otherwise
+  std::string self_exe;  // the ravnest executable to start children with (/proc/self/exe)
+  std::string run_path;  // the run folder rank 0 writes ("" = a new one under output.dir)
+  ProgressMode progress = ProgressMode::kAuto;  // rank 0's progress
+  Machines machines;                            // one machine unless said otherwise
   std::vector<std::string> node_args;  // appended to every child's `ravnest node` command line
 };
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/scenario/scenario.h"
+#include "exec/progress.h"
 #include "real/gloo_transport.h"
 
 namespace rv {
@@ -18,8 +19,8 @@ struct NodeProcessOptions {
   // The run folder: rank 0 makes it at the start and finishes it ("" = a new one under output.dir);
   // the other ranks append their rows to it as they go ("": they do not).
   std::string run_path;
-  std::string result_file;        // rank 0: if set, the run folder's path is written here
-  std::string progress = "auto";  // rank 0's progress on stderr: auto | on | off
+  std::string result_file;  // rank 0: if set, the run folder's path is written here
+  ProgressMode progress = ProgressMode::kAuto;  // rank 0's progress on stderr
   // Checkpoints ([checkpoint]): resume from this complete round folder (core/checkpoint/), a
   // checkpoint of the run `resumed_run` (named in run.json); stop once this many are complete.
   std::string resume_from;
