@@ -26,6 +26,7 @@
 #include "core/compute_threads.h"
 #include "core/error.h"
 #include "core/model/layers.h"
+#include "core/spawn.h"
 
 namespace rv {
 namespace {
@@ -525,13 +526,7 @@ class LoadProcesses {
     for (int i = 0; i < count; ++i) {
       std::vector<std::string> args{
           "rv-calibrate-load", "calibrate", "--threads", t, "--load", parent};
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      pid_t pid = 0;
-      if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ) != 0)
-        throw Error("calibrate: cannot start a load process (/proc/self/exe)");
-      pids_.push_back(pid);
+      pids_.push_back(spawn_process("/proc/self/exe", args));
     }
     if (count > 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));  // let them start
   }

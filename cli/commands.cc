@@ -20,6 +20,7 @@
 #include "core/output/live_run.h"
 #include "core/output/run_output.h"
 #include "core/output/whole_file.h"
+#include "core/spawn.h"
 #include "exec/env_assembly.h"
 #include "exec/progress.h"
 #include "exec/wall_env.h"
@@ -361,19 +362,7 @@ std::vector<std::string> split_values(const std::string& s) {
 
 int run_child(const std::vector<std::string>& args) {
   std::cout.flush();
-  pid_t pid = fork();
-  if (pid < 0) throw Error("sweep: cannot fork");
-  if (pid == 0) {
-    std::vector<std::string> a = args;
-    std::vector<char*> argv;
-    for (auto& x : a) argv.push_back(x.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return wait_process(spawn_process(args.at(0), args));
 }
 
 // The grid's axes: each "KEY=V1,V2,..." as its key and its values.

@@ -18,6 +18,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "core/spawn.h"
 
 extern char** environ;
 
@@ -43,25 +44,16 @@ std::string run_tool(const std::vector<std::string>& argv) {
   char out_path[] = "/tmp/ravnest-tool-XXXXXX";
   const int out = ::mkstemp(out_path);
   if (out < 0) return std::string("cannot create a temporary file: ") + std::strerror(errno);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, out, STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, out, STDERR_FILENO);
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, argv[0].c_str(), &actions, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(out);
   std::string result;
-  if (rc != 0) {
-    result = std::string("cannot start it: ") + std::strerror(rc);
-  } else {
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+  pid_t pid = -1;
+  try {
+    pid = spawn_process(argv[0], argv, {.output_fd = out});
+  } catch (const Error& e) {
+    result = e.what();
+  }
+  ::close(out);
+  if (pid >= 0) {
+    if (wait_process(pid) != 0) {
       std::ifstream in(out_path);
       result = std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
       while (!result.empty() && (result.back() == '\n' || result.back() == ' ')) result.pop_back();

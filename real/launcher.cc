@@ -27,6 +27,7 @@
 #include "core/output/live_run.h"
 #include "core/output/provenance.h"
 #include "core/output/run_output.h"
+#include "core/spawn.h"
 #include "emu/emulator_service.h"
 #include "exec/wall_env.h"
 #include "real/auth.h"
@@ -110,22 +111,11 @@ class Children {
   // `log`: a file for the child's standard output and error ("": this process's).
   void spawn(int rank, const std::string& exe, const std::vector<std::string>& args, char** env,
              const std::string& log = "") {
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
     pid_t pid = 0;
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    if (!log.empty()) {
-      posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                       0644);
-      posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    }
-    const int rc = posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv.data(), env);
-    posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) {
-      throw Error("cannot start " + exe + " for rank " + std::to_string(rank) + ": " +
-                  std::strerror(rc));
+    try {
+      pid = spawn_process(exe, args, {.output_file = log, .env = env});
+    } catch (const Error& e) {
+      throw Error(std::string(e.what()) + " (rank " + std::to_string(rank) + ")");
     }
     running_[pid] = rank;
   }
