@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "algo/registry.h"
+#include "core/data/partition.h"
 #include "core/error.h"
 
 namespace rv {
@@ -33,14 +34,14 @@ PipelineWorker::PipelineWorker(NodeEnv& env, const RunSpec& spec, int node,
     RV_CHECK(spec.data != nullptr, "numeric mode needs a dataset");
     stage_ = std::make_unique<Stage>(*spec.model, role_.layer_begin, role_.layer_end, training_,
                                      spec.scenario->seed, env.compute.device());
-    // Clusters train on disjoint shards of the training set (a permutation of the seed cut in C
-    // parts); each draws its own order from (seed, cluster).
+    // Clusters train on disjoint parts of the training set (data.partition: by default a
+    // permutation of the seed cut in C parts); each draws its own order from (seed, cluster).
     const int clusters = static_cast<int>(spec.plan->clusters.size());
     const uint64_t seed = spec.scenario->seed + 7919ULL * static_cast<uint64_t>(role_.cluster);
     if (clusters > 1)
-      sampler_ = std::make_unique<Sampler>(
-          shard(spec.data->train_size(), clusters, role_.cluster, spec.scenario->seed), batch_,
-          seed);
+      sampler_ = std::make_unique<Sampler>(partition_rows(*spec.data, spec.scenario->data, clusters,
+                                                          role_.cluster, spec.scenario->seed),
+                                           batch_, seed);
     else
       sampler_ = std::make_unique<Sampler>(spec.data->train_size(), batch_, seed);
   }

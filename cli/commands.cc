@@ -15,6 +15,7 @@
 #include "algo/registry.h"
 #include "core/checkpoint/checkpoint.h"
 #include "core/data/dataset.h"
+#include "core/data/partition.h"
 #include "core/error.h"
 #include "core/model/cost_model.h"
 #include "core/output/live_run.h"
@@ -41,6 +42,7 @@ Scenario load_checked(const std::string& path, const std::vector<std::string>& o
   resolve_algorithm_keys(s);
   check_algorithm_settings(s);
   check_churn_support(s);
+  check_data_partition(s);
   check_checkpoint_support(s);
   check_recovery_support(s);
   return s;

@@ -29,6 +29,7 @@
 #include "core/checkpoint/checkpoint.h"
 #include "core/compute_threads.h"
 #include "core/data/dataset.h"
+#include "core/data/partition.h"
 #include "core/error.h"
 #include "core/fault_transport.h"
 #include "core/model/model.h"
@@ -301,6 +302,7 @@ Scenario load_rank_scenario(const NodeProcessOptions& options) {
       scenario.source = source;
   resolve_algorithm_keys(scenario);
   check_algorithm_settings(scenario);
+  check_data_partition(scenario);
   check_checkpoint_support(scenario);
   check_recovery_support(scenario);
   return scenario;

@@ -292,6 +292,16 @@ void add_data(Catalog& c) {
           "sorting task (data.length digits, then the same sorted), generated from the seed; text: "
           "character-level language modelling on the UTF-8 file data.path (next-token prediction, "
           "for model.kind = \"transformer\")")
+      .choice("partition", &DataSpec::partition,
+              "how the training set is split between the clusters (and between the replicas of "
+              "sync-dp-like algorithms), each training on its own part: iid: a seeded permutation "
+              "cut in equal parts; by-class: the samples sorted by class, then cut in equal parts "
+              "(each part a few classes); dirichlet: each class's samples shared out in "
+              "proportions drawn from a Dirichlet(data.dirichlet_alpha) (classification data "
+              "only, as by-class)")
+      .positive("dirichlet_alpha", &DataSpec::dirichlet_alpha, 1e6, "",
+                "dirichlet: the concentration; small: each part holds few classes, large: every "
+                "part close to the whole set's class mix")
       .integer("batch_size", &DataSpec::batch_size, 1, kMaxWidth, "samples per micro-batch")
       .integer("train_samples", &DataSpec::train_samples, 0, kMaxCount,
                "training samples used; 0: all (synthetic, regression, sort: 8192)")

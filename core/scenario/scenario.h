@@ -2,7 +2,11 @@
 //
 // Contract: load_scenario() either returns a fully validated Scenario (every key known, typed and
 // in range, defaults filled in) or throws rv::ScenarioError naming file, line and key. It reads the
-// file and nothing else; it writes nothing.
+// file and nothing else; it writes nothing. One exception: [training] may hold keys of the
+// algorithm's own (declared in its file under algo/), which this module cannot know; it keeps them
+// as read in TrainingSpec::algorithm_keys, and the algorithm registry checks them and fills in
+// their defaults (algo/registry.h resolve_algorithm_keys, which every loader that runs a scenario
+// calls).
 //
 // Each key's type, unit, range and help live in one table, core/scenario/keys.cc; a key's default
 // is the initial value of its field below. The comments here only say how a value is stored.
@@ -136,8 +140,20 @@ struct ChoiceNames<DataKind> {
 // The problems with known constants (core/problem/problem.h): quadratic and logistic.
 inline bool is_problem(DataKind k) { return k == DataKind::kQuadratic || k == DataKind::kLogistic; }
 
+// data.partition: how the training set is split between the clusters (and the replicas of a
+// whole-model algorithm), each training on its own part (core/data/partition.h).
+enum class DataPartition { kIid, kByClass, kDirichlet };
+template <>
+struct ChoiceNames<DataPartition> {
+  static constexpr ChoiceName<DataPartition> kNames[] = {{DataPartition::kIid, "iid"},
+                                                         {DataPartition::kByClass, "by-class"},
+                                                         {DataPartition::kDirichlet, "dirichlet"}};
+};
+
 struct DataSpec {
   DataKind kind = DataKind::kSynthetic;
+  DataPartition partition = DataPartition::kIid;
+  double dirichlet_alpha = 0.5;  // dirichlet: the concentration of each class's shares
   int64_t batch_size = 64;
   int64_t train_samples = 0;  // 0: all (synthetic: 8192)
   int64_t test_samples = 0;   // 0: all (synthetic: 2048)
