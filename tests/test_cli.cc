@@ -53,29 +53,7 @@ fs::path workdir(const std::string& name) { return rv::test::fresh_dir("rv-cli",
 
 void write(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
 
-const char* kSmall = R"(name = "small"
-seed = 5
-[model]
-head = "linear"
-kind = "cnn"
-channels = [8, 16]
-hidden = [32]
-[data]
-kind = "digits"
-batch_size = 32
-[training]
-optimizer = "adam"
-lr = 0.003
-steps = 200
-eval_every = 100
-[real]
-timeout_s = 20
-[[devices]]
-count = 3
-up_mbps = 20
-down_mbps = 50
-latency_ms = 10
-)";
+const char* const kSmall = rv::test::kSmallDigitsCnn;
 
 // The values of the `kind` rows of a run folder's metrics.csv ("loss", "eval"), by node, step and
 // micro-batch: what the maths produced, whatever the timing. Real runs carry events to rank 0 in

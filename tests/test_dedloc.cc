@@ -22,46 +22,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Three PCs of one kind, digits, a small CNN (as tests/test_cli.cc's runs).
-const char* kSmall = R"(name = "small"
-seed = 5
-[model]
-head = "linear"
-kind = "cnn"
-channels = [8, 16]
-hidden = [32]
-[data]
-kind = "digits"
-batch_size = 32
-[training]
-optimizer = "adam"
-lr = 0.003
-steps = 200
-eval_every = 100
-[real]
-timeout_s = 20
-[[devices]]
-count = 3
-up_mbps = 20
-down_mbps = 50
-latency_ms = 10
-)";
-
-// A synthetic pool for the cost model's rounds.
-const char* kTwoPeers = R"(name = "reg"
-[model]
-head = "linear"
-hidden = [32]
-[data]
-kind = "synthetic"
-[training]
-micro_batches = 6
-max_in_flight = 3
-average_every = 7
-weight_stashing = false
-[[devices]]
-count = 4
-)";
+const char* const kSmall = test::kSmallDigitsCnn;
+const char* const kTwoPeers = test::kRegistryPipeline;
 
 constexpr double kB = 100e6 / 8;  // bytes per second
 constexpr double kLat = 0.020;    // seconds per transfer (two links)

@@ -11,6 +11,7 @@
 #include "core/scenario/keys.h"
 #include "planner/cost.h"
 #include "readme_keys.h"
+#include "snippets.h"
 #include "test_support.h"
 
 using namespace rv;
@@ -18,20 +19,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* kPipeline = R"(name = "reg"
-[model]
-head = "linear"
-hidden = [32]
-[data]
-kind = "synthetic"
-[training]
-micro_batches = 6
-max_in_flight = 3
-average_every = 7
-weight_stashing = false
-[[devices]]
-count = 4
-)";
+const char* const kPipeline = test::kRegistryPipeline;
 
 std::string read(const fs::path& p) {
   std::ifstream in(p);

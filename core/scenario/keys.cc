@@ -753,8 +753,13 @@ KeySpec training_flag_key(const char* name, bool default_value, const char* help
 KeyValue stored_value(const TrainingSpec& training, const KeySpec& key) {
   auto it = training.algorithm_keys.find(key.name);
   if (it == training.algorithm_keys.end()) return key.default_at(0);
-  const KeyValue def = key.default_at(0);
-  if (it->second.index() == def.index()) return it->second;
+  // Checked already (resolve_algorithm_keys leaves each of its key's type): as it is. Cost-model
+  // hooks read these in the planner's loops.
+  const bool checked =
+      (key.type == KeyType::kReal && std::holds_alternative<double>(it->second)) ||
+      (key.type == KeyType::kInteger && std::holds_alternative<int64_t>(it->second)) ||
+      (key.type == KeyType::kBool && std::holds_alternative<bool>(it->second));
+  if (checked) return it->second;
   return read_key_value(key, it->second, "training." + key.name);
 }
 
