@@ -62,7 +62,7 @@ class PeriodicStage {
                 const Algorithm& algorithm)
       : tr_(spec.scenario->training),
         role_(role),
-        cap_(in_flight(algorithm, tr_, role.stages)),
+        cap_(admitted_in_flight(algorithm, tr_, role.stages)),
         w_(env, spec, node, tr_, cap_),
         total_(tr_.steps),
         batch_(w_.batch()),
@@ -289,7 +289,7 @@ class ChurnNode {
     int64_t round = 0;
     NodeRole role;
     if (!take_stage(&role, &round)) return;
-    const int64_t cap = in_flight(algorithm_of(*spec_.scenario), tr_, role.stages);
+    const int64_t cap = admitted_in_flight(algorithm_of(*spec_.scenario), tr_, role.stages);
     w_ = std::make_unique<PipelineWorker>(env_, spec_, node_, tr_, cap, &role);
     w_->recovering(true);
     w_->refresh();
@@ -413,7 +413,7 @@ class ChurnNode {
   bool train(int64_t round) {
     const NodeRole& role = w_->role();
     const int64_t lo = round * E_, hi = std::min(tr_.steps, lo + E_);
-    const int64_t cap = in_flight(algorithm_of(*spec_.scenario), tr_, role.stages);
+    const int64_t cap = admitted_in_flight(algorithm_of(*spec_.scenario), tr_, role.stages);
     if (role.first()) {
       injected_ = completed_ = lo;
       while (completed_ < hi) {

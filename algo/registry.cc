@@ -5,6 +5,7 @@
 
 #include "algo/algorithm.h"
 #include "core/error.h"
+#include "core/fault_injection.h"
 #include "core/model/cost_model.h"
 
 namespace rv {
@@ -126,6 +127,10 @@ int64_t in_flight(const Algorithm& a, const TrainingSpec& training, int stages) 
       break;
   }
   return training.max_in_flight > 0 ? training.max_in_flight : std::max(1, stages);
+}
+
+int64_t admitted_in_flight(const Algorithm& a, const TrainingSpec& training, int stages) {
+  return in_flight(a, training, stages) + injected_fault().extra_in_flight;
 }
 
 int64_t micro_batches_per_update(const Algorithm& a, const TrainingSpec& training) {

@@ -138,6 +138,10 @@ std::vector<KeySpec> algorithm_key_rows();
 
 // Micro-batches kept unfinished by a pipeline of `stages` stages.
 int64_t in_flight(const Algorithm& a, const TrainingSpec& training, int stages);
+// What a pipeline admits: in_flight(), plus the micro-batches a negative control adds
+// (RAVNEST_FAULT=in-flight+N, core/fault_injection.h). Schedulers use this; checks of a run's
+// configuration use in_flight().
+int64_t admitted_in_flight(const Algorithm& a, const TrainingSpec& training, int stages);
 
 // Micro-batches each update of a stage takes: the algorithm's hook, or a step's (micro_batches)
 // for a flushing schedule, else one.

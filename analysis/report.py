@@ -744,11 +744,14 @@ def plot_theory(runs, title, out, written):
             ax.plot(k, c["bound"], color=colour, linestyle=":",
                     label=f"{r.label}: the bound's shape with estimated L, sigma^2 (not a guarantee)")
             continue
+        violated = " VIOLATED" if t.get("violated") else ""
         ax.plot(k, c["running_mean"], color=colour,
-                label=f"{r.label}: measured (ratio {t.get('ratio', float('nan')):.2g} at K)")
+                label=f"{r.label}: measured (ratio {t.get('ratio', float('nan')):.2g} at K){violated}")
         applies = bool(t.get("applies"))
+        theorem = (t.get("bound") or {}).get("theorem")
         ax.plot(k, c["bound"], color=colour, linestyle="--", alpha=1.0 if applies else 0.4,
-                label=f"{r.label}: bound" + ("" if applies else " (conditions not met)"))
+                label=f"{r.label}: bound" + (f" (Theorem {theorem})" if theorem else "")
+                + ("" if applies else " (conditions not met)"))
     ax.set_xscale("log")
     ax.set_yscale("log")
     finish(ax, f"{title}: convergence against the bound", "updates K (per cluster)",
@@ -764,9 +767,12 @@ def theory_lines(runs):
     if not measured:
         return []
     lines = ["## Convergence bound", "",
-             "The exact squared gradient norm at the clusters' average after each update, averaged over "
-             "the run's K updates, beside the bound of docs/theory.md with the run's own eta, T, C, H "
-             "and N (`ravnest theory`). For a neural network, whose L, sigma^2 and f* are unknown, they "
+             "The exact squared gradient norm of the clusters' objective at their average after each "
+             "update, averaged over the run's K updates, beside the bound of docs/theory.md (a Lian et al. "
+             "2015-style bound with local-SGD drift, derived there; Theorem 2 adds a dissimilarity term "
+             "where the clusters' data differ) with the run's own eta, T, C, H and N, and the paper's "
+             "condition beside ours (`ravnest theory`). For a neural network, whose L, sigma^2 and f* "
+             "are unknown, they "
              "are estimated along a plain-SGD replay of the run and the measured side is each update's "
              "stochastic gradient norm less its expected noise: a shape to compare with, never a "
              "guarantee.", ""]

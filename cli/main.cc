@@ -13,6 +13,7 @@
 #include "cli/keys_command.h"
 #include "cli/theory_command.h"
 #include "core/error.h"
+#include "core/fault_injection.h"
 #include "core/input/integer.h"
 #include "core/memory/allocator.h"
 #include "exec/dilation.h"
@@ -271,7 +272,8 @@ void add_theory(CLI::App& app, TheoryCli& c) {
   c.app = app.add_subcommand(
       "theory",
       "measure runs on problems with known constants (data.kind quadratic or logistic) against the "
-      "convergence bound: theory.json, theory.csv, theory.png");
+      "convergence bound: theory.json, theory.csv, theory.png; exit status 1 where a run breaks "
+      "its bound or its configuration (docs/theory.md)");
   c.app->add_option("runs", c.runs, "run folders")->required();
   c.app->add_option(
       "--out", c.out,
@@ -412,6 +414,7 @@ int main(int argc, char** argv) {
   }
 
   try {
+    rv::injected_fault();  // a negative control's RAVNEST_FAULT, checked before anything is written
     return run_subcommand(cli, argv[0]);
   } catch (const rv::Interrupted& e) {
     std::cerr << "ravnest: " << e.what() << std::endl;

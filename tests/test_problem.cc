@@ -9,6 +9,7 @@
 #include "core/data/dataset.h"
 #include "core/error.h"
 #include "core/model/stage.h"
+#include "core/problem/objective.h"
 #include "core/problem/problem.h"
 #include "test_support.h"
 #include "theory/estimate.h"
@@ -139,6 +140,131 @@ TEST_CASE("logistic regression's L and sigma^2 bound what they bound, and f* is 
     }
     CHECK(spread / static_cast<double>(p.a.rows()) <= p.sigma2);
   }
+}
+
+namespace {
+
+// The logistic problem with a feature mean, its rows split in two by label (all 0s, then all 1s)
+// or alternately (an iid-like split).
+Problem featured_logistic(double mean) {
+  ProblemSpec s;
+  s.kind = ProblemKind::kLogistic;
+  s.dim = 4;
+  s.samples = 400;
+  s.test_samples = 10;
+  s.feature_mean = mean;
+  s.seed = 11;
+  return make_problem(s);
+}
+
+std::vector<std::vector<int64_t>> by_label(const Problem& p) {
+  std::vector<std::vector<int64_t>> shards(2);
+  for (Eigen::Index j = 0; j < p.a.rows(); ++j) shards[p.b(j) > 0.5 ? 1 : 0].push_back(j);
+  return shards;
+}
+
+std::vector<std::vector<int64_t>> alternate(const Problem& p, int parts) {
+  std::vector<std::vector<int64_t>> shards(static_cast<size_t>(parts));
+  for (Eigen::Index j = 0; j < p.a.rows(); ++j) shards[static_cast<size_t>(j % parts)].push_back(j);
+  return shards;
+}
+
+// (1/C) sum_c ||grad f_c(w) - grad F(w)||^2 at w, from the shards' own mean losses.
+double spread_at(const Problem& p, const std::vector<std::vector<int64_t>>& shards,
+                 const Objective& o, const Eigen::VectorXd& w) {
+  double sum = 0;
+  for (const auto& rows : shards) {
+    Eigen::VectorXd weight = Eigen::VectorXd::Zero(p.a.rows());
+    for (int64_t j : rows) weight(j) = 1.0 / static_cast<double>(rows.size());
+    sum += (logistic_gradient(p.a, p.b, weight, w) - o.gradient(w)).squaredNorm();
+  }
+  return sum / static_cast<double>(shards.size());
+}
+
+}  // namespace
+
+TEST_CASE("the clusters' objective: F weighs each shard alike, and its constants bound theirs",
+          "[problem][objective]") {
+  const Problem p = featured_logistic(1.0);
+  const auto shards = by_label(p);
+  REQUIRE(shards[0].size() != shards[1].size());  // unequal: F is not the training mean
+  const Objective o = make_objective(p, shards);
+  CHECK_FALSE(o.same_objective);
+  CHECK(o.clusters == 2);
+  CHECK(o.weight.sum() == Approx(1.0).epsilon(1e-12));
+  CHECK(o.weight(shards[0][0]) == Approx(0.5 / static_cast<double>(shards[0].size())));
+  const Eigen::VectorXd w0 = Eigen::VectorXd::Zero(4);
+  CHECK(o.value(w0) == Approx(std::log(2.0)).epsilon(1e-12));
+  // F* is F's minimum: its gradient vanishes there, and F is larger at points around it.
+  CHECK(o.f_star < o.value(w0));
+  CHECK(o.delta() == Approx(o.value(w0) - o.f_star));
+  // ζ² bounds the shards' gradient spread everywhere: far out, where sigmoid saturates, too.
+  Eigen::VectorXd w(4);
+  for (int i = 0; i < 200; ++i) {
+    const double scale = i < 100 ? 1.0 : 30.0;
+    for (int k = 0; k < 4; ++k) w(k) = scale * std::sin(1.7 * i + 2.3 * k);
+    CHECK(spread_at(p, shards, o, w) <= o.dissimilarity);
+    CHECK(o.value(w) >= o.f_star - 1e-12);
+  }
+  // L and sigma^2 bound every shard's: finite differences along the axes, the spread of a
+  // shard's per-sample gradients.
+  for (const auto& rows : shards) {
+    Eigen::VectorXd weight = Eigen::VectorXd::Zero(p.a.rows());
+    for (int64_t j : rows) weight(j) = 1.0 / static_cast<double>(rows.size());
+    for (int k = 0; k < 4; ++k) {
+      const Eigen::VectorXd e = Eigen::VectorXd::Unit(4, k);
+      CHECK(
+          (logistic_gradient(p.a, p.b, weight, e * 1e-5) - logistic_gradient(p.a, p.b, weight, w0))
+                  .norm() /
+              1e-5 <=
+          o.smoothness * (1 + 1e-6));
+    }
+    double second = 0;
+    for (int64_t j : rows) second += p.a.row(j).squaredNorm();
+    CHECK(second / static_cast<double>(rows.size()) <= o.sigma2 * (1 + 1e-12));
+  }
+  // A split that does not follow the labels differs much less: the centre part of the bound is
+  // what a split by class adds.
+  const Objective mixed = make_objective(p, alternate(p, 2));
+  CHECK(mixed.dissimilarity < o.dissimilarity);
+  // Bad shards are refused, naming the shard.
+  CHECK_THROWS_WITH(make_objective(p, {shards[0], {}}), Catch::Contains("shard 1 is empty"));
+  CHECK_THROWS_WITH(make_objective(p, {shards[0], shards[0]}), Catch::Contains("in another shard"));
+}
+
+TEST_CASE("a split by label makes no difference where the classes are mirror images",
+          "[problem][objective]") {
+  // Centred features: (x, y) and (-x, 1 - y) have the same law, so the two classes' objectives
+  // agree in the population; with a feature mean they do not. At the minimiser of F the shards'
+  // gradients then differ by sampling alone, or by much more.
+  auto spread_at_minimum = [](double mean) {
+    const Problem p = featured_logistic(mean);
+    const auto shards = by_label(p);
+    const Objective o = make_objective(p, shards);
+    return spread_at(p, shards, o, logistic_minimum(p.a, p.b, o.weight));
+  };
+  CHECK(spread_at_minimum(1.5) > 5 * spread_at_minimum(0.0));
+}
+
+TEST_CASE("the quadratic and one cluster: F is f, and micro-batch noise is what sampling leaves",
+          "[problem][objective]") {
+  const Problem q = make_problem(quadratic(6));
+  const Objective oq = make_objective(q, {{0, 1}, {2, 3}});  // shards change nothing
+  CHECK(oq.same_objective);
+  CHECK(oq.dissimilarity == 0);
+  CHECK(oq.smoothness == q.smoothness);
+  CHECK(oq.micro_batch_noise(4) == Approx(q.sigma2 / 4));
+  const Problem p = featured_logistic(1.0);
+  const Objective one = make_objective(p, {});
+  CHECK(one.same_objective);
+  CHECK(one.value(p.w_star) == Approx(p.value(p.w_star)).epsilon(1e-12));
+  // Without replacement from n rows: (sigma^2 / N) (n - N) / (n - 1); the whole shard: no noise.
+  CHECK(one.micro_batch_noise(10) == Approx(p.sigma2 / 10 * 390.0 / 399.0).epsilon(1e-12));
+  CHECK(one.micro_batch_noise(400) == 0);
+  CHECK(one.micro_batch_noise(1000) == 0);
+  const Objective two = make_objective(p, alternate(p, 2));
+  CHECK(two.micro_batch_noise(200) == 0);
+  CHECK(two.micro_batch_noise(100) > 0);
 }
 
 TEST_CASE("a problem's spec is checked", "[problem]") {

@@ -21,7 +21,8 @@ TEST_CASE("the bound's terms and condition, by hand", "[theory]") {
   const Bound b = convergence_bound(four_clusters());
   CHECK(b.optimisation == Approx(2.0).epsilon(1e-12));  // 2 * 10 / (0.01 * 1000)
   CHECK(b.noise == Approx(0.0025).epsilon(1e-12));      // 2 * 0.01 * 4 / (4 * 8)
-  CHECK(b.delay == Approx(0.0068).epsilon(1e-12));      // 4 * 1e-4 * (2 * 9 + 4 * 4) * 4 / 8
+  CHECK(b.staleness + b.drift ==
+        Approx(0.0068).epsilon(1e-12));  // 4 * 1e-4 * (2 * 9 + 4 * 4) * 4 / 8
   CHECK(b.value == Approx(2.0093).epsilon(1e-12));
   CHECK(b.condition == Approx(0.0528).epsilon(1e-12));  // 0.02 + 4e-4 * (18 + 4 * 16)
   CHECK(b.holds);
@@ -31,12 +32,52 @@ TEST_CASE("the bound's terms and condition, by hand", "[theory]") {
   const Bound c = convergence_bound(one);
   CHECK(c.optimisation == Approx(1.0).epsilon(1e-12));
   CHECK(c.noise == Approx(0.5).epsilon(1e-12));
-  CHECK(c.delay == Approx(1.0).epsilon(1e-12));  // 0.25 * (1 * 4) * 1 / 1
+  CHECK(c.staleness + c.drift == Approx(1.0).epsilon(1e-12));  // 0.25 * (1 * 4) * 1 / 1
   CHECK(c.value == Approx(2.5).epsilon(1e-12));
   CHECK(c.condition == Approx(1.5).epsilon(1e-12));
   CHECK_FALSE(c.holds);
   one.average_every = 1;
   CHECK(convergence_bound(one).value == c.value);
+}
+
+TEST_CASE("Theorem 2: clusters whose objectives differ, by hand", "[theory]") {
+  BoundInputs in = four_clusters();
+  in.dissimilarity = 0.5;
+  CHECK(convergence_bound(in).theorem == 1);  // same_objective: ζ² is not read
+  CHECK(convergence_bound(in).dissimilarity == 0);
+  in.same_objective = false;
+  const Bound b = convergence_bound(in);
+  CHECK(b.theorem == 2);
+  // L eta = 0.02, L² eta² = 4e-4, a = 2, κ = 4: ρ = 2 * 4e-4 * (2 * 9 + 4 * 16) = 0.0656.
+  const double rho = 0.0656;
+  CHECK(b.optimisation == Approx(2.0).epsilon(1e-12));
+  CHECK(b.noise == Approx(0.0025).epsilon(1e-12));
+  CHECK(b.staleness == Approx(4e-4 * 18 * 4 / 8 / (1 - rho)).epsilon(1e-12));
+  CHECK(b.drift == Approx(4e-4 * 16 * 4 / 8 / (1 - rho)).epsilon(1e-12));
+  CHECK(b.dissimilarity == Approx(4e-4 * (2 * 2 * 9 + 8 * 16) * 0.5 / (1 - rho)).epsilon(1e-12));
+  CHECK(b.value == Approx(2.0025 + 4e-4 * (9 + 8 + 82) / (1 - rho)).epsilon(1e-12));
+  CHECK(b.condition == Approx(0.02 + 2 * 4e-4 * 9 / (1 - rho)).epsilon(1e-12));
+  CHECK(b.holds);
+  CHECK(b.paper_condition == Approx(2 * 0.01 * 2 * 9 / (4.0 * 8)).epsilon(1e-12));
+  // With ζ² = 0 it is still looser than Theorem 1 (its proof averages, rather than cancels, the
+  // clusters' gradients).
+  in.dissimilarity = 0;
+  CHECK(convergence_bound(in).value > convergence_bound(four_clusters()).value);
+  // The largest step meets the condition with equality; past ρ = 1 there is no bound.
+  const double top = largest_lr(in);
+  in.lr = top;
+  CHECK(convergence_bound(in).condition == Approx(1.0).epsilon(1e-9));
+  CHECK(top < largest_lr(four_clusters()));
+  in.lr = 0.2;  // ρ = 2 * 0.16 * 82 > 1
+  CHECK(std::isinf(convergence_bound(in).condition));
+  CHECK_FALSE(convergence_bound(in).holds);
+  // One cluster: the two theorems are one.
+  BoundInputs one{1, 1, 1, 1, 2, 1, 7, 0.1, 4};
+  BoundInputs one2 = one;
+  one2.same_objective = false;
+  one2.dissimilarity = 3;
+  CHECK(convergence_bound(one2).value == convergence_bound(one).value);
+  CHECK(convergence_bound(one2).theorem == 1);
 }
 
 TEST_CASE("step sizes: the largest that meets the condition, the best for the bound", "[theory]") {
@@ -64,7 +105,7 @@ TEST_CASE("step sizes: the largest that meets the condition, the best for the bo
   const Bound b = convergence_bound(in);
   CHECK(b.optimisation + b.noise ==
         Approx(2 * std::sqrt(2.0 * 10 * 2 * 4 / (4.0 * 8 * 1e6))).epsilon(1e-12));
-  CHECK(b.delay == Approx(2.0 * 2 * 10 * 4 * 34 / 1e6).epsilon(1e-12));
+  CHECK(b.staleness + b.drift == Approx(2.0 * 2 * 10 * 4 * 34 / 1e6).epsilon(1e-12));
   CHECK(b.holds);
 }
 
@@ -82,7 +123,7 @@ TEST_CASE("the bound falls as 1/sqrt(C N K) at the best step, with linear speedu
   more.updates *= 4;
   const Bound b = at_best(in), b4 = at_best(more);
   CHECK((b4.optimisation + b4.noise) / (b.optimisation + b.noise) == Approx(0.5).epsilon(1e-9));
-  CHECK(b4.delay / b.delay == Approx(1.0 / 4).epsilon(1e-9));
+  CHECK((b4.staleness + b4.drift) / (b.staleness + b.drift) == Approx(1.0 / 4).epsilon(1e-9));
   // C x 2 with K / 2 per cluster: the same leading terms (linear speedup); inside the regime the
   // delay term, which grows as C² / K, stays below them, so the whole bound grows by less than 2.
   BoundInputs twice = in;
@@ -91,12 +132,12 @@ TEST_CASE("the bound falls as 1/sqrt(C N K) at the best step, with linear speedu
   REQUIRE(linear_speedup_staleness(twice) >= twice.staleness);
   const Bound b2 = at_best(twice);
   CHECK(b2.optimisation + b2.noise == Approx(b.optimisation + b.noise).epsilon(1e-9));
-  CHECK(b2.delay <= b2.optimisation + b2.noise);
+  CHECK(b2.staleness + b2.drift <= b2.optimisation + b2.noise);
   CHECK(b2.value / b.value < 2);
   // Beyond the regime (T past linear_speedup_staleness) the delay term exceeds the other two.
   twice.staleness = linear_speedup_staleness(twice) + 1;
   const Bound beyond = at_best(twice);
-  CHECK(beyond.delay > beyond.optimisation + beyond.noise);
+  CHECK(beyond.staleness + beyond.drift > beyond.optimisation + beyond.noise);
 }
 
 TEST_CASE("the linear-speedup staleness, by hand", "[theory]") {
@@ -119,8 +160,9 @@ TEST_CASE("inputs out of range are refused, naming the input", "[theory]") {
   refused([](BoundInputs& x) { x.smoothness = 0; }, "L must be > 0");
   refused([](BoundInputs& x) { x.lr = 0; }, "step size eta");
   refused([](BoundInputs& x) { x.lr = NAN; }, "step size eta");
-  refused([](BoundInputs& x) { x.gap = -1; }, "f(w_0) - f*");
+  refused([](BoundInputs& x) { x.gap = -1; }, "F(w_0) - F*");
   refused([](BoundInputs& x) { x.sigma2 = -1; }, "sigma^2");
+  refused([](BoundInputs& x) { x.dissimilarity = -1; }, "zeta^2");
   refused([](BoundInputs& x) { x.batch = 0; }, "micro-batch N");
   refused([](BoundInputs& x) { x.staleness = -1; }, "staleness T");
   refused([](BoundInputs& x) { x.clusters = 0; }, "clusters C");

@@ -10,10 +10,12 @@
 
 #include "algo/registry.h"
 #include "core/data/dataset.h"
+#include "core/data/partition.h"
 #include "core/error.h"
 #include "core/model/model.h"
 #include "core/output/run_output.h"
 #include "core/plan.h"
+#include "core/problem/objective.h"
 #include "core/problem/problem.h"
 #include "core/scenario/scenario.h"
 #include "theory/estimate.h"
@@ -33,13 +35,14 @@ struct RunInputs {
   std::vector<Event> events;
   BoundInputs in;
   double staleness_mean = 0;
+  int64_t staleness_limit = 0;  // what the configuration allows: micro-batches in flight - 1
 };
 
 RunInputs read_run(const std::string& run) {
   const fs::path dir(run);
   for (const char* f : {"scenario.toml", "plan.json", "metrics.csv"})
     if (!fs::exists(dir / f)) throw InputError(run + ": not a run folder (no " + f + ")");
-  RunInputs r{load_scenario((dir / "scenario.toml").string()), {}, {}, {}, {}, 0};
+  RunInputs r{load_scenario((dir / "scenario.toml").string()), {}, {}, {}, {}, 0, 0};
   r.model = build_model(r.scenario);
   r.plan = plan_from_json(read_json_file((dir / "plan.json").string()));
   if (r.plan.clusters.empty()) throw InputError(run + "/plan.json: no clusters");
@@ -65,7 +68,22 @@ RunInputs read_run(const std::string& run) {
   r.in.clusters = static_cast<int64_t>(r.plan.clusters.size());
   r.in.average_every = s.training.average_every;
   r.in.lr = s.training.lr;
+  for (const ClusterPlan& c : r.plan.clusters)
+    r.staleness_limit =
+        std::max(r.staleness_limit,
+                 in_flight(algorithm_of(s), s.training, static_cast<int>(c.stages.size())) - 1);
   return r;
+}
+
+// Each cluster's rows of the training set, as the run's samplers drew them (PipelineWorker): none
+// for one cluster (it samples every row) or the quadratic (whose objective no shard changes).
+std::vector<std::vector<int64_t>> cluster_shards(const Scenario& s, int clusters) {
+  if (clusters <= 1 || s.data.kind == DataKind::kQuadratic) return {};
+  const Dataset data = load_dataset(s.data, s.seed);
+  std::vector<std::vector<int64_t>> shards;
+  for (int c = 0; c < clusters; ++c)
+    shards.push_back(partition_rows(data, s.data, clusters, c, s.seed));
+  return shards;
 }
 
 // Each cluster's stages: where their parameters sit in the whole model's flat parameters.
@@ -97,14 +115,39 @@ void judge(TheoryMeasure& m, const Scenario& s) {
                       (s.training.weight_decay != 0 ? " with weight decay" : ""));
   if (!m.bound.holds)
     m.notes.push_back(fmt::format(
-        "the step-size condition fails: L eta + L^2 eta^2 (a T^2 + 4 kappa^2) = {:.4g} > 1 "
-        "(eta = {:g}, L = {:g}, T = {}, C = {}, H = {})",
+        "the step-size condition fails: {} = {:.4g} > 1 (eta = {:g}, L = {:g}, T = {}, C = {}, H = "
+        "{})",
+        m.bound.theorem == 2
+            ? "L eta + a L^2 eta^2 T^2 / (1 - rho), rho = 2 L^2 eta^2 (a T^2 + 4 kappa^2),"
+            : "L eta + L^2 eta^2 (a T^2 + 4 kappa^2)",
         m.bound.condition, in.lr, in.smoothness, in.staleness, in.clusters, in.average_every));
   if (s.training.averaging != Averaging::kBulkSync && in.clusters > 1)
     m.notes.push_back("averaging = \"" + std::string(name_of(s.training.averaging)) +
                       "\": the analysis covers bulk-synchronous averaging");
   m.applies = !m.estimated && m.plain_sgd && m.bound.holds &&
               (s.training.averaging == Averaging::kBulkSync || in.clusters == 1);
+  // Each term needed: the same theorem with the clusters averaging every update (no drift), and
+  // with their objectives alike (no dissimilarity).
+  BoundInputs no_drift = in, alike = in;
+  no_drift.average_every = 1;
+  alike.dissimilarity = 0;
+  m.without_drift = convergence_bound(no_drift);
+  m.without_dissimilarity = convergence_bound(alike);
+  // The detection rule of docs/theory.md: the run's records against its configuration, then the
+  // measured running mean against the bound at every K (the bound holds for every prefix).
+  if (in.staleness > m.staleness_limit)
+    m.violations.push_back(fmt::format(
+        "an update applied a gradient {} updates old, more than the configuration allows ({}: "
+        "micro-batches in flight - 1)",
+        in.staleness, m.staleness_limit));
+  if (m.applies)
+    for (size_t k = 0; k < m.running_mean.size(); ++k)
+      if (m.running_mean[k] > m.bound_at[k]) {
+        m.violations.push_back(fmt::format(
+            "the measured mean squared gradient norm {:.4g} exceeds the bound {:.4g} at K = {}",
+            m.running_mean[k], m.bound_at[k], k + 1));
+        break;
+      }
 }
 
 void push_point(TheoryMeasure& m, double g2, double* total) {
@@ -160,6 +203,7 @@ TheoryMeasure measure_problem(const std::string& run, RunInputs r) {
   const Problem problem = make_problem(problem_spec(s.data));
   const int64_t dim = problem.spec.dim;
   const int clusters = static_cast<int>(r.plan.clusters.size());
+  const Objective objective = make_objective(problem, cluster_shards(s, clusters));
   const auto offset = stage_offsets(r);
 
   // The parameters after each update, by (cluster, stage), in update order.
@@ -174,12 +218,18 @@ TheoryMeasure measure_problem(const std::string& run, RunInputs r) {
   m.run = run;
   m.problem = name_of(s.data.kind);
   m.inputs = r.in;
-  m.inputs.gap = problem.delta();
-  m.inputs.smoothness = problem.smoothness;
-  m.inputs.sigma2 = problem.sigma2;
+  m.inputs.gap = objective.delta();
+  m.inputs.smoothness = objective.smoothness;
+  // sigma² as the bound reads it, sigma² / N the variance of an update's gradient: a micro-batch
+  // drawn without replacement from its shard (objective.h), the update's micro-batches averaged.
+  m.sigma2_sample = objective.sigma2;
+  m.inputs.sigma2 =
+      static_cast<double>(s.data.batch_size) * objective.micro_batch_noise(s.data.batch_size);
+  m.inputs.dissimilarity = objective.dissimilarity;
+  m.inputs.same_objective = objective.same_objective;
   m.inputs.updates = updates;
   m.staleness_mean = r.staleness_mean;
-  m.staleness_configured = s.training.max_in_flight > 0 ? s.training.max_in_flight - 1 : -1;
+  m.staleness_limit = r.staleness_limit;
 
   // w̄_k: w_0 = 0 (the blocks start at zero), then each cluster's stages after update k, averaged.
   double total = 0;
@@ -194,7 +244,7 @@ TheoryMeasure measure_problem(const std::string& run, RunInputs r) {
         for (size_t i = 0; i < v.size(); ++i)
           w(o + static_cast<int64_t>(i)) += static_cast<double>(v[i]) / clusters;
       }
-    push_point(m, problem.gradient(w).squaredNorm(), &total);
+    push_point(m, objective.gradient(w).squaredNorm(), &total);
   }
   judge(m, s);
   if (!problem.f_star_exact)
@@ -253,7 +303,7 @@ TheoryMeasure measure_network(const std::string& run, RunInputs r) {
   m.inputs.sigma2 = est.sigma2;
   m.inputs.updates = updates;
   m.staleness_mean = r.staleness_mean;
-  m.staleness_configured = s.training.max_in_flight > 0 ? s.training.max_in_flight - 1 : -1;
+  m.staleness_limit = r.staleness_limit;
   // A gradient over N samples carries sigma² / N of noise on average (one exchanged between the
   // clusters before the update, as sync-dp's: over C N samples),
   // with sigma² at update k interpolated between the replay's checkpoints.
@@ -294,29 +344,59 @@ static nlohmann::json points_json(const ConstantEstimates& e) {
   return a;
 }
 
+// Which bound a run is measured against, in words.
+static std::string tested_bound(const TheoryMeasure& m) {
+  return fmt::format(
+      "Theorem {} of docs/theory.md ({}), a Lian et al. 2015-style bound with local-SGD drift, "
+      "derived here",
+      m.bound.theorem,
+      m.bound.theorem == 2
+          ? fmt::format("clusters whose objectives differ, zeta^2 = {:.4g}", m.inputs.dissimilarity)
+          : "every cluster descends one objective");
+}
+
+static nlohmann::json bound_json(const Bound& b) {
+  return {{"theorem", b.theorem},
+          {"optimisation", b.optimisation},
+          {"noise", b.noise},
+          {"staleness", b.staleness},
+          {"drift", b.drift},
+          {"dissimilarity", b.dissimilarity},
+          {"value", b.value},
+          {"condition", b.condition},  // null where infinite (Theorem 2's rho >= 1)
+          {"holds", b.holds},
+          {"paper_condition", b.paper_condition}};
+}
+
 nlohmann::json theory_json(const TheoryMeasure& m) {
   const BoundInputs& in = m.inputs;
   return {{"run", m.run},
           {"problem", m.problem},
+          {"tested", tested_bound(m)},
           {"inputs",
            {{"gap", in.gap},
             {"smoothness", in.smoothness},
             {"sigma2", in.sigma2},
+            {"sigma2_sample", m.sigma2_sample},
+            {"dissimilarity", in.dissimilarity},
+            {"same_objective", in.same_objective},
             {"batch", in.batch},
             {"staleness", in.staleness},
-            {"staleness_configured", m.staleness_configured},
+            {"staleness_limit", m.staleness_limit},
             {"staleness_mean", m.staleness_mean},
             {"clusters", in.clusters},
             {"average_every", in.average_every},
             {"lr", in.lr},
             {"updates", in.updates}}},
-          {"bound",
-           {{"optimisation", m.bound.optimisation},
-            {"noise", m.bound.noise},
-            {"delay", m.bound.delay},
-            {"value", m.bound.value},
-            {"condition", m.bound.condition},
-            {"holds", m.bound.holds}}},
+          {"bound", bound_json(m.bound)},
+          {"bound_without_drift", bound_json(m.without_drift)},
+          {"bound_without_dissimilarity", bound_json(m.without_dissimilarity)},
+          {"paper",
+           {{"condition", "2 eta L T^2 / (C N_m) <= 1, with A1 > 0, A2 <= 0, A3 <= 1"},
+            {"value", m.bound.paper_condition},
+            {"holds", m.bound.paper_condition <= 1},
+            {"n_m", "N, the samples of one cluster's update"},
+            {"a1_a3", "not computable: the paper gives no computable form"}}},
           {"estimated", m.estimated},
           {"estimates", m.estimated ? nlohmann::json{{"smoothness", m.estimates.smoothness},
                                                      {"sigma2", m.estimates.sigma2},
@@ -335,6 +415,8 @@ nlohmann::json theory_json(const TheoryMeasure& m) {
           {"plain_sgd", m.plain_sgd},
           {"applies", m.applies},
           {"notes", m.notes},
+          {"violations", m.violations},
+          {"violated", m.violated()},
           {"verdict", theory_line(m)}};
 }
 
@@ -352,6 +434,11 @@ std::string theory_line(const TheoryMeasure& m) {
   std::string line =
       fmt::format("measured {:.4g}, bound {:.4g} (measured/bound {:.3g}) over {} updates; ",
                   m.measured, m.bound.value, m.ratio, m.inputs.updates);
+  const std::string paper = fmt::format(
+      "; the paper's condition 2 eta L T^2 / (C N_m) = {:.3g} (N_m = N = {}; A1-A3 not computable)",
+      m.bound.paper_condition, m.inputs.batch);
+  std::string violated;
+  for (const std::string& v : m.violations) violated += "; VIOLATED: " + v;
   if (m.estimated)
     return fmt::format(
                "estimates (the largest over an SGD replay of {} updates): L ~ {:.4g}, sigma^2 ~ "
@@ -361,10 +448,13 @@ std::string theory_line(const TheoryMeasure& m) {
            line + "a shape to compare with, not a guarantee" +
            (m.bound.holds ? ""
                           : fmt::format(" (with these estimates the condition fails: {:.3g} > 1)",
-                                        m.bound.condition));
+                                        m.bound.condition)) +
+           violated;
+  line += tested_bound(m) + ": ";
   if (m.applies)
-    return line + fmt::format("eta, T and C meet the condition ({:.3g} <= 1)", m.bound.condition);
-  return line + "the bound does not apply: " + m.notes.front();
+    return line + fmt::format("eta, T and C meet its condition ({:.3g} <= 1)", m.bound.condition) +
+           paper + violated;
+  return line + "the bound does not apply: " + m.notes.front() + paper + violated;
 }
 
 }  // namespace rv

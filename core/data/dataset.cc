@@ -65,6 +65,7 @@ ProblemSpec problem_spec(const DataSpec& spec) {
   p.eig_min = spec.eig_min;
   p.eig_max = spec.eig_max;
   p.sigma2 = spec.sigma2;
+  p.feature_mean = spec.feature_mean;
   p.samples = spec.train_samples > 0 ? spec.train_samples : 4096;
   p.test_samples = spec.test_samples > 0 ? spec.test_samples : 1024;
   p.seed = spec.problem_seed;

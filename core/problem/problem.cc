@@ -43,35 +43,6 @@ Eigen::MatrixXd gaussian(Normal& n, int64_t rows, int64_t cols) {
   return m;
 }
 
-// Logistic regression's minimum over the training set by damped Newton steps.
-Eigen::VectorXd newton_minimum(const Problem& p) {
-  const Eigen::Index d = p.a.cols();
-  Eigen::VectorXd w = Eigen::VectorXd::Zero(d);
-  double f = p.value(w);
-  for (int it = 0; it < 200; ++it) {
-    const Eigen::VectorXd g = p.gradient(w);
-    if (g.norm() < 1e-13) break;
-    const Eigen::VectorXd s = p.a * w;
-    Eigen::VectorXd weight(s.size());
-    for (Eigen::Index j = 0; j < s.size(); ++j) weight(j) = sigmoid(s(j)) * (1 - sigmoid(s(j)));
-    const Eigen::MatrixXd h =
-        p.a.transpose() * weight.asDiagonal() * p.a / static_cast<double>(s.size());
-    const Eigen::VectorXd step = h.ldlt().solve(g);
-    double t = 1;
-    Eigen::VectorXd next = w - step;
-    double fn = p.value(next);
-    while (fn > f && t > 1e-8) {
-      t /= 2;
-      next = w - t * step;
-      fn = p.value(next);
-    }
-    if (fn > f) break;
-    w = next;
-    f = fn;
-  }
-  return w;
-}
-
 }  // namespace
 
 double Problem::value(const Eigen::VectorXd& w) const {
@@ -80,20 +51,62 @@ double Problem::value(const Eigen::VectorXd& w) const {
     const Eigen::VectorXd r = w - w_star;
     return 0.5 * r.dot(q * eigenvalues.asDiagonal() * q.transpose() * r) + tau2;
   }
-  const Eigen::VectorXd s = a * w;
-  double sum = 0;
-  for (Eigen::Index j = 0; j < s.size(); ++j) sum += softplus(s(j)) - b(j) * s(j);
-  return sum / static_cast<double>(s.size());
+  return logistic_value(a, b, uniform_weights(a.rows()), w);
 }
 
 Eigen::VectorXd Problem::gradient(const Eigen::VectorXd& w) const {
   RV_CHECK(w.size() == spec.dim, "problem: a point of the wrong dimension");
   if (spec.kind == ProblemKind::kQuadratic)
     return q * (eigenvalues.asDiagonal() * (q.transpose() * (w - w_star)));
-  const Eigen::VectorXd s = a * w;
+  return logistic_gradient(a, b, uniform_weights(a.rows()), w);
+}
+
+Eigen::VectorXd uniform_weights(Eigen::Index n) {
+  return Eigen::VectorXd::Constant(n, 1.0 / static_cast<double>(n));
+}
+
+double logistic_value(const Eigen::MatrixXd& x, const Eigen::VectorXd& y,
+                      const Eigen::VectorXd& weight, const Eigen::VectorXd& w) {
+  const Eigen::VectorXd s = x * w;
+  double sum = 0;
+  for (Eigen::Index j = 0; j < s.size(); ++j) sum += weight(j) * (softplus(s(j)) - y(j) * s(j));
+  return sum;
+}
+
+Eigen::VectorXd logistic_gradient(const Eigen::MatrixXd& x, const Eigen::VectorXd& y,
+                                  const Eigen::VectorXd& weight, const Eigen::VectorXd& w) {
+  const Eigen::VectorXd s = x * w;
   Eigen::VectorXd r(s.size());
-  for (Eigen::Index j = 0; j < s.size(); ++j) r(j) = sigmoid(s(j)) - b(j);
-  return a.transpose() * r / static_cast<double>(s.size());
+  for (Eigen::Index j = 0; j < s.size(); ++j) r(j) = weight(j) * (sigmoid(s(j)) - y(j));
+  return x.transpose() * r;
+}
+
+Eigen::VectorXd logistic_minimum(const Eigen::MatrixXd& x, const Eigen::VectorXd& y,
+                                 const Eigen::VectorXd& weight) {
+  Eigen::VectorXd w = Eigen::VectorXd::Zero(x.cols());
+  double f = logistic_value(x, y, weight, w);
+  for (int it = 0; it < 200; ++it) {
+    const Eigen::VectorXd g = logistic_gradient(x, y, weight, w);
+    if (g.norm() < 1e-13) break;
+    const Eigen::VectorXd s = x * w;
+    Eigen::VectorXd curvature(s.size());
+    for (Eigen::Index j = 0; j < s.size(); ++j)
+      curvature(j) = weight(j) * sigmoid(s(j)) * (1 - sigmoid(s(j)));
+    const Eigen::MatrixXd h = x.transpose() * curvature.asDiagonal() * x;
+    const Eigen::VectorXd step = h.ldlt().solve(g);
+    double t = 1;
+    Eigen::VectorXd next = w - step;
+    double fn = logistic_value(x, y, weight, next);
+    while (fn > f && t > 1e-8) {
+      t /= 2;
+      next = w - t * step;
+      fn = logistic_value(x, y, weight, next);
+    }
+    if (fn > f) break;
+    w = next;
+    f = fn;
+  }
+  return w;
 }
 
 Problem make_problem(const ProblemSpec& spec) {
@@ -130,8 +143,12 @@ Problem make_problem(const ProblemSpec& spec) {
   p.w_star = 2 * u / std::sqrt(u.dot(cov * u));
   const Eigen::MatrixXd root =
       p.q * p.eigenvalues.cwiseSqrt().asDiagonal();  // x = Q Lambda^(1/2) z
+  // The features' mean: a direction of its own generator, so that the rest is drawn as without it.
+  Normal direction(spec.seed * 0x9E3779B97F4A7C15ULL + 0x3EA7);
+  Eigen::VectorXd mu = gaussian(direction, d, 1);
+  mu *= spec.feature_mean / mu.norm();
   auto draw = [&](int64_t n, Eigen::MatrixXd& x, Eigen::VectorXd& y) {
-    x = gaussian(normal, n, d) * root.transpose();
+    x = (gaussian(normal, n, d) * root.transpose()).rowwise() + mu.transpose();
     y.resize(n);
     for (int64_t j = 0; j < n; ++j)
       y(j) = normal.uniform() < sigmoid(x.row(j).dot(p.w_star)) ? 1.0 : 0.0;
@@ -144,7 +161,7 @@ Problem make_problem(const ProblemSpec& spec) {
                                                       Eigen::EigenvaluesOnly);
   p.smoothness = gram.eigenvalues().maxCoeff() / 4;
   p.sigma2 = p.a.rowwise().squaredNorm().mean();
-  p.f_star = p.value(newton_minimum(p));
+  p.f_star = p.value(logistic_minimum(p.a, p.b, uniform_weights(p.a.rows())));
   p.f_star_exact = false;
   return p;
 }

@@ -17,12 +17,13 @@
 //              w*). A sample's gradient is grad f + n with n = -(2/d) A^T e, E||n||^2 = 2 tau^2
 //              tr(Lambda) / d =: sigma^2 (chosen; tau^2 follows), independent of w: the bound's
 //              assumption exactly. The loss is the regression task's mean squared error.
-//   logistic   n samples x_j = Q Lambda^(1/2) z_j (z ~ N(0, I), m = 1), labels y_j ~ Bernoulli(
-//              sigmoid(x_j^T w*)) with x^T w* of standard deviation 2; f(w) = (1/n) sum_j
-//              log(1 + exp(x_j^T w)) - y_j x_j^T w over the training set (the classification task
-//              on the logits (0, x^T w)). L <= lambda_max(X^T X / n) / 4 (the bound used);
-//              f* by Newton's method; a sample's gradient differs from grad f by at most
-//              sigma^2 = (1/n) sum_j ||x_j||^2 in mean square (|sigmoid - y| <= 1).
+//   logistic   n samples x_j = mu + Q Lambda^(1/2) z_j (z ~ N(0, I), m = 1; mu of length
+//              feature_mean in a seeded direction, 0 by default), labels y_j ~ Bernoulli(
+//              sigmoid(x_j^T w*)) with x^T w* of standard deviation 2 around its mean; f(w) = (1/n)
+//              sum_j log(1 + exp(x_j^T w)) - y_j x_j^T w over the training set (the classification
+//              task on the logits (0, x^T w)). L <= lambda_max(X^T X / n) / 4 (the bound used); f*
+//              by Newton's method; a sample's gradient differs from grad f by at most sigma^2 =
+//              (1/n) sum_j ||x_j||^2 in mean square (|sigmoid - y| <= 1).
 // w_0 = 0 for both (the block layers start at zero).
 #pragma once
 
@@ -37,11 +38,12 @@ enum class ProblemKind { kQuadratic, kLogistic };
 
 struct ProblemSpec {
   ProblemKind kind = ProblemKind::kQuadratic;
-  int64_t dim = 32;        // d, the parameters
-  double eig_min = 0.1;    // the spectrum of the Hessian (quadratic) or the features' covariance
-  double eig_max = 1.0;    // (logistic), geometric in between
-  double sigma2 = 1.0;     // quadratic: a sample's gradient noise, E||n||^2
-  int64_t samples = 4096;  // logistic: training samples
+  int64_t dim = 32;         // d, the parameters
+  double eig_min = 0.1;     // the spectrum of the Hessian (quadratic) or the features' covariance
+  double eig_max = 1.0;     // (logistic), geometric in between
+  double sigma2 = 1.0;      // quadratic: a sample's gradient noise, E||n||^2
+  double feature_mean = 0;  // logistic: ||mu||, the features' mean (a seeded direction)
+  int64_t samples = 4096;   // logistic: training samples
   int64_t test_samples = 1024;
   uint64_t seed = 1;  // the problem (Q, w*, the samples); not the run's noise
 };
@@ -69,5 +71,17 @@ struct Problem {
 
 // The problem of a spec. rv::InputError for a spectrum out of order.
 Problem make_problem(const ProblemSpec& spec);
+
+// The logistic loss over the rows of x (labels y, 0 or 1), row j weighted by weight(j) (weights
+// >= 0 that sum to 1): sum_j weight_j (log(1 + exp(x_j^T w)) - y_j x_j^T w), its exact gradient,
+// and its minimiser by damped Newton steps (to a gradient norm of 1e-13, or where no step
+// descends).
+Eigen::VectorXd uniform_weights(Eigen::Index n);  // 1 / n each
+double logistic_value(const Eigen::MatrixXd& x, const Eigen::VectorXd& y,
+                      const Eigen::VectorXd& weight, const Eigen::VectorXd& w);
+Eigen::VectorXd logistic_gradient(const Eigen::MatrixXd& x, const Eigen::VectorXd& y,
+                                  const Eigen::VectorXd& weight, const Eigen::VectorXd& w);
+Eigen::VectorXd logistic_minimum(const Eigen::MatrixXd& x, const Eigen::VectorXd& y,
+                                 const Eigen::VectorXd& weight);
 
 }  // namespace rv

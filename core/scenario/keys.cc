@@ -328,6 +328,10 @@ void add_data(Catalog& c) {
       .real(
           "sigma2", &DataSpec::sigma2, 0.0, 1e6, "",
           "quadratic: a sample's gradient noise E||n||^2 (a micro-batch of N samples: sigma2 / N)")
+      .real("feature_mean", &DataSpec::feature_mean, 0.0, 1e3, "",
+            "logistic: the length of the features' mean, a seeded direction (0: centred features, "
+            "whose two classes are mirror images, so that no split by label makes the clusters' "
+            "objectives differ)")
       .integer(
           "problem_seed", &DataSpec::problem_seed, 0, kMaxInt64,
           "quadratic, logistic: the problem (its rotation, minimiser, samples), apart from the "

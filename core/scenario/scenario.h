@@ -166,7 +166,8 @@ struct DataSpec {
   // Problems (quadratic, logistic; core/problem/problem.h)
   double eig_min = 0.1;  // the spectrum, geometric from eig_min to eig_max
   double eig_max = 1.0;
-  double sigma2 = 1.0;  // quadratic: a sample's gradient noise, E||n||^2
+  double sigma2 = 1.0;      // quadratic: a sample's gradient noise, E||n||^2
+  double feature_mean = 0;  // logistic: the length of the features' mean (0: centred features)
   uint64_t problem_seed = 1;
   // Token data (core/data/tokens.h)
   int64_t length = 6;    // sort: digits to sort
