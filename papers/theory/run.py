@@ -140,6 +140,13 @@ def smoothness(runs, clusters, partition="by-class", feature_mean=1.0):
     return t["inputs"]["smoothness"]
 
 
+def save_figure(fig, name):
+    """Writes `fig` as papers/theory/NAME and closes it."""
+    fig.tight_layout()
+    fig.savefig(os.path.join(HERE, name), dpi=110)
+    plt.close(fig)
+
+
 def value(x):
     return math.inf if x is None else x
 
@@ -192,9 +199,7 @@ def claim_a(runs, jobs):
         ax.legend(fontsize=8)
     axes[0].set_ylabel("measured / bound (10 seeds; 1 would be a violation)")
     fig.suptitle("(a) non-iid logistic: measured against the bound")
-    fig.tight_layout()
-    fig.savefig(os.path.join(HERE, "claims_a.png"), dpi=110)
-    plt.close(fig)
+    save_figure(fig, "claims_a.png")
     return {"runs": len(points), "rows": rows, "worst_ratio": max(r["ratio"] for r in rows),
             "violations": sum(r["violations"] for r in rows),
             "holds": all(r["ratio"] <= 1 and r["conditions_met"] and r["violations"] == 0 for r in rows)}
@@ -220,9 +225,7 @@ def claim_b(runs, jobs):
     ax.set_ylabel("(1/K) sum ||grad F(w_k)||^2 (10 seeds)")
     ax.set_title("(b) the rate on non-iid logistic: O(1 / sqrt K)")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(os.path.join(HERE, "slope.png"), dpi=110)
-    plt.close(fig)
+    save_figure(fig, "slope.png")
     return {"runs": len(points), "k": list(ks), "lr": [scale / math.sqrt(k) for k in ks], "smoothness": L,
             "measured": measured, "bound": bound, "slope": slope, "conditions_met": applies,
             "holds": abs(slope + 0.5) <= 0.1 and applies}
@@ -283,9 +286,7 @@ def claim_c(runs, jobs):
         ax.legend(fontsize=7)
     axes[0].set_ylabel("speedup in updates per cluster (3 seeds)")
     fig.suptitle(f"(c) speedup in C at a fixed per-cluster step (eta = {eta}, N = {batch}, by class)")
-    fig.tight_layout()
-    fig.savefig(os.path.join(HERE, "speedup.png"), dpi=110)
-    plt.close(fig)
+    save_figure(fig, "speedup.png")
     linear = lambda r, k: r[f"speedup_{k}"] is not None and abs(r[f"speedup_{k}"] / r["clusters"] - 1) <= 0.25  # noqa
     for r in rows:
         r["linear_running"], r["linear_window"] = linear(r, "running"), linear(r, "window")
@@ -321,9 +322,7 @@ def claim_d(runs, jobs):
     ax.set_ylabel("(1/K) sum ||grad f(w_k)||^2 (3 seeds; clipped at 1e3)")
     ax.set_title("(d) outside the condition (the quadratic, L = 1, sigma^2 = 1, N = 8)")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(HERE, "breaking.png"), dpi=110)
-    plt.close(fig)
+    save_figure(fig, "breaking.png")
     inside = finals[0]["final_running_mean"]
     return {"runs": len(points), "cases": finals,
             "holds": finals[0]["conditions_met"] and all(f["flagged"] and f["final_running_mean"] > 2 * inside
@@ -377,9 +376,7 @@ def claim_f(runs, jobs):
     ax.set_ylabel("(1/K) sum ||grad F(w_k)||^2")
     ax.set_title("(f) each term needed: local gradient descent on non-iid shards")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(os.path.join(HERE, "terms.png"), dpi=110)
-    plt.close(fig)
+    save_figure(fig, "terms.png")
     return {"runs": len(points), "lr": lr, "updates": K, "inputs": inp, "bound_holds": t["applies"],
             "without_drift": t["bound_without_drift"]["value"],
             "without_dissimilarity": t["bound_without_dissimilarity"]["value"],
