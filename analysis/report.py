@@ -25,8 +25,9 @@ comes with X.json beside it: the series it plotted, in the units of its axes.
     theory.png                                  runs measured by `ravnest theory` (theory.csv):
                                                 the running average of the exact squared
                                                 gradient norm beside the convergence bound
-    report.md                                   one table row per run (measured beside predicted
-                                                samples/s, modeled and measured memory), the
+    report.md                                   one table row per run (steady training samples/s
+                                                and with evaluations, each measured beside
+                                                predicted; modeled and measured memory), the
                                                 stage-time table, refused points, the figures
 
 Time axes say what the time is: "simulated time (s)" for runs of the simulator (run.json
@@ -1195,11 +1196,13 @@ def write_markdown(runs, refused, title, out, images, written, validations=()):
     """report.md: the validations' verdicts, one summary row per run, the points the planner
     refused, then the figures."""
     lines = [f"# {title}", ""] + validation_lines(validations) + [
-        "| run | executor | algorithm | nodes | time (s) | samples/s measured | samples/s predicted "
+        "| run | executor | algorithm | nodes | time (s) | samples/s over the run "
+        "| steady training samples/s measured | predicted "
+        "| steady samples/s with evaluations measured | predicted "
         "| final test accuracy | mean staleness | mean idle fraction "
         "| peak modeled memory per node (MiB, max / mean) | peak measured memory per node (MiB, max / mean) "
         "| averaging (s, busiest node) | folder |",
-        "|" + "---|" * 14]
+        "|" + "---|" * 17]
     for r in runs:
         s = r.summary
         per = s.get("per_node", [])
@@ -1215,13 +1218,17 @@ def write_markdown(runs, refused, title, out, images, written, validations=()):
         for measured in (False, True):   # MiB; "-" where nothing was modeled / measured (sim)
             mem = [m / 2**20 for m in r.peak_memory(measured).values()]
             mem_text.append(f"{max(mem):.1f} / {np.mean(mem):.1f}" if mem else "-")
+        window = s.get("steady_window") or {}   # core/output/steady_state.h
         averaging = (s.get("averaging") or {})
         avg_text = (f"{averaging['time_s_max_node']:.3f} ({averaging.get('allreduce', '?')}, "
                     f"{averaging.get('rounds', 0)} rounds)" if averaging.get("rounds") else "-")
         lines.append(
             f"| {r.label} | {r.executor} | {r.algorithm} | {s.get('nodes') or len(r.nodes())} "
             f"| {fmt(r.time_s, '.3f')} | {fmt(s.get('samples_per_s'), '.1f')} "
+            f"| {fmt(s.get('steady_samples_per_s'), '.1f')} "
             f"| {fmt(r.plan.get('predicted_samples_per_s'), '.1f')} "
+            f"| {fmt(s.get('steady_samples_per_s_with_evaluations'), '.1f')} "
+            f"| {fmt(window.get('predicted_samples_per_s_with_evaluations') if r.plan else None, '.1f')} "
             f"| {fmt(acc, '.4f')} | {fmt((s.get('staleness') or {}).get('mean'), '.2f')} "
             f"| {fmt(float(np.mean(idle)) if idle else None, '.3f')} | {mem_text[0]} | {mem_text[1]} "
             f"| {avg_text} | `{r.folder}` |")

@@ -382,16 +382,18 @@ class ReportTest(unittest.TestCase):
         out = os.path.join(self.dir, "out")
         proc = self.report_ok(sim, real, "--out", out)
         md = self.read_md(out)
-        self.assertIn("| samples/s measured | samples/s predicted |", md)
+        self.assertIn("| samples/s over the run | steady training samples/s measured | predicted "
+                      "| steady samples/s with evaluations measured | predicted |", md)
         self.assertIn("| peak modeled memory per node (MiB, max / mean) "
                       "| peak measured memory per node (MiB, max / mean) |", md)
         rows = {line.split(" | ")[0]: line.split(" | ") for line in md.splitlines()
-                if line.startswith("| quick ravnest (") and len(line.split(" | ")) == 14}
+                if line.startswith("| quick ravnest (") and len(line.split(" | ")) == 17}
         sim_row, real_row = rows["| quick ravnest (sim)"], rows["| quick ravnest (real)"]
-        self.assertEqual(sim_row[6], "1234.5")       # predicted, beside the measured samples/s
-        self.assertEqual(real_row[6], "-")           # no plan.json
-        self.assertEqual(sim_row[10:12], ["16.0 / 16.0", "-"])   # modeled; nothing measured in sim
-        self.assertEqual(real_row[10:12], ["16.0 / 16.0", "3.0 / 3.0"])
+        self.assertEqual(sim_row[7], "1234.5")       # predicted, beside the measured steady samples/s
+        self.assertEqual(real_row[7], "-")           # no plan.json
+        self.assertEqual(sim_row[9], "-")            # no steady window in this summary
+        self.assertEqual(sim_row[13:15], ["16.0 / 16.0", "-"])   # modeled; nothing measured in sim
+        self.assertEqual(real_row[13:15], ["16.0 / 16.0", "3.0 / 3.0"])
         # The per-stage table: predicted 25 ms (of which compute 20 ms), measured forward + backward
         # 30 ms per micro-batch and 0.267 ms of update: 1.51 x the predicted compute.
         self.assertIn("## Predicted against measured stage times", md)

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "algo/registry.h"
 #include "core/checkpoint/checkpoint.h"
@@ -22,6 +23,7 @@
 #include "core/output/run_output.h"
 #include "core/output/whole_file.h"
 #include "core/spawn.h"
+#include "exec/dilation.h"
 #include "exec/env_assembly.h"
 #include "exec/progress.h"
 #include "exec/wall_env.h"
@@ -296,6 +298,20 @@ int cmd_sim(const CommonOptions& o, Executor executor, const std::string& run_pa
   return 0;
 }
 
+namespace {
+
+// Before a real run on one machine: this host's speed against the scenario's devices
+// (exec/dilation.h host_check_text), on the CPU.
+void print_host_check(const Prepared& p) {
+  const double cores = static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
+  std::cout << "ravnest real: "
+            << host_check_text(p.scenario,
+                               choose_dilation(measure_demands(p.scenario, p.model, p.plan), cores))
+            << std::flush;
+}
+
+}  // namespace
+
 int cmd_real(const CommonOptions& o, const std::string& self_exe, const std::string& run_path,
              const Machines& machines) {
   std::optional<Resume> resume;
@@ -326,6 +342,8 @@ int cmd_real(const CommonOptions& o, const std::string& self_exe, const std::str
     m.log_dir = "ravnest-logs";  // one file per rank, as torchrun's
   if (!m.log_dir.empty())
     std::cerr << "ravnest real: each rank's output goes to " << m.log_dir << "/rank-<r>.log\n";
+  if (m.nnodes == 1 && !resume && p.scenario.real.device != DeviceChoice::kCuda)
+    print_host_check(p);
   const std::string path = run_real(p.scenario, lo);
   if (path.empty()) {
     const auto [first, last] = ranks_of_machine(p.scenario.node_count(), m.nnodes, m.node_rank);

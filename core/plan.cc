@@ -1,5 +1,6 @@
 #include "core/plan.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -26,12 +27,26 @@ NodeRole Plan::role_of(int node) const {
   return r;
 }
 
+Seconds Plan::evaluation_time(int64_t batches) const {
+  return batches > 0
+             ? evaluation_fill_time + static_cast<double>(batches - 1) * evaluation_batch_time
+             : 0.0;
+}
+
+double Plan::rate_with_evaluations(double samples, int64_t evaluations, int64_t batches) const {
+  if (throughput <= 0 || samples <= 0) return 0.0;
+  return samples /
+         (samples / throughput + static_cast<double>(evaluations) * evaluation_time(batches));
+}
+
 nlohmann::json to_json(const Plan& plan) {
   nlohmann::json j;
   j["method"] = plan.method;
   j["nodes"] = plan.nodes;
   j["predicted_samples_per_s"] = plan.throughput;
   j["predicted_averaging_s"] = plan.averaging_time;
+  j["predicted_evaluation_batch_s"] = plan.evaluation_batch_time;
+  j["predicted_evaluation_fill_s"] = plan.evaluation_fill_time;
   j["reason"] = plan.reason;
   if (plan.search_evaluations > 0)
     j["search"] = {{"evaluations", plan.search_evaluations},
@@ -91,6 +106,8 @@ Plan plan_from_json(const nlohmann::json& j) {
       }
     p.throughput = j.value("predicted_samples_per_s", 0.0);
     p.averaging_time = j.value("predicted_averaging_s", 0.0);
+    p.evaluation_batch_time = j.value("predicted_evaluation_batch_s", 0.0);
+    p.evaluation_fill_time = j.value("predicted_evaluation_fill_s", 0.0);
     p.reason = j.value("reason", std::string());
     if (j.contains("search")) {
       const auto& sj = j.at("search");

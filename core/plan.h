@@ -58,14 +58,26 @@ struct Plan {
   std::vector<ClusterPlan> clusters;
   std::vector<Ring> rings;     // empty with one cluster
   Seconds averaging_time = 0;  // predicted seconds of one cross-cluster averaging
-  double throughput = 0;       // predicted samples per second of the whole plan
-  std::string reason;          // one line: the bottleneck and what bounds it (CostModel::explain)
+  double throughput = 0;       // predicted samples per second of the whole plan (training: the
+                               // steady state's, core/output/steady_state.h, without evaluations)
+  // An evaluation of B batches is predicted to hold training up for
+  // evaluation_fill_time + (B - 1) x evaluation_batch_time seconds: its first batch through every
+  // stage and link of the slowest cluster, then one batch per its slowest stage's time
+  // (CostModel::evaluation_times). B is the test set's in batches, known when the data is.
+  Seconds evaluation_batch_time = 0;
+  Seconds evaluation_fill_time = 0;
+  std::string reason;  // one line: the bottleneck and what bounds it (CostModel::explain)
   // A search's use of its budget (planner/search_budget.h); 0 evaluations: no search.
   int64_t search_evaluations = 0;
   int64_t search_budget = 0;
   bool search_timed_out = false;  // ended by planner.time_limit_s: the plan depends on the machine
 
   NodeRole role_of(int node) const;
+  // Predicted seconds of one evaluation of `batches` batches (0 for none).
+  Seconds evaluation_time(int64_t batches) const;
+  // Predicted samples per second of a stretch that trains `samples` samples and runs
+  // `evaluations` evaluations of `batches` batches each: throughput with their pauses added.
+  double rate_with_evaluations(double samples, int64_t evaluations, int64_t batches) const;
 };
 
 nlohmann::json to_json(const Plan& plan);

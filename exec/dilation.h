@@ -75,6 +75,16 @@ double over_share(const std::vector<double>& demand);
 std::vector<NodeDemand> measure_demands(const Scenario& s, const ModelDesc& model,
                                         const Plan& plan);
 
+// `ravnest real` on one machine, before training: where this host computes slower or faster than
+// the scenario's devices, and what makes the run follow them. For each working node (c's nodes,
+// measured as measure_demands does, at the scenario's dilation s.dilation): this host's time per
+// micro-batch with its share of the cores (host_s / share) against the modeled time x dilation,
+// and their ratio; a node within kFollowTolerance is said to follow. Then the setting that would
+// make the run follow: real.emulate_speed with a dilation of at least c.k where the host is too
+// slow, real.emulate_speed alone where it is only faster, or `ravnest validate`.
+constexpr double kFollowTolerance = 0.10;
+std::string host_check_text(const Scenario& s, const DilationChoice& c);
+
 // Why a dilation above kMaxDilation is refused, naming the node that needs it and the --set that
 // shrinks the run.
 std::string too_large_message(const Scenario& s, const DilationChoice& c);

@@ -472,6 +472,23 @@ double CostModel::throughput(const std::vector<double>& periods, double averagin
   return per_update > 0 ? c * batch_ / per_update : 0.0;
 }
 
+std::pair<double, double> CostModel::evaluation_times(const std::vector<int>& nodes,
+                                                      const std::vector<int>& cuts) const {
+  double slowest = 0, fill = 0;
+  for (size_t s = 0; s < nodes.size(); ++s) {
+    const int n = nodes[s];
+    const PoolNode& p = pool_[static_cast<size_t>(n)];
+    const double forward = time_of(model_->forward_work(cuts[s], cuts[s + 1], batch_), p.compute);
+    const double bw = factors_.bandwidth, out = boundary_bytes(cuts[s + 1]);
+    slowest =
+        std::max({slowest, forward, out / (p.up * bw), boundary_bytes(cuts[s]) / (p.down * bw)});
+    fill += forward;
+    if (s + 1 < nodes.size())
+      fill += out / path_bandwidth(n, nodes[s + 1]) + path_latency(n, nodes[s + 1]);
+  }
+  return {slowest, fill};
+}
+
 void CostModel::annotate(Plan& plan) const {
   std::vector<double> periods;
   std::vector<std::vector<int>> orders, boundaries;
@@ -499,6 +516,14 @@ void CostModel::annotate(Plan& plan) const {
     ClusterPlan& cl = plan.clusters[c];
     cl.period = periods[c];
     cl.throughput = cl.period > 0 ? batch_ / cl.period : 0.0;
+  }
+  plan.evaluation_batch_time = plan.evaluation_fill_time = 0;
+  for (size_t c = 0; c < orders.size(); ++c) {  // the slowest cluster's
+    const auto [batch_time, fill_time] = evaluation_times(orders[c], boundaries[c]);
+    if (fill_time + batch_time > plan.evaluation_fill_time + plan.evaluation_batch_time) {
+      plan.evaluation_batch_time = batch_time;
+      plan.evaluation_fill_time = fill_time;
+    }
   }
   plan.rings = plan.clusters.size() > 1 ? make_rings(*model_, plan.clusters) : std::vector<Ring>{};
   plan.averaging_time = averaging_time(plan.clusters, plan.rings);

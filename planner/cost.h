@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "algo/registry.h"
@@ -125,6 +126,15 @@ class CostModel {
   // uplink or downlink, a link's flow, or the round trip when too few micro-batches are in
   // flight), what bounds it, the averaging's share and the nodes used.
   std::string explain(const Plan& plan) const;
+
+  // A cluster's evaluation (nodes in order, cuts): seconds per evaluation batch at its slowest
+  // stage (the largest of a stage's forward compute, its node's uplink carrying the batch's
+  // activations out and its downlink carrying them in) and seconds for the first batch through
+  // every stage and link (Plan's evaluation_batch_time and evaluation_fill_time). Training waits
+  // meanwhile: the first stage pushes every batch in before its next micro-batch, and the stages
+  // after it take them in order.
+  std::pair<double, double> evaluation_times(const std::vector<int>& nodes,
+                                             const std::vector<int>& cuts) const;
 
   // Fills in every predicted figure of `plan` (stage memory and times, cluster periods and
   // throughputs, rings, averaging time, overall throughput).

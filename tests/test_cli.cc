@@ -370,6 +370,11 @@ TEST_CASE(
   Result real = ravnest({"real", "s.toml", "--run-dir", "real"}, d);
   INFO(real.err);
   REQUIRE(real.status == 0);
+  // Before training it said how this host computes against each working node's device
+  // (exec/dilation.h host_check_text).
+  INFO(real.out);
+  CHECK(real.out.find("this host against the scenario's devices") != std::string::npos);
+  CHECK(real.out.find(" ms modeled: ") != std::string::npos);
   Result sim = ravnest({"sim", "s.toml", "--run-dir", "sim"}, d);
   REQUIRE(sim.status == 0);
   Result loop = ravnest({"sim", "s.toml", "--executor", "loopback", "--run-dir", "loop"}, d);

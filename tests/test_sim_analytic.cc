@@ -662,3 +662,19 @@ TEST_CASE("ravnest's backward-first stages fill the bubbles that 1F1B leaves on 
        << idle_before_first_backward(got[1]) << " s");
   CHECK(idle_before_first_backward(got[1]) < idle_before_first_backward(one_f[1]) - 1e-4);
 }
+
+TEST_CASE("GPipe's steady throughput is m micro-batches per flush", "[sim][analytic][steady]") {
+  // Five steps of four micro-batches: the window spans steps 2-5 whole (the second half of the
+  // 20 completions would start inside step 3).
+  auto p = test::prepare(pipeline_scenario("gpipe", "1,1"), {"training.steps=5"});
+  SimResult r = run_simulation(p.spec());
+  auto summary = summarize(p.scenario, p.plan, r.events, RunInfo{"sim", "timing", 0});
+  TrainingSpec tr = p.scenario.training;
+  tr.weight_stashing = true;
+  const double step = gpipe_step(stage_times(p, tr), 4);
+  CHECK(summary["steady_window"]["basis"] == "optimizer steps");
+  CHECK(summary["steady_window"]["periods"].get<int64_t>() == 4);
+  CHECK(summary["steady_window"]["micro_batches"].get<int64_t>() == 16);
+  CHECK(summary["steady_samples_per_s"].get<double>() ==
+        Approx(4 * p.scenario.data.batch_size / step).epsilon(0.01));
+}

@@ -1,5 +1,5 @@
 // ravnest validate's parts that need no run: the error of a figure, the comparison of two summaries
-// and its verdict, the steady window, and the choice of a dilation from host and modeled times.
+// and its verdict, and the choice of a dilation from host and modeled times.
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -107,25 +107,57 @@ TEST_CASE("two summaries side by side: errors, per-node differences and the verd
   }
 }
 
-TEST_CASE("the steady window is the second half of the run's micro-batches", "[validate][output]") {
-  CHECK(steady_window({1, 2, 3}).empty());
-  const SteadyWindow w = steady_window({8, 1, 2, 3, 4, 5, 6, 7});
-  CHECK(w.begin == 5);
-  CHECK(w.end == 8);
-  CHECK(w.micro_batches == 3);
+namespace {
+
+NodeDemand demand(int node, double host_ms, double modeled_ms) {
+  NodeDemand d;
+  d.node = node;
+  d.group = node;
+  d.device = "d" + std::to_string(node);
+  d.host_s = host_ms * 1e-3;
+  d.modeled_s = modeled_ms * 1e-3;
+  return d;
+}
+
+bool has(const std::string& text, const std::string& part) {
+  INFO(text);
+  return text.find(part) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("ravnest real's host check says where this host is slower or faster, and what follows",
+          "[validate]") {
+  Scenario s;
+  // Three nodes on three cores, a whole core each: 10x slower, alike, 4x faster.
+  const DilationChoice c =
+      choose_dilation({demand(0, 4.0, 0.4), demand(1, 1.0, 1.0), demand(2, 0.5, 2.0)}, 3);
+  const std::string text = host_check_text(s, c);
+  CHECK(has(text, "node 0 (d0): 4 ms here, 0.4 ms modeled: this host is 10x slower"));
+  CHECK(has(text, "node 1 (d1): 1 ms here, 1 ms modeled: follows it"));
+  CHECK(has(text, "node 2 (d2): 0.5 ms here, 2 ms modeled: this host is 4x faster"));
+  CHECK(has(text, "--set real.emulate_speed=true --set dilation=15"));  // 1.5 x 10
+  SECTION("with emulate_speed, a dilation that leaves room, and one that does not") {
+    s.real.emulate_speed = true;
+    s.dilation = 20;
+    CHECK(has(host_check_text(s, c), "leaves this host room"));
+    CHECK(
+        has(host_check_text(s, c), "node 0 (d0): 4 ms here, 8 ms modeled: this host is 2x faster"));
+    s.dilation = 5;
+    CHECK(has(host_check_text(s, c), "spans will run late"));
+    CHECK(has(host_check_text(s, c), "--set dilation=15"));
+  }
+  SECTION("only faster, and alike") {
+    CHECK(has(host_check_text(s, choose_dilation({demand(2, 0.5, 2.0)}, 1)),
+              "faster than the scenario"));
+    // Two nodes on one core, half a core each: 0.5 ms of work takes 1 ms of the run's time.
+    CHECK(has(host_check_text(s, choose_dilation({demand(0, 0.5, 1.0), demand(1, 0.5, 1.0)}, 1)),
+              "computes as the scenario's devices do"));
+  }
 }
 
 TEST_CASE("the dilation is the largest need, rounded up to two figures, and at least 1",
           "[validate]") {
-  auto demand = [](int node, double host_ms, double modeled_ms) {
-    NodeDemand d;
-    d.node = node;
-    d.group = node;
-    d.device = "d" + std::to_string(node);
-    d.host_s = host_ms * 1e-3;
-    d.modeled_s = modeled_ms * 1e-3;
-    return d;
-  };
   // Four nodes on two cores: half a core each. Node 1 needs 1.5 * 2 / (0.5 * 1) = 6.
   DilationChoice c =
       choose_dilation({demand(0, 1, 1), demand(1, 2, 1), demand(2, 1, 2), demand(3, 0.5, 1)}, 2);

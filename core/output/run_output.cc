@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/output/event_schema.h"
 #include "core/output/provenance.h"
+#include "core/output/steady_state.h"
 
 namespace fs = std::filesystem;
 
@@ -174,17 +175,6 @@ std::vector<Event> read_params_csv(const std::string& path) {
   return parse_params_csv(in, path);
 }
 
-SteadyWindow steady_window(std::vector<Seconds> completions) {
-  SteadyWindow w;
-  if (completions.size() < 4) return w;
-  std::sort(completions.begin(), completions.end());
-  const size_t k0 = completions.size() / 2, k1 = completions.size() - 1;
-  w.begin = completions[k0];
-  w.end = completions[k1];
-  w.micro_batches = static_cast<int64_t>(k1 - k0);
-  return w;
-}
-
 namespace {
 
 // What one pass over a run's events counts, per node and for the run.
@@ -254,28 +244,43 @@ RunTally tally(const Plan& plan, const std::vector<Event>& events) {
   return t;
 }
 
-// Steady state (steady_window): samples per second, and each working node's time per optimizer
-// step (the window over the updates it made in it), averaged over the nodes.
-void add_steady_state(const Plan& plan, const std::vector<Event>& events, const RunTally& t,
-                      int64_t batch, nlohmann::json& j) {
-  const SteadyWindow window = steady_window(t.last_stage_done);
-  double steady = 0, step_sum = 0;
+// Steady state (core/output/steady_state.h): training samples per second and with evaluations,
+// the window, and each working node's time per optimizer step (the window's training time over the
+// updates it made in it), averaged over the nodes.
+void add_steady_state(const Plan& plan, const std::vector<Event>& events, int64_t batch,
+                      nlohmann::json& j) {
+  const SteadyState w = steady_state(plan, events);
+  double step_sum = 0;
   int step_nodes = 0;
-  if (!window.empty()) {
-    steady = static_cast<double>(window.micro_batches * batch) / (window.end - window.begin);
+  if (!w.empty()) {
     std::vector<int64_t> updates(static_cast<size_t>(plan.nodes), 0);
     for (const auto& e : events)
-      if (e.kind == EventKind::kUpdate && e.node >= 0 && e.node < plan.nodes &&
-          e.end > window.begin && e.end <= window.end)
+      if (e.kind == EventKind::kUpdate && e.node >= 0 && e.node < plan.nodes && e.end > w.begin &&
+          e.end <= w.end)
         ++updates[static_cast<size_t>(e.node)];
     for (int64_t u : updates)
       if (u > 0) {
-        step_sum += (window.end - window.begin) / static_cast<double>(u);
+        step_sum += w.training() / static_cast<double>(u);
         ++step_nodes;
       }
   }
-  j["steady_samples_per_s"] = steady;
-  j["steady_window_s"] = {window.begin, window.end};
+  j["steady_samples_per_s"] = w.training_rate(batch);
+  j["steady_samples_per_s_with_evaluations"] = w.rate_with_evaluations(batch);
+  j["steady_window_s"] = {w.begin, w.end};
+  j["steady_window"] = {{"basis", basis_name(w.basis)},
+                        {"begin_s", w.begin},
+                        {"end_s", w.end},
+                        {"periods", w.periods},
+                        {"micro_batches", w.micro_batches},
+                        {"training_micro_batches", w.training_micro_batches},
+                        {"evaluation_s", w.evaluation},
+                        {"evaluations", w.evaluations},
+                        {"evaluation_batches", w.evaluation_batches},
+                        // The plan's prediction for this window: its training rate over the
+                        // window's samples, with these evaluations' predicted pauses.
+                        {"predicted_samples_per_s_with_evaluations",
+                         plan.rate_with_evaluations(static_cast<double>(w.micro_batches * batch),
+                                                    w.evaluations, w.evaluation_batches)}};
   j["time_per_step_s"] = step_nodes ? step_sum / step_nodes : 0.0;
 }
 
@@ -406,7 +411,7 @@ nlohmann::json summarize(const Scenario& s, const Plan& plan, const std::vector<
   j["time_s"] = t.t_end;
   j["train_samples"] = samples;
   j["samples_per_s"] = t.t_end > 0 ? samples / t.t_end : 0.0;
-  add_steady_state(plan, events, t, batch, j);
+  add_steady_state(plan, events, batch, j);
   j["staleness"] = {{"mean", t.stale_n ? static_cast<double>(t.stale_sum) / t.stale_n : 0.0},
                     {"max", t.stale_max}};
   // Churn in the simulator, or a real run that recovered from a lost rank.

@@ -49,19 +49,6 @@ struct RunInfo {
 // The path a run of `executor` would get now: <dir>/<name>/<executor>-<YYYYmmdd-HHMMSS>[-k].
 std::string new_run_path(const Scenario& s, const std::string& executor);
 
-// The steady window of a run: the one definition the project measures steady state over
-// (summary.json's steady_samples_per_s and time_per_step_s, ravnest validate). It runs from the
-// moment the middle training micro-batch completed (its last stage's backward ended) to the moment
-// the last one did: the second half of the run's micro-batches, after the pipelines filled and the
-// first averaging rounds. Empty (micro_batches = 0) for a run of fewer than 4 micro-batches.
-struct SteadyWindow {
-  Seconds begin = 0, end = 0;
-  int64_t micro_batches = 0;  // completed in (begin, end]
-  bool empty() const { return micro_batches == 0 || end <= begin; }
-};
-// From the end times of every training micro-batch's last-stage backward, in any order.
-SteadyWindow steady_window(std::vector<Seconds> completions);
-
 // Summary statistics of a run (also embedded in summary.json).
 nlohmann::json summarize(const Scenario& s, const Plan& plan, const std::vector<Event>& events,
                          const RunInfo& info);

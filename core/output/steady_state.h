@@ -1,0 +1,59 @@
+// The steady state of a run: the one window the project measures steady throughput over
+// (summary.json's steady_samples_per_s, time_per_step_s and steady_window; ravnest validate; the
+// report's measured-against-predicted rows), and the time in it that went to evaluations.
+//
+// The window spans whole periods and leaves out only the warm-up:
+//   averaging rounds  a run with two or more cross-cluster averaging rounds (kAverage spans, by
+//                     round): from the end of the first round to the end of the last, each
+//                     round's end being the latest end of its spans on any node;
+//   optimizer steps   otherwise, two or more optimizer steps (kUpdate, by the version they
+//                     made): from the end of step 1 on every node that made it (the pipeline has
+//                     filled: its first stage has had its first micro-batch back) to the end of the
+//                     last step. A synchronous pipeline's step is its flush, an asynchronous one's
+//                     a micro-batch.
+// Training micro-batches count where their last stage's backward ended in (begin, end].
+//
+// Evaluations pause training. Each evaluation of a cluster runs from the first start of its
+// evaluation forwards (kForward with micro_batch < 0) after that cluster's previous kEval to its
+// kEval; `evaluation` is the length of these intervals' union inside the window. The training
+// rate counts the micro-batches completed outside them over the window less their time (what a
+// pipeline finishes during an evaluation was mostly done before it); the rate with evaluations,
+// every micro-batch over the whole window. Against the same pipeline without evaluations in
+// tests/test_steady_state.cc.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/output/metrics.h"
+#include "core/plan.h"
+#include "core/units.h"
+
+namespace rv {
+
+struct SteadyState {
+  enum class Basis { kNone, kAveragingRounds, kOptimizerSteps };
+  Basis basis = Basis::kNone;  // kNone: too short a run (fewer than two rounds and two steps)
+  Seconds begin = 0, end = 0;
+  int64_t periods = 0;                 // whole rounds or steps in (begin, end]
+  int64_t micro_batches = 0;           // training micro-batches completed in (begin, end]
+  int64_t training_micro_batches = 0;  // ... of which outside every evaluation
+  Seconds evaluation = 0;              // of (begin, end], spent evaluating
+  int64_t evaluations = 0;             // evaluations that ended in (begin, end]
+  int64_t evaluation_batches = 0;      // evaluation micro-batches per evaluation (the most of any)
+
+  bool empty() const { return basis == Basis::kNone || micro_batches == 0 || end <= begin; }
+  Seconds length() const { return end - begin; }
+  Seconds training() const { return length() - evaluation; }
+  // Samples per second of training alone, and with the evaluations' pauses; 0 when empty.
+  double training_rate(int64_t batch) const;
+  double rate_with_evaluations(int64_t batch) const;
+};
+
+// The basis's name in summary.json: "averaging rounds", "optimizer steps", "none".
+const char* basis_name(SteadyState::Basis b);
+
+// The steady state of `events`, a run of `plan` (its clusters' last stages).
+SteadyState steady_state(const Plan& plan, const std::vector<Event>& events);
+
+}  // namespace rv
