@@ -128,15 +128,50 @@ std::vector<NodeDemand> measure_demands(const Scenario& s, const ModelDesc& mode
   return out;
 }
 
+namespace {
+
+// What makes a run follow the devices (host_check_text), given whether some node is slower or
+// faster here than modeled.
+std::string follow_advice(const Scenario& s, const DilationChoice& c, bool slower, bool faster) {
+  if (s.real.emulate_speed) {
+    if (c.k <= s.dilation)
+      return "real.emulate_speed stretches each span to its modeled time, which leaves this host "
+             "room: the run follows the scenario's devices.\n";
+    return fmt::format(
+        "real.emulate_speed stretches each span to its modeled time, which leaves this host too "
+        "little room: spans will run late. Set a dilation of at least {:g} (--set dilation={:g}; "
+        "ravnest validate's headroom of 1.5 included), or run `ravnest validate`, which chooses "
+        "it.\n",
+        c.k, c.k);
+  }
+  if (slower)
+    return fmt::format(
+        "The run computes at this host's speed (real.emulate_speed = false), slower than the "
+        "scenario: its times are not the scenario's. To follow the devices, --set "
+        "real.emulate_speed=true --set dilation={:g} (every modeled time x {:g}, so this host "
+        "keeps "
+        "up), or run `ravnest validate`, which chooses the dilation and compares with the "
+        "simulation.\n",
+        c.k, c.k);
+  if (faster)
+    return "The run computes at this host's speed (real.emulate_speed = false), faster than the "
+           "scenario: its times are not the scenario's. --set real.emulate_speed=true stretches "
+           "each span to the device's modeled time; `ravnest validate` compares with the "
+           "simulation.\n";
+  return fmt::format("This host computes as the scenario's devices do, within {:g}%.\n",
+                     100 * kFollowTolerance);
+}
+
+}  // namespace
+
 std::string host_check_text(const Scenario& s, const DilationChoice& c) {
-  const double dil = s.dilation > 0 ? s.dilation : 1.0;
   std::string out = fmt::format(
       "this host against the scenario's devices (one micro-batch's forward, backward and update "
       "of each node's stage, with {:.2g} of a core each as this run gives it):\n",
       c.share);
   bool slower = false, faster = false;
   for (const NodeDemand& n : c.nodes) {
-    const double here = n.host_s / c.share, modeled = n.modeled_s * dil;
+    const double here = n.host_s / c.share, modeled = n.modeled_s * s.dilation;
     const double ratio = here / modeled;
     std::string verdict = "follows it";
     if (ratio > 1 + kFollowTolerance) {
@@ -149,38 +184,7 @@ std::string host_check_text(const Scenario& s, const DilationChoice& c) {
     out += fmt::format("  node {} ({}): {:.3g} ms here, {:.3g} ms modeled: {}\n", n.node, n.device,
                        here * 1e3, modeled * 1e3, verdict);
   }
-  if (s.real.emulate_speed) {
-    if (c.k > dil)
-      out += fmt::format(
-          "real.emulate_speed stretches each span to its modeled time, which leaves this host too "
-          "little room: spans will run late. Set a dilation of at least {:g} (--set dilation={:g}; "
-          "ravnest validate's headroom of 1.5 included), or run `ravnest validate`, which chooses "
-          "it.\n",
-          c.k, c.k);
-    else
-      out +=
-          "real.emulate_speed stretches each span to its modeled time, which leaves this host "
-          "room: the run follows the scenario's devices.\n";
-  } else if (slower) {
-    out += fmt::format(
-        "The run computes at this host's speed (real.emulate_speed = false), slower than the "
-        "scenario: its times are not the scenario's. To follow the devices, --set "
-        "real.emulate_speed=true --set dilation={:g} (every modeled time x {:g}, so this host "
-        "keeps "
-        "up), or run `ravnest validate`, which chooses the dilation and compares with the "
-        "simulation.\n",
-        c.k, c.k);
-  } else if (faster) {
-    out +=
-        "The run computes at this host's speed (real.emulate_speed = false), faster than the "
-        "scenario: its times are not the scenario's. --set real.emulate_speed=true stretches "
-        "each span to the device's modeled time; `ravnest validate` compares with the "
-        "simulation.\n";
-  } else {
-    out += fmt::format("This host computes as the scenario's devices do, within {:g}%.\n",
-                       100 * kFollowTolerance);
-  }
-  return out;
+  return out + follow_advice(s, c, slower, faster);
 }
 
 std::string too_large_message(const Scenario& s, const DilationChoice& c) {

@@ -53,10 +53,8 @@ void train(std::vector<Event>& ev, int node, int n, Seconds from, Seconds to) {
   }
 }
 
-// A two-stage pipeline that evaluates 16 batches every 75 of its 300 steps.
-const char* kEvaluating = R"(
-name = "steady"
-seed = 3
+// The model and data of both scenarios below; [data] stays open for their own keys.
+const std::string kMlp = R"(seed = 3
 [model]
 head = "linear"
 kind = "mlp"
@@ -66,7 +64,10 @@ kind = "synthetic"
 side = 8
 classes = 10
 batch_size = 32
-test_samples = 512
+)";
+
+// A two-stage pipeline that evaluates 16 batches every 75 of its 300 steps.
+const std::string kEvaluating = "name = \"steady\"\n" + kMlp + R"(test_samples = 512
 [training]
 algorithm = "ravnest"
 lr = 0.05
@@ -88,19 +89,7 @@ latency_ms = 5
 )";
 
 // Two clusters of two stages that average every 20 of their 100 steps.
-const char* kAveraging = R"(
-name = "steady-avg"
-seed = 3
-[model]
-head = "linear"
-kind = "mlp"
-hidden = [128, 128]
-[data]
-kind = "synthetic"
-side = 8
-classes = 10
-batch_size = 32
-[training]
+const std::string kAveraging = "name = \"steady-avg\"\n" + kMlp + R"([training]
 algorithm = "ravnest"
 lr = 0.05
 steps = 100
@@ -127,7 +116,7 @@ struct Simulated {
   nlohmann::json summary;
   Plan plan;
 };
-Simulated simulate(const char* scenario, const std::vector<std::string>& overrides) {
+Simulated simulate(const std::string& scenario, const std::vector<std::string>& overrides) {
   static int runs = 0;
   const std::filesystem::path d = test::fresh_dir("steady", std::to_string(runs++));
   std::ofstream(d / "s.toml") << scenario;

@@ -222,12 +222,7 @@ void count_event(const Plan& plan, const Event& e, RunTally& t) {
   if (e.kind == EventKind::kLoss) t.losses.push_back(e.loss);
   if (e.kind == EventKind::kEval && (!t.final_eval || e.end >= t.final_eval->end))
     t.final_eval = &e;
-  // A last stage's backward (by the event's own cluster and stage: under churn a spare may hold
-  // it).
-  if (e.kind == EventKind::kBackward && e.micro_batch >= 0 && e.cluster >= 0 &&
-      static_cast<size_t>(e.cluster) < plan.clusters.size() &&
-      e.stage + 1 ==
-          static_cast<int>(plan.clusters[static_cast<size_t>(e.cluster)].stages.size())) {
+  if (finishes_micro_batch(plan, e)) {
     t.last_stage_done.push_back(e.end);
     t.cluster_done[static_cast<size_t>(e.cluster)].push_back(e.end);
   }

@@ -14,17 +14,10 @@ void note_end(Ends& ends, int64_t key, Seconds end) {
   if (!fresh) it->second = std::max(it->second, end);
 }
 
-bool is_last_stage_backward(const Plan& plan, const Event& e) {
-  return e.kind == EventKind::kBackward && e.micro_batch >= 0 && e.cluster >= 0 &&
-         static_cast<size_t>(e.cluster) < plan.clusters.size() &&
-         e.stage + 1 ==
-             static_cast<int>(plan.clusters[static_cast<size_t>(e.cluster)].stages.size());
-}
-
 // Each cluster's evaluations as intervals: from the first start of its evaluation forwards
 // (micro_batch < 0) after its previous kEval to its kEval; with the batches of each.
 struct Evaluations {
-  std::vector<std::pair<Seconds, Seconds>> intervals;
+  std::vector<std::pair<Seconds, Seconds>> intervals;  // one per evaluation, as found
   std::vector<int64_t> batches;
 };
 
@@ -56,25 +49,33 @@ Evaluations evaluations_of(const std::vector<Event>& events) {
   return out;
 }
 
-// The length of the union of `intervals` inside [lo, hi].
-Seconds union_length(std::vector<std::pair<Seconds, Seconds>> intervals, Seconds lo, Seconds hi) {
+using Intervals = std::vector<std::pair<Seconds, Seconds>>;
+
+// `intervals` as their union: disjoint, in order.
+Intervals merged(Intervals intervals) {
   std::sort(intervals.begin(), intervals.end());
-  Seconds total = 0, reach = lo;  // everything before `reach` is counted or outside
-  for (auto [a, b] : intervals) {
-    a = std::max(a, reach);
-    b = std::min(b, hi);
-    if (b > a) {
-      total += b - a;
-      reach = b;
-    }
+  Intervals out;
+  for (const auto& [a, b] : intervals) {
+    if (!out.empty() && a <= out.back().second)
+      out.back().second = std::max(out.back().second, b);
+    else
+      out.emplace_back(a, b);
   }
+  return out;
+}
+
+// The length of disjoint `intervals` inside [lo, hi].
+Seconds length_inside(const Intervals& intervals, Seconds lo, Seconds hi) {
+  Seconds total = 0;
+  for (const auto& [a, b] : intervals) total += std::max(0.0, std::min(b, hi) - std::max(a, lo));
   return total;
 }
 
-bool inside_any(const std::vector<std::pair<Seconds, Seconds>>& intervals, Seconds t) {
-  for (const auto& [a, b] : intervals)
-    if (t > a && t <= b) return true;
-  return false;
+// Whether t lies in (a, b] of one of disjoint, ordered `intervals`.
+bool inside(const Intervals& intervals, Seconds t) {
+  auto it = std::lower_bound(intervals.begin(), intervals.end(), t,
+                             [](const auto& iv, Seconds x) { return iv.second < x; });
+  return it != intervals.end() && t > it->first;
 }
 
 // The window over `ends` (at least two keys): from the first key's end to the last's.
@@ -95,6 +96,13 @@ double SteadyState::training_rate(int64_t batch) const {
 
 double SteadyState::rate_with_evaluations(int64_t batch) const {
   return empty() ? 0.0 : static_cast<double>(micro_batches * batch) / length();
+}
+
+bool finishes_micro_batch(const Plan& plan, const Event& e) {
+  return e.kind == EventKind::kBackward && e.micro_batch >= 0 && e.cluster >= 0 &&
+         static_cast<size_t>(e.cluster) < plan.clusters.size() &&
+         e.stage + 1 ==
+             static_cast<int>(plan.clusters[static_cast<size_t>(e.cluster)].stages.size());
 }
 
 const char* basis_name(SteadyState::Basis b) {
@@ -123,16 +131,17 @@ SteadyState steady_state(const Plan& plan, const std::vector<Event>& events) {
   else
     return s;
   const Evaluations ev = evaluations_of(events);
-  s.evaluation = union_length(ev.intervals, s.begin, s.end);
+  const Intervals pauses = merged(ev.intervals);
+  s.evaluation = length_inside(pauses, s.begin, s.end);
   for (size_t i = 0; i < ev.intervals.size(); ++i)
     if (ev.intervals[i].second > s.begin && ev.intervals[i].second <= s.end) {
       ++s.evaluations;
       s.evaluation_batches = std::max(s.evaluation_batches, ev.batches[i]);
     }
   for (const auto& e : events)
-    if (is_last_stage_backward(plan, e) && e.end > s.begin && e.end <= s.end) {
+    if (finishes_micro_batch(plan, e) && e.end > s.begin && e.end <= s.end) {
       ++s.micro_batches;
-      if (!inside_any(ev.intervals, e.end)) ++s.training_micro_batches;
+      if (!inside(pauses, e.end)) ++s.training_micro_batches;
     }
   return s;
 }

@@ -50,6 +50,10 @@ struct SteadyState {
   double rate_with_evaluations(int64_t batch) const;
 };
 
+// Whether `e` finishes a training micro-batch of `plan`: its last stage's backward, by the
+// event's own cluster and stage (under churn a spare may hold the stage).
+bool finishes_micro_batch(const Plan& plan, const Event& e);
+
 // The basis's name in summary.json: "averaging rounds", "optimizer steps", "none".
 const char* basis_name(SteadyState::Basis b);
 
