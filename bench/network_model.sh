@@ -85,7 +85,7 @@ run_case() {  # name scenario steps [--set ...]
   local base="$out/scenarios/$name"
   mkdir -p "$(dirname "$base")"
   local sets=(--set "training.steps=$steps" --set 'network.model="ideal"' "$@")
-  "$rv" validate "$scenario" "${sets[@]}" --set 'real.shaper="kernel"' --run-dir "$base" --progress off >/dev/null
+  "$rv" validate "$scenario" --agreement executors "${sets[@]}" --set 'real.shaper="kernel"' --run-dir "$base" --progress off >/dev/null
   local k
   k=$(python3 -c "import json; print(json.load(open('$base/validate.json'))['dilation'])")
   mv "$base/real" "$base/real-kernel"

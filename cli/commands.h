@@ -84,10 +84,15 @@ int cmd_real(const CommonOptions& o, const std::string& self_exe, const std::str
 int cmd_sweep(const CommonOptions& o, const std::vector<std::string>& grid, Executor executor,
               const std::string& out, const std::string& self_exe);
 // Simulates the scenario and runs it for real, emulated and dilated (exec/dilation.h) so that this
-// host keeps up, with the same seed and plan; writes both run folders, validate.json and
-// validate.md (core/output/validation.h) into one folder. dilation 0: chosen by measurement.
+// host keeps up, with the same seed and plan (executor agreement); and, where this host can
+// (root), the model against hardware (cli/validate_hardware.h) in hardware/. `agreements`: "both",
+// "executors" or "hardware" (the other reported as left out). Writes the run folders,
+// validate.json and validate.md (core/output/validation.h) into one folder. dilation 0: chosen by
+// measurement.
+// quick_calibration: the hardware agreement's calibration quick (`calibrate --quick`: tests).
 int cmd_validate(const CommonOptions& o, const std::string& self_exe, const std::string& run_path,
-                 double dilation, double headroom);
+                 double dilation, double headroom, const std::string& agreements = "both",
+                 bool quick_calibration = false);
 // The report script (analysis/report.py) with `args` as they are: `ravnest report ARGS...` hands
 // the script every argument, so each of its options (and --help) is the command's. The script is
 // looked for beside the binary that runs: <bin>/../share/ravnest/report.py (an installed tree,

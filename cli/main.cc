@@ -104,6 +104,8 @@ struct ValidateCli {
   std::string run_path;
   double dilation = 0;
   double headroom = rv::kHeadroom;
+  std::string agreements = "both";
+  bool quick_calibration = false;
 };
 struct TheoryCli {
   CLI::App* app = nullptr;
@@ -240,8 +242,10 @@ void add_sweep(CLI::App& app, SweepCli& c) {
 void add_validate(CLI::App& app, ValidateCli& c) {
   c.app = app.add_subcommand(
       "validate",
-      "simulate the scenario and run it for real, emulated (dilated so that this host keeps up), "
-      "with the same seed and plan; compare them (validate.json, validate.md)");
+      "simulate the scenario and run it for real twice with the same seed and plan: emulated "
+      "(dilated so that this host keeps up: executor agreement) and, as root, with nothing taken "
+      "from the model (this host's compute, calibrated in the same run, and real TCP: model "
+      "against hardware); compare them (validate.json, validate.md)");
   add_common(c.app, c.o);
   c.app->add_option("--run-dir", c.run_path, "write the folder here instead of under output.dir");
   c.app
@@ -255,6 +259,14 @@ void add_validate(CLI::App& app, ValidateCli& c) {
           "choose the dilation with this much room over the host's measured time per micro-batch "
           "(default 1.5; a run that shows it too little is made again at what it measured)")
       ->check(CLI::Range(1e-6, 100.0));
+  c.app
+      ->add_option("--agreement", c.agreements,
+                   "both (default) | executors (the emulated run only) | hardware (the "
+                   "calibration and the run over real TCP only)")
+      ->check(CLI::IsMember({"both", "executors", "hardware"}));
+  c.app->add_flag("--quick-calibration", c.quick_calibration,
+                  "the hardware agreement's calibration with fewer shapes and repeats "
+                  "(`calibrate --quick`: seconds instead of minutes, less accurate)");
 }
 
 // Every argument after `report` goes to the report script as it is (its options are the
@@ -373,7 +385,8 @@ int run_subcommand(Cli& cli, const char* argv0) {
     return rv::cmd_real(cli.real.o, self_exe(argv0), cli.real.run_path, cli.real.machines);
   if (*cli.validate.app)
     return rv::cmd_validate(cli.validate.o, self_exe(argv0), cli.validate.run_path,
-                            cli.validate.dilation, cli.validate.headroom);
+                            cli.validate.dilation, cli.validate.headroom, cli.validate.agreements,
+                            cli.validate.quick_calibration);
   if (*cli.report) return rv::cmd_report(self_exe(argv0), cli.report->remaining());
   if (*cli.keys.app) return rv::run_keys_command(cli.keys.markdown);
   if (*cli.theory.app)

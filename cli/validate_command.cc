@@ -1,4 +1,6 @@
-// `ravnest validate`: the simulator measured against an emulated real run of the same scenario.
+// `ravnest validate`: the simulator measured against real runs of the same scenario, two ways: an
+// emulated run (executor agreement) and one with nothing taken from the model (model against
+// hardware, cli/validate_hardware.h).
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -8,9 +10,12 @@
 #include <iostream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/span_times.h"
+#include "cli/validate_hardware.h"
 #include "core/error.h"
 #include "core/model/cost_model.h"
 #include "core/output/run_output.h"
@@ -22,85 +27,6 @@ namespace fs = std::filesystem;
 
 namespace rv {
 namespace {
-
-// The real run's training forwards and backwards: how long each took, how much CPU its maths
-// took, and its modeled time.
-struct SpanTimes {
-  std::vector<Seconds> took, cpu, modeled;
-  // The share that ran late (core/output/validation.h is_late), and the share of those whose maths
-  // fitted their share of a core: late by a wait that woke late, not by the host's work.
-  double late_fraction() const {
-    return fraction([&](size_t i) { return is_late(took[i], modeled[i]); });
-  }
-  double late_within_share(double share) const {
-    return fraction([&](size_t i) {
-      return is_late(took[i], modeled[i]) && !(cpu[i] > share * modeled[i] * (1 + kLateTolerance));
-    });
-  }
-  // Each span's CPU time over its share of a core times its modeled time (exec/dilation.h).
-  std::vector<double> demand(double share) const {
-    std::vector<double> d;
-    for (size_t i = 0; i < cpu.size(); ++i)
-      if (std::isfinite(cpu[i])) d.push_back(cpu[i] / (share * modeled[i]));
-    return d;
-  }
-
- private:
-  template <typename Pred>
-  double fraction(Pred pred) const {
-    size_t n = 0;
-    for (size_t i = 0; i < took.size(); ++i) n += pred(i) ? 1 : 0;
-    return took.empty() ? 0.0 : static_cast<double>(n) / static_cast<double>(took.size());
-  }
-};
-
-SpanTimes span_times(const Prepared& p, const std::string& metrics) {
-  const Scenario& s = p.scenario;
-  std::vector<StageWork> work;
-  // An evaluation's forward (micro_batch < 0) is charged as the worker charges it: the layers
-  // alone, without the first stage's input preparation (another code).
-  std::vector<Work> eval;
-  std::vector<ComputeProfile> device;
-  for (int i = 0; i < p.plan.nodes; ++i) {
-    const NodeRole r = p.plan.role_of(i);
-    work.push_back(r.stage >= 0 ? stage_work(p.model, r.layer_begin, r.layer_end, s.training,
-                                             s.data.batch_size)
-                                : StageWork{});
-    eval.push_back(r.stage >= 0
-                       ? p.model.forward_work(r.layer_begin, r.layer_end, s.data.batch_size)
-                       : Work{});
-    device.push_back(s.device_of(i).compute_profile());
-  }
-  SpanTimes out;
-  // Each node's compute spans in time order, for what the model needs of the spans before each
-  // (DeviceHistory: the idle wait, and the wait after which its code first runs again).
-  std::vector<Event> spans;
-  for (const Event& e : read_events_csv(metrics))
-    if (e.node >= 0 && e.node < p.plan.nodes &&
-        (e.kind == EventKind::kForward || e.kind == EventKind::kBackward ||
-         e.kind == EventKind::kUpdate))
-      spans.push_back(e);
-  std::stable_sort(spans.begin(), spans.end(), [](const Event& a, const Event& b) {
-    return a.node != b.node ? a.node < b.node : a.start < b.start;
-  });
-  std::vector<DeviceHistory> history(static_cast<size_t>(p.plan.nodes));
-  for (const Event& e : spans) {
-    const StageWork& w = work[static_cast<size_t>(e.node)];
-    const Work& unit = e.kind == EventKind::kForward
-                           ? (e.micro_batch < 0 ? eval[static_cast<size_t>(e.node)] : w.forward)
-                       : e.kind == EventKind::kBackward ? w.backward
-                                                        : w.update;
-    DeviceHistory& h = history[static_cast<size_t>(e.node)];
-    const Seconds modeled =
-        h.begin(unit, device[static_cast<size_t>(e.node)], e.start, saved_activations_of(e));
-    h.end(e.end);
-    if (e.micro_batch < 0 || e.kind == EventKind::kUpdate || modeled <= 0) continue;
-    out.took.push_back(e.end - e.start);
-    out.cpu.push_back(e.cpu);
-    out.modeled.push_back(modeled);
-  }
-  return out;
-}
 
 std::string dilation_text(double k) { return fmt::format("dilation={:.17g}", k); }
 
@@ -228,48 +154,70 @@ ValidationContext validation_context(const RealRuns& runs, const nlohmann::json&
   if (real.real.shaper == Shaper::kKernel)
     ctx.notes.push_back(
         "real.shaper = \"kernel\": the real run's bytes went over real TCP through htb, "
-        "its latency added at each receiver; the simulation is the network model's");
+        "its latency on the packet path (rv-delay-line); the simulation is the network model's");
   return ctx;
 }
 
-// Compares the runs in `tmp` (validate.json, validate.md there), then renames `tmp` to
-// `final_path` and names it.
-void write_validation(const fs::path& tmp, const fs::path& final_path,
-                      const ValidationContext& ctx) {
-  const nlohmann::json v =
-      compare_runs(read_json_file((tmp / "sim" / "summary.json").string()),
-                   read_json_file((tmp / "real" / "summary.json").string()), ctx);
-  std::ofstream(tmp / "validate.json") << v.dump(2) << "\n";
+// An agreement's line in the output and validate.md's head.
+std::string verdict_line(const nlohmann::json& v) {
+  return v.value("measured", true) ? v.value("verdict", "") : "not measured: " + v.value("why", "");
+}
+
+// An agreement left out (--agreement), as validate.json gives it.
+nlohmann::json left_out(Agreement a, const std::string& agreements) {
+  return {{"agreement", agreement_name(a)},
+          {"measured", false},
+          {"why", "left out (--agreement " + agreements + ")"}};
+}
+
+// Writes validate.json and validate.md in `tmp`: the executor agreement (`executors`) at the top
+// level, as validate.json always had it, and the model against hardware (`hardware`) under
+// "model_against_hardware"; then renames `tmp` to `final_path` and names it.
+void write_validation(const fs::path& tmp, const fs::path& final_path, nlohmann::json executors,
+                      const nlohmann::json& hardware, const Scenario& s) {
+  executors["scenario"] = s.name;
+  executors["model_against_hardware"] = hardware;
+  std::ofstream(tmp / "validate.json") << executors.dump(2) << "\n";
   std::ofstream md(tmp / "validate.md");
-  md << validation_markdown(v);
+  md << "# Validation: " << s.name << " (" << s.training.algorithm
+     << ")\n\n- executor agreement: " << verdict_line(executors)
+     << "\n- model against hardware: " << verdict_line(hardware) << "\n\n"
+     << validation_markdown(executors) << "\n"
+     << validation_markdown(hardware);
   if (!md) throw Error((tmp / "validate.md").string() + ": cannot write");
   if (fs::exists(final_path)) throw InputError(final_path.string() + ": folder exists already");
   fs::rename(tmp, final_path);
-  std::cout << fmt::format("validate folder: {}\n  {}\n", final_path.string(),
-                           v["verdict"].get<std::string>());
+  std::cout << fmt::format(
+      "validate folder: {}\n  executor agreement: {}\n  model against hardware: {}\n",
+      final_path.string(), verdict_line(executors), verdict_line(hardware));
 }
 
 }  // namespace
 
 int cmd_validate(const CommonOptions& o, const std::string& self_exe, const std::string& run_path,
-                 double dilation, double headroom) {
+                 double dilation, double headroom, const std::string& agreements,
+                 bool quick_calibration) {
 #if !RV_WITH_SIM
   throw InputError(
       "ravnest validate compares a simulation with a real run: this ravnest was built without the "
       "simulator (cmake -DRAVNEST_SIM=OFF)");
 #endif
+  const bool executors = agreements != "hardware", hardware = agreements != "executors";
   // The scenario as given, planned once: what the host must keep up with.
   const Prepared base = prepare(load_checked(o.scenario, o.overrides));
   const Scenario& s = base.scenario;
   check_validatable(s, run_path);
-  const DilationChoice choice = choose_dilation(
-      measure_demands(s, base.model, base.plan),
-      static_cast<double>(std::max(1u, std::thread::hardware_concurrency())), headroom);
-  if (dilation <= 0 && choice.k > kMaxDilation) throw InputError(too_large_message(s, choice));
-  const double k = dilation > 0 ? dilation : choice.k;
-  nlohmann::json host = host_json(choice, headroom);
-  std::cout << fmt::format("dilation {:g} ({}; this host needs {:g})\n", k,
-                           dilation > 0 ? "given" : "chosen", choice.k);
+  std::optional<DilationChoice> choice;
+  double k = 1;
+  if (executors) {
+    choice = choose_dilation(measure_demands(s, base.model, base.plan),
+                             static_cast<double>(std::max(1u, std::thread::hardware_concurrency())),
+                             headroom);
+    if (dilation <= 0 && choice->k > kMaxDilation) throw InputError(too_large_message(s, *choice));
+    k = dilation > 0 ? dilation : choice->k;
+    std::cout << fmt::format("dilation {:g} ({}; this host needs {:g})\n", k,
+                             dilation > 0 ? "given" : "chosen", choice->k);
+  }
 
   const fs::path final_path =
       fs::absolute(run_path.empty() ? new_run_path(s, "validate") : run_path).lexically_normal();
@@ -279,15 +227,27 @@ int cmd_validate(const CommonOptions& o, const std::string& self_exe, const std:
   fs::remove_all(tmp);
   fs::create_directories(tmp);
   try {
-    // The real runs first, then the simulation of the scenario at the final k (SimGrid runs once
-    // per process).
-    const RealRuns runs = run_real_attempts(o, self_exe, tmp, choice, dilation > 0, k);
-    run_in_process(prepare(load_checked(o.scenario, runs.overrides)), Executor::kSim,
-                   (tmp / "sim").string(), o.progress);
-    host["chosen"] = runs.k;
-    host["late_within_share"] = runs.late_waking;
-    host["attempts"] = runs.attempts;
-    write_validation(tmp, final_path, validation_context(runs, host, tmp));
+    // The real runs first, then the simulation of the executor agreement (SimGrid runs once per
+    // process; the hardware agreement's simulation is a child process).
+    std::optional<RealRuns> runs;
+    if (executors) runs = run_real_attempts(o, self_exe, tmp, *choice, dilation > 0, k);
+    const nlohmann::json against_hardware =
+        hardware ? validate_against_hardware(o, self_exe, s, tmp / "hardware", quick_calibration)
+                 : left_out(Agreement::kHardware, agreements);
+    nlohmann::json agreement = left_out(Agreement::kExecutors, agreements);
+    if (executors) {
+      run_in_process(prepare(load_checked(o.scenario, runs->overrides)), Executor::kSim,
+                     (tmp / "sim").string(), o.progress);
+      nlohmann::json host = host_json(*choice, headroom);
+      host["chosen"] = runs->k;
+      host["late_within_share"] = runs->late_waking;
+      host["attempts"] = runs->attempts;
+      agreement = compare_runs(read_json_file((tmp / "sim" / "summary.json").string()),
+                               read_json_file((tmp / "real" / "summary.json").string()),
+                               validation_context(*runs, host, tmp));
+      agreement["measured"] = true;
+    }
+    write_validation(tmp, final_path, agreement, against_hardware, s);
   } catch (...) {
     std::error_code ec;
     fs::remove_all(tmp, ec);

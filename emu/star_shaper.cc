@@ -40,6 +40,7 @@ void StarNetwork::send(int src, int dst, Bytes bytes, uint64_t token, Seconds no
     p.dst = dst;
     p.inter = links_.inter(src, dst);
     p.weight = weight_of(route(src, dst));
+    p.cap = links_.rate_cap(src, dst);
   }
   Flow f;
   f.token = token;
@@ -50,8 +51,9 @@ void StarNetwork::send(int src, int dst, Bytes bytes, uint64_t token, Seconds no
 }
 
 // Weighted max-min fairness by progressive filling: raise a common level; a flowing message's rate
-// is level * its pair's weight; the link whose capacity the level fills first fixes its flows'
-// rates; repeat with what the others leave.
+// is level * its pair's weight; the link whose capacity the level fills first, or the flow whose
+// cap (TCP's window over its round trip) it reaches first, fixes those flows' rates; repeat with
+// what the others leave. (SimGrid's solver treats a flow's rate bound the same way.)
 void StarNetwork::solve() {
   const size_t n = links_.nodes.size();
   // [0, n): uplinks; [n, 2n): downlinks; [2n, 2n + regions^2): the links between regions.
@@ -82,17 +84,20 @@ void StarNetwork::solve() {
     double level = kNever;
     for (size_t l = 0; l < total; ++l)
       if (weight[l] > 0) level = std::min(level, std::max(0.0, cap[l]) / weight[l]);
+    for (const Pair* p : open) level = std::min(level, p->cap / p->weight);
     std::vector<char> full(total, 0);
     for (size_t l = 0; l < total; ++l)
       full[l] = weight[l] > 0 && std::max(0.0, cap[l]) / weight[l] <= level * (1 + 1e-12);
     std::vector<Pair*> rest;
     for (Pair* p : open) {
-      if (!full[p->src] && !full[n + p->dst] && (p->inter < 0 || !full[region_link(p)])) {
+      const bool capped = p->cap / p->weight <= level * (1 + 1e-12);
+      if (!capped && !full[p->src] && !full[n + p->dst] &&
+          (p->inter < 0 || !full[region_link(p)])) {
         rest.push_back(p);
         continue;
       }
       Flow& f = p->queue.front();
-      f.rate = level * p->weight;
+      f.rate = std::min(level * p->weight, p->cap);
       cap[p->src] -= f.rate;
       cap[n + p->dst] -= f.rate;
       if (p->inter >= 0) cap[region_link(p)] -= f.rate;

@@ -73,6 +73,7 @@ class StarNetwork {
     int src = -1, dst = -1;
     int inter = -1;     // the region link it crosses (NetworkLinks::inter), or -1
     double weight = 1;  // 1 / route latency, in 1/s
+    double cap = 0;     // TCP's window over the round trip (NetworkLinks::rate_cap), bytes/s
     std::deque<Flow> queue;
     bool flowing(Seconds now) const { return !queue.empty() && queue.front().starts <= now; }
   };

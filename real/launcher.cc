@@ -337,7 +337,6 @@ Services::Services(const Scenario& scenario, const MachineShare& share, bool emu
                    const std::string& status_dir, const std::string& shared_secret,
                    bool given_secret) {
   if (emulate && scenario.real.shaper == Shaper::kKernel) kernel.emplace(scenario);
-  // (Under the kernel shaper each receiver adds the links' latency itself: emu/arrival_latency.h.)
   if (emulate && !kernel) {
     emulator.emplace((std::filesystem::path(status_dir) / "emulator.sock").string(),
                      links_of(scenario), emulator_clock);
@@ -655,6 +654,19 @@ class RankWaiter {
   throw PeerError(what);
 }
 
+// Under the kernel shaper: what the packet path did, in the run folder's kernel_network.json, and a
+// warning where it was not the scenario's.
+void record_packet_path(KernelNetwork& kernel, const std::string& run_path) {
+  const KernelNetwork::Record record = kernel.finish();
+  const std::string file = (std::filesystem::path(run_path) / "kernel_network.json").string();
+  std::ofstream out(file);
+  out << record.json;
+  if (!out) std::cerr << "ravnest real: cannot write " << file << "\n";
+  if (!record.warning.empty())
+    std::cerr << "ravnest real: the kernel shaper's packet path: " << record.warning
+              << "(kernel_network.json)\n";
+}
+
 }  // namespace
 
 std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
@@ -697,6 +709,7 @@ std::string run_real(const Scenario& scenario, const LaunchOptions& options) {
   std::string path;
   std::getline(in, path);
   if (path.empty()) throw Error("real run: rank 0 finished without naming its run folder");
+  if (services.kernel) record_packet_path(*services.kernel, path);
   return path;
 }
 

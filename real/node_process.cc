@@ -39,7 +39,6 @@
 #include "core/output/whole_file.h"
 #include "core/scenario/scenario.h"
 #include "core/units.h"
-#include "emu/arrival_latency.h"
 #include "emu/emulator_service.h"
 #include "exec/env_assembly.h"
 #include "exec/progress.h"
@@ -495,9 +494,7 @@ struct NodeParts {
   WallCompute compute;
   Progress progress;
   GlooCollectives collectives;  // for an all-reduce on the executor's collectives
-  // The network emulator, if the run has one: the launcher's, or under the kernel shaper the
-  // links' latency after each message's arrival, on `steady` (the axis of Message::arrived).
-  WallClock steady;
+  // The network emulator, if the run has one: the launcher's (the user-space shaper).
   std::unique_ptr<NetworkEmulator> emulator;
   // The algorithm sees the scenario's wrappers (emulated links, injected faults); the gathering
   // of events does not.
@@ -522,10 +519,8 @@ NodeParts::NodeParts(const RankSetup& setup, const NodeProcessOptions& options,
       parts{transport, clock, compute, log, &collectives, &observer, nullptr, nullptr} {
   const Scenario& scenario = setup.scenario;
   const int rank = setup.gloo.rank;
-  steady.set_origin_ns(0);
-  if (setup.kernel)
-    emulator = std::make_unique<ArrivalLatency>(rank, one_way_latencies(scenario), steady);
-  else if (setup.emulate)
+  // (The kernel shaper delays packets on their path: no emulator here.)
+  if (setup.emulate && !setup.kernel)
     emulator =
         std::make_unique<EmulatorClient>(setup.socket_path, rank, setup.gloo.timeout, recover);
   parts.network = emulator.get();

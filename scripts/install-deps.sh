@@ -13,6 +13,8 @@ packages=(
   python3 python3-matplotlib python3-numpy        # reports
   python3-pandas                                  # analysis/runs.py: run tables as DataFrames
   iproute2                                        # real.shaper = "kernel": ip netns, tc htb
+  libnetfilter-queue-dev libmnl-dev iptables      # its delay lines (emu/delay_line/): NFQUEUE
+  iputils-ping                                    # the delay line's root test
   libssl-dev                                      # HMAC-SHA256: real runs' authentication
   libglpk-dev                                     # GLPK: dedloc's load-balancing linear programme
   dataset-fashion-mnist python3-sklearn           # Fashion-MNIST; the 8x8 digits

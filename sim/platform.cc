@@ -17,13 +17,18 @@ void configure_network(sg4::Engine& engine, const NetworkSpec& network) {
   if (network.model == NetworkModel::kIdeal || network.model == NetworkModel::kTcp) {
     engine.set_config("network/model:CM02");
     engine.set_config("network/crosstraffic:0");
-    engine.set_config("network/TCP-gamma:0");
   }
   // The bandwidth factor as net_factors() states it (for LV08 its own, unless a key replaces it).
   // Only a sliver of the latency is SimGrid's to charge (kSimGridLatencyFactor): the simulated
   // network delays each message by the rest, once per stream.
   const NetFactors f = net_factors(network);
   char buf[64];
+  // TCP's window (NetworkLinks::rate_cap): CM02 bounds a transfer at TCP-gamma / (2 x its route's
+  // latency as given, before any latency factor), in units that the bandwidth factor then scales;
+  // given window / factor, a transfer's payload runs at most window / round trip, as in the
+  // emulator and the planner.
+  std::snprintf(buf, sizeof buf, "network/TCP-gamma:%.17g", f.tcp_gamma / f.bandwidth);
+  engine.set_config(buf);
   std::snprintf(buf, sizeof buf, "network/latency-factor:%.17g", kSimGridLatencyFactor);
   engine.set_config(buf);
   std::snprintf(buf, sizeof buf, "network/bandwidth-factor:%.17g", f.bandwidth);

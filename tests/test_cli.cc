@@ -949,6 +949,15 @@ TEST_CASE("the kernel shaper runs each node in a namespace of its own, c10d's al
   REQUIRE(real.status == 0);
   CHECK(namespaces() == before);  // the run removed what it made
   CHECK(netns_mounted() == mounted_before);
+  // The links' latency (10 ms a device) was on the packet path: each node's delay lines, up and
+  // down, passed its packets, and none was left running.
+  const nlohmann::json path = nlohmann::json::parse(slurp(d / "real" / "kernel_network.json"));
+  CHECK(path["delay_lines"].size() == 4u);
+  for (const auto& line : path["delay_lines"]) {
+    CHECK(line["delay_ms"] == 10.0);
+    CHECK(line["passed"].get<double>() > 0);
+  }
+  CHECK(std::system("grep -qsx rv-delay-line /proc/[0-9]*/comm") != 0);
   Result loop = ravnest(args({"sim", "s.toml", "--executor", "loopback"}, "multi-ring", "loop"), d);
   REQUIRE(loop.status == 0);
   const auto losses = values_of(d / "real", "loss");
@@ -1155,8 +1164,9 @@ TEST_CASE("validate runs the scenario simulated and emulated, dilated, and compa
           "[cli][real][validate]") {
   fs::path d = workdir("validate");
   write(d / "s.toml", kTiny);
-  Result r =
-      ravnest({"validate", "s.toml", "--dilation", "2", "--run-dir", "v", "--progress", "off"}, d);
+  Result r = ravnest({"validate", "s.toml", "--dilation", "2", "--quick-calibration", "--run-dir",
+                      "v", "--progress", "off"},
+                     d);
   INFO(r.out << r.err);
   REQUIRE(r.status == 0);
   CHECK(r.out.find("validate folder: ") != std::string::npos);
@@ -1189,8 +1199,37 @@ TEST_CASE("validate runs the scenario simulated and emulated, dilated, and compa
     CHECK(v["per_node"][i]["bytes_sent"]["sim"] == v["per_node"][i]["bytes_sent"]["real"]);
     CHECK(v["per_node"][i]["bytes_received"]["sim"] == v["per_node"][i]["bytes_received"]["real"]);
   }
-  CHECK(slurp(d / "v" / "validate.md").rfind("# Validation: tiny (ravnest)", 0) == 0);
+  const std::string md = slurp(d / "v" / "validate.md");
+  CHECK(md.rfind("# Validation: tiny (ravnest)", 0) == 0);
   CHECK(v["verdict"].get<std::string>().find("(dilation 2)") != std::string::npos);
+  // The two agreements, named apart.
+  CHECK(v["agreement"] == "executors");
+  CHECK(md.find("## Executor agreement") != std::string::npos);
+  CHECK(md.find("## Model against hardware") != std::string::npos);
+  const auto& hw = v["model_against_hardware"];
+  CHECK(hw["agreement"] == "hardware");
+  CHECK(r.out.find("model against hardware: ") != std::string::npos);
+  if (::geteuid() != 0) {
+    // Without root there is no real TCP to measure: said, not faked with the user-space shaper.
+    CHECK_FALSE(hw["measured"].get<bool>());
+    CHECK(hw["why"].get<std::string>().find("not root") != std::string::npos);
+  } else {
+    REQUIRE(hw["measured"].get<bool>());
+    // The real run took nothing from the model; the simulation took this host's calibration.
+    const std::string real_toml = slurp(d / "v" / "hardware" / "real" / "scenario.toml");
+    CHECK(real_toml.find("emulate_speed = false") != std::string::npos);
+    CHECK(real_toml.find("shaper = \"kernel\"") != std::string::npos);
+    CHECK(real_toml.find("dilation = 1") != std::string::npos);
+    CHECK(slurp(d / "v" / "hardware" / "sim" / "scenario.toml").find("host.toml") !=
+          std::string::npos);
+    CHECK(fs::exists(d / "v" / "hardware" / "real" / "kernel_network.json"));
+    CHECK(hw["compute_ratio"].get<double>() > 0);
+    bool samples = false;
+    for (const auto& f : hw["figures"])
+      samples = samples || (f["figure"] == "steady_samples_per_s" && f["error"].is_number());
+    CHECK(samples);
+    CHECK(hw["verdict"].get<std::string>().find("calibration") != std::string::npos);
+  }
   fs::remove_all(d);
 }
 
@@ -1201,16 +1240,17 @@ TEST_CASE("validate runs again, dilated more, when the real run did not keep up"
   // Stages of a few milliseconds here (longer than a late span's 1 ms of slack), on devices modeled
   // 50 times faster than kTiny's (and links fast enough that the dilated run stays short), and
   // almost no headroom: the first dilation is far too small for the host.
-  Result r = ravnest({"validate",   "s.toml",
-                      "--set",      "model.hidden=[1024, 1024, 1024]",
-                      "--set",      "data.batch_size=128",
-                      "--set",      "devices.0.tflops=1",
-                      "--set",      "devices.0.up_mbps=10000",
-                      "--set",      "devices.0.down_mbps=10000",
-                      "--set",      "training.steps=30",
-                      "--headroom", "0.01",
-                      "--run-dir",  "v",
-                      "--progress", "off"},
+  Result r = ravnest({"validate",    "s.toml",
+                      "--set",       "model.hidden=[1024, 1024, 1024]",
+                      "--set",       "data.batch_size=128",
+                      "--set",       "devices.0.tflops=1",
+                      "--set",       "devices.0.up_mbps=10000",
+                      "--set",       "devices.0.down_mbps=10000",
+                      "--set",       "training.steps=30",
+                      "--headroom",  "0.01",
+                      "--agreement", "executors",
+                      "--run-dir",   "v",
+                      "--progress",  "off"},
                      d);
   INFO(r.out << r.err);
   REQUIRE(r.status == 0);

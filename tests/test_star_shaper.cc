@@ -49,6 +49,32 @@ TEST_CASE("one message takes both latencies plus its bytes over the slower link"
   CHECK(back[0] == Approx(0.045 + 1e6 / (50 * kMbpsToBytesPerSecond)).epsilon(1e-12));
 }
 
+TEST_CASE("a flow runs at most TCP's window over its round trip", "[emu]") {
+  // 1 Gbit/s both ways, 25 ms one way each: a round trip of 100 ms, where a 2.79 MB window allows
+  // 27.9 MB/s of the links' 125.
+  NetworkLinks links({mbps(1000, 1000, 25), mbps(1000, 1000, 25)});
+  links.window = kTcpWindowBytes;
+  const double cap = kTcpWindowBytes / 0.1;
+  CHECK(links.rate_cap(0, 1) == Approx(cap).epsilon(1e-12));
+  CHECK(links.route_bandwidth(0, 1) == Approx(cap).epsilon(1e-12));
+  const auto t = emulate(links, {{0, 0, 1, 10'000'000}});
+  CHECK(t[0] == Approx(0.05 + 1e7 / cap).epsilon(1e-12));
+  // Without a window the links' rate; without a latency, no cap either.
+  links.window = 0;
+  CHECK(emulate(links, {{0, 0, 1, 10'000'000}})[0] ==
+        Approx(0.05 + 1e7 / (1000 * kMbpsToBytesPerSecond)).epsilon(1e-12));
+  NetworkLinks near({mbps(1000, 1000, 0), mbps(1000, 1000, 0)});
+  near.window = kTcpWindowBytes;
+  CHECK(std::isinf(near.rate_cap(0, 1)));
+  // The `tcp` model carries the window; `ideal` does not.
+  const std::string two =
+      "[[devices]]\ncount = 2\nup_mbps = 1000\ndown_mbps = 1000\n"
+      "latency_ms = 25\n";
+  CHECK(links_of(parse_scenario("name = \"w\"\n" + two, "w.toml")).window == kTcpWindowBytes);
+  CHECK(links_of(parse_scenario("name = \"w\"\n[network]\nmodel = \"ideal\"\n" + two, "w.toml"))
+            .window == 0);
+}
+
 TEST_CASE("messages of one pair go one after the other on one connection, the latency paid once",
           "[emu]") {
   const std::vector<NodeLinks> links = {mbps(10, 10, 5), mbps(10, 10, 5)};
@@ -260,6 +286,17 @@ void check_trace(const std::string& network, bool regions = false,
 TEST_CASE("a trace through the emulator gets the simulator's delivery times (ideal network)",
           "[emu][sim]") {
   check_trace("model = \"ideal\"");
+}
+
+TEST_CASE("a trace through the emulator gets the simulator's delivery times (tcp: TCP's window)",
+          "[emu][sim]") {
+  // Round trips up to 240 ms on links up to 200 Mbit/s: the window caps many of the flows.
+  check_trace("model = \"tcp\"");
+}
+
+TEST_CASE("a trace through the emulator gets the simulator's delivery times (tcp, carriers)",
+          "[emu][sim]") {
+  check_trace("topology = \"regions\"\nmodel = \"tcp\"", true, 3);
 }
 
 TEST_CASE("a trace through the emulator gets the simulator's delivery times (regions)",

@@ -99,6 +99,27 @@ TEST_CASE("two summaries side by side: errors, per-node differences and the verd
           std::string::npos);
     CHECK(v["verdict"].get<std::string>().find("plans differ") != std::string::npos);
   }
+  SECTION("against hardware, the real compute is judged against its calibration, not lateness") {
+    ctx.agreement = Agreement::kHardware;
+    ctx.late_fraction = 0.5;  // not an executor agreement's: ignored
+    ctx.compute_ratio = 1.05;
+    json v =
+        compare_runs(summary(100, 0.5, 0.8, 0.85, 1000), summary(104, 0.5, 0.8, 0.85, 1000), ctx);
+    CHECK(v["agreement"] == "hardware");
+    CHECK(v["agrees"].get<bool>());
+    CHECK_FALSE(v.contains("late_fraction"));
+    CHECK(v["verdict"].get<std::string>().find("the real compute at 1.05x its calibration") !=
+          std::string::npos);
+    CHECK(v["verdict"].get<std::string>().find("(undilated)") != std::string::npos);
+    CHECK(validation_markdown(v).rfind("## Model against hardware", 0) == 0);
+    // A run whose compute left its calibration by more than 10% is flagged.
+    ctx.compute_ratio = 1.4;
+    v = compare_runs(summary(100, 0.5, 0.8, 0.85, 1000), summary(104, 0.5, 0.8, 0.85, 1000), ctx);
+    CHECK_FALSE(v["agrees"].get<bool>());
+    CHECK(v["verdict"].get<std::string>().rfind("differs: the real compute at 1.40x", 0) == 0);
+    const json unmeasured = {{"agreement", "hardware"}, {"measured", false}, {"why", "not root"}};
+    CHECK(validation_markdown(unmeasured).find("**Not measured**: not root") != std::string::npos);
+  }
   SECTION("an idle node's busy fraction does not count") {
     json sim = summary(100, 0.5, 0.8, 0.85, 1000), real = sim;
     sim["per_node"][2]["busy_fraction"] =

@@ -1,6 +1,7 @@
 #include "core/network/links.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 
 #include "core/error.h"
@@ -34,7 +35,12 @@ double NetworkLinks::route_bandwidth(int src, int dst) const {
   double bw = std::min(nodes[static_cast<size_t>(src)].up, nodes[static_cast<size_t>(dst)].down);
   const int k = inter(src, dst);
   if (k >= 0) bw = std::min(bw, between[static_cast<size_t>(k)].bandwidth);
-  return bw;
+  return std::min(bw, rate_cap(src, dst));
+}
+
+double NetworkLinks::rate_cap(int src, int dst) const {
+  const Seconds rtt = 2 * route_latency(src, dst);
+  return window > 0 && rtt > 0 ? window / rtt : std::numeric_limits<double>::infinity();
 }
 
 double region_link_bytes_per_s(const RegionLinkSpec& link, double dilation) {
@@ -56,6 +62,7 @@ NetworkLinks links_of(const Scenario& s) {
   }
   NetworkLinks links(std::move(nodes));
   links.latency_factor = f.latency;
+  links.window = f.tcp_gamma;
   if (s.network.topology != Topology::kRegions) return links;
   // Regions are numbered in the order the devices first name them.
   std::map<std::string, int> index;

@@ -48,6 +48,8 @@ struct NetworkLinks {
   // [from * regions + to]; the diagonal is unused (a region's nodes meet at its core).
   std::vector<RegionLink> between;
   double latency_factor = 1;  // the network model's, for the region links
+  // The network model's TCP window (net_factors' tcp_gamma), bytes; 0: no cap.
+  double window = 0;
 
   int size() const { return static_cast<int>(nodes.size()); }
   // The index in `between` of the link a message from node `src` to node `dst` crosses, or -1
@@ -60,8 +62,11 @@ struct NetworkLinks {
   Seconds route_latency(int src, int dst) const;
   // The route's latency as the network model charges it: each link's times the model's factor.
   Seconds route_delay(int src, int dst) const;
-  // The rate a lone message gets: its slowest link's.
+  // The rate a lone message gets: its slowest link's, and at most rate_cap's.
   double route_bandwidth(int src, int dst) const;
+  // The most a flow from src to dst may run at, TCP's window over its round trip: window / (2 x
+  // route_latency), bytes per second; infinity without a window or a latency.
+  double rate_cap(int src, int dst) const;
 };
 
 // A [[network.link]] entry's rate (each way) and latency, dilated, before the network model's

@@ -56,6 +56,10 @@ std::string percent(const json& v) {
 
 }  // namespace
 
+const char* agreement_name(Agreement a) {
+  return a == Agreement::kHardware ? "hardware" : "executors";
+}
+
 double ratio_error(double sim, double real) {
   if (std::isnan(sim) || std::isnan(real) || sim < 0 || real < 0) return kNaN;
   if (sim == 0 && real == 0) return 0;
@@ -65,6 +69,7 @@ double ratio_error(double sim, double real) {
 
 json compare_runs(const json& sim, const json& real, const ValidationContext& ctx) {
   json v;
+  v["agreement"] = agreement_name(ctx.agreement);
   v["scenario"] = sim.value("scenario", "");
   v["algorithm"] = sim.value("algorithm", "");
   v["nodes"] = sim.value("nodes", 0);
@@ -72,7 +77,10 @@ json compare_runs(const json& sim, const json& real, const ValidationContext& ct
   v["dilation"] = ctx.dilation;
   v["host"] = ctx.host;
   v["same_plan"] = ctx.same_plan;
-  v["late_fraction"] = ctx.late_fraction;
+  if (ctx.agreement == Agreement::kExecutors)
+    v["late_fraction"] = ctx.late_fraction;
+  else
+    v["compute_ratio"] = num(ctx.compute_ratio);
   v["notes"] = ctx.notes;
   json figures = json::array();
   for (const Figure& f : kFigures) {
@@ -127,8 +135,15 @@ json compare_runs(const json& sim, const json& real, const ValidationContext& ct
     judge(std::abs(acc) * 100 <= kTargetAccuracyPoints,
           fmt::format("test accuracy {:.2f} points apart (target {:.0f})", std::abs(acc) * 100,
                       kTargetAccuracyPoints));
-  judge(ctx.late_fraction <= kLateTolerance,
-        fmt::format("{:.1f}% of the real run's compute spans late", 100 * ctx.late_fraction));
+  if (ctx.agreement == Agreement::kExecutors)
+    judge(ctx.late_fraction <= kLateTolerance,
+          fmt::format("{:.1f}% of the real run's compute spans late", 100 * ctx.late_fraction));
+  else
+    judge(std::abs(ctx.compute_ratio - 1) <= kComputeTolerance,
+          std::isnan(ctx.compute_ratio)
+              ? std::string("the real compute not compared with its calibration (no spans)")
+              : fmt::format("the real compute at {:.2f}x its calibration (flagged beyond {:.0f}%)",
+                            ctx.compute_ratio, 100 * kComputeTolerance));
   if (!ctx.same_plan) missed.push_back("the two runs' plans differ");
   std::string verdict = missed.empty() ? "agrees: " : "differs: ";
   bool first = true;
@@ -138,19 +153,37 @@ json compare_runs(const json& sim, const json& real, const ValidationContext& ct
       first = false;
     }
   v["agrees"] = missed.empty();
-  v["verdict"] = verdict + fmt::format(" (dilation {:g})", ctx.dilation);
+  v["verdict"] = verdict + (ctx.agreement == Agreement::kExecutors
+                                ? fmt::format(" (dilation {:g})", ctx.dilation)
+                                : std::string(" (undilated)"));
   return v;
 }
 
 std::string validation_markdown(const json& v) {
   std::ostringstream md;
-  md << "# Validation: " << v.value("scenario", "") << " (" << v.value("algorithm", "") << ")\n\n";
-  md << "**" << v.value("verdict", "") << "**\n\n";
-  md << fmt::format(
-      "Simulation (`sim/`) against an emulated real run (`real/`) of the same scenario, seed and "
-      "plan, both dilated {:g} times (every rate / {:g}, every time x {:g}). Error: "
-      "exp(|ln(sim/real)|) - 1.\n\n",
-      v.value("dilation", 1.0), v.value("dilation", 1.0), v.value("dilation", 1.0));
+  const bool hardware = v.value("agreement", "") == "hardware";
+  md << (hardware ? "## Model against hardware\n\n" : "## Executor agreement\n\n");
+  if (!v.value("measured", true)) {
+    md << "**Not measured**: " << v.value("why", "") << "\n";
+    return md.str();
+  }
+  if (hardware) {
+    md << "**" << v.value("verdict", "") << "**\n\n";
+    md << "Simulation (`hardware/sim/`), its devices computing as this host's calibration "
+          "(`hardware/host.toml`) says, against a real run (`hardware/real/`) that takes nothing "
+          "from the model: each node computes at this host's speed, and its messages cross real "
+          "TCP through the kernel shaper with the links' latency on the packet path, undilated. "
+          "Error: exp(|ln(sim/real)|) - 1.\n\n";
+  } else {
+    md << "**" << v.value("verdict", "") << "**\n\n";
+    md << fmt::format(
+        "Simulation (`sim/`) against an emulated real run (`real/`) of the same scenario, seed "
+        "and plan, both dilated {:g} times (every rate / {:g}, every time x {:g}): the real run's "
+        "compute is stretched to the model's time and its messages held by the network model, so "
+        "this measures that the two executors agree, not the model's accuracy. Error: "
+        "exp(|ln(sim/real)|) - 1.\n\n",
+        v.value("dilation", 1.0), v.value("dilation", 1.0), v.value("dilation", 1.0));
+  }
   md << "| figure | sim | real | error |\n|---|---:|---:|---:|\n";
   for (const auto& f : v["figures"]) {
     std::string err = percent(f["error"]);
@@ -176,6 +209,15 @@ std::string validation_markdown(const json& v) {
        << show(r["real"], "{:.0f}") << " | " << percent(r["error"]) << " |\n";
   }
   const json& host = v["host"];
+  if (hardware && host.is_object())
+    md << fmt::format(
+        "\nCalibration: {} thread(s) a rank, the host shared by {} ranks ({} cores); peak {:.4g} "
+        "TFLOPS. The real run's compute spans took {:.3f}x their time under it (median; flagged "
+        "beyond {:.0f}%).\n",
+        host.value("threads", 0), host.value("share", 0), host.value("cores", 0),
+        host.value("peak_tflops", 0.0),
+        v["compute_ratio"].is_number() ? v["compute_ratio"].get<double>() : NAN,
+        100 * kComputeTolerance);
   if (host.is_object() && host.contains("nodes")) {
     md << fmt::format(
         "\nDilation: this host has {:g} cores, {:.2g} of a core per working node; each node's "
@@ -188,10 +230,11 @@ std::string validation_markdown(const json& v) {
                         n.value("device", ""), n.value("host_ms", 0.0), n.value("modeled_ms", 0.0),
                         n.value("needs", 0.0));
   }
-  md << fmt::format(
-      "\nLate compute spans in the real run (more than {:.0f}% past their modeled time): "
-      "{:.1f}%.\n",
-      100 * kLateTolerance, 100 * v.value("late_fraction", 0.0));
+  if (!hardware)
+    md << fmt::format(
+        "\nLate compute spans in the real run (more than {:.0f}% past their modeled time): "
+        "{:.1f}%.\n",
+        100 * kLateTolerance, 100 * v.value("late_fraction", 0.0));
   if (!v.value("same_plan", true))
     md << "\n**The two runs' plan.json differ**: they did not run the same plan.\n";
   if (v.contains("notes"))

@@ -1,5 +1,12 @@
-// ravnest validate's comparison of two runs of one scenario, a simulation and an emulated real run:
-// the figures of their summary.json side by side, the error of each, and one verdict.
+// ravnest validate's comparison of two runs of one scenario, a simulation and a real run: the
+// figures of their summary.json side by side, the error of each, and one verdict. Two kinds of
+// agreement are compared so, and named apart:
+//  - executor agreement: the real run emulated (each span stretched to the model's compute time,
+//    each message held by the network model, both dilated): the two executors agree, which says
+//    nothing of the model's accuracy;
+//  - model against hardware (cli/validate_hardware.h): the real run takes nothing from the model
+//    (this host's compute, real TCP with the links' latency), and the simulation only this host's
+//    calibration.
 //
 // The error of a positive figure is exp(|ln(sim / real)|) - 1: 0.1 means one run is 10% above the
 // other, whichever it is, and a run twice as fast as the other is 1.0 off, as is one half as fast.
@@ -19,6 +26,8 @@ namespace rv {
 constexpr double kTargetSamplesError = 0.10;
 constexpr double kTargetBusyDifference = 0.10;
 constexpr double kTargetAccuracyPoints = 2.0;
+// Model against hardware: the real compute within this of its calibration, or the run is flagged.
+constexpr double kComputeTolerance = 0.10;
 // A real compute span counts as late when it ran this much past its modeled time (and 1 ms, a
 // scheduler's granularity): the host did not keep up there, and the dilation was too small. A run
 // kept up when at most this share of its spans were late.
@@ -31,12 +40,20 @@ inline bool is_late(double took_s, double modeled_s) {
 // exp(|ln(sim / real)|) - 1; 0 when both are 0; NaN when either is NaN, negative, or only one is 0.
 double ratio_error(double sim, double real);
 
+enum class Agreement { kExecutors, kHardware };
+const char* agreement_name(Agreement a);  // "executors", "hardware"
+
 // What the command knows beyond the two summaries.
 struct ValidationContext {
+  Agreement agreement = Agreement::kExecutors;
   double dilation = 1;
   nlohmann::json host;  // the dilation's inputs (cores, share, each node's host and modeled ms)
-  double late_fraction = 0;  // the real run's compute spans that were late (kLateTolerance)
-  bool same_plan = true;     // both runs' plan.json agree
+  // Executor agreement: the real run's compute spans that were late (kLateTolerance).
+  double late_fraction = 0;
+  // Model against hardware: the median real / modeled time of the real run's compute spans under
+  // the calibration (1: it computed as calibrated), judged against kComputeTolerance.
+  double compute_ratio = 1;
+  bool same_plan = true;  // both runs' plan.json agree
   std::vector<std::string>
       notes;  // what the reader should know (e.g. a model the emulator approximates)
 };
@@ -46,7 +63,8 @@ struct ValidationContext {
 nlohmann::json compare_runs(const nlohmann::json& sim, const nlohmann::json& real,
                             const ValidationContext& ctx);
 
-// validate.md: the same as a Markdown page (tables, verdict first).
+// validate.md's section for one agreement (compare_runs' object): tables, verdict first. A
+// "hardware" object with "measured": false gives its reason.
 std::string validation_markdown(const nlohmann::json& v);
 
 }  // namespace rv

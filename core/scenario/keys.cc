@@ -214,6 +214,14 @@ void add_top_and_devices(Catalog& c) {
                 "download bandwidth from the core")
       .real("latency_ms", &DeviceGroup::latency_ms, 0.0, 1e6, "ms",
             "one-way latency between the device and the core")
+      .real("buffer_ms", &DeviceGroup::buffer_ms, 0.0, 1e5, "ms",
+            "real.shaper = \"kernel\": the drop-tail buffer in front of each of the device's "
+            "links (a home router's), in ms at the link's rate; 0: the kernel's default queue. "
+            "Not modeled by the simulator, the planner or the user-space shaper")
+      .integer("buffer_packets", &DeviceGroup::buffer_packets, 0, 1000000,
+               "real.shaper = \"kernel\": the drop-tail buffer in front of each of the device's "
+               "links, in packets (of at most one MTU: the kernel shaper then sends no larger "
+               "ones); 0: the kernel's default queue")
       .text("profile", &DeviceGroup::profile,
             "compute profile file (`ravnest calibrate --out`, or profiles/), relative to the "
             "scenario's "
@@ -476,9 +484,9 @@ void add_sim_and_real(Catalog& c) {
               "machine), off for ranks started by hand (`ravnest node`) and the loopback executor")
       .choice("shaper", &RealSpec::shaper,
               "user: the launcher holds each message for its links' time (no root); kernel: "
-              "each node in a network namespace, links shaped by htb, real TCP over them (root; "
-              "the latency added by each receiver after a message's arrival; shapes allreduce = "
-              "\"gloo\" too)")
+              "each node in a network namespace, links shaped by htb, real TCP over them, each "
+              "link's latency on the packet path (root; rv-delay-line; TCP sees the round trip; "
+              "shapes allreduce = \"gloo\" too)")
       .choice("on_peer_loss", &RealSpec::on_peer_loss,
               "fail: a rank that loses a peer stops the run (exit 1); recover: an algorithm that "
               "recovers from churn goes on without it as under churn (its cluster sits out until a "

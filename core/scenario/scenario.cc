@@ -385,6 +385,18 @@ void check_regions(const Scenario& s) {
                                 "\": every pair of regions with devices needs one");
 }
 
+// A device's buffer is in ms or in packets, not both.
+void check_buffers(const Scenario& s) {
+  for (size_t i = 0; i < s.devices.size(); ++i) {
+    if (s.devices[i].buffer_ms > 0 && s.devices[i].buffer_packets > 0) {
+      const std::string key = "devices[" + std::to_string(i) + "].buffer_packets";
+      throw ScenarioError(s.where(key), key,
+                          "set the buffer in ms (buffer_ms) or in packets (buffer_packets), not "
+                          "both");
+    }
+  }
+}
+
 // [churn] and the devices' churn keys: groups that arrive later come after all others (the plan's
 // nodes are ranks [0, initial_node_count())); every timed departure names a node of the pool.
 void check_churn(const Scenario& s) {
@@ -495,6 +507,7 @@ Scenario from_table(const toml::table& root, const std::string& source) {
   check_regions(s);
   check_pool(s);
   check_churn(s);
+  check_buffers(s);
   check_checkpoint(s);
   read_profiles(s);
   read_platform(s);
@@ -559,7 +572,7 @@ void apply_override(toml::table& root, const std::string& spec) {
 NetFactors net_factors(const NetworkSpec& network) {
   NetFactors f;
   if (network.model == NetworkModel::kLv08) f = {13.01, 0.97, 4194304.0};
-  if (network.model == NetworkModel::kTcp) f = {1.0, kTcpBandwidthFactor, 0.0};
+  if (network.model == NetworkModel::kTcp) f = {1.0, kTcpBandwidthFactor, kTcpWindowBytes};
   if (network.latency_factor > 0) f.latency = network.latency_factor;
   if (network.bandwidth_factor > 0) f.bandwidth = network.bandwidth_factor;
   return f;

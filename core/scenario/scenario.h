@@ -33,7 +33,13 @@ struct DeviceGroup {
   double up_mbps = 100.0;    // Mbit/s, to the core
   double down_mbps = 100.0;  // Mbit/s, from the core
   double latency_ms = 10.0;  // ms, one way, between the device and the core
-  std::string region;        // network.topology "regions": the region whose core it reaches
+  // The drop-tail buffer in front of each of the device's links (a home router's), honoured by the
+  // kernel shaper (real/kernel_network.h) only: in ms of the link's rate, or in packets; 0 (both):
+  // the kernel's default queue. At most one of the two is set. The flow models (simulator,
+  // planner, user-space shaper) do not model it (docs/network-model.md).
+  double buffer_ms = 0;
+  int buffer_packets = 0;
+  std::string region;  // network.topology "regions": the region whose core it reaches
   // Churn (core/churn/schedule.h): this group's nodes leave at this rate per hour (exponential
   // sessions of mean 1 / rate hours); -1: churn.leave_per_hour.
   double leave_per_hour = -1;
@@ -262,6 +268,12 @@ struct PlannerSpec {
 // (real TCP through htb, Gloo's framing included; bench/network_model.sh, docs/network-model.md):
 // TCP/IP and Ethernet headers cost 66 of every 1514 bytes on the wire (0.956).
 constexpr double kTcpBandwidthFactor = 0.962;
+// TCP's effective window, in bytes: a connection sends at most this much per round trip, so a flow
+// runs at most kTcpWindowBytes / (2 x its route's latency). Measured with real TCP at real round
+// trips (bench/tcp_effects/, one-way messages at 100 and 250 ms round trips, 1 Gbit/s: 2.79 MB,
+// from 2.45 to 2.89), and Linux's own arithmetic: tcp_wmem's default maximum (4 MiB) holds about
+// 2/3 of it in payload (the rest is the buffers' overhead), 2.80 MB. docs/network-model.md.
+constexpr double kTcpWindowBytes = 2.79e6;
 
 // network.topology: every node reaches one core ("star"), or its region's core, the regions'
 // cores joined by [[network.link]] entries ("regions"); core/network/links.h.
@@ -300,7 +312,8 @@ struct NetworkSpec {
 // How the network model bends each link's latency and bandwidth, the one definition the simulator
 // (SimGrid's network/latency-factor, network/bandwidth-factor, network/TCP-gamma), the planner's
 // cost model and the user-space emulator share. tcp (the default): CM02 with TCP's goodput
-// (bandwidth x kTcpBandwidthFactor), no window cap. Every model runs one connection per pair of
+// (bandwidth x kTcpBandwidthFactor) and TCP's window (a flow capped at kTcpWindowBytes / (2
+// latency)). Every model runs one connection per pair of
 // nodes (a pair's messages one after the other, the latency paid once per stream). LV08, SimGrid's
 // calibration for LAN TCP: latency x 13.01, bandwidth x 0.97, a flow capped at TCP-gamma /
 // (2 latency) with gamma = 4 MiB. ideal: factors 1, no cap. network.bandwidth_factor and

@@ -31,7 +31,7 @@ validate() {  # name scenario steps [--set ...]
   echo "== $name" >&2
   rm -rf "$runs/$name"
   local status=0
-  build/ravnest validate "$scenario" --set "training.steps=$steps" --set "training.eval_every=$steps" "$@" \
+  build/ravnest validate "$scenario" --agreement executors --set "training.steps=$steps" --set "training.eval_every=$steps" "$@" \
     --run-dir "$runs/$name" --progress off >"$runs/.$name.out" 2>"$runs/.$name.err" || status=$?
   tail -1 "$runs/.$name.out" >&2
   if [ $status -eq 2 ]; then  # refused (too large for this host even dilated 100 times): the table says so

@@ -1,0 +1,150 @@
+#include "cli/validate_hardware.h"
+
+#include <fmt/core.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <regex>
+#include <thread>
+
+#include "cli/span_times.h"
+#include "core/error.h"
+#include "core/output/run_output.h"
+#include "core/output/validation.h"
+#include "core/spawn.h"
+#include "real/kernel_network.h"
+#include "real/launcher.h"
+
+namespace fs = std::filesystem;
+
+namespace rv {
+namespace {
+
+std::string text_of(const fs::path& p) {
+  std::ifstream in(p);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Runs `argv` (this program), its output in `log`; rv::Error naming `what` and the log's end if it
+// fails.
+void run_step(const std::vector<std::string>& argv, const fs::path& log, const std::string& what) {
+  const int status = wait_process(spawn_process(argv[0], argv, {.output_file = log.string()}));
+  if (status == 0) return;
+  std::string tail = text_of(log);
+  if (tail.size() > 2000) tail = tail.substr(tail.size() - 2000);
+  throw Error(
+      fmt::format("ravnest validate: the hardware agreement's {} failed (status {}; {}):\n{}", what,
+                  status, log.string(), tail));
+}
+
+// peak_tflops of a profile file written by `ravnest calibrate`.
+double peak_of(const fs::path& profile) {
+  std::smatch m;
+  const std::string text = text_of(profile);
+  if (!std::regex_search(text, m, std::regex(R"((^|\n)peak_tflops = ([0-9.eE+-]+))")))
+    throw Error(profile.string() + ": no peak_tflops (a calibration that did not finish?)");
+  return std::stod(m[2]);
+}
+
+// The --set lines that make every device compute as `profile` says.
+std::vector<std::string> device_overrides(const Scenario& s, const fs::path& profile, double peak) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < s.devices.size(); ++i) {
+    const std::string d = "devices." + std::to_string(i) + ".";
+    out.push_back(d + fmt::format("tflops={:.17g}", peak));
+    out.push_back(d + "profile=\"" + profile.string() + "\"");
+    out.push_back(d + "efficiency=0");
+  }
+  return out;
+}
+
+// What the packet path's delay lines and queues did (kernel_network.json), as notes.
+std::vector<std::string> packet_path_notes(const fs::path& record) {
+  std::vector<std::string> notes;
+  const nlohmann::json j = nlohmann::json::parse(text_of(record), nullptr, false);
+  if (!j.is_object()) return {"the real run left no kernel_network.json: its packet path unknown"};
+  double worst_p99 = 0;
+  long long drops = 0;
+  for (const auto& l : j.value("delay_lines", nlohmann::json::array()))
+    if (l["p99_lateness_us"].is_number())
+      worst_p99 = std::max(worst_p99, l["p99_lateness_us"].get<double>());
+  for (const auto& q : j.value("queues", nlohmann::json::array()))
+    drops += std::max(0LL, q.value("drops", 0LL));
+  notes.push_back(
+      fmt::format("the real run's packet path: delay lines late by at most {:.0f} us at their 99th "
+                  "percentile; {} packets dropped by the links' queues",
+                  worst_p99, drops));
+  return notes;
+}
+
+}  // namespace
+
+std::string hardware_unmeasurable(const Scenario& s) {
+  if (::geteuid() != 0)
+    return "not root: the hardware agreement needs the kernel shaper (network namespaces, real "
+           "TCP through htb and the delay lines); the user-space shaper is the network model "
+           "itself, so a run through it measures nothing of the network against hardware";
+  if (s.network.topology == Topology::kRegions)
+    return "network.topology = \"regions\": the kernel shaper builds a star only";
+  if (KernelNetwork::installed_delay_line().empty())
+    return "rv-delay-line is not built beside ravnest (libnetfilter-queue-dev missing at build "
+           "time): the kernel shaper cannot put the links' latency on the packet path";
+  return "";
+}
+
+nlohmann::json validate_against_hardware(const CommonOptions& o, const std::string& self_exe,
+                                         const Scenario& s, const fs::path& dir, bool quick) {
+  if (const std::string why = hardware_unmeasurable(s); !why.empty())
+    return {{"agreement", "hardware"}, {"measured", false}, {"why", why}};
+  fs::create_directories(dir);
+  // 1. This host as the real run shares it: its ranks' threads (node_process.cc share_cores) and
+  //    all of them computing at once.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int ranks = s.node_count();
+  const int threads = std::max(1, cores / ranks);
+  const fs::path profile = fs::absolute(dir / "host.toml");
+  std::cout << fmt::format(
+      "model against hardware: calibrating this host ({} thread(s) a rank, shared by {})\n",
+      threads, ranks);
+  std::vector<std::string> calibrate = {
+      self_exe,  "calibrate",           "--threads", std::to_string(threads),
+      "--share", std::to_string(ranks), "--out",     profile.string()};
+  if (quick) calibrate.push_back("--quick");
+  run_step(calibrate, dir / "calibrate.txt", "calibration");
+  const double peak = peak_of(profile);
+  std::vector<std::string> overrides = o.overrides;
+  const std::vector<std::string> devices = device_overrides(s, profile, peak);
+  overrides.insert(overrides.end(), devices.begin(), devices.end());
+  // 2. The real run, nothing from the model.
+  std::vector<std::string> real_overrides = overrides;
+  real_overrides.insert(real_overrides.end(), {"real.emulate_speed=false",
+                                               "real.emulate_network=true", "real.shaper=kernel"});
+  const Prepared real = prepare(load_checked(o.scenario, real_overrides));
+  std::cout << "model against hardware: the real run (this host's compute, real TCP)\n";
+  run_real(real.scenario, LaunchOptions{o.scenario, real_overrides, self_exe,
+                                        (dir / "real").string(), o.progress});
+  // 3. The simulation, told the calibration.
+  std::vector<std::string> sim_args = {self_exe, "sim", o.scenario};
+  for (const std::string& v : overrides) sim_args.insert(sim_args.end(), {"--set", v});
+  sim_args.insert(sim_args.end(), {"--run-dir", (dir / "sim").string(), "--progress", "off"});
+  run_step(sim_args, dir / "sim.log", "simulation");
+
+  const SpanTimes spans = span_times(real, (dir / "real" / "metrics.csv").string());
+  ValidationContext ctx;
+  ctx.agreement = Agreement::kHardware;
+  ctx.compute_ratio = spans.median_ratio();
+  ctx.host = {{"cores", cores},      {"threads", threads},         {"share", ranks},
+              {"peak_tflops", peak}, {"quick_calibration", quick}, {"profile", "host.toml"}};
+  ctx.same_plan = read_json_file((dir / "sim" / "plan.json").string()) ==
+                  read_json_file((dir / "real" / "plan.json").string());
+  ctx.notes = packet_path_notes(dir / "real" / "kernel_network.json");
+  nlohmann::json v = compare_runs(read_json_file((dir / "sim" / "summary.json").string()),
+                                  read_json_file((dir / "real" / "summary.json").string()), ctx);
+  v["measured"] = true;
+  return v;
+}
+
+}  // namespace rv
