@@ -47,7 +47,7 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-in_ns() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
+in_ns() { local ns=$1; shift; nsenter --net=/run/netns/"$ns" -- "$@"; }
 
 # --- the star, as real/kernel_network.cc builds it (interface rv0, 10.213.0.r+1/16)
 ip netns add "$C" || exit 1
@@ -87,7 +87,7 @@ SETTINGS=$OUT/settings.json
   echo "{"
   echo "\"kernel\": \"$(uname -r)\", \"nproc\": $(nproc),"
   for ns in host "$A"; do
-    pre=(); [ "$ns" = host ] || pre=(ip netns exec "$ns")
+    pre=(); [ "$ns" = host ] || pre=(nsenter --net=/run/netns/"$ns" --)
     echo "\"$( [ "$ns" = host ] && echo host || echo node)\": {"
     for k in tcp_congestion_control tcp_slow_start_after_idle tcp_rmem tcp_wmem tcp_no_metrics_save \
       tcp_notsent_lowat tcp_autocorking tcp_min_tso_segs tcp_limit_output_bytes tcp_adv_win_scale; do
@@ -133,13 +133,13 @@ cell() {
     [ "$try" = 2 ] && nm=${name}_rep
     shape "$A" rv0 "$ua" "$leaf" && shape "$C" n0 "$da" "$leaf" &&
       shape "$B" rv0 "$ub" "$leaf" && shape "$C" n1 "$db" "$leaf" || { echo "FAIL: shaping $nm"; return 1; }
-    ip -n "$A" tcp_metrics flush all 2>/dev/null
-    ip -n "$B" tcp_metrics flush all 2>/dev/null
+    in_ns "$A" ip tcp_metrics flush all 2>/dev/null
+    in_ns "$B" ip tcp_metrics flush all 2>/dev/null
     local L=$(/usr/bin/python3 -c "print($rtt / 4)")
     DL_PIDS=()
     local q
     for q in 0 1 2 3; do
-      ip netns exec "$C" "$DL" --queue $q --delay-ms "$L" --rt-priority 10 \
+      nsenter --net=/run/netns/"$C" -- "$DL" --queue $q --delay-ms "$L" --rt-priority 10 \
         >"$OUT/cells/$nm.dl$q" 2>"$OUT/cells/$nm.dl$q.err" &
       DL_PIDS+=($!)
     done

@@ -41,8 +41,8 @@ die() { echo "bench_delay_line: $*" >&2; exit 1; }
 
 ip netns add "$A" && ip netns add "$B" &&
   ip link add "${P}x" netns "$A" type veth peer name "${P}y" netns "$B" &&
-  ip -n "$A" addr add 10.202.0.1/24 dev "${P}x" && ip -n "$B" addr add "$ADDR_B"/24 dev "${P}y" &&
-  ip -n "$A" link set "${P}x" up && ip -n "$B" link set "${P}y" up || die "namespaces"
+  in_ns "$A" ip addr add 10.202.0.1/24 dev "${P}x" && in_ns "$B" ip addr add "$ADDR_B"/24 dev "${P}y" &&
+  in_ns "$A" ip link set "${P}x" up && in_ns "$B" ip link set "${P}y" up || die "namespaces"
 for ns in "$A" "$B"; do
   in_ns "$ns" sysctl -qw net.ipv4.tcp_rmem="4096 131072 268435456" \
     net.ipv4.tcp_wmem="4096 16384 268435456" || die "tcp_rmem/tcp_wmem"

@@ -61,9 +61,9 @@ done
 ip netns add "$A" || fail "ip netns add $A"
 ip netns add "$B" || fail "ip netns add $B"
 ip link add "${P}x" netns "$A" type veth peer name "${P}y" netns "$B" || fail "veth pair"
-ip -n "$A" addr add 10.201.0.1/24 dev "${P}x" && ip -n "$B" addr add "$ADDR_B"/24 dev "${P}y" &&
-  ip -n "$A" link set "${P}x" up && ip -n "$B" link set "${P}y" up &&
-  ip -n "$A" link set lo up && ip -n "$B" link set lo up || fail "addresses and links"
+in_ns "$A" ip addr add 10.201.0.1/24 dev "${P}x" && in_ns "$B" ip addr add "$ADDR_B"/24 dev "${P}y" &&
+  in_ns "$A" ip link set "${P}x" up && in_ns "$B" ip link set "${P}y" up &&
+  in_ns "$A" ip link set lo up && in_ns "$B" ip link set lo up || fail "addresses and links"
 
 # ---- the queue rule in A: nft's own queue statement, else the xt NFQUEUE target ----
 BACKEND=""
@@ -144,22 +144,25 @@ start_dl one "$A" "$Q" --delay-ms "$DELAY_MS"
 in_ns "$A" "$DL" --queue "$Q" --delay-ms 1 >/dev/null 2>"$TMP/busy.err"
 [ $? -eq 2 ] || fail "a second rv-delay-line on a served queue should exit 2"
 ok "a queue already served exits 2: $(head -1 "$TMP/busy.err")"
-read -r MIN AVG < <(ping_rtt -c 20 -i 0.05)
+# The fastest of 20 pings: no packet passes early (the lower bound), and the delay is counted once
+# (well under twice). Bounds on the mean or the tail would be bounds on this host's load: the
+# lateness figures are the bench's.
+read -r MIN _ < <(ping_rtt -c 20 -i 0.05)
 check_between "ping min RTT - baseline (ms), delay $DELAY_MS ms one way" "$(minus "$MIN" "$BASE")" \
-  "$((DELAY_MS - 1))" "$((DELAY_MS + 2))"
-check_between "ping avg RTT - baseline (ms), delay $DELAY_MS ms one way" "$(minus "$AVG" "$BASE")" \
-  "$((DELAY_MS - 1))" "$((DELAY_MS + 2))"
+  "$((DELAY_MS - 1))" "$((DELAY_MS * 3 / 2))"
 stop_dl one
 [ "$(count one passed)" -ge 20 ] && [ "$(count one dropped)" -eq 0 ] &&
   [ "$(count one kernel_dropped)" -eq 0 ] || fail "passed >= 20, none dropped"
 
-# A too-small limit drops (drop-tail), each counted: 50 pings 2 ms apart, at most 2 held.
+# A too-small limit drops (drop-tail), each counted: 50 pings, the first 10 sent at once (ping's
+# preload; ping paces the rest by its replies, so only the preload is sure to overflow), at most 2
+# held.
 start_dl limit "$A" "$Q" --delay-ms "$DELAY_MS" --limit-packets 2
-read -r SENT RECV < <(in_ns "$A" ping -q -c 50 -i 0.002 -W 1 "$ADDR_B" |
+read -r SENT RECV < <(in_ns "$A" ping -q -c 50 -i 0.002 -l 10 -W 1 "$ADDR_B" |
   awk '/transmitted/ {print $1, $4}')
 stop_dl limit
 LOST=$((SENT - RECV))
-[ "$LOST" -gt 0 ] || fail "a limit of 2 packets with 50 pings 2 ms apart should lose some"
+[ "$LOST" -gt 0 ] || fail "a limit of 2 packets with 10 pings at once should lose some"
 [ "$(count limit dropped)" -eq "$LOST" ] ||
   fail "dropped=$(count limit dropped) but ping lost $LOST of $SENT"
 ok "limit 2: ping lost $LOST of $SENT, rv-delay-line dropped $(count limit dropped)"
@@ -179,19 +182,19 @@ for b in iptables-nft iptables-legacy iptables; do
 done
 star_note() { echo "note: part 2 (star placement) left out: $*"; echo "PASS"; exit 0; }
 [ -n "$IPT" ] || star_note "no iptables (the bridge rules use xt_physdev)"
-ip -n "$A" link del "${P}x" || fail "removing the veth pair"
+in_ns "$A" ip link del "${P}x" || fail "removing the veth pair"
 ip netns add "$C" || fail "ip netns add $C"
-ip -n "$C" link add br0 type bridge && ip -n "$C" link set br0 up && ip -n "$C" link set lo up ||
+in_ns "$C" ip link add br0 type bridge && in_ns "$C" ip link set br0 up && in_ns "$C" ip link set lo up ||
   fail "bridge"
 for n in a b; do
   ns=${P}$n
   ip link add "p$n" netns "$C" type veth peer name "${P}$n" netns "$ns" &&
-    ip -n "$C" link set "p$n" master br0 up && ip -n "$ns" link set "${P}$n" up || fail "star link $n"
+    in_ns "$C" ip link set "p$n" master br0 up && in_ns "$ns" ip link set "${P}$n" up || fail "star link $n"
 done
-ip -n "$A" addr add 10.201.0.1/24 dev "${P}a" && ip -n "$B" addr add "$ADDR_B"/24 dev "${P}b" ||
+in_ns "$A" ip addr add 10.201.0.1/24 dev "${P}a" && in_ns "$B" ip addr add "$ADDR_B"/24 dev "${P}b" ||
   fail "star addresses"
 [ -e /proc/sys/net/bridge ] || modprobe br_netfilter 2>/dev/null
-in_ns "$C" sysctl -qw net.bridge.bridge-nf-call-iptables=1 2>/dev/null ||
+in_ns "$C" sh -c 'echo 1 > /proc/sys/net/bridge/bridge-nf-call-iptables' 2>/dev/null ||
   star_note "no br_netfilter (net.bridge.bridge-nf-call-iptables)"
 read -r _ BASE < <(ping_rtt -c 10 -i 0.05)
 [ -n "${BASE:-}" ] || fail "no ping across the star"
@@ -209,9 +212,9 @@ start_dl down_a "$C" 12 --delay-ms "$LAT_A"
 start_dl up_b "$C" 13 --delay-ms "$LAT_B"
 start_dl down_b "$C" 14 --delay-ms "$LAT_B"
 RTT=$((2 * (LAT_A + LAT_B)))
-read -r _ AVG < <(ping_rtt -c 20 -i 0.05)
-check_between "star: ping avg RTT - baseline (ms), lat_a $LAT_A, lat_b $LAT_B" \
-  "$(minus "$AVG" "$BASE")" "$((RTT - 1))" "$((RTT + 2))"
+read -r MIN _ < <(ping_rtt -c 20 -i 0.05)
+check_between "star: ping min RTT - baseline (ms), lat_a $LAT_A, lat_b $LAT_B" \
+  "$(minus "$MIN" "$BASE")" "$((RTT - 1))" "$((RTT * 3 / 2))"
 
 nsenter --net=/run/netns/"$B" -- "$TCP" serve 5201 >"$TMP/srv.out" 2>&1 &
 SRV=$!
