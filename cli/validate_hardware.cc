@@ -7,14 +7,16 @@
 #include <cmath>
 #include <fstream>
 #include <iostream>
-#include <regex>
 #include <thread>
 
 #include "cli/span_times.h"
+#include "core/compute/profile.h"
+#include "core/compute_threads.h"
 #include "core/error.h"
 #include "core/output/run_output.h"
 #include "core/output/validation.h"
 #include "core/spawn.h"
+#include "core/units.h"
 #include "real/kernel_network.h"
 #include "real/launcher.h"
 
@@ -40,13 +42,9 @@ void run_step(const std::vector<std::string>& argv, const fs::path& log, const s
                   status, log.string(), tail));
 }
 
-// peak_tflops of a profile file written by `ravnest calibrate`.
+// peak_tflops of a profile file written by `ravnest calibrate` (read as every device reads it).
 double peak_of(const fs::path& profile) {
-  std::smatch m;
-  const std::string text = text_of(profile);
-  if (!std::regex_search(text, m, std::regex(R"((^|\n)peak_tflops = ([0-9.eE+-]+))")))
-    throw Error(profile.string() + ": no peak_tflops (a calibration that did not finish?)");
-  return std::stod(m[2]);
+  return read_profile(profile.string()).peak_flops_per_s / kTflopsToFlopsPerSecond;
 }
 
 // The --set lines that make every device compute as `profile` says.
@@ -100,11 +98,9 @@ nlohmann::json validate_against_hardware(const CommonOptions& o, const std::stri
   if (const std::string why = hardware_unmeasurable(s); !why.empty())
     return {{"agreement", "hardware"}, {"measured", false}, {"why", why}};
   fs::create_directories(dir);
-  // 1. This host as the real run shares it: its ranks' threads (node_process.cc share_cores) and
-  //    all of them computing at once.
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // 1. This host as the real run shares it: its ranks' threads and all of them computing at once.
   const int ranks = s.node_count();
-  const int threads = std::max(1, cores / ranks);
+  const int threads = threads_per_rank(ranks);
   const fs::path profile = fs::absolute(dir / "host.toml");
   std::cout << fmt::format(
       "model against hardware: calibrating this host ({} thread(s) a rank, shared by {})\n",
@@ -136,6 +132,7 @@ nlohmann::json validate_against_hardware(const CommonOptions& o, const std::stri
   ValidationContext ctx;
   ctx.agreement = Agreement::kHardware;
   ctx.compute_ratio = spans.median_ratio();
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   ctx.host = {{"cores", cores},      {"threads", threads},         {"share", ranks},
               {"peak_tflops", peak}, {"quick_calibration", quick}, {"profile", "host.toml"}};
   ctx.same_plan = read_json_file((dir / "sim" / "plan.json").string()) ==

@@ -4,8 +4,14 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <thread>
 
 namespace rv {
+
+int threads_per_rank(int local_ranks) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / std::max(1, local_ranks));
+}
 
 void set_compute_threads(int n) {
   n = std::max(1, n);

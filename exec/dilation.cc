@@ -101,9 +101,8 @@ double redilation(const std::vector<double>& demand, double k) {
 
 std::vector<NodeDemand> measure_demands(const Scenario& s, const ModelDesc& model,
                                         const Plan& plan) {
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   // As a real run's node process does (real/node_process.cc): the cores shared among every rank.
-  set_compute_threads(std::max(1, cores / std::max(1, plan.nodes)));
+  set_compute_threads(threads_per_rank(plan.nodes));
   std::map<std::pair<int, int>, Seconds> measured;  // layer range -> host seconds
   std::vector<NodeDemand> out;
   for (int i = 0; i < plan.nodes; ++i) {

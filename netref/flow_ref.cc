@@ -200,14 +200,4 @@ int run(int argc, char** argv) {
 }  // namespace
 }  // namespace netref
 
-int main(int argc, char** argv) {
-  try {
-    return netref::run(argc, argv);
-  } catch (const netref::InputError& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return netref::tool_main(argc, argv, netref::run); }

@@ -161,5 +161,8 @@ struct Args {
 Args parse_args(int argc, char** argv, const std::vector<std::string>& known_options,
                 const std::string& usage);
 void write_json(const nlohmann::json& j, const std::string& path);  // "" or "-": stdout
+// A tool's main: `run`'s status, or 2 after an InputError and 1 after any other error, each
+// printed as "error: what".
+int tool_main(int argc, char** argv, int (*run)(int, char**));
 
 }  // namespace netref

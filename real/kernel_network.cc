@@ -42,6 +42,11 @@ std::string joined(const std::vector<std::string>& argv) {
   return s;
 }
 
+std::string text_of_file(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
 // Runs argv to completion; returns "" if it exited 0, else what it printed (or why it did not run).
 // `printed`, when given, receives what it printed in either case.
 std::string run_tool(const std::vector<std::string>& argv, std::string* printed = nullptr) {
@@ -58,8 +63,7 @@ std::string run_tool(const std::vector<std::string>& argv, std::string* printed 
   ::close(out);
   if (pid >= 0) {
     const int status = wait_process(pid);
-    std::ifstream in(out_path);
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string text = text_of_file(out_path);
     if (printed != nullptr) *printed = text;
     if (status != 0) {
       result = text;
@@ -79,11 +83,6 @@ std::string beside_self(const char* name) {
   if (ec) return "";
   const std::string path = (self.parent_path() / name).string();
   return ::access(path.c_str(), X_OK) == 0 ? path : "";
-}
-
-std::string text_of_file(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 // The value of ` key=` in rv-delay-line's counts line, or NaN.
@@ -216,8 +215,7 @@ void KernelNetwork::start_delay_lines(const Scenario& s) {
   bool any = false;
   for (int r = 0; r < n; ++r) any = any || s.device_of(r).latency_s() > 0;
   if (!any) return;
-  const std::string& program = delay_line_;
-  if (program.empty() || ::access(program.c_str(), X_OK) != 0)
+  if (delay_line_.empty() || ::access(delay_line_.c_str(), X_OK) != 0)
     throw InputError(
         "real.shaper = \"kernel\": rv-delay-line (the links' latency) is not beside this "
         "program; build the project with libnetfilter-queue-dev installed "
@@ -246,25 +244,7 @@ void KernelNetwork::start_delay_lines(const Scenario& s) {
       p.uplink = uplink;
       p.queue = 2 * r + (uplink ? 0 : 1);
       p.output = temp_dir_ + "/queue-" + std::to_string(p.queue);
-      char ms[32];
-      std::snprintf(ms, sizeof ms, "%.6f", latency * 1e3);
-      for (;;) {
-        std::vector<std::string> argv = {program, "--queue", std::to_string(p.queue), "--delay-ms",
-                                         ms};
-        if (rt_priority > 0)
-          argv.insert(argv.end(), {"--rt-priority", std::to_string(rt_priority)});
-        argv = inside(core_ns_, argv);
-        p.pid = spawn_process(argv[0], argv, {.output_file = p.output});
-        const std::string failed = await_serving(p);
-        if (failed.empty()) break;
-        // Where SCHED_FIFO is refused (a container without CAP_SYS_NICE), the default policy.
-        if (rt_priority > 0 && failed.find("sched_setscheduler") != std::string::npos) {
-          rt_priority = 0;
-          continue;
-        }
-        throw InputError("real.shaper = \"kernel\": rv-delay-line on queue " +
-                         std::to_string(p.queue) + " did not start: " + failed);
-      }
+      start_delay_line(p, latency, rt_priority);
       delay_lines_.push_back(p);
     }
   }
@@ -275,6 +255,29 @@ void KernelNetwork::start_delay_lines(const Scenario& s) {
                 {iptables_, "-t", "mangle", "-A", p.uplink ? "PREROUTING" : "POSTROUTING", "-m",
                  "physdev", p.uplink ? "--physdev-in" : "--physdev-out", port_of(p.rank), "-j",
                  "NFQUEUE", "--queue-num", std::to_string(p.queue)}));
+}
+
+// Starts `p`'s delay line of `latency` and waits until it serves its queue; rv::InputError if it
+// does not. Where SCHED_FIFO is refused (a container without CAP_SYS_NICE), sets `rt_priority` to 0
+// (the default policy) and starts it again.
+void KernelNetwork::start_delay_line(DelayLineProcess& p, Seconds latency, int& rt_priority) {
+  char ms[32];
+  std::snprintf(ms, sizeof ms, "%.6f", latency * 1e3);
+  for (;;) {
+    std::vector<std::string> argv = {delay_line_, "--queue", std::to_string(p.queue), "--delay-ms",
+                                     ms};
+    if (rt_priority > 0) argv.insert(argv.end(), {"--rt-priority", std::to_string(rt_priority)});
+    argv = inside(core_ns_, argv);
+    p.pid = spawn_process(argv[0], argv, {.output_file = p.output});
+    const std::string failed = await_serving(p);
+    if (failed.empty()) return;
+    if (rt_priority > 0 && failed.find("sched_setscheduler") != std::string::npos) {
+      rt_priority = 0;
+      continue;
+    }
+    throw InputError("real.shaper = \"kernel\": rv-delay-line on queue " + std::to_string(p.queue) +
+                     " did not start: " + failed);
+  }
 }
 
 // Waits until delay line `p` serves its queue: "" then, else what it printed before it ended (or

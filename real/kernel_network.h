@@ -77,6 +77,7 @@ class KernelNetwork {
   void step(const std::vector<std::string>& argv) const;
   void build_star(const Scenario& s);
   void start_delay_lines(const Scenario& s);
+  void start_delay_line(DelayLineProcess& p, Seconds latency, int& rt_priority);
   std::string await_serving(DelayLineProcess& p);
   void stop_delay_lines();
   void teardown();

@@ -331,12 +331,11 @@ RankEmulation rank_emulation(const Scenario& scenario, int rank) {
 // Share this machine's cores among its ranks: all of them under `ravnest real`, or
 // LOCAL_WORLD_SIZE (as torchrun sets it) when ranks are spread over machines.
 void share_cores(int world) {
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int local_ranks = world;
   if (const char* v = std::getenv("LOCAL_WORLD_SIZE"); v != nullptr && std::atoi(v) > 0) {
     local_ranks = std::atoi(v);
   }
-  set_compute_threads(std::max(1, cores / local_ranks));
+  set_compute_threads(threads_per_rank(local_ranks));
 }
 
 // The transport's options: the command line's, completed from the environment and the scenario.

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 namespace rv {
@@ -52,6 +53,39 @@ std::string show(const json& v, const char* spec = "{:.4g}") {
 std::string percent(const json& v) {
   if (!v.is_number()) return "-";
   return fmt::format("{:.1f}%", 100 * v.get<double>());
+}
+
+// Whether the real run computed as its agreement means it to, and what it did: under the executor
+// agreement its compute spans kept to their modeled times (at most kLateTolerance late), against
+// hardware its compute followed its calibration (within kComputeTolerance).
+std::pair<bool, std::string> real_compute_check(const ValidationContext& ctx) {
+  if (ctx.agreement == Agreement::kExecutors)
+    return {ctx.late_fraction <= kLateTolerance,
+            fmt::format("{:.1f}% of the real run's compute spans late", 100 * ctx.late_fraction)};
+  if (std::isnan(ctx.compute_ratio))
+    return {false, "the real compute not compared with its calibration (no spans)"};
+  return {std::abs(ctx.compute_ratio - 1) <= kComputeTolerance,
+          fmt::format("the real compute at {:.2f}x its calibration (flagged beyond {:.0f}%)",
+                      ctx.compute_ratio, 100 * kComputeTolerance)};
+}
+
+// validate.md's words under an agreement's verdict: what was compared with what.
+std::string agreement_intro(const json& v, bool hardware) {
+  if (hardware)
+    return "Simulation (`hardware/sim/`), its devices computing as this host's calibration "
+           "(`hardware/host.toml`) says, against a real run (`hardware/real/`) that takes nothing "
+           "from the model: each node computes at this host's speed, and its messages cross real "
+           "TCP through the kernel shaper with the links' latency on the packet path, undilated. "
+           "Error: exp(|ln(sim/real)|) - 1.\n\n";
+  const double k = v.value("dilation", 1.0);
+  return fmt::format(
+      "Simulation (`sim/`) against an emulated real run (`real/`) of the same scenario, seed and "
+      "plan, both dilated {:g} times (every rate / {:g}, every time x {:g}): the real run's "
+      "compute "
+      "is stretched to the model's time and its messages held by the network model, so this "
+      "measures that the two executors agree, not the model's accuracy. Error: "
+      "exp(|ln(sim/real)|) - 1.\n\n",
+      k, k, k);
 }
 
 }  // namespace
@@ -135,15 +169,8 @@ json compare_runs(const json& sim, const json& real, const ValidationContext& ct
     judge(std::abs(acc) * 100 <= kTargetAccuracyPoints,
           fmt::format("test accuracy {:.2f} points apart (target {:.0f})", std::abs(acc) * 100,
                       kTargetAccuracyPoints));
-  if (ctx.agreement == Agreement::kExecutors)
-    judge(ctx.late_fraction <= kLateTolerance,
-          fmt::format("{:.1f}% of the real run's compute spans late", 100 * ctx.late_fraction));
-  else
-    judge(std::abs(ctx.compute_ratio - 1) <= kComputeTolerance,
-          std::isnan(ctx.compute_ratio)
-              ? std::string("the real compute not compared with its calibration (no spans)")
-              : fmt::format("the real compute at {:.2f}x its calibration (flagged beyond {:.0f}%)",
-                            ctx.compute_ratio, 100 * kComputeTolerance));
+  const auto [computed_as_meant, how] = real_compute_check(ctx);
+  judge(computed_as_meant, how);
   if (!ctx.same_plan) missed.push_back("the two runs' plans differ");
   std::string verdict = missed.empty() ? "agrees: " : "differs: ";
   bool first = true;
@@ -167,23 +194,7 @@ std::string validation_markdown(const json& v) {
     md << "**Not measured**: " << v.value("why", "") << "\n";
     return md.str();
   }
-  if (hardware) {
-    md << "**" << v.value("verdict", "") << "**\n\n";
-    md << "Simulation (`hardware/sim/`), its devices computing as this host's calibration "
-          "(`hardware/host.toml`) says, against a real run (`hardware/real/`) that takes nothing "
-          "from the model: each node computes at this host's speed, and its messages cross real "
-          "TCP through the kernel shaper with the links' latency on the packet path, undilated. "
-          "Error: exp(|ln(sim/real)|) - 1.\n\n";
-  } else {
-    md << "**" << v.value("verdict", "") << "**\n\n";
-    md << fmt::format(
-        "Simulation (`sim/`) against an emulated real run (`real/`) of the same scenario, seed "
-        "and plan, both dilated {:g} times (every rate / {:g}, every time x {:g}): the real run's "
-        "compute is stretched to the model's time and its messages held by the network model, so "
-        "this measures that the two executors agree, not the model's accuracy. Error: "
-        "exp(|ln(sim/real)|) - 1.\n\n",
-        v.value("dilation", 1.0), v.value("dilation", 1.0), v.value("dilation", 1.0));
-  }
+  md << "**" << v.value("verdict", "") << "**\n\n" << agreement_intro(v, hardware);
   md << "| figure | sim | real | error |\n|---|---:|---:|---:|\n";
   for (const auto& f : v["figures"]) {
     std::string err = percent(f["error"]);
