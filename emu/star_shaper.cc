@@ -46,6 +46,10 @@ void StarNetwork::send(int src, int dst, Bytes bytes, uint64_t token, Seconds no
   f.token = token;
   f.left = static_cast<double>(std::max<Bytes>(bytes, 1));
   f.starts = now + delay(src, dst);
+  auto pacing = pacing_.find({src, dst});
+  if (pacing == pacing_.end())
+    pacing = pacing_.emplace(std::pair{src, dst}, links_.pacing(src, dst)).first;
+  f.floor = pacing->second.hand_over(now, static_cast<double>(bytes));
   p.queue.push_back(f);
   solve();
 }
@@ -123,6 +127,7 @@ Seconds StarNetwork::next_event() const {
     else if (f.rate > 0)
       t = std::min(t, now_ + std::max(0.0, f.left) / f.rate);
   }
+  for (const auto& [key, held] : held_) t = std::min(t, std::max(now_, held.front().floor));
   return t;
 }
 
@@ -137,13 +142,29 @@ std::vector<Delivery> StarNetwork::advance(Seconds now) {
     // A message through is delivered; the next of its pair starts its bytes now (or when its own
     // latency has passed, if later).
     bool any = false;
+    // Held messages whose floor has come, each connection's in order.
+    for (auto it = held_.begin(); it != held_.end();) {
+      std::deque<Flow>& held = it->second;
+      while (!held.empty() && held.front().floor <= now_) {
+        deliver(held.front(), it->first.first, it->first.second, out);
+        held.pop_front();
+        any = true;
+      }
+      it = held.empty() ? held_.erase(it) : std::next(it);
+    }
     for (auto it = pairs_.begin(); it != pairs_.end();) {
       Pair& p = it->second;
       const Flow& f = p.queue.front();
       if (p.flowing(now_) && f.rate > 0 &&
           (f.left <= kDoneBytes || now_ + f.left / f.rate <= now_)) {
-        out.push_back({f.token, p.src, p.dst, now_});
-        tokens_.erase(f.token);
+        // Through: delivered, or held by its floor behind any held before it.
+        const auto held = held_.find({p.src, p.dst});
+        if (held == held_.end() && f.floor <= now_)
+          deliver(f, p.src, p.dst, out);
+        else {
+          held_[{p.src, p.dst}].push_back(f);
+          ++held_messages_;
+        }
         p.queue.pop_front();
         if (!p.queue.empty()) p.queue.front().starts = std::max(p.queue.front().starts, now_);
         any = true;
@@ -155,6 +176,12 @@ std::vector<Delivery> StarNetwork::advance(Seconds now) {
   }
   if (now != kNever) progress_to(now);
   return out;
+}
+
+void StarNetwork::deliver(const Flow& f, int src, int dst, std::vector<Delivery>& out) {
+  out.push_back({f.token, src, dst, now_});
+  tokens_.erase(f.token);
+  pacing_.at({src, dst}).arrived(now_);
 }
 
 std::map<uint64_t, double> StarNetwork::rates() const {

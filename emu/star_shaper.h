@@ -13,13 +13,14 @@
 // factor) starts its bytes at max(a + L, the time the pair's previous message was through) and is
 // delivered when its last byte is through: alone, it takes L plus its bytes over the route; behind
 // another, it follows that one's last byte at once (its bytes entered the connection as soon as the
-// earlier ones had, and travel the same latency). Bytes flow through both links at once
-// (cut-through), at a rate that changes whenever a flow starts or ends: weighted max-min fairness
-// over all links (progressive filling), each flow weighted by the inverse of its route's latency as
-// CM02 weights it (TCP's RTT unfairness; a route of zero latency weighs as one of 1 s, as there).
-// So the connections of different pairs share a node's links fairly, and a flow held back elsewhere
-// leaves the rest of a link to the others. The simulator (sim/sim_network.h) runs the same model on
-// SimGrid's links.
+// earlier ones had, and travel the same latency); under the tcp model it is delivered no sooner
+// than its warm floor (core/network/tcp_pacing.h), the same as the simulator's. Bytes flow through
+// both links at once (cut-through), at a rate that changes whenever a flow starts or ends: weighted
+// max-min fairness over all links (progressive filling), each flow weighted by the inverse of its
+// route's latency as CM02 weights it (TCP's RTT unfairness; a route of zero latency weighs as one
+// of 1 s, as there). So the connections of different pairs share a node's links fairly, and a flow
+// held back elsewhere leaves the rest of a link to the others. The simulator (sim/sim_network.h)
+// runs the same model on SimGrid's links.
 //
 // Units: bytes, bytes per second, seconds. Thread-safety: none (one owner; callers serialise).
 #pragma once
@@ -61,6 +62,8 @@ class StarNetwork {
   Seconds next_event() const;
   // Current rate of the flows in progress, in bytes per second, by token (for tests and reports).
   std::map<uint64_t, double> rates() const;
+  // Messages delivered after their bytes were through, held by the warm floor (for tests).
+  int64_t held_messages() const { return held_messages_; }
 
  private:
   struct Flow {  // a message not yet delivered: its bytes are not all through
@@ -68,6 +71,7 @@ class StarNetwork {
     double left = 0;     // bytes
     Seconds starts = 0;  // its bytes may start to flow (sent + route delay)
     double rate = 0;     // bytes per second, while flowing
+    Seconds floor = 0;   // the warm floor (StartupPacing::hand_over): not delivered before
   };
   struct Pair {  // one connection: its messages in send order; only the front one flows
     int src = -1, dst = -1;
@@ -87,6 +91,13 @@ class StarNetwork {
   Seconds now_ = 0;
   std::map<std::pair<int, int>, Pair> pairs_;  // the connections with messages not yet through
   std::set<uint64_t> tokens_;                  // the tokens of messages not yet delivered
+  // Each connection's warm floor (core/network/tcp_pacing.h), kept while it is idle, and its
+  // messages through but held by it, in order.
+  std::map<std::pair<int, int>, StartupPacing> pacing_;
+  std::map<std::pair<int, int>, std::deque<Flow>> held_;
+  int64_t held_messages_ = 0;
+  // Delivers `f` of the connection src -> dst now, into `out`.
+  void deliver(const Flow& f, int src, int dst, std::vector<Delivery>& out);
 };
 
 }  // namespace rv

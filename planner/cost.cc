@@ -26,7 +26,8 @@ CostModel::CostModel(const Scenario& scenario, const ModelDesc& model)
                         : -1),
       piece_bytes_(ring_piece_bytes(training_)),
       batch_(scenario.data.batch_size),
-      factors_(net_factors(scenario.network)) {
+      factors_(net_factors(scenario.network)),
+      paced_(scenario.network.model == NetworkModel::kTcp) {
   const int n = scenario.node_count();
   pool_.reserve(n);
   int group = 0;
@@ -130,11 +131,23 @@ double CostModel::path_bandwidth(int a, int b) const {
   return bw;
 }
 
+double CostModel::warm_floor(int a, int b, double bytes, int64_t in_flight) const {
+  if (!paced_) return 0;
+  double raw_latency = pool_[a].latency + pool_[b].latency;
+  const int k = region_link(a, b);
+  if (k >= 0) raw_latency += between_[static_cast<size_t>(k)].latency;
+  const double rtt = 2 * raw_latency;
+  const double together = static_cast<double>(std::max<int64_t>(in_flight, 1));
+  if (rtt <= 0 || together * bytes / path_bandwidth(a, b) > kFilledRoundTrips * rtt) return 0;
+  return rtt / (kBbrHighGain - 1) / together;
+}
+
 template <class F>
 void CostModel::visit_stations(const std::vector<int>& nodes, const std::vector<int>& cuts,
                                F&& f) const {
   const int k = static_cast<int>(nodes.size());
   const double bw = factors_.bandwidth;
+  const int64_t together = in_flight(k);
   using Kind = Station::Kind;
   for (int s = 0; s < k; ++s) {
     const int n = nodes[s];
@@ -150,8 +163,9 @@ void CostModel::visit_stations(const std::vector<int>& nodes, const std::vector<
         double rate = std::min(pool_[x].up, pool_[y].down) * bw;
         if (k >= 0) rate = std::min(rate, region_rate(k));
         const double link = a / rate;
-        const double flow = a / path_bandwidth(x, y);  // >= link when a window cap binds
-        f(Station{Kind::kFlow, s, x, y, 0, 0, flow, link});
+        // >= link when a window cap or the warm floor binds
+        const double capped = a / path_bandwidth(x, y), floor = warm_floor(x, y, a, together);
+        f(Station{Kind::kFlow, s, x, y, 0, 0, std::max(capped, floor), link, floor > capped});
         if (k >= 0) f(Station{Kind::kRegionLink, s, x, y, k, 0, a / region_rate(k), link});
       }
     }
@@ -567,7 +581,9 @@ std::string CostModel::station_text(const Station& top) const {
     case Station::Kind::kFlow:
       return "the flow from node " + std::to_string(top.node) + " to node " +
              std::to_string(top.peer) + " (" + mbit_text(path_bandwidth(top.node, top.peer)) +
-             (top.seconds > top.link ? ", the TCP window over the latency)" : ")");
+             (top.floored              ? ", TCP BBR's warm floor over the round trip)"
+              : top.seconds > top.link ? ", the TCP window over the latency)"
+                                       : ")");
   }
   return "";
 }

@@ -84,6 +84,12 @@ class CostModel {
   // Unfinished micro-batches allowed in a cluster of `stages` stages (max_in_flight, or the
   // stage count), which sets the memory of stashed weights and activations.
   int64_t in_flight(int stages) const;
+  // The warm floor of a message of `bytes` from a to b, seconds from its first byte to its last
+  // (core/network/tcp_pacing.h) in the steady state of a connection whose busy periods carry
+  // `in_flight` such messages: RTT / (kBbrHighGain - 1) over them all, shared; 0 where the model
+  // has none or the path is filled. The simulator holds each busy period as it comes; this is
+  // its steady state, assuming the micro-batches in flight travel together.
+  double warm_floor(int a, int b, double bytes, int64_t in_flight) const;
   // Bytes of one micro-batch's activations crossing boundary b (0 at 0 and at layers()).
   double boundary_bytes(int b) const;
   // Modeled memory of layers [l, r) with `in_flight` micro-batches unfinished.
@@ -149,8 +155,9 @@ class CostModel {
     int node = 0;            // its node (a flow: the sender)
     int peer = -1;           // a flow's receiver (a region link: the flow's)
     int begin = 0, end = 0;  // a compute station's layers; a region link's index is `begin`
-    double seconds = 0;      // service demand per micro-batch (a flow: at its window-capped rate)
+    double seconds = 0;      // service demand per micro-batch (a flow: window-capped, warm-floored)
     double link = 0;         // a flow: at its links' own rate
+    bool floored = false;    // a flow: its warm floor binds (CostModel::warm_floor)
   };
   // Calls f(station) for every station of the pipeline `nodes` cut at `cuts`: per stage its
   // compute, uplink and downlink, then both flows between it and the next stage, each followed by
@@ -176,6 +183,7 @@ class CostModel {
   int64_t piece_bytes_;  // the rings' pieces (ring_piece_bytes; 0: segments whole)
   int64_t batch_;
   NetFactors factors_;
+  bool paced_ = false;  // the network model's warm floor (NetworkLinks::paced)
   std::vector<PoolNode> pool_;
   // The links between regions, [from * regions_ + to], as links_of() gives them: rates with the
   // network model's bandwidth factor, latencies as given; one region and no link under a star.

@@ -38,6 +38,7 @@ SimNetwork::SimNetwork(std::vector<sg4::Host*> hosts, NetworkLinks links, bool p
 SimNetwork::~SimNetwork() {
   for (auto& [key, p] : pairs_) {
     if (p.timer != nullptr) p.timer->remove();
+    if (p.hold_timer != nullptr) p.hold_timer->remove();
     // Under way only where the engine stopped early: it frees the transfer itself, so the handle
     // is let go without the release that would report it unfinished.
     if (p.comm) {
@@ -72,9 +73,13 @@ void SimNetwork::send(int src, int dst, Message msg) {
     // The same sum as the emulator's (StarNetwork::delay), so that both give the same times, less
     // the sliver SimGrid charges itself.
     p.delay = delay(src, dst);
+    // A platform file's routes are SimGrid's own: the links' figures do not describe them.
+    if (!platform_routes_) p.pacing = links_.pacing(src, dst);
   }
   const bool idle = p.idle();
-  p.queue.push_back({sg4::Engine::get_clock() + p.delay, std::move(msg)});
+  const Seconds now = sg4::Engine::get_clock();
+  const Seconds floor = p.pacing.hand_over(now, static_cast<double>(msg.bytes));
+  p.queue.push_back({now + p.delay, floor, std::move(msg)});
   ++sender(src).in_flight;
   // A busy connection takes the message up when the one before it is through (arrived()).
   if (idle) simgrid::kernel::actor::simcall_answered([this, &p] { next(p); });
@@ -109,6 +114,7 @@ void SimNetwork::start(Pair& p) {
   Queued q = std::move(p.queue.front());
   p.queue.pop_front();
   p.carried = std::move(q.msg);
+  p.carried_floor = q.floor;
   if (kernel_transfers_ >= kernel_transfers_limit_) {  // the carrier's way (see the header)
     p.by_carrier = true;
     ++carrier_messages_;
@@ -174,15 +180,44 @@ sg4::ActorPtr SimNetwork::receiver(int dst) {
   return a;
 }
 
-// Kernel side: the message under way is through.
+// Kernel side: the message under way is through. It is delivered now, or held until its warm
+// floor (behind any held before it: their floors come first); the connection goes on at once.
 void SimNetwork::arrived(Pair& p) {
-  put_in_inbox(p.dst, std::move(p.carried));
+  const Seconds now = sg4::Engine::get_clock();
+  if (p.held.empty() && p.carried_floor <= now) {
+    hand_to_receiver(p, std::move(p.carried));
+  } else {
+    p.held.push_back({0, std::max(p.carried_floor, now), std::move(p.carried)});
+    if (p.hold_timer == nullptr)
+      p.hold_timer = simgrid::kernel::timer::Timer::set(p.held.front().floor, [&p] {
+        p.hold_timer = nullptr;
+        p.net->deliver_held(p);
+      });
+  }
+  next(p);
+}
+
+void SimNetwork::hand_to_receiver(Pair& p, Message msg) {
+  p.pacing.arrived(sg4::Engine::get_clock());
+  put_in_inbox(p.dst, std::move(msg));
   Sender& s = sender(p.src);
   if (--s.in_flight == 0 && s.waiting) {
     s.waiting = false;
     s.flushed->release();
   }
-  next(p);
+}
+
+void SimNetwork::deliver_held(Pair& p) {
+  const Seconds now = sg4::Engine::get_clock();
+  while (!p.held.empty() && p.held.front().floor <= now) {
+    hand_to_receiver(p, std::move(p.held.front().msg));
+    p.held.pop_front();
+  }
+  if (!p.held.empty())
+    p.hold_timer = simgrid::kernel::timer::Timer::set(p.held.front().floor, [&p] {
+      p.hold_timer = nullptr;
+      p.net->deliver_held(p);
+    });
 }
 
 void SimNetwork::put_in_inbox(int dst, Message msg) {
@@ -205,7 +240,7 @@ void SimNetwork::quiesce() {
                   (in.queue.empty() ? "in flight" : "unread") + " at the checkpoint");
   }
   for (auto& [key, p] : pairs_) {
-    RV_CHECK(p.idle(), "quiesce: a busy connection");
+    RV_CHECK(p.idle() && p.held.empty(), "quiesce: a busy connection");
     if (p.wake) {
       p.retired = true;
       p.wake->release();

@@ -97,6 +97,7 @@ class SimNetwork {
  private:
   struct Queued {
     Seconds starts = 0;  // sent + the route's delay: its bytes may start
+    Seconds floor = 0;   // the warm floor (StartupPacing::hand_over): not delivered before
     Message msg;
   };
   // One connection. Its state is one of: idle (no transfer, no timer: the queue is empty), armed
@@ -109,6 +110,7 @@ class SimNetwork {
     std::deque<Queued> queue;  // sent, not yet started
     simgrid::kernel::timer::Timer* timer = nullptr;
     Message carried;             // the message under way
+    Seconds carried_floor = 0;   // its warm floor
     simgrid::s4u::CommPtr comm;  // its transfer, when the kernel's (its data: this pair)
     // The kernel's previous transfer, kept until the next one ends: the kernel still uses it after
     // the completion callback returns.
@@ -119,6 +121,12 @@ class SimNetwork {
     bool by_carrier = false;
     simgrid::s4u::Mailbox* wire = nullptr;  // its transfers: put, then taken, by carry()
     bool retired = false;                   // quiesce(): the carrier ends when it wakes
+    // The warm floor (core/network/tcp_pacing.h), and the messages through but held by it (their
+    // floor, in order), the front's delivery armed on `hold_timer`.
+    StartupPacing pacing;
+    std::deque<Queued> held;
+    simgrid::kernel::timer::Timer* hold_timer = nullptr;
+    // Nothing to send (held messages are through: they wait for no transfer).
     bool idle() const { return queue.empty() && timer == nullptr && !comm && !by_carrier; }
     // The transfer's size: SimGrid does not move an empty payload.
     uint64_t carried_bytes() const {
@@ -146,6 +154,9 @@ class SimNetwork {
   void start(Pair& p);
   void next(Pair& p);
   void arrived(Pair& p);
+  void deliver_held(Pair& p);  // the held front's floor has come
+  // The message is in dst's inbox now: the pacing's arrival, the sender's count.
+  void hand_to_receiver(Pair& p, Message msg);
   static void on_completion(const simgrid::s4u::Activity& a);
   void carry(Pair& p);  // the pair's carrier actor, on the sender's host
   // The receiver's host's actor that the pairs into `dst` name as their mailboxes' permanent

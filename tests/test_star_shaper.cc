@@ -24,7 +24,8 @@ struct Send {
 
 // Runs `sends` (in time order) through the model on virtual time; returns each message's delivery
 // time, by index in `sends`.
-std::vector<Seconds> emulate(const NetworkLinks& links, const std::vector<Send>& sends) {
+std::vector<Seconds> emulate(const NetworkLinks& links, const std::vector<Send>& sends,
+                             int64_t* held = nullptr) {
   StarNetwork net(links);
   std::vector<Seconds> out(sends.size(), -1);
   for (size_t k = 0; k <= sends.size(); ++k) {
@@ -32,6 +33,7 @@ std::vector<Seconds> emulate(const NetworkLinks& links, const std::vector<Send>&
     for (const Delivery& d : net.advance(until)) out[d.token] = d.at;
     if (k < sends.size()) net.send(sends[k].src, sends[k].dst, sends[k].bytes, k, sends[k].at);
   }
+  if (held != nullptr) *held = net.held_messages();
   return out;
 }
 
@@ -73,6 +75,87 @@ TEST_CASE("a flow runs at most TCP's window over its round trip", "[emu]") {
   CHECK(links_of(parse_scenario("name = \"w\"\n" + two, "w.toml")).window == kTcpWindowBytes);
   CHECK(links_of(parse_scenario("name = \"w\"\n[network]\nmodel = \"ideal\"\n" + two, "w.toml"))
             .window == 0);
+}
+
+// The warm floor (core/network/tcp_pacing.h), by hand: a connection of RTT 100 ms (one way 50 ms)
+// at 10 MB/s carrying 100 kB messages (10 ms of bytes), one busy period at a time.
+TEST_CASE("the warm floor paces a connection at BBR's gain over its largest recent sample",
+          "[emu]") {
+  const Seconds rtt = 0.1, one_way = 0.05;
+  const double rate = 1e7, bytes = 1e5;
+  StartupPacing p(rtt, one_way, rate);
+  // The first busy period is not held (a fresh connection's slow start is not modeled) ...
+  CHECK(std::isinf(p.hand_over(0, bytes)));
+  p.arrived(one_way + bytes / rate);  // 60 ms: the flow model's time
+  // ... its sample: 100 kB over RTT + the 10 ms its bytes took to leave.
+  const double first = kBbrHighGain * bytes / (rtt + 0.01);
+  CHECK(p.rate() == Approx(first).epsilon(1e-12));
+  // The next message, handed over at 1 s, leaves at that rate and arrives one way later.
+  const Seconds floor = p.hand_over(1.0, bytes);
+  CHECK(floor == Approx(1.0 + bytes / first + one_way).epsilon(1e-12));
+  // Two handed over together share the busy period: the second leaves behind the first.
+  p.arrived(floor);
+  const Seconds a = p.hand_over(2.0, bytes), b = p.hand_over(2.0, bytes);
+  CHECK(b - a == Approx(bytes / p.rate()).epsilon(1e-12));
+  p.arrived(a);
+  p.arrived(b);
+  // Repeated alone, far apart, a busy period's bytes take RTT / (gain - 1) to leave: the rate
+  // falls once the larger samples are older than 10 round trips.
+  Seconds t = 10;
+  for (int i = 0; i < 50; ++i, t += 1) p.arrived(p.hand_over(t, bytes));
+  const Seconds leave = p.hand_over(t, bytes) - t - one_way;
+  CHECK(leave == Approx(rtt / (kBbrHighGain - 1)).epsilon(1e-3));
+}
+
+TEST_CASE("the warm floor ends once a busy period fills the path, and is off without a round trip",
+          "[emu]") {
+  StartupPacing p(0.1, 0.05, 1e7);
+  p.hand_over(0, 1e5);
+  p.arrived(0.06);
+  CHECK(std::isfinite(p.hand_over(1, 1e5)));
+  p.arrived(1.1);
+  // 5 MB at 10 MB/s: 0.5 s, five round trips at the path's rate.
+  p.hand_over(2, 5e6);
+  p.arrived(2.55);
+  CHECK(p.filled());
+  CHECK(std::isinf(p.rate()));
+  CHECK(std::isinf(-p.hand_over(3, 1e5)));
+  StartupPacing none(0, 0, 1e7);
+  none.hand_over(0, 1e5);
+  none.arrived(0.01);
+  CHECK(std::isinf(-none.hand_over(1, 1e5)));
+  // Only the tcp model paces.
+  const std::string two = "[[devices]]\ncount = 2\nup_mbps = 10\ndown_mbps = 10\nlatency_ms = 25\n";
+  CHECK(links_of(parse_scenario("name = \"p\"\n" + two, "p.toml")).paced);
+  CHECK_FALSE(
+      links_of(parse_scenario("name = \"p\"\n[network]\nmodel = \"ideal\"\n" + two, "p.toml"))
+          .paced);
+}
+
+// The emulator holds a message that its floor keeps: a 2-node star, RTT 100 ms, 10 MB/s.
+TEST_CASE("the emulator delivers no sooner than the warm floor, and in order", "[emu]") {
+  NetworkLinks links({mbps(80, 80, 25), mbps(80, 80, 25)});
+  links.paced = true;
+  StarNetwork net(links);
+  net.send(0, 1, 100'000, 1, 0);
+  std::vector<Delivery> d = net.advance(1);
+  REQUIRE(d.size() == 1);
+  CHECK(d[0].at == Approx(0.06).epsilon(1e-9));  // fresh: the flow model's time
+  const StartupPacing alone = [&] {
+    StartupPacing p = links.pacing(0, 1);
+    p.hand_over(0, 100'000);
+    p.arrived(0.06);
+    return p;
+  }();
+  net.send(0, 1, 100'000, 2, 1);
+  net.send(0, 1, 100'000, 3, 1);
+  d = net.advance(2);
+  REQUIRE(d.size() == 2);
+  CHECK(d[0].token == 2);
+  CHECK(d[1].token == 3);
+  CHECK(d[0].at == Approx(1 + 100'000 / alone.rate() + 0.05).epsilon(1e-9));
+  CHECK(d[1].at == Approx(1 + 200'000 / alone.rate() + 0.05).epsilon(1e-9));
+  CHECK(net.held_messages() == 2);
 }
 
 TEST_CASE("messages of one pair go one after the other on one connection, the latency paid once",
@@ -203,14 +286,18 @@ void check_trace(const std::string& network, bool regions = false,
   const Scenario s = parse_scenario(toml, "trace.toml");
   const NetworkLinks links = links_of(s);
   std::vector<Send> sends;
-  for (int round = 0; round < 2; ++round)
+  // Under tcp, more rounds: a connection's floor holds from its second busy period on.
+  const bool paced = links.paced;
+  for (int round = 0; round < (paced ? 4 : 2); ++round)
     for (int a = 0; a < senders; ++a)
       for (int b = senders; b < n; ++b)
-        sends.push_back(
-            {0.2 + 0.05 * (rng() % 20), a, b, static_cast<Bytes>(20'000 + 40'000 * (rng() % 25))});
+        // Under tcp, rounds 2 and 3 at 6 and 9 s, so that busy periods end between.
+        sends.push_back({(paced && round >= 2 ? 3.0 * round : 0) + 0.2 + 0.05 * (rng() % 20), a, b,
+                         static_cast<Bytes>(20'000 + 40'000 * (rng() % 25))});
   std::stable_sort(sends.begin(), sends.end(),
                    [](const Send& a, const Send& b) { return a.at < b.at; });
-  const std::vector<Seconds> emulated = emulate(links, sends);
+  int64_t held = 0;
+  const std::vector<Seconds> emulated = emulate(links, sends, &held);
 
   std::vector<int> nodes(n);
   for (int i = 0; i < n; ++i) nodes[i] = i;
@@ -255,8 +342,9 @@ void check_trace(const std::string& network, bool regions = false,
   }
   INFO("worst relative difference in transfer time: " << worst);
   CHECK(worst <= 1e-6);
-  // The trace exercises the connections' queues.
+  // The trace exercises the connections' queues, and under tcp the warm floor.
   CHECK(queued >= 5);
+  if (paced) CHECK(held >= 5);
   // ... and the ways the simulated network carries messages that its limit asks for.
   const auto total = static_cast<int64_t>(sends.size());
   CHECK(SimNetwork::kernel_messages() + SimNetwork::carrier_messages() == total);

@@ -9,6 +9,7 @@
 #     GRID: full (default, ~20 min) | smoke (~1 min) | cubic (~6 min: a cross-check of (1)-(3)
 #     with the node namespaces' net.ipv4.tcp_congestion_control = cubic; the host is untouched)
 #     | bufretry (~1 min: four buffer cells again) | long (~2 min: a pipeline and an exchange of ~45-60 s each, for BBR's PROBE_RTT every 10 s)
+#     | floor (~4 min: small-message pipelines, 1-3 in flight, for the warm floor)
 #
 # Root only; prints SKIP and exits 0 otherwise. Builds /tmp/dl-build and /tmp/tcpfx-build when
 # missing (ninja -j1). Then: /usr/bin/python3 bench/tcp_effects/analyze.py OUT
@@ -218,6 +219,20 @@ elif [ "$GRID" = long ]; then
   cell "long_pp_r50_50-200_k1" 50 50 200 50 200 default pipeline --act 1000000 --grad 1000000 \
     --microbatches 100 --inflight 1 --fa 0.05 --ba 0.05 --fb 0.1 --seed $SEED
   cell "long_ex_r100_50-200_s1000000" 100 50 200 50 200 default exchange --size 1000000 --rounds 200 --seed $SEED
+elif [ "$GRID" = floor ]; then
+  # The warm floor with several messages in flight: 2-stage pipelines of small messages (a
+  # 64 x 512 float activation, 131 kB, well under a third of the bandwidth-delay product) and
+  # short compute, K = 1-3 in flight, at 100 and 250 ms; and 1 MB at 1 Gbit/s, 100 ms.
+  for rtt in 100 250; do
+    for k in 1 2 3; do
+      cell "floor_pp_r${rtt}_50-200_k${k}" $rtt 50 200 50 200 default pipeline --act 131072 \
+        --grad 131072 --microbatches 40 --inflight $k --fa 0.003 --ba 0.005 --fb 0.008 --seed $SEED --jitter 0.1
+    done
+  done
+  for k in 1 2; do
+    cell "floor_pp_r100_1000_k${k}" 100 1000 1000 1000 1000 default pipeline --act 1000000 \
+      --grad 1000000 --microbatches 40 --inflight $k --fa 0.003 --ba 0.005 --fb 0.008 --seed $SEED --jitter 0.1
+  done
 elif [ "$GRID" = cubic ]; then
   for rtt in 50 100 250; do
     for rate in 50/200 100; do

@@ -43,6 +43,11 @@ double NetworkLinks::rate_cap(int src, int dst) const {
   return window > 0 && rtt > 0 ? window / rtt : std::numeric_limits<double>::infinity();
 }
 
+StartupPacing NetworkLinks::pacing(int src, int dst) const {
+  if (!paced) return {};
+  return {2 * route_latency(src, dst), route_delay(src, dst), route_bandwidth(src, dst)};
+}
+
 double region_link_bytes_per_s(const RegionLinkSpec& link, double dilation) {
   return link.mbps * kMbpsToBytesPerSecond / dilation;
 }
@@ -63,6 +68,7 @@ NetworkLinks links_of(const Scenario& s) {
   NetworkLinks links(std::move(nodes));
   links.latency_factor = f.latency;
   links.window = f.tcp_gamma;
+  links.paced = s.network.model == NetworkModel::kTcp;
   if (s.network.topology != Topology::kRegions) return links;
   // Regions are numbered in the order the devices first name them.
   std::map<std::string, int> index;

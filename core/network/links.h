@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/network/tcp_pacing.h"
 #include "core/scenario/scenario.h"
 #include "core/units.h"
 
@@ -50,6 +51,9 @@ struct NetworkLinks {
   double latency_factor = 1;  // the network model's, for the region links
   // The network model's TCP window (net_factors' tcp_gamma), bytes; 0: no cap.
   double window = 0;
+  // The network model's warm floor (tcp: TCP BBR's pacing before a connection fills its path,
+  // core/network/tcp_pacing.h), held per connection by the simulator and the emulator.
+  bool paced = false;
 
   int size() const { return static_cast<int>(nodes.size()); }
   // The index in `between` of the link a message from node `src` to node `dst` crosses, or -1
@@ -67,6 +71,9 @@ struct NetworkLinks {
   // The most a flow from src to dst may run at, TCP's window over its round trip: window / (2 x
   // route_latency), bytes per second; infinity without a window or a latency.
   double rate_cap(int src, int dst) const;
+  // The warm floor of the connection from src to dst (off unless `paced`): its round trip as
+  // given, the one-way delay as the model charges it, its lone flow's rate.
+  StartupPacing pacing(int src, int dst) const;
 };
 
 // A [[network.link]] entry's rate (each way) and latency, dilated, before the network model's

@@ -1,0 +1,147 @@
+#!/usr/bin/python3
+"""The warm floor with several messages in flight (run.sh's `floor` grid): each pipeline cell's
+measured steady micro-batches/s against three message-time models in the same event simulation
+(analyze.py's pipeline):
+
+  flow     the project's tcp model: L + S / min(0.962 r, W / RTT), a connection's messages in turn
+  lone     the lone-message floor of analyze.py: L + max(S / rate, 0.357 RTT) per message
+  pacing   BBR's STARTUP pacing as bbr.c runs it on a connection that never fills its path: the
+           connection paces at g x its largest delivery-rate sample (g = 2.885, bbr_high_gain;
+           the rate never falls while in STARTUP), a sample being a busy period's bytes B over
+           RTT + x, x the time its bytes took to leave (from the first send of the busy period to
+           the last byte's departure); a busy period runs from a message handed to an idle
+           connection until every message handed over has arrived. A connection whose busy
+           period took more than 4 RTT at its link rate has filled its path (BBR leaves STARTUP
+           and paces at the link's rate): no floor from then on. The first busy period's sample
+           uses the flow model's time (the fresh connection's slow start is not modeled).
+
+    /usr/bin/python3 bench/tcp_effects/floor.py [/tmp/tcpfx-floor]
+"""
+import math
+import sys
+
+import numpy as np
+
+ARGS = list(sys.argv)
+sys.argv = sys.argv[:1] + sys.argv[1:2]
+import analyze as A  # noqa: E402  (reads OUT from argv)
+
+G = 2.885  # bbr_high_gain
+C_LONE = 0.357
+WINDOW = float(ARGS[2]) if len(ARGS) > 2 else 10
+
+
+class Conn:
+    def __init__(self, L, r, window_cap=True):
+        self.L, self.r = L, A.F * r
+        rtt = 2 * L
+        if window_cap:
+            self.r = min(self.r, A.GAMMA_W / rtt)
+        self.rtt = rtt
+        self.last = None  # last arrival on the connection
+
+    def flow(self, S, t):
+        start = t + self.L if self.last is None else max(t + self.L, self.last)
+        return start + (S + A.HDR) / self.r
+
+
+class Flow(Conn):
+    def arrive(self, S, t):
+        self.last = self.flow(S, t)
+        return self.last
+
+
+class Lone(Conn):
+    def arrive(self, S, t):
+        a = max(self.flow(S, t), t + self.L + C_LONE * self.rtt)
+        self.last = a
+        return a
+
+
+class Pacing(Conn):
+    def __init__(self, *a):
+        super().__init__(*a)
+        self.pace = math.inf  # bytes/s
+        self.paced_until = -1e18  # when the bytes handed over so far have left at the pacing rate
+        self.busy_start = None
+        self.busy_bytes = 0
+        self.full = False
+
+    def arrive(self, S, t):
+        if self.busy_start is not None and self.last is not None and t >= self.last:
+            self.end_busy()
+        if self.busy_start is None:
+            self.busy_start, self.busy_bytes = t, 0
+        self.busy_bytes += S + A.HDR
+        leave = max(t, self.paced_until) + (S + A.HDR) / self.pace
+        self.paced_until = leave
+        a = self.flow(S, t)
+        if not self.full:
+            a = max(a, leave + self.L)
+        self.last = a
+        return a
+
+    def end_busy(self):
+        x = self.last - self.L - self.busy_start
+        if self.busy_bytes / self.r > 4 * self.rtt:
+            self.full = True
+        sample = self.busy_bytes / (self.rtt + x)
+        end = self.last
+        self.samples = [(t, v) for t, v in getattr(self, "samples", []) if t > end - WINDOW * self.rtt]
+        self.samples.append((end, sample))
+        self.pace = G * max(v for _, v in self.samples)
+        self.busy_start = None
+
+
+def pipeline(p, model):
+    ab = model(p["La"], p["ra"])
+    ba = model(p["Lb"], p["rb"])
+    n, k = p["n"], p["k"]
+    tb, grads, ta, nxt, inflight, done, gi = 0.0, [], 0.0, 0, 0, [], 0
+    while len(done) < n:
+        if gi < len(grads) and grads[gi] <= ta:
+            ta += p["ba"]
+            done.append(ta)
+            gi += 1
+            inflight -= 1
+        elif inflight < k and nxt < n:
+            ta += p["fa"]
+            tb = max(tb, ab.arrive(p["act"], ta)) + p["fb"]
+            grads.append(ba.arrive(p["grad"], tb))
+            nxt += 1
+            inflight += 1
+        else:
+            ta = max(ta, grads[gi])
+    return done
+
+
+def main():
+    A.GAMMA_W = 2.79e6
+    cells = A.load()
+    print("| cell | measured mb/s | flow | lone floor | pacing | dl p99 us |")
+    print("|---|---:|---:|---:|---:|---:|")
+    errs = {"flow": [], "lone": [], "pacing": []}
+    for name, c in sorted(cells.items()):
+        d = c["data"]
+        if d["pattern"] != "pipeline":
+            continue
+        La, ra, _ = A.route(c, "ab")
+        Lb, rb, _ = A.route(c, "ba")
+        p = dict(n=d["microbatches"], k=d["inflight"], fa=d["fa"], ba=d["ba"], fb=d["fb"],
+                 act=d["act"], grad=d["grad"], La=La, ra=ra, Lb=Lb, rb=rb)
+        meas = A.steady_rate([t / 1e9 for t in d["done"]])
+        row = [name, f"{meas:.2f}"]
+        for key, m in (("flow", Flow), ("lone", Lone), ("pacing", Pacing)):
+            v = A.steady_rate(pipeline(p, m))
+            errs[key].append(abs(math.log(v / meas)))
+            row.append(f"{v:.2f} ({100 * (v / meas - 1):+.1f}%)")
+        row.append(str(c["dl_p99_max_us"]))
+        print("| " + " | ".join(row) + " |")
+    for k, e in errs.items():
+        if e:
+            print(f"{k}: median error {100 * (math.exp(np.median(e)) - 1):.1f}%, "
+                  f"worst {100 * (math.exp(max(e)) - 1):.1f}%")
+
+
+if __name__ == "__main__":
+    main()
