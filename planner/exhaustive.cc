@@ -188,8 +188,12 @@ class SubsetPipelines {
     fronts_.assign((size_t{1} << nodes_) * nodes_ * n_, {});
     if (kmax_ >= 1) {
       if (per_size()) {
-        for (int k = 1; k <= kmax_; ++k) pass(k, k);
+        for (int k = 1; k <= kmax_; ++k) {
+          hops(cost_.in_flight(k));
+          pass(k, k);
+        }
       } else {
+        hops(cost_.in_flight(1));
         pass(1, kmax_);
       }
     }
@@ -225,8 +229,7 @@ class SubsetPipelines {
 
   // Per stage: its cost, its additive part T (GPipe: the round trip exactly as cluster_period()
   // sums it; otherwise: the mean-value analysis' service demand of its compute, uplink and
-  // downlink), its averaging share; per hop: the flows' bottleneck and additive parts (GPipe:
-  // latency + flow each way; otherwise: the pure delay, latency + what a window cap adds).
+  // downlink), its averaging share. (Per hop, hops().)
   void tables() {
     const double bw = bandwidth_factor_;
     stage_.assign(static_cast<size_t>(nodes_) * n_ * n_, kInf);
@@ -246,6 +249,13 @@ class SubsetPipelines {
                                 bytes / (p.down * bw);
           }
         }
+  }
+
+  // Per hop, with `together` micro-batches in flight (their messages share the warm floor,
+  // CostModel::warm_floor): the flows' bottleneck and additive parts, as cluster_period() charges
+  // them.
+  void hops(int64_t together) {
+    const double bw = bandwidth_factor_;
     flow_.assign(static_cast<size_t>(nodes_) * nodes_ * n_, 0.0);
     hop1_.assign(flow_.size(), 0.0);
     hop2_.assign(flow_.size(), 0.0);
@@ -254,7 +264,10 @@ class SubsetPipelines {
         if (u == v) continue;
         for (int j = 1; j + 1 < n_; ++j) {
           const double a = cost_.boundary_bytes(pos_[j]);
-          const double fwd = a / cost_.path_bandwidth(u, v), bwd = a / cost_.path_bandwidth(v, u);
+          const double fwd =
+              std::max(a / cost_.path_bandwidth(u, v), cost_.warm_floor(u, v, a, together));
+          const double bwd =
+              std::max(a / cost_.path_bandwidth(v, u), cost_.warm_floor(v, u, a, together));
           flow_[pair(u, v, j)] = std::max(fwd, bwd);
           if (flush_) {
             hop1_[pair(u, v, j)] = cost_.path_latency(u, v) + fwd;

@@ -11,13 +11,17 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // Cost of stage s of `order` holding [l, r): its own compute and links, and the flows to its
-// successor (activations forward, gradients back) capped by their paths.
+// successor (activations forward, gradients back) capped by their paths and held by their warm
+// floors, as CostModel::cluster_period charges them.
 double stage_cost_in(const CostModel& cost, const std::vector<int>& order, int s, int l, int r) {
   double t = cost.stage_time(order[s], l, r);
-  if (s + 1 < static_cast<int>(order.size())) {
+  const int k = static_cast<int>(order.size());
+  if (s + 1 < k) {
     const double a = cost.boundary_bytes(r);
-    t = std::max({t, a / cost.path_bandwidth(order[s], order[s + 1]),
-                  a / cost.path_bandwidth(order[s + 1], order[s])});
+    const int u = order[s], v = order[s + 1];
+    const int64_t together = cost.in_flight(k);
+    t = std::max({t, a / cost.path_bandwidth(u, v), a / cost.path_bandwidth(v, u),
+                  cost.warm_floor(u, v, a, together), cost.warm_floor(v, u, a, together)});
   }
   return t;
 }

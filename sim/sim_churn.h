@@ -2,8 +2,9 @@
 // they happen to the actors, and the run's Membership (core/env.h).
 //
 // A departure kills the node's actor at its instant (as a PC switched off: what it was sending
-// stays on the wire) and records kLeave; churn.detect_s later, the membership records it and
-// every present node gets a notice. An arrival starts the node's actor and records kJoin; the
+// stays on the wire, a message held by the tcp model's warm floor included; the emulator's star
+// knows no departures either) and records kLeave; churn.detect_s later, the membership records it
+// and every present node gets a notice. An arrival starts the node's actor and records kJoin; the
 // membership records it at once (the newcomer announces itself). Actors run one at a time, so
 // nothing here locks.
 #pragma once

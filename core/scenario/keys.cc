@@ -435,7 +435,9 @@ void add_network(Catalog& c) {
               "uplink, the link between the regions and the receiver's downlink")
       .choice("model", &NetworkSpec::model,
               "tcp: SimGrid's CM02 at TCP's goodput (bandwidth x 0.962, measured), one latency per "
-              "stream: one connection per pair of nodes (docs/network-model.md); lv08: SimGrid's "
+              "stream: one connection per pair of nodes, TCP's window (2.79 MB per round trip) and "
+              "BBR's pacing of small messages (the warm floor), both measured "
+              "(docs/network-model.md); lv08: SimGrid's "
               "calibration for LAN TCP (latency x "
               "13.01, bandwidth x 0.97, window cap, cross-traffic); ideal: CM02, no TCP effects")
       .real("bandwidth_factor", &NetworkSpec::bandwidth_factor, 0.0, 10.0, "",
