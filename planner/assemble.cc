@@ -115,16 +115,19 @@ double score_clusters(const CostModel& cost, const std::vector<const Partition*>
   // fills in: each Partition's period is already cluster_period() of its pipeline.
   const std::vector<ClusterPlan> plans = cluster_plans(clusters);
   std::vector<double> periods;
+  std::vector<CostModel::Fill> fills;
   std::vector<const std::vector<int>*> orders, cuts;
   periods.reserve(clusters.size());
+  const bool drains = cost.drains(static_cast<int>(clusters.size()));
   for (const Partition* p : clusters) {
     periods.push_back(p->period);
+    if (drains) fills.push_back(cost.fill(p->order, p->cuts));
     orders.push_back(&p->order);
     cuts.push_back(&p->cuts);
   }
   periods = cost.shared_periods(orders, cuts, std::move(periods));
   const std::vector<Ring> rings = make_rings(cost.model(), plans);
-  return cost.throughput(periods, cost.averaging_time(plans, rings));
+  return cost.throughput(periods, cost.averaging_time(plans, rings), fills);
 }
 
 std::vector<int> cluster_counts(const Scenario& scenario, int nodes, int most) {

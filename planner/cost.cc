@@ -270,6 +270,35 @@ double CostModel::cluster_period(const std::vector<int>& nodes,
   return std::max(bottleneck, x > 0 ? 1.0 / x : 0.0);
 }
 
+CostModel::Fill CostModel::fill(const std::vector<int>& nodes, const std::vector<int>& cuts) const {
+  Fill f;
+  f.in_flight = in_flight(static_cast<int>(nodes.size()));
+  visit_stations(nodes, cuts, [&](const Station& st) {
+    f.bottleneck = std::max(f.bottleneck, st.seconds);
+    if (st.kind == Station::Kind::kFlow)
+      f.round_trip += path_latency(st.node, st.peer) + st.seconds;
+    else if (st.kind == Station::Kind::kCompute)
+      f.round_trip += pass_time(st.node, st.begin, st.end);
+  });
+  return f;
+}
+
+double CostModel::drained_time(const Fill& f, double period, int64_t e) {
+  if (e <= 0) return 0;
+  const int64_t p = std::max<int64_t>(f.in_flight, 1);
+  const double waves = static_cast<double>((e + p - 1) / p),
+               within = static_cast<double>((e - 1) % p);
+  const double n = static_cast<double>(e);
+  return std::max({n * period, waves * f.round_trip + within * f.bottleneck,
+                   f.round_trip + (n - 1) * f.bottleneck});
+}
+
+bool CostModel::drains(int clusters) const {
+  return clusters > 1 && !target_batch() && algorithm_->traits.exchange == Exchange::kParameters &&
+         !(training_.averaging == Averaging::kOverlapped &&
+           algorithm_->traits.overlapped_averaging);
+}
+
 std::vector<double> CostModel::shared_periods(const std::vector<const std::vector<int>*>& nodes,
                                               const std::vector<const std::vector<int>*>& cuts,
                                               std::vector<double> periods) const {
@@ -473,7 +502,8 @@ TargetRound CostModel::round_of(const std::vector<double>& periods) const {
                       static_cast<double>(target_samples(target_batch_, batch_, clusters)));
 }
 
-double CostModel::throughput(const std::vector<double>& periods, double averaging) const {
+double CostModel::throughput(const std::vector<double>& periods, double averaging,
+                             const std::vector<Fill>& fills) const {
   if (periods.empty()) return 0.0;
   const double slowest = *std::max_element(periods.begin(), periods.end());
   const double c = static_cast<double>(periods.size());
@@ -482,7 +512,11 @@ double CostModel::throughput(const std::vector<double>& periods, double averagin
     return r.seconds + averaging > 0 ? r.samples / (r.seconds + averaging) : 0.0;
   }
   const double per_exchange = static_cast<double>(micro_batches_per_exchange(static_cast<int>(c)));
-  const double per_update = slowest + (periods.size() > 1 ? averaging / per_exchange : 0.0);
+  double busy = slowest * per_exchange;  // the micro-batches of one exchange period
+  if (drains(static_cast<int>(c)) && fills.size() == periods.size())
+    for (size_t i = 0; i < periods.size(); ++i)
+      busy = std::max(busy, drained_time(fills[i], periods[i], static_cast<int64_t>(per_exchange)));
+  const double per_update = (busy + (periods.size() > 1 ? averaging : 0.0)) / per_exchange;
   return per_update > 0 ? c * batch_ / per_update : 0.0;
 }
 
@@ -505,6 +539,7 @@ std::pair<double, double> CostModel::evaluation_times(const std::vector<int>& no
 
 void CostModel::annotate(Plan& plan) const {
   std::vector<double> periods;
+  std::vector<Fill> fills;
   std::vector<std::vector<int>> orders, boundaries;
   for (auto& c : plan.clusters) {
     std::vector<int> nodes, cuts{c.stages.empty() ? 0 : c.stages.front().layer_begin};
@@ -517,6 +552,7 @@ void CostModel::annotate(Plan& plan) const {
       s.predicted_compute = compute_time(s.node, s.layer_begin, s.layer_end);
     }
     periods.push_back(cluster_period(nodes, cuts));
+    fills.push_back(fill(nodes, cuts));
     orders.push_back(std::move(nodes));
     boundaries.push_back(std::move(cuts));
   }
@@ -541,7 +577,7 @@ void CostModel::annotate(Plan& plan) const {
   }
   plan.rings = plan.clusters.size() > 1 ? make_rings(*model_, plan.clusters) : std::vector<Ring>{};
   plan.averaging_time = averaging_time(plan.clusters, plan.rings);
-  plan.throughput = throughput(periods, plan.averaging_time);
+  plan.throughput = throughput(periods, plan.averaging_time, fills);
 }
 
 namespace {
@@ -626,9 +662,18 @@ double CostModel::averaging_share(const Plan& plan, const ClusterPlan& cl) const
     const double round = round_of(periods).seconds + plan.averaging_time;
     return round > 0 ? plan.averaging_time / round : 0.0;
   }
-  const double per_update =
-      cl.period + plan.averaging_time / static_cast<double>(micro_batches_per_exchange(clusters));
-  return per_update > 0 ? (per_update - cl.period) / per_update : 0.0;
+  const double e = static_cast<double>(micro_batches_per_exchange(clusters));
+  double busy = cl.period * e;  // its micro-batches of one exchange period (throughput())
+  if (drains(clusters) && !cl.stages.empty()) {
+    std::vector<int> nodes, cuts{cl.stages.front().layer_begin};
+    for (const StagePlan& st : cl.stages) {
+      nodes.push_back(st.node);
+      cuts.push_back(st.layer_end);
+    }
+    busy = std::max(busy, drained_time(fill(nodes, cuts), cl.period, static_cast<int64_t>(e)));
+  }
+  const double round = busy + plan.averaging_time;
+  return round > 0 ? plan.averaging_time / round : 0.0;
 }
 
 std::string CostModel::explain(const Plan& plan) const {

@@ -108,6 +108,24 @@ class CostModel {
 
   // Period (seconds per micro-batch) of a pipeline: nodes in order, cuts of size nodes + 1.
   double cluster_period(const std::vector<int>& nodes, const std::vector<int>& cuts) const;
+  // How an empty pipeline fills: a lone micro-batch's round trip (each stage's forward and
+  // backward, each hop's latency and flow both ways, as cluster_period charges them), its slowest
+  // station's demand per micro-batch, and the micro-batches it lets in at once.
+  struct Fill {
+    double round_trip = 0, bottleneck = 0;
+    int64_t in_flight = 1;
+  };
+  Fill fill(const std::vector<int>& nodes, const std::vector<int>& cuts) const;
+  // Seconds for a pipeline of steady period `period` that starts empty to finish `e`
+  // micro-batches: at least e periods; where the round trip binds (fewer in flight than it
+  // takes to fill it), micro-batches come back in waves of in_flight, one round trip apart,
+  // spaced by the bottleneck within a wave; where a station binds, the first comes back one
+  // round trip in and the others one bottleneck apart.
+  static double drained_time(const Fill& f, double period, int64_t e);
+  // Whether `clusters` pipelines drain before each exchange: a bulk-synchronous exchange of
+  // parameters every micro_batches_per_exchange micro-batches (algo/ravnest.cc PeriodicStage:
+  // no micro-batch of the next period starts before the averaging), not overlapped.
+  bool drains(int clusters) const;
   // The periods of pipelines (nodes in order, cuts) that share links between regions: each
   // cluster_period() alone, stretched where the clusters together would ask more of a region link
   // than it carries (every cluster that crosses such a link slowed until the link carries what it
@@ -123,8 +141,11 @@ class CostModel {
   // hand back.
   double single_ring_time(const std::vector<ClusterPlan>& clusters) const;
   // Samples per second of the whole plan: C clusters in step, averaging every average_every
-  // updates (the slowest cluster gates each bulk-synchronous averaging).
-  double throughput(const std::vector<double>& cluster_periods, double averaging) const;
+  // updates (the slowest cluster gates each bulk-synchronous averaging). Where the pipelines
+  // drain (drains()) and `fills` gives each cluster's fill(), a cluster's micro-batches between
+  // two exchanges take drained_time() rather than as many periods.
+  double throughput(const std::vector<double>& cluster_periods, double averaging,
+                    const std::vector<Fill>& fills = {}) const;
   // A target-batch algorithm's round over clusters of these periods (target_round, at the
   // scenario's target).
   TargetRound round_of(const std::vector<double>& cluster_periods) const;

@@ -177,3 +177,18 @@ TEST_CASE("cost model: one averaging of 3 clusters, LV08 network", "[planner][co
   INFO("simulated " << simulated << " s, predicted " << predicted << " s");
   CHECK(predicted == Approx(simulated).epsilon(0.05));
 }
+
+TEST_CASE("a drained pipeline's micro-batches between two exchanges, by hand", "[planner][cost]") {
+  // Round trip 1 s, bottleneck 0.3 s, 2 in flight: the round trip binds (2 x 0.3 < 1); the
+  // micro-batches come back in waves of two, one round trip apart, 0.3 s apart within a wave.
+  CostModel::Fill f{1.0, 0.3, 2};
+  CHECK(CostModel::drained_time(f, 0.5, 4) == Approx(2.3));  // 1, 1.3, 2, 2.3
+  CHECK(CostModel::drained_time(f, 0.5, 5) == Approx(3.0));  // ..., 3
+  CHECK(CostModel::drained_time(f, 0.5, 1) == Approx(1.0));
+  // A station binds (4 x 0.5 > 1): the first back after a round trip, the others 0.5 s apart.
+  CostModel::Fill g{1.0, 0.5, 4};
+  CHECK(CostModel::drained_time(g, 0.5, 5) == Approx(3.0));  // 1, 1.5, 2, 2.5, 3
+  // Never fewer than the steady periods (a period above both bounds: queueing).
+  CHECK(CostModel::drained_time(g, 0.9, 5) == Approx(4.5));
+  CHECK(CostModel::drained_time(g, 0.5, 0) == 0);
+}
