@@ -377,9 +377,17 @@ double CostModel::averaging_time(const std::vector<ClusterPlan>& clusters,
   double hop_latency = 0;
   int64_t largest =
       0;  // the largest ring's chunk, whose pieces set the overlap on the busiest links
+  // Each ring step is a busy period of its hop's connection, sent once the step before it has
+  // arrived: held by the warm floor (warm_floor, one message at a time) where the step does not
+  // fill the path.
+  double floor = 0;
   for (const Ring& r : rings) {
-    for (int i = 0; i < c; ++i)
-      hop_latency = std::max(hop_latency, path_latency(r.owners[i], r.owners[(i + 1) % c]));
+    const double piece = static_cast<double>(kFloatBytes * rows * (r.end - r.begin)) / c;
+    for (int i = 0; i < c; ++i) {
+      const int a = r.owners[i], b = r.owners[(i + 1) % c];
+      hop_latency = std::max(hop_latency, path_latency(a, b));
+      floor = std::max(floor, warm_floor(a, b, piece, 1));
+    }
     largest = std::max(largest, r.end - r.begin);
   }
   const int64_t pieces = ring_pieces(largest / c, rows, piece_bytes_);
@@ -401,7 +409,7 @@ double CostModel::averaging_time(const std::vector<ClusterPlan>& clusters,
     for (size_t k = 0; k < across.size(); ++k)
       if (across[k] > 0) round = std::max(round, across[k] / region_rate(static_cast<int>(k)));
   }
-  return ring_steps_time(c, hop_latency, round, pieces);
+  return ring_steps_time(c, hop_latency, std::max(round, floor), pieces);
 }
 
 double CostModel::single_ring_time(const std::vector<ClusterPlan>& clusters) const {

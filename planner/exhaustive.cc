@@ -98,6 +98,7 @@ struct Candidate {
   double share = 0;  // max over owners of 4 * state / (bw * min(up, down)): C x the averaging round
   double low = kInf, high = 0;                  // least and largest latency of its owners
   std::vector<std::pair<int64_t, int>> owners;  // (state end, node) by state, owners only
+  CostModel::Fill fill;  // how it fills after a drain (CostModel::drained_time)
 };
 
 class Shares {
@@ -124,6 +125,7 @@ class Shares {
       c.owners.push_back({cost_.model().state_offset(p.cuts[s + 1]), v});
     }
     if (c.owners.empty()) c.low = 0;
+    c.fill = cost_.fill(p.order, p.cuts);
     c.p = std::move(p);
     return c;
   }
@@ -149,8 +151,14 @@ bool latencies_dominate(const CostModel& cost, const Candidate& a, const Candida
   return true;
 }
 
+// Where pipelines drain before each exchange, a's micro-batches between two exchanges must also
+// take no longer than b's for every exchange length: a round trip and bottleneck no longer, as
+// many in flight.
 bool candidate_dominates(const CostModel& cost, const Candidate& a, const Candidate& b) {
-  return a.p.period <= b.p.period && a.share <= b.share && latencies_dominate(cost, a, b);
+  const bool fills = !cost.drains(2) || (a.fill.round_trip <= b.fill.round_trip &&
+                                         a.fill.bottleneck <= b.fill.bottleneck &&
+                                         a.fill.in_flight == b.fill.in_flight);
+  return a.p.period <= b.p.period && a.share <= b.share && fills && latencies_dominate(cost, a, b);
 }
 
 // Pipelines of every subset of the pool (step 1 of the file comment).

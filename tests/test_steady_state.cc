@@ -271,3 +271,30 @@ TEST_CASE(
   const double no_fill = 2 * batch * e / (e * plan.clusters[0].period + plan.averaging_time);
   CHECK(no_fill > 1.3 * steady);
 }
+
+TEST_CASE("averaging rings under tcp: each step held by the warm floor, as the planner predicts",
+          "[steady][sim]") {
+  // gpt-sort: four one-stage clusters over 50 Mbit/s links with a 40 ms round trip; each ring
+  // step is one message too small to fill the path, so the simulator holds it by its warm floor.
+  const std::vector<std::string> sets = {"sim.mode=\"timing\"", "planner.method=\"greedy\"",
+                                         "training.steps=200"};
+  std::string toml = test::slurp(test::source_path("scenarios/gpt-sort.toml"));
+  const std::string profile = "\"../profiles/cpu.toml\"";  // relative to scenarios/
+  REQUIRE(toml.find(profile) != std::string::npos);
+  toml.replace(toml.find(profile), profile.size(),
+               "\"" + test::source_path("profiles/cpu.toml") + "\"");
+  const Simulated tcp = simulate(toml, sets);
+  std::vector<std::string> ideal_sets = sets;
+  ideal_sets.push_back("network.model=\"ideal\"");
+  const Simulated ideal = simulate(toml, ideal_sets);
+  const double round = tcp.summary["averaging"]["mean_round_s"].get<double>();
+  const double bytes_only = ideal.summary["averaging"]["mean_round_s"].get<double>();
+  INFO("tcp round " << round << " s (predicted " << tcp.plan.averaging_time << " s), ideal "
+                    << bytes_only << " s");
+  REQUIRE(tcp.plan.clusters.size() == 4);
+  CHECK(tcp.plan.averaging_time == Approx(round).epsilon(0.05));
+  CHECK(tcp.plan.throughput ==
+        Approx(tcp.summary["steady_samples_per_s"].get<double>()).epsilon(0.05));
+  // Negative control: the links' bytes alone (the ideal network's round) are far under it.
+  CHECK(bytes_only < 0.8 * round);
+}
