@@ -20,11 +20,11 @@
 
 #include "bench/bench_common.h"
 #include "bench/plain_training.h"
-#include "core/compute_threads.h"
 #include "core/data/dataset.h"
 #include "core/memory/allocator.h"
 #include "core/model/model.h"
 #include "core/scenario/scenario.h"
+#include "exec/compute_threads.h"
 #include "real/compute_device.h"
 
 using namespace rv;

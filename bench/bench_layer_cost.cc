@@ -27,8 +27,8 @@
 
 #include "bench/bench_common.h"
 #include "calibrate/calibrate.h"
-#include "core/compute_threads.h"
 #include "core/memory/allocator.h"
+#include "exec/compute_threads.h"
 
 using nlohmann::json;
 namespace bench = rv::bench;

@@ -25,12 +25,12 @@
 
 #include "bench/bench_common.h"
 #include "bench/plain_training.h"
-#include "core/compute_threads.h"
 #include "core/data/dataset.h"
 #include "core/error.h"
 #include "core/memory/allocator.h"
 #include "core/model/model.h"
 #include "core/scenario/scenario.h"
+#include "exec/compute_threads.h"
 #include "planner/planner.h"
 #include "sim/sim_runner.h"
 

@@ -18,12 +18,12 @@
 
 #include "bench/bench_common.h"
 #include "bench/plain_training.h"
-#include "core/compute_threads.h"
 #include "core/data/dataset.h"
 #include "core/memory/allocator.h"
 #include "core/model/model.h"
 #include "core/model/optimizer.h"
 #include "core/scenario/scenario.h"
+#include "exec/compute_threads.h"
 
 using namespace rv;
 namespace fs = std::filesystem;

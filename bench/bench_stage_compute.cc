@@ -20,13 +20,13 @@
 #include <thread>
 
 #include "bench/bench_common.h"
-#include "core/compute_threads.h"
 #include "core/data/dataset.h"
 #include "core/memory/allocator.h"
 #include "core/model/cost_model.h"
 #include "core/model/model.h"
 #include "core/model/stage.h"
 #include "core/scenario/scenario.h"
+#include "exec/compute_threads.h"
 #include "planner/planner.h"
 
 using namespace rv;

@@ -18,8 +18,8 @@
 #include <thread>
 
 #include "bench/bench_common.h"
-#include "core/compute_threads.h"
 #include "core/memory/allocator.h"
+#include "exec/compute_threads.h"
 
 using namespace rv;
 

@@ -23,10 +23,10 @@
 #include <sstream>
 #include <thread>
 
-#include "core/compute_threads.h"
 #include "core/error.h"
 #include "core/model/layers.h"
 #include "core/spawn.h"
+#include "exec/compute_threads.h"
 
 namespace rv {
 namespace {

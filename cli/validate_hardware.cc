@@ -11,12 +11,12 @@
 
 #include "cli/span_times.h"
 #include "core/compute/profile.h"
-#include "core/compute_threads.h"
 #include "core/error.h"
 #include "core/output/run_output.h"
 #include "core/output/validation.h"
 #include "core/spawn.h"
 #include "core/units.h"
+#include "exec/compute_threads.h"
 #include "real/kernel_network.h"
 #include "real/launcher.h"
 

@@ -10,10 +10,10 @@
 #include <thread>
 #include <utility>
 
-#include "core/compute_threads.h"
 #include "core/error.h"
 #include "core/model/cost_model.h"
 #include "core/model/stage.h"
+#include "exec/compute_threads.h"
 
 namespace rv {
 namespace {

@@ -8,8 +8,8 @@
 #include <optional>
 #include <thread>
 
-#include "core/compute_threads.h"
 #include "core/error.h"
+#include "exec/compute_threads.h"
 #include "exec/env_assembly.h"
 #include "exec/wall_env.h"
 

@@ -172,9 +172,8 @@ void CostModel::visit_stations(const std::vector<int>& nodes, const std::vector<
   }
 }
 
-double CostModel::cluster_period(const std::vector<int>& nodes,
-                                 const std::vector<int>& cuts) const {
-  RV_CHECK(cuts.size() == nodes.size() + 1, "cluster_period: cuts and nodes differ");
+CostModel::Network CostModel::closed_network(const std::vector<int>& nodes,
+                                             const std::vector<int>& cuts) const {
   // Stations of the closed network one micro-batch cycles through: each node's compute, uplink
   // and downlink (service demand per micro-batch), and pure delays (latencies, window caps).
   // visit_stations gives each stage's compute, uplink and downlink in that order: station
@@ -194,7 +193,7 @@ double CostModel::cluster_period(const std::vector<int>& nodes,
     return 3 * static_cast<size_t>(stage) + static_cast<size_t>(kind);
   };
   // The planners ask this millions of times: the vectors below reuse this thread's buffers.
-  thread_local std::vector<double> demand, own, residual_share, queue, r;
+  thread_local std::vector<double> demand, own, residual_share;
   demand.assign(count, 0.0);
   // Of each station's demand, what a micro-batch waits for when it finds the station idle: a
   // compute's whole time; of a link, the transfers for which it is the slower of the two links
@@ -207,7 +206,10 @@ double CostModel::cluster_period(const std::vector<int>& nodes,
   // arrival finds is its own connection's (0.5 of it not waited for), half the other's (shared).
   residual_share.assign(count, 0.5);
   const int last = static_cast<int>(nodes.size()) - 1;
-  double delay = 0, rtt = 0, bottleneck = 0;
+  Network net{demand, own, residual_share};
+  net.fill.in_flight = in_flight(static_cast<int>(nodes.size()));
+  double& rtt = net.fill.round_trip;
+  double& bottleneck = net.fill.bottleneck;
   visit_stations(nodes, cuts, [&](const Station& st) {
     bottleneck = std::max(bottleneck, st.seconds);
     if (st.kind == Station::Kind::kRegionLink) {
@@ -218,7 +220,7 @@ double CostModel::cluster_period(const std::vector<int>& nodes,
       return;
     }
     if (st.kind == Station::Kind::kFlow) {
-      delay += path_latency(st.node, st.peer) + (st.seconds - st.link);
+      net.delay += path_latency(st.node, st.peer) + (st.seconds - st.link);
       rtt += path_latency(st.node, st.peer) + st.seconds;
       // Its transfer, st.link at the slower of the sender's uplink and the receiver's downlink
       // (stage st.stage and its next, one each way).
@@ -243,44 +245,48 @@ double CostModel::cluster_period(const std::vector<int>& nodes,
       residual_share[i] = 0.25;
     }
   });
-  if (algorithm_->traits.schedule == Schedule::kFlush) {
-    // A step: one micro-batch's round trip, plus m - 1 more through the slowest stage, then the
-    // flush; with equal stages this is (m + p - 1)(tf + tb).
-    const double m = static_cast<double>(training_.micro_batches);
-    return (rtt + (m - 1) * bottleneck) / m;
-  }
-  // Mean-value analysis of the closed network with max_in_flight micro-batches: an arrival waits
-  // for the work queued at a station, less the share in service it does not wait for, then for its
-  // own service where the station is on its critical path. Tends to 1 / bottleneck when enough
-  // micro-batches are in flight.
-  const int64_t population = in_flight(static_cast<int>(nodes.size()));
-  queue.assign(count, 0.0);
-  r.assign(count, 0.0);
+  return net;
+}
+
+double CostModel::mean_value_period(const Network& net) {
+  // An arrival waits for the work queued at a station, less the share in service it does not
+  // wait for, then for its own service where the station is on its critical path. Tends to
+  // 1 / bottleneck when enough micro-batches are in flight.
+  const std::vector<double>& demand = net.demand;
+  thread_local std::vector<double> queue, r;
+  queue.assign(demand.size(), 0.0);
+  r.assign(demand.size(), 0.0);
   double x = 0;
-  for (int64_t m = 1; m <= population; ++m) {
-    double r_total = delay;
+  for (int64_t m = 1; m <= net.fill.in_flight; ++m) {
+    double r_total = net.delay;
     for (size_t i = 0; i < demand.size(); ++i) {
-      const double residual = residual_share[i] * std::min(1.0, x * demand[i]);
-      r[i] = own[i] + demand[i] * std::max(0.0, queue[i] - residual);
+      const double residual = net.residual_share[i] * std::min(1.0, x * demand[i]);
+      r[i] = net.own[i] + demand[i] * std::max(0.0, queue[i] - residual);
       r_total += r[i];
     }
     x = static_cast<double>(m) / r_total;
     for (size_t i = 0; i < demand.size(); ++i) queue[i] = x * r[i];
   }
-  return std::max(bottleneck, x > 0 ? 1.0 / x : 0.0);
+  return x > 0 ? 1.0 / x : 0.0;
+}
+
+double CostModel::cluster_period(const std::vector<int>& nodes,
+                                 const std::vector<int>& cuts) const {
+  RV_CHECK(cuts.size() == nodes.size() + 1, "cluster_period: cuts and nodes differ");
+  const Network net = closed_network(nodes, cuts);
+  const Fill& f = net.fill;
+  if (algorithm_->traits.schedule == Schedule::kFlush) {
+    // A step: one micro-batch's round trip, plus m - 1 more through the slowest stage, then the
+    // flush; with equal stages this is (m + p - 1)(tf + tb).
+    const double m = static_cast<double>(training_.micro_batches);
+    return (f.round_trip + (m - 1) * f.bottleneck) / m;
+  }
+  // The closed network with max_in_flight micro-batches.
+  return std::max(f.bottleneck, mean_value_period(net));
 }
 
 CostModel::Fill CostModel::fill(const std::vector<int>& nodes, const std::vector<int>& cuts) const {
-  Fill f;
-  f.in_flight = in_flight(static_cast<int>(nodes.size()));
-  visit_stations(nodes, cuts, [&](const Station& st) {
-    f.bottleneck = std::max(f.bottleneck, st.seconds);
-    if (st.kind == Station::Kind::kFlow)
-      f.round_trip += path_latency(st.node, st.peer) + st.seconds;
-    else if (st.kind == Station::Kind::kCompute)
-      f.round_trip += pass_time(st.node, st.begin, st.end);
-  });
-  return f;
+  return closed_network(nodes, cuts).fill;
 }
 
 double CostModel::drained_time(const Fill& f, double period, int64_t e) {
@@ -339,6 +345,22 @@ std::vector<double> CostModel::shared_periods(const std::vector<const std::vecto
 
 namespace {
 
+// A planned cluster's pipeline as the cost model takes it: its nodes in order and its cuts (one
+// more than its stages).
+struct Pipeline {
+  std::vector<int> nodes, cuts;
+};
+
+Pipeline pipeline_of(const ClusterPlan& c) {
+  Pipeline p;
+  p.cuts.push_back(c.stages.empty() ? 0 : c.stages.front().layer_begin);
+  for (const StagePlan& s : c.stages) {
+    p.nodes.push_back(s.node);
+    p.cuts.push_back(s.layer_end);
+  }
+  return p;
+}
+
 // A ring all-reduce's 2(C - 1) steps, each `round` seconds on its busiest link after `latency`,
 // with segments in `pieces` pieces that move on independently (training.ring_piece_mb): either the
 // busiest link never waits (a piece is back before the link has sent the others), and the steps'
@@ -366,25 +388,18 @@ double CostModel::averaging_time(const std::vector<ClusterPlan>& clusters,
   // graph's edges iterate in insertion order), so the figures are the same to the last bit.
   // Each averaged element is `rows` floats (the optimizer's state too, where it is averaged).
   const int64_t rows = averaged_rows_;
-  std::vector<double> up(pool_.size(), 0.0), down(pool_.size(), 0.0);
-  for (const Ring& r : rings) {
-    const double piece = static_cast<double>(kFloatBytes * rows * (r.end - r.begin)) / c;
-    for (int i = 0; i < c; ++i) {
-      up[static_cast<size_t>(r.owners[i])] += piece;
-      down[static_cast<size_t>(r.owners[(i + 1) % c])] += piece;
-    }
-  }
-  double hop_latency = 0;
-  int64_t largest =
-      0;  // the largest ring's chunk, whose pieces set the overlap on the busiest links
   // Each ring step is a busy period of its hop's connection, sent once the step before it has
   // arrived: held by the warm floor (warm_floor, one message at a time) where the step does not
   // fill the path.
-  double floor = 0;
+  std::vector<double> up(pool_.size(), 0.0), down(pool_.size(), 0.0);
+  double hop_latency = 0, floor = 0;
+  int64_t largest = 0;  // the largest ring's chunk, whose pieces set the overlap on busy links
   for (const Ring& r : rings) {
     const double piece = static_cast<double>(kFloatBytes * rows * (r.end - r.begin)) / c;
     for (int i = 0; i < c; ++i) {
       const int a = r.owners[i], b = r.owners[(i + 1) % c];
+      up[static_cast<size_t>(a)] += piece;
+      down[static_cast<size_t>(b)] += piece;
       hop_latency = std::max(hop_latency, path_latency(a, b));
       floor = std::max(floor, warm_floor(a, b, piece, 1));
     }
@@ -521,9 +536,11 @@ double CostModel::throughput(const std::vector<double>& periods, double averagin
   }
   const double per_exchange = static_cast<double>(micro_batches_per_exchange(static_cast<int>(c)));
   double busy = slowest * per_exchange;  // the micro-batches of one exchange period
-  if (drains(static_cast<int>(c)) && fills.size() == periods.size())
+  if (drains(static_cast<int>(c))) {
+    RV_CHECK(fills.size() == periods.size(), "throughput: a draining plan needs each fill");
     for (size_t i = 0; i < periods.size(); ++i)
       busy = std::max(busy, drained_time(fills[i], periods[i], static_cast<int64_t>(per_exchange)));
+  }
   const double per_update = (busy + (periods.size() > 1 ? averaging : 0.0)) / per_exchange;
   return per_update > 0 ? c * batch_ / per_update : 0.0;
 }
@@ -550,11 +567,9 @@ void CostModel::annotate(Plan& plan) const {
   std::vector<Fill> fills;
   std::vector<std::vector<int>> orders, boundaries;
   for (auto& c : plan.clusters) {
-    std::vector<int> nodes, cuts{c.stages.empty() ? 0 : c.stages.front().layer_begin};
+    auto [nodes, cuts] = pipeline_of(c);
     const int64_t f = in_flight(static_cast<int>(c.stages.size()));
     for (auto& s : c.stages) {
-      nodes.push_back(s.node);
-      cuts.push_back(s.layer_end);
       s.memory = static_cast<Bytes>(memory(s.layer_begin, s.layer_end, f));
       s.predicted_time = stage_time(s.node, s.layer_begin, s.layer_end);
       s.predicted_compute = compute_time(s.node, s.layer_begin, s.layer_end);
@@ -673,12 +688,8 @@ double CostModel::averaging_share(const Plan& plan, const ClusterPlan& cl) const
   const double e = static_cast<double>(micro_batches_per_exchange(clusters));
   double busy = cl.period * e;  // its micro-batches of one exchange period (throughput())
   if (drains(clusters) && !cl.stages.empty()) {
-    std::vector<int> nodes, cuts{cl.stages.front().layer_begin};
-    for (const StagePlan& st : cl.stages) {
-      nodes.push_back(st.node);
-      cuts.push_back(st.layer_end);
-    }
-    busy = std::max(busy, drained_time(fill(nodes, cuts), cl.period, static_cast<int64_t>(e)));
+    const Pipeline p = pipeline_of(cl);
+    busy = std::max(busy, drained_time(fill(p.nodes, p.cuts), cl.period, static_cast<int64_t>(e)));
   }
   const double round = busy + plan.averaging_time;
   return round > 0 ? plan.averaging_time / round : 0.0;
@@ -690,11 +701,7 @@ std::string CostModel::explain(const Plan& plan) const {
   for (size_t c = 1; c < plan.clusters.size(); ++c)
     if (plan.clusters[c].period > plan.clusters[slowest].period) slowest = c;
   const ClusterPlan& cl = plan.clusters[slowest];
-  std::vector<int> nodes, cuts{cl.stages.front().layer_begin};
-  for (const StagePlan& st : cl.stages) {
-    nodes.push_back(st.node);
-    cuts.push_back(st.layer_end);
-  }
+  const auto [nodes, cuts] = pipeline_of(cl);
   // The station with the largest demand per micro-batch, as cluster_period sees them.
   Station top{Station::Kind::kCompute};
   double most = -1;

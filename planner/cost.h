@@ -15,6 +15,7 @@
 // and the latencies). Checked against the simulator in tests/test_planner_cost.cc.
 #pragma once
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -105,6 +106,11 @@ class CostModel {
   // uplink, the link between their regions where they differ, the receiver's downlink.
   double path_bandwidth(int a, int b) const;
   double path_latency(int a, int b) const;
+  // Seconds a flow from `a` to `b` holds its path per message of `bytes`, `in_flight` messages
+  // sharing the connection: the path's rate, or the warm floor where it binds.
+  double flow_time(int a, int b, double bytes, int64_t in_flight) const {
+    return std::max(bytes / path_bandwidth(a, b), warm_floor(a, b, bytes, in_flight));
+  }
 
   // Period (seconds per micro-batch) of a pipeline: nodes in order, cuts of size nodes + 1.
   double cluster_period(const std::vector<int>& nodes, const std::vector<int>& cuts) const;
@@ -145,7 +151,7 @@ class CostModel {
   // drain (drains()) and `fills` gives each cluster's fill(), a cluster's micro-batches between
   // two exchanges take drained_time() rather than as many periods.
   double throughput(const std::vector<double>& cluster_periods, double averaging,
-                    const std::vector<Fill>& fills = {}) const;
+                    const std::vector<Fill>& fills) const;
   // A target-batch algorithm's round over clusters of these periods (target_round, at the
   // scenario's target).
   TargetRound round_of(const std::vector<double>& cluster_periods) const;
@@ -185,6 +191,21 @@ class CostModel {
   // the region link it crosses, if any (several flows may cross one).
   template <class F>
   void visit_stations(const std::vector<int>& nodes, const std::vector<int>& cuts, F&& f) const;
+  // The closed network one micro-batch of a pipeline cycles through (cluster_period): per station
+  // its service demand per micro-batch, the part of it an arrival at an idle station waits for,
+  // and the share of the work in service it does not wait for (vectors in this calling thread's
+  // buffers, valid until its next call); the pure delay of the flows; and how it fills.
+  struct Network {
+    const std::vector<double>& demand;
+    const std::vector<double>& own;
+    const std::vector<double>& residual_share;
+    double delay = 0;
+    Fill fill;
+  };
+  Network closed_network(const std::vector<int>& nodes, const std::vector<int>& cuts) const;
+  // Seconds per micro-batch of `net` with fill.in_flight micro-batches in it, by mean-value
+  // analysis.
+  static double mean_value_period(const Network& net);
   // explain()'s parts: a station in words ("the uplink of node 3 (laptop) (20 Mbit/s)"); what
   // bounds the slowest cluster `c` of `plan` (its stations' largest demand `most`, `what` it is);
   // the share of the time its averaging takes.

@@ -272,10 +272,8 @@ class SubsetPipelines {
         if (u == v) continue;
         for (int j = 1; j + 1 < n_; ++j) {
           const double a = cost_.boundary_bytes(pos_[j]);
-          const double fwd =
-              std::max(a / cost_.path_bandwidth(u, v), cost_.warm_floor(u, v, a, together));
-          const double bwd =
-              std::max(a / cost_.path_bandwidth(v, u), cost_.warm_floor(v, u, a, together));
+          const double fwd = cost_.flow_time(u, v, a, together);
+          const double bwd = cost_.flow_time(v, u, a, together);
           flow_[pair(u, v, j)] = std::max(fwd, bwd);
           if (flush_) {
             hop1_[pair(u, v, j)] = cost_.path_latency(u, v) + fwd;

@@ -20,8 +20,7 @@ double stage_cost_in(const CostModel& cost, const std::vector<int>& order, int s
     const double a = cost.boundary_bytes(r);
     const int u = order[s], v = order[s + 1];
     const int64_t together = cost.in_flight(k);
-    t = std::max({t, a / cost.path_bandwidth(u, v), a / cost.path_bandwidth(v, u),
-                  cost.warm_floor(u, v, a, together), cost.warm_floor(v, u, a, together)});
+    t = std::max({t, cost.flow_time(u, v, a, together), cost.flow_time(v, u, a, together)});
   }
   return t;
 }

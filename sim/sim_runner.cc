@@ -12,9 +12,9 @@
 #include <simgrid/s4u/Engine.hpp>
 #include <string>
 
-#include "core/compute_threads.h"
 #include "core/error.h"
 #include "core/output/run_output.h"
+#include "exec/compute_threads.h"
 #include "exec/env_assembly.h"
 #include "sim/platform.h"
 #include "sim/sim_churn.h"

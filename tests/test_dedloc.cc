@@ -159,13 +159,13 @@ TEST_CASE(
       kTwoPeers,
       {"training.algorithm=\"dedloc\"", "training.target_batch=" + std::to_string(25 * b)}, false);
   const CostModel dedloc(p.scenario, p.model);
-  CHECK(dedloc.throughput({0.1, 0.4}, 0.0) == Approx(b * (1 / 0.1 + 1 / 0.4)));
-  CHECK(dedloc.throughput({0.1, 0.4}, 2.0) == Approx(25.0 * b / (2.0 + 2.0)));
+  CHECK(dedloc.throughput({0.1, 0.4}, 0.0, {}) == Approx(b * (1 / 0.1 + 1 / 0.4)));
+  CHECK(dedloc.throughput({0.1, 0.4}, 2.0, {}) == Approx(25.0 * b / (2.0 + 2.0)));
   CHECK(dedloc.micro_batches_per_exchange(2) == 13);  // 25 B over 2 peers, rounded up
   // A synchronous gradient exchange (sync-dp) waits for the slower every step: 2 B / (0.4 + A).
   auto q = test::prepare(kTwoPeers, {"training.algorithm=\"sync-dp\""}, false);
   const CostModel sync(q.scenario, q.model);
-  CHECK(sync.throughput({0.1, 0.4}, 2.0) == Approx(2.0 * b / (0.4 + 2.0)));
+  CHECK(sync.throughput({0.1, 0.4}, 2.0, {}) == Approx(2.0 * b / (0.4 + 2.0)));
 }
 
 TEST_CASE(

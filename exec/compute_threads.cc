@@ -1,4 +1,4 @@
-#include "core/compute_threads.h"
+#include "exec/compute_threads.h"
 
 #include <ATen/Parallel.h>
 #include <dlfcn.h>
