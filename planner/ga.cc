@@ -5,14 +5,21 @@
 // greedy solutions for every number of clusters; offspring come from a grouping crossover (whole
 // clusters inherited from either parent) and mutations aimed at the bottleneck (move or swap a
 // node between the slowest and fastest clusters, split, merge, idle a straggler). Elitist, seeded,
-// deterministic; clusters are evaluated once and cached by their members.
+// deterministic; clusters are evaluated once and cached by their members. Where the pool spans
+// regions, the dealing of each region alone and their unions seed it too (region_seeds). The
+// evaluations the generations leave go to a local search from the best (Search::polish), whose
+// moves do not depend on the seed: searches from different seeds end at the same plan where they
+// reach the same basin (bench/ga_seeds.py measures the spread over seeds 1-10).
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "core/error.h"
 #include "planner/layer_graph.h"
@@ -136,6 +143,8 @@ class Search {
       pop.push_back(std::move(child));
     }
     for (auto& ind : pop) eval_.evaluate(ind);
+    seeded_.assign(pop.begin(),
+                   pop.begin() + static_cast<std::ptrdiff_t>(std::min(seeds.size(), pop.size())));
     for (int g = 0; g < generations && budget.spend(population); ++g) {
       std::vector<Individual> next = pop;
       for (int k = 0; k < population; ++k) {
@@ -155,10 +164,187 @@ class Search {
         if (static_cast<int>(pop.size()) == population) break;
       }
     }
+    final_ = pop;
     return pop.front();
   }
 
+  // polish() from several starts, each with an equal share of what the budget has left: the
+  // best individual of the last generation, and the best seed of each number of clusters (up to
+  // kStarts - 1 of them, best first). The seeds do not depend on planner's seed: where their
+  // polish reaches the best plan, every seed returns it. The best plan found.
+  Individual polish_starts(SearchBudget& budget) {
+    std::vector<const Individual*> starts{&final_.front()};
+    std::set<int> counts;
+    for (const Individual& s : seeded_)
+      if (starts.size() < kStarts && s.score > 0 &&
+          counts.insert(static_cast<int>(s.clusters.size())).second)
+        starts.push_back(&s);
+    Individual best = final_.front();
+    for (size_t i = 0; i < starts.size(); ++i) {
+      const int64_t left = budget.limit() - budget.used();
+      Individual p = polish(*starts[i], budget, left / static_cast<int64_t>(starts.size() - i));
+      if (p.score > best.score) best = std::move(p);
+    }
+    return best;
+  }
+
+  // A local search from `best` with the evaluations `budget` has left, at most `most` of them:
+  // moves of one node (to idle, from idle into a cluster, between clusters), then of whole
+  // clusters (idle one, merge two, split one, a new cluster of the idle nodes of one region),
+  // each kept where it raises the score, until a pass over them all keeps none. Deterministic:
+  // the moves come in a fixed order, not from the seed, so that searches from different seeds
+  // that reach the same basin end at the same plan.
+  Individual polish(Individual best, SearchBudget& budget, int64_t most) {
+    left_ = most;
+    tried_.clear();
+    tried_.insert(best.assign);
+    for (bool improved = true; improved && left_ > 0;) {
+      improved = false;
+      for (int family = 0; family < kFamilies && left_ > 0; ++family)
+        improved |= polish_family(best, family, budget);
+    }
+    return best;
+  }
+
  private:
+  static constexpr int kFamilies = 5;
+  static constexpr size_t kStarts = 4;
+  std::vector<Individual> final_;   // run()'s last population, best first
+  std::vector<Individual> seeded_;  // its first individuals: the seeds, best first
+
+  // Tries `assign` (normalised here) against `best`; keeps it if it scores higher. False when
+  // it is not kept, or the budget is spent (left_ is then 0).
+  bool try_assign(Individual& best, std::vector<int> assign, SearchBudget& budget) {
+    normalise(assign);
+    if (fixed_count() && clusters_of(assign) != scenario_.planner.clusters) return false;
+    if (!tried_.insert(assign).second) return false;
+    if (left_ <= 0 || !budget.spend(1)) {
+      left_ = 0;
+      return false;
+    }
+    --left_;
+    Individual cand;
+    cand.assign = std::move(assign);
+    eval_.evaluate(cand);
+    // Strictly better beyond rounding, or as good with its clusters' periods more even (the
+    // slowest cluster gates the score: a move that speeds up only the second slowest changes
+    // nothing yet, but opens the next), so that equal plans never cycle.
+    const double tol = 1e-9 * std::abs(best.score);
+    if (!(cand.score > best.score + tol) &&
+        !(cand.score >= best.score - tol && more_even(cand, best)))
+      return false;
+    best = std::move(cand);
+    return true;
+  }
+
+  // Whether `a`'s cluster periods, slowest first, are below `b`'s (lexicographically, beyond
+  // rounding; fewer clusters first where all the shared ones are equal).
+  static bool more_even(const Individual& a, const Individual& b) {
+    auto periods = [](const Individual& x) {
+      std::vector<double> p;
+      for (const Partition* c : x.clusters) p.push_back(c->period);
+      std::sort(p.rbegin(), p.rend());
+      return p;
+    };
+    const std::vector<double> pa = periods(a), pb = periods(b);
+    for (size_t i = 0; i < std::min(pa.size(), pb.size()); ++i) {
+      if (pa[i] < pb[i] * (1 - 1e-9)) return true;
+      if (pa[i] > pb[i] * (1 + 1e-9)) return false;
+    }
+    return pa.size() < pb.size();
+  }
+
+  // One family of moves over `best`, each tried against the plan as it stands; whether one was
+  // kept.
+  bool polish_family(Individual& best, int family, SearchBudget& budget) {
+    bool kept = false;
+    const std::vector<int> order = by_speed();
+    if (family == 0) {  // one node: to idle, or into another cluster (idle ones too)
+      for (int n : order)
+        for (int label = -1; label < clusters_of(best.assign) && left_ > 0; ++label) {
+          if (best.assign[n] == label) continue;
+          std::vector<int> a = best.assign;
+          a[n] = label;
+          if (try_assign(best, std::move(a), budget)) kept = true;
+        }
+    } else if (family == 1) {  // two nodes of different clusters (or one idle) trade places
+      for (size_t i = 0; i < order.size() && left_ > 0; ++i)
+        for (size_t j = i + 1; j < order.size() && left_ > 0; ++j) {
+          const int x = order[i], y = order[j];
+          if (best.assign[x] == best.assign[y]) continue;
+          std::vector<int> a = best.assign;
+          std::swap(a[x], a[y]);
+          if (try_assign(best, std::move(a), budget)) kept = true;
+        }
+    } else if (family == 2) {  // a whole cluster: idle, merged into another, split in two
+      for (int x = 0; x < clusters_of(best.assign) && left_ > 0; ++x) {
+        const int c = clusters_of(best.assign);
+        std::vector<int> a = best.assign;
+        for (int& v : a)
+          if (v == x) v = -1;
+        if (try_assign(best, std::move(a), budget)) {
+          kept = true;
+          continue;
+        }
+        for (int y = 0; y < c && left_ > 0; ++y) {
+          if (y == x) continue;
+          a = best.assign;
+          for (int& v : a)
+            if (v == y) v = x;
+          if (try_assign(best, std::move(a), budget)) kept = true;
+        }
+        if (x >= clusters_of(best.assign)) break;
+        a = best.assign;
+        int i = 0;
+        for (int n : order)
+          if (a[n] == x && i++ % 2 == 1) a[n] = clusters_of(best.assign);
+        if (try_assign(best, std::move(a), budget)) kept = true;
+      }
+    } else if (family == 3) {  // two clusters' nodes dealt again by speed into 1, 2 or 3
+      for (int x = 0; x < clusters_of(best.assign) && left_ > 0; ++x)
+        for (int y = x + 1; y < clusters_of(best.assign) && left_ > 0; ++y)
+          for (int into = 1; into <= 3 && left_ > 0; ++into) {
+            std::vector<int> a = best.assign;
+            const int fresh = clusters_of(a);
+            int i = 0;
+            for (int n : order) {
+              if (a[n] != x && a[n] != y) continue;
+              const int round = i / into, k = i % into;  // snake order, as greedy deals
+              const int slot = round % 2 == 0 ? k : into - 1 - k;
+              a[n] = slot == 0 ? x : (slot == 1 ? y : fresh);
+              ++i;
+            }
+            if (try_assign(best, std::move(a), budget)) kept = true;
+          }
+    } else {  // a new cluster of idle nodes: those of one region, or all of them
+      const int regions = regions_of();
+      for (int r = -1; r < regions && left_ > 0; ++r) {
+        std::vector<int> a = best.assign;
+        const int label = clusters_of(a);
+        bool any = false;
+        for (int n : order)
+          if (a[n] < 0 && (r < 0 || cost_.node(n).region == r)) {
+            a[n] = label;
+            any = true;
+          }
+        if (any && try_assign(best, std::move(a), budget)) kept = true;
+      }
+    }
+    return kept;
+  }
+
+  // Every node, fastest first (ties in pool order).
+  const std::vector<int>& by_speed() {
+    if (speed_order_.empty()) speed_order_ = nodes_by_speed(cost_);
+    return speed_order_;
+  }
+
+  int regions_of() const {
+    int r = 1;
+    for (int n = 0; n < n_; ++n) r = std::max(r, cost_.node(n).region + 1);
+    return r;
+  }
+
   Individual from_clusters(const std::vector<Partition>& clusters) {
     Individual ind;
     ind.assign.assign(n_, -1);
@@ -318,7 +504,54 @@ class Search {
   Evaluator eval_;
   std::mt19937_64 rng_;
   int n_;
+  // polish(): the evaluations it has left, the assignments it has tried, the nodes by speed.
+  int64_t left_ = 0;
+  std::unordered_set<std::vector<int>, AssignHash> tried_;
+  std::vector<int> speed_order_;
 };
+
+// Seeds by locality, where the pool spans regions (network.topology = "regions"): each region's
+// best dealing by speed on its own (over its numbers of clusters), and the union of these over
+// every set of regions (of the first kMaxSeedRegions regions with a feasible dealing), best
+// first among the others: pipelines that stay inside a region, and leave a far one out, can
+// win, and a dealing of the whole pool by speed mixes the regions.
+constexpr int kMaxSeedRegions = 10;
+
+void region_seeds(const Scenario& scenario, const CostModel& cost, PipelineMemo& memo,
+                  const std::vector<int>& nodes,
+                  std::vector<std::pair<double, std::vector<Partition>>>& seeds) {
+  std::vector<std::vector<int>> members;  // per region, fastest first
+  for (int v : nodes) {
+    const auto r = static_cast<size_t>(cost.node(v).region);
+    if (members.size() <= r) members.resize(r + 1);
+    members[r].push_back(v);
+  }
+  if (members.size() <= 1) return;
+  std::vector<std::vector<Partition>> alone;  // each region's best dealing, where one fits
+  for (const std::vector<int>& m : members) {
+    if (m.empty()) continue;
+    double best = 0;
+    std::optional<std::vector<Partition>> chosen;
+    for (int c : cluster_counts(scenario, static_cast<int>(m.size()), static_cast<int>(m.size())))
+      if (auto clusters = snake_clusters(memo, m, c)) {
+        const double score = score_clusters(cost, *clusters);
+        if (score > best) {
+          best = score;
+          chosen = std::move(clusters);
+        }
+      }
+    if (chosen && static_cast<int>(alone.size()) < kMaxSeedRegions)
+      alone.push_back(std::move(*chosen));
+  }
+  const int fixed = scenario.planner.clusters;
+  for (uint32_t set = 1; set < (1u << alone.size()); ++set) {
+    std::vector<Partition> clusters;
+    for (size_t r = 0; r < alone.size(); ++r)
+      if (set & (1u << r)) clusters.insert(clusters.end(), alone[r].begin(), alone[r].end());
+    if (fixed > 0 && static_cast<int>(clusters.size()) != fixed) continue;
+    seeds.emplace_back(score_clusters(cost, clusters), std::move(clusters));
+  }
+}
 
 }  // namespace
 
@@ -350,6 +583,7 @@ Plan plan_ga(const Scenario& scenario, const ModelDesc& model) {
     for (int c : counts)
       if (c <= m) seed(fastest, c);
   }
+  region_seeds(scenario, cost, memo, nodes, seeds);
   std::stable_sort(seeds.begin(), seeds.end(),
                    [](const auto& a, const auto& b) { return a.first > b.first; });
   int population = scenario.planner.population, generations = scenario.planner.generations;
@@ -361,6 +595,7 @@ Plan plan_ga(const Scenario& scenario, const ModelDesc& model) {
   SearchBudget::check_population(scenario, std::min<int64_t>(population, budget.limit()), n);
   Search search(scenario, cost, memo);
   Individual best = search.run(seed_clusters, population, generations, budget);
+  best = search.polish_starts(budget);
   if (best.score <= 0)
     throw PlanRefused(
         scenario.source, "devices",
