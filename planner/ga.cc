@@ -7,9 +7,10 @@
 // node between the slowest and fastest clusters, split, merge, idle a straggler). Elitist, seeded,
 // deterministic; clusters are evaluated once and cached by their members. Where the pool spans
 // regions, the dealing of each region alone and their unions seed it too (region_seeds). The
-// evaluations the generations leave go to a local search from the best (Search::polish), whose
-// moves do not depend on the seed: searches from different seeds end at the same plan where they
-// reach the same basin (bench/ga_seeds.py measures the spread over seeds 1-10).
+// evaluations the generations leave go to an iterated local search from the best and from the
+// best seeds (Search::polish), whose moves and kicks do not depend on the seed: searches from
+// different seeds end at the same plan where they reach the same basin (bench/ga_seeds.py measures
+// the spread over seeds 1-10).
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -194,21 +195,50 @@ class Search {
   // each kept where it raises the score, until a pass over them all keeps none. Deterministic:
   // the moves come in a fixed order, not from the seed, so that searches from different seeds
   // that reach the same basin end at the same plan.
+  // Then, while evaluations are left, kicks: kKicked nodes of the best plan sent to random
+  // clusters (or idle) by a generator of its own (not the seed), the local search again, and the
+  // result kept where it is better (an iterated local search).
   Individual polish(Individual best, SearchBudget& budget, int64_t most) {
     left_ = most;
     tried_.clear();
     tried_.insert(best.assign);
+    descend(best, budget);
+    std::mt19937_64 kicks(0x5EED);
+    for (int refused = 0; left_ > 0 && refused < kMostRefusedKicks;) {
+      Individual next = best;
+      const int c = clusters_of(next.assign);
+      for (int i = 0; i < kKicked; ++i)
+        next.assign[kicks() % n_] = static_cast<int>(kicks() % (c + 2)) - 1;
+      normalise(next.assign);
+      if (fixed_count() && clusters_of(next.assign) != scenario_.planner.clusters) {
+        ++refused;  // a kick that changes the number of clusters the scenario fixes
+        continue;
+      }
+      refused = 0;
+      if (!budget.spend(1)) break;
+      --left_;
+      eval_.evaluate(next);
+      descend(next, budget);
+      if (next.score > best.score + 1e-9 * std::abs(best.score)) best = std::move(next);
+    }
+    left_ = 0;
+    return best;
+  }
+
+  // The local search proper: every family of moves until none is kept.
+  void descend(Individual& best, SearchBudget& budget) {
     for (bool improved = true; improved && left_ > 0;) {
       improved = false;
       for (int family = 0; family < kFamilies && left_ > 0; ++family)
         improved |= polish_family(best, family, budget);
     }
-    return best;
   }
 
  private:
   static constexpr int kFamilies = 5;
   static constexpr size_t kStarts = 4;
+  static constexpr int kKicked = 3;
+  static constexpr int kMostRefusedKicks = 1000;
   std::vector<Individual> final_;   // run()'s last population, best first
   std::vector<Individual> seeded_;  // its first individuals: the seeds, best first
 
