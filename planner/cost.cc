@@ -172,16 +172,8 @@ void CostModel::visit_stations(const std::vector<int>& nodes, const std::vector<
   }
 }
 
-CostModel::Network CostModel::closed_network(const std::vector<int>& nodes,
-                                             const std::vector<int>& cuts) const {
-  // Stations of the closed network one micro-batch cycles through: each node's compute, uplink
-  // and downlink (service demand per micro-batch), and pure delays (latencies, window caps).
-  // visit_stations gives each stage's compute, uplink and downlink in that order: station
-  // `stage * 3 + kind` in the vectors below.
+size_t CostModel::region_slots(const std::vector<int>& nodes, std::vector<int>& slot) const {
   size_t count = 3 * nodes.size();
-  // The region links the pipeline's flows cross (topology "regions") get a station each, after
-  // the stages': slot[k] is link k's.
-  thread_local std::vector<int> slot;
   if (regions_ > 1) {
     slot.assign(between_.size(), -1);
     for (size_t s = 0; s + 1 < nodes.size(); ++s)
@@ -189,9 +181,31 @@ CostModel::Network CostModel::closed_network(const std::vector<int>& nodes,
         if (k >= 0 && slot[static_cast<size_t>(k)] < 0)
           slot[static_cast<size_t>(k)] = static_cast<int>(count++);
   }
-  auto index = [](int stage, Station::Kind kind) {
-    return 3 * static_cast<size_t>(stage) + static_cast<size_t>(kind);
-  };
+  return count;
+}
+
+size_t CostModel::flow_station(const Station& flow, const std::vector<int>& nodes,
+                               const std::vector<int>& slot) const {
+  const bool forward = flow.node == nodes[static_cast<size_t>(flow.stage)];
+  const int from = forward ? flow.stage : flow.stage + 1,
+            to = forward ? flow.stage + 1 : flow.stage;
+  const int k = region_link(flow.node, flow.peer);
+  if (k >= 0 &&
+      region_rate(k) < std::min(pool_[flow.node].up, pool_[flow.peer].down) * factors_.bandwidth)
+    return static_cast<size_t>(slot[static_cast<size_t>(k)]);
+  if (pool_[flow.node].up <= pool_[flow.peer].down)
+    return station_index(from, Station::Kind::kUplink);
+  return station_index(to, Station::Kind::kDownlink);
+}
+
+CostModel::Network CostModel::closed_network(const std::vector<int>& nodes,
+                                             const std::vector<int>& cuts) const {
+  // Stations of the closed network one micro-batch cycles through: each node's compute, uplink
+  // and downlink (service demand per micro-batch), and pure delays (latencies, window caps).
+  // visit_stations gives each stage's compute, uplink and downlink in that order: station
+  // `stage * 3 + kind` in the vectors below.
+  thread_local std::vector<int> slot;
+  const size_t count = region_slots(nodes, slot);
   // The planners ask this millions of times: the vectors below reuse this thread's buffers.
   thread_local std::vector<double> demand, own, residual_share;
   demand.assign(count, 0.0);
@@ -222,21 +236,10 @@ CostModel::Network CostModel::closed_network(const std::vector<int>& nodes,
     if (st.kind == Station::Kind::kFlow) {
       net.delay += path_latency(st.node, st.peer) + (st.seconds - st.link);
       rtt += path_latency(st.node, st.peer) + st.seconds;
-      // Its transfer, st.link at the slower of the sender's uplink and the receiver's downlink
-      // (stage st.stage and its next, one each way).
-      const bool forward = st.node == nodes[static_cast<size_t>(st.stage)];
-      const int from = forward ? st.stage : st.stage + 1, to = forward ? st.stage + 1 : st.stage;
-      const int k = region_link(st.node, st.peer);
-      if (k >= 0 &&
-          region_rate(k) < std::min(pool_[st.node].up, pool_[st.peer].down) * factors_.bandwidth)
-        own[static_cast<size_t>(slot[static_cast<size_t>(k)])] += st.link;
-      else if (pool_[st.node].up <= pool_[st.peer].down)
-        own[index(from, Station::Kind::kUplink)] += st.link;
-      else
-        own[index(to, Station::Kind::kDownlink)] += st.link;
+      own[flow_station(st, nodes, slot)] += st.link;
       return;
     }
-    const size_t i = index(st.stage, st.kind);
+    const size_t i = station_index(st.stage, st.kind);
     demand[i] = st.seconds;
     if (st.kind == Station::Kind::kCompute) {
       own[i] = st.seconds;

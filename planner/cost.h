@@ -203,6 +203,18 @@ class CostModel {
     Fill fill;
   };
   Network closed_network(const std::vector<int>& nodes, const std::vector<int>& cuts) const;
+  // closed_network's stations: stage s's compute, uplink and downlink are station_index(s, kind);
+  // the region links the pipeline's flows cross (topology "regions") come after them, link k's
+  // at slot[k] (region_slots sets `slot` and returns the number of stations).
+  static size_t station_index(int stage, Station::Kind kind) {
+    return 3 * static_cast<size_t>(stage) + static_cast<size_t>(kind);
+  }
+  size_t region_slots(const std::vector<int>& nodes, std::vector<int>& slot) const;
+  // The station a flow's transfer waits at when it finds it idle: the slower of the sender's
+  // uplink and the receiver's downlink (stage flow.stage and its next, one each way), or the
+  // region link it crosses where that is slower still.
+  size_t flow_station(const Station& flow, const std::vector<int>& nodes,
+                      const std::vector<int>& slot) const;
   // Seconds per micro-batch of `net` with fill.in_flight micro-batches in it, by mean-value
   // analysis.
   static double mean_value_period(const Network& net);

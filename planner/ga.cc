@@ -122,12 +122,17 @@ void normalise(std::vector<int>& a) {
 
 class Search {
  public:
-  Search(const Scenario& s, const CostModel& cost, PipelineMemo& memo)
+  // `by_speed`: every node, fastest first (nodes_by_speed()).
+  Search(const Scenario& s, const CostModel& cost, PipelineMemo& memo,
+         const std::vector<int>& by_speed)
       : scenario_(s),
         cost_(cost),
         eval_(cost, memo),
         rng_(s.seed * 0x9E3779B97F4A7C15ULL + 0xA11CE),
-        n_(cost.nodes()) {}
+        n_(cost.nodes()),
+        by_speed_(by_speed) {
+    for (int n = 0; n < n_; ++n) regions_ = std::max(regions_, cost.node(n).region + 1);
+  }
 
   // At most `generations` generations of `population`, as far as `budget` allows (the first
   // population always: it is clamped to the budget).
@@ -144,8 +149,13 @@ class Search {
       pop.push_back(std::move(child));
     }
     for (auto& ind : pop) eval_.evaluate(ind);
-    seeded_.assign(pop.begin(),
-                   pop.begin() + static_cast<std::ptrdiff_t>(std::min(seeds.size(), pop.size())));
+    // The best seed of each number of clusters (seeds come best first), for polish_starts().
+    std::set<size_t> counts;
+    seeded_.clear();
+    for (size_t i = 0; i < std::min(seeds.size(), pop.size()); ++i)
+      if (seeded_.size() + 1 < kStarts && pop[i].score > 0 &&
+          counts.insert(pop[i].clusters.size()).second)
+        seeded_.push_back(pop[i]);
     for (int g = 0; g < generations && budget.spend(population); ++g) {
       std::vector<Individual> next = pop;
       for (int k = 0; k < population; ++k) {
@@ -165,22 +175,17 @@ class Search {
         if (static_cast<int>(pop.size()) == population) break;
       }
     }
-    final_ = pop;
     return pop.front();
   }
 
-  // polish() from several starts, each with an equal share of what the budget has left: the
-  // best individual of the last generation, and the best seed of each number of clusters (up to
-  // kStarts - 1 of them, best first). The seeds do not depend on planner's seed: where their
-  // polish reaches the best plan, every seed returns it. The best plan found.
-  Individual polish_starts(SearchBudget& budget) {
-    std::vector<const Individual*> starts{&final_.front()};
-    std::set<int> counts;
-    for (const Individual& s : seeded_)
-      if (starts.size() < kStarts && s.score > 0 &&
-          counts.insert(static_cast<int>(s.clusters.size())).second)
-        starts.push_back(&s);
-    Individual best = final_.front();
+  // polish() from several starts, each with an equal share of what the budget has left: `found`
+  // (run()'s answer), and the best seed of each number of clusters (up to kStarts - 1 of them,
+  // best first). The seeds do not depend on planner's seed: where their polish reaches the best
+  // plan, every seed returns it. The best plan found.
+  Individual polish_starts(const Individual& found, SearchBudget& budget) {
+    std::vector<const Individual*> starts{&found};
+    for (const Individual& s : seeded_) starts.push_back(&s);
+    Individual best = found;
     for (size_t i = 0; i < starts.size(); ++i) {
       const int64_t left = budget.limit() - budget.used();
       Individual p = polish(*starts[i], budget, left / static_cast<int64_t>(starts.size() - i));
@@ -201,7 +206,7 @@ class Search {
   Individual polish(Individual best, SearchBudget& budget, int64_t most) {
     left_ = most;
     tried_.clear();
-    tried_.insert(best.assign);
+    tried_.insert(AssignHash{}(best.assign));
     descend(best, budget);
     std::mt19937_64 kicks(0x5EED);
     for (int refused = 0; left_ > 0 && refused < kMostRefusedKicks;) {
@@ -229,25 +234,25 @@ class Search {
   void descend(Individual& best, SearchBudget& budget) {
     for (bool improved = true; improved && left_ > 0;) {
       improved = false;
-      for (int family = 0; family < kFamilies && left_ > 0; ++family)
-        improved |= polish_family(best, family, budget);
+      for (auto family : {&Search::move_nodes, &Search::trade_nodes, &Search::reshape_clusters,
+                          &Search::redeal_pairs, &Search::gather_idle})
+        if (left_ > 0) improved |= (this->*family)(best, budget);
     }
   }
 
  private:
-  static constexpr int kFamilies = 5;
   static constexpr size_t kStarts = 4;
   static constexpr int kKicked = 3;
   static constexpr int kMostRefusedKicks = 1000;
-  std::vector<Individual> final_;   // run()'s last population, best first
-  std::vector<Individual> seeded_;  // its first individuals: the seeds, best first
+  std::vector<Individual> seeded_;  // run()'s best seed of each number of clusters, best first
 
   // Tries `assign` (normalised here) against `best`; keeps it if it scores higher. False when
   // it is not kept, or the budget is spent (left_ is then 0).
   bool try_assign(Individual& best, std::vector<int> assign, SearchBudget& budget) {
     normalise(assign);
     if (fixed_count() && clusters_of(assign) != scenario_.planner.clusters) return false;
-    if (!tried_.insert(assign).second) return false;
+    // Tried before (by its hash: a collision only skips a move, the same way every time).
+    if (!tried_.insert(AssignHash{}(assign)).second) return false;
     if (left_ <= 0 || !budget.spend(1)) {
       left_ = 0;
       return false;
@@ -284,95 +289,101 @@ class Search {
     return pa.size() < pb.size();
   }
 
-  // One family of moves over `best`, each tried against the plan as it stands; whether one was
-  // kept.
-  bool polish_family(Individual& best, int family, SearchBudget& budget) {
+  // The families of moves of descend(), each tried against the plan as it stands, fastest
+  // nodes first; each says whether it kept one.
+
+  // One node: to idle, or into another cluster (idle ones too).
+  bool move_nodes(Individual& best, SearchBudget& budget) {
     bool kept = false;
-    const std::vector<int> order = by_speed();
-    if (family == 0) {  // one node: to idle, or into another cluster (idle ones too)
-      for (int n : order)
-        for (int label = -1; label < clusters_of(best.assign) && left_ > 0; ++label) {
-          if (best.assign[n] == label) continue;
-          std::vector<int> a = best.assign;
-          a[n] = label;
-          if (try_assign(best, std::move(a), budget)) kept = true;
-        }
-    } else if (family == 1) {  // two nodes of different clusters (or one idle) trade places
-      for (size_t i = 0; i < order.size() && left_ > 0; ++i)
-        for (size_t j = i + 1; j < order.size() && left_ > 0; ++j) {
-          const int x = order[i], y = order[j];
-          if (best.assign[x] == best.assign[y]) continue;
-          std::vector<int> a = best.assign;
-          std::swap(a[x], a[y]);
-          if (try_assign(best, std::move(a), budget)) kept = true;
-        }
-    } else if (family == 2) {  // a whole cluster: idle, merged into another, split in two
-      for (int x = 0; x < clusters_of(best.assign) && left_ > 0; ++x) {
-        const int c = clusters_of(best.assign);
+    for (int n : by_speed_)
+      for (int label = -1; label < clusters_of(best.assign) && left_ > 0; ++label) {
+        if (best.assign[n] == label) continue;
         std::vector<int> a = best.assign;
-        for (int& v : a)
-          if (v == x) v = -1;
-        if (try_assign(best, std::move(a), budget)) {
-          kept = true;
-          continue;
-        }
-        for (int y = 0; y < c && left_ > 0; ++y) {
-          if (y == x) continue;
-          a = best.assign;
-          for (int& v : a)
-            if (v == y) v = x;
-          if (try_assign(best, std::move(a), budget)) kept = true;
-        }
-        if (x >= clusters_of(best.assign)) break;
+        a[n] = label;
+        kept |= try_assign(best, std::move(a), budget);
+      }
+    return kept;
+  }
+
+  // Two nodes of different clusters (or one idle) trade places.
+  bool trade_nodes(Individual& best, SearchBudget& budget) {
+    bool kept = false;
+    for (size_t i = 0; i < by_speed_.size() && left_ > 0; ++i)
+      for (size_t j = i + 1; j < by_speed_.size() && left_ > 0; ++j) {
+        const int x = by_speed_[i], y = by_speed_[j];
+        if (best.assign[x] == best.assign[y]) continue;
+        std::vector<int> a = best.assign;
+        std::swap(a[x], a[y]);
+        kept |= try_assign(best, std::move(a), budget);
+      }
+    return kept;
+  }
+
+  // A whole cluster: idle, merged into another, split in two (alternating by speed).
+  bool reshape_clusters(Individual& best, SearchBudget& budget) {
+    bool kept = false;
+    for (int x = 0; x < clusters_of(best.assign) && left_ > 0; ++x) {
+      const int c = clusters_of(best.assign);
+      std::vector<int> a = best.assign;
+      for (int& v : a)
+        if (v == x) v = -1;
+      if (try_assign(best, std::move(a), budget)) {
+        kept = true;
+        continue;
+      }
+      for (int y = 0; y < c && left_ > 0; ++y) {
+        if (y == x) continue;
         a = best.assign;
-        int i = 0;
-        for (int n : order)
-          if (a[n] == x && i++ % 2 == 1) a[n] = clusters_of(best.assign);
-        if (try_assign(best, std::move(a), budget)) kept = true;
+        for (int& v : a)
+          if (v == y) v = x;
+        kept |= try_assign(best, std::move(a), budget);
       }
-    } else if (family == 3) {  // two clusters' nodes dealt again by speed into 1, 2 or 3
-      for (int x = 0; x < clusters_of(best.assign) && left_ > 0; ++x)
-        for (int y = x + 1; y < clusters_of(best.assign) && left_ > 0; ++y)
-          for (int into = 1; into <= 3 && left_ > 0; ++into) {
-            std::vector<int> a = best.assign;
-            const int fresh = clusters_of(a);
-            int i = 0;
-            for (int n : order) {
-              if (a[n] != x && a[n] != y) continue;
-              const int round = i / into, k = i % into;  // snake order, as greedy deals
-              const int slot = round % 2 == 0 ? k : into - 1 - k;
-              a[n] = slot == 0 ? x : (slot == 1 ? y : fresh);
-              ++i;
-            }
-            if (try_assign(best, std::move(a), budget)) kept = true;
-          }
-    } else {  // a new cluster of idle nodes: those of one region, or all of them
-      const int regions = regions_of();
-      for (int r = -1; r < regions && left_ > 0; ++r) {
-        std::vector<int> a = best.assign;
-        const int label = clusters_of(a);
-        bool any = false;
-        for (int n : order)
-          if (a[n] < 0 && (r < 0 || cost_.node(n).region == r)) {
-            a[n] = label;
-            any = true;
-          }
-        if (any && try_assign(best, std::move(a), budget)) kept = true;
-      }
+      if (x >= clusters_of(best.assign)) break;
+      a = best.assign;
+      int i = 0;
+      for (int n : by_speed_)
+        if (a[n] == x && i++ % 2 == 1) a[n] = clusters_of(best.assign);
+      kept |= try_assign(best, std::move(a), budget);
     }
     return kept;
   }
 
-  // Every node, fastest first (ties in pool order).
-  const std::vector<int>& by_speed() {
-    if (speed_order_.empty()) speed_order_ = nodes_by_speed(cost_);
-    return speed_order_;
+  // Two clusters' nodes dealt again by speed, in snake order as greedy deals, into 1, 2 or 3.
+  bool redeal_pairs(Individual& best, SearchBudget& budget) {
+    bool kept = false;
+    for (int x = 0; x < clusters_of(best.assign) && left_ > 0; ++x)
+      for (int y = x + 1; y < clusters_of(best.assign) && left_ > 0; ++y)
+        for (int into = 1; into <= 3 && left_ > 0; ++into) {
+          std::vector<int> a = best.assign;
+          const int fresh = clusters_of(a);
+          int i = 0;
+          for (int n : by_speed_) {
+            if (a[n] != x && a[n] != y) continue;
+            const int round = i / into, k = i % into;
+            const int slot = round % 2 == 0 ? k : into - 1 - k;
+            a[n] = slot == 0 ? x : (slot == 1 ? y : fresh);
+            ++i;
+          }
+          kept |= try_assign(best, std::move(a), budget);
+        }
+    return kept;
   }
 
-  int regions_of() const {
-    int r = 1;
-    for (int n = 0; n < n_; ++n) r = std::max(r, cost_.node(n).region + 1);
-    return r;
+  // A new cluster of idle nodes: all of them, or those of one region.
+  bool gather_idle(Individual& best, SearchBudget& budget) {
+    bool kept = false;
+    for (int r = -1; r < regions_ && left_ > 0; ++r) {
+      std::vector<int> a = best.assign;
+      const int label = clusters_of(a);
+      bool any = false;
+      for (int n : by_speed_)
+        if (a[n] < 0 && (r < 0 || cost_.node(n).region == r)) {
+          a[n] = label;
+          any = true;
+        }
+      if (any) kept |= try_assign(best, std::move(a), budget);
+    }
+    return kept;
   }
 
   Individual from_clusters(const std::vector<Partition>& clusters) {
@@ -534,10 +545,11 @@ class Search {
   Evaluator eval_;
   std::mt19937_64 rng_;
   int n_;
-  // polish(): the evaluations it has left, the assignments it has tried, the nodes by speed.
+  const std::vector<int>& by_speed_;  // every node, fastest first
+  int regions_ = 1;                   // the pool's regions (1 under a star)
+  // polish(): the evaluations it has left, the hashes of the assignments it has tried.
   int64_t left_ = 0;
-  std::unordered_set<std::vector<int>, AssignHash> tried_;
-  std::vector<int> speed_order_;
+  std::unordered_set<size_t> tried_;
 };
 
 // Seeds by locality, where the pool spans regions (network.topology = "regions"): each region's
@@ -623,9 +635,9 @@ Plan plan_ga(const Scenario& scenario, const ModelDesc& model) {
   for (size_t i = 0; i < seeds.size() && static_cast<int>(i) < population; ++i)
     seed_clusters.push_back(seeds[i].second);
   SearchBudget::check_population(scenario, std::min<int64_t>(population, budget.limit()), n);
-  Search search(scenario, cost, memo);
-  Individual best = search.run(seed_clusters, population, generations, budget);
-  best = search.polish_starts(budget);
+  Search search(scenario, cost, memo, nodes);
+  const Individual best =
+      search.polish_starts(search.run(seed_clusters, population, generations, budget), budget);
   if (best.score <= 0)
     throw PlanRefused(
         scenario.source, "devices",
