@@ -211,6 +211,7 @@ int cmd_plan(const CommonOptions& o, const std::string& out_json) {
   std::cout << fmt::format("predicted: {:.1f} samples/s overall; {} of {} nodes used\n",
                            p.plan.throughput, used, s.node_count());
   std::cout << "why: " << p.plan.reason << "\n";
+  for (const std::string& a : p.plan.approximations) std::cout << "approximation: " << a << "\n";
   if (p.plan.search_timed_out)
     std::cout << fmt::format(
         "search: ended by planner.time_limit_s after {} of {} evaluations: this plan "

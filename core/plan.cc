@@ -48,6 +48,7 @@ nlohmann::json to_json(const Plan& plan) {
   j["predicted_evaluation_batch_s"] = plan.evaluation_batch_time;
   j["predicted_evaluation_fill_s"] = plan.evaluation_fill_time;
   j["reason"] = plan.reason;
+  j["approximations"] = plan.approximations;
   if (plan.search_evaluations > 0)
     j["search"] = {{"evaluations", plan.search_evaluations},
                    {"budget", plan.search_budget},
@@ -109,6 +110,7 @@ Plan plan_from_json(const nlohmann::json& j) {
     p.evaluation_batch_time = j.value("predicted_evaluation_batch_s", 0.0);
     p.evaluation_fill_time = j.value("predicted_evaluation_fill_s", 0.0);
     p.reason = j.value("reason", std::string());
+    p.approximations = j.value("approximations", std::vector<std::string>());
     if (j.contains("search")) {
       const auto& sj = j.at("search");
       p.search_evaluations = sj.at("evaluations").get<int64_t>();

@@ -67,6 +67,9 @@ struct Plan {
   Seconds evaluation_batch_time = 0;
   Seconds evaluation_fill_time = 0;
   std::string reason;  // one line: the bottleneck and what bounds it (CostModel::explain)
+  // What the prediction takes from an approximation, one line each (CostModel::approximations);
+  // empty where it uses none.
+  std::vector<std::string> approximations;
   // A search's use of its budget (planner/search_budget.h); 0 evaluations: no search.
   int64_t search_evaluations = 0;
   int64_t search_budget = 0;

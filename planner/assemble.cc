@@ -220,7 +220,9 @@ Plan plan_with(const Scenario& scenario, const ModelDesc& model) {
 Plan make_plan(const Scenario& scenario, const ModelDesc& model) {
   if (scenario.initial_node_count() == scenario.node_count()) {
     Plan plan = plan_with(scenario, model);
-    plan.reason = CostModel(scenario, model).explain(plan);
+    const CostModel cost(scenario, model);
+    plan.reason = cost.explain(plan);
+    plan.approximations = cost.approximations(plan);
     return plan;
   }
   // Groups that arrive later (devices[].join_at_s) are not there to plan with: the plan covers
@@ -231,7 +233,9 @@ Plan make_plan(const Scenario& scenario, const ModelDesc& model) {
                                        [](const DeviceGroup& g) { return g.join_at_s > 0; }),
                         present.devices.end());
   Plan plan = plan_with(present, model);
-  plan.reason = CostModel(present, model).explain(plan);
+  const CostModel cost(present, model);
+  plan.reason = cost.explain(plan);
+  plan.approximations = cost.approximations(plan);
   plan.nodes = scenario.node_count();
   return plan;
 }

@@ -308,6 +308,17 @@ bool CostModel::drains(int clusters) const {
            algorithm_->traits.overlapped_averaging);
 }
 
+std::vector<std::pair<int, double>> CostModel::region_crossings(
+    const std::vector<int>& nodes, const std::vector<int>& cuts) const {
+  std::vector<std::pair<int, double>> out;
+  for (size_t s = 0; s + 1 < nodes.size(); ++s) {
+    const double a = boundary_bytes(cuts[s + 1]);
+    for (int k : {region_link(nodes[s], nodes[s + 1]), region_link(nodes[s + 1], nodes[s])})
+      if (k >= 0) out.emplace_back(k, a);
+  }
+  return out;
+}
+
 std::vector<double> CostModel::shared_periods(const std::vector<const std::vector<int>*>& nodes,
                                               const std::vector<const std::vector<int>*>& cuts,
                                               std::vector<double> periods) const {
@@ -317,14 +328,7 @@ std::vector<double> CostModel::shared_periods(const std::vector<const std::vecto
   // Bytes per micro-batch each pipeline sends over each region link (activations on, gradients
   // back), as visit_stations charges them.
   std::vector<std::vector<std::pair<int, double>>> crossing(periods.size());
-  for (size_t c = 0; c < periods.size(); ++c) {
-    const std::vector<int>& order = *nodes[c];
-    for (size_t s = 0; s + 1 < order.size(); ++s) {
-      const double a = boundary_bytes((*cuts[c])[s + 1]);
-      for (int k : {region_link(order[s], order[s + 1]), region_link(order[s + 1], order[s])})
-        if (k >= 0) crossing[c].emplace_back(k, a);
-    }
-  }
+  for (size_t c = 0; c < periods.size(); ++c) crossing[c] = region_crossings(*nodes[c], *cuts[c]);
   std::vector<double> load(between_.size());
   for (int pass = 0; pass < 16; ++pass) {
     std::fill(load.begin(), load.end(), 0.0);
@@ -364,23 +368,42 @@ Pipeline pipeline_of(const ClusterPlan& c) {
   return p;
 }
 
-// A ring all-reduce's 2(C - 1) steps, each `round` seconds on its busiest link after `latency`,
-// with segments in `pieces` pieces that move on independently (training.ring_piece_mb): either the
-// busiest link never waits (a piece is back before the link has sent the others), and the steps'
-// bytes follow each other with one latency at the end, or each piece's steps wait for their
-// latency, the last piece (P - 1)/P of a round behind the first. Without pieces, 2(C - 1)(latency
-// + round).
-double ring_steps_time(int c, double latency, double round, int64_t pieces) {
-  if (pieces <= 1) return 2.0 * (c - 1) * (latency + round);
+// The longest of a ring's chains of 2(C - 1) consecutive hops, hop i (owner i to owner i + 1)
+// costing cost[i]: an owner passes each step's segment on once it has arrived, so the last step
+// ends one such chain after the first began (a slow or distant hop delays the steps that cross
+// it, not every step).
+double longest_chain(const std::vector<double>& cost) {
+  const size_t c = cost.size(), steps = 2 * (c - 1);
+  double window = 0;
+  for (size_t t = 0; t < steps; ++t) window += cost[t % c];
+  double best = window;
+  for (size_t s = 1; s < c; ++s) {
+    window += cost[(s - 1 + steps) % c] - cost[s - 1];
+    best = std::max(best, window);
+  }
+  return best;
+}
+
+// A ring all-reduce's 2(C - 1) steps, each `round` seconds on its busiest link: without pieces,
+// `chain` (the round's longest chain of steps, CostModel::averaging_time); with segments in
+// `pieces` pieces that move on independently (training.ring_piece_mb), either the busiest link
+// never waits (a piece is back before the link has sent the others), and the steps' bytes follow
+// each other with one `latency` (the longest hop's) at the end, or each piece's steps wait for
+// their latencies (`chain_latency`: the longest chain of hop latencies), the last piece (P - 1)/P
+// of a round behind the first.
+double ring_steps_time(int c, double chain, double chain_latency, double latency, double round,
+                       int64_t pieces) {
+  if (pieces <= 1) return chain;
   const double p = static_cast<double>(pieces);
   return std::max(2.0 * (c - 1) * round + latency,
-                  2.0 * (c - 1) * (latency + round / p) + (p - 1) * round / p);
+                  chain_latency + 2.0 * (c - 1) * round / p + (p - 1) * round / p);
 }
 
 }  // namespace
 
 double CostModel::averaging_time(const std::vector<ClusterPlan>& clusters,
-                                 const std::vector<Ring>& rings) const {
+                                 const std::vector<Ring>& rings, AveragingParts* parts) const {
+  if (parts) *parts = {};
   const int c = static_cast<int>(clusters.size());
   if (c <= 1 || rings.empty()) return 0.0;
   if (allreduce_->topology == AllreduceTopology::kSingleRing) return single_ring_time(clusters);
@@ -395,16 +418,21 @@ double CostModel::averaging_time(const std::vector<ClusterPlan>& clusters,
   // arrived: held by the warm floor (warm_floor, one message at a time) where the step does not
   // fill the path.
   std::vector<double> up(pool_.size(), 0.0), down(pool_.size(), 0.0);
+  // Per ring, per hop: its latency and its warm floor.
+  std::vector<std::vector<double>> latency(rings.size()), floors(rings.size());
   double hop_latency = 0, floor = 0;
   int64_t largest = 0;  // the largest ring's chunk, whose pieces set the overlap on busy links
-  for (const Ring& r : rings) {
+  for (size_t k = 0; k < rings.size(); ++k) {
+    const Ring& r = rings[k];
     const double piece = static_cast<double>(kFloatBytes * rows * (r.end - r.begin)) / c;
     for (int i = 0; i < c; ++i) {
       const int a = r.owners[i], b = r.owners[(i + 1) % c];
       up[static_cast<size_t>(a)] += piece;
       down[static_cast<size_t>(b)] += piece;
-      hop_latency = std::max(hop_latency, path_latency(a, b));
-      floor = std::max(floor, warm_floor(a, b, piece, 1));
+      latency[k].push_back(path_latency(a, b));
+      floors[k].push_back(warm_floor(a, b, piece, 1));
+      hop_latency = std::max(hop_latency, latency[k].back());
+      floor = std::max(floor, floors[k].back());
     }
     largest = std::max(largest, r.end - r.begin);
   }
@@ -414,9 +442,9 @@ double CostModel::averaging_time(const std::vector<ClusterPlan>& clusters,
     if (up[n] > 0) round = std::max(round, up[n] / (pool_[n].up * factors_.bandwidth));
     if (down[n] > 0) round = std::max(round, down[n] / (pool_[n].down * factors_.bandwidth));
   }
+  // A link between regions carries every ring step that crosses it, all rings at once.
+  std::vector<double> across(between_.size(), 0.0);
   if (regions_ > 1) {
-    // A link between regions carries every ring step that crosses it, all rings at once.
-    std::vector<double> across(between_.size(), 0.0);
     for (const Ring& r : rings) {
       const double piece = static_cast<double>(kFloatBytes * rows * (r.end - r.begin)) / c;
       for (int i = 0; i < c; ++i) {
@@ -427,7 +455,31 @@ double CostModel::averaging_time(const std::vector<ClusterPlan>& clusters,
     for (size_t k = 0; k < across.size(); ++k)
       if (across[k] > 0) round = std::max(round, across[k] / region_rate(static_cast<int>(k)));
   }
-  return ring_steps_time(c, hop_latency, std::max(round, floor), pieces);
+  // A step over hop i takes its latency and then its own links' time (the sender's uplink, the
+  // receiver's downlink and a region link, each carrying all its rings' steps at once) or its
+  // warm floor. The round ends no sooner than the busiest link's 2(C - 1) steps one after the
+  // other (and the longest hop once), nor than the longest chain of consecutive steps: the other
+  // hops' latencies hide behind the busiest link, unless the hops' latencies add up to more.
+  const double busiest = 2.0 * (c - 1) * std::max(round, floor) + hop_latency;
+  double chain = 0, chain_latency = 0;
+  std::vector<double> step(static_cast<size_t>(c));
+  for (size_t k = 0; k < rings.size(); ++k) {
+    const Ring& r = rings[k];
+    for (int i = 0; i < c; ++i) {
+      const int a = r.owners[i], b = r.owners[(i + 1) % c];
+      double own = std::max(up[static_cast<size_t>(a)] / (pool_[a].up * factors_.bandwidth),
+                            down[static_cast<size_t>(b)] / (pool_[b].down * factors_.bandwidth));
+      if (const int x = region_link(a, b); x >= 0)
+        own = std::max(own, across[static_cast<size_t>(x)] / region_rate(x));
+      step[static_cast<size_t>(i)] =
+          latency[k][static_cast<size_t>(i)] + std::max(own, floors[k][static_cast<size_t>(i)]);
+    }
+    chain = std::max(chain, longest_chain(step));
+    chain_latency = std::max(chain_latency, longest_chain(latency[k]));
+  }
+  if (parts) *parts = {floor > round, busiest, chain};
+  chain = std::max(chain, busiest);
+  return ring_steps_time(c, chain, chain_latency, hop_latency, std::max(round, floor), pieces);
 }
 
 double CostModel::single_ring_time(const std::vector<ClusterPlan>& clusters) const {
@@ -484,7 +536,12 @@ double CostModel::single_ring_time(const std::vector<ClusterPlan>& clusters) con
   }
   const int64_t pieces =
       ring_pieces(model_->state_offset(model_->layer_count()) / c, rows, piece_bytes_);
-  return collect + ring_steps_time(c, ring_latency, ring_round, pieces) + hand_back;
+  // One ring of the leaders, every step charged the longest hop and the busiest link.
+  const double steps = 2.0 * (c - 1);
+  return collect +
+         ring_steps_time(c, steps * (ring_latency + ring_round), steps * ring_latency, ring_latency,
+                         ring_round, pieces) +
+         hand_back;
 }
 
 TargetRound target_round(const std::vector<double>& periods, int64_t batch, double target) {
@@ -725,6 +782,111 @@ std::string CostModel::explain(const Plan& plan) const {
   for (const auto& c : plan.clusters) used += static_cast<int>(c.stages.size());
   line += "; " + std::to_string(used) + " of " + std::to_string(this->nodes()) + " nodes used";
   return line;
+}
+
+namespace {
+
+// "cluster 3", "clusters 0, 2 and 5", "clusters 0, 1, 2, 3, 4, 5 and 10 more"
+std::string clusters_text(const std::vector<size_t>& c) {
+  constexpr size_t kNamed = 6;
+  std::string out = c.size() == 1 ? "cluster " : "clusters ";
+  for (size_t i = 0; i < c.size() && i < kNamed; ++i) {
+    if (i > 0) out += i + 1 == c.size() ? " and " : ", ";
+    out += std::to_string(c[i]);
+  }
+  if (c.size() > kNamed) out += " and " + std::to_string(c.size() - kNamed) + " more";
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> CostModel::approximations(const Plan& plan) const {
+  std::vector<std::string> out;
+  const size_t n = plan.clusters.size();
+  std::vector<Pipeline> pipes;
+  for (const ClusterPlan& c : plan.clusters) pipes.push_back(pipeline_of(c));
+  const bool flush = algorithm_->traits.schedule == Schedule::kFlush;
+  // Region links that the pipelines of several clusters cross: each pipeline's own flows over it
+  // queue in its closed network, but between clusters only the mean load counts (named where it
+  // is at least kNoticedLoad of the link's rate: below, the waits it leaves out are small).
+  constexpr double kNoticedLoad = 0.1;
+  if (regions_ > 1) {
+    std::vector<std::vector<size_t>> by(between_.size());
+    std::vector<double> load(between_.size(), 0.0);
+    for (size_t c = 0; c < n; ++c)
+      for (const auto& [k, bytes] : region_crossings(pipes[c].nodes, pipes[c].cuts)) {
+        auto& who = by[static_cast<size_t>(k)];
+        if (who.empty() || who.back() != c) who.push_back(c);
+        if (plan.clusters[c].period > 0)
+          load[static_cast<size_t>(k)] += bytes / plan.clusters[c].period;
+      }
+    for (size_t k = 0; k < by.size(); ++k) {
+      const double busy = load[k] / region_rate(static_cast<int>(k));
+      if (by[k].size() < 2 || busy < kNoticedLoad) continue;
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%.0f%% of its rate", 100.0 * busy);
+      out.push_back("queueing on " + region_link_name(static_cast<int>(k)) + " (" +
+                    mbit_text(region_rate(static_cast<int>(k))) + "), which the pipelines of " +
+                    clusters_text(by[k]) + " cross, modeled by its mean load (" + buf +
+                    (busy > 0.999 ? "; each slowed until the link carries what it can)"
+                                  : "): their waits for one another on it are not counted"));
+    }
+  }
+  std::vector<size_t> round_trip, floored;
+  for (size_t c = 0; c < n; ++c) {
+    if (plan.clusters[c].stages.empty()) continue;
+    const Network net = closed_network(pipes[c].nodes, pipes[c].cuts);
+    if (!flush && mean_value_period(net) > 1.01 * net.fill.bottleneck) round_trip.push_back(c);
+    bool held = false;
+    visit_stations(pipes[c].nodes, pipes[c].cuts,
+                   [&](const Station& st) { held = held || st.floored; });
+    if (held) floored.push_back(c);
+  }
+  if (!round_trip.empty())
+    out.push_back("the period of " + clusters_text(round_trip) +
+                  " is set by the round trip, with too few micro-batches in flight to keep the "
+                  "slowest station busy: by mean-value analysis of the pipeline as a closed "
+                  "queueing network, exact for exponentially distributed service times, "
+                  "approximate for the fixed ones charged here");
+  if (!floored.empty())
+    out.push_back("flows between the stages of " + clusters_text(floored) +
+                  " are held by TCP BBR's warm floor over the round trip (a law measured on "
+                  "loopback: docs/network-model.md)");
+  if (n > 1 && allreduce_->topology != AllreduceTopology::kSingleRing && !plan.rings.empty()) {
+    AveragingParts parts;
+    averaging_time(plan.clusters, plan.rings, &parts);
+    const double longer = std::max(parts.busiest, parts.chain),
+                 shorter = std::min(parts.busiest, parts.chain);
+    if (shorter > 0 && longer < 1.2 * shorter)
+      out.push_back("the averaging round (" + ms_text(longer) +
+                    ") is the longer of two bounds, the busiest link's " +
+                    std::to_string(2 * (n - 1)) + " steps back to back (" + ms_text(parts.busiest) +
+                    ") and the longest chain of consecutive hops (" + ms_text(parts.chain) +
+                    "): this close together, the steps' partial overlap that neither counts may "
+                    "make it longer");
+    if (parts.floored)
+      out.push_back(
+          "each averaging ring step is held by TCP BBR's warm floor, one message at a "
+          "time (it overcharges a round's first steps: docs/network-model.md)");
+  }
+  if (drains(static_cast<int>(n))) {
+    const int64_t e = micro_batches_per_exchange(static_cast<int>(n));
+    std::vector<size_t> waves;
+    for (size_t c = 0; c < n; ++c) {
+      const double period = plan.clusters[c].period;
+      if (plan.clusters[c].stages.empty() || !(period > 0)) continue;
+      if (drained_time(fill(pipes[c].nodes, pipes[c].cuts), period, e) >
+          1.01 * static_cast<double>(e) * period)
+        waves.push_back(c);
+    }
+    if (!waves.empty())
+      out.push_back("the pipelines of " + clusters_text(waves) +
+                    " drain before each averaging: their " + std::to_string(e) +
+                    " micro-batches between two averagings are charged as waves of in-flight "
+                    "micro-batches one round trip apart (CostModel::drained_time), not " +
+                    std::to_string(e) + " steady periods");
+  }
+  return out;
 }
 
 std::vector<Ring> make_rings(const ModelDesc& model, const std::vector<ClusterPlan>& clusters) {

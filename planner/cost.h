@@ -140,9 +140,15 @@ class CostModel {
                                      const std::vector<const std::vector<int>*>& cuts,
                                      std::vector<double> periods) const;
   // Seconds of one averaging (reduce-scatter + all-gather over every ring) of `plan`'s clusters;
-  // with a single-ring all-reduce (training.allreduce), of single_ring_time().
-  double averaging_time(const std::vector<ClusterPlan>& clusters,
-                        const std::vector<Ring>& rings) const;
+  // with a single-ring all-reduce (training.allreduce), of single_ring_time(). `parts`, where
+  // given, says how a multi-ring round was composed.
+  struct AveragingParts {
+    bool floored = false;  // TCP BBR's warm floor holds the busiest link's steps (warm_floor)
+    double busiest = 0;  // s: the busiest link's 2(C - 1) steps back to back, the longest hop once
+    double chain = 0;    // s: the longest chain of 2(C - 1) consecutive hops' steps
+  };
+  double averaging_time(const std::vector<ClusterPlan>& clusters, const std::vector<Ring>& rings,
+                        AveragingParts* parts = nullptr) const;
   // Seconds of one single-ring averaging: the first stages collect, ring over the whole state,
   // hand back.
   double single_ring_time(const std::vector<ClusterPlan>& clusters) const;
@@ -159,6 +165,19 @@ class CostModel {
   // uplink or downlink, a link's flow, or the round trip when too few micro-batches are in
   // flight), what bounds it, the averaging's share and the nodes used.
   std::string explain(const Plan& plan) const;
+  // What an annotated plan's prediction takes from an approximation, one line each (plan.json
+  // "approximations", printed by `ravnest plan`); empty where it uses none:
+  //   queueing on a region link that several clusters' pipelines cross, by its mean load
+  //     (shared_periods; named where that load is 10% of its rate or more);
+  //   the averaging round as the longer of the busiest link's steps back to back and the longest
+  //     chain of hops (named where the two are within a fifth of each other: there the steps'
+  //     partial overlap, which neither bound counts, matters most);
+  //   periods set by the round trip, by mean-value analysis of a pipeline's closed network
+  //     (exact for exponential service, approximate for the fixed times charged here);
+  //   a pipeline's flows or the averaging's ring steps held by TCP BBR's warm floor (a law
+  //     measured on loopback: docs/network-model.md);
+  //   a drained pipeline's micro-batches between two averagings in waves (drained_time).
+  std::vector<std::string> approximations(const Plan& plan) const;
 
   // A cluster's evaluation (nodes in order, cuts): seconds per evaluation batch at its slowest
   // stage (the largest of a stage's forward compute, its node's uplink carrying the batch's
@@ -218,6 +237,10 @@ class CostModel {
   // Seconds per micro-batch of `net` with fill.in_flight micro-batches in it, by mean-value
   // analysis.
   static double mean_value_period(const Network& net);
+  // Per region link a pipeline crosses (topology "regions"), the bytes per micro-batch of each
+  // flow across it: (link index, bytes), activations on and gradients back.
+  std::vector<std::pair<int, double>> region_crossings(const std::vector<int>& nodes,
+                                                       const std::vector<int>& cuts) const;
   // explain()'s parts: a station in words ("the uplink of node 3 (laptop) (20 Mbit/s)"); what
   // bounds the slowest cluster `c` of `plan` (its stations' largest demand `most`, `what` it is);
   // the share of the time its averaging takes.

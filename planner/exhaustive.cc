@@ -23,13 +23,13 @@
 //    b and s are maxima and T a sum, all growing along a path: every state keeps the Pareto front
 //    of (b, T, s), since a partial pipeline worse in all three never completes to a better one.
 //    Every complete pipeline on a final front is rebuilt and timed by cluster_period(); those
-//    that no other beats in period, share and owner latencies (at every state position) are the
-//    subset's candidates. For gpipe, minimising the period alone is exact (a nondecreasing
-//    function of (b, T), summed in cluster_period's own order and checked); for ravnest, the
-//    queueing term is not captured by (b, T), which makes the candidates a (tested) heuristic
-//    there, with min max(b, T / in_flight) a proven lower bound. When the in-flight count depends
-//    on the number of stages (max_in_flight = 0) so does memory: the programme runs once per
-//    cluster size k, over subsets of at most k nodes.
+//    that no other beats in period, share and owners' latencies and link times (at every state
+//    position) are the subset's candidates. For gpipe, minimising the period alone is exact (a
+//    nondecreasing function of (b, T), summed in cluster_period's own order and checked); for
+//    ravnest, the queueing term is not captured by (b, T), which makes the candidates a (tested)
+//    heuristic there, with min max(b, T / in_flight) a proven lower bound. When the in-flight count
+//    depends on the number of stages (max_in_flight = 0) so does memory: the programme runs once
+//    per cluster size k, over subsets of at most k nodes.
 // 2. Set partitions: restricted-growth enumeration (the lowest undecided node either starts a
 //    cluster, chosen among the subsets whose lowest node it is, or stays idle), for every number
 //    of clusters C, every combination of the clusters' candidates (and, per cluster,
@@ -135,12 +135,23 @@ class Shares {
   double bw_;
 };
 
-// Whether every state position is owned in `a` by a node of latency at most its owner's in `b`:
-// then a's ring hops are never longer than b's, whatever the other clusters.
+// Whether every state position is owned in `a` by a node of latency at most its owner's in `b`,
+// and that sends and receives its share of each averaging round no slower (its state over its
+// uplink, and over its downlink): then a's ring hops are never longer nor slower than b's,
+// whatever the other clusters (the round's chain of hops, CostModel::averaging_time).
 bool latencies_dominate(const CostModel& cost, const Candidate& a, const Candidate& b) {
+  const ModelDesc& m = cost.model();
+  // Seconds per byte of averaged state for the owner k of `c`: its state over its link `rate`.
+  auto per_link = [&](const Candidate& c, size_t k, double PoolNode::*rate) {
+    const int64_t begin = k == 0 ? m.state_offset(c.p.cuts.front()) : c.owners[k - 1].first;
+    return static_cast<double>(c.owners[k].first - begin) / (cost.node(c.owners[k].second).*rate);
+  };
   size_t i = 0, j = 0;
   while (i < a.owners.size() && j < b.owners.size()) {
     if (cost.node(a.owners[i].second).latency > cost.node(b.owners[j].second).latency) return false;
+    if (per_link(a, i, &PoolNode::up) > per_link(b, j, &PoolNode::up) ||
+        per_link(a, i, &PoolNode::down) > per_link(b, j, &PoolNode::down))
+      return false;
     if (a.owners[i].first < b.owners[j].first)
       ++i;
     else if (b.owners[j].first < a.owners[i].first)
@@ -435,8 +446,10 @@ bool same_pipeline(const Partition& a, const Partition& b) {
 }
 
 // Step 2 of the file comment. The bound on a partition's score, C clusters:
-//   score <= C * batch / (P + 2 (C - 1) (hop + round) / average_every)
-// P the largest cluster period, and the averaging time's terms (cost.cc) bounded from below:
+//   score <= C * batch / (P + max(2 (C - 1) round + hop, 2 (C - 1) 2 f_lat least) / average_every)
+// P the largest cluster period, and the averaging time's terms (cost.cc: the busiest link's
+// 2 (C - 1) steps and the longest hop once, or a chain of 2 (C - 1) hops, each at least two of
+// the pool's least latency) bounded from below:
 // each node sends and receives 4 * (its state: parameters and buffers) / C bytes per round, so
 //   round = max_c share_c / C,  share_c = max_{n in c} 4 state_n / (bw min(up_n, down_n))
 //         >= max_c 4 * state / (C * bw * sum_{n in c} min(up_n, down_n))   (any cut of c),
@@ -522,7 +535,9 @@ class PartitionSearch {
   double bound(int c, const Bound& b, double other) const {
     double t = b.period;
     if (c > 1)
-      t += 2.0 * (c - 1) * (latency_factor_ * (b.latency + other) + b.share / c) / average_every_;
+      t += std::max(2.0 * (c - 1) * b.share / c + latency_factor_ * (b.latency + other),
+                    2.0 * (c - 1) * latency_factor_ * 2 * least_latency_) /
+           average_every_;
     return t > 0 ? static_cast<double>(c) * static_cast<double>(cost_.batch()) / t : kInf;
   }
   bool promising(int c, const Bound& b, double other) const {

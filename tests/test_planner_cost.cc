@@ -109,6 +109,45 @@ TEST_CASE("a plan states its reason: the bottleneck station and what bounds it",
   CHECK(plan_from_json(to_json(p)).reason == p.reason);
 }
 
+TEST_CASE("a plan names the approximations its prediction relies on, and only those",
+          "[planner][cost]") {
+  auto approximations = [](const std::vector<std::string>& overrides) {
+    const Plan p = test::prepare(kCluster, overrides, false).plan;
+    CHECK(plan_from_json(to_json(p)).approximations == p.approximations);  // in plan.json
+    std::string all;
+    for (const auto& a : p.approximations) all += a + "\n";
+    return all;
+  };
+  // Enough in flight on an ideal network: the slowest station sets the period, no approximation.
+  CHECK(approximations({"network.model=ideal", "training.max_in_flight=8"}).empty());
+  // One micro-batch in flight over 40 ms links: the round trip sets it, by mean-value analysis.
+  const std::string round_trip = approximations(
+      {"network.model=ideal", "devices.0.latency_ms=40", "training.max_in_flight=1"});
+  INFO(round_trip);
+  CHECK(round_trip.find("is set by the round trip") != std::string::npos);
+  CHECK(round_trip.find("mean-value analysis") != std::string::npos);
+  // Under tcp, one small message at a time over fast, long links: TCP BBR's warm floor holds the
+  // flows (a round trip of 160 ms against 2 ms of bytes).
+  const std::string floor =
+      approximations({"network.model=tcp", "training.max_in_flight=1", "devices.0.latency_ms=40",
+                      "devices.1.latency_ms=40", "devices.0.up_mbps=1000", "devices.1.up_mbps=1000",
+                      "devices.0.down_mbps=1000", "devices.1.down_mbps=1000"});
+  INFO(floor);
+  CHECK(floor.find("held by TCP BBR's warm floor") != std::string::npos);
+  // The shipped geo-regions scenario's greedy plan: pipelines of several clusters cross the
+  // Virginia-Oregon link, whose queueing the planner takes by its mean load.
+  Scenario geo = load_scenario(test::source_path("scenarios/geo-regions.toml"));
+  geo.planner.method = PlannerMethod::kGreedy;
+  const ModelDesc model = build_model(geo);
+  const Plan greedy = make_plan(geo, model);
+  std::string shared;
+  for (const auto& a : greedy.approximations)
+    if (a.find("queueing on the link from region") == 0) shared += a;
+  INFO(shared);
+  CHECK(shared.find("modeled by its mean load") != std::string::npos);
+  CHECK(shared.find("clusters 0") != std::string::npos);
+}
+
 TEST_CASE("cost model: a single transfer costs latency x 13.01 and bandwidth x 0.97 under LV08",
           "[planner][cost]") {
   auto p = test::prepare(kCluster, {"network.model=lv08"}, false);

@@ -126,7 +126,7 @@ Seconds stage_pass_time(const StageWork& w, const ComputeProfile& device, int ah
   RV_CHECK(ahead >= 0, "stage_pass_time: ahead must be 0 or more");
   const double saved = w.forward.saved_bytes();
   return time_of(w.forward, device) +
-         time_of(w.backward, device, 0, 0, evicted_bytes(saved, ahead * saved, device));
+         time_of(w.backward, device, 0, 0, evicted_bytes(saved, 2.0 * ahead * saved, device));
 }
 
 Seconds stage_compute_time(const StageWork& w, const ComputeProfile& device, int ahead) {
