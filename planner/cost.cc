@@ -369,11 +369,11 @@ Pipeline pipeline_of(const ClusterPlan& c) {
 }
 
 // The longest of a ring's chains of 2(C - 1) consecutive hops, hop i (owner i to owner i + 1)
-// costing cost[i]: an owner passes each step's segment on once it has arrived, so the last step
-// ends one such chain after the first began (a slow or distant hop delays the steps that cross
+// costing cost[i] (c hops): an owner passes each step's segment on once it has arrived, so the last
+// step ends one such chain after the first began (a slow or distant hop delays the steps that cross
 // it, not every step).
-double longest_chain(const std::vector<double>& cost) {
-  const size_t c = cost.size(), steps = 2 * (c - 1);
+double longest_chain(const double* cost, size_t c) {
+  const size_t steps = 2 * (c - 1);
   double window = 0;
   for (size_t t = 0; t < steps; ++t) window += cost[t % c];
   double best = window;
@@ -417,22 +417,32 @@ double CostModel::averaging_time(const std::vector<ClusterPlan>& clusters,
   // Each ring step is a busy period of its hop's connection, sent once the step before it has
   // arrived: held by the warm floor (warm_floor, one message at a time) where the step does not
   // fill the path.
-  std::vector<double> up(pool_.size(), 0.0), down(pool_.size(), 0.0);
-  // Per ring, per hop: its latency and its warm floor.
-  std::vector<std::vector<double>> latency(rings.size()), floors(rings.size());
+  // Per node its bytes up and down, per region link its bytes, per hop (ring k's hop i at
+  // k * c + i) its latency, warm floor and region link (-1: none). This thread's buffers: ga asks
+  // this for every individual.
+  thread_local std::vector<double> up, down, across, latency, floors;
+  thread_local std::vector<int> link;
+  up.assign(pool_.size(), 0.0);
+  down.assign(pool_.size(), 0.0);
+  across.assign(between_.size(), 0.0);
+  latency.clear();
+  floors.clear();
+  link.clear();
   double hop_latency = 0, floor = 0;
   int64_t largest = 0;  // the largest ring's chunk, whose pieces set the overlap on busy links
-  for (size_t k = 0; k < rings.size(); ++k) {
-    const Ring& r = rings[k];
+  for (const Ring& r : rings) {
     const double piece = static_cast<double>(kFloatBytes * rows * (r.end - r.begin)) / c;
     for (int i = 0; i < c; ++i) {
       const int a = r.owners[i], b = r.owners[(i + 1) % c];
       up[static_cast<size_t>(a)] += piece;
       down[static_cast<size_t>(b)] += piece;
-      latency[k].push_back(path_latency(a, b));
-      floors[k].push_back(warm_floor(a, b, piece, 1));
-      hop_latency = std::max(hop_latency, latency[k].back());
-      floor = std::max(floor, floors[k].back());
+      latency.push_back(path_latency(a, b));
+      floors.push_back(warm_floor(a, b, piece, 1));
+      // A link between regions carries every ring step that crosses it, all rings at once.
+      link.push_back(region_link(a, b));
+      if (link.back() >= 0) across[static_cast<size_t>(link.back())] += piece;
+      hop_latency = std::max(hop_latency, latency.back());
+      floor = std::max(floor, floors.back());
     }
     largest = std::max(largest, r.end - r.begin);
   }
@@ -442,19 +452,8 @@ double CostModel::averaging_time(const std::vector<ClusterPlan>& clusters,
     if (up[n] > 0) round = std::max(round, up[n] / (pool_[n].up * factors_.bandwidth));
     if (down[n] > 0) round = std::max(round, down[n] / (pool_[n].down * factors_.bandwidth));
   }
-  // A link between regions carries every ring step that crosses it, all rings at once.
-  std::vector<double> across(between_.size(), 0.0);
-  if (regions_ > 1) {
-    for (const Ring& r : rings) {
-      const double piece = static_cast<double>(kFloatBytes * rows * (r.end - r.begin)) / c;
-      for (int i = 0; i < c; ++i) {
-        const int k = region_link(r.owners[i], r.owners[(i + 1) % c]);
-        if (k >= 0) across[static_cast<size_t>(k)] += piece;
-      }
-    }
-    for (size_t k = 0; k < across.size(); ++k)
-      if (across[k] > 0) round = std::max(round, across[k] / region_rate(static_cast<int>(k)));
-  }
+  for (size_t k = 0; k < across.size(); ++k)
+    if (across[k] > 0) round = std::max(round, across[k] / region_rate(static_cast<int>(k)));
   // A step over hop i takes its latency and then its own links' time (the sender's uplink, the
   // receiver's downlink and a region link, each carrying all its rings' steps at once) or its
   // warm floor. The round ends no sooner than the busiest link's 2(C - 1) steps one after the
@@ -462,20 +461,23 @@ double CostModel::averaging_time(const std::vector<ClusterPlan>& clusters,
   // hops' latencies hide behind the busiest link, unless the hops' latencies add up to more.
   const double busiest = 2.0 * (c - 1) * std::max(round, floor) + hop_latency;
   double chain = 0, chain_latency = 0;
-  std::vector<double> step(static_cast<size_t>(c));
+  thread_local std::vector<double> step;
+  step.resize(static_cast<size_t>(c));
   for (size_t k = 0; k < rings.size(); ++k) {
     const Ring& r = rings[k];
+    const size_t first = k * static_cast<size_t>(c);
     for (int i = 0; i < c; ++i) {
-      const int a = r.owners[i], b = r.owners[(i + 1) % c];
-      double own = std::max(up[static_cast<size_t>(a)] / (pool_[a].up * factors_.bandwidth),
-                            down[static_cast<size_t>(b)] / (pool_[b].down * factors_.bandwidth));
-      if (const int x = region_link(a, b); x >= 0)
-        own = std::max(own, across[static_cast<size_t>(x)] / region_rate(x));
-      step[static_cast<size_t>(i)] =
-          latency[k][static_cast<size_t>(i)] + std::max(own, floors[k][static_cast<size_t>(i)]);
+      const auto a = static_cast<size_t>(r.owners[i]),
+                 b = static_cast<size_t>(r.owners[(i + 1) % c]);
+      const size_t h = first + static_cast<size_t>(i);
+      double own = std::max(up[a] / (pool_[a].up * factors_.bandwidth),
+                            down[b] / (pool_[b].down * factors_.bandwidth));
+      if (link[h] >= 0)
+        own = std::max(own, across[static_cast<size_t>(link[h])] / region_rate(link[h]));
+      step[static_cast<size_t>(i)] = latency[h] + std::max(own, floors[h]);
     }
-    chain = std::max(chain, longest_chain(step));
-    chain_latency = std::max(chain_latency, longest_chain(latency[k]));
+    chain = std::max(chain, longest_chain(step.data(), step.size()));
+    chain_latency = std::max(chain_latency, longest_chain(&latency[first], step.size()));
   }
   if (parts) *parts = {floor > round, busiest, chain};
   chain = std::max(chain, busiest);
@@ -798,6 +800,50 @@ std::string clusters_text(const std::vector<size_t>& c) {
   return out;
 }
 
+// approximations()' notes on the averaging round: where its two bounds are close (a single-ring
+// averaging gives no parts: none), and where TCP BBR's warm floor holds its steps.
+void averaging_notes(const CostModel& cost, const Plan& plan, std::vector<std::string>& out) {
+  CostModel::AveragingParts parts;
+  cost.averaging_time(plan.clusters, plan.rings, &parts);
+  const double longer = std::max(parts.busiest, parts.chain),
+               shorter = std::min(parts.busiest, parts.chain);
+  if (shorter > 0 && longer < 1.2 * shorter)
+    out.push_back("the averaging round (" + ms_text(longer) +
+                  ") is the longer of two bounds, the busiest link's " +
+                  std::to_string(2 * (plan.clusters.size() - 1)) + " steps back to back (" +
+                  ms_text(parts.busiest) + ") and the longest chain of consecutive hops (" +
+                  ms_text(parts.chain) +
+                  "): this close together, the steps' partial overlap that neither counts may "
+                  "make it longer");
+  if (parts.floored)
+    out.push_back(
+        "each averaging ring step is held by TCP BBR's warm floor, one message at a "
+        "time (it overcharges a round's first steps: docs/network-model.md)");
+}
+
+// approximations()' note on the pipelines that drain before each averaging, where their fill
+// makes the micro-batches between two averagings longer than as many steady periods.
+void drain_notes(const CostModel& cost, const Plan& plan, const std::vector<Pipeline>& pipes,
+                 std::vector<std::string>& out) {
+  const auto n = static_cast<int>(plan.clusters.size());
+  if (!cost.drains(n)) return;
+  const int64_t e = cost.micro_batches_per_exchange(n);
+  std::vector<size_t> waves;
+  for (size_t c = 0; c < plan.clusters.size(); ++c) {
+    const double period = plan.clusters[c].period;
+    if (plan.clusters[c].stages.empty() || !(period > 0)) continue;
+    if (CostModel::drained_time(cost.fill(pipes[c].nodes, pipes[c].cuts), period, e) >
+        1.01 * static_cast<double>(e) * period)
+      waves.push_back(c);
+  }
+  if (!waves.empty())
+    out.push_back("the pipelines of " + clusters_text(waves) +
+                  " drain before each averaging: their " + std::to_string(e) +
+                  " micro-batches between two averagings are charged as waves of in-flight "
+                  "micro-batches one round trip apart (CostModel::drained_time), not " +
+                  std::to_string(e) + " steady periods");
+}
+
 }  // namespace
 
 std::vector<std::string> CostModel::approximations(const Plan& plan) const {
@@ -852,40 +898,8 @@ std::vector<std::string> CostModel::approximations(const Plan& plan) const {
     out.push_back("flows between the stages of " + clusters_text(floored) +
                   " are held by TCP BBR's warm floor over the round trip (a law measured on "
                   "loopback: docs/network-model.md)");
-  if (n > 1 && allreduce_->topology != AllreduceTopology::kSingleRing && !plan.rings.empty()) {
-    AveragingParts parts;
-    averaging_time(plan.clusters, plan.rings, &parts);
-    const double longer = std::max(parts.busiest, parts.chain),
-                 shorter = std::min(parts.busiest, parts.chain);
-    if (shorter > 0 && longer < 1.2 * shorter)
-      out.push_back("the averaging round (" + ms_text(longer) +
-                    ") is the longer of two bounds, the busiest link's " +
-                    std::to_string(2 * (n - 1)) + " steps back to back (" + ms_text(parts.busiest) +
-                    ") and the longest chain of consecutive hops (" + ms_text(parts.chain) +
-                    "): this close together, the steps' partial overlap that neither counts may "
-                    "make it longer");
-    if (parts.floored)
-      out.push_back(
-          "each averaging ring step is held by TCP BBR's warm floor, one message at a "
-          "time (it overcharges a round's first steps: docs/network-model.md)");
-  }
-  if (drains(static_cast<int>(n))) {
-    const int64_t e = micro_batches_per_exchange(static_cast<int>(n));
-    std::vector<size_t> waves;
-    for (size_t c = 0; c < n; ++c) {
-      const double period = plan.clusters[c].period;
-      if (plan.clusters[c].stages.empty() || !(period > 0)) continue;
-      if (drained_time(fill(pipes[c].nodes, pipes[c].cuts), period, e) >
-          1.01 * static_cast<double>(e) * period)
-        waves.push_back(c);
-    }
-    if (!waves.empty())
-      out.push_back("the pipelines of " + clusters_text(waves) +
-                    " drain before each averaging: their " + std::to_string(e) +
-                    " micro-batches between two averagings are charged as waves of in-flight "
-                    "micro-batches one round trip apart (CostModel::drained_time), not " +
-                    std::to_string(e) + " steady periods");
-  }
+  if (n > 1) averaging_notes(*this, plan, out);
+  drain_notes(*this, plan, pipes, out);
   return out;
 }
 
