@@ -78,33 +78,71 @@ TEST_CASE("a flow runs at most TCP's window over its round trip", "[emu]") {
 }
 
 // The warm floor (core/network/tcp_pacing.h), by hand: a connection of RTT 100 ms (one way 50 ms)
-// at 10 MB/s carrying 100 kB messages (10 ms of bytes), one busy period at a time.
-TEST_CASE("the warm floor paces a connection at BBR's gain over its largest recent sample",
+// at 10 MB/s carrying 100 kB messages (10 ms of bytes at the path's rate).
+TEST_CASE("the warm floor: slow start, then BBR's gain over the largest sample, never falling",
           "[emu]") {
   const Seconds rtt = 0.1, one_way = 0.05;
-  const double rate = 1e7, bytes = 1e5;
+  const double rate = 1e7, bytes = 1e5, g = kBbrHighGain, iw = kInitialWindowBytes;
   StartupPacing p(rtt, one_way, rate);
-  // The first busy period is not held (a fresh connection's slow start is not modeled) ...
-  CHECK(std::isinf(p.hand_over(0, bytes)));
-  p.arrived(one_way + bytes / rate);  // 60 ms: the flow model's time
-  // ... its sample: 100 kB over RTT + the 10 ms its bytes took to leave.
-  const double first = kBbrHighGain * bytes / (rtt + 0.01);
-  CHECK(p.rate() == Approx(first).epsilon(1e-12));
-  // The next message, handed over at 1 s, leaves at that rate and arrives one way later.
-  const Seconds floor = p.hand_over(1.0, bytes);
-  CHECK(floor == Approx(1.0 + bytes / first + one_way).epsilon(1e-12));
+  // A fresh connection's first busy period is slow start: rounds of 14,480, 28,960 and 57,920
+  // bytes; 100 kB leaves in the third round, at 4 x 14,480 bytes per round trip.
+  CHECK(p.rate() == Approx(iw / rtt).epsilon(1e-12));
+  const Seconds first = p.hand_over(0, bytes);
+  CHECK(first == Approx(0.2 + (bytes - 3 * iw) / (4 * iw / rtt) + one_way).epsilon(1e-12));
+  p.arrived(first);
+  // Its sample: the larger of 100 kB over RTT + 0.298 s and its last full round's rate (2 x 14,480
+  // bytes per round trip); the pace is the gain times that.
+  const double pace = g * 2 * iw / rtt;
+  CHECK(p.rate() == Approx(pace).epsilon(1e-12));
+  // The next message, handed over at 1 s: 83.5 kB in its first round trip, the rest at g x that.
+  const Seconds second = p.hand_over(1.0, bytes);
+  CHECK(second == Approx(1.1 + (bytes - pace * rtt) / (g * pace) + one_way).epsilon(1e-12));
+  p.arrived(second);
+  CHECK(p.rate() == Approx(g * pace).epsilon(1e-12));
   // Two handed over together share the busy period: the second leaves behind the first.
-  p.arrived(floor);
   const Seconds a = p.hand_over(2.0, bytes), b = p.hand_over(2.0, bytes);
+  CHECK(a == Approx(2.0 + bytes / p.rate() + one_way).epsilon(1e-12));
   CHECK(b - a == Approx(bytes / p.rate()).epsilon(1e-12));
   p.arrived(a);
   p.arrived(b);
-  // Repeated alone, far apart, a busy period's bytes take RTT / (gain - 1) to leave: the rate
-  // falls once the larger samples are older than 10 round trips.
-  Seconds t = 10;
-  for (int i = 0; i < 50; ++i, t += 1) p.arrived(p.hand_over(t, bytes));
-  const Seconds leave = p.hand_over(t, bytes) - t - one_way;
-  CHECK(leave == Approx(rtt / (kBbrHighGain - 1)).epsilon(1e-3));
+  // STARTUP's pacing rate never falls: small messages' samples do not lower it.
+  const double before = p.rate();
+  for (Seconds t = 3; t < 10; t += 1) p.arrived(p.hand_over(t, 1e3));
+  CHECK(p.rate() == Approx(before).epsilon(1e-12));
+  // From below, a lone message repeated far apart settles at RTT / (gain - 1) to leave (a
+  // connection whose first message was 1 kB: its pace starts low).
+  StartupPacing q(rtt, one_way, rate);
+  q.arrived(q.hand_over(0, 1e3));
+  Seconds t = 1;
+  double rising = 0;
+  for (int i = 0; i < 50; ++i, t += 1) {
+    q.arrived(q.hand_over(t, bytes));
+    CHECK(q.rate() >= rising);
+    rising = q.rate();
+  }
+  const Seconds leave = q.hand_over(t, bytes) - t - one_way;
+  CHECK(leave == Approx(rtt / (g - 1)).epsilon(1e-3));
+}
+
+TEST_CASE("within a busy period the warm floor's pace grows by BBR's gain each round trip",
+          "[emu]") {
+  // A 1 kB message sets the pace (its sample: 1 kB over RTT + 6.9 ms, about 9 kB/s; the pace
+  // 2.885 x that); then a 1 MB message. STARTUP paces round k of its busy period at pace x g^k.
+  const Seconds rtt = 0.1, one_way = 0.05;
+  const double g = kBbrHighGain;
+  StartupPacing p(rtt, one_way, 1e7);
+  p.arrived(p.hand_over(0, 1e3));  // slow start's first round: 1 kB leaves in 6.9 ms
+  const double pace = p.rate();
+  CHECK(pace == Approx(g * 1e3 / (rtt + 1e3 * rtt / kInitialWindowBytes)).epsilon(1e-12));
+  const Seconds floor = p.hand_over(1.0, 1e6);
+  // Rounds 0-5 (1.0 to 1.6 s) carry 0.1 s x pace x (g^6 - 1) / (g - 1); the rest leaves in round 6.
+  const double six = rtt * pace * (std::pow(g, 6) - 1) / (g - 1);
+  REQUIRE(six < 1e6);
+  REQUIRE(six + rtt * pace * std::pow(g, 6) > 1e6);
+  CHECK(floor == Approx(1.6 + (1e6 - six) / (pace * std::pow(g, 6)) + one_way).epsilon(1e-9));
+  // The control: at the small message's pace throughout, 1 MB would take 35 s to leave.
+  CHECK(1e6 / pace > 30);
+  CHECK(floor - 1.0 < 0.8);
 }
 
 TEST_CASE("the warm floor ends once a busy period fills the path, and is off without a round trip",
@@ -137,25 +175,27 @@ TEST_CASE("the emulator delivers no sooner than the warm floor, and in order", "
   NetworkLinks links({mbps(80, 80, 25), mbps(80, 80, 25)});
   links.paced = true;
   StarNetwork net(links);
+  // The same connection's floors, by the pacing model alone (its figures are worked by hand in
+  // "the warm floor: slow start, ..." above).
+  StartupPacing ref = links.pacing(0, 1);
   net.send(0, 1, 100'000, 1, 0);
   std::vector<Delivery> d = net.advance(1);
   REQUIRE(d.size() == 1);
-  CHECK(d[0].at == Approx(0.06).epsilon(1e-9));  // fresh: the flow model's time
-  const StartupPacing alone = [&] {
-    StartupPacing p = links.pacing(0, 1);
-    p.hand_over(0, 100'000);
-    p.arrived(0.06);
-    return p;
-  }();
+  // Fresh: slow start's three round trips, well after the flow model's 60 ms.
+  const Seconds fresh = ref.hand_over(0, 100'000);
+  CHECK(d[0].at == Approx(fresh).epsilon(1e-9));
+  CHECK(d[0].at > 0.06 + 0.2);
+  ref.arrived(d[0].at);
   net.send(0, 1, 100'000, 2, 1);
   net.send(0, 1, 100'000, 3, 1);
   d = net.advance(2);
   REQUIRE(d.size() == 2);
   CHECK(d[0].token == 2);
   CHECK(d[1].token == 3);
-  CHECK(d[0].at == Approx(1 + 100'000 / alone.rate() + 0.05).epsilon(1e-9));
-  CHECK(d[1].at == Approx(1 + 200'000 / alone.rate() + 0.05).epsilon(1e-9));
-  CHECK(net.held_messages() == 2);
+  const Seconds a = ref.hand_over(1, 100'000), b = ref.hand_over(1, 100'000);
+  CHECK(d[0].at == Approx(a).epsilon(1e-9));
+  CHECK(d[1].at == Approx(b).epsilon(1e-9));
+  CHECK(net.held_messages() == 3);
 }
 
 TEST_CASE("messages of one pair go one after the other on one connection, the latency paid once",

@@ -5,15 +5,16 @@ measured steady micro-batches/s against three message-time models in the same ev
 
   flow     the project's tcp model: L + S / min(0.962 r, W / RTT), a connection's messages in turn
   lone     the lone-message floor of analyze.py: L + max(S / rate, 0.357 RTT) per message
-  pacing   BBR's STARTUP pacing as bbr.c runs it on a connection that never fills its path: the
-           connection paces at g x its largest delivery-rate sample (g = 2.885, bbr_high_gain;
-           the rate never falls while in STARTUP), a sample being a busy period's bytes B over
-           RTT + x, x the time its bytes took to leave (from the first send of the busy period to
-           the last byte's departure); a busy period runs from a message handed to an idle
-           connection until every message handed over has arrived. A connection whose busy
-           period took more than 4 RTT at its link rate has filled its path (BBR leaves STARTUP
-           and paces at the link's rate): no floor from then on. The first busy period's sample
-           uses the flow model's time (the fresh connection's slow start is not modeled).
+  former   the warm floor before STARTUP's rounds were modeled: a connection paces each busy
+           period at g x its largest delivery-rate sample of the last 10 round trips (g = 2.885,
+           bbr_high_gain), a sample being a busy period's bytes B over RTT + x, x the time its
+           bytes took to leave; a busy period runs from a message handed to an idle connection
+           until every message handed over has arrived; the first busy period unheld.
+  pacing   core/network/tcp_pacing.h: STARTUP by rounds (class Pacing below): slow start on a
+           fresh connection, the pace x g per round trip within a busy period, a sample the
+           larger of B / (RTT + x) and the last full round's rate, a pacing rate that never falls.
+  Both: a connection whose busy period took more than 4 RTT at its link rate has filled its path
+  (BBR leaves STARTUP and paces at the link's rate): no floor from then on.
 
     /usr/bin/python3 bench/tcp_effects/floor.py [/tmp/tcpfx-floor]
 """
@@ -27,6 +28,7 @@ sys.argv = sys.argv[:1] + sys.argv[1:2]
 import analyze as A  # noqa: E402  (reads OUT from argv)
 
 G = 2.885  # bbr_high_gain
+IW = 10 * 1448  # Linux's initial window
 C_LONE = 0.357
 WINDOW = float(ARGS[2]) if len(ARGS) > 2 else 10
 
@@ -58,7 +60,11 @@ class Lone(Conn):
         return a
 
 
-class Pacing(Conn):
+class Former(Conn):
+    """The warm floor before STARTUP's rounds were modeled (at 4b14fab): a busy period at
+    g x the largest sample of the last WINDOW round trips (by wall time), held for its whole
+    length; the first busy period unheld."""
+
     def __init__(self, *a):
         super().__init__(*a)
         self.pace = math.inf  # bytes/s
@@ -72,14 +78,19 @@ class Pacing(Conn):
             self.end_busy()
         if self.busy_start is None:
             self.busy_start, self.busy_bytes = t, 0
+            self.last_round = 0
         self.busy_bytes += S + A.HDR
-        leave = max(t, self.paced_until) + (S + A.HDR) / self.pace
+        leave = self.departure(max(t, self.paced_until), S + A.HDR)
         self.paced_until = leave
         a = self.flow(S, t)
         if not self.full:
             a = max(a, leave + self.L)
         self.last = a
         return a
+
+    def departure(self, start, B):
+        """When B bytes that begin to leave at `start` have left: at the pace throughout."""
+        return start + B / self.pace
 
     def end_busy(self):
         x = self.last - self.L - self.busy_start
@@ -90,6 +101,45 @@ class Pacing(Conn):
         self.samples = [(t, v) for t, v in getattr(self, "samples", []) if t > end - WINDOW * self.rtt]
         self.samples.append((end, sample))
         self.pace = G * max(v for _, v in self.samples)
+        self.busy_start = None
+
+
+class Pacing(Former):
+    """The warm floor as core/network/tcp_pacing.h models it: round k of a busy period sends at
+    most IW x 2^k per round trip on a fresh connection (slow start), the pace x g^k after; a busy
+    period's sample is the larger of B / (RTT + x) and its last full round's rate; the pace
+    becomes g x the sample where that is higher (STARTUP's pacing rate never falls)."""
+
+    def __init__(self, *a):
+        super().__init__(*a)
+        self.pace, self.fresh, self.last_round = 0.0, True, 0
+
+    def round_rate(self, k):
+        return IW / self.rtt * 2 ** k if self.fresh else self.pace * G ** k
+
+    def departure(self, start, B):
+        t = start
+        k = max(0, math.floor((start - self.busy_start) / self.rtt))
+        while True:
+            rate = self.round_rate(k)
+            end = self.busy_start + (k + 1) * self.rtt
+            room = rate * max(0.0, end - t)
+            if B <= room or rate >= self.r:
+                self.last_round = max(self.last_round, k)
+                return t + B / rate
+            B -= room
+            t = max(t, end)
+            k += 1
+
+    def end_busy(self):
+        x = self.last - self.L - self.busy_start
+        if self.busy_bytes / self.r > 4 * self.rtt:
+            self.full = True
+        sample = self.busy_bytes / (self.rtt + x)
+        if self.last_round >= 1:
+            sample = max(sample, self.round_rate(self.last_round - 1))
+        self.pace = max(self.pace, G * sample)
+        self.fresh = False
         self.busy_start = None
 
 
@@ -118,9 +168,9 @@ def pipeline(p, model):
 def main():
     A.GAMMA_W = 2.79e6
     cells = A.load()
-    print("| cell | measured mb/s | flow | lone floor | pacing | dl p99 us |")
-    print("|---|---:|---:|---:|---:|---:|")
-    errs = {"flow": [], "lone": [], "pacing": []}
+    print("| cell | measured mb/s | flow | lone floor | former pacing | pacing | dl p99 us |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    errs = {"flow": [], "lone": [], "former": [], "pacing": []}
     for name, c in sorted(cells.items()):
         d = c["data"]
         if d["pattern"] != "pipeline":
@@ -131,12 +181,17 @@ def main():
                  act=d["act"], grad=d["grad"], La=La, ra=ra, Lb=Lb, rb=rb)
         meas = A.steady_rate([t / 1e9 for t in d["done"]])
         row = [name, f"{meas:.2f}"]
-        for key, m in (("flow", Flow), ("lone", Lone), ("pacing", Pacing)):
+        for key, m in (("flow", Flow), ("lone", Lone), ("former", Former), ("pacing", Pacing)):
             v = A.steady_rate(pipeline(p, m))
             errs[key].append(abs(math.log(v / meas)))
             row.append(f"{v:.2f} ({100 * (v / meas - 1):+.1f}%)")
         row.append(str(c["dl_p99_max_us"]))
         print("| " + " | ".join(row) + " |")
+    report(errs)
+
+
+def report(errs):
+    """Each model's median and worst error over the cells, from |log(model / measured)|."""
     for k, e in errs.items():
         if e:
             print(f"{k}: median error {100 * (math.exp(np.median(e)) - 1):.1f}%, "

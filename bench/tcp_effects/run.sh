@@ -10,6 +10,7 @@
 #     with the node namespaces' net.ipv4.tcp_congestion_control = cubic; the host is untouched)
 #     | bufretry (~1 min: four buffer cells again) | long (~2 min: a pipeline and an exchange of ~45-60 s each, for BBR's PROBE_RTT every 10 s)
 #     | floor (~4 min: small-message pipelines, 1-3 in flight, for the warm floor)
+#     | mixed (~1 min: one connection carrying 1 kB and 1 MB messages, for STARTUP's growth)
 #
 # Root only; prints SKIP and exits 0 otherwise. Builds /tmp/dl-build and /tmp/tcpfx-build when
 # missing (ninja -j1). Then: /usr/bin/python3 bench/tcp_effects/analyze.py OUT
@@ -232,6 +233,19 @@ elif [ "$GRID" = floor ]; then
   for k in 1 2; do
     cell "floor_pp_r100_1000_k${k}" 100 1000 1000 1000 1000 default pipeline --act 1000000 \
       --grad 1000000 --microbatches 40 --inflight $k --fa 0.003 --ba 0.005 --fb 0.008 --seed $SEED --jitter 0.1
+  done
+elif [ "$GRID" = mixed ]; then
+  # One connection carrying messages of different sizes (two rings' steps on one pair): 1 MB to
+  # warm it, ten 1 kB messages 50 ms apart (their samples set the pace), then 1 MB; at 100 and
+  # 250 ms, 50/200 and 100 Mbit/s. Does the 1 MB message leave at the small ones' pace, or does
+  # STARTUP raise the pace each round trip (core/network/tcp_pacing.h)? `mixed.py` reads them.
+  for rtt in 100 250; do
+    for rate in 50/200 100; do
+      read -r u d <<<"$(rate_ud $rate)"
+      cell "mixed_ow_r${rtt}_$(safe $rate)" $rtt $u $d $u $d default oneway --size 1000 \
+        --sizes 1000000,1000,1000,1000,1000,1000,1000,1000,1000,1000,1000,1000000 \
+        --gaps 0.05,0.05,0.05,0.05,0.05,0.05,0.05,0.05,0.05,0.05,0.05 --seed $SEED
+    done
   done
 elif [ "$GRID" = cubic ]; then
   for rtt in 50 100 250; do

@@ -8,8 +8,9 @@
 //
 //   rv-msg-pattern --ns-a PATH --ns-b PATH --addr-b IP [--port P] --out FILE [--seed N]
 //                  [--jitter F] [--cc NAME] PATTERN ...
-//   oneway   --size S --gaps G1,G2,...   a->b: message 0 on the fresh connection, then message i
-//            after the previous one has fully arrived and then G_i seconds of idle
+//   oneway   --size S --gaps G1,G2,... [--sizes S0,S1,...]   a->b: message 0 on the fresh
+//            connection, then message i after the previous one has fully arrived and then G_i
+//            seconds of idle; message i has S_i bytes where --sizes names it, else S
 //   exchange --size S [--size-ba S2] --rounds R [--gap G]   both ends send at once; each end
 //            starts its next round when its own send is written and the peer's message arrived
 //   pipeline --act S --grad S2 --microbatches N --inflight K --fa s --ba s --fb s
@@ -367,13 +368,17 @@ int main(int argc, char** argv) {
   if (pattern == "oneway") {
     const uint64_t size = std::stoull(get("size"));
     const std::vector<double> gaps = list_of(get("gaps", "0"));
-    params << "\"size\":" << size << ",\"gaps\":\"" << get("gaps", "0") << "\"";
-    ab.send(0, size, "fresh");
+    const std::string listed = a.count("sizes") ? a["sizes"] : "";
+    const std::vector<double> sizes = list_of(listed);
+    auto size_of = [&](size_t i) { return i < sizes.size() ? uint64_t(sizes[i]) : size; };
+    params << "\"size\":" << size << ",\"gaps\":\"" << get("gaps", "0") << "\",\"sizes\":\""
+           << listed << "\"";
+    ab.send(0, size_of(0), "fresh");
     at_b.pop();
     for (size_t i = 0; i < gaps.size(); ++i) {
       const double g = jit(gaps[i]);
       sleep_s(g);
-      ab.send(i + 1, size, "gap", g);
+      ab.send(i + 1, size_of(i + 1), "gap", g);
       at_b.pop();
     }
   } else if (pattern == "exchange") {

@@ -240,24 +240,29 @@ RunTally tally(const Plan& plan, const std::vector<Event>& events) {
 }
 
 // Steady state (core/output/steady_state.h): training samples per second and with evaluations,
-// the window, and each working node's time per optimizer step (the window's training time over the
-// updates it made in it), averaged over the nodes.
+// the window, and each working node's time per optimizer step (its cluster's window's training
+// time over the updates it made in it), averaged over the nodes.
 void add_steady_state(const Plan& plan, const std::vector<Event>& events, int64_t batch,
                       nlohmann::json& j) {
   const SteadyState w = steady_state(plan, events);
   double step_sum = 0;
   int step_nodes = 0;
   if (!w.empty()) {
-    std::vector<int64_t> updates(static_cast<size_t>(plan.nodes), 0);
-    for (const auto& e : events)
-      if (e.kind == EventKind::kUpdate && e.node >= 0 && e.node < plan.nodes && e.end > w.begin &&
-          e.end <= w.end)
-        ++updates[static_cast<size_t>(e.node)];
-    for (int64_t u : updates)
-      if (u > 0) {
-        step_sum += w.training() / static_cast<double>(u);
-        ++step_nodes;
-      }
+    // node -> (its updates, each in its own cluster's window; the longest training time of those
+    // windows: a node moved to another cluster by churn trained over both, which overlap)
+    std::map<int, std::pair<int64_t, Seconds>> nodes;
+    for (const auto& e : events) {
+      if (e.kind != EventKind::kUpdate || e.node < 0 || e.node >= plan.nodes) continue;
+      const SteadyState::Window* c = w.of(e.cluster);
+      if (!c || e.end <= c->begin || e.end > c->end) continue;
+      auto& [updates, training] = nodes[e.node];
+      ++updates;
+      training = std::max(training, c->training());
+    }
+    for (const auto& [node, n] : nodes) {
+      step_sum += n.second / static_cast<double>(n.first);
+      ++step_nodes;
+    }
   }
   j["steady_samples_per_s"] = w.training_rate(batch);
   j["steady_samples_per_s_with_evaluations"] = w.rate_with_evaluations(batch);
@@ -266,6 +271,7 @@ void add_steady_state(const Plan& plan, const std::vector<Event>& events, int64_
                         {"begin_s", w.begin},
                         {"end_s", w.end},
                         {"periods", w.periods},
+                        {"clusters", w.clusters.size()},
                         {"micro_batches", w.micro_batches},
                         {"training_micro_batches", w.training_micro_batches},
                         {"evaluation_s", w.evaluation},
