@@ -36,7 +36,7 @@ METHODS = ("greedy", "ga", "ravnest-ga", "exhaustive", "manual")
 MAX_NODES = 1024
 # Steps per scenario: enough whole averaging periods for a steady window, short enough to run the
 # whole table in minutes (timing mode). A scenario not listed runs its own steps.
-STEPS = {"gpt-pipeline": 40, "digits-cnn": 300, "gpt-sort": 200}
+STEPS = {"gpt-pipeline": 120, "digits-cnn": 300, "gpt-sort": 200}
 
 
 def nodes_of(path):
