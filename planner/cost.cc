@@ -401,87 +401,89 @@ double ring_steps_time(int c, double chain, double chain_latency, double latency
 
 }  // namespace
 
-double CostModel::averaging_time(const std::vector<ClusterPlan>& clusters,
-                                 const std::vector<Ring>& rings, AveragingParts* parts) const {
-  if (parts) *parts = {};
-  const int c = static_cast<int>(clusters.size());
-  if (c <= 1 || rings.empty()) return 0.0;
-  if (allreduce_->topology == AllreduceTopology::kSingleRing) return single_ring_time(clusters);
+const CostModel::RingHops& CostModel::ring_hops(const std::vector<Ring>& rings, int c) const {
   // Every round, each owner sends 1/C of its ring's chunk to the next owner, all rings at once:
   // the averaging flows of the communication graph (comm_graph.h) load every node's links. They
   // are summed here without building the graph (the planners ask this for every individual), in
   // the order the flows arise, which is the order link_load() sums them in (a bidirectional
   // graph's edges iterate in insertion order), so the figures are the same to the last bit.
   // Each averaged element is `rows` floats (the optimizer's state too, where it is averaged).
-  const int64_t rows = averaged_rows_;
   // Each ring step is a busy period of its hop's connection, sent once the step before it has
   // arrived: held by the warm floor (warm_floor, one message at a time) where the step does not
   // fill the path.
-  // Per node its bytes up and down, per region link its bytes, per hop (ring k's hop i at
-  // k * c + i) its latency, warm floor and region link (-1: none). This thread's buffers: ga asks
-  // this for every individual.
-  thread_local std::vector<double> up, down, across, latency, floors;
-  thread_local std::vector<int> link;
-  up.assign(pool_.size(), 0.0);
-  down.assign(pool_.size(), 0.0);
-  across.assign(between_.size(), 0.0);
-  latency.clear();
-  floors.clear();
-  link.clear();
-  double hop_latency = 0, floor = 0;
-  int64_t largest = 0;  // the largest ring's chunk, whose pieces set the overlap on busy links
+  thread_local RingHops h;
+  h.up.assign(pool_.size(), 0.0);
+  h.down.assign(pool_.size(), 0.0);
+  h.across.assign(between_.size(), 0.0);
+  h.latency.clear();
+  h.floors.clear();
+  h.link.clear();
+  h.hop_latency = h.floor = h.round = 0;
+  h.largest = 0;
+  const int64_t rows = averaged_rows_;
   for (const Ring& r : rings) {
     const double piece = static_cast<double>(kFloatBytes * rows * (r.end - r.begin)) / c;
     for (int i = 0; i < c; ++i) {
       const int a = r.owners[i], b = r.owners[(i + 1) % c];
-      up[static_cast<size_t>(a)] += piece;
-      down[static_cast<size_t>(b)] += piece;
-      latency.push_back(path_latency(a, b));
-      floors.push_back(warm_floor(a, b, piece, 1));
+      h.up[static_cast<size_t>(a)] += piece;
+      h.down[static_cast<size_t>(b)] += piece;
+      h.latency.push_back(path_latency(a, b));
+      h.floors.push_back(warm_floor(a, b, piece, 1));
       // A link between regions carries every ring step that crosses it, all rings at once.
-      link.push_back(region_link(a, b));
-      if (link.back() >= 0) across[static_cast<size_t>(link.back())] += piece;
-      hop_latency = std::max(hop_latency, latency.back());
-      floor = std::max(floor, floors.back());
+      h.link.push_back(region_link(a, b));
+      if (h.link.back() >= 0) h.across[static_cast<size_t>(h.link.back())] += piece;
+      h.hop_latency = std::max(h.hop_latency, h.latency.back());
+      h.floor = std::max(h.floor, h.floors.back());
     }
-    largest = std::max(largest, r.end - r.begin);
+    h.largest = std::max(h.largest, r.end - r.begin);
   }
-  const int64_t pieces = ring_pieces(largest / c, rows, piece_bytes_);
-  double round = 0;
   for (size_t n = 0; n < pool_.size(); ++n) {
-    if (up[n] > 0) round = std::max(round, up[n] / (pool_[n].up * factors_.bandwidth));
-    if (down[n] > 0) round = std::max(round, down[n] / (pool_[n].down * factors_.bandwidth));
+    if (h.up[n] > 0) h.round = std::max(h.round, h.up[n] / (pool_[n].up * factors_.bandwidth));
+    if (h.down[n] > 0)
+      h.round = std::max(h.round, h.down[n] / (pool_[n].down * factors_.bandwidth));
   }
-  for (size_t k = 0; k < across.size(); ++k)
-    if (across[k] > 0) round = std::max(round, across[k] / region_rate(static_cast<int>(k)));
-  // A step over hop i takes its latency and then its own links' time (the sender's uplink, the
-  // receiver's downlink and a region link, each carrying all its rings' steps at once) or its
-  // warm floor. The round ends no sooner than the busiest link's 2(C - 1) steps one after the
-  // other (and the longest hop once), nor than the longest chain of consecutive steps: the other
+  for (size_t k = 0; k < h.across.size(); ++k)
+    if (h.across[k] > 0)
+      h.round = std::max(h.round, h.across[k] / region_rate(static_cast<int>(k)));
+  return h;
+}
+
+double CostModel::hop_step(const RingHops& hops, size_t h, int a, int b) const {
+  const auto from = static_cast<size_t>(a), to = static_cast<size_t>(b);
+  double own = std::max(hops.up[from] / (pool_[from].up * factors_.bandwidth),
+                        hops.down[to] / (pool_[to].down * factors_.bandwidth));
+  if (hops.link[h] >= 0)
+    own = std::max(own, hops.across[static_cast<size_t>(hops.link[h])] / region_rate(hops.link[h]));
+  return hops.latency[h] + std::max(own, hops.floors[h]);
+}
+
+double CostModel::averaging_time(const std::vector<ClusterPlan>& clusters,
+                                 const std::vector<Ring>& rings, AveragingParts* parts) const {
+  if (parts) *parts = {};
+  const int c = static_cast<int>(clusters.size());
+  if (c <= 1 || rings.empty()) return 0.0;
+  if (allreduce_->topology == AllreduceTopology::kSingleRing) return single_ring_time(clusters);
+  const RingHops& h = ring_hops(rings, c);
+  const int64_t pieces = ring_pieces(h.largest / c, averaged_rows_, piece_bytes_);
+  // The round ends no sooner than the busiest link's 2(C - 1) steps one after the other (and the
+  // longest hop once), nor than the longest chain of consecutive steps (hop_step): the other
   // hops' latencies hide behind the busiest link, unless the hops' latencies add up to more.
-  const double busiest = 2.0 * (c - 1) * std::max(round, floor) + hop_latency;
+  const double busiest = 2.0 * (c - 1) * std::max(h.round, h.floor) + h.hop_latency;
   double chain = 0, chain_latency = 0;
   thread_local std::vector<double> step;
   step.resize(static_cast<size_t>(c));
   for (size_t k = 0; k < rings.size(); ++k) {
-    const Ring& r = rings[k];
     const size_t first = k * static_cast<size_t>(c);
-    for (int i = 0; i < c; ++i) {
-      const auto a = static_cast<size_t>(r.owners[i]),
-                 b = static_cast<size_t>(r.owners[(i + 1) % c]);
-      const size_t h = first + static_cast<size_t>(i);
-      double own = std::max(up[a] / (pool_[a].up * factors_.bandwidth),
-                            down[b] / (pool_[b].down * factors_.bandwidth));
-      if (link[h] >= 0)
-        own = std::max(own, across[static_cast<size_t>(link[h])] / region_rate(link[h]));
-      step[static_cast<size_t>(i)] = latency[h] + std::max(own, floors[h]);
-    }
+    for (int i = 0; i < c; ++i)
+      step[static_cast<size_t>(i)] = hop_step(h, first + static_cast<size_t>(i), rings[k].owners[i],
+                                              rings[k].owners[(i + 1) % c]);
     chain = std::max(chain, longest_chain(step.data(), step.size()));
-    chain_latency = std::max(chain_latency, longest_chain(&latency[first], step.size()));
+    chain_latency = std::max(chain_latency, longest_chain(&h.latency[first], step.size()));
   }
-  if (parts) *parts = {floor > round, busiest, chain};
+  if (parts) *parts = {h.floor > h.round, busiest, chain};
   chain = std::max(chain, busiest);
-  return ring_steps_time(c, chain, chain_latency, hop_latency, std::max(round, floor), pieces);
+  return ring_steps_time(c, chain, chain_latency, h.hop_latency, std::max(h.round, h.floor),
+                         pieces);
 }
 
 double CostModel::single_ring_time(const std::vector<ClusterPlan>& clusters) const {
@@ -817,8 +819,9 @@ void averaging_notes(const CostModel& cost, const Plan& plan, std::vector<std::s
                   "make it longer");
   if (parts.floored)
     out.push_back(
-        "each averaging ring step is held by TCP BBR's warm floor, one message at a "
-        "time (it overcharges a round's first steps: docs/network-model.md)");
+        "each averaging ring step is held by TCP BBR's warm floor, one message at a time, at "
+        "its steady state (a connection whose pace rose above it sends faster, one in slow "
+        "start slower: docs/network-model.md)");
 }
 
 // approximations()' note on the pipelines that drain before each averaging, where their fill

@@ -205,6 +205,24 @@ class CostModel {
     double link = 0;         // a flow: at its links' own rate
     bool floored = false;    // a flow: its warm floor binds (CostModel::warm_floor)
   };
+  // A multi-ring averaging round's hops (averaging_time), all rings at once: per node its bytes up
+  // and down, per region link its bytes; per hop (ring k's hop i at k * C + i) its latency, warm
+  // floor and region link (-1: none).
+  struct RingHops {
+    std::vector<double> up, down, across;
+    std::vector<double> latency, floors;
+    std::vector<int> link;
+    double hop_latency = 0, floor = 0;  // s: the longest hop's latency, the largest warm floor
+    double round = 0;                   // s: the busiest link's step (bytes over its rate)
+    int64_t largest = 0;                // the largest ring's chunk (elements)
+  };
+  // `rings`' hops over `c` clusters, in this calling thread's buffers (ga asks for every
+  // individual); valid until this thread's next call.
+  const RingHops& ring_hops(const std::vector<Ring>& rings, int c) const;
+  // Hop `h` (owner a to owner b) of `hops`: its latency, then its own links' time (the sender's
+  // uplink, the receiver's downlink, a region link, each carrying all its rings' steps) or its
+  // warm floor.
+  double hop_step(const RingHops& hops, size_t h, int a, int b) const;
   // Calls f(station) for every station of the pipeline `nodes` cut at `cuts`: per stage its
   // compute, uplink and downlink, then both flows between it and the next stage, each followed by
   // the region link it crosses, if any (several flows may cross one).

@@ -39,10 +39,10 @@ Seconds StartupPacing::departure(Seconds from, double bytes) {
     const double rate = round_rate(k);
     const Seconds round_end = busy_start_ + (k + 1) * rtt_;
     const double room = rate * std::max(0.0, round_end - t);
-    if (bytes <= room || (path_rate_ > 0 && rate >= path_rate_) || !(rate < kInfinity) ||
-        !(rate > 0)) {
+    // (rate > 0: kInitialWindowBytes and rtt_ are, and a busy period with bytes set pace_.)
+    if (bytes <= room || (path_rate_ > 0 && rate >= path_rate_) || std::isinf(rate)) {
       last_round_ = std::max(last_round_, k);
-      return rate > 0 ? t + bytes / rate : t;
+      return t + bytes / rate;
     }
     bytes -= room;
     t = std::max(t, round_end);
