@@ -361,6 +361,7 @@ std::vector<LayerCase> layer_cases(bool quick) {
     add(OpKind::kNorm, make_batch_norm2d(2), {b, 2, 2, 2}, "batchnorm", true);
     add(OpKind::kPool, make_max_pool2d(2), {b, 1, 4, 4}, "maxpool2", true);
     add(OpKind::kElementwise, make_relu(), {b, 4}, "relu", true);
+    add(OpKind::kRandom, make_dropout(0.25), {b, 4}, "dropout", true);
   }
 
   // Sizes avoid powers of two, whose allocations and cache sets some hosts handle pathologically.
@@ -411,6 +412,12 @@ std::vector<LayerCase> layer_cases(bool quick) {
             : std::vector<int64_t>{3000,   12000,  50000,   100000, 200000,
                                    400000, 800000, 1500000, 3000000};
   for (int64_t n : sizes) add(OpKind::kElementwise, make_relu(), {n}, "relu");
+  // Dropout draws each element of its mask from a generator (the random kind, work.h): a rate of
+  // its own, over the sizes of a network's hidden layers and a transformer's activations.
+  const std::vector<int64_t> random_sizes =
+      quick ? std::vector<int64_t>{12000}
+            : std::vector<int64_t>{3000, 12000, 50000, 200000, 800000, 3000000};
+  for (int64_t n : random_sizes) add(OpKind::kRandom, make_dropout(0.25), {n}, "dropout");
   return cases;
 }
 
@@ -772,6 +779,15 @@ void fit_profile(const std::vector<CalibrationSample>& samples, ComputeProfile& 
       const auto pass = static_cast<Pass>(q);
       const auto kind = static_cast<OpKind>(k);
       KindCost& cost = p.of(pass, kind);
+      // Samples without dropout's (published kernel timings, a calibration from before the random
+      // kind): dropout as elementwise work, as a profile without it charges it (profile.h).
+      if (kind == OpKind::kRandom &&
+          std::none_of(samples.begin(), samples.end(), [&](const CalibrationSample& s) {
+            return s.pass == pass && s.kind == kind;
+          })) {
+        cost = p.of(pass, OpKind::kElementwise);
+        continue;
+      }
       std::array<std::vector<double>, kOpClasses> by_class;
       for (const auto& s : samples)
         if (s.pass == pass && s.kind == kind && !s.fixed_cost)
@@ -860,7 +876,7 @@ std::vector<CalibrationSample> read_samples(const std::string& path) {
       }
     if (!kind)
       throw InputError(where + ": unknown kind '" + f[1] +
-                       "' (matmul, conv, norm, pool, elementwise)");
+                       "' (matmul, conv, norm, pool, elementwise, random)");
     s.shape = f[2];
     s.ops = number_field(f[3], where, "ops");
     s.flops = number_field(f[4], where, "flops");
@@ -919,7 +935,8 @@ Calibration calibrate_published(const PublishedOptions& options) {
       const bool has =
           std::any_of(cal.samples.begin(), cal.samples.end(),
                       [&](const CalibrationSample& s) { return s.pass == pass && s.kind == kind; });
-      if (has) continue;
+      // Published kernel timings without dropout's: dropout as elementwise (profile.h).
+      if (has || kind == OpKind::kRandom) continue;
       if (!(options.memory_bytes_per_s > 0))
         throw InputError(options.samples_path + ": no " + op_kind_name(kind) + " case in the " +
                          pass_name(pass) +

@@ -39,6 +39,13 @@ ComputeProfile example_profile() {
   return p;
 }
 
+// The operations of `k` in pass `q` that `w` holds, over every class.
+double ops(const Work& w, OpKind k, Pass q) {
+  double o = 0;
+  for (int c = 0; c < kOpClasses; ++c) o += w.ops(k, q, c);
+  return o;
+}
+
 fs::path temp_file(const std::string& name, const std::string& text) {
   const fs::path p =
       fs::temp_directory_path() / ("rv-compute-" + std::to_string(getpid()) + "-" + name);
@@ -503,11 +510,6 @@ count = 1
     pools += p.op_kind == OpKind::kPool;
     views += p.forward_ops == 0;
   }
-  auto ops = [](const Work& w, OpKind k, Pass q) {
-    double o = 0;
-    for (int c = 0; c < kOpClasses; ++c) o += w.ops(k, q, c);
-    return o;
-  };
   CHECK(convs == 2);
   CHECK(norms == 2);
   CHECK(pools == 2);
@@ -611,6 +613,56 @@ count = 1
 tflops = 0.2
 )";
 
+TEST_CASE("a dropout's three kernels are of the random kind, forward and backward", "[compute]") {
+  auto prep = test::prepare(R"(
+name = "d"
+[model]
+head = "linear"
+kind = "mlp"
+hidden = [32, 16]
+dropout = 0.25
+[data]
+kind = "synthetic"
+side = 8
+classes = 10
+batch_size = 16
+[sim]
+mode = "timing"
+[[devices]]
+count = 1
+)",
+                            {}, false);
+  const ModelDesc& m = prep.model;
+  const int n = m.layer_count();
+  int dropouts = 0;
+  for (const LayerProfile& p : m.profile)
+    if (p.name.rfind("dropout", 0) == 0) {
+      ++dropouts;
+      CHECK(p.op_kind == OpKind::kRandom);
+    }
+  REQUIRE(dropouts >= 1);
+  const Work f = m.forward_work(0, n, 16), b = m.backward_work(0, n, 16);
+  CHECK(ops(f, OpKind::kRandom, Pass::kForward) == 3 * dropouts);
+  // The first dropout comes before any weights: nothing needs its gradient.
+  CHECK(ops(b, OpKind::kRandom, Pass::kBackward) == 3 * (dropouts - 1));
+  // Charged at the random kind's rate: a profile whose random kind is 30 times slower than its
+  // elementwise one makes the forward slower than the same profile with both alike (control).
+  ComputeProfile alike;
+  alike.peak_flops_per_s = 1e10;
+  for (int q = 0; q < kPasses; ++q)
+    for (OpKind k : {OpKind::kElementwise, OpKind::kRandom})
+      alike.of(static_cast<Pass>(q), k).efficiency.fill(0.05);
+  ComputeProfile slow = alike;
+  slow.of(Pass::kForward, OpKind::kRandom).efficiency.fill(0.05 / 30);
+  const Work drops = [&] {
+    Work w;
+    for (int l = 0; l < n; ++l)
+      if (m.profile[l].op_kind == OpKind::kRandom) w.add(m.forward_work(l, l + 1, 16));
+    return w;
+  }();
+  CHECK(time_of(f, slow) - time_of(f, alike) == Approx(29 * time_of(drops, alike)).epsilon(1e-9));
+}
+
 TEST_CASE("an optimizer step: its kernels on each parameter tensor, each at that tensor's size",
           "[compute]") {
   auto prep = test::prepare(kOneNode, {"model.hidden=[512, 256]"}, false);
@@ -680,7 +732,8 @@ TEST_CASE("profile files read back as written, bad ones name the key", "[compute
       for (int k = 0; k < kOpKinds; ++k)
         f.of(static_cast<Pass>(r), static_cast<OpKind>(k)).first = (10 * r + k + 1) * 1e-6;
     const std::string text = profile_to_toml(f);
-    CHECK(text.find("first_op_us = [[1, 2, 3, 4, 5], [11, 12, 13, 14, 15]]") != std::string::npos);
+    CHECK(text.find("first_op_us = [[1, 2, 3, 4, 5, 6], [11, 12, 13, 14, 15, 16]]") !=
+          std::string::npos);
     const ComputeProfile g = parse_profile(text, "f.toml");
     for (int r = 0; r < kPasses; ++r)
       for (int k = 0; k < kOpKinds; ++k)
@@ -704,6 +757,34 @@ TEST_CASE("profile files read back as written, bad ones name the key", "[compute
       CHECK(m.efficiency[static_cast<size_t>(2 * kIntensities + c)] == Approx(0.1 * (c + 7)));
     }
   }
+  // A profile from before the random kind (no `random` rows, five kinds in first_op_us) charges
+  // dropout as elementwise: the random kind takes elementwise's costs, first ones included.
+  {
+    const std::string row = " = [2, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2]\n";
+    const std::string ew =
+        " = [7, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.09, 0.1, 0.11, 0.12]\n";
+    const std::string five =
+        "matmul" + row + "conv" + row + "norm" + row + "pool" + row + "elementwise" + ew;
+    const ComputeProfile o = parse_profile(
+        "peak_tflops = 1\nfirst_op_us = [[1, 2, 3, 4, 5], [11, 12, 13, 14, 15]]\n"
+        "[forward]\n" +
+            five + "[backward]\n" + five,
+        "o.toml");
+    for (int r = 0; r < kPasses; ++r) {
+      const KindCost& e = o.of(static_cast<Pass>(r), OpKind::kElementwise);
+      const KindCost& d = o.of(static_cast<Pass>(r), OpKind::kRandom);
+      CHECK(d.overhead == Approx(7e-6));
+      CHECK(d.first == Approx((10 * r + 5) * 1e-6));
+      CHECK(d.first == e.first);
+      for (size_t c = 0; c < kOpClasses; ++c) CHECK(d.efficiency[c] == e.efficiency[c]);
+    }
+    // Control: a profile with its own random rows keeps them.
+    const ComputeProfile n = parse_profile("peak_tflops = 1\n[forward]\n" + five + "random" + row +
+                                               "[backward]\n" + five + "random" + row,
+                                           "n.toml");
+    CHECK(n.of(Pass::kForward, OpKind::kRandom).overhead == Approx(2e-6));
+    CHECK(n.of(Pass::kForward, OpKind::kRandom).efficiency[0] == Approx(0.1));
+  }
   const std::string good = profile_to_toml(p);
   struct Bad {
     std::string text, says;
@@ -716,6 +797,7 @@ TEST_CASE("profile files read back as written, bad ones name the key", "[compute
        {Bad{"peak_tflops = 1\n[forward]\n" + kinds, "key 'backward'"},
         Bad{"speed = 3\n" + good, "key 'speed': unknown key"},
         Bad{good + "attention" + row, "key 'backward.attention': unknown kind"},
+        Bad{backward + kinds + "random = 5\n", "key 'forward.random'"},
         Bad{"peak_tflops = -1\n", "key 'peak_tflops'"},
         Bad{backward + "matmul = [1, 1, 1, 1]\n" + kinds.substr(6 + row.size()),
             "key 'forward.matmul'"},

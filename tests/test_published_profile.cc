@@ -81,6 +81,11 @@ TEST_CASE("published timings fit a profile: the device's fixed costs and efficie
   const double n = 1.5e6;
   relu.add(OpKind::kElementwise, Pass::kForward, n, 8 * n);
   CHECK(time_of(relu, prof) == Approx(fixed_of(Pass::kForward) + 8 * n / bandwidth).epsilon(1e-5));
+  // Dropout, without timings of its own, is charged as elementwise work (profile.h).
+  for (Pass p : {Pass::kForward, Pass::kBackward}) {
+    CHECK(prof.of(p, OpKind::kRandom).overhead == prof.of(p, OpKind::kElementwise).overhead);
+    CHECK(prof.of(p, OpKind::kRandom).efficiency == prof.of(p, OpKind::kElementwise).efficiency);
+  }
   fs::remove(f);
 }
 

@@ -270,7 +270,8 @@ class ProfileReader {
   void read_pass(ComputeProfile& p, Pass q) const {
     const std::string pass = pass_name(q);
     const toml::table* t = root_[pass].as_table();
-    if (t == nullptr) fail(pass, "expected a table with matmul, conv, norm, pool and elementwise");
+    if (t == nullptr)
+      fail(pass, "expected a table with matmul, conv, norm, pool, elementwise (and random)");
     for (const auto& [k, v] : *t) {
       bool known = false;
       for (int i = 0; i < kOpKinds; ++i) known |= k.str() == op_kind_name(static_cast<OpKind>(i));
@@ -279,6 +280,12 @@ class ProfileReader {
     for (int k = 0; k < kOpKinds; ++k) {
       const std::string key = pass + "." + op_kind_name(static_cast<OpKind>(k));
       const toml::array* a = (*t)[op_kind_name(static_cast<OpKind>(k))].as_array();
+      if (a == nullptr && static_cast<OpKind>(k) == OpKind::kRandom &&
+          !t->contains(op_kind_name(OpKind::kRandom))) {
+        // A profile from before the random kind: dropout as elementwise (profile.h).
+        p.of(q, OpKind::kRandom) = p.of(q, OpKind::kElementwise);
+        continue;
+      }
       // kOpClasses efficiencies, or the 12 of a profile from before the middle footprint (work.h).
       constexpr size_t kTwoFootprints = 2 * kIntensities;
       if (a == nullptr || (a->size() != 1 + kOpClasses && a->size() != 1 + kTwoFootprints))
@@ -305,14 +312,19 @@ class ProfileReader {
   void read_first_ops(ComputeProfile& p) const {
     if (!root_.contains("first_op_us")) return;
     const std::string form =
-        "expected [[5 forward], [5 backward]] us: matmul, conv, norm, pool, elementwise";
+        "expected [[6 forward], [6 backward]] us: matmul, conv, norm, pool, elementwise, random "
+        "(or 5 each, without random)";
     const toml::array* a = root_["first_op_us"].as_array();
     if (a == nullptr || a->size() != kPasses) fail("first_op_us", form);
     for (int q = 0; q < kPasses; ++q) {
       const toml::array* pass = (*a)[static_cast<size_t>(q)].as_array();
-      if (pass == nullptr || pass->size() != kOpKinds)
+      // Five: a profile from before the random kind, which takes elementwise's (profile.h).
+      if (pass == nullptr || (pass->size() != kOpKinds && pass->size() != kOpKinds - 1))
         fail("first_op_us[" + std::to_string(q) + "]", form);
-      for (int k = 0; k < kOpKinds; ++k) {
+      if (pass->size() == kOpKinds - 1)
+        p.of(static_cast<Pass>(q), OpKind::kRandom).first =
+            (*pass)[static_cast<size_t>(OpKind::kElementwise)].value_or(0.0) * 1e-6;
+      for (int k = 0; k < static_cast<int>(pass->size()); ++k) {
         const auto us = (*pass)[static_cast<size_t>(k)].value<double>();
         const std::string at = "first_op_us[" + std::to_string(q) + "][" + std::to_string(k) + "]";
         if (!us || !(*us >= 0) || *us > 1e6) fail(at, "expected a cost in [0, 1e6] us");
@@ -380,8 +392,8 @@ std::string profile_to_toml(const ComputeProfile& p, const std::string& comment)
            << number(p.of(static_cast<Pass>(q), static_cast<OpKind>(k)).first * 1e6);
       os << "]";
     }
-    os << "]  # [forward, backward] per kind (matmul, conv, norm, pool, elementwise): us more for "
-          "a span's first operation of the kind in each class\n";
+    os << "]  # [forward, backward] per kind (matmul, conv, norm, pool, elementwise, random): us "
+          "more for a span's first operation of the kind in each class\n";
   }
   for (int q = 0; q < kPasses; ++q) {
     os << "[" << pass_name(static_cast<Pass>(q)) << "]";

@@ -20,10 +20,10 @@
 //                            # optional: the wake-up curve, [wait ms, us more per operation,
 //                            # us more for the span that ends the wait] (below; a point of two
 //                            # numbers charges no span)
-//   first_op_us = [[13, 35, 14, 5, 7.5], [13, 18, 12, 9, 10]]
+//   first_op_us = [[13, 35, 14, 5, 7.5, 9], [13, 18, 12, 9, 10, 11]]
 //                            # optional: per pass (forward, backward) and kind (matmul, conv,
-//                            # norm, pool, elementwise), us more for a span's first operation of
-//                            # the kind in each operation class (KindCost::first)
+//                            # norm, pool, elementwise, random), us more for a span's first
+//                            # operation of the kind in each operation class (KindCost::first)
 //   [forward]    # per kind: fixed cost (us), then the efficiency of each operation class (work.h):
 //                # intensity < 4, < 8, < 16, < 32, < 64, >= 64 flop/B within 1 MiB; the same up to
 //                # 8 MiB; the same beyond (18 efficiencies; a file of 12, as profiles were before
@@ -33,8 +33,13 @@
 //   norm = [5.9, ...]
 //   pool = [2.3, ...]
 //   elementwise = [1.9, ...]
+//   random = [24, ...]
 //   [backward]
-//   ... the same five kinds
+//   ... the same six kinds
+//
+// `random` (dropout, work.h) came after the others: a profile written before it (without the
+// `random` rows, five kinds in first_op_us) charges dropout as `elementwise`, as the model did
+// then.
 //
 // Units: seconds, flop/s; efficiencies are fractions of the peak in (0, kMaxEfficiency]: a kind may
 // beat the matmul that defines the peak (on an AVX-512 host oneDNN's convolutions ran at up to

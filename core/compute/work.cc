@@ -19,6 +19,8 @@ const char* op_kind_name(OpKind k) {
       return "pool";
     case OpKind::kElementwise:
       return "elementwise";
+    case OpKind::kRandom:
+      return "random";
   }
   return "?";
 }

@@ -105,7 +105,8 @@ class Dropout : public Layer {
     LayerProfile p;
     p.name = "dropout(" + std::to_string(p_).substr(0, 4) + ")";
     p.out_shape = in;
-    p.forward_ops = 3;  // the mask, the product, the scaling
+    p.op_kind = OpKind::kRandom;  // its mask draws every element (core/compute/work.h)
+    p.forward_ops = 3;            // the mask, the product, the scaling
     p.forward_flops = 3.0 * static_cast<double>(shape_product(in));
     return finish_profile(p);
   }

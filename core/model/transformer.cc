@@ -45,10 +45,11 @@ at::Tensor dropout(const at::Tensor& x, double p, const ForwardContext& ctx, uin
       x, p, mix_seed(mix_seed(ctx.dropout_seed, static_cast<uint64_t>(ctx.index)), which));
 }
 
-// The elementwise kernels of `count` dropouts over `elems` floats each (3 kernels apiece).
+// The kernels of `count` dropouts over `elems` floats each (3 kernels apiece, of the random kind:
+// core/compute/work.h).
 void add_dropouts(LayerProfile& p, double dropout, double elems, int count) {
   if (dropout <= 0 || count == 0) return;
-  p.ops.push_back({OpKind::kElementwise, 3 * count, 3.0 * count * elems, 2.0 * elems, 0.0, 1});
+  p.ops.push_back({OpKind::kRandom, 3 * count, 3.0 * count * elems, 2.0 * elems, 0.0, 1});
 }
 
 class TokenEmbedding : public Layer {
