@@ -346,25 +346,36 @@ void time_chain(const std::vector<const LayerCase*>& cases, int repeats, bool co
   }
 }
 
-std::vector<LayerCase> layer_cases(bool quick) {
-  std::vector<LayerCase> cases;
-  auto add = [&](OpKind kind, LayerPtr layer, std::vector<int64_t> input, std::string label,
-                 bool fixed = false, bool first = false) {
-    cases.push_back({kind, std::move(layer), input,
-                     label + " " + dims(input) + (first ? " (first)" : ""), fixed, first});
-  };
-  // Fixed costs: layers on a handful of values, three batch sizes each. (A batch of one takes
-  // other code paths, matrix-vector products and the like: two at least.)
-  for (int64_t b : {2, 3, 4}) {
-    add(OpKind::kMatmul, make_linear(4, 4), {b, 4}, "linear", true);
-    add(OpKind::kConv, make_conv2d(1, 1, 3, 1), {b, 1, 4, 4}, "conv3x3", true);
-    add(OpKind::kNorm, make_batch_norm2d(2), {b, 2, 2, 2}, "batchnorm", true);
-    add(OpKind::kPool, make_max_pool2d(2), {b, 1, 4, 4}, "maxpool2", true);
-    add(OpKind::kElementwise, make_relu(), {b, 4}, "relu", true);
-    add(OpKind::kRandom, make_dropout(0.25), {b, 4}, "dropout", true);
+// The calibration's cases as they are listed, each named by its layer and its input's dimensions.
+class CaseList {
+ public:
+  void add(OpKind kind, LayerPtr layer, std::vector<int64_t> input, const std::string& label,
+           bool fixed = false, bool first = false) {
+    cases_.push_back({kind, std::move(layer), input,
+                      label + " " + dims(input) + (first ? " (first)" : ""), fixed, first});
   }
+  std::vector<LayerCase> take() { return std::move(cases_); }
 
-  // Sizes avoid powers of two, whose allocations and cache sets some hosts handle pathologically.
+ private:
+  std::vector<LayerCase> cases_;
+};
+
+// Fixed costs: layers on a handful of values, three batch sizes each. (A batch of one takes other
+// code paths, matrix-vector products and the like: two at least.)
+void fixed_cost_cases(CaseList& list) {
+  for (int64_t b : {2, 3, 4}) {
+    list.add(OpKind::kMatmul, make_linear(4, 4), {b, 4}, "linear", true);
+    list.add(OpKind::kConv, make_conv2d(1, 1, 3, 1), {b, 1, 4, 4}, "conv3x3", true);
+    list.add(OpKind::kNorm, make_batch_norm2d(2), {b, 2, 2, 2}, "batchnorm", true);
+    list.add(OpKind::kPool, make_max_pool2d(2), {b, 1, 4, 4}, "maxpool2", true);
+    list.add(OpKind::kElementwise, make_relu(), {b, 4}, "relu", true);
+    list.add(OpKind::kRandom, make_dropout(0.25), {b, 4}, "dropout", true);
+  }
+}
+
+// Linear layers of several widths over several batches. Sizes avoid powers of two, whose
+// allocations and cache sets some hosts handle pathologically.
+void linear_cases(CaseList& list, bool quick) {
   const std::vector<int64_t> batches =
       quick ? std::vector<int64_t>{16} : std::vector<int64_t>{16, 32, 64, 128, 256};
   struct Wide {
@@ -376,8 +387,11 @@ std::vector<LayerCase> layer_cases(bool quick) {
                                 {128, 512}, {2048, 256}, {1024, 1024}};
   for (int64_t b : batches)
     for (const Wide& w : linears)
-      add(OpKind::kMatmul, make_linear(w.in, w.out), {b, w.in}, "linear");
+      list.add(OpKind::kMatmul, make_linear(w.in, w.out), {b, w.in}, "linear");
+}
 
+// Convolutions, batch normalisation and pooling on image-like maps.
+void image_cases(CaseList& list, bool quick) {
   struct Conv {
     int64_t cin, cout, side;
   };
@@ -393,8 +407,8 @@ std::vector<LayerCase> layer_cases(bool quick) {
   // for the efficiency of the one gradient such a layer computes (2.4x its time here).
   for (int64_t b : image_batches)
     for (const Conv& c : convs)
-      add(OpKind::kConv, make_conv2d(c.cin, c.cout, 3, 1), {b, c.cin, c.side, c.side}, "conv3x3",
-          false, c.cin <= 3);
+      list.add(OpKind::kConv, make_conv2d(c.cin, c.cout, 3, 1), {b, c.cin, c.side, c.side},
+               "conv3x3", false, c.cin <= 3);
 
   struct Map {
     int64_t channels, side;
@@ -403,22 +417,34 @@ std::vector<LayerCase> layer_cases(bool quick) {
       quick ? std::vector<Map>{{8, 12}} : std::vector<Map>{{8, 30}, {16, 20}, {32, 12}, {64, 6}};
   for (int64_t b : image_batches)
     for (const Map& m : maps) {
-      add(OpKind::kNorm, make_batch_norm2d(m.channels), {b, m.channels, m.side, m.side},
-          "batchnorm");
-      add(OpKind::kPool, make_max_pool2d(2), {b, m.channels, m.side, m.side}, "maxpool2");
+      list.add(OpKind::kNorm, make_batch_norm2d(m.channels), {b, m.channels, m.side, m.side},
+               "batchnorm");
+      list.add(OpKind::kPool, make_max_pool2d(2), {b, m.channels, m.side, m.side}, "maxpool2");
     }
+}
+
+// Kernels that stream their elements: a ReLU over sizes from a core's cache to memory, and
+// dropout, which draws each element of its mask from a generator (the random kind, work.h): a
+// rate of its own, over the sizes of a network's hidden layers and a transformer's activations.
+void stream_cases(CaseList& list, bool quick) {
   const std::vector<int64_t> sizes =
       quick ? std::vector<int64_t>{12000, 300000}
             : std::vector<int64_t>{3000,   12000,  50000,   100000, 200000,
                                    400000, 800000, 1500000, 3000000};
-  for (int64_t n : sizes) add(OpKind::kElementwise, make_relu(), {n}, "relu");
-  // Dropout draws each element of its mask from a generator (the random kind, work.h): a rate of
-  // its own, over the sizes of a network's hidden layers and a transformer's activations.
+  for (int64_t n : sizes) list.add(OpKind::kElementwise, make_relu(), {n}, "relu");
   const std::vector<int64_t> random_sizes =
       quick ? std::vector<int64_t>{12000}
             : std::vector<int64_t>{3000, 12000, 50000, 200000, 800000, 3000000};
-  for (int64_t n : random_sizes) add(OpKind::kRandom, make_dropout(0.25), {n}, "dropout");
-  return cases;
+  for (int64_t n : random_sizes) list.add(OpKind::kRandom, make_dropout(0.25), {n}, "dropout");
+}
+
+std::vector<LayerCase> layer_cases(bool quick) {
+  CaseList list;
+  fixed_cost_cases(list);
+  linear_cases(list, quick);
+  image_cases(list, quick);
+  stream_cases(list, quick);
+  return list.take();
 }
 
 // While alive, this thread's sleeps end when asked, not up to Linux's default 50 us of timer slack

@@ -39,6 +39,18 @@ ComputeProfile example_profile() {
   return p;
 }
 
+// A model's scenario after its [model] table: synthetic 8 x 8 data, batch 16, one device, timing.
+constexpr const char* kSyntheticTiming = R"([data]
+kind = "synthetic"
+side = 8
+classes = 10
+batch_size = 16
+[sim]
+mode = "timing"
+[[devices]]
+count = 1
+)";
+
 // The operations of `k` in pass `q` that `w` holds, over every class.
 double ops(const Work& w, OpKind k, Pass q) {
   double o = 0;
@@ -487,16 +499,7 @@ head = "linear"
 kind = "cnn"
 channels = [4, 8]
 hidden = [32]
-[data]
-kind = "synthetic"
-side = 8
-classes = 10
-batch_size = 16
-[sim]
-mode = "timing"
-[[devices]]
-count = 1
-)",
+)" + std::string(kSyntheticTiming),
                             {}, false);
   const ModelDesc& m = prep.model;
   const int n = m.layer_count();
@@ -621,16 +624,7 @@ head = "linear"
 kind = "mlp"
 hidden = [32, 16]
 dropout = 0.25
-[data]
-kind = "synthetic"
-side = 8
-classes = 10
-batch_size = 16
-[sim]
-mode = "timing"
-[[devices]]
-count = 1
-)",
+)" + std::string(kSyntheticTiming),
                             {}, false);
   const ModelDesc& m = prep.model;
   const int n = m.layer_count();

@@ -321,15 +321,15 @@ class ProfileReader {
       // Five: a profile from before the random kind, which takes elementwise's (profile.h).
       if (pass == nullptr || (pass->size() != kOpKinds && pass->size() != kOpKinds - 1))
         fail("first_op_us[" + std::to_string(q) + "]", form);
-      if (pass->size() == kOpKinds - 1)
-        p.of(static_cast<Pass>(q), OpKind::kRandom).first =
-            (*pass)[static_cast<size_t>(OpKind::kElementwise)].value_or(0.0) * 1e-6;
       for (int k = 0; k < static_cast<int>(pass->size()); ++k) {
         const auto us = (*pass)[static_cast<size_t>(k)].value<double>();
         const std::string at = "first_op_us[" + std::to_string(q) + "][" + std::to_string(k) + "]";
         if (!us || !(*us >= 0) || *us > 1e6) fail(at, "expected a cost in [0, 1e6] us");
         p.of(static_cast<Pass>(q), static_cast<OpKind>(k)).first = *us * 1e-6;
       }
+      if (pass->size() == kOpKinds - 1)
+        p.of(static_cast<Pass>(q), OpKind::kRandom).first =
+            p.of(static_cast<Pass>(q), OpKind::kElementwise).first;
     }
   }
 
