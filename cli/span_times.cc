@@ -8,10 +8,13 @@
 
 namespace rv {
 
-double SpanTimes::median_ratio() const {
+double SpanTimes::median_ratio() const { return rv::median_ratio(took, modeled); }
+
+double median_ratio(const std::vector<Seconds>& a, const std::vector<Seconds>& b) {
   std::vector<double> r;
-  for (size_t i = 0; i < took.size(); ++i)
-    if (modeled[i] > 0) r.push_back(took[i] / modeled[i]);
+  if (a.size() != b.size()) return std::numeric_limits<double>::quiet_NaN();
+  for (size_t i = 0; i < a.size(); ++i)
+    if (b[i] > 0) r.push_back(a[i] / b[i]);
   if (r.empty()) return std::numeric_limits<double>::quiet_NaN();
   const auto mid = r.begin() + static_cast<std::ptrdiff_t>(r.size() / 2);
   std::nth_element(r.begin(), mid, r.end());

@@ -47,6 +47,10 @@ struct SpanTimes {
   }
 };
 
+// The median over i of a[i] / b[i] where b[i] > 0; NaN without any, or where a and b differ in
+// length (two readings of different spans).
+double median_ratio(const std::vector<Seconds>& a, const std::vector<Seconds>& b);
+
 // The spans of the run folder's metrics.csv (`metrics`), `p` the run's scenario, model and plan.
 SpanTimes span_times(const Prepared& p, const std::string& metrics);
 

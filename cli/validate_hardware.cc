@@ -59,6 +59,20 @@ std::vector<std::string> device_overrides(const Scenario& s, const fs::path& pro
   return out;
 }
 
+// `p` with every device computing as the profile file `profile` says (device_overrides' values,
+// on the prepared scenario: its plan unchanged).
+Prepared computing_as(const Prepared& p, const fs::path& profile) {
+  Prepared out = p;
+  const ComputeProfile c = read_profile(profile.string());
+  for (DeviceGroup& g : out.scenario.devices) {
+    g.profile = profile.string();
+    g.compute = c;
+    g.tflops = c.peak_flops_per_s / kTflopsToFlopsPerSecond;
+    g.efficiency = 0;
+  }
+  return out;
+}
+
 // What the packet path's delay lines and queues did (kernel_network.json), as notes.
 std::vector<std::string> packet_path_notes(const fs::path& record) {
   std::vector<std::string> notes;
@@ -105,11 +119,16 @@ nlohmann::json validate_against_hardware(const CommonOptions& o, const std::stri
   std::cout << fmt::format(
       "model against hardware: calibrating this host ({} thread(s) a rank, shared by {})\n",
       threads, ranks);
-  std::vector<std::string> calibrate = {
-      self_exe,  "calibrate",           "--threads", std::to_string(threads),
-      "--share", std::to_string(ranks), "--out",     profile.string()};
-  if (quick) calibrate.push_back("--quick");
-  run_step(calibrate, dir / "calibrate.txt", "calibration");
+  // Run before the real run (host.toml, the simulation's) and again after it (host-after.toml,
+  // the drift check's).
+  auto calibrate = [&](const fs::path& out, const fs::path& log) {
+    std::vector<std::string> argv = {
+        self_exe,  "calibrate",           "--threads", std::to_string(threads),
+        "--share", std::to_string(ranks), "--out",     out.string()};
+    if (quick) argv.push_back("--quick");
+    run_step(argv, log, "calibration");
+  };
+  calibrate(profile, dir / "calibrate.txt");
   const double peak = peak_of(profile);
   std::vector<std::string> overrides = o.overrides;
   const std::vector<std::string> devices = device_overrides(s, profile, peak);
@@ -122,19 +141,31 @@ nlohmann::json validate_against_hardware(const CommonOptions& o, const std::stri
   std::cout << "model against hardware: the real run (this host's compute, real TCP)\n";
   run_real(real.scenario, LaunchOptions{o.scenario, real_overrides, self_exe,
                                         (dir / "real").string(), o.progress});
+  std::cout << "model against hardware: calibrating this host again (its drift over the run)\n";
+  const fs::path after = fs::absolute(dir / "host-after.toml");
+  calibrate(after, dir / "calibrate-after.txt");
   // 3. The simulation, told the calibration.
   std::vector<std::string> sim_args = {self_exe, "sim", o.scenario};
   for (const std::string& v : overrides) sim_args.insert(sim_args.end(), {"--set", v});
   sim_args.insert(sim_args.end(), {"--run-dir", (dir / "sim").string(), "--progress", "off"});
   run_step(sim_args, dir / "sim.log", "simulation");
 
-  const SpanTimes spans = span_times(real, (dir / "real" / "metrics.csv").string());
+  const std::string metrics = (dir / "real" / "metrics.csv").string();
+  const SpanTimes spans = span_times(real, metrics);
   ValidationContext ctx;
   ctx.agreement = Agreement::kHardware;
   ctx.compute_ratio = spans.median_ratio();
+  ctx.host_drift =
+      median_ratio(span_times(computing_as(real, after), metrics).modeled, spans.modeled);
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  ctx.host = {{"cores", cores},      {"threads", threads},         {"share", ranks},
-              {"peak_tflops", peak}, {"quick_calibration", quick}, {"profile", "host.toml"}};
+  ctx.host = {{"cores", cores},
+              {"threads", threads},
+              {"share", ranks},
+              {"peak_tflops", peak},
+              {"peak_tflops_after", peak_of(after)},
+              {"quick_calibration", quick},
+              {"profile", "host.toml"},
+              {"profile_after", "host-after.toml"}};
   ctx.same_plan = read_json_file((dir / "sim" / "plan.json").string()) ==
                   read_json_file((dir / "real" / "plan.json").string());
   ctx.notes = packet_path_notes(dir / "real" / "kernel_network.json");

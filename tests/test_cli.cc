@@ -1225,6 +1225,10 @@ TEST_CASE("validate runs the scenario simulated and emulated, dilated, and compa
           std::string::npos);
     CHECK(fs::exists(d / "v" / "hardware" / "real" / "kernel_network.json"));
     CHECK(hw["compute_ratio"].get<double>() > 0);
+    // The host calibrated again after the real run, and its drift measured on the run's spans.
+    CHECK(fs::exists(d / "v" / "hardware" / "host-after.toml"));
+    CHECK(hw["host_drift"].get<double>() > 0);
+    CHECK(hw["host"]["peak_tflops_after"].get<double>() > 0);
     bool samples = false;
     for (const auto& f : hw["figures"])
       samples = samples || (f["figure"] == "steady_samples_per_s" && f["error"].is_number());

@@ -1,5 +1,7 @@
 // ravnest validate's parts that need no run: the error of a figure, the comparison of two summaries
 // and its verdict, and the choice of a dilation from host and modeled times.
+#include <fmt/core.h>
+
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -99,24 +101,46 @@ TEST_CASE("two summaries side by side: errors, per-node differences and the verd
           std::string::npos);
     CHECK(v["verdict"].get<std::string>().find("plans differ") != std::string::npos);
   }
-  SECTION("against hardware, the real compute is judged against its calibration, not lateness") {
+  SECTION("against hardware, the host's drift is judged, not lateness nor the spans' own ratio") {
     ctx.agreement = Agreement::kHardware;
     ctx.late_fraction = 0.5;  // not an executor agreement's: ignored
-    ctx.compute_ratio = 1.05;
+    ctx.compute_ratio = 1.6;  // the model's error on the spans: reported, not judged
+    ctx.host_drift = 1.05;
+    ctx.host = {{"threads", 1},
+                {"share", 3},
+                {"cores", 2},
+                {"peak_tflops", 0.04},
+                {"peak_tflops_after", 0.042}};
     json v =
         compare_runs(summary(100, 0.5, 0.8, 0.85, 1000), summary(104, 0.5, 0.8, 0.85, 1000), ctx);
     CHECK(v["agreement"] == "hardware");
     CHECK(v["agrees"].get<bool>());
     CHECK_FALSE(v.contains("late_fraction"));
-    CHECK(v["verdict"].get<std::string>().find("the real compute at 1.05x its calibration") !=
-          std::string::npos);
+    CHECK(v["compute_ratio"].get<double>() == Approx(1.6));
+    CHECK(v["host_drift"].get<double>() == Approx(1.05));
+    CHECK(v["verdict"].get<std::string>().find(
+              "the host's calibration after the run at 1.05x the one before") != std::string::npos);
     CHECK(v["verdict"].get<std::string>().find("(undilated)") != std::string::npos);
-    CHECK(validation_markdown(v).rfind("## Model against hardware", 0) == 0);
-    // A run whose compute left its calibration by more than 10% is flagged.
-    ctx.compute_ratio = 1.4;
+    const std::string md = validation_markdown(v);
+    CHECK(md.rfind("## Model against hardware", 0) == 0);
+    CHECK(md.find("peak 0.04 TFLOPS before the real run, 0.042 after it") != std::string::npos);
+    CHECK(md.find("would take 1.050x") != std::string::npos);
+    CHECK(md.find("The real spans took 1.600x") != std::string::npos);
+    // A run whose host's speed moved by more than 10% between the two calibrations is flagged,
+    // faster or slower.
+    for (const double drift : {1.4, 0.85}) {
+      ctx.host_drift = drift;
+      v = compare_runs(summary(100, 0.5, 0.8, 0.85, 1000), summary(104, 0.5, 0.8, 0.85, 1000), ctx);
+      CHECK_FALSE(v["agrees"].get<bool>());
+      CHECK(v["verdict"].get<std::string>().rfind(
+                fmt::format("differs: the host's calibration after the run at {:.2f}x", drift),
+                0) == 0);
+    }
+    // Not measured (no spans): not a pass.
+    ctx.host_drift = std::numeric_limits<double>::quiet_NaN();
     v = compare_runs(summary(100, 0.5, 0.8, 0.85, 1000), summary(104, 0.5, 0.8, 0.85, 1000), ctx);
     CHECK_FALSE(v["agrees"].get<bool>());
-    CHECK(v["verdict"].get<std::string>().rfind("differs: the real compute at 1.40x", 0) == 0);
+    CHECK(v["host_drift"].is_null());
     const json unmeasured = {{"agreement", "hardware"}, {"measured", false}, {"why", "not root"}};
     CHECK(validation_markdown(unmeasured).find("**Not measured**: not root") != std::string::npos);
   }

@@ -17,6 +17,7 @@
 // accuracy within 2 points.
 #pragma once
 
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -26,7 +27,8 @@ namespace rv {
 constexpr double kTargetSamplesError = 0.10;
 constexpr double kTargetBusyDifference = 0.10;
 constexpr double kTargetAccuracyPoints = 2.0;
-// Model against hardware: the real compute within this of its calibration, or the run is flagged.
+// Model against hardware: the host's speed within this of itself over the run (the calibration
+// after the real run against the one before, on the run's own spans), or the run is flagged.
 constexpr double kComputeTolerance = 0.10;
 // A real compute span counts as late when it ran this much past its modeled time (and 1 ms, a
 // scheduler's granularity): the host did not keep up there, and the dilation was too small. A run
@@ -51,8 +53,15 @@ struct ValidationContext {
   // Executor agreement: the real run's compute spans that were late (kLateTolerance).
   double late_fraction = 0;
   // Model against hardware: the median real / modeled time of the real run's compute spans under
-  // the calibration (1: it computed as calibrated), judged against kComputeTolerance.
+  // the calibration (1: they took what the model charges them). Reported, not judged: it holds the
+  // model's own error on these spans (short spans after waits, ranks sharing cores) as well as
+  // the host's drift.
   double compute_ratio = 1;
+  // Model against hardware: the median, over the real run's compute spans, of their modeled time
+  // under a calibration taken after the run over that under the one before (1: the host computed
+  // at one speed throughout as far as two calibrations can tell), judged against
+  // kComputeTolerance. NaN: not measured.
+  double host_drift = std::numeric_limits<double>::quiet_NaN();
   bool same_plan = true;  // both runs' plan.json agree
   std::vector<std::string>
       notes;  // what the reader should know (e.g. a model the emulator approximates)
