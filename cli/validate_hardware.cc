@@ -144,9 +144,14 @@ nlohmann::json validate_against_hardware(const CommonOptions& o, const std::stri
   std::cout << "model against hardware: calibrating this host again (its drift over the run)\n";
   const fs::path after = fs::absolute(dir / "host-after.toml");
   calibrate(after, dir / "calibrate-after.txt");
-  // 3. The simulation, told the calibration.
+  // 3. The simulation, told the calibration, its nodes sharing this host's cores as the real
+  // run's ranks do (sim.shared_cores: the calibration times a rank's operations one by one, which
+  // the scheduler rarely interrupts, so it holds no time-sharing of the cores; the simulation
+  // shares them among the nodes computing at each moment).
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<std::string> sim_args = {self_exe, "sim", o.scenario};
   for (const std::string& v : overrides) sim_args.insert(sim_args.end(), {"--set", v});
+  sim_args.insert(sim_args.end(), {"--set", "sim.shared_cores=" + std::to_string(cores)});
   sim_args.insert(sim_args.end(), {"--run-dir", (dir / "sim").string(), "--progress", "off"});
   run_step(sim_args, dir / "sim.log", "simulation");
 
@@ -157,7 +162,6 @@ nlohmann::json validate_against_hardware(const CommonOptions& o, const std::stri
   ctx.compute_ratio = spans.median_ratio();
   ctx.host_drift =
       median_ratio(span_times(computing_as(real, after), metrics).modeled, spans.modeled);
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   ctx.host = {{"cores", cores},
               {"threads", threads},
               {"share", ranks},

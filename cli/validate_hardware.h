@@ -8,7 +8,10 @@
 //     bandwidths, rv-delay-line on the packet path for the latencies, so that TCP sees the round
 //     trip), undilated.
 //  3. The simulation of the same scenario with every device computing as the profile says (its
-//     tflops the profile's peak, its profile the profile) and the scenario's own links.
+//     tflops the profile's peak, its profile the profile) and the scenario's own links, its nodes
+//     sharing this host's cores as the real run's ranks do (sim.shared_cores = the host's cores:
+//     the calibration times each operation by itself, which the scheduler rarely interrupts, so
+//     it holds none of the time-sharing of more ranks than cores).
 //  4. After the real run, the same calibration again (host-after.toml).
 // Then the two runs' figures side by side (core/output/validation.h, agreement "hardware"), and
 // the check that the host computed at one speed over the run: the median over the real run's

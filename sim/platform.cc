@@ -51,6 +51,12 @@ sg4::Host* add_node(sg4::NetZone* zone, const Scenario& scenario, int r) {
   return h;
 }
 
+// The machine of sim.shared_cores in `zone` (none where it is 0).
+void add_machine(sg4::NetZone* zone, const Scenario& scenario) {
+  if (scenario.sim.shared_cores > 0)
+    zone->create_host(kMachineHost, kMachineCoreSpeed)->set_core_count(scenario.sim.shared_cores);
+}
+
 }  // namespace
 
 std::string platform_host_name(const Scenario& scenario, int rank) {
@@ -112,13 +118,21 @@ void check_platform_routes(const Scenario& scenario, const std::vector<sg4::Host
 }
 
 std::vector<sg4::Host*> build_platform(const Scenario& scenario) {
-  if (!scenario.network.platform.empty()) return load_platform_file(scenario);
+  if (!scenario.network.platform.empty()) {
+    if (scenario.sim.shared_cores > 0)
+      throw ScenarioError(scenario.where("sim.shared_cores"), "sim.shared_cores",
+                          "a machine of shared cores is for the scenario's own platform; with "
+                          "network.platform, the file's hosts are where the nodes compute "
+                          "(give several nodes one host there)");
+    return load_platform_file(scenario);
+  }
   const int n = scenario.node_count();
   std::vector<sg4::Host*> hosts;
   hosts.reserve(n);
   if (scenario.network.topology != Topology::kRegions) {
     auto* zone = sg4::create_star_zone("pool");
     for (int r = 0; r < n; ++r) hosts.push_back(add_node(zone, scenario, r));
+    add_machine(zone, scenario);
     zone->seal();
     return hosts;
   }
@@ -157,6 +171,7 @@ std::vector<sg4::Host*> build_platform(const Scenario& scenario) {
       world->add_route(zones[a]->get_netpoint(), zones[b]->get_netpoint(), cores[a], cores[b],
                        {sg4::LinkInRoute(link)}, false);
     }
+  add_machine(world, scenario);
   world->seal();
   return hosts;
 }

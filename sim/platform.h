@@ -30,7 +30,14 @@ void configure_network(simgrid::s4u::Engine& engine, const NetworkSpec& network)
 // in either case.
 constexpr double kSimGridLatencyFactor = 1e-6;
 
-// Builds the hosts and links; returns the host of every node, by rank. With network.platform, loads
+// With sim.shared_cores = C > 0, the machine the nodes compute on: a host of C cores named
+// kMachineHost, each core kMachineCoreSpeed flop/s (a unit, not a device's: a node's span of t
+// seconds is an execution of t x kMachineCoreSpeed on one core), on no link.
+constexpr const char* kMachineHost = "machine";
+constexpr double kMachineCoreSpeed = 1e9;
+
+// Builds the hosts and links (and the machine of sim.shared_cores); returns the host of every
+// node, by rank. With network.platform, loads
 // that file instead and finds each node's host by name (platform_host_name); throws ScenarioError
 // at network.platform when one is missing.
 std::vector<simgrid::s4u::Host*> build_platform(const Scenario& scenario);

@@ -7,6 +7,8 @@
 // flops on the node's host. Must be used from the node's own actor.
 #pragma once
 
+#include <simgrid/forward.h>
+
 #include <limits>
 
 #include "core/compute/profile.h"
@@ -47,12 +49,18 @@ class SimClock : public Clock {
 // so an execution would take exactly the modeled time: the node sleeps for it instead, one SimGrid
 // call where an execution takes five (its creation, host, amount, start and wait), each a switch
 // to SimGrid's kernel and back (the greater part of a timing run's calls).
+//
+// With sim.shared_cores, the time is an execution on the machine the nodes share (sim/platform.h
+// kMachineHost): t x kMachineCoreSpeed per thread, on the profile's threads of its cores at most,
+// so that it takes t alone and longer while more nodes compute than it has cores.
 class SimCompute : public Compute {
  public:
   // `host_speed`: the flop/s of the platform file's host it runs on, whose executions it charges;
-  // 0: a host of its own (the scenario's platform), whose time it charges.
-  SimCompute(bool numeric, ComputeProfile device, double host_speed = 0)
-      : numeric_(numeric), device_(std::move(device)), host_speed_(host_speed) {}
+  // 0: a host of its own (the scenario's platform), whose time it charges. `machine`: the
+  // machine of sim.shared_cores, or null.
+  SimCompute(bool numeric, ComputeProfile device, double host_speed = 0,
+             simgrid::s4u::Host* machine = nullptr)
+      : numeric_(numeric), device_(std::move(device)), host_speed_(host_speed), machine_(machine) {}
   bool numeric() const override { return numeric_; }
   Seconds run(const Work& work, SavedActivations saved,
               const std::function<void()>& maths) override;
@@ -60,7 +68,8 @@ class SimCompute : public Compute {
  private:
   bool numeric_;
   ComputeProfile device_;
-  double host_speed_;      // flop/s; 0: a host of its own
+  double host_speed_;  // flop/s; 0: a host of its own
+  simgrid::s4u::Host* machine_;
   DeviceHistory history_;  // simulated s
 };
 

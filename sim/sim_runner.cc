@@ -56,6 +56,7 @@ class SimRun {
         hosts_(make_platform(engine_, s, numeric, engine_options)),
         n_(static_cast<int>(hosts_.size())),
         platform_file_(!s.network.platform.empty()),
+        machine_(engine_.host_by_name_or_null(kMachineHost)),
         network_(hosts_, links_of(s), platform_file_),
         actors_(n_),
         finished_(n_, 1),
@@ -148,7 +149,7 @@ class SimRun {
       SimTransport transport(r, network_);
       SimClock clock;
       SimCompute compute(numeric_, s_.device_of(r).compute_profile(),
-                         platform_file_ ? hosts_[r]->get_speed() : 0);
+                         platform_file_ ? hosts_[r]->get_speed() : 0, machine_);
       EnvParts parts{transport, clock, compute, log_, nullptr, observer_};
       if (churn_) parts.membership = &membership_;
       if (checkpoints_) parts.checkpoints = &*checkpoints_;
@@ -176,6 +177,7 @@ class SimRun {
   std::vector<sg4::Host*> hosts_;
   const int n_;
   const bool platform_file_;
+  sg4::Host* const machine_;  // sim.shared_cores' machine, or null
   SimNetwork network_;
   std::vector<sg4::ActorPtr> actors_;
   EventLog log_;

@@ -288,6 +288,31 @@ TEST_CASE("the asynchronous pipeline's steady throughput is 1 / the slowest stag
   CHECK(best_busy > 0.95);
 }
 
+// sim.shared_cores = C: the four stages share C cores, which never idle while 8 micro-batches are
+// in flight, so the pipeline is bound by whichever is less: the slowest stage, or C cores' worth of
+// every stage's forward, backward and update.
+void check_shared_cores(int cores) {
+  auto p = test::prepare(pipeline_scenario("ravnest", "2,0.5"),
+                         {"training.steps=300", "sim.shared_cores=" + std::to_string(cores)});
+  SimResult r = run_simulation(p.spec());
+  auto summary = summarize(p.scenario, p.plan, r.events, RunInfo{"sim", "timing", 0});
+  double sum = 0;
+  for (const StageTimes& t : stage_times(p, p.scenario.training)) sum += t.period;
+  const double bound = std::min(cores / sum, 1 / slowest(p, p.scenario.training).period);
+  CHECK(summary["steady_samples_per_s"].get<double>() ==
+        Approx(p.scenario.data.batch_size * bound).epsilon(0.02));
+}
+
+TEST_CASE("the asynchronous pipeline on one shared core: one micro-batch per sum of the stages",
+          "[sim][analytic][shared_cores]") {
+  check_shared_cores(1);
+}
+
+TEST_CASE("the asynchronous pipeline on two shared cores: the lesser of two bounds",
+          "[sim][analytic][shared_cores]") {
+  check_shared_cores(2);
+}
+
 TEST_CASE("a pipeline's time per step is its period, dilated k times, k times longer",
           "[sim][analytic]") {
   // The expectation from the undilated scenario; the simulation of the same dilated 2.5 times.

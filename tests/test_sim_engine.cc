@@ -84,6 +84,65 @@ TEST_CASE(
   CHECK(took[0] == Approx(3.0 * 1e9 / 2e9).epsilon(1e-9));
 }
 
+// sim.shared_cores: the nodes compute on one machine of that many cores (a real run on one host).
+// Three nodes of one device start a unit of work each at 0, then node 0 runs one more alone: the
+// times each first unit and that second one end, and the unit's modeled time. (One simulation a
+// process: SimGrid starts once.)
+struct MachineEnds {
+  std::vector<Seconds> first = std::vector<Seconds>(3, -1);
+  Seconds second = -1;
+  Seconds t = 0;
+};
+MachineEnds machine_ends(int cores) {
+  const Scenario s =
+      parse_scenario("name = \"machine\"\n[sim]\nshared_cores = " + std::to_string(cores) +
+                         "\n[network]\nmodel = \"ideal\"\n[[devices]]\nname = \"a\"\ncount = 3\n"
+                         "tflops = 0.0023\n",
+                     "machine");
+  Work w;
+  w.add(OpKind::kMatmul, Pass::kForward, 1.2345678e9, 1e6, 3);
+  MachineEnds out;
+  out.t = time_of(w, s.device_of(0).compute_profile());
+  simulate(s, {0, 1, 2}, false, [&](NodeEnv& env, int node) {
+    env.compute.run(w, {}, [] {});
+    out.first[static_cast<size_t>(node)] = env.clock.now();
+    if (node != 0) return;
+    env.compute.run(w, {}, [] {});
+    out.second = env.clock.now();
+  });
+  return out;
+}
+
+TEST_CASE("on a machine of as many cores as nodes each unit of work takes its modeled time",
+          "[sim][shared_cores]") {
+  const MachineEnds e = machine_ends(3);
+  for (const Seconds f : e.first) CHECK(f == Approx(e.t).epsilon(1e-9));
+  CHECK(e.second == Approx(2 * e.t).epsilon(1e-9));
+}
+
+TEST_CASE("on a machine of fewer cores than nodes, units of work computing at once share them",
+          "[sim][shared_cores]") {
+  // Two cores for three units: each at two thirds of a core, 1.5 t; then one alone, t more.
+  const MachineEnds e = machine_ends(2);
+  for (const Seconds f : e.first) CHECK(f == Approx(1.5 * e.t).epsilon(1e-9));
+  CHECK(e.second == Approx(2.5 * e.t).epsilon(1e-9));
+}
+
+TEST_CASE("on a machine of one core, units of work computing at once take turns",
+          "[sim][shared_cores]") {
+  const MachineEnds e = machine_ends(1);
+  for (const Seconds f : e.first) CHECK(f == Approx(3 * e.t).epsilon(1e-9));
+  CHECK(e.second == Approx(4 * e.t).epsilon(1e-9));
+}
+
+TEST_CASE("a machine of shared cores is refused beside a platform file", "[sim][shared_cores]") {
+  Scenario s = lab_scenario();
+  s.sim.shared_cores = 2;
+  const std::string why = refusal(s, EngineOptions{});
+  CHECK(why.find("sim.shared_cores") != std::string::npos);
+  CHECK(why.find("network.platform") != std::string::npos);
+}
+
 // On the scenario's own platform a unit of work is one sleep of the modeled time (sim/sim_env.h):
 // exactly time_of, one unit after another, on every node at once.
 TEST_CASE("on the scenario's own platform a unit of work takes exactly the device model's time",

@@ -467,7 +467,12 @@ void add_network(Catalog& c) {
 
 void add_sim_and_real(Catalog& c) {
   c.table("sim", &Scenario::sim)
-      .choice("mode", &SimSpec::mode, "numeric: real maths, modeled time; timing: no maths");
+      .choice("mode", &SimSpec::mode, "numeric: real maths, modeled time; timing: no maths")
+      .integer("shared_cores", &SimSpec::shared_cores, 0, 4096,
+               "> 0: every node computes on one machine of this many cores (a real run on one "
+               "host): a node's span on at most its profile's threads of cores, the cores shared "
+               "equally among the nodes computing at once; 0: each node a device of its own "
+               "(the planner plans so either way)");
   c.table("real", &Scenario::real)
       .positive("timeout_s", &RealSpec::timeout_s, 86400.0, "s",
                 "a peer silent for this long is considered dead (times the dilation)")

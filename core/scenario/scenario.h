@@ -335,6 +335,13 @@ struct ChoiceNames<SimMode> {
 
 struct SimSpec {
   SimMode mode = SimMode::kNumeric;
+  // > 0: the nodes compute on one machine of this many cores, as a real run on one host does
+  // (`ravnest validate --agreement hardware` sets it to the host's): each node's compute is an
+  // execution on that machine, on at most its profile's threads of cores, the cores shared
+  // equally among the nodes computing at once (SimGrid's CPU model); a span alone on a core takes
+  // its modeled time. 0: every node computes on a device of its own. The network is the
+  // scenario's either way; the planner plans the devices as if each had its own.
+  int shared_cores = 0;
 };
 
 // A setting that is on, off, or left to the executor ("auto" in a scenario file).
