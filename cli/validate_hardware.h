@@ -1,17 +1,17 @@
 // ravnest validate's second agreement, the model against hardware: the real run takes nothing from
 // the model, and the simulation is told only what this host measured before it.
 //
-//  1. `ravnest calibrate --threads T --share K` profiles this host as the real run will share it
-//     (T LibTorch threads a rank, as `ravnest real` gives them; K ranks computing at once).
+//  1. `ravnest calibrate --threads T` profiles one rank of this host computing alone (T LibTorch
+//     threads, as `ravnest real` gives a rank). Not `--share K`: its load processes make the
+//     cores' time-sharing part of a calibration by chance (each operation is timed by itself, and
+//     its median call is interrupted or not); the simulation shares the cores instead (3).
 //  2. The real run: each node computes at this host's own speed (real.emulate_speed = false), and
 //     its messages cross real TCP through the kernel shaper (real.shaper = "kernel": htb for the
 //     bandwidths, rv-delay-line on the packet path for the latencies, so that TCP sees the round
 //     trip), undilated.
 //  3. The simulation of the same scenario with every device computing as the profile says (its
 //     tflops the profile's peak, its profile the profile) and the scenario's own links, its nodes
-//     sharing this host's cores as the real run's ranks do (sim.shared_cores = the host's cores:
-//     the calibration times each operation by itself, which the scheduler rarely interrupts, so
-//     it holds none of the time-sharing of more ranks than cores).
+//     sharing this host's cores as the real run's ranks do (sim.shared_cores = the host's cores).
 //  4. After the real run, the same calibration again (host-after.toml).
 // Then the two runs' figures side by side (core/output/validation.h, agreement "hardware"), and
 // the check that the host computed at one speed over the run: the median over the real run's

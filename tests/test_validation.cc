@@ -107,7 +107,7 @@ TEST_CASE("two summaries side by side: errors, per-node differences and the verd
     ctx.compute_ratio = 1.6;  // the model's error on the spans: reported, not judged
     ctx.host_drift = 1.05;
     ctx.host = {{"threads", 1},
-                {"share", 3},
+                {"ranks", 3},
                 {"cores", 2},
                 {"peak_tflops", 0.04},
                 {"peak_tflops_after", 0.042}};
@@ -123,6 +123,7 @@ TEST_CASE("two summaries side by side: errors, per-node differences and the verd
     CHECK(v["verdict"].get<std::string>().find("(undilated)") != std::string::npos);
     const std::string md = validation_markdown(v);
     CHECK(md.rfind("## Model against hardware", 0) == 0);
+    CHECK(md.find("shares the host's 2 cores among its 3 ranks") != std::string::npos);
     CHECK(md.find("peak 0.04 TFLOPS before the real run, 0.042 after it") != std::string::npos);
     CHECK(md.find("would take 1.050x") != std::string::npos);
     CHECK(md.find("The real spans took 1.600x") != std::string::npos);

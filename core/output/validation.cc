@@ -226,13 +226,14 @@ std::string validation_markdown(const json& v) {
   const json& host = v["host"];
   if (hardware && host.is_object())
     md << fmt::format(
-        "\nCalibration: {} thread(s) a rank, the host shared by {} ranks ({} cores); peak {:.4g} "
-        "TFLOPS before the real run, {:.4g} after it. Under the calibration after it, the run's "
+        "\nCalibration: one rank alone, {} thread(s); the simulation shares the host's {} cores "
+        "among its {} ranks (sim.shared_cores); peak {:.4g} TFLOPS before the real run, {:.4g} "
+        "after it. Under the calibration after it, the run's "
         "compute spans would take {:.3f}x their time under the one before (median; the host's "
         "drift, flagged beyond {:.0f}%). The real spans took {:.3f}x their time under the "
         "calibration before (median; the model's error on them with any drift, reported, not "
         "judged).\n",
-        host.value("threads", 0), host.value("share", 0), host.value("cores", 0),
+        host.value("threads", 0), host.value("cores", 0), host.value("ranks", 0),
         host.value("peak_tflops", 0.0), host.value("peak_tflops_after", NAN),
         v.value("host_drift", json()).is_number() ? v["host_drift"].get<double>() : NAN,
         100 * kComputeTolerance,
