@@ -73,6 +73,21 @@ Prepared computing_as(const Prepared& p, const fs::path& profile) {
   return out;
 }
 
+// The hardware agreement's reading of the real run in `dir`/real (`real`: its scenario, model and
+// plan): its spans' real / modeled time under the calibration before, and the host's drift, their
+// modeled time under the calibration `after` over that under the one before.
+ValidationContext measured_context(const Prepared& real, const fs::path& dir,
+                                   const fs::path& after) {
+  const std::string metrics = (dir / "real" / "metrics.csv").string();
+  const SpanTimes spans = span_times(real, metrics);
+  ValidationContext ctx;
+  ctx.agreement = Agreement::kHardware;
+  ctx.compute_ratio = spans.median_ratio();
+  ctx.host_drift =
+      median_ratio(span_times(computing_as(real, after), metrics).modeled, spans.modeled);
+  return ctx;
+}
+
 // What the packet path's delay lines and queues did (kernel_network.json), as notes.
 std::vector<std::string> packet_path_notes(const fs::path& record) {
   std::vector<std::string> notes;
@@ -157,13 +172,7 @@ nlohmann::json validate_against_hardware(const CommonOptions& o, const std::stri
   sim_args.insert(sim_args.end(), {"--run-dir", (dir / "sim").string(), "--progress", "off"});
   run_step(sim_args, dir / "sim.log", "simulation");
 
-  const std::string metrics = (dir / "real" / "metrics.csv").string();
-  const SpanTimes spans = span_times(real, metrics);
-  ValidationContext ctx;
-  ctx.agreement = Agreement::kHardware;
-  ctx.compute_ratio = spans.median_ratio();
-  ctx.host_drift =
-      median_ratio(span_times(computing_as(real, after), metrics).modeled, spans.modeled);
+  ValidationContext ctx = measured_context(real, dir, after);
   ctx.host = {{"cores", cores},
               {"threads", threads},
               {"ranks", ranks},
