@@ -73,6 +73,17 @@ Prepared computing_as(const Prepared& p, const fs::path& profile) {
   return out;
 }
 
+// Step 3 below: `ravnest sim` of the scenario of `o` with `overrides`, its nodes sharing `cores`
+// cores (sim.shared_cores), into `dir`/sim (its log `dir`/sim.log).
+void simulate_sharing(const CommonOptions& o, const std::string& self_exe,
+                      const std::vector<std::string>& overrides, int cores, const fs::path& dir) {
+  std::vector<std::string> sim_args = {self_exe, "sim", o.scenario};
+  for (const std::string& v : overrides) sim_args.insert(sim_args.end(), {"--set", v});
+  sim_args.insert(sim_args.end(), {"--set", "sim.shared_cores=" + std::to_string(cores)});
+  sim_args.insert(sim_args.end(), {"--run-dir", (dir / "sim").string(), "--progress", "off"});
+  run_step(sim_args, dir / "sim.log", "simulation");
+}
+
 // The hardware agreement's reading of the real run in `dir`/real (`real`: its scenario, model and
 // plan): its spans' real / modeled time under the calibration before, and the host's drift, their
 // modeled time under the calibration `after` over that under the one before.
@@ -166,11 +177,7 @@ nlohmann::json validate_against_hardware(const CommonOptions& o, const std::stri
   // 3. The simulation, told the calibration, its nodes sharing this host's cores as the real
   // run's ranks do (sim.shared_cores: the calibration is of one rank alone).
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  std::vector<std::string> sim_args = {self_exe, "sim", o.scenario};
-  for (const std::string& v : overrides) sim_args.insert(sim_args.end(), {"--set", v});
-  sim_args.insert(sim_args.end(), {"--set", "sim.shared_cores=" + std::to_string(cores)});
-  sim_args.insert(sim_args.end(), {"--run-dir", (dir / "sim").string(), "--progress", "off"});
-  run_step(sim_args, dir / "sim.log", "simulation");
+  simulate_sharing(o, self_exe, overrides, cores, dir);
 
   ValidationContext ctx = measured_context(real, dir, after);
   ctx.host = {{"cores", cores},

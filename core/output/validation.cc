@@ -90,6 +90,67 @@ std::string agreement_intro(const json& v, bool hardware) {
       k, k, k);
 }
 
+// validate.json's "figures": each of kFigures either summary has, side by side with its error.
+json figure_rows(const json& sim, const json& real) {
+  json figures = json::array();
+  for (const Figure& f : kFigures) {
+    const double s = at(sim, f.path), r = at(real, f.path);
+    if (std::isnan(s) && std::isnan(r)) continue;
+    json row{{"figure", f.path}, {"label", f.label}, {"unit", f.unit},
+             {"sim", num(s)},    {"real", num(r)},   {"error", num(ratio_error(s, r))}};
+    if (f.difference) row["difference"] = num(s - r);
+    figures.push_back(row);
+  }
+  return figures;
+}
+
+// validate.json's "per_node": each node's busy fraction and bytes in both runs, side by side;
+// `busy_worst` the largest busy-fraction difference of a working node.
+json per_node_rows(const json& sim, const json& real, double& busy_worst) {
+  json nodes = json::array();
+  const json& sn = sim.contains("per_node") ? sim["per_node"] : json::array();
+  const json& rn = real.contains("per_node") ? real["per_node"] : json::array();
+  for (size_t i = 0; i < sn.size() && i < rn.size(); ++i) {
+    const double sb = at(sn[i], "busy_fraction"), rb = at(rn[i], "busy_fraction");
+    const bool working = at(sn[i], "stage") >= 0;
+    if (working && std::isfinite(sb - rb)) busy_worst = std::max(busy_worst, std::abs(sb - rb));
+    nodes.push_back(
+        {{"node", i},
+         {"device", sn[i].value("device", "")},
+         {"stage", sn[i].value("stage", -1)},
+         {"busy_fraction", {{"sim", num(sb)}, {"real", num(rb)}, {"difference", num(sb - rb)}}},
+         {"bytes_sent",
+          {{"sim", num(at(sn[i], "bytes_sent"))},
+           {"real", num(at(rn[i], "bytes_sent"))},
+           {"error", num(ratio_error(at(sn[i], "bytes_sent"), at(rn[i], "bytes_sent")))}}},
+         {"bytes_received",
+          {{"sim", num(at(sn[i], "bytes_received"))},
+           {"real", num(at(rn[i], "bytes_received"))},
+           {"error",
+            num(ratio_error(at(sn[i], "bytes_received"), at(rn[i], "bytes_received")))}}}});
+  }
+  return nodes;
+}
+
+// validate.md's paragraph on the hardware agreement's calibrations (`v`: its compare_runs object):
+// what was calibrated, how the simulation shares the cores, the host's drift and the spans' ratio.
+std::string calibration_text(const json& v) {
+  const json& host = v["host"];
+  return fmt::format(
+      "\nCalibration: one rank alone, {} thread(s); the simulation shares the host's {} cores "
+      "among its {} ranks (sim.shared_cores); peak {:.4g} TFLOPS before the real run, {:.4g} "
+      "after it. Under the calibration after it, the run's "
+      "compute spans would take {:.3f}x their time under the one before (median; the host's "
+      "drift, flagged beyond {:.0f}%). The real spans took {:.3f}x their time under the "
+      "calibration before (median; the model's error on them with any drift, reported, not "
+      "judged).\n",
+      host.value("threads", 0), host.value("cores", 0), host.value("ranks", 0),
+      host.value("peak_tflops", 0.0), host.value("peak_tflops_after", NAN),
+      v.value("host_drift", json()).is_number() ? v["host_drift"].get<double>() : NAN,
+      100 * kComputeTolerance,
+      v["compute_ratio"].is_number() ? v["compute_ratio"].get<double>() : NAN);
+}
+
 }  // namespace
 
 const char* agreement_name(Agreement a) {
@@ -120,41 +181,10 @@ json compare_runs(const json& sim, const json& real, const ValidationContext& ct
     v["host_drift"] = num(ctx.host_drift);
   }
   v["notes"] = ctx.notes;
-  json figures = json::array();
-  for (const Figure& f : kFigures) {
-    const double s = at(sim, f.path), r = at(real, f.path);
-    if (std::isnan(s) && std::isnan(r)) continue;
-    json row{{"figure", f.path}, {"label", f.label}, {"unit", f.unit},
-             {"sim", num(s)},    {"real", num(r)},   {"error", num(ratio_error(s, r))}};
-    if (f.difference) row["difference"] = num(s - r);
-    figures.push_back(row);
-  }
-  v["figures"] = figures;
+  v["figures"] = figure_rows(sim, real);
 
-  json nodes = json::array();
   double busy_worst = 0;
-  const json& sn = sim.contains("per_node") ? sim["per_node"] : json::array();
-  const json& rn = real.contains("per_node") ? real["per_node"] : json::array();
-  for (size_t i = 0; i < sn.size() && i < rn.size(); ++i) {
-    const double sb = at(sn[i], "busy_fraction"), rb = at(rn[i], "busy_fraction");
-    const bool working = at(sn[i], "stage") >= 0;
-    if (working && std::isfinite(sb - rb)) busy_worst = std::max(busy_worst, std::abs(sb - rb));
-    nodes.push_back(
-        {{"node", i},
-         {"device", sn[i].value("device", "")},
-         {"stage", sn[i].value("stage", -1)},
-         {"busy_fraction", {{"sim", num(sb)}, {"real", num(rb)}, {"difference", num(sb - rb)}}},
-         {"bytes_sent",
-          {{"sim", num(at(sn[i], "bytes_sent"))},
-           {"real", num(at(rn[i], "bytes_sent"))},
-           {"error", num(ratio_error(at(sn[i], "bytes_sent"), at(rn[i], "bytes_sent")))}}},
-         {"bytes_received",
-          {{"sim", num(at(sn[i], "bytes_received"))},
-           {"real", num(at(rn[i], "bytes_received"))},
-           {"error",
-            num(ratio_error(at(sn[i], "bytes_received"), at(rn[i], "bytes_received")))}}}});
-  }
-  v["per_node"] = nodes;
+  v["per_node"] = per_node_rows(sim, real, busy_worst);
 
   // The verdict: each target met or missed, the missed ones first.
   std::vector<std::string> met, missed;
@@ -224,20 +254,7 @@ std::string validation_markdown(const json& v) {
        << show(r["real"], "{:.0f}") << " | " << percent(r["error"]) << " |\n";
   }
   const json& host = v["host"];
-  if (hardware && host.is_object())
-    md << fmt::format(
-        "\nCalibration: one rank alone, {} thread(s); the simulation shares the host's {} cores "
-        "among its {} ranks (sim.shared_cores); peak {:.4g} TFLOPS before the real run, {:.4g} "
-        "after it. Under the calibration after it, the run's "
-        "compute spans would take {:.3f}x their time under the one before (median; the host's "
-        "drift, flagged beyond {:.0f}%). The real spans took {:.3f}x their time under the "
-        "calibration before (median; the model's error on them with any drift, reported, not "
-        "judged).\n",
-        host.value("threads", 0), host.value("cores", 0), host.value("ranks", 0),
-        host.value("peak_tflops", 0.0), host.value("peak_tflops_after", NAN),
-        v.value("host_drift", json()).is_number() ? v["host_drift"].get<double>() : NAN,
-        100 * kComputeTolerance,
-        v["compute_ratio"].is_number() ? v["compute_ratio"].get<double>() : NAN);
+  if (hardware && host.is_object()) md << calibration_text(v);
   if (host.is_object() && host.contains("nodes")) {
     md << fmt::format(
         "\nDilation: this host has {:g} cores, {:.2g} of a core per working node; each node's "

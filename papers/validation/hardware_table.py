@@ -178,11 +178,14 @@ def main(kinds_file, runs_dir, out_dir):
     def joined(r, key):
         return ", ".join(f"{x[key]:.2f}" for x in r["repeats"] if x.get(key)) or "-"
 
+    def flagged_by(x):
+        """A flagged repeat's judged figure, named (rows from before the drift check lack flag_by)."""
+        key = x.get("flag_by", "compute_ratio")
+        return f"{'drift' if key == 'host_drift' else 'spans / model'} {x[key]:.2f}x" if x.get(key) else None
+
     for r in rows:
-        flagged = "; ".join(f"{x['repeat']}: {pct(x['steady_error'])} at "
-                            f"{'drift' if x.get('flag_by') == 'host_drift' else 'spans / model'} "
-                            f"{x[x.get('flag_by', 'compute_ratio')]:.2f}x"
-                            for x in r["repeats"] if x.get("flagged") and x.get(x.get("flag_by", "compute_ratio")))
+        flagged = "; ".join(f"{x['repeat']}: {pct(x['steady_error'])} at {flagged_by(x)}"
+                            for x in r["repeats"] if x.get("flagged") and flagged_by(x))
         flag = " (all flagged: median of them all)" if r.get("all_flagged") else ""
         lines.append(f"| {r['case']} | {r['kind']} | {r['kept']} of {len(r['repeats'])} | {pct(r['steady_error'])}{flag} "
                      f"| {pct(r['steady_error_low'])} - {pct(r['steady_error_high'])} | {pct(r.get('round_error'))} "
